@@ -1,0 +1,88 @@
+"""The agent registry and the `run_agent` activity.
+
+Workflows never call agent code directly: they ask `run_agent` to run an agent by name, so the
+same activity serves every kind of agent (today Python callables; shell and HTTP later)."""
+
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from models.agents import AgentRequest, AgentResult
+from models.envelope import EventEnvelope
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    agent: str
+    attempt: int
+    idempotency_key: str
+    """Stable across retries of the same run, so agents can avoid repeating side effects."""
+
+
+AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]
+
+
+class AgentRegistry:
+    def __init__(self) -> None:
+        self._agents: dict[str, AgentFn] = {}
+
+    def register(self, name: str) -> Callable[[AgentFn], AgentFn]:
+        def add(fn: AgentFn) -> AgentFn:
+            if name in self._agents:
+                raise ValueError(f"agent {name!r} is already registered")
+            self._agents[name] = fn
+            return fn
+
+        return add
+
+    def get(self, name: str) -> AgentFn:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise ApplicationError(
+                f"unknown agent {name!r}; known agents: {', '.join(sorted(self))}",
+                type="unknown_agent",
+                non_retryable=True,
+            ) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+
+class AgentActivities:
+    def __init__(self, registry: AgentRegistry) -> None:
+        self._registry = registry
+
+    @activity.defn(name="run_agent")
+    async def run_agent(self, request: AgentRequest) -> AgentResult:
+        info = activity.info()
+        context = AgentContext(
+            agent=request.agent,
+            attempt=info.attempt,
+            idempotency_key=f"{info.workflow_id}/{info.activity_id}",
+        )
+        agent = self._registry.get(request.agent)
+        try:
+            data = await agent(request.event, context)
+        except Exception as error:
+            classified = _classified(error, request.retry_on)
+            if classified is error:
+                raise
+            raise classified from error
+        return AgentResult(agent=request.agent, data=dict(data or {}))
+
+
+def _classified(error: Exception, retry_on: list[str]) -> Exception:
+    """Apply the seed's `retry_on`: a failure type outside a non-empty list is not retried."""
+    failure_type = type(error).__name__
+    if isinstance(error, ApplicationError) and error.type:
+        failure_type = error.type
+    if not retry_on or failure_type in retry_on:
+        return error
+    return ApplicationError(str(error), type=failure_type, non_retryable=True)

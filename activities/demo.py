@@ -1,0 +1,56 @@
+"""Demo agents of the seed's Feature Deployment saga.
+
+Failures are injected per run from the event payload, deterministically, under `inject`:
+`fail` (agents that fail every attempt), `flaky` ({agent: n}, fail the first n attempts),
+`slow` ({agent: seconds}, heartbeat that long first), `error_type` (the failure type raised,
+`temporary_failure` by default)."""
+
+import asyncio
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.agents import AgentContext, AgentFn, AgentRegistry
+from models.envelope import EventEnvelope
+
+FEATURE_DEPLOYMENT_AGENTS: Mapping[str, str] = {
+    "BuildArtifact": "artifact built",
+    "RunTests": "unit tests passed",
+    "DeployToStaging": "deployed to staging",
+    "RunE2ETests": "end-to-end tests passed",
+    "DeployToProduction": "deployed to production",
+    "RemoveFromStaging": "staging deployment removed (or was never there)",
+    "RollbackProduction": "production rolled back (or was never changed)",
+}
+
+
+async def _apply_injection(inject: Mapping[str, Any], context: AgentContext) -> None:
+    delay = float(inject.get("slow", {}).get(context.agent, 0))
+    for _ in range(int(delay * 10)):
+        await asyncio.sleep(0.1)
+        activity.heartbeat()
+    failing = context.agent in inject.get("fail", [])
+    flaky = context.attempt <= int(inject.get("flaky", {}).get(context.agent, 0))
+    if failing or flaky:
+        raise ApplicationError(
+            f"{context.agent} failed (injected, attempt {context.attempt})",
+            type=str(inject.get("error_type", "temporary_failure")),
+        )
+
+
+def _demo_agent(summary: str) -> AgentFn:
+    async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        await _apply_injection(event.payload.get("inject", {}), context)
+        digest = hashlib.sha256(context.idempotency_key.encode()).hexdigest()[:8]
+        return {"summary": summary, "feature": event.payload.get("feature"), "ref": digest}
+
+    return agent
+
+
+def register_demo_agents(registry: AgentRegistry) -> AgentRegistry:
+    for name, summary in FEATURE_DEPLOYMENT_AGENTS.items():
+        registry.register(name)(_demo_agent(summary))
+    return registry

@@ -1,0 +1,72 @@
+"""structlog, configured once for every process: console lines in a terminal, JSON otherwise.
+
+The SDK's replay-safe `workflow.logger` and `activity.logger` are stdlib loggers; their records go
+through the same processors, with the workflow id and correlation id lifted into the line."""
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+from structlog.typing import EventDict, WrappedLogger
+from temporalio import activity, workflow
+
+_TEMPORAL_CONTEXT = {
+    "temporal_workflow": ("workflow_id", "workflow_type", "run_id"),
+    "temporal_activity": ("workflow_id", "activity_type", "attempt"),
+}
+
+
+def _lift_temporal_context(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    for key, fields in _TEMPORAL_CONTEXT.items():
+        context: dict[str, Any] = event.pop(key, None) or {}
+        for field in fields:
+            if field in context:
+                event.setdefault(field, context[field])
+    return event
+
+
+def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
+    json = not sys.stderr.isatty() if json is None else json
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.stdlib.ExtraAdder(),
+        _lift_temporal_context,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.typing.Processor = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    )
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info if json else _identity,
+                renderer,
+            ],
+        )
+    )
+    workflow.logger.workflow_info_on_message = False
+    activity.logger.activity_info_on_message = False
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def _identity(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    return event
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger

@@ -1,0 +1,61 @@
+"""Connecting to Temporal the Temporal way: `temporalio.envconfig` reads TEMPORAL_ADDRESS,
+TEMPORAL_NAMESPACE, TLS and API-key settings (and config-file profiles), so the same code runs
+against the embedded dev server, a self-hosted cluster or Temporal Cloud."""
+
+import os
+from dataclasses import dataclass
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfig, ClientConnectConfig
+
+DEFAULT_ADDRESS = "localhost:7233"
+DEFAULT_UI_URL = "http://localhost:8233"
+
+
+def task_queue() -> str:
+    return os.environ.get("COORD_TASK_QUEUE", "coordinator")
+
+
+def ui_url() -> str:
+    return os.environ.get("COORD_UI_URL", DEFAULT_UI_URL).rstrip("/")
+
+
+class ServerUnreachable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    config: ClientConnectConfig
+
+    @classmethod
+    def load(cls) -> "ConnectionSettings":
+        return cls(ClientConfig.load_client_connect_config())
+
+    @property
+    def explicit(self) -> bool:
+        """True when the environment or a profile names a server, so nothing embedded starts."""
+        return "target_host" in self.config
+
+    @property
+    def address(self) -> str:
+        return self.config.get("target_host", DEFAULT_ADDRESS)
+
+    @property
+    def namespace(self) -> str:
+        return self.config.get("namespace", "default")
+
+    async def connect(self) -> Client:
+        try:
+            return await Client.connect(
+                **{**self.config, "target_host": self.address},
+                data_converter=pydantic_data_converter,
+            )
+        except RuntimeError as error:
+            hint = "" if self.explicit else "; start one with `coord server` (or set TEMPORAL_ADDRESS)"
+            raise ServerUnreachable(f"cannot reach Temporal at {self.address}: {error}{hint}") from None
+
+
+def workflow_link(workflow_id: str, namespace: str = "default") -> str:
+    return f"{ui_url()}/namespaces/{namespace}/workflows/{workflow_id}"

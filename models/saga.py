@@ -1,0 +1,111 @@
+"""Saga specs (what to run) and the saga coordinator record (where it stands)."""
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from models.durations import Duration
+from models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
+
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+
+
+class SagaStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=IDENTIFIER)
+    agent: str = ""
+    compensation: str | None = None
+    on_success: str = ""
+    on_failure: str = ""
+    timeout: Duration = timedelta(minutes=5)
+    heartbeat_timeout: Duration | None = None
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    compensation_timeout: Duration = timedelta(minutes=5)
+    compensation_retry: RetryConfig = DEFAULT_COMPENSATION_RETRY
+    pivot: bool = False
+
+    @model_validator(mode="after")
+    def _defaults_from_name(self) -> Self:
+        self.agent = self.agent or self.name
+        self.on_success = self.on_success or f"{self.name}Succeeded"
+        self.on_failure = self.on_failure or f"{self.name}Failed"
+        return self
+
+
+class SagaSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    saga_id: str = Field(pattern=IDENTIFIER)
+    name: str = ""
+    description: str = ""
+    correlation_id: str = ""
+    parallel_compensation: bool = False
+    continue_on_compensation_error: bool = False
+    input: dict[str, Any] = Field(default_factory=dict)
+    steps: list[SagaStep] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        self.correlation_id = self.correlation_id or self.saga_id
+        self.name = self.name or self.saga_id
+        names = [step.name for step in self.steps]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"step names must be unique, repeated: {', '.join(duplicates)}")
+        if sum(step.pivot for step in self.steps) > 1:
+            raise ValueError("at most one step can be the pivot")
+        return self
+
+    @property
+    def workflow_id(self) -> str:
+        return saga_workflow_id(self.saga_id)
+
+
+def saga_workflow_id(saga_id: str) -> str:
+    return f"saga-{saga_id}"
+
+
+class SagaStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPENSATING = "compensating"
+    COMPLETED = "completed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    FAILED = "failed"
+
+
+class CompletedStep(BaseModel):
+    step: int
+    event: str
+    event_id: str
+
+
+class StackEntry(BaseModel):
+    step: int
+    compensate: str
+
+
+class CompensationOutcome(BaseModel):
+    step: int
+    compensate: str
+    status: Literal["compensated", "failed"]
+    error: str | None = None
+
+
+class SagaState(BaseModel):
+    """The seed's saga coordinator record, plus what an operator needs after a failure."""
+
+    saga_id: str
+    correlation_id: str = ""
+    current_step: int | None = None
+    status: SagaStatus = SagaStatus.PENDING
+    completed_steps: list[CompletedStep] = Field(default_factory=list)
+    compensation_stack: list[StackEntry] = Field(default_factory=list)
+    compensations: list[CompensationOutcome] = Field(default_factory=list)
+    recovery: Literal["backward", "forward"] = "backward"
+    failed_event: str | None = None
+    failure_reason: str | None = None

@@ -1,0 +1,56 @@
+"""Turning YAML/JSON documents into validated models, with errors that name the field."""
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class SpecError(ValueError):
+    """A spec or payload that does not validate; the message is meant for the user as is."""
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(document)"
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    return "; ".join(f"{_field_path(e['loc'])}: {e['msg']}" for e in error.errors())
+
+
+def parse_model(model: type[M], data: Any, source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(f"{source}: {describe_validation_error(error)}") from None
+
+
+def read_document(path: Path) -> Any:
+    """YAML is a superset of JSON, so one parser reads both."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SpecError(f"{path}: cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
+
+
+def load_spec(model: type[M], path: Path) -> M:
+    return parse_model(model, read_document(path), str(path))
+
+
+def parse_json_object(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{source}: not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise SpecError(f"{source}: expected a JSON object")
+    return value

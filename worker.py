@@ -1,0 +1,48 @@
+"""The worker: runs the coordination workflows and the agent activity on one task queue."""
+
+import asyncio
+from collections.abc import Sequence
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.agents import AgentActivities, AgentRegistry
+from activities.demo import register_demo_agents
+from infra.logs import configure_logging, get_logger
+from infra.temporal import ConnectionSettings, task_queue
+from workflows.saga import Saga
+
+WORKFLOWS: Sequence[type] = (Saga,)
+
+
+def default_registry() -> AgentRegistry:
+    return register_demo_agents(AgentRegistry())
+
+
+def build_worker(
+    client: Client, queue: str | None = None, registry: AgentRegistry | None = None
+) -> Worker:
+    activities = AgentActivities(registry or default_registry())
+    return Worker(
+        client,
+        task_queue=queue or task_queue(),
+        workflows=list(WORKFLOWS),
+        activities=[activities.run_agent],
+    )
+
+
+async def run_worker() -> None:
+    settings = ConnectionSettings.load()
+    client = await settings.connect()
+    worker = build_worker(client)
+    get_logger("worker").info("worker started", address=settings.address, task_queue=worker.task_queue)
+    await worker.run()
+
+
+def main() -> None:
+    configure_logging()
+    asyncio.run(run_worker())
+
+
+if __name__ == "__main__":
+    main()
