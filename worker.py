@@ -2,6 +2,7 @@
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -28,6 +29,9 @@ def build_worker(
         task_queue=queue or task_queue(),
         workflows=list(WORKFLOWS),
         activities=[activities.run_agent],
+        # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
+        # would hold compensation back that long when a step sets no heartbeat timeout.
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 
 

@@ -53,8 +53,10 @@ class ConnectionSettings:
                 data_converter=pydantic_data_converter,
             )
         except RuntimeError as error:
-            hint = "" if self.explicit else "; start one with `coord server` (or set TEMPORAL_ADDRESS)"
-            raise ServerUnreachable(f"cannot reach Temporal at {self.address}: {error}{hint}") from None
+            raise ServerUnreachable(
+                f"cannot reach Temporal at {self.address} ({error}); is it running? "
+                "`coord server` starts one here, TEMPORAL_ADDRESS points elsewhere"
+            ) from None
 
 
 def workflow_link(workflow_id: str, namespace: str = "default") -> str:

