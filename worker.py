@@ -39,7 +39,9 @@ async def run_worker() -> None:
     settings = ConnectionSettings.load()
     client = await settings.connect()
     worker = build_worker(client)
-    get_logger("worker").info("worker started", address=settings.address, task_queue=worker.task_queue)
+    get_logger("worker").info(
+        "worker started", address=settings.address, task_queue=worker.task_queue
+    )
     await worker.run()
 
 

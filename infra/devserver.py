@@ -55,7 +55,8 @@ async def register_search_attributes(client: Client) -> None:
         AddSearchAttributesRequest(
             namespace=client.namespace,
             search_attributes={
-                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in search_attributes.ALL
+                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+                for key in search_attributes.ALL
             },
         )
     )
@@ -80,4 +81,7 @@ async def local_temporal() -> AsyncIterator[tuple[Client, str]]:
         yield await settings.connect(), settings.address
         return
     async with embedded_server() as env:
-        yield env.client, f"embedded dev server at {DEFAULT_ADDRESS} (SQLite {STATE_DIR / 'coord.db'})"
+        yield (
+            env.client,
+            f"embedded dev server at {DEFAULT_ADDRESS} (SQLite {STATE_DIR / 'coord.db'})",
+        )

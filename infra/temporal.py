@@ -48,10 +48,8 @@ class ConnectionSettings:
 
     async def connect(self) -> Client:
         try:
-            return await Client.connect(
-                **{**self.config, "target_host": self.address},
-                data_converter=pydantic_data_converter,
-            )
+            config: ClientConnectConfig = {**self.config, "target_host": self.address}
+            return await Client.connect(**config, data_converter=pydantic_data_converter)
         except RuntimeError as error:
             raise ServerUnreachable(
                 f"cannot reach Temporal at {self.address} ({error}); is it running? "

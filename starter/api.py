@@ -24,7 +24,6 @@ async def start_saga(
         spec.model_dump(mode="json"),
         id=spec.workflow_id,
         task_queue=queue or task_queue(),
-        result_type=SagaState,
         static_summary=saga_summary(spec),
         static_details=spec.description or None,
         search_attributes=search_attributes.as_start_attributes(

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from infra.devserver import embedded_server, local_temporal
@@ -19,7 +18,9 @@ from starter import api
 from starter.demo import run_demo
 from worker import build_worker, run_worker
 
-app = typer.Typer(no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal.")
+app = typer.Typer(
+    no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."
+)
 saga_app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sagas.")
 app.add_typer(saga_app, name="saga")
 
@@ -32,7 +33,9 @@ def configure(
     ctx: typer.Context,
     log_level: Annotated[
         str | None,
-        typer.Option(help="Log level (default: INFO for server/worker/dev, ERROR for demo, else WARNING)"),
+        typer.Option(
+            help="Log level (default: INFO for server/worker/dev, ERROR for demo, else WARNING)"
+        ),
     ] = None,
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
@@ -81,10 +84,9 @@ async def worker() -> None:
 @runs_async
 async def dev() -> None:
     """Run server and worker together for local work."""
-    async with local_temporal() as (client, where):
-        async with build_worker(client):
-            typer.echo(f"worker running against {where}; Ctrl-C to stop")
-            await asyncio.Event().wait()
+    async with local_temporal() as (client, where), build_worker(client):
+        typer.echo(f"worker running against {where}; Ctrl-C to stop")
+        await asyncio.Event().wait()
 
 
 @app.command()
@@ -94,7 +96,7 @@ async def demo(
         bool, typer.Option("--exit", help="Exit when the sagas are done instead of serving the UI")
     ] = False,
 ) -> None:
-    """Run the seed's Feature Deployment saga twice: to success, then failing at DeployToProduction."""
+    """Run the seed's Feature Deployment saga to success, then failing at DeployToProduction."""
     await run_demo(keep_serving=not exit_when_done)
 
 
@@ -102,9 +104,15 @@ async def demo(
 @runs_async
 async def saga_start(
     file: Path,
-    input: Annotated[str | None, typer.Option(help="JSON object merged into the spec's input")] = None,
-    saga_id: Annotated[str | None, typer.Option("--id", help="Saga id (overrides the spec's)")] = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the saga to end and print its state")] = False,
+    input: Annotated[
+        str | None, typer.Option(help="JSON object merged into the spec's input")
+    ] = None,
+    saga_id: Annotated[
+        str | None, typer.Option("--id", help="Saga id (overrides the spec's)")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for the saga to end and print its state")
+    ] = False,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
     spec = load_spec(SagaSpec, file)

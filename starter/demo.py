@@ -40,7 +40,9 @@ async def run_demo(*, keep_serving: bool) -> None:
                 state = await api.saga_outcome(handle)
                 typer.echo(state.model_dump_json(indent=2))
                 typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
-            typer.echo(f"\nAll sagas: {workflow_link('').rstrip('/')}?query=CoordPattern%3D%22saga%22")
+            typer.echo(
+                f"\nAll sagas: {workflow_link('').rstrip('/')}?query=CoordPattern%3D%22saga%22"
+            )
             if keep_serving:
                 typer.echo("Serving the Temporal UI at http://localhost:8233; Ctrl-C to stop.")
                 await asyncio.Event().wait()

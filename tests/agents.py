@@ -1,6 +1,7 @@
 """Test agents: the demo agents plus hooks that let a test hold a step or record attempts."""
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -36,10 +37,8 @@ class GatedAgents:
             self.started[name].set()
             while not self.released[name].is_set():
                 activity.heartbeat()
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.released[name].wait(), timeout=0.2)
-                except TimeoutError:
-                    pass
             return {"agent": name}
 
         return agent

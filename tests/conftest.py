@@ -48,7 +48,9 @@ async def record_histories(client: Client) -> None:
     """`make histories`: keep the histories of this session's closed runs, which replay tests
     then hold every later version of the workflow code to."""
     async for execution in client.list_workflows("ExecutionStatus != 'Running'"):
-        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        history = await client.get_workflow_handle(
+            execution.id, run_id=execution.run_id
+        ).fetch_history()
         folder = HISTORIES / execution.workflow_type
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{execution.id}.json").write_text(history.to_json())

@@ -40,10 +40,12 @@ def server_env(env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
 async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: Path) -> None:
     spec = tmp_path / "broken.yaml"
     spec.write_text("saga_id: x\nsteps:\n  - name: Build\n    timeout: soon\n")
-    code, out, err = await run(COORD, "saga", "start", str(spec))
+    code, _, err = await run(COORD, "saga", "start", str(spec))
     assert code == 1
-    assert err.strip() == f"error: {spec}: steps[0].timeout: Input should be a valid timedelta, " \
+    assert (
+        err.strip() == f"error: {spec}: steps[0].timeout: Input should be a valid timedelta, "
         "invalid digit in duration"
+    )
 
 
 async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
@@ -61,19 +63,37 @@ async def test_saga_start_wait_state_and_cancel(
     saga_id = f"cli-{task_queue}"
     async with build_worker(client, task_queue):
         code, out, _ = await run(
-            COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", saga_id, "--input", failing,
-            "--wait", env=env,
+            COORD,
+            "saga",
+            "start",
+            str(FEATURE_DEPLOYMENT),
+            "--id",
+            saga_id,
+            "--input",
+            failing,
+            "--wait",
+            env=env,
         )
         assert code == 2, out
         assert f"saga-{saga_id}" in out.splitlines()[0]
         code, out, _ = await run(COORD, "saga", "state", saga_id, env=env)
         state = SagaState.model_validate_json(out)
         assert state.status == SagaStatus.COMPENSATED
-        assert [c.compensate for c in state.compensations] == ["RollbackProduction", "RemoveFromStaging"]
+        assert [c.compensate for c in state.compensations] == [
+            "RollbackProduction",
+            "RemoveFromStaging",
+        ]
 
         slow = json.dumps({"inject": {"slow": {"RunE2ETests": 30}}})
         code, _, _ = await run(
-            COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", f"{saga_id}-c", "--input", slow,
+            COORD,
+            "saga",
+            "start",
+            str(FEATURE_DEPLOYMENT),
+            "--id",
+            f"{saga_id}-c",
+            "--input",
+            slow,
             env=env,
         )
         assert code == 0
@@ -99,24 +119,50 @@ async def test_temporal_cli_starts_a_saga_with_plain_json_and_queries_it(
         "saga_id": f"plain-{task_queue}",
         "input": {"inject": {"fail": ["RunE2ETests"]}},
         "steps": [
-            {"name": "DeployToStaging", "compensation": "RemoveFromStaging",
-             "retry": {"max_retries": 0}},
+            {
+                "name": "DeployToStaging",
+                "compensation": "RemoveFromStaging",
+                "retry": {"max_retries": 0},
+            },
             {"name": "RunE2ETests", "retry": {"max_retries": 0}},
         ],
     }
     workflow_id = f"saga-plain-{task_queue}"
     async with build_worker(client, task_queue):
         code, out, err = await run(
-            temporal, "workflow", "start", "--address", address, "--type", "Saga",
-            "--task-queue", task_queue, "--workflow-id", workflow_id, "--input", json.dumps(spec),
+            temporal,
+            "workflow",
+            "start",
+            "--address",
+            address,
+            "--type",
+            "Saga",
+            "--task-queue",
+            task_queue,
+            "--workflow-id",
+            workflow_id,
+            "--input",
+            json.dumps(spec),
         )
         assert code == 0, err
         await asyncio.wait_for(
-            asyncio.gather(client.get_workflow_handle(workflow_id).result(), return_exceptions=True), 60
+            asyncio.gather(
+                client.get_workflow_handle(workflow_id).result(), return_exceptions=True
+            ),
+            60,
         )
         code, out, err = await run(
-            temporal, "workflow", "query", "--address", address, "--workflow-id", workflow_id,
-            "--name", "state", "--output", "json",
+            temporal,
+            "workflow",
+            "query",
+            "--address",
+            address,
+            "--workflow-id",
+            workflow_id,
+            "--name",
+            "state",
+            "--output",
+            "json",
         )
     assert code == 0, err
     record = json.loads(out)["queryResult"][0]

@@ -41,7 +41,9 @@ def test_envelope_fills_id_timestamp_and_partition_key() -> None:
 
 def test_naive_and_offset_timestamps_become_utc() -> None:
     data = {"event": {"type": "T", "source": "/s", "timestamp": "2025-11-29T16:30:00+02:00"}}
-    assert EventEnvelope.model_validate(data).event.timestamp == datetime(2025, 11, 29, 14, 30, tzinfo=UTC)
+    assert EventEnvelope.model_validate(data).event.timestamp == datetime(
+        2025, 11, 29, 14, 30, tzinfo=UTC
+    )
 
 
 def test_unknown_priority_is_rejected_naming_the_field() -> None:
@@ -52,8 +54,13 @@ def test_unknown_priority_is_rejected_naming_the_field() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("90s", timedelta(seconds=90)), ("2h", timedelta(hours=2)), ("1d", timedelta(days=1)),
-     ("1h30m", timedelta(minutes=90)), ("500ms", timedelta(milliseconds=500))],
+    [
+        ("90s", timedelta(seconds=90)),
+        ("2h", timedelta(hours=2)),
+        ("1d", timedelta(days=1)),
+        ("1h30m", timedelta(minutes=90)),
+        ("500ms", timedelta(milliseconds=500)),
+    ],
 )
 def test_durations(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
@@ -66,8 +73,14 @@ def test_format_duration_inverts_parse() -> None:
 
 def test_seed_retry_configuration_maps_onto_a_temporal_retry_policy() -> None:
     policy = RetryConfig.model_validate(
-        {"max_retries": 3, "backoff_type": "exponential", "initial_delay": "1s", "max_delay": "30s",
-         "retry_on": ["timeout", "temporary_failure"], "no_retry_on": ["invalid_payload", "unauthorized"]}
+        {
+            "max_retries": 3,
+            "backoff_type": "exponential",
+            "initial_delay": "1s",
+            "max_delay": "30s",
+            "retry_on": ["timeout", "temporary_failure"],
+            "no_retry_on": ["invalid_payload", "unauthorized"],
+        }
     ).to_retry_policy()
     assert policy.maximum_attempts == 4
     assert policy.initial_interval == timedelta(seconds=1)
@@ -87,10 +100,15 @@ def test_spec_errors_name_the_field_and_the_problem() -> None:
 
 @pytest.mark.parametrize(
     ("steps", "problem"),
-    [([], "steps: List should have at least 1 item"),
-     ([{"name": "A"}, {"name": "A"}], "step names must be unique, repeated: A"),
-     ([{"name": "A", "pivot": True}, {"name": "B", "pivot": True}], "at most one step can be the pivot"),
-     ([{"name": "A", "colour": "red"}], "steps[0].colour: Extra inputs are not permitted")],
+    [
+        ([], "steps: List should have at least 1 item"),
+        ([{"name": "A"}, {"name": "A"}], "step names must be unique, repeated: A"),
+        (
+            [{"name": "A", "pivot": True}, {"name": "B", "pivot": True}],
+            "at most one step can be the pivot",
+        ),
+        ([{"name": "A", "colour": "red"}], "steps[0].colour: Extra inputs are not permitted"),
+    ],
 )
 def test_invalid_saga_specs(steps: list[dict[str, object]], problem: str) -> None:
     with pytest.raises(SpecError, match=re.escape(problem)):
@@ -99,4 +117,8 @@ def test_invalid_saga_specs(steps: list[dict[str, object]], problem: str) -> Non
 
 def test_step_defaults_come_from_its_name() -> None:
     step = SagaSpec.model_validate({"saga_id": "x", "steps": [{"name": "Build"}]}).steps[0]
-    assert (step.agent, step.on_success, step.on_failure) == ("Build", "BuildSucceeded", "BuildFailed")
+    assert (step.agent, step.on_success, step.on_failure) == (
+        "Build",
+        "BuildSucceeded",
+        "BuildFailed",
+    )

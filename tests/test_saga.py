@@ -46,8 +46,11 @@ async def test_success_completes_every_step_with_its_event(client: Client, task_
     state = await run_saga(client, task_queue, feature_deployment())
     assert state.status == SagaStatus.COMPLETED
     assert [(c.step, c.event) for c in state.completed_steps] == [
-        (1, "ArtifactBuilt"), (2, "TestsPassed"), (3, "StagingDeployed"),
-        (4, "E2EPassed"), (5, "ProductionDeployed"),
+        (1, "ArtifactBuilt"),
+        (2, "TestsPassed"),
+        (3, "StagingDeployed"),
+        (4, "E2EPassed"),
+        (5, "ProductionDeployed"),
     ]
     assert state.compensations == [] and state.compensation_stack == []
 
@@ -95,14 +98,21 @@ async def test_failed_saga_ends_as_a_typed_failure_carrying_its_record(
 async def test_parallel_compensation_starts_every_compensation_at_once(
     client: Client, task_queue: str
 ) -> None:
-    spec = failing_at("DeployToProduction", slow={"RollbackProduction": 0.3, "RemoveFromStaging": 0.3})
+    spec = failing_at(
+        "DeployToProduction", slow={"RollbackProduction": 0.3, "RemoveFromStaging": 0.3}
+    )
     spec.parallel_compensation = True
     state = await run_saga(client, task_queue, spec)
     assert state.status == SagaStatus.COMPENSATED
-    assert sorted(c.compensate for c in state.compensations) == ["RemoveFromStaging", "RollbackProduction"]
+    assert sorted(c.compensate for c in state.compensations) == [
+        "RemoveFromStaging",
+        "RollbackProduction",
+    ]
     history = await client.get_workflow_handle(spec.workflow_id).fetch_history()
     kinds = [e.event_type for e in history.events]
-    last_scheduled = max(i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    last_scheduled = max(
+        i for i, k in enumerate(kinds) if k == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    )
     first_compensation = last_scheduled - 1
     assert kinds[first_compensation] == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 
@@ -123,7 +133,8 @@ async def test_failing_compensation_leaves_a_visible_compensation_failed_state(
     else:
         assert outcomes == [("RollbackProduction", "failed")]
         assert [e.compensate for e in state.compensation_stack] == [
-            "RemoveFromStaging", "RollbackProduction",
+            "RemoveFromStaging",
+            "RollbackProduction",
         ]
     assert "RollbackProduction" in (state.failure_reason or "")
     description = await client.get_workflow_handle(spec.workflow_id).describe()
@@ -160,7 +171,9 @@ async def test_state_query_at_each_stage_and_cancellation_unwinds_the_stack(
     assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
 
 
-async def test_pivot_turns_later_failures_into_forward_retries(client: Client, task_queue: str) -> None:
+async def test_pivot_turns_later_failures_into_forward_retries(
+    client: Client, task_queue: str
+) -> None:
     spec = feature_deployment(input={"inject": {"flaky": {"DeployToProduction": 3}}})
     spec.steps[3].pivot = True
     spec.steps[4].retry = spec.steps[4].retry.model_validate({**FAST_RETRY, "max_retries": 0})
@@ -196,7 +209,9 @@ async def test_invalid_spec_sent_as_raw_json_fails_the_saga_naming_the_field(
 ) -> None:
     raw = {"saga_id": "broken", "steps": [{"name": "BuildArtifact", "timeout": "soon"}]}
     async with build_worker(client, task_queue):
-        handle = await client.start_workflow("Saga", raw, id=f"saga-broken-{task_queue}", task_queue=task_queue)
+        handle = await client.start_workflow(
+            "Saga", raw, id=f"saga-broken-{task_queue}", task_queue=task_queue
+        )
         with pytest.raises(WorkflowFailureError) as failure:
             await asyncio.wait_for(handle.result(), timeout=30)
     cause = failure.value.cause
@@ -204,7 +219,9 @@ async def test_invalid_spec_sent_as_raw_json_fails_the_saga_naming_the_field(
     assert "steps[0].timeout" in cause.message
 
 
-async def test_unknown_agent_fails_the_step_without_retrying(client: Client, task_queue: str) -> None:
+async def test_unknown_agent_fails_the_step_without_retrying(
+    client: Client, task_queue: str
+) -> None:
     spec = feature_deployment()
     spec.steps[3].agent = "NoSuchAgent"
     state = await run_saga(client, task_queue, spec)

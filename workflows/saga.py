@@ -108,7 +108,9 @@ class Saga:
     async def _run_step(self, index: int, step: SagaStep) -> None:
         self._state.current_step = index
         if step.compensation and self._state.recovery == "backward":
-            self._state.compensation_stack.append(StackEntry(step=index, compensate=step.compensation))
+            self._state.compensation_stack.append(
+                StackEntry(step=index, compensate=step.compensation)
+            )
         self._publish_progress()
         retry = step.retry.until_success() if self._state.recovery == "forward" else step.retry
         try:
@@ -173,7 +175,9 @@ class Saga:
             )
         except ActivityError as error:
             outcome = CompensationOutcome(
-                step=entry.step, compensate=entry.compensate, status="failed",
+                step=entry.step,
+                compensate=entry.compensate,
+                status="failed",
                 error=failure_message(error),
             )
             self._state.compensations.append(outcome)
@@ -198,7 +202,7 @@ class Saga:
     ) -> AgentResult:
         """Every step and compensation is a command event handed to `run_agent`."""
         command = self._event(f"{agent}Command", payload=self._spec_input())
-        return await workflow.execute_activity(
+        result: AgentResult = await workflow.execute_activity(
             "run_agent",
             AgentRequest(agent=agent, event=command, retry_on=retry_on),
             result_type=AgentResult,
@@ -208,6 +212,7 @@ class Saga:
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
         )
+        return result
 
     def _spec_input(self) -> dict[str, Any]:
         assert self._spec is not None
@@ -228,7 +233,9 @@ class Saga:
         return ApplicationError(message, self._state, type=failure_type, non_retryable=True)
 
     def _compensated_names(self) -> str:
-        return ", ".join(c.compensate for c in self._state.compensations if c.status == "compensated")
+        return ", ".join(
+            c.compensate for c in self._state.compensations if c.status == "compensated"
+        )
 
     def _set_status(self, status: SagaStatus) -> None:
         self._state.status = status
@@ -247,7 +254,12 @@ class Saga:
 
     def _log(self, message: str, **fields: Any) -> None:
         workflow.logger.info(
-            message, extra={"correlation_id": self._state.correlation_id, "saga_id": self._state.saga_id, **fields}
+            message,
+            extra={
+                "correlation_id": self._state.correlation_id,
+                "saga_id": self._state.saga_id,
+                **fields,
+            },
         )
 
 

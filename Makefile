@@ -1,0 +1,35 @@
+# `make demo` and `make test` are the README's two commands: each sets up .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: setup demo test lint histories bench clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(INSTALLED)
+
+setup: $(INSTALLED)
+
+demo: $(INSTALLED)
+	$(BIN)/coord demo $(ARGS)
+
+test: $(INSTALLED) lint
+	$(BIN)/pytest
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+
+# Re-record the histories that replay tests hold every later workflow change to.
+histories: $(INSTALLED)
+	rm -rf tests/histories
+	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py -q
+
+bench: $(INSTALLED)
+	$(BIN)/python -m bench.saga_bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) .temporal *.egg-info
