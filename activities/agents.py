@@ -68,6 +68,10 @@ class AgentActivities:
             idempotency_key=f"{info.workflow_id}/{info.activity_id}",
         )
         agent = self._registry.get(request.agent)
+        activity.logger.info(
+            "agent run",
+            extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
+        )
         try:
             data = await agent(request.event, context)
         except Exception as error:

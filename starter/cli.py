@@ -2,6 +2,7 @@
 
 import asyncio
 import functools
+import signal
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -9,11 +10,11 @@ from typing import Annotated, Any, TypeVar
 import typer
 from temporalio.service import RPCError
 
-from infra.devserver import embedded_server, local_temporal
+from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
 from models.saga import SagaSpec
-from models.specs import SpecError, load_spec, parse_json_object
+from models.specs import SpecError, parse_json_object, parse_model, read_document
 from starter import api
 from starter.demo import run_demo
 from worker import build_worker, run_worker
@@ -42,14 +43,20 @@ def configure(
     configure_logging(log_level or default)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM stops like Ctrl-C, so an embedded server is shut down, not orphaned."""
+    raise KeyboardInterrupt
+
+
 def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
     """Run the command's coroutine; user errors become one line on stderr and exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
+        signal.signal(signal.SIGTERM, _interrupt)
         try:
             return asyncio.run(fn(*args, **kwargs))
-        except (SpecError, ServerUnreachable, RPCError) as error:
+        except (SpecError, ServerUnreachable, PortInUse, RPCError) as error:
             typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
@@ -115,14 +122,14 @@ async def saga_start(
     ] = False,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
-    spec = load_spec(SagaSpec, file)
-    overrides: dict[str, Any] = {}
-    if input is not None:
-        overrides["input"] = {**spec.input, **parse_json_object(input, "--input")}
-    if saga_id is not None:
-        overrides["saga_id"] = saga_id
-    if overrides:
-        spec = SagaSpec.model_validate({**spec.model_dump(), **overrides})
+    document = read_document(file)
+    if isinstance(document, dict):
+        if input is not None:
+            extra = parse_json_object(input, "--input")
+            document["input"] = {**(document.get("input") or {}), **extra}
+        if saga_id is not None:
+            document["saga_id"] = saga_id
+    spec = parse_model(SagaSpec, document, str(file))
     settings = ConnectionSettings.load()
     client = await settings.connect()
     handle = await api.start_saga(client, spec)
