@@ -20,14 +20,4 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
-def format_duration(value: timedelta) -> str:
-    """The inverse of parse_duration, for messages and summaries."""
-    seconds = value.total_seconds()
-    for unit in ("d", "h", "m", "s"):
-        size = _UNITS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from infra.devserver import installed_binary, register_search_attributes
 from infra.logs import configure_logging
 from models.saga import SagaSpec
-from models.specs import load_spec, read_document
+from models.specs import read_document
 from workflows import search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,3 @@ def feature_deployment(**overrides: Any) -> SagaSpec:
     data["saga_id"] = f"deploy-{uuid.uuid4().hex[:8]}"
     data.update(overrides)
     return SagaSpec.model_validate(data)
-
-
-def example_spec() -> SagaSpec:
-    return load_spec(SagaSpec, FEATURE_DEPLOYMENT)

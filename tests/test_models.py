@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.durations import format_duration, parse_duration
+from models.durations import parse_duration
 from models.envelope import EventEnvelope, Priority
 from models.retry import RetryConfig
 from models.saga import SagaSpec
@@ -64,11 +64,6 @@ def test_unknown_priority_is_rejected_naming_the_field() -> None:
 )
 def test_durations(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
-
-
-def test_format_duration_inverts_parse() -> None:
-    assert format_duration(timedelta(hours=2)) == "2h"
-    assert format_duration(timedelta(seconds=1.5)) == "1.5s"
 
 
 def test_seed_retry_configuration_maps_onto_a_temporal_retry_policy() -> None:
