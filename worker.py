@@ -11,9 +11,10 @@ from activities.agents import AgentActivities, AgentRegistry
 from activities.demo import register_demo_agents
 from infra.logs import configure_logging, get_logger
 from infra.temporal import ConnectionSettings, task_queue
+from workflows.chain import ReactiveChain
 from workflows.saga import Saga
 
-WORKFLOWS: Sequence[type] = (Saga,)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain)
 
 
 def default_registry() -> AgentRegistry:

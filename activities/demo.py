@@ -1,4 +1,4 @@
-"""Demo agents of the seed's Feature Deployment saga.
+"""Demo agents: the seed's Feature Deployment saga steps and its user-story chain roles.
 
 Failures are injected per run from the event payload, deterministically, under `inject`:
 `fail` (agents that fail every attempt), `flaky` ({agent: n}, fail the first n attempts),
@@ -26,6 +26,17 @@ FEATURE_DEPLOYMENT_AGENTS: Mapping[str, str] = {
     "RollbackProduction": "production rolled back (or was never changed)",
 }
 
+USER_STORY_AGENTS: Mapping[str, str] = {
+    "product-strategist": "user story refined",
+    "backend-architect": "API designed: 12 endpoints, 5 schemas",
+    "ux-designer": "wireframes drawn",
+    "test-engineer": "tests planned and run",
+    "python-pro": "backend implemented",
+    "database-specialist": "schema designed",
+    "frontend-specialist": "frontend implemented",
+}
+CARRIED_FIELDS = ("feature", "story", "inject")
+
 
 async def _apply_injection(inject: Mapping[str, Any], context: AgentContext) -> None:
     delay = float(inject.get("slow", {}).get(context.agent, 0))
@@ -45,12 +56,13 @@ def _demo_agent(summary: str) -> AgentFn:
     async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         await _apply_injection(event.payload.get("inject", {}), context)
         digest = hashlib.sha256(context.idempotency_key.encode()).hexdigest()[:8]
-        return {"summary": summary, "feature": event.payload.get("feature"), "ref": digest}
+        carried = {k: event.payload[k] for k in CARRIED_FIELDS if k in event.payload}
+        return {"summary": summary, "ref": digest, **carried}
 
     return agent
 
 
 def register_demo_agents(registry: AgentRegistry) -> AgentRegistry:
-    for name, summary in FEATURE_DEPLOYMENT_AGENTS.items():
+    for name, summary in {**FEATURE_DEPLOYMENT_AGENTS, **USER_STORY_AGENTS}.items():
         registry.register(name)(_demo_agent(summary))
     return registry

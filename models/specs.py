@@ -18,11 +18,17 @@ def _field_path(location: tuple[int | str, ...]) -> str:
     path = ""
     for part in location:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(document)"
+    return path
 
 
 def describe_validation_error(error: ValidationError) -> str:
-    return "; ".join(f"{_field_path(e['loc'])}: {e['msg']}" for e in error.errors())
+    """`field: problem; ...`, or just the problem when it concerns the whole document (whose
+    message then names its place itself)."""
+    problems = []
+    for e in error.errors():
+        message = e["msg"].removeprefix("Value error, ")
+        problems.append(f"{_field_path(e['loc'])}: {message}" if e["loc"] else message)
+    return "; ".join(problems)
 
 
 def parse_model(model: type[M], data: Any, source: str) -> M:

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
+    from workflows.common import failure_message
 
 T = TypeVar("T")
 
@@ -38,13 +39,6 @@ class StepFailed(Exception):
         super().__init__(f"step {index} {step.name} failed: {failure_message(error)}")
         self.index = index
         self.step = step
-
-
-def failure_message(error: BaseException) -> str:
-    """The innermost message, which is the agent's own words rather than Temporal's wrapper."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    return str(error)
 
 
 async def uncancellable(awaitable: Awaitable[T]) -> T:

@@ -1,0 +1,252 @@
+"""Reactive chain specs (who subscribes to what, and publishes what) and the chain's record."""
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from models.durations import Duration
+from models.envelope import EventEnvelope
+from models.filters import compile_filter
+from models.joins import JoinMode, JoinState
+from models.retry import RetryConfig
+from models.saga import IDENTIFIER
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class Publishes(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    on_start: str | None = None
+    on_success: list[str] = Field(default_factory=list)
+    on_failure: str | None = None
+
+    _one_or_many = field_validator("on_success", mode="before")(_as_list)
+
+    @property
+    def all(self) -> list[str]:
+        return [t for t in (self.on_start, *self.on_success, self.on_failure) if t]
+
+
+class Subscription(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1)
+    name: str = ""
+    topic: str | None = None
+    events: list[str] = Field(min_length=1)
+    join: JoinMode = "any"
+    filter: str | None = None
+    publishes: Publishes = Field(default_factory=Publishes)
+    timeout: Duration = timedelta(minutes=5)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+
+    _one_or_many = field_validator("events", mode="before")(_as_list)
+
+    @field_validator("filter")
+    @classmethod
+    def _filter_compiles(cls, expression: str | None) -> str | None:
+        if expression is not None:
+            compile_filter(expression)
+        return expression
+
+    @model_validator(mode="after")
+    def _named(self) -> Self:
+        self.name = self.name or self.agent
+        return self
+
+    def new_join(self) -> JoinState:
+        return JoinState(expected=list(self.events), mode=self.join)
+
+
+class AlertPolicy(BaseModel):
+    """The seed's `project.alerts` with `severity=high`: pause new agent work until resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    topic: str = "project.alerts"
+    pause_when: str = "severity=high"
+    resume_on: list[str] = Field(default_factory=lambda: ["AlertResolved"])
+
+    @field_validator("pause_when")
+    @classmethod
+    def _filter_compiles(cls, expression: str) -> str:
+        compile_filter(expression)
+        return expression
+
+
+class ChainSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=IDENTIFIER)
+    description: str = ""
+    topics: list[str] = Field(default_factory=list)
+    triggers: list[str] = Field(min_length=1)
+    subscriptions: list[Subscription] = Field(min_length=1)
+    terminal_event: str | None = None
+    max_concurrency: int = Field(default=4, ge=1)
+    max_causation_depth: int = Field(default=32, ge=1)
+    idle_timeout: Duration = timedelta(hours=1)
+    alerts: AlertPolicy | None = Field(default_factory=AlertPolicy)
+
+    @model_validator(mode="after")
+    def _well_formed(self) -> Self:
+        _check_names_and_topics(self)
+        _check_reachable(self)
+        _check_settles(self)
+        return self
+
+    def subscription(self, name: str) -> Subscription:
+        return next(s for s in self.subscriptions if s.name == name)
+
+
+def _place(index: int, subscription: Subscription) -> str:
+    return f"subscriptions[{index}] ({subscription.name})"
+
+
+def _check_names_and_topics(spec: ChainSpec) -> None:
+    seen: set[str] = set()
+    for index, sub in enumerate(spec.subscriptions):
+        if sub.name in seen:
+            raise ValueError(
+                f"{_place(index, sub)}: name repeated; give each subscription a `name`"
+            )
+        seen.add(sub.name)
+        if spec.topics and sub.topic is not None and sub.topic not in spec.topics:
+            raise ValueError(f"{_place(index, sub)}: topic {sub.topic!r} is not one of `topics`")
+
+
+def _check_reachable(spec: ChainSpec) -> None:
+    """Every subscription must be able to fire from the triggers, and the terminal event must be
+    publishable; otherwise the chain would wait forever."""
+    reachable, fired = set(spec.triggers), set()
+    progress = True
+    while progress:
+        progress = False
+        for sub in spec.subscriptions:
+            present = [t in reachable for t in sub.events]
+            if sub.name not in fired and (all(present) if sub.join == "all" else any(present)):
+                fired.add(sub.name)
+                reachable.update(sub.publishes.all)
+                progress = True
+    for index, sub in enumerate(spec.subscriptions):
+        if sub.name not in fired:
+            missing = [t for t in sub.events if t not in reachable]
+            raise ValueError(
+                f"{_place(index, sub)}: can never fire; nothing publishes {', '.join(missing)} "
+                "and it is not among `triggers`"
+            )
+    if spec.terminal_event and spec.terminal_event not in reachable:
+        raise ValueError(f"terminal_event: {spec.terminal_event!r} is never published")
+
+
+def _check_settles(spec: ChainSpec) -> None:
+    """A cycle of unfiltered subscriptions re-triggers itself forever; a filter may end it."""
+    subs = spec.subscriptions
+    edges = {
+        i: [j for j, other in enumerate(subs) if set(sub.publishes.all) & set(other.events)]
+        for i, sub in enumerate(subs)
+    }
+
+    def visit(node: int, path: list[int]) -> None:
+        for nxt in edges[node]:
+            if nxt in path:
+                cycle = [*path[path.index(nxt) :], nxt]
+                if all(subs[i].filter is None for i in cycle):
+                    names = " → ".join(subs[i].name for i in cycle)
+                    raise ValueError(
+                        f"{_place(nxt, subs[nxt])}: cycle {names} never settles; "
+                        "add a filter or break the cycle"
+                    )
+            else:
+                visit(nxt, [*path, nxt])
+
+    for start in edges:
+        visit(start, [start])
+
+
+def chain_workflow_id(correlation_id: str) -> str:
+    return f"chain-{correlation_id}"
+
+
+class ChainStatus(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    COMPLETED = "completed"
+    CLOSED = "closed"
+    IDLE_CLOSED = "idle_closed"
+
+
+class TimelineEntry(BaseModel):
+    """A row of the seed's correlation table, with the ids that link it to its cause."""
+
+    seq: int
+    time: datetime
+    event: str
+    agent: str
+    correlation_id: str
+    event_id: str
+    causation_id: str | None
+    topic: str | None = None
+
+
+class RejectedEvent(BaseModel):
+    time: datetime
+    reason: str
+    event_id: str | None = None
+    raw: Any = None
+
+
+class AgentRun(BaseModel):
+    subscription: str
+    agent: str
+    trigger: EventEnvelope
+    causes: list[str]
+
+
+class ChainState(BaseModel):
+    correlation_id: str
+    spec: str
+    status: ChainStatus = ChainStatus.RUNNING
+    events_seen: int = 0
+    duplicates: int = 0
+    rejected: list[RejectedEvent] = Field(default_factory=list)
+    running: list[str] = Field(default_factory=list)
+    waiting: list[str] = Field(default_factory=list)
+    queued: int = 0
+    pause_reason: str | None = None
+    terminal_seen: bool = False
+
+
+class QueuedRun(BaseModel):
+    """An agent run waiting for a free slot; ordered by its trigger's priority, then arrival."""
+
+    rank: int
+    seq: int
+    run: AgentRun
+
+
+class ChainCarry(BaseModel):
+    """What a chain hands to its next run at continue-as-new. Windows are bounded so the input
+    stays far below Temporal's payload limit however long the chain lives."""
+
+    state: ChainState
+    seq: int
+    timeline: list[TimelineEntry]
+    causes: dict[str, str | None]
+    depths: dict[str, int]
+    joins: dict[str, JoinState]
+    inbox: list[EventEnvelope]
+    queue: list[QueuedRun]
+
+
+class ChainInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    spec: ChainSpec
+    correlation_id: str = Field(pattern=IDENTIFIER)
+    carried: ChainCarry | None = None

@@ -1,0 +1,368 @@
+"""The `ReactiveChain` workflow: one durable chain per correlation id.
+
+Events arrive as `event` signals (plain JSON envelopes). Each is deduplicated, checked, logged in
+order, matched against the subscriptions (topic, type, CEL filter, join) and may queue agent runs.
+Runs execute as `run_agent` activities up to the spec's concurrency limit; their results are
+published back into the chain as new events, caused by the event that triggered them.
+"""
+
+import asyncio
+import heapq
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from models.agents import AgentRequest, AgentResult
+    from models.chain import (
+        AgentRun,
+        ChainCarry,
+        ChainInput,
+        ChainSpec,
+        ChainState,
+        ChainStatus,
+        QueuedRun,
+        RejectedEvent,
+        Subscription,
+        TimelineEntry,
+    )
+    from models.envelope import EventEnvelope, Priority
+    from models.filters import matches
+    from models.joins import JoinState
+    from models.specs import SpecError, parse_model
+    from workflows import search_attributes
+    from workflows.common import failure_message
+
+PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
+TIMELINE_WINDOW = 500
+SEEN_WINDOW = 5000
+REJECTED_WINDOW = 100
+
+
+@workflow.defn(name="ReactiveChain")
+class ReactiveChain:
+    @workflow.init
+    def __init__(self, raw_input: Any) -> None:
+        """Parses the input here, before any signal of a signal-with-start is handled; a bad input
+        is reported by `run`, since nothing may fail the workflow task."""
+        self._input_error: str | None = None
+        try:
+            chain_input = parse_model(ChainInput, raw_input, "chain input")
+        except SpecError as error:
+            self._input_error = str(error)
+            chain_input = ChainInput.model_construct(
+                spec=ChainSpec.model_construct(name="invalid", subscriptions=[], triggers=[]),
+                correlation_id=workflow.info().workflow_id.removeprefix("chain-"),
+            )
+        self._spec = chain_input.spec
+        carried = chain_input.carried or ChainCarry(
+            state=ChainState(correlation_id=chain_input.correlation_id, spec=self._spec.name),
+            seq=0,
+            timeline=[],
+            causes={},
+            depths={},
+            joins={s.name: s.new_join() for s in self._spec.subscriptions},
+            inbox=[],
+            queue=[],
+        )
+        self._state = carried.state
+        self._seq = carried.seq
+        self._timeline = carried.timeline
+        self._causes = carried.causes
+        self._depths = carried.depths
+        self._joins: dict[str, JoinState] = carried.joins
+        self._inbox: list[EventEnvelope] = carried.inbox
+        self._queue: list[tuple[int, int, AgentRun]] = [
+            (q.rank, q.seq, q.run) for q in carried.queue
+        ]
+        heapq.heapify(self._queue)
+        self._running: dict[int, AgentRun] = {}
+        self._closing = False
+
+    @workflow.run
+    async def run(self, raw_input: Any) -> ChainState:
+        if self._input_error:
+            raise ApplicationError(self._input_error, type="invalid_input", non_retryable=True)
+        self._upsert_status()
+        while not self._finished():
+            try:
+                await workflow.wait_condition(self._has_work, timeout=self._spec.idle_timeout)
+            except TimeoutError:
+                if not self._running:
+                    self._state.status = ChainStatus.IDLE_CLOSED
+                    break
+            self._drain_inbox()
+            self._dispatch()
+            self._publish_details()
+            if self._should_continue_as_new():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._carry())
+        if self._state.status in (ChainStatus.RUNNING, ChainStatus.PAUSED):
+            self._state.status = ChainStatus.CLOSED if self._closing else ChainStatus.COMPLETED
+        self._upsert_status()
+        self._publish_details()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._state
+
+    @workflow.signal(name="event")
+    def event(self, raw: Any) -> None:
+        """Untyped on purpose: an envelope that does not validate is recorded, never raised."""
+        try:
+            envelope = parse_model(EventEnvelope, raw, "event")
+        except SpecError as error:
+            self._reject(str(error), raw=raw)
+            return
+        self._inbox.append(envelope)
+
+    @workflow.signal
+    def close(self) -> None:
+        self._closing = True
+
+    @workflow.query
+    def state(self) -> ChainState:
+        return self._state.model_copy(
+            update={
+                "running": [f"{r.agent} ← {r.trigger.event.type}" for r in self._running.values()],
+                "waiting": self._waiting(),
+                "queued": len(self._queue),
+            }
+        )
+
+    @workflow.query
+    def timeline(self) -> list[TimelineEntry]:
+        return self._timeline
+
+    def _has_work(self) -> bool:
+        return (
+            bool(self._inbox)
+            or self._dispatchable()
+            or self._finished()
+            or (self._should_continue_as_new())
+        )
+
+    def _finished(self) -> bool:
+        if self._state.status == ChainStatus.IDLE_CLOSED:
+            return True
+        idle = not self._running and not self._inbox
+        if self._closing:
+            return idle
+        return self._state.terminal_seen and idle and not self._queue
+
+    def _should_continue_as_new(self) -> bool:
+        return workflow.info().is_continue_as_new_suggested() and not self._running
+
+    def _dispatchable(self) -> bool:
+        return (
+            bool(self._queue)
+            and len(self._running) < self._spec.max_concurrency
+            and self._state.status != ChainStatus.PAUSED
+            and not self._closing
+            and not workflow.info().is_continue_as_new_suggested()
+        )
+
+    def _drain_inbox(self) -> None:
+        while self._inbox:
+            self._handle(self._inbox.pop(0))
+
+    def _handle(self, envelope: EventEnvelope) -> None:
+        header = envelope.event
+        if header.id in self._depths:
+            self._state.duplicates += 1
+            return
+        correlation_id = self._state.correlation_id
+        if header.correlation_id is None:
+            header.correlation_id = correlation_id
+        if header.correlation_id != correlation_id:
+            self._reject(
+                f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
+                f"chain's ({correlation_id!r})",
+                event_id=header.id,
+            )
+            return
+        depth = self._depths.get(header.causation_id, -1) + 1 if header.causation_id else 0
+        if depth > self._spec.max_causation_depth:
+            path = " ← ".join(self._causation_path(header.causation_id))
+            self._reject(
+                f"event {header.id} ({header.type}): causation depth {depth} exceeds "
+                f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
+                event_id=header.id,
+            )
+            return
+        self._remember(envelope, depth)
+        self._apply_alerts(envelope)
+        if header.type == self._spec.terminal_event:
+            self._state.terminal_seen = True
+        for subscription in self._spec.subscriptions:
+            if self._subscribed(subscription, envelope):
+                join = self._joins[subscription.name]
+                if join.offer(header.type, header.id):
+                    self._enqueue(subscription, envelope, join.fire())
+
+    def _remember(self, envelope: EventEnvelope, depth: int) -> None:
+        header = envelope.event
+        self._seq += 1
+        self._state.events_seen += 1
+        self._depths[header.id] = depth
+        self._causes[header.id] = header.causation_id
+        self._timeline.append(
+            TimelineEntry(
+                seq=self._seq,
+                time=header.timestamp,
+                event=header.type,
+                agent=header.source,
+                correlation_id=self._state.correlation_id,
+                event_id=header.id,
+                causation_id=header.causation_id,
+                topic=envelope.routing.topic,
+            )
+        )
+        if len(self._timeline) > 2 * TIMELINE_WINDOW:
+            del self._timeline[:-TIMELINE_WINDOW]
+        if len(self._depths) > 2 * SEEN_WINDOW:
+            for stale in list(self._depths)[:-SEEN_WINDOW]:
+                del self._depths[stale]
+                self._causes.pop(stale, None)
+
+    def _causation_path(self, event_id: str | None) -> list[str]:
+        types = {entry.event_id: entry.event for entry in self._timeline}
+        path: list[str] = []
+        while event_id is not None and len(path) <= self._spec.max_causation_depth:
+            path.append(types.get(event_id, event_id))
+            event_id = self._causes.get(event_id)
+        return path
+
+    def _apply_alerts(self, envelope: EventEnvelope) -> None:
+        policy = self._spec.alerts
+        if policy is None:
+            return
+        if envelope.event.type in policy.resume_on and self._state.status == ChainStatus.PAUSED:
+            self._state.status = ChainStatus.RUNNING
+            self._state.pause_reason = None
+            self._upsert_status()
+        elif envelope.routing.topic == policy.topic and matches(
+            policy.pause_when, envelope.model_dump(mode="json")
+        ):
+            self._state.status = ChainStatus.PAUSED
+            self._state.pause_reason = f"{envelope.event.type} ({envelope.event.id})"
+            self._upsert_status()
+
+    @staticmethod
+    def _subscribed(subscription: Subscription, envelope: EventEnvelope) -> bool:
+        topic = envelope.routing.topic
+        if subscription.topic and topic and subscription.topic != topic:
+            return False
+        if envelope.event.type not in subscription.events:
+            return False
+        return subscription.filter is None or matches(
+            subscription.filter, envelope.model_dump(mode="json")
+        )
+
+    def _enqueue(
+        self, subscription: Subscription, trigger: EventEnvelope, causes: list[str]
+    ) -> None:
+        self._seq += 1
+        run = AgentRun(
+            subscription=subscription.name, agent=subscription.agent, trigger=trigger, causes=causes
+        )
+        heapq.heappush(self._queue, (PRIORITY_RANK[trigger.routing.priority], self._seq, run))
+
+    def _dispatch(self) -> None:
+        while self._dispatchable():
+            _, seq, run = heapq.heappop(self._queue)
+            self._running[seq] = run
+            asyncio.create_task(self._run_agent(seq, run))  # noqa: RUF006 - tracked in _running
+
+    async def _run_agent(self, seq: int, run: AgentRun) -> None:
+        subscription = self._spec.subscription(run.subscription)
+        publishes = subscription.publishes
+        try:
+            if publishes.on_start:
+                self._publish(publishes.on_start, run, {"agent": run.agent})
+            try:
+                result: AgentResult = await workflow.execute_activity(
+                    "run_agent",
+                    AgentRequest(
+                        agent=run.agent, event=run.trigger, retry_on=subscription.retry.retry_on
+                    ),
+                    result_type=AgentResult,
+                    start_to_close_timeout=subscription.timeout,
+                    retry_policy=subscription.retry.to_retry_policy(),
+                    summary=f"{run.agent} ← {run.trigger.event.type}",
+                )
+            except ActivityError as error:
+                if publishes.on_failure:
+                    self._publish(publishes.on_failure, run, {"error": failure_message(error)})
+                return
+            for event_type in publishes.on_success:
+                self._publish(event_type, run, result.data)
+        finally:
+            del self._running[seq]
+
+    def _publish(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> None:
+        trigger = run.trigger
+        self._inbox.append(
+            EventEnvelope.new(
+                event_type,
+                f"/{run.agent}",
+                payload=payload,
+                correlation_id=self._state.correlation_id,
+                causation_id=trigger.event.id,
+                topic=self._spec.subscription(run.subscription).topic or trigger.routing.topic,
+                priority=trigger.routing.priority,
+            )
+        )
+
+    def _reject(self, reason: str, *, event_id: str | None = None, raw: Any = None) -> None:
+        self._state.rejected.append(
+            RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=raw)
+        )
+        del self._state.rejected[:-REJECTED_WINDOW]
+        workflow.logger.warning(
+            "event rejected", extra={"correlation_id": self._state.correlation_id, "reason": reason}
+        )
+
+    def _waiting(self) -> list[str]:
+        return [
+            f"{name} waits for {', '.join(join.missing)}"
+            for name, join in self._joins.items()
+            if join.mode == "all" and join.received and join.missing
+        ]
+
+    def _carry(self) -> ChainInput:
+        return ChainInput(
+            spec=self._spec,
+            correlation_id=self._state.correlation_id,
+            carried=ChainCarry(
+                state=self.state(),
+                seq=self._seq,
+                timeline=self._timeline,
+                causes=self._causes,
+                depths=self._depths,
+                joins=self._joins,
+                inbox=self._inbox,
+                queue=[QueuedRun(rank=r, seq=s, run=run) for r, s, run in self._queue],
+            ),
+        )
+
+    def _upsert_status(self) -> None:
+        search_attributes.upsert(
+            search_attributes.coordination_attributes(
+                correlation_id=self._state.correlation_id,
+                pattern="chain",
+                status=self._state.status.value,
+            )
+        )
+
+    def _publish_details(self) -> None:
+        state = self.state()
+        lines = [f"**Status:** {state.status.value} · **events seen:** {state.events_seen}"]
+        if state.pause_reason:
+            lines.append(f"**Paused by:** {state.pause_reason}")
+        lines.append(f"**Running:** {', '.join(state.running) or 'none'}")
+        lines.append(f"**Waiting:** {'; '.join(state.waiting) or 'none'}")
+        if state.queued:
+            lines.append(f"**Queued runs:** {state.queued}")
+        if state.rejected:
+            lines.append(f"**Rejected events:** {len(state.rejected)}")
+        workflow.set_current_details("\n\n".join(lines))
