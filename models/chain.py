@@ -7,7 +7,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.durations import Duration
-from models.envelope import EventEnvelope
+from models.envelope import EventEnvelope, Priority
 from models.filters import compile_filter
 from models.joins import JoinMode, JoinState
 from models.retry import RetryConfig
@@ -192,6 +192,7 @@ class TimelineEntry(BaseModel):
     event_id: str
     causation_id: str | None
     topic: str | None = None
+    priority: Priority = Priority.NORMAL
 
 
 class RejectedEvent(BaseModel):

@@ -2,7 +2,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,18 +18,24 @@ from models.envelope import EventEnvelope
 class GatedAgents:
     """Each agent waits until the test releases it, so a test can look at every stage."""
 
+    names: Iterable[str] = tuple(FEATURE_DEPLOYMENT_AGENTS)
     started: dict[str, asyncio.Event] = field(default_factory=dict)
     released: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in FEATURE_DEPLOYMENT_AGENTS:
+        for name in self.names:
             self.started[name] = asyncio.Event()
             self.released[name] = asyncio.Event()
 
     def registry(self) -> AgentRegistry:
+        """The gated agents, and the demo agents for every other name."""
         registry = AgentRegistry()
-        for name in FEATURE_DEPLOYMENT_AGENTS:
+        for name in self.names:
             registry.register(name)(self._agent(name))
+        demo = register_demo_agents(AgentRegistry())
+        for name in demo:
+            if name not in registry:
+                registry.register(name)(demo.get(name))
         return registry
 
     def _agent(self, name: str) -> Any:

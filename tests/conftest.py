@@ -28,6 +28,9 @@ def _logging() -> None:
 
 
 HISTORIES = ROOT / "tests" / "histories"
+CONTINUE_AS_NEW_AFTER = 300
+"""History length at which the session's server suggests continue-as-new, low enough that a
+test can push a chain across the boundary in seconds."""
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +40,10 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=search_attributes.ALL,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}",
+        ],
     )
     yield env
     if os.environ.get("COORD_RECORD_HISTORIES"):

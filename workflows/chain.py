@@ -103,7 +103,7 @@ class ReactiveChain:
         self._upsert_status()
         self._publish_details()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self._state
+        return self.state()
 
     @workflow.signal(name="event")
     def event(self, raw: Any) -> None:
@@ -113,10 +113,14 @@ class ReactiveChain:
         except SpecError as error:
             self._reject(str(error), raw=raw)
             return
+        if self._closing:
+            self._reject(f"event {envelope.event.id}: the chain is closing", raw=raw)
+            return
         self._inbox.append(envelope)
 
     @workflow.signal
     def close(self) -> None:
+        """Accept no more events; finish the work already started or queued, then end."""
         self._closing = True
 
     @workflow.query
@@ -145,8 +149,9 @@ class ReactiveChain:
         if self._state.status == ChainStatus.IDLE_CLOSED:
             return True
         idle = not self._running and not self._inbox
+        stuck = self._state.status == ChainStatus.PAUSED
         if self._closing:
-            return idle
+            return idle and (not self._queue or stuck)
         return self._state.terminal_seen and idle and not self._queue
 
     def _should_continue_as_new(self) -> bool:
@@ -157,7 +162,6 @@ class ReactiveChain:
             bool(self._queue)
             and len(self._running) < self._spec.max_concurrency
             and self._state.status != ChainStatus.PAUSED
-            and not self._closing
             and not workflow.info().is_continue_as_new_suggested()
         )
 
@@ -215,6 +219,7 @@ class ReactiveChain:
                 event_id=header.id,
                 causation_id=header.causation_id,
                 topic=envelope.routing.topic,
+                priority=envelope.routing.priority,
             )
         )
         if len(self._timeline) > 2 * TIMELINE_WINDOW:

@@ -1,0 +1,261 @@
+"""The ReactiveChain workflow on the real dev server: the seed's user-story chain and its rules."""
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
+from models.envelope import EventEnvelope, Priority
+from models.specs import read_document
+from starter import api
+from tests.conftest import ROOT
+from worker import build_worker
+
+USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
+
+
+def user_story(**overrides: Any) -> ChainSpec:
+    return ChainSpec.model_validate({**read_document(USER_STORY), **overrides})
+
+
+def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
+    return EventEnvelope.new(
+        "UserStoryApproved",
+        "/product-strategist",
+        payload=payload,
+        correlation_id=correlation_id,
+        topic="project.tasks",
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    async def poll() -> None:
+        while not await check():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def order(timeline: list[TimelineEntry]) -> list[str]:
+    return [entry.event for entry in timeline]
+
+
+async def test_seed_user_story_chain_runs_to_testing_completed(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+        handle = api.chain_handle(client, correlation_id)
+        state: ChainState = await asyncio.wait_for(handle.result(), 60)
+        timeline = await api.chain_timeline(client, correlation_id)
+    assert state.status == ChainStatus.COMPLETED
+    events = order(timeline)
+    assert events[0] == "UserStoryApproved" and events[-1] == "TestingCompleted"
+    frontend_start = events.index("FrontendImplementationStarted")
+    assert events.index("BackendImplementationCompleted") < frontend_start
+    assert events.index("WireframeCompleted") < frontend_start
+    testing_start = events.index("TestingStarted")
+    for done in ("FrontendImplementationCompleted", "SchemaDesignCompleted", "TestPlanCompleted"):
+        assert events.index(done) < testing_start
+    by_id = {e.event_id: e for e in timeline}
+    python_pro = next(e for e in timeline if e.event == "BackendImplementationStarted")
+    assert python_pro.agent == "/python-pro"
+    assert python_pro.causation_id is not None
+    assert by_id[python_pro.causation_id].event == "APIDesignCompleted"
+    assert {e.correlation_id for e in timeline} == {correlation_id}
+
+
+def routing_spec(**overrides: Any) -> ChainSpec:
+    """Filters (short form and CEL) and both kinds of join, on the demo agents."""
+    return ChainSpec.model_validate(
+        {
+            "name": "routing",
+            "triggers": ["Alert", "A", "B"],
+            "alerts": None,
+            "subscriptions": [
+                {
+                    "agent": "ux-designer",
+                    "events": "Alert",
+                    "filter": "severity=high",
+                    "publishes": {"on_success": "HighHandled"},
+                },
+                {
+                    "agent": "python-pro",
+                    "events": "Alert",
+                    "filter": 'payload.severity == "low" && routing.topic == "project.reviews"',
+                    "publishes": {"on_success": "LowReviewHandled"},
+                },
+                {
+                    "agent": "database-specialist",
+                    "events": ["A", "B"],
+                    "join": "any",
+                    "publishes": {"on_success": "AnyFired"},
+                },
+                {
+                    "agent": "frontend-specialist",
+                    "events": ["A", "B"],
+                    "join": "all",
+                    "publishes": {"on_success": "AllFired"},
+                },
+            ],
+            **overrides,
+        }
+    )
+
+
+def event(
+    correlation_id: str,
+    type: str,
+    topic: str | None = None,
+    priority: Priority = Priority.NORMAL,
+    **payload: Any,
+) -> EventEnvelope:
+    return EventEnvelope.new(
+        type,
+        "/test",
+        payload=payload,
+        correlation_id=correlation_id,
+        topic=topic,
+        priority=priority,
+    )
+
+
+async def run_chain(
+    client: Client, task_queue: str, spec: ChainSpec, events: list[EventEnvelope | dict[str, Any]]
+) -> tuple[ChainState, list[TimelineEntry]]:
+    """Publish the events, close the chain (it finishes the work they caused) and return its
+    record and log."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+    for item in events:
+        raw = item.model_dump(mode="json") if isinstance(item, EventEnvelope) else item
+        raw["event"]["correlation_id"] = correlation_id
+        await handle.signal("event", raw)
+    await api.close_chain(client, correlation_id)
+    state = await asyncio.wait_for(handle.result(), 30)
+    return state, await api.chain_timeline(client, correlation_id)
+
+
+async def test_filters_and_joins(client: Client, task_queue: str) -> None:
+    events = [
+        event("", "Alert", "project.alerts", severity="high"),
+        event("", "Alert", "project.reviews", severity="low"),
+        event("", "Alert", "project.tasks", severity="low"),
+        event("", "B"),
+        event("", "A"),
+        event("", "A"),
+    ]
+    async with build_worker(client, task_queue):
+        state, timeline = await run_chain(client, task_queue, routing_spec(), events)
+    published = order(timeline)
+    assert published.count("HighHandled") == 1
+    assert published.count("LowReviewHandled") == 1
+    assert published.count("AnyFired") == 3
+    assert published.count("AllFired") == 1, "B then A, out of order, completes the join once"
+    assert state.status == ChainStatus.CLOSED
+    assert state.waiting == ["frontend-specialist waits for B"]
+
+
+async def test_duplicate_ids_are_ignored_and_invalid_envelopes_recorded(
+    client: Client, task_queue: str
+) -> None:
+    once = event("", "A")
+    raw_invalid = {"event": {"type": "", "source": "/cli"}, "routing": {"priority": "urgent"}}
+    async with build_worker(client, task_queue):
+        state, timeline = await run_chain(
+            client, task_queue, routing_spec(), [once, raw_invalid, once, event("", "B")]
+        )
+    assert state.duplicates == 1
+    assert order(timeline).count("A") == 1
+    assert order(timeline).count("AllFired") == 1, "the chain kept working after the bad event"
+    [rejected] = state.rejected
+    assert "event.type: String should have at least 1 character" in rejected.reason
+    assert "routing.priority: Input should be" in rejected.reason
+    assert rejected.raw["routing"] == {"priority": "urgent"}
+
+
+async def test_runaway_reaction_is_rejected_with_its_causation_path(
+    client: Client, task_queue: str
+) -> None:
+    spec = ChainSpec.model_validate(
+        {
+            "name": "echo",
+            "triggers": ["Ping"],
+            "max_causation_depth": 3,
+            "alerts": None,
+            "subscriptions": [
+                {
+                    "agent": "python-pro",
+                    "events": "Ping",
+                    "filter": "type=Ping",
+                    "publishes": {"on_success": "Ping"},
+                }
+            ],
+        }
+    )
+    async with build_worker(client, task_queue):
+        state, timeline = await run_chain(client, task_queue, spec, [event("", "Ping")])
+    assert order(timeline) == ["Ping"] * 4
+    [rejected] = state.rejected
+    assert "causation depth 4 exceeds 3, a probable loop" in rejected.reason
+    assert rejected.reason.endswith("path: Ping ← Ping ← Ping ← Ping ← Ping")
+
+
+async def test_event_of_another_correlation_is_rejected(client: Client, task_queue: str) -> None:
+    stray = event("", "A")
+    async with build_worker(client, task_queue):
+        correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        stray.event.correlation_id = "someone-else"
+        await handle.signal("event", stray.model_dump(mode="json"))
+        await handle.signal("close")
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert "is not this chain's" in state.rejected[0].reason
+    assert state.events_seen == 0
+
+
+async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(
+    client: Client, task_queue: str
+) -> None:
+    spec = routing_spec(
+        triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
+        alerts={
+            "topic": "project.alerts",
+            "pause_when": "severity=high",
+            "resume_on": ["AlertResolved"],
+        },
+        max_concurrency=1,
+    )
+    spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        alert = event(correlation_id, "AlertRaised", "project.alerts", severity="high")
+        await api.publish(client, alert)
+        for priority in (Priority.LOW, Priority.CRITICAL, Priority.NORMAL):
+            await api.publish(client, event(correlation_id, "A", priority=priority))
+
+        async def all_queued() -> bool:
+            return (await api.chain_state(client, correlation_id)).queued == 3
+
+        await eventually(all_queued)
+        paused = await api.chain_state(client, correlation_id)
+        assert paused.status == ChainStatus.PAUSED and paused.running == []
+        assert "AlertRaised" in (paused.pause_reason or "")
+        await api.publish(client, event(correlation_id, "AlertResolved", "project.alerts"))
+        await api.close_chain(client, correlation_id)
+        state = await asyncio.wait_for(handle.result(), 30)
+        timeline = await api.chain_timeline(client, correlation_id)
+    by_id = {e.event_id: e for e in timeline}
+    fired = [e for e in timeline if e.event == "AnyFired"]
+    assert [by_id[e.causation_id or ""].priority for e in fired] == [
+        Priority.CRITICAL,
+        Priority.NORMAL,
+        Priority.LOW,
+    ]
+    assert state.status == ChainStatus.CLOSED
