@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
 from models.envelope import EventEnvelope, Priority
 from models.specs import read_document
 from starter import api
-from tests.conftest import ROOT
+from tests.agents import GatedAgents
+from tests.conftest import CONTINUE_AS_NEW_AFTER, ROOT
 from worker import build_worker
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -259,3 +261,71 @@ async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(
         Priority.LOW,
     ]
     assert state.status == ChainStatus.CLOSED
+
+
+async def test_continue_as_new_loses_and_duplicates_no_event(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    sent = [event(correlation_id, "Noise", n=n) for n in range(CONTINUE_AS_NEW_AFTER)]
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        for envelope in sent:
+            await api.publish(client, envelope)
+        await api.publish(client, sent[0])
+        await api.close_chain(client, correlation_id)
+        state = await asyncio.wait_for(handle.result(), 60)
+        timeline = await api.chain_timeline(client, correlation_id)
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    assert len(runs) > 1, "the chain continued as new at least once"
+    assert [e.event_id for e in timeline] == [e.event.id for e in sent]
+    assert state.events_seen == len(sent)
+    assert state.duplicates == 1
+
+
+async def test_worker_stopped_mid_chain_is_finished_by_a_new_worker(
+    client: Client, task_queue: str
+) -> None:
+    gates = GatedAgents(names=["python-pro"])
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    first = build_worker(client, task_queue, gates.registry())
+    runner = asyncio.create_task(first.run())
+    await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+    await gates.wait_started("python-pro")
+    await first.shutdown()
+    await runner
+    async with build_worker(client, task_queue):
+        state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+    assert state.status == ChainStatus.COMPLETED
+    assert state.terminal_seen
+
+
+async def test_publishing_to_an_ended_chain_is_refused_clearly(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(handle.result(), 30)
+        late = event(correlation_id, "A")
+        with pytest.raises(api.ChainUnavailable, match=r"has ended \(completed\)"):
+            await api.publish(client, late)
+        with pytest.raises(api.ChainUnavailable, match=r"has ended \(completed\)"):
+            await api.publish(client, late, spec=routing_spec(), queue=task_queue)
+    with pytest.raises(api.ChainUnavailable, match="no chain for correlation id"):
+        await api.publish(client, event("nobody", "A"))
+
+
+async def test_idle_chain_closes_after_its_idle_timeout(
+    time_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(time_env.client, task_queue):
+        handle = await api.start_chain(
+            time_env.client, routing_spec(idle_timeout="2h"), correlation_id, queue=task_queue
+        )
+        await api.publish(time_env.client, event(correlation_id, "A"))
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == ChainStatus.IDLE_CLOSED
+    assert state.events_seen == 2
