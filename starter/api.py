@@ -194,5 +194,10 @@ async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEn
     return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
 
 
+async def chain_running(client: Client, correlation_id: str) -> bool:
+    description = await chain_handle(client, correlation_id).describe()
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
 async def close_chain(client: Client, correlation_id: str) -> None:
     await chain_handle(client, correlation_id).signal(ReactiveChain.close)

@@ -2,7 +2,9 @@
 
 import asyncio
 import functools
+import os
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -13,17 +15,22 @@ from temporalio.service import RPCError
 from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
+from models.chain import ChainSpec
+from models.envelope import EventEnvelope
 from models.saga import SagaSpec
-from models.specs import SpecError, parse_json_object, parse_model, read_document
-from starter import api
+from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
+from starter import api, render
+from starter.api import ChainUnavailable
 from starter.demo import run_demo
-from worker import build_worker, run_worker
+from worker import build_worker, default_registry, run_worker
 
 app = typer.Typer(
     no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."
 )
 saga_app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sagas.")
 app.add_typer(saga_app, name="saga")
+chain_app = typer.Typer(no_args_is_help=True, help="Start, inspect and close reactive chains.")
+app.add_typer(chain_app, name="chain")
 
 R = TypeVar("R")
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
@@ -56,7 +63,7 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
         signal.signal(signal.SIGTERM, _interrupt)
         try:
             return asyncio.run(fn(*args, **kwargs))
-        except (SpecError, ServerUnreachable, PortInUse, RPCError) as error:
+        except (SpecError, ServerUnreachable, PortInUse, ChainUnavailable, RPCError) as error:
             typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
@@ -130,6 +137,7 @@ async def saga_start(
         if saga_id is not None:
             document["saga_id"] = saga_id
     spec = parse_model(SagaSpec, document, str(file))
+    check_agents(file, spec)
     settings = ConnectionSettings.load()
     client = await settings.connect()
     handle = await api.start_saga(client, spec)
@@ -159,5 +167,124 @@ async def saga_cancel(saga_id: str) -> None:
     typer.echo(f"cancellation requested for saga {saga_id}; its compensations will run")
 
 
+@chain_app.command("start")
+@runs_async
+async def chain_start(
+    spec_file: Annotated[Path, typer.Argument(metavar="SPEC")],
+    correlation_id: Annotated[str, typer.Option(help="The correlation id the chain serves")],
+) -> None:
+    """Start the chain of a correlation id from a YAML or JSON spec."""
+    spec = load_spec(ChainSpec, spec_file)
+    check_agents(spec_file, spec)
+    settings = ConnectionSettings.load()
+    handle = await api.start_chain(await settings.connect(), spec, correlation_id)
+    typer.echo(f"started {handle.id}: {workflow_link(handle.id, settings.namespace)}")
+
+
+@chain_app.command("state")
+@runs_async
+async def chain_state(correlation_id: str) -> None:
+    """Print a chain's record (JSON): events seen, running agents, waiting joins, rejections."""
+    client = await ConnectionSettings.load().connect()
+    typer.echo((await api.chain_state(client, correlation_id)).model_dump_json(indent=2))
+
+
+@chain_app.command("close")
+@runs_async
+async def chain_close(correlation_id: str) -> None:
+    """Close a chain: it accepts no more events and ends once its started work is done."""
+    client = await ConnectionSettings.load().connect()
+    await api.close_chain(client, correlation_id)
+    typer.echo(f"closing chain-{correlation_id}")
+
+
+@app.command()
+@runs_async
+async def publish(
+    type: Annotated[str, typer.Option("--type", help="Event type")],
+    source: Annotated[str, typer.Option(help="Who publishes it, e.g. /product-strategist")],
+    correlation_id: Annotated[str, typer.Option(help="The chain it belongs to")],
+    topic: Annotated[str | None, typer.Option(help="Routing topic")] = None,
+    payload: Annotated[str | None, typer.Option(help="Payload as a JSON object")] = None,
+    payload_file: Annotated[Path | None, typer.Option(help="Payload from a JSON/YAML file")] = None,
+    priority: Annotated[str, typer.Option(help="low, normal, high or critical")] = "normal",
+    event_id: Annotated[
+        str | None, typer.Option("--id", help="Event id (retries reuse it)")
+    ] = None,
+    spec_file: Annotated[
+        Path | None, typer.Option("--spec", help="Chain spec: start the chain if it does not exist")
+    ] = None,
+) -> None:
+    """Publish an event to its correlation's chain."""
+    if payload is not None and payload_file is not None:
+        raise SpecError("--payload and --payload-file: give one or the other")
+    body: object = {}
+    if payload is not None:
+        body = parse_json_object(payload, "--payload")
+    elif payload_file is not None:
+        body = read_document(payload_file)
+    header = {"type": type, "source": source, "correlation_id": correlation_id}
+    if event_id is not None:
+        header["id"] = event_id
+    envelope = parse_model(
+        EventEnvelope,
+        {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
+        "event",
+    )
+    spec = load_spec(ChainSpec, spec_file) if spec_file else None
+    if spec_file is not None and spec is not None:
+        check_agents(spec_file, spec)
+    client = await ConnectionSettings.load().connect()
+    workflow_id = await api.publish(client, envelope, spec=spec)
+    typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {workflow_id}")
+
+
+@app.command()
+@runs_async
+async def events(
+    correlation_id: str,
+    tree: Annotated[bool, typer.Option(help="Show which event caused which")] = False,
+    follow: Annotated[
+        bool, typer.Option(help="Keep printing new events until the chain ends")
+    ] = False,
+) -> None:
+    """Print the correlation table of a chain (or its causation tree)."""
+    client = await ConnectionSettings.load().connect()
+    timeline = await api.chain_timeline(client, correlation_id)
+    typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
+    last = timeline[-1].seq if timeline else 0
+    while follow and await api.chain_running(client, correlation_id):
+        await asyncio.sleep(1)
+        for entry in await api.chain_timeline(client, correlation_id):
+            if entry.seq > last:
+                typer.echo(render.timeline_table([entry]).splitlines()[-1])
+                last = entry.seq
+
+
+def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
+    """Agents are checked where a spec enters, against the agents this installation has."""
+    named: list[tuple[str, str | None]]
+    if isinstance(spec, SagaSpec):
+        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
+        named += [(f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)]
+    else:
+        named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
+    registry = default_registry()
+    for place, agent in named:
+        if agent is not None and agent not in registry:
+            raise SpecError(
+                f"{source}: {place}: unknown agent {agent!r}; known: {', '.join(sorted(registry))}"
+            )
+
+
 def main() -> None:
-    app()
+    """Exit without interpreter teardown: the SDK's Rust runtime threads can abort a finalizing
+    interpreter (temporalio/sdk-python#300), turning a clean exit into a crash."""
+    try:
+        app()
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -60,7 +60,7 @@ async def record_histories(client: Client) -> None:
         ).fetch_history()
         folder = HISTORIES / execution.workflow_type
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{execution.id}.json").write_text(history.to_json())
+        (folder / f"{execution.id}.{execution.run_id[:8]}.json").write_text(history.to_json())
 
 
 @pytest.fixture(scope="session")

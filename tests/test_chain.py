@@ -2,7 +2,7 @@
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -128,7 +128,10 @@ def event(
 
 
 async def run_chain(
-    client: Client, task_queue: str, spec: ChainSpec, events: list[EventEnvelope | dict[str, Any]]
+    client: Client,
+    task_queue: str,
+    spec: ChainSpec,
+    events: Sequence[EventEnvelope | dict[str, Any]],
 ) -> tuple[ChainState, list[TimelineEntry]]:
     """Publish the events, close the chain (it finishes the work they caused) and return its
     record and log."""

@@ -10,12 +10,15 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from infra.devserver import installed_binary
+from models.chain import TimelineEntry
 from models.saga import SagaState, SagaStatus
+from models.specs import read_document
 from starter import api
-from tests.conftest import FEATURE_DEPLOYMENT
+from tests.conftest import FEATURE_DEPLOYMENT, ROOT
 from worker import build_worker
 
 COORD = str(Path(sys.executable).parent / "coord")
+USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 
 
 async def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -169,3 +172,113 @@ async def test_temporal_cli_starts_a_saga_with_plain_json_and_queries_it(
     state = SagaState.model_validate({k: v for k, v in record.items() if v is not None})
     assert state.status == SagaStatus.COMPENSATED
     assert [c.compensate for c in state.compensations] == ["RemoveFromStaging"]
+
+
+async def test_temporal_cli_alone_drives_a_chain_and_reads_its_timeline(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """No client call from Python: start, signal and query are the Temporal CLI's, plain JSON."""
+    address = dev_env.client.service_client.config.target_host
+    temporal = installed_binary("temporal")
+    correlation_id = f"cli-{task_queue}"
+    chain_input = {"spec": read_document(USER_STORY), "correlation_id": correlation_id}
+    approved = {
+        "event": {"type": "UserStoryApproved", "source": "/product-strategist"},
+        "routing": {"topic": "project.tasks"},
+    }
+    common = ["--address", address, "--workflow-id", f"chain-{correlation_id}"]
+    async with build_worker(client, task_queue):
+        code, _, err = await run(
+            temporal,
+            "workflow",
+            "start",
+            *common,
+            "--type",
+            "ReactiveChain",
+            "--task-queue",
+            task_queue,
+            "--input",
+            json.dumps(chain_input),
+        )
+        assert code == 0, err
+        for signal in (approved, {"event": {"type": 42}}):
+            code, _, err = await run(
+                temporal,
+                "workflow",
+                "signal",
+                *common,
+                "--name",
+                "event",
+                "--input",
+                json.dumps(signal),
+            )
+            assert code == 0, err
+        code, out, err = await run(temporal, "workflow", "result", *common, "--output", "json")
+        assert code == 0, err
+        code, out, err = await run(
+            temporal, "workflow", "query", *common, "--name", "timeline", "--output", "json"
+        )
+    assert code == 0, err
+    timeline = [TimelineEntry.model_validate(e) for e in json.loads(out)["queryResult"][0]]
+    assert timeline[0].event == "UserStoryApproved" and timeline[-1].event == "TestingCompleted"
+
+
+async def test_coord_chain_publish_events_and_tree(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)
+    correlation_id = f"story-{task_queue}"
+    async with build_worker(client, task_queue):
+        code, out, err = await run(
+            COORD,
+            "publish",
+            "--type",
+            "UserStoryApproved",
+            "--source",
+            "/product-strategist",
+            "--correlation-id",
+            correlation_id,
+            "--topic",
+            "project.tasks",
+            "--payload",
+            '{"story": "reset password"}',
+            "--spec",
+            str(USER_STORY),
+            env=env,
+        )
+        assert code == 0, err
+        assert f"to chain-{correlation_id}" in out
+        await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+        code, table, _ = await run(COORD, "events", correlation_id, env=env)
+        code, tree, _ = await run(COORD, "events", correlation_id, "--tree", env=env)
+        code, _, err = await run(
+            COORD,
+            "publish",
+            "--type",
+            "Late",
+            "--source",
+            "/x",
+            "--correlation-id",
+            correlation_id,
+            env=env,
+        )
+    assert [c.strip() for c in table.splitlines()[0].split(" | ")][:4] == [
+        "Time",
+        "Event",
+        "Agent",
+        "Correlation ID",
+    ]
+    assert len(table.splitlines()) == 2 + 15
+    assert tree.splitlines()[0].startswith("UserStoryApproved (/product-strategist")
+    assert any("└─ TestingCompleted (/test-engineer" in line for line in tree.splitlines())
+    assert code == 1 and "has ended (completed)" in err
+
+
+async def test_unknown_agent_in_a_chain_spec_is_rejected_at_the_edge(tmp_path: Path) -> None:
+    spec = read_document(USER_STORY)
+    spec["subscriptions"][3]["agent"] = "python-guru"
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(spec))
+    code, _, err = await run(COORD, "chain", "start", str(path), "--correlation-id", "x")
+    assert code == 1
+    assert err.startswith(f"error: {path}: subscriptions[3].agent: unknown agent 'python-guru'")

@@ -1,0 +1,53 @@
+"""Plain-text views of coordination records for the terminal."""
+
+from collections.abc import Sequence
+
+from models.chain import TimelineEntry
+
+TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
+
+
+def timeline_table(entries: Sequence[TimelineEntry]) -> str:
+    """The seed's correlation table, with the ids that link each event to its cause."""
+    rows = [
+        (
+            f"{e.time:%H:%M:%S}",
+            e.event,
+            e.agent,
+            e.correlation_id,
+            e.event_id,
+            e.causation_id or "-",
+        )
+        for e in entries
+    ]
+    widths = [
+        max(len(str(cell)) for cell in column)
+        for column in zip(TIMELINE_COLUMNS, *rows, strict=False)
+    ]
+    lines = [
+        " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        for row in [TIMELINE_COLUMNS, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def causation_tree(entries: Sequence[TimelineEntry]) -> str:
+    """Which event caused which: roots are events whose cause is not in the log."""
+    known = {e.event_id for e in entries}
+    children: dict[str | None, list[TimelineEntry]] = {}
+    for entry in entries:
+        parent = entry.causation_id if entry.causation_id in known else None
+        children.setdefault(parent, []).append(entry)
+    lines: list[str] = []
+
+    def walk(parent: str | None, prefix: str) -> None:
+        kids = children.get(parent, [])
+        for index, entry in enumerate(kids):
+            last = index == len(kids) - 1
+            branch = "" if parent is None else ("└─ " if last else "├─ ")
+            lines.append(f"{prefix}{branch}{entry.event} ({entry.agent}, {entry.time:%H:%M:%S})")
+            walk(entry.event_id, prefix + ("" if parent is None else ("   " if last else "│  ")))
+
+    walk(None, "")
+    return "\n".join(lines)
