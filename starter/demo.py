@@ -1,4 +1,5 @@
-"""The README's first command: the seed's Feature Deployment saga, to success and to rollback."""
+"""The README's first command: the seed's Feature Deployment saga (to success and to rollback)
+and its user-story reactive chain, on the embedded server."""
 
 import asyncio
 from datetime import UTC, datetime
@@ -6,43 +7,64 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from temporalio.client import Client
 
 from infra.devserver import local_temporal
 from infra.temporal import workflow_link
+from models.chain import ChainSpec
+from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import load_spec
-from starter import api
+from starter import api, render
 from worker import build_worker
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
-RUNS: dict[str, dict[str, Any]] = {
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SAGA_RUNS: dict[str, dict[str, Any]] = {
     "success": {},
     "rollback": {"inject": {"fail": ["DeployToProduction"]}},
 }
 
 
-def _variant(spec: SagaSpec, run: str, stamp: str) -> SagaSpec:
-    return spec.model_copy(
-        update={"saga_id": f"{spec.saga_id}-{stamp}-{run}", "input": {**spec.input, **RUNS[run]}}
+async def run_sagas(client: Client, stamp: str) -> None:
+    spec = load_spec(SagaSpec, EXAMPLES / "feature-deployment.yaml")
+    for run, injected in SAGA_RUNS.items():
+        saga = spec.model_copy(
+            update={"saga_id": f"{spec.saga_id}-{stamp}-{run}", "input": {**spec.input, **injected}}
+        )
+        handle = await api.start_saga(client, saga)
+        typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
+        state = await api.saga_outcome(handle)
+        typer.echo(state.model_dump_json(indent=2))
+        typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
+
+
+async def run_chain(client: Client, stamp: str) -> None:
+    spec = load_spec(ChainSpec, EXAMPLES / "user-story-chain.yaml")
+    correlation_id = f"story-{stamp}"
+    approved = EventEnvelope.new(
+        "UserStoryApproved",
+        "/product-strategist",
+        payload={"story": "As a user I can reset my password"},
+        correlation_id=correlation_id,
+        topic="project.tasks",
     )
+    workflow_id = await api.publish(client, approved, spec=spec)
+    typer.secho(f"\n▶ {workflow_id} (user-story reactive chain)", bold=True)
+    state = await api.chain_handle(client, correlation_id).result()
+    typer.echo(render.timeline_table(await api.chain_timeline(client, correlation_id)))
+    typer.echo(f"\n{render.causation_tree(await api.chain_timeline(client, correlation_id))}")
+    typer.echo(f"  status: {state.status.value}  UI: {workflow_link(workflow_id)}")
 
 
 async def run_demo(*, keep_serving: bool) -> None:
-    spec = load_spec(SagaSpec, EXAMPLE)
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     async with local_temporal() as (client, where):
         typer.echo(f"Temporal: {where}")
         async with build_worker(client):
-            for run in RUNS:
-                saga = _variant(spec, run, stamp)
-                handle = await api.start_saga(client, saga)
-                typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
-                state = await api.saga_outcome(handle)
-                typer.echo(state.model_dump_json(indent=2))
-                typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
-            typer.echo(
-                f"\nAll sagas: {workflow_link('').rstrip('/')}?query=CoordPattern%3D%22saga%22"
-            )
+            await run_sagas(client, stamp)
+            await run_chain(client, stamp)
+            runs = f"{workflow_link('').rstrip('/')}?query=CoordPattern%21%3D%22%22"
+            typer.echo(f"\nAll coordination runs: {runs}")
             if keep_serving:
                 typer.echo("Serving the Temporal UI at http://localhost:8233; Ctrl-C to stop.")
                 await asyncio.Event().wait()
