@@ -157,6 +157,19 @@ async def publish(
     return chain_workflow_id(correlation_id)
 
 
+async def broadcast(client: Client, envelope: EventEnvelope) -> list[str]:
+    """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
+    own correlation's. Returns the chains reached."""
+    reached = []
+    event = envelope.model_dump(mode="json")
+    event["event"]["correlation_id"] = None
+    query = f"{search_attributes.COORD_PATTERN.name} = 'chain' AND ExecutionStatus = 'Running'"
+    async for execution in client.list_workflows(query):
+        await client.get_workflow_handle(execution.id).signal("event", event)
+        reached.append(execution.id)
+    return reached
+
+
 async def _undeliverable(
     client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
 ) -> ChainUnavailable:

@@ -203,7 +203,9 @@ async def chain_close(correlation_id: str) -> None:
 async def publish(
     type: Annotated[str, typer.Option("--type", help="Event type")],
     source: Annotated[str, typer.Option(help="Who publishes it, e.g. /product-strategist")],
-    correlation_id: Annotated[str, typer.Option(help="The chain it belongs to")],
+    correlation_id: Annotated[
+        str | None, typer.Option(help="The chain it belongs to (or use --all-chains)")
+    ] = None,
     topic: Annotated[str | None, typer.Option(help="Routing topic")] = None,
     payload: Annotated[str | None, typer.Option(help="Payload as a JSON object")] = None,
     payload_file: Annotated[Path | None, typer.Option(help="Payload from a JSON/YAML file")] = None,
@@ -214,8 +216,13 @@ async def publish(
     spec_file: Annotated[
         Path | None, typer.Option("--spec", help="Chain spec: start the chain if it does not exist")
     ] = None,
+    all_chains: Annotated[
+        bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
+    ] = False,
 ) -> None:
-    """Publish an event to its correlation's chain."""
+    """Publish an event to its correlation's chain, or to every running chain."""
+    if bool(correlation_id) == all_chains:
+        raise SpecError("--correlation-id or --all-chains: give exactly one")
     if payload is not None and payload_file is not None:
         raise SpecError("--payload and --payload-file: give one or the other")
     body: object = {}
@@ -235,8 +242,12 @@ async def publish(
     if spec_file is not None and spec is not None:
         check_agents(spec_file, spec)
     client = await ConnectionSettings.load().connect()
-    workflow_id = await api.publish(client, envelope, spec=spec)
-    typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {workflow_id}")
+    if all_chains:
+        reached = await api.broadcast(client, envelope)
+        target = f"{len(reached)} running chains"
+    else:
+        target = await api.publish(client, envelope, spec=spec)
+    typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
 
 
 @app.command()

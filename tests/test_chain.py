@@ -332,3 +332,42 @@ async def test_idle_chain_closes_after_its_idle_timeout(
         state = await asyncio.wait_for(handle.result(), 30)
     assert state.status == ChainStatus.IDLE_CLOSED
     assert state.events_seen == 2
+
+
+async def test_topic_wide_alert_reaches_every_running_chain(
+    client: Client, task_queue: str
+) -> None:
+    spec = routing_spec(
+        triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
+        alerts={
+            "topic": "project.alerts",
+            "pause_when": "severity=high",
+            "resume_on": ["AlertResolved"],
+        },
+    )
+    spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
+    correlation_ids = [f"c-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    async with build_worker(client, task_queue):
+        for correlation_id in correlation_ids:
+            await api.start_chain(client, spec, correlation_id, queue=task_queue)
+
+        async def both_listed() -> bool:
+            query = "CoordPattern = 'chain' AND ExecutionStatus = 'Running'"
+            listed = {e.id async for e in client.list_workflows(query)}
+            return {f"chain-{c}" for c in correlation_ids} <= listed
+
+        await eventually(both_listed)
+        alert = event("", "AlertRaised", "project.alerts", severity="high")
+        reached = await api.broadcast(client, alert)
+        assert {f"chain-{c}" for c in correlation_ids} <= set(reached)
+        for correlation_id in correlation_ids:
+
+            async def paused(c: str = correlation_id) -> bool:
+                return (await api.chain_state(client, c)).status == ChainStatus.PAUSED
+
+            await eventually(paused)
+        await api.broadcast(client, event("", "AlertResolved", "project.alerts"))
+        for correlation_id in correlation_ids:
+            await api.close_chain(client, correlation_id)
+            state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+            assert state.status == ChainStatus.CLOSED and state.pause_reason is None
