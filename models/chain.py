@@ -2,14 +2,14 @@
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.durations import Duration
 from models.envelope import EventEnvelope, Priority
 from models.filters import compile_filter
-from models.joins import JoinMode, JoinState
+from models.joins import JoinState, Slot
 from models.retry import RetryConfig
 from models.saga import IDENTIFIER
 
@@ -39,7 +39,7 @@ class Subscription(BaseModel):
     name: str = ""
     topic: str | None = None
     events: list[str] = Field(min_length=1)
-    join: JoinMode = "any"
+    join: Literal["any", "all"] = "any"
     filter: str | None = None
     publishes: Publishes = Field(default_factory=Publishes)
     timeout: Duration = timedelta(minutes=5)
@@ -60,7 +60,7 @@ class Subscription(BaseModel):
         return self
 
     def new_join(self) -> JoinState:
-        return JoinState(expected=list(self.events), mode=self.join)
+        return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)
 
 
 class AlertPolicy(BaseModel):
@@ -193,6 +193,7 @@ class TimelineEntry(BaseModel):
     causation_id: str | None
     topic: str | None = None
     priority: Priority = Priority.NORMAL
+    payload: dict[str, Any] = Field(default_factory=dict)
 
 
 class RejectedEvent(BaseModel):

@@ -1,38 +1,93 @@
-"""Waiting for several events: the one piece of join logic that chain subscriptions (and
-aggregators) share. Pure and serializable, so workflows carry it across continue-as-new."""
+"""Waiting for several events: the one piece of join logic that chain subscriptions and
+aggregators share. Pure and serializable, so workflows carry it across continue-as-new."""
 
-from typing import Literal
+import math
+from datetime import datetime
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-JoinMode = Literal["any", "all"]
+from models.envelope import EventEnvelope
+
+
+class Slot(BaseModel):
+    """An expected event: its type, and optionally who must send it (the seed's `from`)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: str = Field(min_length=1)
+    source: str | None = Field(default=None, alias="from")
+
+    def accepts(self, envelope: EventEnvelope) -> bool:
+        return envelope.event.type == self.type and self.source in (None, envelope.event.source)
+
+    def describe(self) -> str:
+        return f"{self.type} from {self.source}" if self.source else self.type
+
+
+class Arrival(BaseModel):
+    event_id: str
+    source: str
+    received_at: datetime
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+Offer = Literal["recorded", "replaced", "kept_first", "unmatched"]
 
 
 class JoinState(BaseModel):
-    expected: list[str]
-    mode: JoinMode = "any"
-    received: dict[str, str] = Field(default_factory=dict)
-    """Event type → id of the first event of that type since the join last fired."""
+    slots: list[Slot]
+    needed: int = Field(ge=1)
+    keep: Literal["first", "latest"] = "first"
+    received: dict[int, Arrival] = Field(default_factory=dict)
+    """Slot index → the event that filled it since the join last fired."""
 
-    def offer(self, event_type: str, event_id: str) -> bool:
-        """Record the event if the join waits for it; True when the join is now satisfied."""
-        if event_type not in self.expected:
-            return False
-        self.received.setdefault(event_type, event_id)
-        return self.satisfied
+    @classmethod
+    def of(
+        cls,
+        slots: list[Slot],
+        *,
+        mode: Literal["all", "any"] = "all",
+        at_least: int | None = None,
+        threshold: float | None = None,
+        keep: Literal["first", "latest"] = "first",
+    ) -> "JoinState":
+        """`all`, `any`, a count (`at_least`) or a share of the slots (`threshold`: the mesh
+        seed's consensus threshold, rounded up)."""
+        needed = len(slots) if mode == "all" else 1
+        if at_least is not None:
+            needed = at_least
+        elif threshold is not None:
+            needed = max(1, math.ceil(threshold * len(slots) - 1e-9))
+        return cls(slots=slots, needed=needed, keep=keep)
+
+    def offer(self, envelope: EventEnvelope, received_at: datetime) -> Offer:
+        """Fill the first slot this event fits (a free one before a filled one)."""
+        fitting = [i for i, slot in enumerate(self.slots) if slot.accepts(envelope)]
+        if not fitting:
+            return "unmatched"
+        free = [i for i in fitting if i not in self.received]
+        if not free and self.keep == "first":
+            return "kept_first"
+        index = free[0] if free else fitting[0]
+        self.received[index] = Arrival(
+            event_id=envelope.event.id,
+            source=envelope.event.source,
+            received_at=received_at,
+            payload=envelope.payload,
+        )
+        return "recorded" if free else "replaced"
 
     @property
     def satisfied(self) -> bool:
-        if self.mode == "all":
-            return len(self.received) == len(set(self.expected))
-        return bool(self.received)
+        return len(self.received) >= self.needed
 
     @property
-    def missing(self) -> list[str]:
-        return [t for t in self.expected if t not in self.received]
+    def missing(self) -> list[Slot]:
+        return [slot for i, slot in enumerate(self.slots) if i not in self.received]
 
-    def fire(self) -> list[str]:
-        """Consume the received events (their ids, in expected order) so the join can fire again."""
-        ids = [self.received[t] for t in self.expected if t in self.received]
+    def fire(self) -> list[Arrival]:
+        """Consume the received events (in slot order) so the join can fire again."""
+        arrivals = [self.received[i] for i in sorted(self.received)]
         self.received = {}
-        return ids
+        return arrivals

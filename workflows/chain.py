@@ -200,8 +200,10 @@ class ReactiveChain:
         for subscription in self._spec.subscriptions:
             if self._subscribed(subscription, envelope):
                 join = self._joins[subscription.name]
-                if join.offer(header.type, header.id):
-                    self._enqueue(subscription, envelope, join.fire())
+                join.offer(envelope, workflow.now())
+                if join.satisfied:
+                    causes = [arrival.event_id for arrival in join.fire()]
+                    self._enqueue(subscription, envelope, causes)
 
     def _remember(self, envelope: EventEnvelope, depth: int) -> None:
         header = envelope.event
@@ -220,6 +222,7 @@ class ReactiveChain:
                 causation_id=header.causation_id,
                 topic=envelope.routing.topic,
                 priority=envelope.routing.priority,
+                payload=envelope.payload,
             )
         )
         if len(self._timeline) > 2 * TIMELINE_WINDOW:
@@ -329,9 +332,9 @@ class ReactiveChain:
 
     def _waiting(self) -> list[str]:
         return [
-            f"{name} waits for {', '.join(join.missing)}"
+            f"{name} waits for {', '.join(slot.describe() for slot in join.missing)}"
             for name, join in self._joins.items()
-            if join.mode == "all" and join.received and join.missing
+            if join.needed > 1 and join.received
         ]
 
     def _carry(self) -> ChainInput:
