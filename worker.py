@@ -8,13 +8,15 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.agents import AgentActivities, AgentRegistry
+from activities.chains import ChainLookback
 from activities.demo import register_demo_agents
 from infra.logs import configure_logging, get_logger
 from infra.temporal import ConnectionSettings, task_queue
+from workflows.aggregator import Aggregator
 from workflows.chain import ReactiveChain
 from workflows.saga import Saga
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator)
 
 
 def default_registry() -> AgentRegistry:
@@ -29,7 +31,7 @@ def build_worker(
         client,
         task_queue=queue or task_queue(),
         workflows=list(WORKFLOWS),
-        activities=[activities.run_agent],
+        activities=[activities.run_agent, ChainLookback(client).chain_events],
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.
         default_heartbeat_throttle_interval=timedelta(seconds=1),

@@ -7,7 +7,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.durations import Duration
-from models.envelope import EventEnvelope, Priority
+from models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from models.filters import compile_filter
 from models.joins import JoinState, Slot
 from models.retry import RetryConfig
@@ -194,6 +194,20 @@ class TimelineEntry(BaseModel):
     topic: str | None = None
     priority: Priority = Priority.NORMAL
     payload: dict[str, Any] = Field(default_factory=dict)
+
+    def to_envelope(self) -> EventEnvelope:
+        return EventEnvelope(
+            event=EventHeader(
+                id=self.event_id,
+                type=self.event,
+                source=self.agent,
+                timestamp=self.time,
+                correlation_id=self.correlation_id,
+                causation_id=self.causation_id,
+            ),
+            payload=self.payload,
+            routing=Routing(topic=self.topic, priority=self.priority),
+        )
 
 
 class RejectedEvent(BaseModel):

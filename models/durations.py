@@ -21,3 +21,13 @@ def parse_duration(value: Any) -> Any:
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def format_duration(value: timedelta) -> str:
+    """The inverse of parse_duration, for summaries: `2h`, `90s`, `1.5s`."""
+    seconds = value.total_seconds()
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

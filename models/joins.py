@@ -52,13 +52,14 @@ class JoinState(BaseModel):
         threshold: float | None = None,
         keep: Literal["first", "latest"] = "first",
     ) -> "JoinState":
-        """`all`, `any`, a count (`at_least`) or a share of the slots (`threshold`: the mesh
-        seed's consensus threshold, rounded up)."""
+        """`all`, `any`, a count (`at_least`) or a share of the slots (`threshold`, the mesh
+        seed's consensus threshold). A share is rounded to a tenth of an event, then up, so the
+        seed's 0.67 means two of three, as it intends."""
         needed = len(slots) if mode == "all" else 1
         if at_least is not None:
             needed = at_least
         elif threshold is not None:
-            needed = max(1, math.ceil(threshold * len(slots) - 1e-9))
+            needed = max(1, math.ceil(round(threshold * len(slots), 1)))
         return cls(slots=slots, needed=needed, keep=keep)
 
     def offer(self, envelope: EventEnvelope, received_at: datetime) -> Offer:

@@ -1,5 +1,6 @@
 """The Python API for scripts; the CLI is a thin layer over it."""
 
+import contextlib
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -9,6 +10,7 @@ from temporalio.service import RPCError
 
 from infra.logs import get_logger
 from infra.temporal import task_queue
+from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from models.chain import (
     ChainInput,
     ChainSpec,
@@ -20,6 +22,7 @@ from models.chain import (
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
 from workflows import search_attributes
+from workflows.aggregator import Aggregator
 from workflows.chain import ReactiveChain
 from workflows.saga import Saga
 
@@ -81,7 +84,7 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     await saga_handle(client, saga_id).cancel()
 
 
-class ChainUnavailable(RuntimeError):
+class Undeliverable(RuntimeError):
     """The event could not be delivered; the message says why and what to do."""
 
 
@@ -122,7 +125,7 @@ async def start_chain(
             **_chain_start_options(spec, correlation_id, queue),
         )
     except WorkflowAlreadyStartedError:
-        raise ChainUnavailable(
+        raise Undeliverable(
             f"a chain for correlation id {correlation_id!r} already exists (running or ended)"
         ) from None
 
@@ -138,7 +141,7 @@ async def publish(
     (signal-with-start), so an event published before the chain exists is not lost."""
     correlation_id = envelope.event.correlation_id
     if not correlation_id:
-        raise ChainUnavailable("the event has no correlation_id, so it belongs to no chain")
+        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
     event = envelope.model_dump(mode="json")
     try:
         if spec is None:
@@ -153,7 +156,13 @@ async def publish(
                 **_chain_start_options(spec, correlation_id, queue),
             )
     except (RPCError, WorkflowAlreadyStartedError) as error:
-        raise await _undeliverable(client, correlation_id, envelope, error) from None
+        missing = (
+            f"no chain for correlation id {correlation_id!r}; start one with "
+            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+        )
+        raise await _undeliverable(
+            client, chain_workflow_id(correlation_id), envelope, error, missing
+        ) from None
     return chain_workflow_id(correlation_id)
 
 
@@ -171,35 +180,148 @@ async def broadcast(client: Client, envelope: EventEnvelope) -> list[str]:
 
 
 async def _undeliverable(
-    client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
-) -> ChainUnavailable:
+    client: Client, workflow_id: str, envelope: EventEnvelope, error: Exception, missing: str
+) -> Undeliverable:
+    """Why an event could not be delivered: nothing there, or it has ended (then it is logged
+    with the whole event, so nothing is lost silently)."""
     try:
-        description = await chain_handle(client, correlation_id).describe()
+        description = await client.get_workflow_handle(workflow_id).describe()
     except RPCError:
-        return ChainUnavailable(
-            f"no chain for correlation id {correlation_id!r}; start one with "
-            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
-        )
+        return Undeliverable(missing)
     status = description.status.name.lower() if description.status else "unknown"
     log.warning(
-        "event for an ended chain rejected",
-        correlation_id=correlation_id,
-        chain_status=status,
+        "event for an ended workflow rejected",
+        workflow_id=workflow_id,
+        workflow_status=status,
         envelope=envelope.model_dump(mode="json"),
     )
-    return ChainUnavailable(
-        f"the chain for correlation id {correlation_id!r} has ended ({status}); "
+    return Undeliverable(
+        f"{_target_name(workflow_id)} has ended ({status}); "
         f"event {envelope.event.id} ({envelope.event.type}) was not delivered: {error}"
     )
+
+
+def _target_name(workflow_id: str) -> str:
+    if workflow_id.startswith("chain-"):
+        return f"the chain for correlation id {workflow_id.removeprefix('chain-')!r}"
+    return workflow_id
+
+
+async def deliver(
+    client: Client,
+    envelope: EventEnvelope,
+    *,
+    spec: ChainSpec | AggregatorSpec | None = None,
+    to: str | None = None,
+    queue: str | None = None,
+) -> list[str]:
+    """Deliver an event where it belongs: to one workflow (`to`), or to its correlation's chain
+    and every running aggregator scoped to that correlation. An aggregator spec starts that
+    aggregator with the event (signal-with-start)."""
+    if isinstance(spec, AggregatorSpec):
+        return [await publish_to_aggregator(client, envelope, spec, queue=queue)]
+    if to is not None:
+        await _signal(client, to, envelope)
+        return [to]
+    correlation_id = envelope.event.correlation_id or ""
+    targets = [wid for wid in await running_aggregators(client, correlation_id)]
+    for workflow_id in targets:
+        await _signal(client, workflow_id, envelope)
+    try:
+        targets.append(await publish(client, envelope, spec=spec, queue=queue))
+    except Undeliverable:
+        if not targets:
+            raise
+    return targets
+
+
+async def _signal(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:
+    try:
+        await client.get_workflow_handle(workflow_id).signal(
+            "event", envelope.model_dump(mode="json")
+        )
+    except RPCError as error:
+        raise await _undeliverable(
+            client, workflow_id, envelope, error, f"no workflow {workflow_id!r}"
+        ) from None
+
+
+async def running_aggregators(client: Client, correlation_id: str) -> list[str]:
+    query = (
+        f"{search_attributes.COORD_PATTERN.name} = 'aggregator' AND ExecutionStatus = 'Running' "
+        f"AND {search_attributes.CORRELATION_ID.name} = '{correlation_id}'"
+    )
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[str, Any]:
+    scope = f" for {spec.correlation_id}" if spec.correlation_id else ""
+    waits = ", ".join(slot.describe() for slot in spec.wait_for)
+    return {
+        "id": spec.workflow_id,
+        "task_queue": queue or task_queue(),
+        "static_summary": f"Aggregator {spec.aggregator_id}{scope}: waits for {waits}",
+        "static_details": spec.description or None,
+        "search_attributes": search_attributes.as_start_attributes(
+            search_attributes.coordination_attributes(
+                correlation_id=spec.correlation_id or spec.aggregator_id,
+                pattern="aggregator",
+                status=AggregatorStatus.WAITING.value,
+            )
+        ),
+        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    }
+
+
+async def start_aggregator(
+    client: Client, spec: AggregatorSpec, *, queue: str | None = None
+) -> WorkflowHandle[Any, AggregatorState]:
+    try:
+        return await client.start_workflow(
+            Aggregator.run, spec.model_dump(mode="json"), **_aggregator_start_options(spec, queue)
+        )
+    except WorkflowAlreadyStartedError:
+        raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None
+
+
+async def publish_to_aggregator(
+    client: Client, envelope: EventEnvelope, spec: AggregatorSpec, *, queue: str | None = None
+) -> str:
+    """Signal-with-start: the first event starts the aggregator, and is never lost to a race."""
+    try:
+        await client.start_workflow(
+            Aggregator.run,
+            spec.model_dump(mode="json"),
+            start_signal="event",
+            start_signal_args=[envelope.model_dump(mode="json")],
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            **_aggregator_start_options(spec, queue),
+        )
+    except (RPCError, WorkflowAlreadyStartedError) as error:
+        missing = f"no workflow {spec.workflow_id!r}"
+        raise await _undeliverable(client, spec.workflow_id, envelope, error, missing) from None
+    return spec.workflow_id
+
+
+def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
+    if not workflow_id.startswith("aggregator-"):
+        workflow_id = f"aggregator-{workflow_id}"
+    return client.get_workflow_handle_for(Aggregator.run, workflow_id)
+
+
+async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
+    handle = aggregator_handle(client, workflow_id)
+    if await _closed_with_result(handle):
+        with contextlib.suppress(WorkflowFailureError):
+            return await handle.result()
+    return await handle.query(Aggregator.state)
 
 
 async def chain_state(client: Client, correlation_id: str) -> ChainState:
     handle = chain_handle(client, correlation_id)
     if await _closed_with_result(handle):
-        try:
+        with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
-        except WorkflowFailureError:
-            pass
     return await handle.query(ReactiveChain.state)
 
 

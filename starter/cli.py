@@ -20,7 +20,7 @@ from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
 from starter import api, render
-from starter.api import ChainUnavailable
+from starter.api import Undeliverable
 from starter.demo import run_demo
 from worker import build_worker, default_registry, run_worker
 
@@ -63,7 +63,7 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
         signal.signal(signal.SIGTERM, _interrupt)
         try:
             return asyncio.run(fn(*args, **kwargs))
-        except (SpecError, ServerUnreachable, PortInUse, ChainUnavailable, RPCError) as error:
+        except (SpecError, ServerUnreachable, PortInUse, Undeliverable, RPCError) as error:
             typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:

@@ -312,11 +312,11 @@ async def test_publishing_to_an_ended_chain_is_refused_clearly(
         await api.close_chain(client, correlation_id)
         await asyncio.wait_for(handle.result(), 30)
         late = event(correlation_id, "A")
-        with pytest.raises(api.ChainUnavailable, match=r"has ended \(completed\)"):
+        with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
             await api.publish(client, late)
-        with pytest.raises(api.ChainUnavailable, match=r"has ended \(completed\)"):
+        with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
             await api.publish(client, late, spec=routing_spec(), queue=task_queue)
-    with pytest.raises(api.ChainUnavailable, match="no chain for correlation id"):
+    with pytest.raises(api.Undeliverable, match="no chain for correlation id"):
         await api.publish(client, event("nobody", "A"))
 
 

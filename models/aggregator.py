@@ -1,0 +1,100 @@
+"""Aggregator specs (the seed's phase1-complete) and the aggregator's status table."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from models.durations import Duration
+from models.envelope import EventEnvelope
+from models.joins import JoinState, Slot
+from models.saga import IDENTIFIER
+
+
+class AggregatorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    aggregator_id: str = Field(pattern=IDENTIFIER)
+    description: str = ""
+    wait_for: list[Slot] = Field(min_length=1)
+    timeout: Duration
+    on_complete: str = Field(min_length=1)
+    on_timeout: str = Field(min_length=1)
+    mode: Literal["all", "any"] = "all"
+    at_least: int | None = Field(default=None, ge=1)
+    threshold: float | None = Field(default=None, gt=0, le=1)
+    keep: Literal["first", "latest"] = "first"
+    correlation_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    lookback: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.at_least is not None and self.threshold is not None:
+            raise ValueError("give at most one of at_least and threshold")
+        if self.at_least is not None and self.at_least > len(self.wait_for):
+            raise ValueError(
+                f"at_least: {self.at_least} is more than the {len(self.wait_for)} awaited events"
+            )
+        if self.lookback and self.correlation_id is None:
+            raise ValueError("lookback: needs correlation_id (it reads that correlation's chain)")
+        return self
+
+    def new_join(self) -> JoinState:
+        return JoinState.of(
+            list(self.wait_for),
+            mode=self.mode,
+            at_least=self.at_least,
+            threshold=self.threshold,
+            keep=self.keep,
+        )
+
+    @property
+    def workflow_id(self) -> str:
+        suffix = f"-{self.correlation_id}" if self.correlation_id else ""
+        return f"aggregator-{self.aggregator_id}{suffix}"
+
+
+class AggregatorStatus(StrEnum):
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    TIMED_OUT = "timed_out"
+
+
+class SlotStatus(BaseModel):
+    type: str
+    source: str | None = None
+    status: Literal["received", "waiting"]
+    received_at: datetime | None = None
+    event_id: str | None = None
+
+
+class AggregatorState(BaseModel):
+    """The seed's status table: each expected event, the count line, the deadline."""
+
+    aggregator_id: str
+    correlation_id: str | None = None
+    status: AggregatorStatus = AggregatorStatus.WAITING
+    slots: list[SlotStatus] = Field(default_factory=list)
+    progress: str = ""
+    deadline: datetime | None = None
+    seconds_left: float | None = None
+    matched: int = 0
+    duplicates: int = 0
+    unmatched: int = 0
+    rejected: list[str] = Field(default_factory=list)
+    emitted: EventEnvelope | None = None
+    published_to_chain: bool = False
+
+
+def aggregation_payload(spec: AggregatorSpec, join: JoinState) -> dict[str, Any]:
+    """What on_complete / on_timeout carry: what arrived, and what did not (partial results)."""
+    return {
+        "aggregator_id": spec.aggregator_id,
+        "received": [
+            {"type": spec.wait_for[i].type, **arrival.model_dump(mode="json")}
+            for i, arrival in sorted(join.received.items())
+        ],
+        "missing": [slot.model_dump(mode="json", by_alias=True) for slot in join.missing],
+        "needed": join.needed,
+    }

@@ -1,0 +1,187 @@
+"""The Aggregator workflow: the seed's phase1-complete join, with deadlines and quorums."""
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from models.envelope import EventEnvelope
+from models.joins import JoinState, Slot
+from models.specs import read_document
+from starter import api
+from tests.agents import GatedAgents
+from tests.conftest import ROOT
+from tests.test_chain import approved, eventually, user_story
+from worker import build_worker
+
+PHASE1 = ROOT / "examples" / "phase1-aggregator.yaml"
+API = ("APIDesignCompleted", "/backend-architect")
+WIREFRAME = ("WireframeCompleted", "/ux-designer")
+TEST_PLAN = ("TestPlanCompleted", "/test-engineer")
+
+
+def phase1(**overrides: Any) -> AggregatorSpec:
+    data = {**read_document(PHASE1), "lookback": False}
+    data["aggregator_id"] = f"phase1-{uuid.uuid4().hex[:8]}"
+    return AggregatorSpec.model_validate({**data, **overrides})
+
+
+def completed(kind: tuple[str, str], correlation_id: str | None = None) -> EventEnvelope:
+    return EventEnvelope.new(
+        kind[0], kind[1], payload={"by": kind[1]}, correlation_id=correlation_id
+    )
+
+
+async def aggregate(
+    client: Client, task_queue: str, spec: AggregatorSpec, events: list[EventEnvelope]
+) -> AggregatorState:
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, spec, queue=task_queue)
+        for envelope in events:
+            await handle.signal("event", envelope.model_dump(mode="json"))
+        return await asyncio.wait_for(handle.result(), 30)
+
+
+async def test_all_three_in_any_order_complete_phase1(client: Client, task_queue: str) -> None:
+    plan = completed(TEST_PLAN)
+    events = [
+        plan,
+        completed(("TestPlanCompleted", "/someone-else")),
+        EventEnvelope.new("Unrelated", "/x"),
+        plan,
+        completed(WIREFRAME),
+        completed(API),
+    ]
+    state = await aggregate(client, task_queue, phase1(), events)
+    assert state.status == AggregatorStatus.COMPLETED
+    assert state.emitted is not None and state.emitted.event.type == "Phase1CompletedEvent"
+    assert [s.status for s in state.slots] == ["received"] * 3
+    assert (state.matched, state.duplicates, state.unmatched) == (3, 1, 2)
+    assert state.emitted.event.causation_id == events[-1].event.id
+    assert state.progress == "3/3 events received; completed"
+
+
+async def test_two_of_three_then_the_deadline_emits_a_partial_timeout(
+    time_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    state = await aggregate(
+        time_env.client, task_queue, phase1(), [completed(API), completed(WIREFRAME)]
+    )
+    assert state.status == AggregatorStatus.TIMED_OUT
+    assert state.emitted is not None and state.emitted.event.type == "Phase1TimeoutEvent"
+    payload = state.emitted.payload
+    assert [r["type"] for r in payload["received"]] == ["APIDesignCompleted", "WireframeCompleted"]
+    assert payload["missing"] == [{"type": "TestPlanCompleted", "from": "/test-engineer"}]
+    assert state.progress == "2/3 events received; timed_out"
+
+
+@pytest.mark.parametrize("quorum", [{"at_least": 2}, {"threshold": 0.67}, {"mode": "any"}])
+async def test_quorums_complete_early(
+    client: Client, task_queue: str, quorum: dict[str, Any]
+) -> None:
+    needed = 1 if quorum.get("mode") == "any" else 2
+    events = [completed(WIREFRAME), completed(API)][:needed]
+    state = await aggregate(client, task_queue, phase1(**quorum), events)
+    assert state.status == AggregatorStatus.COMPLETED
+    assert sum(s.status == "received" for s in state.slots) == needed
+
+
+def test_threshold_reads_as_the_seed_means_it() -> None:
+    slots = [Slot(type=t) for t in "ABC"]
+    assert JoinState.of(slots, threshold=0.67).needed == 2
+    assert JoinState.of(slots, threshold=0.7).needed == 3
+    assert JoinState.of([Slot(type=t) for t in "ABCDE"], threshold=0.5).needed == 3
+
+
+async def test_keep_latest_replaces_the_slot(client: Client, task_queue: str) -> None:
+    first, second = completed(API), completed(API)
+    state = await aggregate(
+        client, task_queue, phase1(keep="latest", at_least=1, timeout="1m"), [first, second]
+    )
+    assert state.emitted is not None
+    assert state.emitted.payload["received"][0]["event_id"] in (first.event.id, second.event.id)
+
+
+async def test_first_event_starts_the_aggregator_and_is_not_lost(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    spec = phase1(correlation_id=correlation_id)
+    async with build_worker(client, task_queue):
+        workflow_id = await api.publish_to_aggregator(
+            client, completed(API, correlation_id), spec, queue=task_queue
+        )
+        for kind in (WIREFRAME, TEST_PLAN):
+            assert await api.deliver(client, completed(kind, correlation_id), to=workflow_id)
+        state = await asyncio.wait_for(api.aggregator_handle(client, workflow_id).result(), 30)
+        with pytest.raises(api.Undeliverable, match="has ended"):
+            await api.deliver(client, completed(API, correlation_id), to=workflow_id)
+    assert workflow_id == f"aggregator-{spec.aggregator_id}-{correlation_id}"
+    assert not state.published_to_chain, "no chain exists for this correlation"
+    assert state.status == AggregatorStatus.COMPLETED
+
+
+async def test_a_worker_restart_between_events_loses_nothing(
+    client: Client, task_queue: str
+) -> None:
+    spec = phase1()
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, spec, queue=task_queue)
+        await handle.signal("event", completed(API).model_dump(mode="json"))
+    await handle.signal("event", completed(WIREFRAME).model_dump(mode="json"))
+    async with build_worker(client, task_queue, GatedAgents().registry()):
+        await handle.signal("event", completed(TEST_PLAN).model_dump(mode="json"))
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == AggregatorStatus.COMPLETED and state.matched == 3
+
+
+async def test_lookback_counts_what_the_chain_already_recorded_and_emits_into_it(
+    client: Client, task_queue: str
+) -> None:
+    """A join registered late misses nothing, and its result joins the chain's event log."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    gates = GatedAgents(names=["frontend-specialist"])
+    chain_spec = user_story()
+    async with build_worker(client, task_queue, gates.registry()):
+        await api.publish(client, approved(correlation_id), spec=chain_spec, queue=task_queue)
+        await gates.wait_started("frontend-specialist")
+        spec = phase1(correlation_id=correlation_id, lookback=True)
+        state = await asyncio.wait_for(
+            (await api.start_aggregator(client, spec, queue=task_queue)).result(), 30
+        )
+        assert state.status == AggregatorStatus.COMPLETED
+        assert state.published_to_chain
+
+        async def in_chain() -> bool:
+            timeline = await api.chain_timeline(client, correlation_id)
+            return "Phase1CompletedEvent" in [e.event for e in timeline]
+
+        await eventually(in_chain)
+        gates.released["frontend-specialist"].set()
+        await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+
+
+async def test_publish_by_correlation_reaches_chain_and_aggregators(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    spec = phase1(correlation_id=correlation_id)
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, spec, queue=task_queue)
+
+        async def listed() -> bool:
+            return handle.id in await api.running_aggregators(client, correlation_id)
+
+        await eventually(listed)
+        targets = await api.deliver(client, completed(API, correlation_id), spec=user_story())
+        assert targets == [handle.id, f"chain-{correlation_id}"]
+        state = await api.aggregator_state(client, handle.id)
+    assert state.matched == 1
+    assert state.progress == (
+        "1/3 events received, waiting for WireframeCompleted from /ux-designer, "
+        "TestPlanCompleted from /test-engineer"
+    )
