@@ -236,6 +236,7 @@ class ChainState(BaseModel):
     queued: int = 0
     pause_reason: str | None = None
     terminal_seen: bool = False
+    listeners: list[str] = Field(default_factory=list)
 
 
 class QueuedRun(BaseModel):
@@ -258,6 +259,7 @@ class ChainCarry(BaseModel):
     joins: dict[str, JoinState]
     inbox: list[EventEnvelope]
     queue: list[QueuedRun]
+    listeners: list[str] = Field(default_factory=list)
 
 
 class ChainInput(BaseModel):

@@ -15,6 +15,7 @@ from temporalio.service import RPCError
 from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
+from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec
@@ -31,6 +32,8 @@ saga_app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sag
 app.add_typer(saga_app, name="saga")
 chain_app = typer.Typer(no_args_is_help=True, help="Start, inspect and close reactive chains.")
 app.add_typer(chain_app, name="chain")
+aggregate_app = typer.Typer(no_args_is_help=True, help="Start and inspect aggregators.")
+app.add_typer(aggregate_app, name="aggregate")
 
 R = TypeVar("R")
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
@@ -198,6 +201,50 @@ async def chain_close(correlation_id: str) -> None:
     typer.echo(f"closing chain-{correlation_id}")
 
 
+def load_aggregator_spec(path: Path, correlation_id: str | None) -> AggregatorSpec:
+    document = read_document(path)
+    if correlation_id is not None and isinstance(document, dict):
+        document["correlation_id"] = correlation_id
+    return parse_model(AggregatorSpec, document, str(path))
+
+
+@aggregate_app.command("start")
+@runs_async
+async def aggregate_start(
+    spec_file: Annotated[Path, typer.Argument(metavar="SPEC")],
+    correlation_id: Annotated[
+        str | None, typer.Option(help="Count only this correlation's events")
+    ] = None,
+) -> None:
+    """Start an aggregator from a YAML or JSON spec."""
+    spec = load_aggregator_spec(spec_file, correlation_id)
+    settings = ConnectionSettings.load()
+    handle = await api.start_aggregator(await settings.connect(), spec)
+    typer.echo(f"started {handle.id}: {workflow_link(handle.id, settings.namespace)}")
+
+
+@aggregate_app.command("state")
+@runs_async
+async def aggregate_state(
+    aggregator: Annotated[str, typer.Argument(metavar="ID", help="Workflow id or aggregator id")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
+) -> None:
+    """Print an aggregator's status table (the seed's)."""
+    client = await ConnectionSettings.load().connect()
+    state = await api.aggregator_state(client, aggregator)
+    typer.echo(state.model_dump_json(indent=2) if as_json else render.aggregator_table(state))
+
+
+def load_publish_spec(path: Path, correlation_id: str | None) -> ChainSpec | AggregatorSpec:
+    """`--spec` takes a chain spec, or an aggregator spec (it has an `aggregator_id`)."""
+    document = read_document(path)
+    if isinstance(document, dict) and "aggregator_id" in document:
+        return load_aggregator_spec(path, correlation_id)
+    spec = parse_model(ChainSpec, document, str(path))
+    check_agents(path, spec)
+    return spec
+
+
 @app.command()
 @runs_async
 async def publish(
@@ -219,10 +266,11 @@ async def publish(
     all_chains: Annotated[
         bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
     ] = False,
+    to: Annotated[str | None, typer.Option("--to", help="Deliver to this workflow id only")] = None,
 ) -> None:
-    """Publish an event to its correlation's chain, or to every running chain."""
-    if bool(correlation_id) == all_chains:
-        raise SpecError("--correlation-id or --all-chains: give exactly one")
+    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain."""
+    if not correlation_id and not all_chains and not to:
+        raise SpecError("give --correlation-id, --to or --all-chains")
     if payload is not None and payload_file is not None:
         raise SpecError("--payload and --payload-file: give one or the other")
     body: object = {}
@@ -238,15 +286,12 @@ async def publish(
         {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
         "event",
     )
-    spec = load_spec(ChainSpec, spec_file) if spec_file else None
-    if spec_file is not None and spec is not None:
-        check_agents(spec_file, spec)
+    spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
     client = await ConnectionSettings.load().connect()
     if all_chains:
-        reached = await api.broadcast(client, envelope)
-        target = f"{len(reached)} running chains"
+        target = f"{len(await api.broadcast(client, envelope))} running chains"
     else:
-        target = await api.publish(client, envelope, spec=spec)
+        target = ", ".join(await api.deliver(client, envelope, spec=spec, to=to))
     typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
 
 

@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 
+from models.aggregator import AggregatorState
 from models.chain import TimelineEntry
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
@@ -50,4 +51,29 @@ def causation_tree(entries: Sequence[TimelineEntry]) -> str:
             walk(entry.event_id, prefix + ("" if parent is None else ("   " if last else "│  ")))
 
     walk(None, "")
+    return "\n".join(lines)
+
+
+def aggregator_table(state: AggregatorState) -> str:
+    """The seed's aggregation status table and count line."""
+    rows = [
+        (
+            slot.type + (f" from {slot.source}" if slot.source else ""),
+            "✅ Received" if slot.status == "received" else "⏳ Waiting",
+            f"{slot.received_at:%H:%M:%S}" if slot.received_at else "-",
+        )
+        for slot in state.slots
+    ]
+    header = ("Event", "Status", "Received At")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [header, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines += ["", f"Aggregation Status: {state.progress}"]
+    if state.deadline is not None:
+        left = f" ({state.seconds_left:.0f}s left)" if state.seconds_left is not None else ""
+        lines.append(f"Deadline: {state.deadline:%Y-%m-%d %H:%M:%S} UTC{left}")
+    if state.emitted is not None:
+        lines.append(f"Emitted: {state.emitted.event.type} ({state.emitted.event.id})")
     return "\n".join(lines)

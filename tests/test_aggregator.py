@@ -185,3 +185,30 @@ async def test_publish_by_correlation_reaches_chain_and_aggregators(
         "1/3 events received, waiting for WireframeCompleted from /ux-designer, "
         "TestPlanCompleted from /test-engineer"
     )
+
+
+async def test_aggregator_hears_the_events_its_chain_records(
+    client: Client, task_queue: str
+) -> None:
+    """The seed's composition: the chain's agents publish, the phase1 join completes, and its
+    result is published back into the chain."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    gates = GatedAgents(names=["frontend-specialist"])
+    async with build_worker(client, task_queue, gates.registry()):
+        await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        handle = await api.start_aggregator(
+            client, phase1(correlation_id=correlation_id), queue=task_queue
+        )
+
+        async def attached() -> bool:
+            return handle.id in (await api.chain_state(client, correlation_id)).listeners
+
+        await eventually(attached)
+        await api.publish(client, approved(correlation_id))
+        state = await asyncio.wait_for(handle.result(), 30)
+        gates.released["frontend-specialist"].set()
+        chain = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+        timeline = await api.chain_timeline(client, correlation_id)
+    assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
+    assert "Phase1CompletedEvent" in [e.event for e in timeline]
+    assert chain.status == "completed"

@@ -6,6 +6,7 @@ when the deadline passes first it emits `on_timeout` with what arrived and what 
 emitted event is the workflow's result and is published into the chain of its correlation id.
 """
 
+import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -65,6 +66,7 @@ class Aggregator:
             raise ApplicationError(self._spec_error, type="invalid_spec", non_retryable=True)
         self._upsert_status()
         self._publish_details()
+        await self._attach_to_chain()
         if self._spec.lookback and self._spec.correlation_id:
             for envelope in await workflow.execute_activity(
                 "chain_events",
@@ -146,6 +148,15 @@ class Aggregator:
     def _last_arrival_id(self) -> str | None:
         arrivals = sorted(self._join.received.values(), key=lambda a: a.received_at)
         return arrivals[-1].event_id if arrivals else None
+
+    async def _attach_to_chain(self) -> None:
+        """Receive the events the chain of this correlation records from now on (lookback
+        covers the ones before; duplicates are ignored by id)."""
+        if self._spec.correlation_id is None:
+            return
+        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._spec.correlation_id))
+        with contextlib.suppress(ApplicationError):
+            await chain.signal("attach", workflow.info().workflow_id)
 
     async def _publish_to_chain(self, envelope: EventEnvelope) -> None:
         """Aggregators compose with chains: the result joins its correlation's event log."""

@@ -78,6 +78,7 @@ class ReactiveChain:
         ]
         heapq.heapify(self._queue)
         self._running: dict[int, AgentRun] = {}
+        self._listeners: list[str] = carried.listeners
         self._closing = False
 
     @workflow.run
@@ -119,6 +120,12 @@ class ReactiveChain:
         self._inbox.append(envelope)
 
     @workflow.signal
+    def attach(self, workflow_id: str) -> None:
+        """An aggregator of this correlation asks to receive every event the chain records."""
+        if workflow_id not in self._listeners:
+            self._listeners.append(workflow_id)
+
+    @workflow.signal
     def close(self) -> None:
         """Accept no more events; finish the work already started or queued, then end."""
         self._closing = True
@@ -130,6 +137,7 @@ class ReactiveChain:
                 "running": [f"{r.agent} ← {r.trigger.event.type}" for r in self._running.values()],
                 "waiting": self._waiting(),
                 "queued": len(self._queue),
+                "listeners": list(self._listeners),
             }
         )
 
@@ -194,6 +202,8 @@ class ReactiveChain:
             )
             return
         self._remember(envelope, depth)
+        for listener in self._listeners:
+            asyncio.create_task(self._forward(listener, envelope))  # noqa: RUF006
         self._apply_alerts(envelope)
         if header.type == self._spec.terminal_event:
             self._state.terminal_seen = True
@@ -204,6 +214,16 @@ class ReactiveChain:
                 if join.satisfied:
                     causes = [arrival.event_id for arrival in join.fire()]
                     self._enqueue(subscription, envelope, causes)
+
+    async def _forward(self, listener: str, envelope: EventEnvelope) -> None:
+        """A listener that has ended is dropped; the event stays in this chain's log."""
+        try:
+            await workflow.get_external_workflow_handle(listener).signal(
+                "event", envelope.model_dump(mode="json")
+            )
+        except ApplicationError:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
 
     def _remember(self, envelope: EventEnvelope, depth: int) -> None:
         header = envelope.event
@@ -350,6 +370,7 @@ class ReactiveChain:
                 joins=self._joins,
                 inbox=self._inbox,
                 queue=[QueuedRun(rank=r, seq=s, run=run) for r, s, run in self._queue],
+                listeners=self._listeners,
             ),
         )
 
