@@ -1,6 +1,7 @@
 """Turning YAML/JSON documents into validated models, with errors that name the field."""
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -48,8 +49,12 @@ def read_document(path: Path) -> Any:
         raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
 
 
-def load_spec(model: type[M], path: Path) -> M:
-    return parse_model(model, read_document(path), str(path))
+def load_spec(model: type[M], path: Path, overrides: Mapping[str, Any] | None = None) -> M:
+    """`overrides` (command-line options, say) replace top-level fields before validation."""
+    document = read_document(path)
+    if overrides and isinstance(document, dict):
+        document = {**document, **overrides}
+    return parse_model(model, document, str(path))
 
 
 def parse_json_object(text: str, source: str) -> dict[str, Any]:

@@ -202,10 +202,8 @@ async def chain_close(correlation_id: str) -> None:
 
 
 def load_aggregator_spec(path: Path, correlation_id: str | None) -> AggregatorSpec:
-    document = read_document(path)
-    if correlation_id is not None and isinstance(document, dict):
-        document["correlation_id"] = correlation_id
-    return parse_model(AggregatorSpec, document, str(path))
+    overrides = {"correlation_id": correlation_id} if correlation_id else None
+    return load_spec(AggregatorSpec, path, overrides)
 
 
 @aggregate_app.command("start")

@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from infra.devserver import local_temporal
 from infra.temporal import workflow_link
+from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec
@@ -39,8 +40,14 @@ async def run_sagas(client: Client, stamp: str) -> None:
 
 
 async def run_chain(client: Client, stamp: str) -> None:
+    """The user-story chain, with the seed's phase1 aggregator listening to it."""
     spec = load_spec(ChainSpec, EXAMPLES / "user-story-chain.yaml")
     correlation_id = f"story-{stamp}"
+    await api.start_chain(client, spec, correlation_id)
+    phase1 = load_spec(
+        AggregatorSpec, EXAMPLES / "phase1-aggregator.yaml", {"correlation_id": correlation_id}
+    )
+    aggregator = await api.start_aggregator(client, phase1)
     approved = EventEnvelope.new(
         "UserStoryApproved",
         "/product-strategist",
@@ -48,9 +55,12 @@ async def run_chain(client: Client, stamp: str) -> None:
         correlation_id=correlation_id,
         topic="project.tasks",
     )
-    workflow_id = await api.publish(client, approved, spec=spec)
+    workflow_id = await api.publish(client, approved)
     typer.secho(f"\n▶ {workflow_id} (user-story reactive chain)", bold=True)
     state = await api.chain_handle(client, correlation_id).result()
+    typer.secho(f"\n▶ {aggregator.id} (phase1 aggregator)", bold=True)
+    typer.echo(render.aggregator_table(await aggregator.result()))
+    typer.secho(f"\n▶ {workflow_id}: timeline and causation tree", bold=True)
     typer.echo(render.timeline_table(await api.chain_timeline(client, correlation_id)))
     typer.echo(f"\n{render.causation_tree(await api.chain_timeline(client, correlation_id))}")
     typer.echo(f"  status: {state.status.value}  UI: {workflow_link(workflow_id)}")
