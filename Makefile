@@ -26,7 +26,7 @@ lint: $(INSTALLED)
 # Re-record the histories that replay tests hold every later workflow change to.
 histories: $(INSTALLED)
 	rm -rf tests/histories
-	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py tests/test_chain.py -q
+	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py tests/test_chain.py tests/test_aggregator.py -q
 
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.saga_bench $(ARGS)
