@@ -59,6 +59,7 @@ class AggregatorStatus(StrEnum):
     WAITING = "waiting"
     COMPLETED = "completed"
     TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
 
 
 class SlotStatus(BaseModel):

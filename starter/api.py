@@ -309,6 +309,10 @@ def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, A
     return client.get_workflow_handle_for(Aggregator.run, workflow_id)
 
 
+async def cancel_aggregator(client: Client, workflow_id: str) -> None:
+    await aggregator_handle(client, workflow_id).cancel()
+
+
 async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     handle = aggregator_handle(client, workflow_id)
     if await _closed_with_result(handle):

@@ -233,6 +233,17 @@ async def aggregate_state(
     typer.echo(state.model_dump_json(indent=2) if as_json else render.aggregator_table(state))
 
 
+@aggregate_app.command("cancel")
+@runs_async
+async def aggregate_cancel(
+    aggregator: Annotated[str, typer.Argument(metavar="ID", help="Workflow id or aggregator id")],
+) -> None:
+    """Cancel an aggregator; it emits nothing."""
+    client = await ConnectionSettings.load().connect()
+    await api.cancel_aggregator(client, aggregator)
+    typer.echo(f"cancellation requested for {api.aggregator_handle(client, aggregator).id}")
+
+
 def load_publish_spec(path: Path, correlation_id: str | None) -> ChainSpec | AggregatorSpec:
     """`--spec` takes a chain spec, or an aggregator spec (it has an `aggregator_id`)."""
     document = read_document(path)

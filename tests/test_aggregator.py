@@ -5,7 +5,7 @@ import uuid
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
@@ -212,3 +212,17 @@ async def test_aggregator_hears_the_events_its_chain_records(
     assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
     assert "Phase1CompletedEvent" in [e.event for e in timeline]
     assert chain.status == "completed"
+
+
+async def test_cancelled_aggregator_says_so_and_emits_nothing(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, phase1(), queue=task_queue)
+        await handle.signal("event", completed(API).model_dump(mode="json"))
+        await api.cancel_aggregator(client, handle.id)
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        state = await api.aggregator_state(client, handle.id)
+    assert state.status == AggregatorStatus.CANCELLED
+    assert state.emitted is None and state.matched == 1

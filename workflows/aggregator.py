@@ -6,6 +6,7 @@ when the deadline passes first it emits `on_timeout` with what arrived and what 
 emitted event is the workflow's result and is published into the chain of its correlation id.
 """
 
+import asyncio
 import contextlib
 from datetime import datetime, timedelta
 from typing import Any
@@ -87,6 +88,11 @@ class Aggregator:
         except TimeoutError:
             self._state.status = AggregatorStatus.TIMED_OUT
             emitted_type = self._spec.on_timeout
+        except asyncio.CancelledError:
+            self._state.status = AggregatorStatus.CANCELLED
+            self._upsert_status()
+            self._publish_details()
+            raise
         self._state.emitted = EventEnvelope.new(
             emitted_type,
             f"/aggregator/{self._spec.aggregator_id}",
