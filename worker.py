@@ -9,14 +9,16 @@ from temporalio.worker import Worker
 
 from activities.agents import AgentActivities, AgentRegistry
 from activities.chains import ChainLookback
+from activities.delivery import Delivery
 from activities.demo import register_demo_agents
 from infra.logs import configure_logging, get_logger
 from infra.temporal import ConnectionSettings, task_queue
 from workflows.aggregator import Aggregator
 from workflows.chain import ReactiveChain
+from workflows.dlq import DeadLetterQueue
 from workflows.saga import Saga
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterQueue)
 
 
 def default_registry() -> AgentRegistry:
@@ -27,11 +29,17 @@ def build_worker(
     client: Client, queue: str | None = None, registry: AgentRegistry | None = None
 ) -> Worker:
     activities = AgentActivities(registry or default_registry())
+    delivery = Delivery(client)
     return Worker(
         client,
         task_queue=queue or task_queue(),
         workflows=list(WORKFLOWS),
-        activities=[activities.run_agent, ChainLookback(client).chain_events],
+        activities=[
+            activities.run_agent,
+            ChainLookback(client).chain_events,
+            delivery.park,
+            delivery.redeliver,
+        ],
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.
         default_heartbeat_throttle_interval=timedelta(seconds=1),

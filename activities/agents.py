@@ -75,18 +75,22 @@ class AgentActivities:
         try:
             data = await agent(request.event, context)
         except Exception as error:
-            classified = _classified(error, request.retry_on)
-            if classified is error:
-                raise
-            raise classified from error
+            raise _classified(error, request.retry_on, info.attempt) from error
         return AgentResult(agent=request.agent, data=dict(data or {}))
 
 
-def _classified(error: Exception, retry_on: list[str]) -> Exception:
-    """Apply the seed's `retry_on`: a failure type outside a non-empty list is not retried."""
-    failure_type = type(error).__name__
-    if isinstance(error, ApplicationError) and error.type:
-        failure_type = error.type
-    if not retry_on or failure_type in retry_on:
-        return error
-    return ApplicationError(str(error), type=failure_type, non_retryable=True)
+def _classified(error: Exception, retry_on: list[str], attempt: int) -> ApplicationError:
+    """A typed failure carrying its attempt (for the dead-letter queue), with the seed's
+    `retry_on` applied: a failure type outside a non-empty list is not retried."""
+    if isinstance(error, ApplicationError):
+        failure_type = error.type or "ApplicationError"
+        non_retryable, delay, message = error.non_retryable, error.next_retry_delay, error.message
+    else:
+        failure_type, non_retryable, delay, message = type(error).__name__, False, None, str(error)
+    return ApplicationError(
+        message,
+        {"attempt": attempt},
+        type=failure_type,
+        non_retryable=non_retryable or bool(retry_on and failure_type not in retry_on),
+        next_retry_delay=delay,
+    )

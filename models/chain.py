@@ -217,6 +217,11 @@ class RejectedEvent(BaseModel):
     raw: Any = None
 
 
+class RerunRequest(BaseModel):
+    subscription: str
+    event: EventEnvelope
+
+
 class AgentRun(BaseModel):
     subscription: str
     agent: str

@@ -1,13 +1,22 @@
 """The Python API for scripts; the CLI is a thin layer over it."""
 
 import contextlib
+from collections.abc import Awaitable
+from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.delivery import dlq_workflow_id, park_dead_letter
 from infra.logs import get_logger
 from infra.temporal import task_queue
 from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
@@ -19,11 +28,14 @@ from models.chain import (
     TimelineEntry,
     chain_workflow_id,
 )
+from models.dlq import ArchiveRequest, DeadLetter, DlqCounts, DlqEntry, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
 from workflows import search_attributes
 from workflows.aggregator import Aggregator
 from workflows.chain import ReactiveChain
+from workflows.common import failure_message
+from workflows.dlq import DeadLetterQueue
 from workflows.saga import Saga
 
 log = get_logger("coord.api")
@@ -189,16 +201,25 @@ async def _undeliverable(
     except RPCError:
         return Undeliverable(missing)
     status = description.status.name.lower() if description.status else "unknown"
-    log.warning(
-        "event for an ended workflow rejected",
-        workflow_id=workflow_id,
-        workflow_status=status,
-        envelope=envelope.model_dump(mode="json"),
-    )
-    return Undeliverable(
+    message = (
         f"{_target_name(workflow_id)} has ended ({status}); "
         f"event {envelope.event.id} ({envelope.event.type}) was not delivered: {error}"
     )
+    now = datetime.now(UTC)
+    letter = DeadLetter(
+        event=envelope,
+        target_workflow=workflow_id,
+        failure_type="target_ended",
+        message=message,
+        first_failed_at=now,
+        last_failed_at=now,
+    )
+    queue = description.task_queue or task_queue()
+    dlq = await park_dead_letter(client, letter, queue)
+    log.warning(
+        "event for an ended workflow parked", workflow_id=workflow_id, dead_letter_queue=dlq
+    )
+    return Undeliverable(f"{message}; parked in {dlq}")
 
 
 def _target_name(workflow_id: str) -> str:
@@ -340,3 +361,50 @@ async def chain_running(client: Client, correlation_id: str) -> bool:
 
 async def close_chain(client: Client, correlation_id: str) -> None:
     await chain_handle(client, correlation_id).signal(ReactiveChain.close)
+
+
+def dlq_handle(client: Client, queue: str | None = None) -> WorkflowHandle[Any, None]:
+    return client.get_workflow_handle_for(
+        DeadLetterQueue.run, dlq_workflow_id(queue or task_queue())
+    )
+
+
+async def dlq_entries(
+    client: Client, selection: DlqSelection | None = None, *, queue: str | None = None
+) -> list[DlqEntry]:
+    try:
+        return await dlq_handle(client, queue).query(
+            DeadLetterQueue.entries, selection or DlqSelection()
+        )
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return []
+        raise
+
+
+async def dlq_counts(client: Client, *, queue: str | None = None) -> DlqCounts:
+    return await dlq_handle(client, queue).query(DeadLetterQueue.counts)
+
+
+async def dlq_replay(
+    client: Client, request: ReplayRequest, *, queue: str | None = None
+) -> list[DlqEntry]:
+    return await _dlq_update(
+        dlq_handle(client, queue).execute_update(DeadLetterQueue.replay, request)
+    )
+
+
+async def dlq_archive(
+    client: Client, request: ArchiveRequest, *, queue: str | None = None
+) -> list[DlqEntry]:
+    return await _dlq_update(
+        dlq_handle(client, queue).execute_update(DeadLetterQueue.archive, request)
+    )
+
+
+async def _dlq_update(update: Awaitable[list[DlqEntry]]) -> list[DlqEntry]:
+    """A refused operation (nothing matches, say) becomes one clear error."""
+    try:
+        return await update
+    except WorkflowUpdateFailedError as error:
+        raise Undeliverable(f"dead-letter queue refused: {failure_message(error)}") from None

@@ -17,6 +17,7 @@ from infra.logs import configure_logging
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
 from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
+from models.dlq import ArchiveRequest, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
@@ -34,6 +35,15 @@ chain_app = typer.Typer(no_args_is_help=True, help="Start, inspect and close rea
 app.add_typer(chain_app, name="chain")
 aggregate_app = typer.Typer(no_args_is_help=True, help="Start and inspect aggregators.")
 app.add_typer(aggregate_app, name="aggregate")
+dlq_app = typer.Typer(
+    no_args_is_help=True, help="The dead-letter queue: investigate, fix, replay, archive."
+)
+app.add_typer(dlq_app, name="dlq")
+
+EventType = Annotated[str | None, typer.Option("--type", help="Only events of this type")]
+Topic = Annotated[str | None, typer.Option(help="Only events of this topic")]
+FailureType = Annotated[str | None, typer.Option(help="Only this failure type")]
+Correlation = Annotated[str | None, typer.Option(help="Only this correlation id")]
 
 R = TypeVar("R")
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
@@ -324,6 +334,116 @@ async def events(
             if entry.seq > last:
                 typer.echo(render.timeline_table([entry]).splitlines()[-1])
                 last = entry.seq
+
+
+def selection(
+    entry_ids: list[str],
+    *,
+    everything: bool,
+    type: str | None,
+    topic: str | None,
+    failure_type: str | None,
+    correlation_id: str | None,
+) -> DlqSelection:
+    """Entry ids, or --all with optional filters: never a silent bulk operation by default."""
+    if bool(entry_ids) == everything:
+        raise SpecError("give entry ids, or --all (with --type and the other filters)")
+    return DlqSelection(
+        entry_ids=entry_ids,
+        type=type,
+        topic=topic,
+        failure_type=failure_type,
+        correlation_id=correlation_id,
+    )
+
+
+@dlq_app.command("list")
+@runs_async
+async def dlq_list(
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+    status: Annotated[str | None, typer.Option(help="parked, replayed or archived")] = "parked",
+) -> None:
+    """List dead letters (the seed's DLQ table)."""
+    client = await ConnectionSettings.load().connect()
+    chosen = DlqSelection.model_validate(
+        {
+            "type": type,
+            "topic": topic,
+            "failure_type": failure_type,
+            "correlation_id": correlation_id,
+            "status": status,
+        }
+    )
+    typer.echo(render.dlq_table(await api.dlq_entries(client, chosen)))
+
+
+@dlq_app.command("show")
+@runs_async
+async def dlq_show(entry_id: str) -> None:
+    """Show one dead letter in full (JSON)."""
+    client = await ConnectionSettings.load().connect()
+    entries = await api.dlq_entries(client, DlqSelection(entry_ids=[entry_id]))
+    if not entries:
+        raise SpecError(f"no dead letter {entry_id!r}")
+    typer.echo(entries[0].model_dump_json(indent=2))
+
+
+@dlq_app.command("replay")
+@runs_async
+async def dlq_replay(
+    entry_ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...")] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Every parked entry matching")] = False,
+    payload: Annotated[
+        str | None, typer.Option(help="Fix and replay: the corrected payload")
+    ] = None,
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+) -> None:
+    """Deliver dead letters again to their targets, optionally with a corrected payload."""
+    chosen = selection(
+        entry_ids or [],
+        everything=everything,
+        type=type,
+        topic=topic,
+        failure_type=failure_type,
+        correlation_id=correlation_id,
+    )
+    fixed = parse_json_object(payload, "--payload") if payload is not None else None
+    client = await ConnectionSettings.load().connect()
+    entries = await api.dlq_replay(client, ReplayRequest(selection=chosen, payload=fixed))
+    for entry in entries:
+        typer.echo(f"{entry.entry_id}: {entry.status}, {entry.replays[-1].outcome}")
+
+
+@dlq_app.command("archive")
+@runs_async
+async def dlq_archive(
+    entry_ids: Annotated[list[str] | None, typer.Argument(metavar="[ID]...")] = None,
+    note: Annotated[str, typer.Option(help="Why it is not recoverable")] = "",
+    everything: Annotated[bool, typer.Option("--all", help="Every parked entry matching")] = False,
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+) -> None:
+    """Archive dead letters with a note."""
+    chosen = selection(
+        entry_ids or [],
+        everything=everything,
+        type=type,
+        topic=topic,
+        failure_type=failure_type,
+        correlation_id=correlation_id,
+    )
+    client = await ConnectionSettings.load().connect()
+    request = parse_model(ArchiveRequest, {"selection": chosen, "note": note}, "archive")
+    for entry in await api.dlq_archive(client, request):
+        typer.echo(f"{entry.entry_id}: archived ({entry.archive_note})")
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:

@@ -4,8 +4,19 @@ from collections.abc import Sequence
 
 from models.aggregator import AggregatorState
 from models.chain import TimelineEntry
+from models.dlq import DlqEntry
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, a rule under the header."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = [
+        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [header, *rows]
+    ]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return lines
 
 
 def timeline_table(entries: Sequence[TimelineEntry]) -> str:
@@ -21,16 +32,7 @@ def timeline_table(entries: Sequence[TimelineEntry]) -> str:
         )
         for e in entries
     ]
-    widths = [
-        max(len(str(cell)) for cell in column)
-        for column in zip(TIMELINE_COLUMNS, *rows, strict=False)
-    ]
-    lines = [
-        " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-        for row in [TIMELINE_COLUMNS, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return "\n".join(table(TIMELINE_COLUMNS, rows))
 
 
 def causation_tree(entries: Sequence[TimelineEntry]) -> str:
@@ -64,12 +66,7 @@ def aggregator_table(state: AggregatorState) -> str:
         )
         for slot in state.slots
     ]
-    header = ("Event", "Status", "Received At")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
+    lines = table(("Event", "Status", "Received At"), rows)
     lines += ["", f"Aggregation Status: {state.progress}"]
     if state.deadline is not None:
         left = f" ({state.seconds_left:.0f}s left)" if state.seconds_left is not None else ""
@@ -77,3 +74,21 @@ def aggregator_table(state: AggregatorState) -> str:
     if state.emitted is not None:
         lines.append(f"Emitted: {state.emitted.event.type} ({state.emitted.event.id})")
     return "\n".join(lines)
+
+
+def dlq_table(entries: Sequence[DlqEntry]) -> str:
+    """The seed's DLQ table: event, type, failure reason, retries, target and status."""
+    header = ("Entry", "Event ID", "Type", "Failure", "Retries", "Target", "Status")
+    rows = [
+        (
+            e.entry_id,
+            e.event.event.id if e.event else "-",
+            e.event.event.type if e.event else "(invalid)",
+            f"{e.failure_type}: {e.message}"[:60],
+            str(e.attempts),
+            (e.target_workflow or "-") + (f" / {e.target_agent}" if e.target_agent else ""),
+            e.status,
+        )
+        for e in entries
+    ]
+    return "\n".join(table(header, rows))

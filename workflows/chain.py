@@ -8,6 +8,7 @@ published back into the chain as new events, caused by the event that triggered 
 
 import asyncio
 import heapq
+from collections.abc import Coroutine
 from typing import Any
 
 from temporalio import workflow
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ChainStatus,
         QueuedRun,
         RejectedEvent,
+        RerunRequest,
         Subscription,
         TimelineEntry,
     )
@@ -32,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from models.joins import JoinState
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
-    from workflows.common import failure_message
+    from workflows.common import attempts, failure_message, failure_type, park
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 TIMELINE_WINDOW = 500
@@ -79,6 +81,7 @@ class ReactiveChain:
         heapq.heapify(self._queue)
         self._running: dict[int, AgentRun] = {}
         self._listeners: list[str] = carried.listeners
+        self._outbound = 0
         self._closing = False
 
     @workflow.run
@@ -112,12 +115,26 @@ class ReactiveChain:
         try:
             envelope = parse_model(EventEnvelope, raw, "event")
         except SpecError as error:
-            self._reject(str(error), raw=raw)
+            self._reject("invalid_envelope", str(error), raw=raw)
             return
         if self._closing:
-            self._reject(f"event {envelope.event.id}: the chain is closing", raw=raw)
+            reason = f"event {envelope.event.id}: the chain is closing"
+            self._reject("chain_closing", reason, envelope=envelope)
             return
         self._inbox.append(envelope)
+
+    @workflow.signal
+    def rerun(self, raw: Any) -> None:
+        """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
+        continue the chain from there."""
+        try:
+            request = parse_model(RerunRequest, raw, "rerun")
+            subscription = self._spec.subscription(request.subscription)
+        except (SpecError, StopIteration) as error:
+            self._reject("invalid_rerun", str(error) or "unknown subscription", raw=raw)
+            return
+        self._remember(request.event, self._depths.get(request.event.event.causation_id or "", 0))
+        self._enqueue(subscription, request.event, [request.event.event.id])
 
     @workflow.signal
     def attach(self, workflow_id: str) -> None:
@@ -156,14 +173,15 @@ class ReactiveChain:
     def _finished(self) -> bool:
         if self._state.status == ChainStatus.IDLE_CLOSED:
             return True
-        idle = not self._running and not self._inbox
+        idle = not self._running and not self._inbox and not self._outbound
         stuck = self._state.status == ChainStatus.PAUSED
         if self._closing:
             return idle and (not self._queue or stuck)
         return self._state.terminal_seen and idle and not self._queue
 
     def _should_continue_as_new(self) -> bool:
-        return workflow.info().is_continue_as_new_suggested() and not self._running
+        suggested = workflow.info().is_continue_as_new_suggested()
+        return suggested and not self._running and not self._outbound
 
     def _dispatchable(self) -> bool:
         return (
@@ -187,23 +205,25 @@ class ReactiveChain:
             header.correlation_id = correlation_id
         if header.correlation_id != correlation_id:
             self._reject(
+                "foreign_correlation",
                 f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
                 f"chain's ({correlation_id!r})",
-                event_id=header.id,
+                envelope=envelope,
             )
             return
         depth = self._depths.get(header.causation_id, -1) + 1 if header.causation_id else 0
         if depth > self._spec.max_causation_depth:
             path = " ← ".join(self._causation_path(header.causation_id))
             self._reject(
+                "causation_loop",
                 f"event {header.id} ({header.type}): causation depth {depth} exceeds "
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
-                event_id=header.id,
+                envelope=envelope,
             )
             return
         self._remember(envelope, depth)
         for listener in self._listeners:
-            asyncio.create_task(self._forward(listener, envelope))  # noqa: RUF006
+            self._in_background(self._forward(listener, envelope))
         self._apply_alerts(envelope)
         if header.type == self._spec.terminal_event:
             self._state.terminal_seen = True
@@ -321,6 +341,14 @@ class ReactiveChain:
             except ActivityError as error:
                 if publishes.on_failure:
                     self._publish(publishes.on_failure, run, {"error": failure_message(error)})
+                await park(
+                    failure_type(error),
+                    f"{run.agent} failed on {run.trigger.event.type}: {failure_message(error)}",
+                    event=run.trigger,
+                    target_agent=run.subscription,
+                    attempt_count=attempts(error),
+                    replay="rerun",
+                )
                 return
             for event_type in publishes.on_success:
                 self._publish(event_type, run, result.data)
@@ -341,7 +369,16 @@ class ReactiveChain:
             )
         )
 
-    def _reject(self, reason: str, *, event_id: str | None = None, raw: Any = None) -> None:
+    def _reject(
+        self,
+        kind: str,
+        reason: str,
+        *,
+        envelope: EventEnvelope | None = None,
+        raw: Any = None,
+    ) -> None:
+        """Recorded here and parked in the dead-letter queue: visible, never dropped."""
+        event_id = envelope.event.id if envelope else None
         self._state.rejected.append(
             RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=raw)
         )
@@ -349,6 +386,19 @@ class ReactiveChain:
         workflow.logger.warning(
             "event rejected", extra={"correlation_id": self._state.correlation_id, "reason": reason}
         )
+        self._in_background(park(kind, reason, event=envelope, raw=raw))
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Outbound work (parking, forwarding) the chain must finish before it ends."""
+
+        async def tracked() -> None:
+            self._outbound += 1
+            try:
+                await work
+            finally:
+                self._outbound -= 1
+
+        asyncio.create_task(tracked())  # noqa: RUF006 - counted in _outbound
 
     def _waiting(self) -> list[str]:
         return [

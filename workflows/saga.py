@@ -7,6 +7,7 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 """
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 with workflow.unsafe.imports_passed_through():
     from models.agents import AgentRequest, AgentResult
+    from models.chain import chain_workflow_id
     from models.envelope import EventEnvelope
     from models.saga import (
         CompensationOutcome,
@@ -29,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
-    from workflows.common import failure_message
+    from workflows.common import DEAD_LETTER_PATCH, attempts, failure_message, park
 
 T = TypeVar("T")
 
@@ -176,6 +178,7 @@ class Saga:
             )
             self._state.compensations.append(outcome)
             self._publish_progress()
+            await self._dead_letter(entry, error)
             return False
         self._state.compensation_stack.remove(entry)
         self._state.compensations.append(
@@ -183,6 +186,27 @@ class Saga:
         )
         self._publish_progress()
         return True
+
+    async def _dead_letter(self, entry: StackEntry, error: ActivityError) -> None:
+        """An undo that failed for good is parked for a person, and announced to the chain of
+        the saga's correlation as `CompensationFailed`."""
+        if not workflow.patched(DEAD_LETTER_PATCH):
+            return
+        command = self._event(f"{entry.compensate}Command", payload=self._spec_input())
+        message = f"compensation {entry.compensate} of step {entry.step} failed: "
+        message += failure_message(error)
+        await park(
+            "compensation_failed",
+            message,
+            event=command,
+            target_agent=entry.compensate,
+            attempt_count=attempts(error),
+            replay="run_agent",
+        )
+        notice = self._event("CompensationFailed", payload={"step": entry.step, "error": message})
+        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
+        with contextlib.suppress(ApplicationError):
+            await chain.signal("event", notice.model_dump(mode="json"))
 
     async def _run_agent(
         self,
