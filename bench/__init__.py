@@ -1,0 +1,1 @@
+"""Benchmarks: the project's workflows measured against hand-written temporalio baselines."""

