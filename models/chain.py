@@ -230,11 +230,19 @@ class AgentRun(BaseModel):
 
 
 class ChainState(BaseModel):
+    """The chain's record. Its counts keep the accounting identity: every event received was
+    handled, ignored as a duplicate or rejected (`received = events_seen + duplicates +
+    rejected_count`), and every rejection and failed agent run went to the dead-letter queue
+    (`dead_lettered`)."""
+
     correlation_id: str
     spec: str
     status: ChainStatus = ChainStatus.RUNNING
+    received: int = 0
     events_seen: int = 0
     duplicates: int = 0
+    rejected_count: int = 0
+    dead_lettered: int = 0
     rejected: list[RejectedEvent] = Field(default_factory=list)
     running: list[str] = Field(default_factory=list)
     waiting: list[str] = Field(default_factory=list)
@@ -253,8 +261,8 @@ class QueuedRun(BaseModel):
 
 
 class ChainCarry(BaseModel):
-    """What a chain hands to its next run at continue-as-new. Windows are bounded so the input
-    stays far below Temporal's payload limit however long the chain lives."""
+    """What a chain hands to its next run at continue-as-new. Its windows are trimmed to a fixed
+    number of rows and ids, so its size depends on payload sizes, not on the chain's age."""
 
     state: ChainState
     seq: int
@@ -265,6 +273,7 @@ class ChainCarry(BaseModel):
     inbox: list[EventEnvelope]
     queue: list[QueuedRun]
     listeners: list[str] = Field(default_factory=list)
+    closing: bool = False
 
 
 class ChainInput(BaseModel):

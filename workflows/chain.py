@@ -37,9 +37,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import attempts, failure_message, failure_type, park
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
-TIMELINE_WINDOW = 500
-SEEN_WINDOW = 5000
-REJECTED_WINDOW = 100
+TIMELINE_WINDOW = 200
+SEEN_WINDOW = 1000
+REJECTED_WINDOW = 20
 
 
 @workflow.defn(name="ReactiveChain")
@@ -82,7 +82,7 @@ class ReactiveChain:
         self._running: dict[int, AgentRun] = {}
         self._listeners: list[str] = carried.listeners
         self._outbound = 0
-        self._closing = False
+        self._closing = carried.closing
 
     @workflow.run
     async def run(self, raw_input: Any) -> ChainState:
@@ -115,9 +115,11 @@ class ReactiveChain:
         try:
             envelope = parse_model(EventEnvelope, raw, "event")
         except SpecError as error:
+            self._state.received += 1
             self._reject("invalid_envelope", str(error), raw=raw)
             return
         if self._closing:
+            self._state.received += 1
             reason = f"event {envelope.event.id}: the chain is closing"
             self._reject("chain_closing", reason, envelope=envelope)
             return
@@ -127,6 +129,7 @@ class ReactiveChain:
     def rerun(self, raw: Any) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
+        self._state.received += 1
         try:
             request = parse_model(RerunRequest, raw, "rerun")
             subscription = self._spec.subscription(request.subscription)
@@ -197,6 +200,7 @@ class ReactiveChain:
 
     def _handle(self, envelope: EventEnvelope) -> None:
         header = envelope.event
+        self._state.received += 1
         if header.id in self._depths:
             self._state.duplicates += 1
             return
@@ -341,6 +345,7 @@ class ReactiveChain:
             except ActivityError as error:
                 if publishes.on_failure:
                     self._publish(publishes.on_failure, run, {"error": failure_message(error)})
+                self._state.dead_lettered += 1
                 await park(
                     failure_type(error),
                     f"{run.agent} failed on {run.trigger.event.type}: {failure_message(error)}",
@@ -378,6 +383,8 @@ class ReactiveChain:
         raw: Any = None,
     ) -> None:
         """Recorded here and parked in the dead-letter queue: visible, never dropped."""
+        self._state.rejected_count += 1
+        self._state.dead_lettered += 1
         event_id = envelope.event.id if envelope else None
         self._state.rejected.append(
             RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=raw)
@@ -414,13 +421,14 @@ class ReactiveChain:
             carried=ChainCarry(
                 state=self.state(),
                 seq=self._seq,
-                timeline=self._timeline,
-                causes=self._causes,
-                depths=self._depths,
+                timeline=self._timeline[-TIMELINE_WINDOW:],
+                causes=dict(list(self._causes.items())[-SEEN_WINDOW:]),
+                depths=dict(list(self._depths.items())[-SEEN_WINDOW:]),
                 joins=self._joins,
                 inbox=self._inbox,
                 queue=[QueuedRun(rank=r, seq=s, run=run) for r, s, run in self._queue],
                 listeners=self._listeners,
+                closing=self._closing,
             ),
         )
 
