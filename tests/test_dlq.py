@@ -1,15 +1,21 @@
 """The dead-letter queue: what fails for good is parked, can be fixed and replayed, or archived."""
 
 import asyncio
+import socket
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
+from activities.delivery import park_dead_letter
+from infra.devserver import embedded_server
 from models.chain import ChainSpec, ChainStatus
-from models.dlq import ArchiveRequest, DlqEntry, DlqSelection, ReplayRequest
+from models.dlq import ArchiveRequest, DeadLetter, DlqEntry, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
 from models.saga import SagaStatus
 from starter import api
@@ -205,3 +211,31 @@ async def test_accounting_identity_holds_under_a_mix_of_1000_events(
         "foreign_correlation": 100,
         "invalid_payload": failed_runs,
     }
+
+
+async def test_the_queue_survives_a_server_restart(tmp_path: Path, task_queue: str) -> None:
+    """A server of its own, on a SQLite file, stopped and started again."""
+    database = tmp_path / "temporal.db"
+    letter = DeadLetter(
+        event=EventEnvelope.new("DeployCommand", "/ops", correlation_id="restart"),
+        target_workflow="chain-restart",
+        failure_type="invalid_payload",
+        message="Invalid payload",
+        first_failed_at=datetime.now(UTC),
+        last_failed_at=datetime.now(UTC),
+    )
+    port, ui_port = free_port(), free_port()
+    server = partial(embedded_server, port=port, ui_port=ui_port, db_file=database)
+    async with server() as env, build_worker(env.client, task_queue):
+        await park_dead_letter(env.client, letter, task_queue)
+        await parked(env.client, task_queue, 1)
+    async with server() as env, build_worker(env.client, task_queue):
+        [entry] = await parked(env.client, task_queue, 1)
+    assert entry.event == letter.event and entry.status == "parked"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
