@@ -4,17 +4,24 @@ import asyncio
 import json
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from activities.delivery import park_dead_letter
 from infra.devserver import installed_binary
+from models.aggregator import AggregatorSpec
 from models.chain import TimelineEntry
+from models.dlq import DeadLetter
+from models.envelope import EventEnvelope
 from models.saga import SagaState, SagaStatus
 from models.specs import read_document
 from starter import api
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
+from tests.test_aggregator import PHASE1
+from tests.test_chain import eventually
 from worker import build_worker
 
 COORD = str(Path(sys.executable).parent / "coord")
@@ -282,3 +289,74 @@ async def test_unknown_agent_in_a_chain_spec_is_rejected_at_the_edge(tmp_path: P
     code, _, err = await run(COORD, "chain", "start", str(path), "--correlation-id", "x")
     assert code == 1
     assert err.startswith(f"error: {path}: subscriptions[3].agent: unknown agent 'python-guru'")
+
+
+async def test_coord_dlq_list_show_replay_and_archive(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)
+    now = datetime.now(UTC)
+    async with build_worker(client, task_queue):
+        aggregator = await api.start_aggregator(
+            client,
+            AggregatorSpec.model_validate(
+                {**read_document(PHASE1), "aggregator_id": f"p1-{task_queue}", "lookback": False}
+            ),
+            queue=task_queue,
+        )
+        lost = EventEnvelope.new("APIDesignCompleted", "/backend-architect", payload={"v": 1})
+        for letter in (
+            DeadLetter(
+                event=lost,
+                target_workflow=aggregator.id,
+                failure_type="timeout",
+                message="Handler timeout",
+                attempts=3,
+                first_failed_at=now,
+                last_failed_at=now,
+            ),
+            DeadLetter(
+                raw={"bad": True},
+                failure_type="invalid_envelope",
+                message="Invalid payload",
+                first_failed_at=now,
+                last_failed_at=now,
+            ),
+        ):
+            await park_dead_letter(client, letter, task_queue)
+        await eventually(lambda: has_entries(client, task_queue, 2))
+        code, table, err = await run(COORD, "dlq", "list", env=env)
+        assert code == 0, err
+        code, shown, _ = await run(COORD, "dlq", "show", "dlq-000001", env=env)
+        code, replayed, err = await run(
+            COORD, "dlq", "replay", "dlq-000001", "--payload", '{"v": 2}', env=env
+        )
+        assert code == 0, err
+        code, archived, err = await run(
+            COORD,
+            "dlq",
+            "archive",
+            "--all",
+            "--failure-type",
+            "invalid_envelope",
+            "--note",
+            "hand-written JSON",
+            env=env,
+        )
+        assert code == 0, err
+        code, _, refused = await run(COORD, "dlq", "replay", "--all", env=env)
+        state = await api.aggregator_state(client, aggregator.id)
+    assert [line.split(" | ")[0].strip() for line in table.splitlines()[2:]] == [
+        "dlq-000001",
+        "dlq-000002",
+    ]
+    assert "timeout: Handler timeout" in table
+    assert json.loads(shown)["attempts"] == 3
+    assert replayed.startswith("dlq-000001: replayed, delivered as evt-")
+    assert archived.strip() == "dlq-000002: archived (hand-written JSON)"
+    assert code == 1 and "no parked entry matches" in refused
+    assert state.matched == 1
+
+
+async def has_entries(client: Client, task_queue: str, count: int) -> bool:
+    return len(await api.dlq_entries(client, queue=task_queue)) >= count
