@@ -22,7 +22,6 @@ import argparse
 import asyncio
 import math
 import resource
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -32,6 +31,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
+
+from infra.process import exit_without_teardown
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
@@ -417,4 +418,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

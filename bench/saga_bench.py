@@ -33,6 +33,8 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
+from infra.process import exit_without_teardown
+
 with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
@@ -300,7 +302,7 @@ def main() -> None:
     args = parser.parse_args()
     if min(args.sagas, args.concurrency, args.warmup) < 1:
         parser.error("--sagas, --concurrency and --warmup must be at least 1")
-    sys.exit(asyncio.run(bench(args.sagas, args.concurrency, args.warmup)))
+    exit_without_teardown(lambda: asyncio.run(bench(args.sagas, args.concurrency, args.warmup)))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,7 @@
 
 import asyncio
 import functools
-import os
 import signal
-import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -14,6 +12,7 @@ from temporalio.service import RPCError
 
 from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
+from infra.process import exit_without_teardown
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
 from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
@@ -463,13 +462,4 @@ def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
 
 
 def main() -> None:
-    """Exit without interpreter teardown: the SDK's Rust runtime threads can abort a finalizing
-    interpreter (temporalio/sdk-python#300), turning a clean exit into a crash."""
-    try:
-        app()
-        code = 0
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_without_teardown(app)
