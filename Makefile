@@ -29,7 +29,9 @@ histories: $(INSTALLED)
 	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py tests/test_chain.py tests/test_aggregator.py -q
 
 bench: $(INSTALLED)
-	$(BIN)/python -m bench.saga_bench $(ARGS)
+	$(BIN)/python -m bench.saga_bench
+	$(BIN)/python -m bench.chain_bench
+	$(BIN)/python -m bench.aggregator_bench
 
 clean:
 	rm -rf $(VENV) .temporal *.egg-info

@@ -3,10 +3,12 @@
 Workflows never call agent code directly: they ask `run_agent` to run an agent by name, so the
 same activity serves every kind of agent (today Python callables; shell and HTTP later)."""
 
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -72,11 +74,20 @@ class AgentActivities:
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
+        started = time.monotonic()
         try:
-            data = await agent(request.event, context)
+            output = await agent(request.event, context)
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error
-        return AgentResult(agent=request.agent, data=dict(data or {}))
+        duration_ms = (time.monotonic() - started) * 1000
+        try:
+            return AgentResult.from_output(request.agent, output, duration_ms)
+        except ValidationError as error:
+            raise ApplicationError(
+                f"{request.agent} returned a result that does not validate: {error}",
+                type="invalid_payload",
+                non_retryable=True,
+            ) from None
 
 
 def _classified(error: Exception, retry_on: list[str], attempt: int) -> ApplicationError:

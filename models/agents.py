@@ -1,5 +1,6 @@
 """What a workflow asks of an agent, and what the agent answers."""
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,10 +16,34 @@ class AgentRequest(BaseModel):
     retry_on: list[str] = Field(default_factory=list)
 
 
+class PublishRequest(BaseModel):
+    """An event an agent asks its chain to publish, besides the subscription's own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(min_length=1)
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+RESERVED_RESULT_KEYS = ("publish", "metadata")
+"""Keys an agent's result mapping may use to ask for events and report metadata (the seed's
+`quality_score`, say); everything else is its data."""
+
+
 class AgentResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent: str
     status: Literal["succeeded"] = "succeeded"
     data: dict[str, Any] = Field(default_factory=dict)
+    publish: list[PublishRequest] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def from_output(
+        cls, agent: str, output: Mapping[str, Any] | None, duration_ms: float
+    ) -> "AgentResult":
+        output = dict(output or {})
+        publish = output.pop("publish", [])
+        metadata = {**output.pop("metadata", {}), "duration_ms": round(duration_ms, 1)}
+        return cls(agent=agent, data=output, publish=publish, metadata=metadata)

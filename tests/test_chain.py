@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from activities.agents import AgentActivities, AgentContext, AgentRegistry
+from models.agents import AgentRequest
 from models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
 from models.envelope import EventEnvelope, Priority
 from models.specs import read_document
@@ -374,3 +376,40 @@ async def test_topic_wide_alert_reaches_every_running_chain(
             await api.close_chain(client, correlation_id)
             state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
             assert state.status == ChainStatus.CLOSED and state.pause_reason is None
+
+
+async def test_agent_results_publish_extra_events_and_report_metadata(
+    client: Client, task_queue: str
+) -> None:
+    async def reviewer(event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+        return {
+            "verdict": "ok",
+            "publish": [{"type": "ReviewRequested", "payload": {"target": "frontend"}}],
+            "metadata": {"quality_score": 0.95},
+        }
+
+    registry = AgentRegistry()
+    registry.register("reviewer")(reviewer)
+    spec = ChainSpec.model_validate(
+        {
+            "name": "review",
+            "triggers": ["A"],
+            "alerts": None,
+            "subscriptions": [
+                {"agent": "reviewer", "events": "A", "publishes": {"on_success": "Reviewed"}}
+            ],
+        }
+    )
+    trigger = event("", "A")
+    async with build_worker(client, task_queue, registry):
+        _, timeline = await run_chain(client, task_queue, spec, [trigger])
+    rows = {e.event: e for e in timeline}
+    assert rows["Reviewed"].payload == {"verdict": "ok"}
+    assert rows["ReviewRequested"].payload == {"target": "frontend"}
+    assert rows["ReviewRequested"].agent == "/reviewer"
+    assert rows["ReviewRequested"].causation_id == trigger.event.id
+
+    result = await ActivityEnvironment().run(
+        AgentActivities(registry).run_agent, AgentRequest(agent="reviewer", event=trigger)
+    )
+    assert result.metadata["quality_score"] == 0.95 and result.metadata["duration_ms"] >= 0

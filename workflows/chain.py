@@ -357,6 +357,8 @@ class ReactiveChain:
                 return
             for event_type in publishes.on_success:
                 self._publish(event_type, run, result.data)
+            for request in result.publish:
+                self._publish(request.type, run, request.payload)
         finally:
             del self._running[seq]
 
