@@ -1,0 +1,95 @@
+"""Aggregators: start (or start with the first event), read the status table, cancel."""
+
+import contextlib
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from infra.temporal import task_queue
+from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from models.envelope import EventEnvelope
+from starter.api.common import Undeliverable, closed_with_result, undeliverable
+from workflows import search_attributes
+from workflows.aggregator import Aggregator
+
+
+async def running_aggregators(client: Client, correlation_id: str) -> list[str]:
+    query = (
+        f"{search_attributes.COORD_PATTERN.name} = 'aggregator' AND ExecutionStatus = 'Running' "
+        f"AND {search_attributes.CORRELATION_ID.name} = '{correlation_id}'"
+    )
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[str, Any]:
+    scope = f" for {spec.correlation_id}" if spec.correlation_id else ""
+    waits = ", ".join(slot.describe() for slot in spec.wait_for)
+    return {
+        "id": spec.workflow_id,
+        "task_queue": queue or task_queue(),
+        "static_summary": f"Aggregator {spec.aggregator_id}{scope}: waits for {waits}",
+        "static_details": spec.description or None,
+        "search_attributes": search_attributes.as_start_attributes(
+            search_attributes.coordination_attributes(
+                correlation_id=spec.correlation_id or spec.aggregator_id,
+                pattern="aggregator",
+                status=AggregatorStatus.WAITING.value,
+            )
+        ),
+        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    }
+
+
+async def start_aggregator(
+    client: Client, spec: AggregatorSpec, *, queue: str | None = None
+) -> WorkflowHandle[Any, AggregatorState]:
+    try:
+        return await client.start_workflow(
+            Aggregator.run, spec.model_dump(mode="json"), **_aggregator_start_options(spec, queue)
+        )
+    except WorkflowAlreadyStartedError:
+        raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None
+
+
+async def publish_to_aggregator(
+    client: Client, envelope: EventEnvelope, spec: AggregatorSpec, *, queue: str | None = None
+) -> str:
+    """Signal-with-start: the first event starts the aggregator, and is never lost to a race."""
+    try:
+        await client.start_workflow(
+            Aggregator.run,
+            spec.model_dump(mode="json"),
+            start_signal="event",
+            start_signal_args=[envelope.model_dump(mode="json")],
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            **_aggregator_start_options(spec, queue),
+        )
+    except (RPCError, WorkflowAlreadyStartedError) as error:
+        missing = f"no workflow {spec.workflow_id!r}"
+        raise await undeliverable(client, spec.workflow_id, envelope, error, missing) from None
+    return spec.workflow_id
+
+
+def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
+    if not workflow_id.startswith("aggregator-"):
+        workflow_id = f"aggregator-{workflow_id}"
+    return client.get_workflow_handle_for(Aggregator.run, workflow_id)
+
+
+async def cancel_aggregator(client: Client, workflow_id: str) -> None:
+    await aggregator_handle(client, workflow_id).cancel()
+
+
+async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
+    handle = aggregator_handle(client, workflow_id)
+    if await closed_with_result(handle):
+        with contextlib.suppress(WorkflowFailureError):
+            return await handle.result()
+    return await handle.query(Aggregator.state)

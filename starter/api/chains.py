@@ -1,0 +1,140 @@
+"""Reactive chains: start, publish (signal-with-start), read the timeline, close."""
+
+import contextlib
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from infra.temporal import task_queue
+from models.chain import (
+    ChainInput,
+    ChainSpec,
+    ChainState,
+    ChainStatus,
+    TimelineEntry,
+    chain_workflow_id,
+)
+from models.envelope import EventEnvelope
+from starter.api.common import Undeliverable, closed_with_result, undeliverable
+from workflows import search_attributes
+from workflows.chain import ReactiveChain
+
+
+def chain_summary(spec: ChainSpec, correlation_id: str) -> str:
+    return f"Chain {spec.name} for {correlation_id}"
+
+
+def chain_handle(client: Client, correlation_id: str) -> WorkflowHandle[Any, ChainState]:
+    return client.get_workflow_handle_for(ReactiveChain.run, chain_workflow_id(correlation_id))
+
+
+def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None) -> dict[str, Any]:
+    return {
+        "id": chain_workflow_id(correlation_id),
+        "task_queue": queue or task_queue(),
+        "static_summary": chain_summary(spec, correlation_id),
+        "static_details": spec.description or None,
+        "search_attributes": search_attributes.as_start_attributes(
+            search_attributes.coordination_attributes(
+                correlation_id=correlation_id, pattern="chain", status=ChainStatus.RUNNING.value
+            )
+        ),
+        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+    }
+
+
+def _chain_input(spec: ChainSpec, correlation_id: str) -> dict[str, Any]:
+    return ChainInput(spec=spec, correlation_id=correlation_id).model_dump(mode="json")
+
+
+async def start_chain(
+    client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
+) -> WorkflowHandle[Any, ChainState]:
+    try:
+        return await client.start_workflow(
+            ReactiveChain.run,
+            _chain_input(spec, correlation_id),
+            **_chain_start_options(spec, correlation_id, queue),
+        )
+    except WorkflowAlreadyStartedError:
+        raise Undeliverable(
+            f"a chain for correlation id {correlation_id!r} already exists (running or ended)"
+        ) from None
+
+
+async def publish(
+    client: Client,
+    envelope: EventEnvelope,
+    *,
+    spec: ChainSpec | None = None,
+    queue: str | None = None,
+) -> str:
+    """Deliver an event to its correlation's chain. With a spec the chain is started if needed
+    (signal-with-start), so an event published before the chain exists is not lost."""
+    correlation_id = envelope.event.correlation_id
+    if not correlation_id:
+        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    event = envelope.model_dump(mode="json")
+    try:
+        if spec is None:
+            await chain_handle(client, correlation_id).signal("event", event)
+        else:
+            await client.start_workflow(
+                ReactiveChain.run,
+                _chain_input(spec, correlation_id),
+                start_signal="event",
+                start_signal_args=[event],
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                **_chain_start_options(spec, correlation_id, queue),
+            )
+    except (RPCError, WorkflowAlreadyStartedError) as error:
+        missing = (
+            f"no chain for correlation id {correlation_id!r}; start one with "
+            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+        )
+        raise await undeliverable(
+            client, chain_workflow_id(correlation_id), envelope, error, missing
+        ) from None
+    return chain_workflow_id(correlation_id)
+
+
+async def broadcast(client: Client, envelope: EventEnvelope) -> list[str]:
+    """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
+    own correlation's. Returns the chains reached."""
+    reached = []
+    event = envelope.model_dump(mode="json")
+    event["event"]["correlation_id"] = None
+    query = f"{search_attributes.COORD_PATTERN.name} = 'chain' AND ExecutionStatus = 'Running'"
+    async for execution in client.list_workflows(query):
+        await client.get_workflow_handle(execution.id).signal("event", event)
+        reached.append(execution.id)
+    return reached
+
+
+async def chain_state(client: Client, correlation_id: str) -> ChainState:
+    handle = chain_handle(client, correlation_id)
+    if await closed_with_result(handle):
+        with contextlib.suppress(WorkflowFailureError):
+            return await handle.result()
+    return await handle.query(ReactiveChain.state)
+
+
+async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
+    return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
+
+
+async def chain_running(client: Client, correlation_id: str) -> bool:
+    description = await chain_handle(client, correlation_id).describe()
+    return description.status == WorkflowExecutionStatus.RUNNING
+
+
+async def close_chain(client: Client, correlation_id: str) -> None:
+    await chain_handle(client, correlation_id).signal(ReactiveChain.close)

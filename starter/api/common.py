@@ -1,0 +1,76 @@
+"""Shared by the API modules: why an event could not be delivered, and closed runs."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+)
+from temporalio.service import RPCError
+
+from activities.delivery import park_dead_letter
+from infra.logs import get_logger
+from infra.temporal import task_queue
+from models.dlq import DeadLetter
+from models.envelope import EventEnvelope
+
+log = get_logger("coord.api")
+
+
+class Undeliverable(RuntimeError):
+    """The event could not be delivered; the message says why and what to do."""
+
+
+async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
+    description = await handle.describe()
+    return description.status in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED)
+
+
+async def undeliverable(
+    client: Client, workflow_id: str, envelope: EventEnvelope, error: Exception, missing: str
+) -> Undeliverable:
+    """Why an event could not be delivered: nothing there, or it has ended (then it is logged
+    with the whole event, so nothing is lost silently)."""
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        return Undeliverable(missing)
+    status = description.status.name.lower() if description.status else "unknown"
+    message = (
+        f"{target_name(workflow_id)} has ended ({status}); "
+        f"event {envelope.event.id} ({envelope.event.type}) was not delivered: {error}"
+    )
+    now = datetime.now(UTC)
+    letter = DeadLetter(
+        event=envelope,
+        target_workflow=workflow_id,
+        failure_type="target_ended",
+        message=message,
+        first_failed_at=now,
+        last_failed_at=now,
+    )
+    queue = description.task_queue or task_queue()
+    dlq = await park_dead_letter(client, letter, queue)
+    log.warning(
+        "event for an ended workflow parked", workflow_id=workflow_id, dead_letter_queue=dlq
+    )
+    return Undeliverable(f"{message}; parked in {dlq}")
+
+
+def target_name(workflow_id: str) -> str:
+    if workflow_id.startswith("chain-"):
+        return f"the chain for correlation id {workflow_id.removeprefix('chain-')!r}"
+    return workflow_id
+
+
+async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:
+    try:
+        await client.get_workflow_handle(workflow_id).signal(
+            "event", envelope.model_dump(mode="json")
+        )
+    except RPCError as error:
+        raise await undeliverable(
+            client, workflow_id, envelope, error, f"no workflow {workflow_id!r}"
+        ) from None
