@@ -1,12 +1,15 @@
 """The worker: runs the coordination workflows and the agent activity on one task queue."""
 
 import asyncio
+import os
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.agent_kinds import load_agents
 from activities.agents import AgentActivities, AgentRegistry
 from activities.chains import ChainLookback
 from activities.delivery import Delivery
@@ -21,8 +24,13 @@ from workflows.saga import Saga
 WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterQueue)
 
 
-def default_registry() -> AgentRegistry:
-    return register_demo_agents(AgentRegistry())
+def default_registry(agents_file: Path | None = None) -> AgentRegistry:
+    """The demo agents, and the agents declared in `agents_file` (or $COORD_AGENTS)."""
+    registry = register_demo_agents(AgentRegistry())
+    declared = agents_file or (
+        Path(os.environ["COORD_AGENTS"]) if "COORD_AGENTS" in os.environ else None
+    )
+    return load_agents(declared, registry) if declared else registry
 
 
 def build_worker(
@@ -46,10 +54,10 @@ def build_worker(
     )
 
 
-async def run_worker() -> None:
+async def run_worker(agents_file: Path | None = None) -> None:
     settings = ConnectionSettings.load()
     client = await settings.connect()
-    worker = build_worker(client)
+    worker = build_worker(client, registry=default_registry(agents_file))
     get_logger("worker").info(
         "worker started", address=settings.address, task_queue=worker.task_queue
     )

@@ -101,9 +101,13 @@ async def server(
 
 @app.command()
 @runs_async
-async def worker() -> None:
+async def worker(
+    agents: Annotated[
+        Path | None, typer.Option(help="An agents YAML file (also $COORD_AGENTS)")
+    ] = None,
+) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233)."""
-    await run_worker()
+    await run_worker(agents)
 
 
 @app.command()

@@ -1,0 +1,12 @@
+"""A Python agent for `examples/agents.yaml`: any async function of (event, context) will do."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from activities.agents import AgentContext
+from models.envelope import EventEnvelope
+
+
+async def summarize(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    words = sum(len(str(value).split()) for value in event.payload.values())
+    return {"summary": f"{event.event.type}: {words} words", "metadata": {"quality_score": 1.0}}
