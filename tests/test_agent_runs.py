@@ -220,11 +220,12 @@ def test_the_example_agents_file_loads() -> None:
 async def test_shell_agent_in_a_saga_on_the_real_server(
     client: Client,
     task_queue: str,
-    attempts_file: Path,
+    tmp_path: Path,
     code: int,
     status: SagaStatus,
     attempts: int,
 ) -> None:
+    attempts_file = tmp_path / "attempts"
     script = f"import sys; open(sys.argv[1], 'a').write('x'); sys.exit({code})"
     agents = registry(step={"kind": "shell", "argv": [PYTHON, "-c", script, str(attempts_file)]})
     spec = SagaSpec.model_validate(
