@@ -43,6 +43,8 @@ class Subscription(BaseModel):
     filter: str | None = None
     publishes: Publishes = Field(default_factory=Publishes)
     timeout: Duration = timedelta(minutes=5)
+    heartbeat_timeout: Duration | None = None
+    """Set it for agents that heartbeat (shell agents do), so a dead worker shows in seconds."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
 
     _one_or_many = field_validator("events", mode="before")(_as_list)

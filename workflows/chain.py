@@ -339,6 +339,7 @@ class ReactiveChain:
                     ),
                     result_type=AgentResult,
                     start_to_close_timeout=subscription.timeout,
+                    heartbeat_timeout=subscription.heartbeat_timeout,
                     retry_policy=subscription.retry.to_retry_policy(),
                     summary=f"{run.agent} ← {run.trigger.event.type}",
                 )
