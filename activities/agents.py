@@ -1,30 +1,18 @@
 """The agent registry and the `run_agent` activity.
 
-Workflows never call agent code directly: they ask `run_agent` to run an agent by name, so the
-same activity serves every kind of agent (today Python callables; shell and HTTP later)."""
+Workflows never call agent code directly: they ask `run_agent` to run an agent by name (or by
+the declaration a spec carries inline), so one activity serves every kind of agent."""
 
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.agent_kinds import agent_from_config
+from activities.context import AgentContext, AgentFn
 from models.agents import AgentRequest, AgentResult
-from models.envelope import EventEnvelope
-
-
-@dataclass(frozen=True)
-class AgentContext:
-    agent: str
-    attempt: int
-    idempotency_key: str
-    """Stable across retries of the same run, so agents can avoid repeating side effects."""
-
-
-AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]
 
 
 class AgentRegistry:
@@ -69,7 +57,11 @@ class AgentActivities:
             attempt=info.attempt,
             idempotency_key=f"{info.workflow_id}/{info.activity_id}",
         )
-        agent = self._registry.get(request.agent)
+        agent = (
+            agent_from_config(request.agent, request.config)
+            if request.config
+            else self._registry.get(request.agent)
+        )
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},

@@ -13,7 +13,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agents import AgentContext, AgentFn, AgentRegistry
+from activities.agents import AgentRegistry
+from activities.context import AgentContext, AgentFn
 from models.envelope import EventEnvelope
 
 FEATURE_DEPLOYMENT_AGENTS: Mapping[str, str] = {

@@ -39,7 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from activities.agents import AgentContext, AgentRegistry
+    from activities.agents import AgentRegistry
+    from activities.context import AgentContext
     from models.chain import ChainSpec, ChainState
     from models.envelope import EventEnvelope
     from starter import api

@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.agent_config import AgentConfig
 from models.envelope import EventEnvelope
 
 
@@ -14,6 +15,8 @@ class AgentRequest(BaseModel):
     agent: str
     event: EventEnvelope
     retry_on: list[str] = Field(default_factory=list)
+    config: AgentConfig | None = None
+    """The agent's declaration when the spec carries it inline; else the worker's registry."""
 
 
 class PublishRequest(BaseModel):

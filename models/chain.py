@@ -6,6 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from models.agent_config import AgentConfig
 from models.durations import Duration
 from models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from models.filters import compile_filter
@@ -88,6 +89,8 @@ class ChainSpec(BaseModel):
     description: str = ""
     topics: list[str] = Field(default_factory=list)
     triggers: list[str] = Field(min_length=1)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     subscriptions: list[Subscription] = Field(min_length=1)
     terminal_event: str | None = None
     max_concurrency: int = Field(default=4, ge=1)

@@ -6,6 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from models.agent_config import AgentConfig
 from models.durations import Duration
 from models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 
@@ -45,6 +46,8 @@ class SagaSpec(BaseModel):
     parallel_compensation: bool = False
     continue_on_compensation_error: bool = False
     input: dict[str, Any] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     steps: list[SagaStep] = Field(min_length=1)
 
     @model_validator(mode="after")

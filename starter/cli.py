@@ -459,7 +459,7 @@ def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
         named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
     registry = default_registry()
     for place, agent in named:
-        if agent is not None and agent not in registry:
+        if agent is not None and agent not in registry and agent not in spec.agents:
             raise SpecError(
                 f"{source}: {place}: unknown agent {agent!r}; known: {', '.join(sorted(registry))}"
             )

@@ -9,7 +9,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.agents import AgentContext, AgentRegistry
+from activities.agents import AgentRegistry
+from activities.context import AgentContext
 from activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
 from models.envelope import EventEnvelope
 

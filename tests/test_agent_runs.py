@@ -19,7 +19,8 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from activities.agent_kinds import agent_from_config, load_agents
-from activities.agents import AgentActivities, AgentContext, AgentRegistry
+from activities.agents import AgentActivities, AgentRegistry
+from activities.context import AgentContext
 from models.agent_config import AgentsFile
 from models.agents import AgentRequest, AgentResult
 from models.envelope import EventEnvelope
@@ -262,3 +263,18 @@ async def test_idempotency_key_is_stable_across_retries(
     assert state.status == SagaStatus.COMPLETED
     first, second = keys.read_text().splitlines()
     assert first == second and first.startswith(f"saga-{spec.saga_id}/")
+
+
+async def test_agents_declared_inline_in_a_spec(client: Client, task_queue: str) -> None:
+    """The worker has never heard of `echo`: the saga's spec declares it."""
+    spec = SagaSpec.model_validate(
+        {
+            "saga_id": f"inline-{uuid.uuid4().hex[:8]}",
+            "agents": {"echo": {"kind": "shell", "argv": [PYTHON, "-c", ECHO]}},
+            "steps": [{"name": "Echo", "agent": "echo"}],
+        }
+    )
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 30)
+    assert state.status == SagaStatus.COMPLETED

@@ -9,7 +9,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.agents import AgentActivities, AgentContext, AgentRegistry
+from activities.agents import AgentActivities, AgentRegistry
+from activities.context import AgentContext
 from models.agents import AgentRequest
 from models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
 from models.envelope import EventEnvelope, Priority

@@ -335,7 +335,10 @@ class ReactiveChain:
                 result: AgentResult = await workflow.execute_activity(
                     "run_agent",
                     AgentRequest(
-                        agent=run.agent, event=run.trigger, retry_on=subscription.retry.retry_on
+                        agent=run.agent,
+                        event=run.trigger,
+                        retry_on=subscription.retry.retry_on,
+                        config=self._spec.agents.get(run.agent),
                     ),
                     result_type=AgentResult,
                     start_to_close_timeout=subscription.timeout,

@@ -17,6 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from models.agent_config import AgentConfig
     from models.agents import AgentRequest, AgentResult
     from models.chain import chain_workflow_id
     from models.envelope import EventEnvelope
@@ -222,7 +223,9 @@ class Saga:
         command = self._event(f"{agent}Command", payload=self._spec_input())
         result: AgentResult = await workflow.execute_activity(
             "run_agent",
-            AgentRequest(agent=agent, event=command, retry_on=retry_on),
+            AgentRequest(
+                agent=agent, event=command, retry_on=retry_on, config=self._spec_agents().get(agent)
+            ),
             result_type=AgentResult,
             start_to_close_timeout=timeout,
             heartbeat_timeout=heartbeat_timeout,
@@ -231,6 +234,9 @@ class Saga:
             summary=summary,
         )
         return result
+
+    def _spec_agents(self) -> dict[str, AgentConfig]:
+        return self._spec.agents if self._spec else {}
 
     def _spec_input(self) -> dict[str, Any]:
         assert self._spec is not None

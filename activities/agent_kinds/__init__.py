@@ -4,11 +4,14 @@ import asyncio
 import importlib
 from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from activities.agent_kinds.http import run_http
 from activities.agent_kinds.shell import run_shell
-from activities.agents import AgentFn, AgentRegistry
+from activities.context import AgentFn
+
+if TYPE_CHECKING:
+    from activities.agents import AgentRegistry
 from models.agent_config import AgentConfig, AgentsFile, HttpAgent, PythonAgent, ShellAgent
 from models.specs import SpecError, load_spec
 
@@ -34,7 +37,7 @@ def _imported(name: str, config: PythonAgent) -> AgentFn:
     return cast(AgentFn, target)
 
 
-def load_agents(path: Path, registry: AgentRegistry) -> AgentRegistry:
+def load_agents(path: Path, registry: "AgentRegistry") -> "AgentRegistry":
     for name, config in load_spec(AgentsFile, path).agents.items():
         registry.register(name)(agent_from_config(name, config))
     return registry

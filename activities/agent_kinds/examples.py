@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from activities.agents import AgentContext
+from activities.context import AgentContext
 from models.envelope import EventEnvelope
 
 

@@ -16,7 +16,7 @@ from activities.agent_kinds.failures import (
     failure,
     json_object_output,
 )
-from activities.agents import AgentContext
+from activities.context import AgentContext
 from models.agent_config import HttpAgent
 from models.envelope import EventEnvelope
 

@@ -18,7 +18,7 @@ from activities.agent_kinds.failures import (
     failure,
     json_object_output,
 )
-from activities.agents import AgentContext
+from activities.context import AgentContext
 from models.agent_config import ShellAgent
 from models.envelope import EventEnvelope
 

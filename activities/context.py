@@ -1,0 +1,18 @@
+"""What an agent is: an async function of the event and its run's context."""
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from models.envelope import EventEnvelope
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    agent: str
+    attempt: int
+    idempotency_key: str
+    """Stable across retries of the same run, so agents can avoid repeating side effects."""
+
+
+AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]
