@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +64,6 @@ class Result:
     @property
     def history_per_event(self) -> float:
         return self.history_events / self.events
-
-
-Signal = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 async def absorb(side: str, handle: WorkflowHandle[Any, Any], events: int, senders: int) -> Result:

@@ -5,6 +5,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.agent_config import AgentConfig
 from models.envelope import EventEnvelope
 
 DLQ_WORKFLOW_ID = "dead-letter-queue"
@@ -27,6 +28,8 @@ class DeadLetter(BaseModel):
     attempts: int = Field(default=1, ge=0)
     first_failed_at: datetime
     last_failed_at: datetime
+    agent_config: AgentConfig | None = None
+    """The agent's inline declaration, so a `run_agent` replay runs the same agent."""
     replay: Literal["signal", "rerun", "run_agent"] = "signal"
     """How a replay reaches the target: the event as a signal, a chain's `rerun` of the agent, or
     the agent run again directly (a saga's compensation)."""

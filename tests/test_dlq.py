@@ -17,7 +17,7 @@ from infra.devserver import embedded_server
 from models.chain import ChainSpec, ChainStatus
 from models.dlq import ArchiveRequest, DeadLetter, DlqEntry, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
-from models.saga import SagaStatus
+from models.saga import SagaSpec, SagaStatus
 from starter import api
 from tests.conftest import feature_deployment
 from tests.test_chain import approved, eventually, routing_spec, run_chain, user_story
@@ -239,3 +239,37 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+async def test_inline_compensation_agent_is_replayed_as_declared(
+    client: Client, task_queue: str
+) -> None:
+    """A replay runs the agent the saga's spec declared inline, which the worker never knew."""
+    undo = (
+        "import json,sys; e=json.load(sys.stdin); sys.exit(0 if e['payload'].get('fixed') else 3)"
+    )
+    spec = SagaSpec.model_validate(
+        {
+            "saga_id": f"inline-undo-{uuid.uuid4().hex[:8]}",
+            "input": {"inject": {"fail": ["RunTests"]}},
+            "agents": {"undo": {"kind": "shell", "argv": ["python3", "-c", undo]}},
+            "steps": [
+                {
+                    "name": "BuildArtifact",
+                    "compensation": "undo",
+                    "compensation_retry": {"max_retries": 0},
+                },
+                {"name": "RunTests", "retry": {"max_retries": 0}},
+            ],
+        }
+    )
+    async with build_worker(client, task_queue):
+        state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        assert state.status == SagaStatus.COMPENSATION_FAILED
+        [entry] = await parked(client, task_queue, 1)
+        assert entry.agent_config is not None and entry.target_agent == "undo"
+        request = ReplayRequest(
+            selection=DlqSelection(entry_ids=[entry.entry_id]), payload={"fixed": True}
+        )
+        [replayed] = await api.dlq_replay(client, request, queue=task_queue)
+    assert replayed.status == "replayed", replayed.replays

@@ -7,6 +7,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from models.agent_config import AgentConfig
     from models.dlq import DeadLetter
     from models.envelope import EventEnvelope
 
@@ -49,6 +50,7 @@ async def park(
     target_agent: str | None = None,
     attempt_count: int = 1,
     replay: Literal["signal", "rerun", "run_agent"] = "signal",
+    agent_config: AgentConfig | None = None,
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
 
@@ -67,6 +69,7 @@ async def park(
         first_failed_at=now,
         last_failed_at=now,
         replay=replay,
+        agent_config=agent_config,
     )
     await workflow.execute_activity(
         "park_dead_letter",

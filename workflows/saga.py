@@ -203,6 +203,7 @@ class Saga:
             target_agent=entry.compensate,
             attempt_count=attempts(error),
             replay="run_agent",
+            agent_config=self._spec_agents().get(entry.compensate),
         )
         notice = self._event("CompensationFailed", payload={"step": entry.step, "error": message})
         chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
