@@ -55,7 +55,8 @@ class AgentActivities:
         context = AgentContext(
             agent=request.agent,
             attempt=info.attempt,
-            idempotency_key=f"{info.workflow_id}/{info.activity_id}",
+            idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
+            inputs=request.inputs,
         )
         agent = (
             agent_from_config(request.agent, request.config)

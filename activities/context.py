@@ -1,7 +1,7 @@
 """What an agent is: an async function of the event and its run's context."""
 
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from models.envelope import EventEnvelope
@@ -13,6 +13,8 @@ class AgentContext:
     attempt: int
     idempotency_key: str
     """Stable across retries of the same run, so agents can avoid repeating side effects."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """The request's `inputs`: joined events by slot, earlier saga results by step name."""
 
 
 AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]

@@ -17,6 +17,13 @@ class AgentRequest(BaseModel):
     retry_on: list[str] = Field(default_factory=list)
     config: AgentConfig | None = None
     """The agent's declaration when the spec carries it inline; else the worker's registry."""
+    idempotency_key: str | None = None
+    """Set by the workflow from what makes this run unique (the triggering event and the
+    subscription or step), so it is the same across retries and DLQ replays of one run and
+    differs between runs; agents pass it on (HTTP `Idempotency-Key`)."""
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    """What the run depends on besides its trigger: a join's events by slot, a saga step's
+    earlier results by step name, the result a compensation undoes."""
 
 
 class PublishRequest(BaseModel):
