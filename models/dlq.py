@@ -30,6 +30,8 @@ class DeadLetter(BaseModel):
     last_failed_at: datetime
     agent_config: AgentConfig | None = None
     """The agent's inline declaration, so a `run_agent` replay runs the same agent."""
+    idempotency_key: str | None = None
+    """The failed run's key, so a replay of it reaches the agent as the same run."""
     replay: Literal["signal", "rerun", "run_agent"] = "signal"
     """How a replay reaches the target: the event as a signal, a chain's `rerun` of the agent, or
     the agent run again directly (a saga's compensation)."""

@@ -25,6 +25,11 @@ def new_event_id() -> str:
     return f"evt-{_now():%Y%m%d-%H%M%S}-{_random_hex(12)}"
 
 
+LIFECYCLE_NOTICES = frozenset({"EventDeadLettered", "CompensationFailed"})
+"""Events the coordinator announces about its own handling. They are never forwarded to
+listeners, never dead-lettered, and can never cause another notice."""
+
+
 class Priority(StrEnum):
     LOW = "low"
     NORMAL = "normal"

@@ -51,6 +51,7 @@ async def park(
     attempt_count: int = 1,
     replay: Literal["signal", "rerun", "run_agent"] = "signal",
     agent_config: AgentConfig | None = None,
+    idempotency_key: str | None = None,
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
 
@@ -70,6 +71,7 @@ async def park(
         last_failed_at=now,
         replay=replay,
         agent_config=agent_config,
+        idempotency_key=idempotency_key,
     )
     await workflow.execute_activity(
         "park_dead_letter",

@@ -149,7 +149,12 @@ class DeadLetterQueue:
             if entry.replay == "run_agent" and entry.target_agent:
                 await workflow.execute_activity(
                     "run_agent",
-                    AgentRequest(agent=entry.target_agent, event=event, config=entry.agent_config),
+                    AgentRequest(
+                        agent=entry.target_agent,
+                        event=event,
+                        config=entry.agent_config,
+                        idempotency_key=entry.idempotency_key,
+                    ),
                     start_to_close_timeout=timedelta(minutes=5),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                     summary=f"replay {entry.entry_id}: {entry.target_agent}",
