@@ -199,6 +199,9 @@ class TimelineEntry(BaseModel):
     topic: str | None = None
     priority: Priority = Priority.NORMAL
     payload: dict[str, Any] = Field(default_factory=dict)
+    causes: list[str] = Field(default_factory=list)
+    """Every event that caused this one: a joined agent's events are all its causes, in slot
+    order (`causation_id` names the one that completed the join)."""
 
     def to_envelope(self) -> EventEnvelope:
         return EventEnvelope(
@@ -225,6 +228,14 @@ class RejectedEvent(BaseModel):
 class RerunRequest(BaseModel):
     subscription: str
     event: EventEnvelope
+    idempotency_key: str | None = None
+    """The failed run's key; without it, the key of the run on the event this one replays."""
+
+
+def run_idempotency_key(workflow_id: str, subscription: str, event_id: str) -> str:
+    """What makes a chain's agent run unique: its chain, its subscription and the event that
+    triggered it. The same across retries and replays of the run, different for any other."""
+    return f"{workflow_id}/{subscription}/{event_id}"
 
 
 class AgentRun(BaseModel):
@@ -232,13 +243,16 @@ class AgentRun(BaseModel):
     agent: str
     trigger: EventEnvelope
     causes: list[str]
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    """The join's events keyed by slot (`JoinState.inputs`)."""
+    idempotency_key: str | None = None
 
 
 class ChainState(BaseModel):
     """The chain's record. Its counts keep the accounting identity: every event received was
     handled, ignored as a duplicate or rejected (`received = events_seen + duplicates +
-    rejected_count`), and every rejection and failed agent run went to the dead-letter queue
-    (`dead_lettered`)."""
+    rejected_count`), and every rejection (but of a lifecycle notice), failed agent run and run
+    still queued when the chain ended went to the dead-letter queue (`dead_lettered`)."""
 
     correlation_id: str
     spec: str
@@ -279,6 +293,8 @@ class ChainCarry(BaseModel):
     queue: list[QueuedRun]
     listeners: list[str] = Field(default_factory=list)
     closing: bool = False
+    joined_causes: dict[str, list[str]] = Field(default_factory=dict)
+    """Events in the inbox published by a joined agent → all their causes."""
 
 
 class ChainInput(BaseModel):

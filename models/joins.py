@@ -2,6 +2,7 @@
 aggregators share. Pure and serializable, so workflows carry it across continue-as-new."""
 
 import math
+from collections import Counter
 from datetime import datetime
 from typing import Any, Literal
 
@@ -86,6 +87,28 @@ class JoinState(BaseModel):
     @property
     def missing(self) -> list[Slot]:
         return [slot for i, slot in enumerate(self.slots) if i not in self.received]
+
+    def slot_keys(self) -> list[str]:
+        """A name per slot: its event type; `type from source` where the type repeats; numbered
+        (`#1`, `#2`) where even that repeats."""
+        types = Counter(slot.type for slot in self.slots)
+        names = [slot.describe() if types[slot.type] > 1 else slot.type for slot in self.slots]
+        repeated, seen = Counter(names), Counter[str]()
+        keys = []
+        for name in names:
+            seen[name] += 1
+            keys.append(f"{name} #{seen[name]}" if repeated[name] > 1 else name)
+        return keys
+
+    def inputs(self) -> dict[str, dict[str, Any]]:
+        """The received events keyed by slot, each with its type, id, source, arrival time and
+        payload: one shape for what a joined agent receives (`AgentRequest.inputs`) and what an
+        aggregator's emitted event carries."""
+        keys = self.slot_keys()
+        return {
+            keys[i]: {"type": self.slots[i].type, **self.received[i].model_dump(mode="json")}
+            for i in sorted(self.received)
+        }
 
     def fire(self) -> list[Arrival]:
         """Consume the received events (in slot order) so the join can fire again."""

@@ -28,7 +28,7 @@ def timeline_table(entries: Sequence[TimelineEntry]) -> str:
             e.agent,
             e.correlation_id,
             e.event_id,
-            e.causation_id or "-",
+            ", ".join(e.causes) or e.causation_id or "-",
         )
         for e in entries
     ]
@@ -37,7 +37,7 @@ def timeline_table(entries: Sequence[TimelineEntry]) -> str:
 
 def causation_tree(entries: Sequence[TimelineEntry]) -> str:
     """Which event caused which: roots are events whose cause is not in the log."""
-    known = {e.event_id for e in entries}
+    known = {e.event_id: e for e in entries}
     children: dict[str | None, list[TimelineEntry]] = {}
     for entry in entries:
         parent = entry.causation_id if entry.causation_id in known else None
@@ -49,11 +49,21 @@ def causation_tree(entries: Sequence[TimelineEntry]) -> str:
         for index, entry in enumerate(kids):
             last = index == len(kids) - 1
             branch = "" if parent is None else ("└─ " if last else "├─ ")
-            lines.append(f"{prefix}{branch}{entry.event} ({entry.agent}, {entry.time:%H:%M:%S})")
+            causes = _joined_causes(entry, known)
+            lines.append(
+                f"{prefix}{branch}{entry.event} ({entry.agent}, {entry.time:%H:%M:%S}){causes}"
+            )
             walk(entry.event_id, prefix + ("" if parent is None else ("   " if last else "│  ")))
 
     walk(None, "")
     return "\n".join(lines)
+
+
+def _joined_causes(entry: TimelineEntry, known: dict[str, TimelineEntry]) -> str:
+    """` ← A + B` for an event a join caused: the tree shows it under one cause, this names all."""
+    if len(entry.causes) < 2:
+        return ""
+    return " ← " + " + ".join(known[c].event if c in known else c for c in entry.causes)
 
 
 def aggregator_table(state: AggregatorState) -> str:

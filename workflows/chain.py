@@ -28,8 +28,9 @@ with workflow.unsafe.imports_passed_through():
         RerunRequest,
         Subscription,
         TimelineEntry,
+        run_idempotency_key,
     )
-    from models.envelope import EventEnvelope, Priority
+    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, EventHeader, Priority
     from models.filters import matches
     from models.joins import JoinState
     from models.specs import SpecError, parse_model
@@ -40,6 +41,12 @@ PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Pri
 TIMELINE_WINDOW = 200
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
+DISPATCH_HISTORY_LIMIT = 10_000
+"""While continue-as-new waits for running agents, dispatch goes on up to this history length,
+well below the server's hard limit (51,200 events), so the chain always gets to continue."""
+KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
+LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
+PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 
 
 @workflow.defn(name="ReactiveChain")
@@ -83,11 +90,14 @@ class ReactiveChain:
         self._listeners: list[str] = carried.listeners
         self._outbound = 0
         self._closing = carried.closing
+        self._joined_causes = carried.joined_causes
+        self._keep_dispatching = False
 
     @workflow.run
     async def run(self, raw_input: Any) -> ChainState:
         if self._input_error:
             raise ApplicationError(self._input_error, type="invalid_input", non_retryable=True)
+        self._keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
         while not self._finished():
             try:
@@ -104,6 +114,8 @@ class ReactiveChain:
                 workflow.continue_as_new(self._carry())
         if self._state.status in (ChainStatus.RUNNING, ChainStatus.PAUSED):
             self._state.status = ChainStatus.CLOSED if self._closing else ChainStatus.COMPLETED
+        if self._queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
+            await self._park_queued_runs()
         self._upsert_status()
         self._publish_details()
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -121,7 +133,9 @@ class ReactiveChain:
         if self._closing:
             self._state.received += 1
             reason = f"event {envelope.event.id}: the chain is closing"
-            self._reject("chain_closing", reason, envelope=envelope)
+            self._reject(
+                "chain_closing", reason, envelope=envelope, depth=self._depth(envelope.event)
+            )
             return
         self._inbox.append(envelope)
 
@@ -136,14 +150,24 @@ class ReactiveChain:
         except (SpecError, StopIteration) as error:
             self._reject("invalid_rerun", str(error) or "unknown subscription", raw=raw)
             return
-        self._remember(request.event, self._depths.get(request.event.event.causation_id or "", 0))
-        self._enqueue(subscription, request.event, [request.event.event.id])
+        replayed = request.event.event
+        self._remember(request.event, self._depths.get(replayed.causation_id or "", 0))
+        key = request.idempotency_key or run_idempotency_key(
+            workflow.info().workflow_id, subscription.name, replayed.causation_id or replayed.id
+        )
+        self._enqueue(subscription, request.event, [replayed.id], idempotency_key=key)
 
     @workflow.signal
     def attach(self, workflow_id: str) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
         if workflow_id not in self._listeners:
             self._listeners.append(workflow_id)
+
+    @workflow.signal
+    def detach(self, workflow_id: str) -> None:
+        """A listener that has finished asks to receive no more events."""
+        if workflow_id in self._listeners:
+            self._listeners.remove(workflow_id)
 
     @workflow.signal
     def close(self) -> None:
@@ -191,8 +215,16 @@ class ReactiveChain:
             bool(self._queue)
             and len(self._running) < self._spec.max_concurrency
             and self._state.status != ChainStatus.PAUSED
-            and not workflow.info().is_continue_as_new_suggested()
+            and self._may_dispatch_before_continuing()
         )
+
+    def _may_dispatch_before_continuing(self) -> bool:
+        """Continue-as-new waits for the running agents; one slow agent must not hold the
+        queue meanwhile, so dispatch goes on (up to a bounded history)."""
+        info = workflow.info()
+        if not info.is_continue_as_new_suggested():
+            return True
+        return self._keep_dispatching and info.get_current_history_length() < DISPATCH_HISTORY_LIMIT
 
     def _drain_inbox(self) -> None:
         while self._inbox:
@@ -215,7 +247,7 @@ class ReactiveChain:
                 envelope=envelope,
             )
             return
-        depth = self._depths.get(header.causation_id, -1) + 1 if header.causation_id else 0
+        depth = self._depth(header)
         if depth > self._spec.max_causation_depth:
             path = " ← ".join(self._causation_path(header.causation_id))
             self._reject(
@@ -223,11 +255,11 @@ class ReactiveChain:
                 f"event {header.id} ({header.type}): causation depth {depth} exceeds "
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
                 envelope=envelope,
+                depth=depth,
             )
             return
         self._remember(envelope, depth)
-        for listener in self._listeners:
-            self._in_background(self._forward(listener, envelope))
+        self._forward_to_listeners(envelope)
         self._apply_alerts(envelope)
         if header.type == self._spec.terminal_event:
             self._state.terminal_seen = True
@@ -236,8 +268,21 @@ class ReactiveChain:
                 join = self._joins[subscription.name]
                 join.offer(envelope, workflow.now())
                 if join.satisfied:
+                    inputs = join.inputs()
                     causes = [arrival.event_id for arrival in join.fire()]
-                    self._enqueue(subscription, envelope, causes)
+                    self._enqueue(subscription, envelope, causes, inputs=inputs)
+
+    def _depth(self, header: EventHeader) -> int:
+        """How many causes lead to this event; 0 for an event whose cause is unknown here."""
+        return self._depths.get(header.causation_id, -1) + 1 if header.causation_id else 0
+
+    def _forward_to_listeners(self, envelope: EventEnvelope) -> None:
+        """Listeners get the events the chain records, never the chain's lifecycle notices:
+        those are about this chain's handling, not the listener's work."""
+        if envelope.event.type in LIFECYCLE_NOTICES and workflow.patched(LIFECYCLE_NOTICES_PATCH):
+            return
+        for listener in self._listeners:
+            self._in_background(self._forward(listener, envelope))
 
     async def _forward(self, listener: str, envelope: EventEnvelope) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
@@ -255,6 +300,9 @@ class ReactiveChain:
         self._state.events_seen += 1
         self._depths[header.id] = depth
         self._causes[header.id] = header.causation_id
+        causes = self._joined_causes.pop(header.id, None) or [
+            cause for cause in [header.causation_id] if cause
+        ]
         self._timeline.append(
             TimelineEntry(
                 seq=self._seq,
@@ -267,6 +315,7 @@ class ReactiveChain:
                 topic=envelope.routing.topic,
                 priority=envelope.routing.priority,
                 payload=envelope.payload,
+                causes=causes,
             )
         )
         if len(self._timeline) > 2 * TIMELINE_WINDOW:
@@ -288,10 +337,13 @@ class ReactiveChain:
         policy = self._spec.alerts
         if policy is None:
             return
-        if envelope.event.type in policy.resume_on and self._state.status == ChainStatus.PAUSED:
+        resumes = envelope.event.type in policy.resume_on
+        if resumes and self._state.status == ChainStatus.PAUSED:
             self._state.status = ChainStatus.RUNNING
             self._state.pause_reason = None
             self._upsert_status()
+        elif resumes and workflow.patched(LIFECYCLE_NOTICES_PATCH):
+            return
         elif envelope.routing.topic == policy.topic and matches(
             policy.pause_when, envelope.model_dump(mode="json")
         ):
@@ -311,11 +363,25 @@ class ReactiveChain:
         )
 
     def _enqueue(
-        self, subscription: Subscription, trigger: EventEnvelope, causes: list[str]
+        self,
+        subscription: Subscription,
+        trigger: EventEnvelope,
+        causes: list[str],
+        *,
+        inputs: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         self._seq += 1
+        key = idempotency_key or run_idempotency_key(
+            workflow.info().workflow_id, subscription.name, trigger.event.id
+        )
         run = AgentRun(
-            subscription=subscription.name, agent=subscription.agent, trigger=trigger, causes=causes
+            subscription=subscription.name,
+            agent=subscription.agent,
+            trigger=trigger,
+            causes=causes,
+            inputs=inputs or {},
+            idempotency_key=key,
         )
         heapq.heappush(self._queue, (PRIORITY_RANK[trigger.routing.priority], self._seq, run))
 
@@ -339,6 +405,8 @@ class ReactiveChain:
                         event=run.trigger,
                         retry_on=subscription.retry.retry_on,
                         config=self._spec.agents.get(run.agent),
+                        idempotency_key=run.idempotency_key,
+                        inputs=run.inputs,
                     ),
                     result_type=AgentResult,
                     start_to_close_timeout=subscription.timeout,
@@ -357,6 +425,7 @@ class ReactiveChain:
                     target_agent=run.subscription,
                     attempt_count=attempts(error),
                     replay="rerun",
+                    idempotency_key=run.idempotency_key,
                 )
                 return
             for event_type in publishes.on_success:
@@ -368,15 +437,38 @@ class ReactiveChain:
 
     def _publish(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> None:
         trigger = run.trigger
-        self._inbox.append(
-            EventEnvelope.new(
-                event_type,
-                f"/{run.agent}",
-                payload=payload,
-                correlation_id=self._state.correlation_id,
-                causation_id=trigger.event.id,
-                topic=self._spec.subscription(run.subscription).topic or trigger.routing.topic,
-                priority=trigger.routing.priority,
+        envelope = EventEnvelope.new(
+            event_type,
+            f"/{run.agent}",
+            payload=payload,
+            correlation_id=self._state.correlation_id,
+            causation_id=trigger.event.id,
+            topic=self._spec.subscription(run.subscription).topic or trigger.routing.topic,
+            priority=trigger.routing.priority,
+        )
+        if len(run.causes) > 1:
+            self._joined_causes[envelope.event.id] = run.causes
+        self._inbox.append(envelope)
+
+    async def _park_queued_runs(self) -> None:
+        """A chain that ends paused (idle timeout, close) parks the runs it never started, so
+        an operator can run them from the dead-letter queue."""
+        queued = [run for _, _, run in sorted(self._queue)]
+        self._queue.clear()
+        self._state.dead_lettered += len(queued)
+        await asyncio.gather(
+            *(
+                park(
+                    "chain_ended",
+                    f"{run.agent} on {run.trigger.event.type} never ran: the chain ended "
+                    f"{self._state.status.value} while it was queued",
+                    event=run.trigger,
+                    target_agent=run.agent,
+                    replay="run_agent",
+                    agent_config=self._spec.agents.get(run.agent),
+                    idempotency_key=run.idempotency_key,
+                )
+                for run in queued
             )
         )
 
@@ -387,11 +479,15 @@ class ReactiveChain:
         *,
         envelope: EventEnvelope | None = None,
         raw: Any = None,
+        depth: int | None = None,
     ) -> None:
-        """Recorded here and parked in the dead-letter queue: visible, never dropped."""
+        """Recorded here and parked in the dead-letter queue: visible, never dropped. The
+        event's causation depth is kept, so what its parking causes counts from there. A
+        lifecycle notice is recorded but not parked: parking it would announce another."""
         self._state.rejected_count += 1
-        self._state.dead_lettered += 1
         event_id = envelope.event.id if envelope else None
+        if envelope is not None and depth is not None:
+            self._depths[envelope.event.id] = depth
         self._state.rejected.append(
             RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=raw)
         )
@@ -399,6 +495,10 @@ class ReactiveChain:
         workflow.logger.warning(
             "event rejected", extra={"correlation_id": self._state.correlation_id, "reason": reason}
         )
+        notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
+        if notice and workflow.patched(LIFECYCLE_NOTICES_PATCH):
+            return
+        self._state.dead_lettered += 1
         self._in_background(park(kind, reason, event=envelope, raw=raw))
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
@@ -435,6 +535,7 @@ class ReactiveChain:
                 queue=[QueuedRun(rank=r, seq=s, run=run) for r, s, run in self._queue],
                 listeners=self._listeners,
                 closing=self._closing,
+                joined_causes=self._joined_causes,
             ),
         )
 

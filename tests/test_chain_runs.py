@@ -1,0 +1,171 @@
+"""What a chain's agent run receives: a join's events with their payloads, and an idempotency key
+that is unique to the run and stable across its retries and replays."""
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.client import Client
+
+from activities.agents import AgentRegistry
+from activities.context import AgentContext
+from activities.demo import register_demo_agents
+from models.chain import ChainSpec, run_idempotency_key
+from models.dlq import DlqSelection, ReplayRequest
+from models.envelope import EventEnvelope
+from models.joins import JoinState, Slot
+from starter import api, render
+from tests.conftest import CONTINUE_AS_NEW_AFTER
+from tests.test_chain import approved, event, eventually, user_story
+from worker import build_worker
+
+
+def recording(registry: AgentRegistry, name: str, seen: list[AgentContext]) -> None:
+    """`name` records the context of each attempt, then answers like any agent."""
+
+    async def agent(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        seen.append(context)
+        return {"agent": name, "on": envelope.event.type}
+
+    registry.register(name)(agent)
+
+
+async def test_a_joined_agent_receives_every_joined_event_with_its_payload(
+    client: Client, task_queue: str
+) -> None:
+    seen: list[AgentContext] = []
+    registry = AgentRegistry()
+    recording(registry, "frontend-specialist", seen)
+    demo = register_demo_agents(AgentRegistry())
+    for name in demo:
+        if name not in registry:
+            registry.register(name)(demo.get(name))
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue, registry):
+        await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+        await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+        timeline = await api.chain_timeline(client, correlation_id)
+    [context] = seen
+    rows = {e.event: e for e in timeline}
+    backend, wireframe = rows["BackendImplementationCompleted"], rows["WireframeCompleted"]
+    assert set(context.inputs) == {"BackendImplementationCompleted", "WireframeCompleted"}
+    for row in (backend, wireframe):
+        joined = context.inputs[row.event]
+        assert (joined["type"], joined["event_id"]) == (row.event, row.event_id)
+        assert joined["payload"] == row.payload and row.payload
+        assert joined["source"] == row.agent
+    started = rows["FrontendImplementationStarted"]
+    assert sorted(started.causes) == sorted([backend.event_id, wireframe.event_id])
+    assert started.causation_id in started.causes
+    tree_line = next(
+        line
+        for line in render.causation_tree(timeline).splitlines()
+        if "FrontendImplementationStarted" in line
+    )
+    assert tree_line.endswith("← BackendImplementationCompleted + WireframeCompleted")
+    table_row = next(
+        line for line in render.timeline_table(timeline).splitlines() if started.event_id in line
+    )
+    assert backend.event_id in table_row and wireframe.event_id in table_row
+
+
+def test_join_inputs_are_keyed_by_slot_even_when_types_repeat() -> None:
+    join = JoinState.of(
+        [
+            Slot(type="Review", source="/a"),
+            Slot(type="Review", source="/b"),
+            Slot(type="Vote"),
+            Slot(type="Vote"),
+        ]
+    )
+    assert join.slot_keys() == ["Review from /a", "Review from /b", "Vote #1", "Vote #2"]
+    vote = EventEnvelope.new("Vote", "/c", payload={"yes": True})
+    join.offer(vote, vote.event.timestamp)
+    assert join.inputs() == {
+        "Vote #1": {
+            "type": "Vote",
+            "event_id": vote.event.id,
+            "source": "/c",
+            "received_at": vote.event.timestamp.isoformat().replace("+00:00", "Z"),
+            "payload": {"yes": True},
+        }
+    }
+
+
+def counting_spec() -> ChainSpec:
+    return ChainSpec.model_validate(
+        {
+            "name": "counting",
+            "triggers": ["N"],
+            "alerts": None,
+            "subscriptions": [{"agent": "recorder", "events": "N"}],
+        }
+    )
+
+
+async def test_idempotency_keys_are_unique_per_run_across_continue_as_new(
+    client: Client, task_queue: str
+) -> None:
+    seen: list[AgentContext] = []
+    registry = AgentRegistry()
+    recording(registry, "recorder", seen)
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    sent = [event(correlation_id, "N", n=n) for n in range(150)]
+    async with build_worker(client, task_queue, registry):
+        handle = await api.start_chain(client, counting_spec(), correlation_id, queue=task_queue)
+        for envelope in sent:
+            await api.publish(client, envelope)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(handle.result(), 90)
+    runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
+    assert len(runs) > 1, f"the chain continued as new (after {CONTINUE_AS_NEW_AFTER} events)"
+    keys = [context.idempotency_key for context in seen]
+    assert len(keys) == len(set(keys)) == 150
+    assert set(keys) == {run_idempotency_key(handle.id, "recorder", e.event.id) for e in sent}
+
+
+async def test_a_runs_key_is_the_same_in_its_retries_and_its_dead_letter_replay(
+    client: Client, task_queue: str
+) -> None:
+    seen: list[AgentContext] = []
+    registry = AgentRegistry()
+
+    async def flaky(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        seen.append(context)
+        if envelope.payload.get("broken"):
+            raise RuntimeError("cannot handle a broken event")
+        return {}
+
+    registry.register("recorder")(flaky)
+    spec = counting_spec()
+    spec.subscriptions[0].retry.max_retries = 1
+    spec.subscriptions[0].retry.initial_delay = spec.subscriptions[0].retry.max_delay = (
+        spec.subscriptions[0].retry.initial_delay / 10
+    )
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    trigger = event(correlation_id, "N", broken=True)
+    async with build_worker(client, task_queue, registry):
+        handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        await api.publish(client, trigger)
+        selection = DlqSelection(correlation_id=correlation_id)
+
+        async def parked() -> bool:
+            return bool(await api.dlq_entries(client, selection, queue=task_queue))
+
+        await eventually(parked)
+        [entry] = await api.dlq_entries(client, selection, queue=task_queue)
+        await api.dlq_replay(
+            client, ReplayRequest(selection=selection, payload={}), queue=task_queue
+        )
+
+        async def replayed() -> bool:
+            return len(seen) == 3
+
+        await eventually(replayed)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(handle.result(), 30)
+    key = run_idempotency_key(handle.id, "recorder", trigger.event.id)
+    assert entry.idempotency_key == key
+    assert [context.idempotency_key for context in seen] == [key] * 3
+    assert [context.attempt for context in seen] == [1, 2, 1]
