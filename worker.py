@@ -24,9 +24,19 @@ from workflows.saga import Saga
 WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterQueue)
 
 
-def default_registry(agents_file: Path | None = None) -> AgentRegistry:
-    """The demo agents, and the agents declared in `agents_file` (or $COORD_AGENTS)."""
-    registry = register_demo_agents(AgentRegistry())
+def demo_agents_enabled() -> bool:
+    """$COORD_DEMO_AGENTS=1 (or true/yes) serves the demo agents, like `--demo-agents`."""
+    return os.environ.get("COORD_DEMO_AGENTS", "").lower() in {"1", "true", "yes"}
+
+
+def default_registry(
+    agents_file: Path | None = None, *, demo_agents: bool = False
+) -> AgentRegistry:
+    """The agents declared in `agents_file` (or $COORD_AGENTS) with its `worker:` settings, and
+    the demo agents only when asked for (`demo_agents`, or $COORD_DEMO_AGENTS)."""
+    registry = AgentRegistry()
+    if demo_agents or demo_agents_enabled():
+        register_demo_agents(registry)
     declared = agents_file or (
         Path(os.environ["COORD_AGENTS"]) if "COORD_AGENTS" in os.environ else None
     )
@@ -54,12 +64,17 @@ def build_worker(
     )
 
 
-async def run_worker(agents_file: Path | None = None) -> None:
+async def run_worker(agents_file: Path | None = None, *, demo_agents: bool = False) -> None:
+    registry = default_registry(agents_file, demo_agents=demo_agents)
     settings = ConnectionSettings.load()
     client = await settings.connect()
-    worker = build_worker(client, registry=default_registry(agents_file))
+    worker = build_worker(client, registry=registry)
     get_logger("worker").info(
-        "worker started", address=settings.address, task_queue=worker.task_queue
+        "worker started",
+        address=settings.address,
+        task_queue=worker.task_queue,
+        agents=sorted(registry),
+        inline_agents=registry.settings.inline_agents,
     )
     await worker.run()
 

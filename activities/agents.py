@@ -12,12 +12,19 @@ from temporalio.exceptions import ApplicationError
 
 from activities.agent_kinds import agent_from_config
 from activities.context import AgentContext, AgentFn
+from models.agent_config import AgentConfig, WorkerSettings
 from models.agents import AgentRequest, AgentResult
+from models.specs import SpecError
+
+AGENT_NOT_ALLOWED = "agent_not_allowed"
 
 
 class AgentRegistry:
-    def __init__(self) -> None:
+    """The agents a worker declares, and its settings: what it trusts from outside."""
+
+    def __init__(self, settings: WorkerSettings | None = None) -> None:
         self._agents: dict[str, AgentFn] = {}
+        self.settings = settings or WorkerSettings()
 
     def register(self, name: str) -> Callable[[AgentFn], AgentFn]:
         def add(fn: AgentFn) -> AgentFn:
@@ -37,6 +44,18 @@ class AgentRegistry:
                 type="unknown_agent",
                 non_retryable=True,
             ) from None
+
+    def resolve(self, name: str, inline: AgentConfig | None) -> AgentFn:
+        """The agent a request names, or the inline declaration it carries if this worker's
+        settings allow that kind from outside; else a non-retryable `agent_not_allowed`."""
+        if inline is None:
+            return self.get(name)
+        if refusal := self.settings.inline_refusal(name, inline):
+            raise ApplicationError(refusal, type=AGENT_NOT_ALLOWED, non_retryable=True)
+        try:
+            return agent_from_config(name, inline, self.settings)
+        except SpecError as error:
+            raise ApplicationError(str(error), type="invalid_spec", non_retryable=True) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
@@ -58,17 +77,13 @@ class AgentActivities:
             idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
             inputs=request.inputs,
         )
-        agent = (
-            agent_from_config(request.agent, request.config)
-            if request.config
-            else self._registry.get(request.agent)
-        )
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
         started = time.monotonic()
         try:
+            agent = self._registry.resolve(request.agent, request.config)
             output = await agent(request.event, context)
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error

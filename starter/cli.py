@@ -45,6 +45,12 @@ FailureType = Annotated[str | None, typer.Option(help="Only this failure type")]
 Correlation = Annotated[str | None, typer.Option(help="Only this correlation id")]
 
 R = TypeVar("R")
+DemoAgents = Annotated[
+    bool,
+    typer.Option(
+        "--demo-agents", help="Also serve the seed's demo agents (also $COORD_DEMO_AGENTS=1)"
+    ),
+]
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
 
 
@@ -103,18 +109,21 @@ async def server(
 @runs_async
 async def worker(
     agents: Annotated[
-        Path | None, typer.Option(help="An agents YAML file (also $COORD_AGENTS)")
+        Path | None,
+        typer.Option(help="An agents YAML file: `agents:` and `worker:` (also $COORD_AGENTS)"),
     ] = None,
+    demo_agents: DemoAgents = False,
 ) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233)."""
-    await run_worker(agents)
+    await run_worker(agents, demo_agents=demo_agents)
 
 
 @app.command()
 @runs_async
-async def dev() -> None:
+async def dev(demo_agents: DemoAgents = False) -> None:
     """Run server and worker together for local work."""
-    async with local_temporal() as (client, where), build_worker(client):
+    registry = default_registry(demo_agents=demo_agents)
+    async with local_temporal() as (client, where), build_worker(client, registry=registry):
         typer.echo(f"worker running against {where}; Ctrl-C to stop")
         await asyncio.Event().wait()
 
@@ -450,7 +459,9 @@ async def dlq_archive(
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
-    """Agents are checked where a spec enters, against the agents this installation has."""
+    """Agents are checked where a spec enters, by the worker's own rule (`AgentRegistry.resolve`)
+    against the configuration a worker started here would have ($COORD_AGENTS,
+    $COORD_DEMO_AGENTS): a named agent is declared, an inline one is of a kind allowed."""
     named: list[tuple[str, str | None]]
     if isinstance(spec, SagaSpec):
         named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
@@ -459,7 +470,12 @@ def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
         named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
     registry = default_registry()
     for place, agent in named:
-        if agent is not None and agent not in registry and agent not in spec.agents:
+        if agent is None:
+            continue
+        if agent in spec.agents:
+            if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
+                raise SpecError(f"{source}: agents.{agent}: {refusal}")
+        elif agent not in registry:
             raise SpecError(
                 f"{source}: {place}: unknown agent {agent!r}; known: {', '.join(sorted(registry))}"
             )

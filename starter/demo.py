@@ -17,7 +17,7 @@ from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import load_spec
 from starter import api, render
-from worker import build_worker
+from worker import build_worker, default_registry
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SAGA_RUNS: dict[str, dict[str, Any]] = {
@@ -70,7 +70,7 @@ async def run_demo(*, keep_serving: bool) -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     async with local_temporal() as (client, where):
         typer.echo(f"Temporal: {where}")
-        async with build_worker(client):
+        async with build_worker(client, registry=default_registry(demo_agents=True)):
             await run_sagas(client, stamp)
             await run_chain(client, stamp)
             runs = f"{workflow_link('').rstrip('/')}?query=CoordPattern%21%3D%22%22"

@@ -19,6 +19,8 @@ from models.saga import SagaSpec
 from models.specs import read_document
 from workflows import search_attributes
 
+# Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).
+os.environ["COORD_DEMO_AGENTS"] = "1"
 ROOT = Path(__file__).resolve().parent.parent
 FEATURE_DEPLOYMENT = ROOT / "examples" / "feature-deployment.yaml"
 

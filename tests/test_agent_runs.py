@@ -37,11 +37,12 @@ async def python_agent(event: EventEnvelope, context: AgentContext) -> dict[str,
     return {"seen": event.event.type, "key": context.idempotency_key}
 
 
-def registry(**agents: dict[str, Any]) -> AgentRegistry:
-    declared = AgentsFile.model_validate({"agents": agents})
-    registry = AgentRegistry()
+def registry(worker: dict[str, Any] | None = None, /, **agents: dict[str, Any]) -> AgentRegistry:
+    """The agents given, declared as in a file whose `worker:` section is `worker`."""
+    declared = AgentsFile.model_validate({"worker": worker or {}, "agents": agents})
+    registry = AgentRegistry(declared.worker)
     for name, config in declared.agents.items():
-        registry.register(name)(agent_from_config(name, config))
+        registry.register(name)(agent_from_config(name, config, declared.worker))
     return registry
 
 
@@ -166,7 +167,8 @@ async def test_http_agent_success_sends_headers_from_the_environment(
 ) -> None:
     monkeypatch.setenv("TEST_TOKEN", "s3cret")
     agents = registry(
-        ok={"kind": "http", "url": f"{service}/ok", "headers_from_env": {"X-Token": "TEST_TOKEN"}}
+        {"secrets": ["TEST_TOKEN"]},
+        ok={"kind": "http", "url": f"{service}/ok", "headers_from_env": {"X-Token": "TEST_TOKEN"}},
     )
     result = await run(agents, "ok")
     assert result.data == {"token": "s3cret"}
@@ -263,18 +265,3 @@ async def test_idempotency_key_is_stable_across_retries(
     assert state.status == SagaStatus.COMPLETED
     first, second = keys.read_text().splitlines()
     assert first == second and first.startswith(f"saga-{spec.saga_id}/")
-
-
-async def test_agents_declared_inline_in_a_spec(client: Client, task_queue: str) -> None:
-    """The worker has never heard of `echo`: the saga's spec declares it."""
-    spec = SagaSpec.model_validate(
-        {
-            "saga_id": f"inline-{uuid.uuid4().hex[:8]}",
-            "agents": {"echo": {"kind": "shell", "argv": [PYTHON, "-c", ECHO]}},
-            "steps": [{"name": "Echo", "agent": "echo"}],
-        }
-    )
-    async with build_worker(client, task_queue):
-        handle = await api.start_saga(client, spec, queue=task_queue)
-        state = await asyncio.wait_for(api.saga_outcome(handle), 30)
-    assert state.status == SagaStatus.COMPLETED

@@ -12,8 +12,11 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from activities.agents import AgentRegistry
 from activities.delivery import park_dead_letter
+from activities.demo import register_demo_agents
 from infra.devserver import embedded_server
+from models.agent_config import WorkerSettings
 from models.chain import ChainSpec, ChainStatus
 from models.dlq import ArchiveRequest, DeadLetter, DlqEntry, DlqSelection, ReplayRequest
 from models.envelope import EventEnvelope
@@ -106,7 +109,8 @@ async def test_failed_compensation_is_parked_and_replayed_by_running_the_agent(
         step.compensation_retry = step.compensation_retry.model_validate(
             {"max_retries": 1, "initial_delay": "100ms"}
         )
-    async with build_worker(client, task_queue):
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
         state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
         assert state.status == SagaStatus.COMPENSATION_FAILED
         [entry] = await parked(client, task_queue, 1)
@@ -244,7 +248,7 @@ def free_port() -> int:
 async def test_inline_compensation_agent_is_replayed_as_declared(
     client: Client, task_queue: str
 ) -> None:
-    """A replay runs the agent the saga's spec declared inline, which the worker never knew."""
+    """A replay runs the agent the saga's spec declared inline, on a worker that allows it."""
     undo = (
         "import json,sys; e=json.load(sys.stdin); sys.exit(0 if e['payload'].get('fixed') else 3)"
     )
@@ -263,7 +267,8 @@ async def test_inline_compensation_agent_is_replayed_as_declared(
             ],
         }
     )
-    async with build_worker(client, task_queue):
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
         state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
         assert state.status == SagaStatus.COMPENSATION_FAILED
         [entry] = await parked(client, task_queue, 1)

@@ -1,12 +1,18 @@
-"""HTTP agents: POST the event JSON; the status code says whether a retry can help."""
+"""HTTP agents: POST the event JSON; the status code says whether a retry can help.
+
+Secret headers (`headers_from_env`) go only to the declared URL's origin: redirects are not
+followed unless the declaration allows it, and then only 307/308 (which keep the POST and its
+body), without the secret headers once the origin changes."""
 
 import asyncio
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
+
+import httpx
+from temporalio import activity
 
 from activities.agent_kinds.failures import (
     INVALID_PAYLOAD,
@@ -17,50 +23,123 @@ from activities.agent_kinds.failures import (
     json_object_output,
 )
 from activities.context import AgentContext
-from models.agent_config import HttpAgent
+from models.agent_config import HttpAgent, WorkerSettings
 from models.envelope import EventEnvelope
 
 RETRYABLE_STATUSES = {408, 429}
+FOLLOWABLE_REDIRECTS = {307, 308}
+MAX_REDIRECTS = 5
+LONGEST_RETRY_DELAY = timedelta(hours=1)
+"""The cap on a Retry-After when the activity's retry policy names no maximum interval."""
 
 
 async def run_http(
-    config: HttpAgent, event: EventEnvelope, context: AgentContext
+    config: HttpAgent, settings: WorkerSettings, event: EventEnvelope, context: AgentContext
 ) -> Mapping[str, Any]:
+    secrets = {header: _secret(header, name) for header, name in config.headers_from_env.items()}
     headers = {"Content-Type": "application/json", "Idempotency-Key": context.idempotency_key}
-    for header, variable in config.headers_from_env.items():
-        value = os.environ.get(variable)
-        if value is None:
-            raise failure(UNAUTHORIZED, f"header {header} needs ${variable}, which is not set")
-        headers[header] = value
-    request = urllib.request.Request(
-        config.url, data=event.model_dump_json().encode(), headers=headers, method="POST"
-    )
-    status, retry_after, body = await asyncio.to_thread(_post, request, config.timeout)
-    if 200 <= status < 300:
-        return json_object_output(body, config.url)
-    raise _classified(status, retry_after, config.url)
-
-
-def _post(request: urllib.request.Request, timeout: timedelta) -> tuple[int, str | None, bytes]:
-    try:
-        with urllib.request.urlopen(request, timeout=timeout.total_seconds()) as response:
-            return response.status, None, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers.get("Retry-After"), b""
-    except TimeoutError:
-        raise failure(TIMEOUT, f"{request.full_url} did not answer within {timeout}") from None
-    except urllib.error.URLError as error:
-        if isinstance(error.reason, TimeoutError):
-            raise failure(TIMEOUT, f"{request.full_url} did not answer within {timeout}") from None
-        raise failure(TEMPORARY_FAILURE, f"{request.full_url}: {error.reason}") from None
-
-
-def _classified(status: int, retry_after: str | None, url: str) -> Exception:
-    if status in RETRYABLE_STATUSES or status >= 500:
-        delay = (
-            timedelta(seconds=int(retry_after)) if retry_after and retry_after.isdigit() else None
+    # trust_env=False: no proxy or .netrc credentials picked up from the worker's environment.
+    async with httpx.AsyncClient(
+        timeout=config.timeout.total_seconds(), follow_redirects=False, trust_env=False
+    ) as client:
+        request = client.build_request(
+            "POST", config.url, content=event.model_dump_json(), headers={**headers, **secrets}
         )
+        try:
+            async with asyncio.timeout(config.timeout.total_seconds()):
+                return await _post(client, request, config, secrets, int(settings.output_limit))
+        except (TimeoutError, httpx.TimeoutException):
+            raise failure(TIMEOUT, f"{config.url} did not answer within {config.timeout}") from None
+        except httpx.TransportError as error:
+            raise failure(TEMPORARY_FAILURE, f"{request.url}: {error}") from None
+
+
+def _secret(header: str, variable: str) -> str:
+    value = os.environ.get(variable)
+    if value is None:
+        raise failure(UNAUTHORIZED, f"header {header} needs ${variable}, which is not set")
+    return value
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    config: HttpAgent,
+    secrets: Mapping[str, str],
+    limit: int,
+) -> Mapping[str, Any]:
+    """Send, following allowed redirects; a secret header never crosses to another origin."""
+    origin = request.url.copy_with(path="/", query=None, fragment=None)
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await client.send(request, stream=True)
+        try:
+            if response.is_success:
+                return json_object_output(await _read_capped(response, limit), str(request.url))
+            following = response.next_request if _followable(response, config) else None
+            if following is None:
+                raise _classified(response)
+        finally:
+            await response.aclose()
+        request = following
+        if request.url.copy_with(path="/", query=None, fragment=None) != origin:
+            for header in secrets:
+                request.headers.pop(header, None)
+    raise failure(INVALID_PAYLOAD, f"{config.url} redirected more than {MAX_REDIRECTS} times")
+
+
+def _followable(response: httpx.Response, config: HttpAgent) -> bool:
+    return config.follow_redirects and response.status_code in FOLLOWABLE_REDIRECTS
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise failure(
+                INVALID_PAYLOAD, f"{response.url} answered past the worker's {limit}-byte limit"
+            )
+    return bytes(body)
+
+
+def _classified(response: httpx.Response) -> Exception:
+    status, url = response.status_code, response.request.url
+    if response.is_redirect or 300 <= status < 400:
+        location = response.headers.get("Location", "no Location")
+        return failure(
+            INVALID_PAYLOAD,
+            f"{url} answered {status} redirecting to {location}; redirects are not followed "
+            "(a declaration may set follow_redirects: true for 307/308)",
+        )
+    if status in RETRYABLE_STATUSES or status >= 500:
+        delay = retry_after(response.headers.get("Retry-After"), _longest_retry_delay())
         return failure(TEMPORARY_FAILURE, f"{url} answered {status}", retry_after=delay)
     if status in (401, 403):
         return failure(UNAUTHORIZED, f"{url} answered {status}")
     return failure(INVALID_PAYLOAD, f"{url} answered {status}")
+
+
+def retry_after(value: str | None, longest: timedelta) -> timedelta | None:
+    """Retry-After as delay-seconds or an HTTP-date, no longer than `longest`; None when absent,
+    unreadable or already past (the retry policy's own backoff applies)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        seconds = min(float(value), longest.total_seconds())
+    else:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        moment = when if when.tzinfo else when.replace(tzinfo=UTC)
+        seconds = min((moment - datetime.now(UTC)).total_seconds(), longest.total_seconds())
+    return timedelta(seconds=seconds) if seconds > 0 else None
+
+
+def _longest_retry_delay() -> timedelta:
+    """The retry policy's maximum interval: a server cannot hold a retry back longer."""
+    policy = activity.info().retry_policy
+    if policy is not None and policy.maximum_interval is not None:
+        return policy.maximum_interval
+    return LONGEST_RETRY_DELAY

@@ -1,4 +1,7 @@
-"""Shell agents: an argv (never a shell), the event JSON on stdin, a JSON object on stdout."""
+"""Shell agents: an argv (never a shell), the event JSON on stdin, a JSON object on stdout.
+
+The child sees only an allow-listed environment, its output is read up to the worker's limit,
+and its whole process group is ended whenever the run ends, however it ends."""
 
 import asyncio
 import contextlib
@@ -19,14 +22,15 @@ from activities.agent_kinds.failures import (
     json_object_output,
 )
 from activities.context import AgentContext
-from models.agent_config import ShellAgent
+from models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
 from models.envelope import EventEnvelope
 
 KILL_GRACE_SECONDS = 3.0
+STDERR_TAIL_CHARS = 500
 
 
 async def run_shell(
-    config: ShellAgent, event: EventEnvelope, context: AgentContext
+    config: ShellAgent, settings: WorkerSettings, event: EventEnvelope, context: AgentContext
 ) -> Mapping[str, Any]:
     workdir = config.cwd or tempfile.mkdtemp(prefix=f"coord-{context.agent}-")
     try:
@@ -36,40 +40,99 @@ async def run_shell(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=workdir,
-            env={
-                **os.environ,
-                **config.env,
-                "COORD_IDEMPOTENCY_KEY": context.idempotency_key,
-                "COORD_ATTEMPT": str(context.attempt),
-            },
+            env=child_environment(config, settings, context),
             start_new_session=True,
         )
-        out, err = await _communicate(process, event.model_dump_json().encode(), config)
+        out, err = await _communicate(process, event.model_dump_json().encode(), config, settings)
     finally:
         if config.cwd is None:
             shutil.rmtree(workdir, ignore_errors=True)
     return _result(config, process.returncode or 0, out, err)
 
 
+def child_environment(
+    config: ShellAgent, settings: WorkerSettings, context: AgentContext
+) -> dict[str, str]:
+    """Built from an allow-list, never a copy of the worker's environment (which holds its
+    credentials): the default few, what `worker.child_env` names, then the declared `env`."""
+    allowed = (*CHILD_ENV_DEFAULT, *settings.child_env)
+    return {
+        **{name: os.environ[name] for name in allowed if name in os.environ},
+        **config.env,
+        "COORD_IDEMPOTENCY_KEY": context.idempotency_key,
+        "COORD_ATTEMPT": str(context.attempt),
+    }
+
+
 async def _communicate(
-    process: asyncio.subprocess.Process, stdin: bytes, config: ShellAgent
+    process: asyncio.subprocess.Process, stdin: bytes, config: ShellAgent, settings: WorkerSettings
 ) -> tuple[bytes, bytes]:
-    """Heartbeat while the process runs; on timeout or cancellation end its whole process group
-    (its children too): SIGTERM, then SIGKILL after a grace period."""
-    talking = asyncio.ensure_future(process.communicate(stdin))
-    deadline = asyncio.get_running_loop().time() + config.timeout.total_seconds()
+    """When the process exits, fails, times out or is cancelled, its whole process group is
+    ended (a child it left in the background too); then what it wrote is read to the end."""
+    name, limit = config.argv[0], int(settings.output_limit)
+    assert process.stdout is not None and process.stderr is not None
+    readers = (
+        asyncio.ensure_future(_read_capped(process.stdout, limit, f"{name} stdout")),
+        asyncio.ensure_future(_read_capped(process.stderr, limit, f"{name} stderr")),
+    )
+    exited = asyncio.ensure_future(_feed_and_wait(process, stdin))
     try:
-        while not talking.done():
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                raise failure(TIMEOUT, f"{config.argv[0]} ran past its {config.timeout} timeout")
-            await asyncio.wait({talking}, timeout=min(1.0, left))
-            activity.heartbeat()
-        return talking.result()
+        await _heartbeat_until_exit(exited, readers, config)
     except BaseException:
-        await _terminate(process)
-        talking.cancel()
+        for reader in readers:
+            reader.cancel()
         raise
+    finally:
+        exited.cancel()
+        await _terminate(process)
+    try:
+        out, err = await asyncio.wait_for(asyncio.gather(*readers), KILL_GRACE_SECONDS)
+    except TimeoutError:
+        raise failure(
+            TIMEOUT, f"{name} exited but something outside its group kept its output open"
+        ) from None
+    return out, err
+
+
+async def _heartbeat_until_exit(
+    exited: "asyncio.Future[int]", readers: tuple["asyncio.Future[bytes]", ...], config: ShellAgent
+) -> None:
+    """Heartbeat while the process runs; fail at its timeout or as soon as it writes too much."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.timeout.total_seconds()
+    while not exited.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            raise failure(TIMEOUT, f"{config.argv[0]} ran past its {config.timeout} timeout")
+        pending: set[asyncio.Future[Any]] = {
+            exited,
+            *(reader for reader in readers if not reader.done()),
+        }
+        await asyncio.wait(pending, timeout=min(1.0, left), return_when=asyncio.FIRST_COMPLETED)
+        for reader in readers:
+            if reader.done() and (error := reader.exception()):
+                raise error
+        activity.heartbeat()
+
+
+async def _feed_and_wait(process: asyncio.subprocess.Process, stdin: bytes) -> int:
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        process.stdin.write(stdin)
+        await process.stdin.drain()
+        process.stdin.close()
+    return await process.wait()
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int, what: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise failure(INVALID_PAYLOAD, f"{what} passed the worker's {limit}-byte output limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _terminate(process: asyncio.subprocess.Process) -> None:
@@ -89,5 +152,7 @@ def _result(config: ShellAgent, code: int, out: bytes, err: bytes) -> Mapping[st
     if code != 0:
         kind = INVALID_PAYLOAD if code in config.non_retryable_exit_codes else TEMPORARY_FAILURE
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
-        raise failure(kind, f"{config.argv[0]} exited {code}: {' / '.join(tail)}")
+        raise failure(
+            kind, f"{config.argv[0]} exited {code}: {' / '.join(tail)[-STDERR_TAIL_CHARS:]}"
+        )
     return json_object_output(out, config.argv[0])
