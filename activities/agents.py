@@ -40,10 +40,17 @@ class AgentRegistry:
             return self._agents[name]
         except KeyError:
             raise ApplicationError(
-                f"unknown agent {name!r}; known agents: {', '.join(sorted(self))}",
+                self.unknown(name),
                 type="unknown_agent",
                 non_retryable=True,
             ) from None
+
+    def unknown(self, name: str) -> str:
+        """The one message for a name no agent answers to, from the worker and the CLI alike."""
+        known = (
+            ", ".join(sorted(self)) or "none (demo agents: --demo-agents or COORD_DEMO_AGENTS=1)"
+        )
+        return f"unknown agent {name!r}; known agents: {known}"
 
     def resolve(self, name: str, inline: AgentConfig | None) -> AgentFn:
         """The agent a request names, or the inline declaration it carries if this worker's

@@ -476,9 +476,7 @@ def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
             if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
                 raise SpecError(f"{source}: agents.{agent}: {refusal}")
         elif agent not in registry:
-            raise SpecError(
-                f"{source}: {place}: unknown agent {agent!r}; known: {', '.join(sorted(registry))}"
-            )
+            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
 
 
 def main() -> None:
