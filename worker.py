@@ -18,10 +18,10 @@ from infra.logs import configure_logging, get_logger
 from infra.temporal import ConnectionSettings, task_queue
 from workflows.aggregator import Aggregator
 from workflows.chain import ReactiveChain
-from workflows.dlq import DeadLetterQueue
+from workflows.dlq import DeadLetterEntry
 from workflows.saga import Saga
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterQueue)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry)
 
 
 def demo_agents_enabled() -> bool:
@@ -57,6 +57,7 @@ def build_worker(
             ChainLookback(client).chain_events,
             delivery.park,
             delivery.redeliver,
+            delivery.declared_agent,
         ],
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.

@@ -1,33 +1,53 @@
 """Deliveries that need a client: parking dead letters and replaying them to their targets."""
 
+import contextlib
+from datetime import UTC, datetime
+
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from models.dlq import DLQ_WORKFLOW_ID, DeadLetter, Redelivery
-
-
-def dlq_workflow_id(task_queue: str) -> str:
-    """One queue per task queue: `dead-letter-queue` for the default one."""
-    return DLQ_WORKFLOW_ID if task_queue == "coordinator" else f"{DLQ_WORKFLOW_ID}-{task_queue}"
+from models.dlq import (
+    ENTRY_WORKFLOW_TYPE,
+    MEMO_KEY,
+    AgentLookup,
+    DeadLetter,
+    DeclaredAgent,
+    DlqEntry,
+    Redelivery,
+    dead_letter_id,
+)
+from models.saga import SagaSpec
+from workflows import search_attributes
 
 
 async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) -> str:
-    """Signal-with-start, so the queue exists the first time something is parked."""
-    workflow_id = dlq_workflow_id(task_queue)
-    await client.start_workflow(
-        "DeadLetterQueue",
-        None,
-        id=workflow_id,
-        task_queue=task_queue,
-        start_signal="park",
-        start_signal_args=[letter.model_dump(mode="json")],
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        static_summary="Dead-letter queue: investigate, fix, replay, archive",
-    )
-    return workflow_id
+    """Starts the entry's own workflow, with an id derived from what is parked: parking the same
+    failure again (a retried activity, a publisher trying twice) finds the entry already there,
+    open or closed, and returns its id. Filters and the listing row are set at start, so the
+    entry is listed even before a worker has run it."""
+    entry_id = dead_letter_id(letter)
+    summary = DlqEntry(
+        **letter.model_dump(), entry_id=entry_id, parked_at=datetime.now(UTC)
+    ).summary()
+    event = f"{letter.event.event.type} " if letter.event else ""
+    with contextlib.suppress(WorkflowAlreadyStartedError):
+        await client.start_workflow(
+            ENTRY_WORKFLOW_TYPE,
+            letter.model_dump(mode="json"),
+            id=entry_id,
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=search_attributes.as_start_attributes(
+                search_attributes.dead_letter_attributes(summary)
+            ),
+            memo={MEMO_KEY: summary.model_dump(mode="json")},
+            static_summary=f"Dead letter: {event}{letter.failure_type} → {letter.target_workflow}",
+        )
+    return entry_id
 
 
 class Delivery:
@@ -56,3 +76,22 @@ class Delivery:
                 type="target_unavailable",
                 non_retryable=True,
             ) from None
+
+    @activity.defn(name="declared_agent")
+    async def declared_agent(self, lookup: AgentLookup) -> DeclaredAgent:
+        """The agent's inline declaration in the target saga's spec, read from the saga's own
+        start event (which the server recorded, not whoever parked the entry). Nothing when the
+        target is not a saga, is gone, or does not declare the agent."""
+        handle = self._client.get_workflow_handle(lookup.target_workflow)
+        try:
+            async for event in handle.fetch_history_events():
+                started = event.workflow_execution_started_event_attributes
+                if started.workflow_type.name != "Saga":
+                    return DeclaredAgent()
+                [raw_spec] = await self._client.data_converter.decode(started.input.payloads)
+                return DeclaredAgent(
+                    config=SagaSpec.model_validate(raw_spec).agents.get(lookup.agent)
+                )
+        except (RPCError, ValueError):
+            return DeclaredAgent()
+        return DeclaredAgent()

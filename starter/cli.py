@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from temporalio.client import Client
 from temporalio.service import RPCError
 
 from infra.devserver import PortInUse, embedded_server, local_temporal
@@ -16,7 +17,7 @@ from infra.process import exit_without_teardown
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
 from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
-from models.dlq import ArchiveRequest, DlqSelection, ReplayRequest
+from models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
@@ -349,24 +350,41 @@ async def events(
 
 
 def selection(
-    entry_ids: list[str],
     *,
-    everything: bool,
     type: str | None,
     topic: str | None,
     failure_type: str | None,
     correlation_id: str | None,
+    status: str | None = None,
 ) -> DlqSelection:
-    """Entry ids, or --all with optional filters: never a silent bulk operation by default."""
+    return parse_model(
+        DlqSelection,
+        {
+            "type": type,
+            "topic": topic,
+            "failure_type": failure_type,
+            "correlation_id": correlation_id,
+            "status": status,
+        },
+        "dead-letter filter",
+    )
+
+
+async def chosen_entries(
+    client: Client, entry_ids: list[str], everything: bool, filters: DlqSelection
+) -> list[str]:
+    """Entry ids, or --all (with optional filters): never a silent bulk operation by default."""
     if bool(entry_ids) == everything:
         raise SpecError("give entry ids, or --all (with --type and the other filters)")
-    return DlqSelection(
-        entry_ids=entry_ids,
-        type=type,
-        topic=topic,
-        failure_type=failure_type,
-        correlation_id=correlation_id,
-    )
+    return entry_ids or await api.dlq_selected(client, filters)
+
+
+def report(outcomes: list[BulkOutcome], line: Callable[[BulkOutcome], str]) -> None:
+    """One line per entry; exit code 1 when any entry was refused."""
+    for outcome in outcomes:
+        typer.echo(line(outcome) if outcome.status else f"refused: {outcome.detail}")
+    if any(outcome.status is None for outcome in outcomes):
+        raise typer.Exit(1)
 
 
 @dlq_app.command("list")
@@ -376,20 +394,42 @@ async def dlq_list(
     topic: Topic = None,
     failure_type: FailureType = None,
     correlation_id: Correlation = None,
-    status: Annotated[str | None, typer.Option(help="parked, replayed or archived")] = "parked",
+    status: Annotated[
+        str | None, typer.Option(help="parked, replaying, replayed or archived")
+    ] = "parked",
+    page_size: Annotated[int, typer.Option(min=1, max=1000, help="Entries per page")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Continue a listing (its filters come with it)")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="The page as JSON")] = False,
 ) -> None:
-    """List dead letters (the seed's DLQ table)."""
-    client = await ConnectionSettings.load().connect()
-    chosen = DlqSelection.model_validate(
-        {
-            "type": type,
-            "topic": topic,
-            "failure_type": failure_type,
-            "correlation_id": correlation_id,
-            "status": status,
-        }
+    """List dead letters, newest first, a page at a time (the seed's DLQ table)."""
+    chosen = selection(
+        type=type,
+        topic=topic,
+        failure_type=failure_type,
+        correlation_id=correlation_id,
+        status=status,
     )
-    typer.echo(render.dlq_table(await api.dlq_entries(client, chosen)))
+    client = await ConnectionSettings.load().connect()
+    page = await api.dlq_page(client, chosen, page_size=page_size, cursor=cursor)
+    if json_output:
+        typer.echo(page.model_dump_json(indent=2))
+        return
+    typer.echo(render.dlq_table(page.entries))
+    if page.next_cursor:
+        typer.echo(f"\nnext page: coord dlq list --cursor {page.next_cursor}")
+
+
+@dlq_app.command("counts")
+@runs_async
+async def dlq_counts(
+    json_output: Annotated[bool, typer.Option("--json", help="The counts as JSON")] = False,
+) -> None:
+    """Dead letters by failure type and status, with the action each calls for."""
+    client = await ConnectionSettings.load().connect()
+    counts = await api.dlq_counts(client)
+    typer.echo(counts.model_dump_json(indent=2) if json_output else render.dlq_counts_table(counts))
 
 
 @dlq_app.command("show")
@@ -397,10 +437,7 @@ async def dlq_list(
 async def dlq_show(entry_id: str) -> None:
     """Show one dead letter in full (JSON)."""
     client = await ConnectionSettings.load().connect()
-    entries = await api.dlq_entries(client, DlqSelection(entry_ids=[entry_id]))
-    if not entries:
-        raise SpecError(f"no dead letter {entry_id!r}")
-    typer.echo(entries[0].model_dump_json(indent=2))
+    typer.echo((await api.dlq_entry(client, entry_id)).model_dump_json(indent=2))
 
 
 @dlq_app.command("replay")
@@ -417,19 +454,14 @@ async def dlq_replay(
     correlation_id: Correlation = None,
 ) -> None:
     """Deliver dead letters again to their targets, optionally with a corrected payload."""
-    chosen = selection(
-        entry_ids or [],
-        everything=everything,
-        type=type,
-        topic=topic,
-        failure_type=failure_type,
-        correlation_id=correlation_id,
+    filters = selection(
+        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
     )
     fixed = parse_json_object(payload, "--payload") if payload is not None else None
     client = await ConnectionSettings.load().connect()
-    entries = await api.dlq_replay(client, ReplayRequest(selection=chosen, payload=fixed))
-    for entry in entries:
-        typer.echo(f"{entry.entry_id}: {entry.status}, {entry.replays[-1].outcome}")
+    chosen = await chosen_entries(client, entry_ids or [], everything, filters)
+    outcomes = await api.dlq_replay_many(client, chosen, fixed)
+    report(outcomes, lambda o: f"{o.entry_id}: {o.status}, {o.detail}")
 
 
 @dlq_app.command("archive")
@@ -444,18 +476,14 @@ async def dlq_archive(
     correlation_id: Correlation = None,
 ) -> None:
     """Archive dead letters with a note."""
-    chosen = selection(
-        entry_ids or [],
-        everything=everything,
-        type=type,
-        topic=topic,
-        failure_type=failure_type,
-        correlation_id=correlation_id,
+    filters = selection(
+        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
     )
+    request = parse_model(ArchiveRequest, {"note": note}, "archive")
     client = await ConnectionSettings.load().connect()
-    request = parse_model(ArchiveRequest, {"selection": chosen, "note": note}, "archive")
-    for entry in await api.dlq_archive(client, request):
-        typer.echo(f"{entry.entry_id}: archived ({entry.archive_note})")
+    chosen = await chosen_entries(client, entry_ids or [], everything, filters)
+    outcomes = await api.dlq_archive_many(client, chosen, request.note)
+    report(outcomes, lambda o: f"{o.entry_id}: archived ({o.detail})")
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:

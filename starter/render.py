@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from models.aggregator import AggregatorState
 from models.chain import TimelineEntry
-from models.dlq import DlqEntry
+from models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary, action
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
 
@@ -86,19 +86,31 @@ def aggregator_table(state: AggregatorState) -> str:
     return "\n".join(lines)
 
 
-def dlq_table(entries: Sequence[DlqEntry]) -> str:
-    """The seed's DLQ table: event, type, failure reason, retries, target and status."""
-    header = ("Entry", "Event ID", "Type", "Failure", "Retries", "Target", "Status")
+def dlq_table(entries: Sequence[EntrySummary]) -> str:
+    """The seed's DLQ table: event, type, failure reason, retries, target, status and action."""
+    header = ("Entry", "Event ID", "Type", "Failure", "Retries", "Target", "Status", "Action")
     rows = [
         (
             e.entry_id,
-            e.event.event.id if e.event else "-",
-            e.event.event.type if e.event else "(invalid)",
+            e.event_id or "-",
+            e.event_type or "(invalid)",
             f"{e.failure_type}: {e.message}"[:60],
             str(e.attempts),
             (e.target_workflow or "-") + (f" / {e.target_agent}" if e.target_agent else ""),
             e.status,
+            e.action,
         )
         for e in entries
     ]
+    return "\n".join(table(header, rows))
+
+
+def dlq_counts_table(counts: DlqCounts) -> str:
+    """Entries by failure type and status, with the action each failure type calls for."""
+    header = ("Failure type", "Action", *(status.capitalize() for status in ENTRY_STATUSES))
+    rows = [
+        (kind, action(kind), *map(str, by_status.in_order()))
+        for kind, by_status in counts.by_failure_type.items()
+    ]
+    rows.append(("Total", "", *map(str, counts.total.in_order())))
     return "\n".join(table(header, rows))

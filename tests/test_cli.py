@@ -296,6 +296,7 @@ async def test_coord_dlq_list_show_replay_and_archive(
 ) -> None:
     env = server_env(dev_env, task_queue)
     now = datetime.now(UTC)
+    entry_ids: list[str] = []
     async with build_worker(client, task_queue):
         aggregator = await api.start_aggregator(
             client,
@@ -323,13 +324,20 @@ async def test_coord_dlq_list_show_replay_and_archive(
                 last_failed_at=now,
             ),
         ):
-            await park_dead_letter(client, letter, task_queue)
+            entry_ids.append(await park_dead_letter(client, letter, task_queue))
+        lost_id, invalid_id = entry_ids
         await eventually(lambda: has_entries(client, task_queue, 2))
         code, table, err = await run(COORD, "dlq", "list", env=env)
         assert code == 0, err
-        code, shown, _ = await run(COORD, "dlq", "show", "dlq-000001", env=env)
+        code, first, err = await run(COORD, "dlq", "list", "--page-size", "1", env=env)
+        cursor = first.splitlines()[-1].removeprefix("next page: coord dlq list --cursor ")
+        code, second, err = await run(COORD, "dlq", "list", "--json", "--cursor", cursor, env=env)
+        assert code == 0, err
+        code, _, bogus = await run(COORD, "dlq", "list", "--status", "bogus", env=env)
+        assert code == 1 and bogus.startswith("error: dead-letter filter: status: ")
+        code, shown, _ = await run(COORD, "dlq", "show", lost_id, env=env)
         code, replayed, err = await run(
-            COORD, "dlq", "replay", "dlq-000001", "--payload", '{"v": 2}', env=env
+            COORD, "dlq", "replay", lost_id, "--payload", '{"v": 2}', env=env
         )
         assert code == 0, err
         code, archived, err = await run(
@@ -345,16 +353,22 @@ async def test_coord_dlq_list_show_replay_and_archive(
         )
         assert code == 0, err
         code, _, refused = await run(COORD, "dlq", "replay", "--all", env=env)
+        assert code == 1 and "no parked entry matches" in refused
+        code, again, _ = await run(COORD, "dlq", "archive", lost_id, "--note", "n", env=env)
+        assert code == 1 and f"refused: {lost_id} is replayed, not parked" in again
+        code, counts, err = await run(COORD, "dlq", "counts", env=env)
+        assert code == 0, err
         state = await api.aggregator_state(client, aggregator.id)
-    assert [line.split(" | ")[0].strip() for line in table.splitlines()[2:]] == [
-        "dlq-000001",
-        "dlq-000002",
-    ]
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert [row[0].strip() for row in rows] == [invalid_id, lost_id], "newest first"
+    assert [row[-1].strip() for row in rows] == ["Investigate", "Investigate"]
     assert "timeout: Handler timeout" in table
+    assert [e["entry_id"] for e in json.loads(second)["entries"]] == [lost_id]
     assert json.loads(shown)["attempts"] == 3
-    assert replayed.startswith("dlq-000001: replayed, delivered as evt-")
-    assert archived.strip() == "dlq-000002: archived (hand-written JSON)"
-    assert code == 1 and "no parked entry matches" in refused
+    assert replayed.startswith(f"{lost_id}: replayed, delivered as evt-")
+    assert archived.strip() == f"{invalid_id}: archived (hand-written JSON)"
+    count_rows = {line.split(" | ")[0].strip(): line for line in counts.splitlines()[2:]}
+    assert set(count_rows) == {"invalid_envelope", "timeout", "Total"}
     assert state.matched == 1
 
 

@@ -1,4 +1,6 @@
-"""The dead-letter queue: what fails for good is parked, can be fixed and replayed, or archived."""
+"""The dead-letter queue: what fails for good is parked, can be fixed and replayed, or archived.
+
+Each entry is its own `DeadLetterEntry` workflow, listed and counted through visibility."""
 
 import asyncio
 import socket
@@ -10,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+import yaml
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.client import Client, WorkflowHandle
 
 from activities.agents import AgentRegistry
 from activities.delivery import park_dead_letter
@@ -18,19 +23,29 @@ from activities.demo import register_demo_agents
 from infra.devserver import embedded_server
 from models.agent_config import WorkerSettings
 from models.chain import ChainSpec, ChainStatus
-from models.dlq import ArchiveRequest, DeadLetter, DlqEntry, DlqSelection, ReplayRequest
+from models.dlq import (
+    ENTRY_WORKFLOW_TYPE,
+    DeadLetter,
+    DlqEntry,
+    DlqSelection,
+    EntrySummary,
+    dead_letter_id,
+)
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec, SagaStatus
+from models.specs import SpecError
 from starter import api
-from tests.conftest import feature_deployment
+from tests.conftest import ROOT, feature_deployment
 from tests.test_chain import approved, eventually, routing_spec, run_chain, user_story
 from worker import build_worker
+from workflows import search_attributes
 
 
 async def parked(
     client: Client, task_queue: str, count: int, selection: DlqSelection | None = None
-) -> list[DlqEntry]:
-    found: list[DlqEntry] = []
+) -> list[EntrySummary]:
+    """The entries once visibility lists `count` of them (it is eventually consistent)."""
+    found: list[EntrySummary] = []
 
     async def enough() -> bool:
         nonlocal found
@@ -39,6 +54,29 @@ async def parked(
 
     await eventually(enough)
     return found
+
+
+def letter(target: str, *, event_type: str = "DeployCommand", **fields: Any) -> DeadLetter:
+    now = datetime.now(UTC)
+    correlation_id, topic = fields.pop("correlation_id", None), fields.pop("topic", None)
+    event = EventEnvelope.new(
+        event_type, "/ops", payload={"v": 1}, correlation_id=correlation_id, topic=topic
+    )
+    return DeadLetter.model_validate(
+        {
+            "event": event,
+            "target_workflow": target,
+            "failure_type": "invalid_payload",
+            "message": "Invalid payload",
+            "first_failed_at": now,
+            "last_failed_at": now,
+            **fields,
+        }
+    )
+
+
+async def history_events(handle: WorkflowHandle[Any, Any]) -> list[EventType.ValueType]:
+    return [event.event_type async for event in handle.fetch_history_events()]
 
 
 async def test_failed_agent_is_parked_then_fixed_and_replayed_and_the_chain_continues(
@@ -50,7 +88,9 @@ async def test_failed_agent_is_parked_then_fixed_and_replayed_and_the_chain_cont
         await api.publish(
             client, approved(correlation_id, **poisoned), spec=user_story(), queue=task_queue
         )
-        [entry] = await parked(client, task_queue, 1)
+        [row] = await parked(client, task_queue, 1)
+        assert row.action == "Fix and replay"
+        entry = await api.dlq_entry(client, row.entry_id)
         assert entry.failure_type == "invalid_payload" and entry.attempts == 1
         assert entry.target_workflow == f"chain-{correlation_id}"
         assert entry.target_agent == "python-pro" and entry.replay == "rerun"
@@ -62,8 +102,7 @@ async def test_failed_agent_is_parked_then_fixed_and_replayed_and_the_chain_cont
 
         await eventually(announced)
         fixed = {k: v for k, v in entry.event.payload.items() if k != "inject"}
-        request = ReplayRequest(selection=DlqSelection(entry_ids=[entry.entry_id]), payload=fixed)
-        [replayed] = await api.dlq_replay(client, request, queue=task_queue)
+        replayed = await api.dlq_replay(client, entry.entry_id, fixed)
         assert replayed.status == "replayed" and replayed.replays[-1].corrected
         state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
         timeline = await api.chain_timeline(client, correlation_id)
@@ -78,24 +117,25 @@ async def test_invalid_envelope_is_parked_raw_and_archived_with_a_note(
     raw = {"event": {"type": "A"}, "payload": "not an object"}
     async with build_worker(client, task_queue):
         await run_chain(client, task_queue, routing_spec(), [raw])
-        [entry] = await parked(client, task_queue, 1)
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
         assert entry.failure_type == "invalid_envelope" and entry.raw == raw
         assert "event.source: Field required" in entry.message
         with pytest.raises(api.Undeliverable, match="cannot be replayed; archive it"):
-            await api.dlq_replay(
-                client,
-                ReplayRequest(selection=DlqSelection(entry_ids=[entry.entry_id])),
-                queue=task_queue,
-            )
-        request = ArchiveRequest(
-            selection=DlqSelection(failure_type="invalid_envelope"), note="hand-written test JSON"
+            await api.dlq_replay(client, row.entry_id)
+        chosen = await api.dlq_selected(
+            client, DlqSelection(failure_type="invalid_envelope"), queue=task_queue
         )
-        [archived] = await api.dlq_archive(client, request, queue=task_queue)
+        [archived] = await api.dlq_archive_many(client, chosen, "hand-written test JSON")
+        await parked(client, task_queue, 1, DlqSelection(status="archived"))
         counts = await api.dlq_counts(client, queue=task_queue)
-        with pytest.raises(api.Undeliverable, match="no parked entry matches"):
-            await api.dlq_archive(client, request, queue=task_queue)
-    assert archived.status == "archived" and archived.archive_note == "hand-written test JSON"
-    assert (counts.parked, counts.archived) == (0, 1)
+        with pytest.raises(api.Undeliverable, match="is archived, not parked"):
+            await api.dlq_archive(client, row.entry_id, "again")
+        record = await api.dlq_entry(client, row.entry_id)
+    assert (archived.status, archived.detail) == ("archived", "hand-written test JSON")
+    assert record.status == "archived" and record.archive_note == "hand-written test JSON"
+    assert (counts.total.parked, counts.total.archived) == (0, 1)
+    assert counts.by_failure_type["invalid_envelope"].archived == 1
 
 
 async def test_failed_compensation_is_parked_and_replayed_by_running_the_agent(
@@ -113,21 +153,45 @@ async def test_failed_compensation_is_parked_and_replayed_by_running_the_agent(
     async with build_worker(client, task_queue, allowing):
         state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
         assert state.status == SagaStatus.COMPENSATION_FAILED
-        [entry] = await parked(client, task_queue, 1)
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
         assert (entry.failure_type, entry.target_agent, entry.replay) == (
             "compensation_failed",
             "RollbackProduction",
             "run_agent",
         )
         assert entry.attempts == 2
-        request = ReplayRequest(
-            selection=DlqSelection(entry_ids=[entry.entry_id]), payload={"feature": "xyz"}
-        )
-        [replayed] = await api.dlq_replay(client, request, queue=task_queue)
+        replayed = await api.dlq_replay(client, entry.entry_id, {"feature": "xyz"})
     assert replayed.status == "replayed"
 
 
-async def test_publishing_to_an_ended_chain_parks_the_event(
+async def test_agent_that_hits_temporals_timeout_is_parked_with_its_real_attempts(
+    client: Client, task_queue: str
+) -> None:
+    """max_retries 3 is 4 attempts; a timeout is Temporal's, so the agent could not say so."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "slow",
+            "triggers": ["A"],
+            "alerts": None,
+            "subscriptions": [
+                {
+                    "agent": "python-pro",
+                    "events": "A",
+                    "timeout": "500ms",
+                    "retry": {"max_retries": 3, "initial_delay": "100ms", "max_delay": "100ms"},
+                }
+            ],
+        }
+    )
+    slow = EventEnvelope.new("A", "/t", payload={"inject": {"slow": {"python-pro": 5}}})
+    async with build_worker(client, task_queue):
+        await run_chain(client, task_queue, spec, [slow])
+        [row] = await parked(client, task_queue, 1)
+    assert (row.failure_type, row.attempts, row.action) == ("timeout", 4, "Investigate")
+
+
+async def test_publishing_to_an_ended_chain_parks_the_event_once(
     client: Client, task_queue: str
 ) -> None:
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
@@ -136,32 +200,181 @@ async def test_publishing_to_an_ended_chain_parks_the_event(
         await api.close_chain(client, correlation_id)
         await asyncio.wait_for(handle.result(), 30)
         late = EventEnvelope.new("A", "/late", correlation_id=correlation_id)
-        with pytest.raises(api.Undeliverable, match="parked in dead-letter-queue"):
-            await api.publish(client, late)
-        [entry] = await parked(client, task_queue, 1)
-    assert entry.failure_type == "target_ended" and entry.event == late
-
-
-async def test_the_queue_survives_continue_as_new(client: Client, task_queue: str) -> None:
-    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    count = 120
-    async with build_worker(client, task_queue):
-        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
-        await api.close_chain(client, correlation_id)
-        await asyncio.wait_for(handle.result(), 30)
-        lates = [
-            EventEnvelope.new("A", "/late", correlation_id=correlation_id) for _ in range(count)
-        ]
-        for late in lates:
-            with pytest.raises(api.Undeliverable):
+        for _ in range(2):
+            with pytest.raises(api.Undeliverable, match="parked as dead letter dlq-"):
                 await api.publish(client, late)
-        entries = await parked(client, task_queue, count)
-        runs = [
-            e async for e in client.list_workflows(f"WorkflowId = 'dead-letter-queue-{task_queue}'")
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
+        runs = [e async for e in client.list_workflows(f"WorkflowId = '{row.entry_id}'")]
+    assert entry.failure_type == "target_ended" and entry.event == late
+    assert len(runs) == 1, "parking the same failure twice finds the same entry"
+
+
+async def test_concurrent_replays_and_archives_of_one_entry_have_exactly_one_effect(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        entry_id = await park_dead_letter(
+            client, letter(chain.id, event_type="A", correlation_id=correlation_id), task_queue
+        )
+        attempts = [api.dlq_replay(client, entry_id) for _ in range(6)]
+        attempts += [api.dlq_archive(client, entry_id, f"note {n}") for n in range(6)]
+        results = await asyncio.gather(*attempts, return_exceptions=True)
+        done = [r for r in results if isinstance(r, DlqEntry)]
+        refused = [r for r in results if isinstance(r, api.Undeliverable)]
+        history = await history_events(client.get_workflow_handle(entry_id))
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 30)
+        timeline = await api.chain_timeline(client, correlation_id)
+    assert len(done) == 1 and len(refused) == len(attempts) - 1, results
+    assert all("not parked" in str(r) for r in refused)
+    redeliveries = history.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    delivered = [e for e in timeline if e.event == "A"]
+    if done[0].status == "replayed":
+        assert redeliveries == len(delivered) == 1
+    else:
+        assert done[0].status == "archived" and redeliveries == len(delivered) == 0
+
+
+async def test_entries_are_listed_page_by_page_counted_and_replayed_in_bulk(
+    client: Client, task_queue: str
+) -> None:
+    """A few hundred entries here; `python -m bench.dlq_bench` shows 20,000."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    kinds = ["invalid_payload", "timeout", "temporary_failure"]
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        letters = [
+            letter(
+                chain.id,
+                event_type="A" if n % 2 else "B",
+                topic="project.tasks",
+                correlation_id=correlation_id,
+                failure_type=kinds[n % 3],
+            )
+            for n in range(300)
         ]
-    assert [e.event.event.id for e in entries if e.event] == [late.event.id for late in lates]
-    assert len(runs) > 1, "the queue continued as new at least once"
-    assert len({e.entry_id for e in entries}) == count
+        await asyncio.gather(*(park_dead_letter(client, x, task_queue) for x in letters))
+        await parked(client, task_queue, 300)
+        pages, cursor = [], None
+        while True:
+            page = await api.dlq_page(client, page_size=70, cursor=cursor, queue=task_queue)
+            pages.append(page.entries)
+            if not (cursor := page.next_cursor):
+                break
+        counts = await api.dlq_counts(client, queue=task_queue)
+        filtered = await api.dlq_entries(
+            client, DlqSelection(failure_type="timeout", type="A"), queue=task_queue
+        )
+        chosen = await api.dlq_selected(
+            client, DlqSelection(failure_type="invalid_payload"), queue=task_queue
+        )
+        outcomes = await api.dlq_replay_many(client, chosen)
+
+        async def all_received() -> bool:
+            return (await api.chain_state(client, correlation_id)).received >= 100
+
+        await eventually(all_received)
+    assert [len(p) for p in pages] == [70, 70, 70, 70, 20]
+    assert len({e.entry_id for p in pages for e in p}) == 300
+    assert {e.entry_id for p in pages for e in p} == {dead_letter_id(x) for x in letters}
+    assert {kind: c.parked for kind, c in counts.by_failure_type.items()} == dict.fromkeys(
+        kinds, 100
+    )
+    assert counts.total.parked == 300
+    assert len(filtered) == 50 and {e.event_type for e in filtered} == {"A"}
+    assert len(outcomes) == 100 and {o.status for o in outcomes} == {"replayed"}
+
+
+async def test_a_cursor_from_elsewhere_is_refused_in_one_line(client: Client) -> None:
+    with pytest.raises(SpecError, match="--cursor: not a cursor printed by"):
+        await api.dlq_page(client, cursor="bm90IGEgY3Vyc29y")
+
+
+async def test_parked_event_is_announced_once_with_its_cause_and_depth_but_never_a_notice(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        ordinary = letter("chain-x", correlation_id=correlation_id, causation_depth=2)
+        notice = letter("chain-x", event_type="EventDeadLettered", correlation_id=correlation_id)
+        for parked_letter in (ordinary, notice):
+            await park_dead_letter(client, parked_letter, task_queue)
+        await parked(client, task_queue, 2)
+
+        async def both_settled() -> bool:
+            for parked_letter in (ordinary, notice):
+                events = await history_events(
+                    client.get_workflow_handle(dead_letter_id(parked_letter))
+                )
+                if EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED not in events:
+                    return False
+            return True
+
+        await eventually(both_settled)
+        notice_history = await history_events(client.get_workflow_handle(dead_letter_id(notice)))
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 30)
+        timeline = await api.chain_timeline(client, correlation_id)
+    announced = [e for e in timeline if e.event == "EventDeadLettered"]
+    assert ordinary.event is not None and len(announced) == 1
+    assert announced[0].causation_id == ordinary.event.event.id
+    assert EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED not in notice_history
+
+
+async def test_entry_shows_current_details_and_coordination_attributes(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        entry_id = await park_dead_letter(client, letter("chain-gone", topic="t"), task_queue)
+        handle = client.get_workflow_handle(entry_id)
+
+        async def detailed() -> bool:
+            metadata = await handle.query(
+                "__temporal_workflow_metadata", result_type=WorkflowMetadata
+            )
+            return "**Status:** parked" in metadata.current_details
+
+        await eventually(detailed)
+        description = await handle.describe()
+    assert description.workflow_type == ENTRY_WORKFLOW_TYPE
+    attributes = description.typed_search_attributes
+    assert attributes.get(search_attributes.COORD_PATTERN) == "dlq"
+    assert attributes.get(search_attributes.COORD_STATUS) == "parked"
+    assert attributes.get(search_attributes.FAILURE_TYPE) == "invalid_payload"
+    assert attributes.get(search_attributes.EVENT_TYPE) == "DeployCommand"
+    assert attributes.get(search_attributes.TOPIC) == "t"
+
+
+async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_runs(
+    client: Client, task_queue: str
+) -> None:
+    """A dead letter carrying an agent declaration is not a dead letter: it is kept raw, and
+    cannot be replayed; one naming an agent runs only what the worker or the saga declares."""
+    hostile = letter("saga-nowhere", replay="run_agent", target_agent="rm-everything")
+    smuggled = {
+        **hostile.model_dump(mode="json"),
+        "agent_config": {"kind": "shell", "argv": ["sh", "-c", "touch /tmp/owned"]},
+    }
+    async with build_worker(client, task_queue):
+        raw = await client.start_workflow(
+            ENTRY_WORKFLOW_TYPE,
+            smuggled,
+            id=f"dlq-raw-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        named = await park_dead_letter(client, hostile, task_queue)
+        await parked(client, task_queue, 2)
+        with pytest.raises(api.Undeliverable, match="cannot be replayed; archive it"):
+            await api.dlq_replay(client, raw.id)
+        unknown = await api.dlq_replay(client, named)
+        smuggled_entry = await api.dlq_entry(client, raw.id)
+    assert smuggled_entry.failure_type == "invalid_dead_letter"
+    assert unknown.status == "parked"
+    assert "rm-everything" in unknown.replays[-1].outcome, unknown.replays
 
 
 async def test_accounting_identity_holds_under_a_mix_of_1000_events(
@@ -220,22 +433,16 @@ async def test_accounting_identity_holds_under_a_mix_of_1000_events(
 async def test_the_queue_survives_a_server_restart(tmp_path: Path, task_queue: str) -> None:
     """A server of its own, on a SQLite file, stopped and started again."""
     database = tmp_path / "temporal.db"
-    letter = DeadLetter(
-        event=EventEnvelope.new("DeployCommand", "/ops", correlation_id="restart"),
-        target_workflow="chain-restart",
-        failure_type="invalid_payload",
-        message="Invalid payload",
-        first_failed_at=datetime.now(UTC),
-        last_failed_at=datetime.now(UTC),
-    )
+    restart = letter("chain-restart", correlation_id="restart")
     port, ui_port = free_port(), free_port()
     server = partial(embedded_server, port=port, ui_port=ui_port, db_file=database)
     async with server() as env, build_worker(env.client, task_queue):
-        await park_dead_letter(env.client, letter, task_queue)
+        await park_dead_letter(env.client, restart, task_queue)
         await parked(env.client, task_queue, 1)
     async with server() as env, build_worker(env.client, task_queue):
-        [entry] = await parked(env.client, task_queue, 1)
-    assert entry.event == letter.event and entry.status == "parked"
+        [row] = await parked(env.client, task_queue, 1)
+        entry = await api.dlq_entry(env.client, row.entry_id)
+    assert entry.event == restart.event and entry.status == "parked"
 
 
 def free_port() -> int:
@@ -245,10 +452,11 @@ def free_port() -> int:
         return port
 
 
-async def test_inline_compensation_agent_is_replayed_as_declared(
+async def test_inline_compensation_agent_is_replayed_as_its_saga_declared_it(
     client: Client, task_queue: str
 ) -> None:
-    """A replay runs the agent the saga's spec declared inline, on a worker that allows it."""
+    """A replay runs the agent the saga's spec declared inline, on a worker that allows it:
+    the declaration is read from the saga's own start, not carried by the entry."""
     undo = (
         "import json,sys; e=json.load(sys.stdin); sys.exit(0 if e['payload'].get('fixed') else 3)"
     )
@@ -271,10 +479,13 @@ async def test_inline_compensation_agent_is_replayed_as_declared(
     async with build_worker(client, task_queue, allowing):
         state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
         assert state.status == SagaStatus.COMPENSATION_FAILED
-        [entry] = await parked(client, task_queue, 1)
-        assert entry.agent_config is not None and entry.target_agent == "undo"
-        request = ReplayRequest(
-            selection=DlqSelection(entry_ids=[entry.entry_id]), payload={"fixed": True}
-        )
-        [replayed] = await api.dlq_replay(client, request, queue=task_queue)
+        [row] = await parked(client, task_queue, 1)
+        assert row.target_agent == "undo"
+        replayed = await api.dlq_replay(client, row.entry_id, {"fixed": True})
     assert replayed.status == "replayed", replayed.replays
+
+
+def test_compose_registers_every_search_attribute() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    setup = compose["services"]["temporal-create-namespace"]["environment"]
+    assert setup["SEARCH_ATTRIBUTES"].split() == [key.name for key in search_attributes.ALL]

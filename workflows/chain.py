@@ -423,7 +423,7 @@ class ReactiveChain:
                     f"{run.agent} failed on {run.trigger.event.type}: {failure_message(error)}",
                     event=run.trigger,
                     target_agent=run.subscription,
-                    attempt_count=attempts(error),
+                    attempt_count=attempts(error, subscription.retry.to_retry_policy()),
                     replay="rerun",
                     idempotency_key=run.idempotency_key,
                 )

@@ -4,10 +4,10 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from models.agent_config import AgentConfig
     from models.dlq import DeadLetter
     from models.envelope import EventEnvelope
 
@@ -31,13 +31,17 @@ def failure_type(error: ActivityError) -> str:
     return type(cause).__name__
 
 
-def attempts(error: ActivityError) -> int:
-    """The attempt `run_agent` reported with its failure; 1 when it could not say (timeouts)."""
+def attempts(error: ActivityError, retry_policy: RetryPolicy) -> int:
+    """The attempt `run_agent` reported with its failure. A timeout is Temporal's, so the agent
+    could not report it: when the server gave up because the policy's attempts were used up,
+    that maximum is the count; 1 when nothing says more."""
     cause = error.cause
     if isinstance(cause, ApplicationError) and cause.details:
         detail = cause.details[0]
         if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
             return int(detail["attempt"])
+    if error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED and retry_policy.maximum_attempts:
+        return retry_policy.maximum_attempts
     return 1
 
 
@@ -50,8 +54,9 @@ async def park(
     target_agent: str | None = None,
     attempt_count: int = 1,
     replay: Literal["signal", "rerun", "run_agent"] = "signal",
-    agent_config: AgentConfig | None = None,
     idempotency_key: str | None = None,
+    inputs: dict[str, Any] | None = None,
+    causation_depth: int | None = None,
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
 
@@ -70,8 +75,9 @@ async def park(
         first_failed_at=now,
         last_failed_at=now,
         replay=replay,
-        agent_config=agent_config,
         idempotency_key=idempotency_key,
+        inputs=inputs or {},
+        causation_depth=causation_depth,
     )
     await workflow.execute_activity(
         "park_dead_letter",

@@ -1,16 +1,20 @@
-"""The `DeadLetterQueue` entity workflow: what could not be handled waits here for a person.
+"""The `DeadLetterEntry` workflow: one parked dead letter, waiting for a person.
 
-Producers park entries with the `park` signal (through signal-with-start, so the queue exists
-when needed). Operators list and show entries (queries), replay them, optionally with a fixed
-payload, and archive them with a note (updates with validators, so a caller learns at once when
-nothing matches). The queue continues-as-new before Temporal's history limits.
+One small workflow per entry, so the queue has no ceiling and no hotspot: it grows with the
+cluster, and it is listed and counted through visibility (its status, failure type, event type,
+topic and correlation are search attributes; a listing row is its memo). Its id is derived from
+what it parks, so parking the same failure twice is idempotent. Operators replay it (optionally
+with a fixed payload) or archive it with an update on the entry itself; the updates follow the
+SDK's safe-message-handler pattern (one lock, the entry marked `replaying` before anything is
+awaited, every handler finished before the run ends or continues-as-new), so one entry's replay
+has exactly one effect however many replays and archives race for it. A replayed or archived
+entry's run completes with its record; a parked one stays open.
 """
 
 import asyncio
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -19,50 +23,104 @@ with workflow.unsafe.imports_passed_through():
     from models.agents import AgentRequest
     from models.chain import chain_workflow_id
     from models.dlq import (
+        CLOSED_STATUSES,
+        MEMO_KEY,
+        AgentLookup,
         ArchiveRequest,
         DeadLetter,
-        DlqCounts,
+        DeclaredAgent,
         DlqEntry,
-        DlqSelection,
+        EntryStatus,
         Redelivery,
         ReplayOutcome,
         ReplayRequest,
     )
-    from models.envelope import EventEnvelope
+    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from models.specs import SpecError, parse_model
+    from workflows import search_attributes
     from workflows.common import failure_message
 
-CLOSED_KEPT = 1000
-"""Replayed and archived entries kept across continue-as-new; parked ones are always kept."""
+CARRIED = "carried"
+"""The key of a continued run's input: the entry's record so far, rather than a new letter."""
 
 
-class DlqCarry(BaseModel):
-    entries: list[DlqEntry] = Field(default_factory=list)
-    seq: int = 0
-
-
-@workflow.defn(name="DeadLetterQueue")
-class DeadLetterQueue:
+@workflow.defn(name="DeadLetterEntry")
+class DeadLetterEntry:
     @workflow.init
-    def __init__(self, carried: Any) -> None:
-        try:
-            carry = parse_model(DlqCarry, carried or {}, "dead-letter queue input")
-        except SpecError:
-            carry = DlqCarry()
-        self._entries = carry.entries
-        self._seq = carry.seq
+    def __init__(self, raw: Any) -> None:
+        self._entry = self._parsed(raw)
+        self._lock = asyncio.Lock()
 
     @workflow.run
-    async def run(self, carried: Any) -> None:
-        await workflow.wait_condition(lambda: workflow.info().is_continue_as_new_suggested())
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        closed = [e for e in self._entries if e.status != "parked"][-CLOSED_KEPT:]
-        kept = [e for e in self._entries if e.status == "parked" or e in closed]
-        workflow.continue_as_new(DlqCarry(entries=kept, seq=self._seq))
-
-    @workflow.signal
-    def park(self, raw: Any) -> None:
+    async def run(self, raw: Any) -> DlqEntry:
         """Untyped on purpose: even a malformed dead letter is kept, as raw JSON."""
+        self._publish()
+        if not self._continued(raw):
+            await self._announce()
+        await workflow.wait_condition(
+            lambda: self._closed() or workflow.info().is_continue_as_new_suggested()
+        )
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if not self._closed():
+            workflow.continue_as_new({CARRIED: self._entry.model_dump(mode="json")})
+        return self._entry
+
+    @workflow.query
+    def entry(self) -> DlqEntry:
+        return self._entry
+
+    @workflow.update
+    async def replay(self, request: ReplayRequest) -> DlqEntry:
+        async with self._lock:
+            self._require_parked()
+            self._set_status("replaying")
+            delivered = await self._redeliver(request.payload)
+            self._set_status("replayed" if delivered else "parked")
+        return self._entry
+
+    @replay.validator
+    def _validate_replay(self, request: ReplayRequest) -> None:
+        self._check_parked()
+        if self._entry.event is None or not self._entry.target_workflow:
+            raise ValueError("an entry without an event or a target cannot be replayed; archive it")
+
+    @workflow.update
+    async def archive(self, request: ArchiveRequest) -> DlqEntry:
+        async with self._lock:
+            self._require_parked()
+            self._entry.archive_note = request.note
+            self._set_status("archived")
+        return self._entry
+
+    @archive.validator
+    def _validate_archive(self, request: ArchiveRequest) -> None:
+        self._check_parked()
+
+    def _check_parked(self) -> None:
+        """Refuses, before the update is even recorded, what is no longer parked."""
+        if self._entry.status != "parked":
+            raise ValueError(f"{self._entry.entry_id} is {self._entry.status}, not parked")
+
+    def _require_parked(self) -> None:
+        """Under the lock: an update accepted while another held it finds the entry changed."""
+        if self._entry.status != "parked":
+            raise ApplicationError(
+                f"{self._entry.entry_id} is {self._entry.status}, not parked", type="not_parked"
+            )
+
+    def _closed(self) -> bool:
+        return self._entry.status in CLOSED_STATUSES
+
+    def _continued(self, raw: Any) -> bool:
+        return isinstance(raw, dict) and set(raw) == {CARRIED}
+
+    def _parsed(self, raw: Any) -> DlqEntry:
+        info = workflow.info()
+        if self._continued(raw):
+            try:
+                return parse_model(DlqEntry, raw[CARRIED], "carried dead-letter entry")
+            except SpecError:
+                pass
         try:
             letter = parse_model(DeadLetter, raw, "dead letter")
         except SpecError as error:
@@ -74,62 +132,40 @@ class DeadLetterQueue:
                 first_failed_at=now,
                 last_failed_at=now,
             )
-        self._seq += 1
-        entry = DlqEntry(
-            **letter.model_dump(), entry_id=f"dlq-{self._seq:06d}", parked_at=workflow.now()
+        return DlqEntry(**letter.model_dump(), entry_id=info.workflow_id, parked_at=info.start_time)
+
+    def _set_status(self, status: EntryStatus) -> None:
+        self._entry.status = status
+        self._publish()
+
+    def _publish(self) -> None:
+        """Search attributes for filters and counts, the memo for listing rows, and the
+        current details for the UI: all from the record, after every change."""
+        summary = self._entry.summary()
+        search_attributes.upsert(search_attributes.dead_letter_attributes(summary))
+        workflow.upsert_memo({MEMO_KEY: summary.model_dump(mode="json")})
+        workflow.set_current_details(self._details())
+
+    def _details(self) -> str:
+        entry = self._entry
+        target = (entry.target_workflow or "-") + (
+            f" / {entry.target_agent}" if entry.target_agent else ""
         )
-        self._entries.append(entry)
-        asyncio.create_task(self._announce(entry))  # noqa: RUF006 - fire and forget, by design
+        lines = [
+            f"**Status:** {entry.status} · **failure:** {entry.failure_type}",
+            f"**Event:** {entry.event.event.type} ({entry.event.event.id})"
+            if entry.event
+            else "**Event:** (invalid, kept raw)",
+            f"**Target:** {target} · **attempts:** {entry.attempts}",
+            f"**Message:** {entry.message}",
+        ]
+        lines += [f"**Replay {r.at:%H:%M:%S}:** {r.outcome}" for r in entry.replays]
+        if entry.archive_note:
+            lines.append(f"**Archived:** {entry.archive_note}")
+        return "\n\n".join(lines)
 
-    @workflow.query
-    def entries(self, selection: DlqSelection) -> list[DlqEntry]:
-        return [e for e in self._entries if e.matches(selection)]
-
-    @workflow.query
-    def counts(self) -> DlqCounts:
-        counts = DlqCounts()
-        for entry in self._entries:
-            setattr(counts, entry.status, getattr(counts, entry.status) + 1)
-            if entry.status == "parked":
-                by_type = counts.by_failure_type
-                by_type[entry.failure_type] = by_type.get(entry.failure_type, 0) + 1
-        return counts
-
-    @workflow.update
-    async def replay(self, request: ReplayRequest) -> list[DlqEntry]:
-        chosen = self._parked(request.selection)
-        for entry in chosen:
-            await self._replay(entry, request.payload)
-        return chosen
-
-    @replay.validator
-    def _validate_replay(self, request: ReplayRequest) -> None:
-        chosen = self._parked(request.selection)
-        if not chosen:
-            raise ValueError("no parked entry matches the selection")
-        if request.payload is not None and len(chosen) > 1:
-            raise ValueError("a corrected payload can replace one entry's payload, not several")
-        replayable = [e for e in chosen if e.event is not None and e.target_workflow]
-        if len(replayable) < len(chosen):
-            raise ValueError("an entry without an event or a target cannot be replayed; archive it")
-
-    @workflow.update
-    def archive(self, request: ArchiveRequest) -> list[DlqEntry]:
-        chosen = self._parked(request.selection)
-        for entry in chosen:
-            entry.status = "archived"
-            entry.archive_note = request.note
-        return chosen
-
-    @archive.validator
-    def _validate_archive(self, request: ArchiveRequest) -> None:
-        if not self._parked(request.selection):
-            raise ValueError("no parked entry matches the selection")
-
-    def _parked(self, selection: DlqSelection) -> list[DlqEntry]:
-        return [e for e in self._entries if e.status == "parked" and e.matches(selection)]
-
-    async def _replay(self, entry: DlqEntry, payload: dict[str, Any] | None) -> None:
+    async def _redeliver(self, payload: dict[str, Any] | None) -> bool:
+        entry = self._entry
         assert entry.event is not None and entry.target_workflow is not None
         event = EventEnvelope.new(
             entry.event.event.type,
@@ -140,44 +176,62 @@ class DeadLetterQueue:
             topic=entry.event.routing.topic,
             priority=entry.event.routing.priority,
         )
-        redelivery = Redelivery(
-            target_workflow=entry.target_workflow,
-            target_agent=entry.target_agent if entry.replay == "rerun" else None,
-            event=event,
-        )
         try:
             if entry.replay == "run_agent" and entry.target_agent:
-                await workflow.execute_activity(
-                    "run_agent",
-                    AgentRequest(
-                        agent=entry.target_agent,
-                        event=event,
-                        config=entry.agent_config,
-                        idempotency_key=entry.idempotency_key,
-                    ),
-                    start_to_close_timeout=timedelta(minutes=5),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
-                    summary=f"replay {entry.entry_id}: {entry.target_agent}",
-                )
+                await self._run_agent(entry.target_workflow, entry.target_agent, event)
             else:
                 await workflow.execute_activity(
                     "redeliver",
-                    redelivery,
+                    Redelivery(
+                        target_workflow=entry.target_workflow,
+                        target_agent=entry.target_agent if entry.replay == "rerun" else None,
+                        event=event,
+                    ),
                     start_to_close_timeout=timedelta(seconds=30),
-                    summary=f"replay {entry.entry_id} → {entry.target_workflow}",
+                    summary=f"replay → {entry.target_workflow}",
                 )
-            outcome = f"delivered as {event.event.id}"
-            entry.status = "replayed"
+            outcome, delivered = f"delivered as {event.event.id}", True
         except ActivityError as error:
-            outcome = f"not delivered: {failure_message(error)}"
+            outcome, delivered = f"not delivered: {failure_message(error)}", False
         entry.replays.append(
             ReplayOutcome(at=workflow.now(), corrected=payload is not None, outcome=outcome)
         )
+        return delivered
 
-    async def _announce(self, entry: DlqEntry) -> None:
-        """`EventDeadLettered` joins the correlation's chain, so operators' agents can react."""
-        correlation_id = entry.event.event.correlation_id if entry.event else None
-        if not correlation_id:
+    async def _run_agent(self, target_workflow: str, agent: str, event: EventEnvelope) -> None:
+        """The agent as its saga declared it (read from the saga's own start), else as the
+        worker's registry knows it: never a declaration carried by the entry."""
+        declared: DeclaredAgent = await workflow.execute_activity(
+            "declared_agent",
+            AgentLookup(target_workflow=target_workflow, agent=agent),
+            result_type=DeclaredAgent,
+            start_to_close_timeout=timedelta(seconds=30),
+            summary=f"declaration of {agent} in {target_workflow}",
+        )
+        await workflow.execute_activity(
+            "run_agent",
+            AgentRequest(
+                agent=agent,
+                event=event,
+                config=declared.config,
+                idempotency_key=self._entry.idempotency_key,
+                inputs=self._entry.inputs,
+            ),
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+            summary=f"replay: {agent}",
+        )
+
+    async def _announce(self) -> None:
+        """`EventDeadLettered` joins the correlation's chain, so operators' agents can react.
+        Awaited before the run can end or continue-as-new; never made for a lifecycle notice
+        (a notice about a notice could loop). It names the parked event as its cause and
+        carries that event's causation depth when the parker knew it."""
+        entry = self._entry
+        event = entry.event
+        if event is None or not event.event.correlation_id:
+            return
+        if event.event.type in LIFECYCLE_NOTICES:
             return
         notice = EventEnvelope.new(
             "EventDeadLettered",
@@ -188,11 +242,13 @@ class DeadLetterQueue:
                 "message": entry.message,
                 "target_workflow": entry.target_workflow,
                 "target_agent": entry.target_agent,
+                "parked_event_id": event.event.id,
+                "causation_depth": entry.causation_depth,
             },
-            correlation_id=correlation_id,
-            causation_id=entry.event.event.id if entry.event else None,
+            correlation_id=event.event.correlation_id,
+            causation_id=event.event.id,
         )
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(correlation_id))
+        chain = workflow.get_external_workflow_handle(chain_workflow_id(event.event.correlation_id))
         try:
             await chain.signal("event", notice.model_dump(mode="json"))
         except ApplicationError:

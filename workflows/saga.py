@@ -193,6 +193,8 @@ class Saga:
         the saga's correlation as `CompensationFailed`."""
         if not workflow.patched(DEAD_LETTER_PATCH):
             return
+        assert self._spec is not None
+        step = self._spec.steps[entry.step - 1]
         command = self._event(f"{entry.compensate}Command", payload=self._spec_input())
         message = f"compensation {entry.compensate} of step {entry.step} failed: "
         message += failure_message(error)
@@ -201,9 +203,8 @@ class Saga:
             message,
             event=command,
             target_agent=entry.compensate,
-            attempt_count=attempts(error),
+            attempt_count=attempts(error, step.compensation_retry.to_retry_policy()),
             replay="run_agent",
-            agent_config=self._spec_agents().get(entry.compensate),
         )
         notice = self._event("CompensationFailed", payload={"step": entry.step, "error": message})
         chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))

@@ -28,10 +28,14 @@ from starter.api.common import (
 )
 from starter.api.dlq import (
     dlq_archive,
+    dlq_archive_many,
     dlq_counts,
     dlq_entries,
-    dlq_handle,
+    dlq_entry,
+    dlq_page,
     dlq_replay,
+    dlq_replay_many,
+    dlq_selected,
 )
 from starter.api.routing import (
     deliver,
@@ -61,10 +65,14 @@ __all__ = [
     "closed_with_result",
     "deliver",
     "dlq_archive",
+    "dlq_archive_many",
     "dlq_counts",
     "dlq_entries",
-    "dlq_handle",
+    "dlq_entry",
+    "dlq_page",
     "dlq_replay",
+    "dlq_replay_many",
+    "dlq_selected",
     "publish",
     "publish_to_aggregator",
     "running_aggregators",

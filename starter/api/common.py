@@ -52,11 +52,9 @@ async def undeliverable(
         last_failed_at=now,
     )
     queue = description.task_queue or task_queue()
-    dlq = await park_dead_letter(client, letter, queue)
-    log.warning(
-        "event for an ended workflow parked", workflow_id=workflow_id, dead_letter_queue=dlq
-    )
-    return Undeliverable(f"{message}; parked in {dlq}")
+    entry_id = await park_dead_letter(client, letter, queue)
+    log.warning("event for an ended workflow parked", workflow_id=workflow_id, dead_letter=entry_id)
+    return Undeliverable(f"{message}; parked as dead letter {entry_id}")
 
 
 def target_name(workflow_id: str) -> str:

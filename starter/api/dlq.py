@@ -1,65 +1,261 @@
-"""The dead-letter queue: list, count, replay with a fix, archive."""
+"""The dead-letter queue: list and count through visibility, show, replay with a fix, archive.
 
-from collections.abc import Awaitable
+Every entry is its own `DeadLetterEntry` workflow, so listing is a visibility query paged by the
+server, counting is visibility counts, and replaying or archiving is an update on one entry. Bulk
+operations list the selection first (`dlq_selected`), then update each entry."""
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.delivery import dlq_workflow_id
 from infra.temporal import task_queue
-from models.dlq import ArchiveRequest, DlqCounts, DlqEntry, DlqSelection, ReplayRequest
+from models.dlq import (
+    DLQ_PATTERN,
+    ENTRY_STATUSES,
+    MEMO_KEY,
+    ArchiveRequest,
+    BulkOutcome,
+    DlqCounts,
+    DlqEntry,
+    DlqPage,
+    DlqSelection,
+    EntryStatus,
+    EntrySummary,
+    ReplayRequest,
+    StatusCounts,
+)
+from models.specs import SpecError
 from starter.api.common import Undeliverable
+from workflows import search_attributes
 from workflows.common import failure_message
-from workflows.dlq import DeadLetterQueue
+from workflows.dlq import DeadLetterEntry
+
+DEFAULT_PAGE_SIZE = 50
+BULK_CONCURRENCY = 20
+"""Updates a bulk replay or archive keeps in flight at once."""
 
 
-def dlq_handle(client: Client, queue: str | None = None) -> WorkflowHandle[Any, None]:
-    return client.get_workflow_handle_for(
-        DeadLetterQueue.run, dlq_workflow_id(queue or task_queue())
+PATTERN_CLAUSE = f"{search_attributes.COORD_PATTERN.name} = '{DLQ_PATTERN}'"
+
+
+class Cursor(BaseModel):
+    """What `--cursor` carries: the listing's query and the server's page token, so a cursor
+    always continues the listing it came from."""
+
+    query: str
+    token: str
+
+
+def dlq_query(selection: DlqSelection | None = None, *, queue: str | None = None) -> str:
+    """The visibility query for the selected entries of one task queue's queue."""
+    selection = selection or DlqSelection()
+    wanted = {
+        "TaskQueue": queue or task_queue(),
+        search_attributes.COORD_STATUS.name: selection.status,
+        search_attributes.EVENT_TYPE.name: selection.type,
+        search_attributes.TOPIC.name: selection.topic,
+        search_attributes.FAILURE_TYPE.name: selection.failure_type,
+        search_attributes.CORRELATION_ID.name: selection.correlation_id,
+    }
+    clauses = [f"{name} = {quoted(value)}" for name, value in wanted.items() if value]
+    return " AND ".join([PATTERN_CLAUSE, *clauses])
+
+
+def quoted(value: str) -> str:
+    """A string literal of Temporal's visibility query language."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+async def dlq_page(
+    client: Client,
+    selection: DlqSelection | None = None,
+    *,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    cursor: str | None = None,
+    queue: str | None = None,
+) -> DlqPage:
+    """One page, newest first, from visibility alone; `next_cursor` continues it."""
+    query, token = decode_cursor(cursor) if cursor else (dlq_query(selection, queue=queue), None)
+    listing = client.list_workflows(query, page_size=page_size, next_page_token=token)
+    await listing.fetch_next_page()
+    entries = [await summary_of(execution.memo) for execution in listing.current_page or []]
+    next_token = listing.next_page_token
+    return DlqPage(
+        entries=entries, next_cursor=encode_cursor(query, next_token) if next_token else None
     )
+
+
+async def summary_of(memo: Callable[[], Awaitable[Any]]) -> EntrySummary:
+    return EntrySummary.model_validate((await memo())[MEMO_KEY])
 
 
 async def dlq_entries(
     client: Client, selection: DlqSelection | None = None, *, queue: str | None = None
-) -> list[DlqEntry]:
+) -> list[EntrySummary]:
+    """Every selected entry, page after page."""
+    query = dlq_query(selection, queue=queue)
+    return [
+        await summary_of(execution.memo)
+        async for execution in client.list_workflows(query, page_size=1000)
+    ]
+
+
+def encode_cursor(query: str, token: bytes) -> str:
+    cursor = Cursor(query=query, token=base64.urlsafe_b64encode(token).decode())
+    return base64.urlsafe_b64encode(cursor.model_dump_json().encode()).decode()
+
+
+def decode_cursor(cursor: str) -> tuple[str, bytes]:
+    """A cursor names its own query; one that is not a dead-letter listing is refused."""
     try:
-        return await dlq_handle(client, queue).query(
-            DeadLetterQueue.entries, selection or DlqSelection()
-        )
+        decoded = Cursor.model_validate_json(base64.urlsafe_b64decode(cursor.encode()))
+        token = base64.urlsafe_b64decode(decoded.token.encode())
+    except (ValidationError, binascii.Error, ValueError):
+        decoded, token = None, b""
+    if decoded is None or not decoded.query.startswith(PATTERN_CLAUSE):
+        raise SpecError("--cursor: not a cursor printed by `coord dlq list`")
+    return decoded.query, token
+
+
+async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
+    """An entry's whole record: its result once closed, else its `entry` query."""
+    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    try:
+        description = await handle.describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
-            return []
+            raise Undeliverable(f"no dead letter {entry_id!r}") from None
         raise
+    if description.status == WorkflowExecutionStatus.COMPLETED:
+        return await handle.result()
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "unknown"
+        raise Undeliverable(f"dead letter {entry_id!r} was {status}; its record is in its history")
+    return await handle.query(DeadLetterEntry.entry)
 
 
-async def dlq_counts(client: Client, *, queue: str | None = None) -> DlqCounts:
-    return await dlq_handle(client, queue).query(DeadLetterQueue.counts)
+async def dlq_counts(
+    client: Client, selection: DlqSelection | None = None, *, queue: str | None = None
+) -> DlqCounts:
+    """By failure type and status, with visibility counts. Visibility cannot group by a custom
+    attribute, so the failure types present are found one at a time (an entry whose type is not
+    yet known), then each type and status is counted: a few queries per type, whatever the
+    number of entries."""
+    base = dlq_query(selection, queue=queue)
+    failure_type = search_attributes.FAILURE_TYPE.name
+    types: list[str] = []
+    while True:
+        known = f" AND {failure_type} NOT IN ({', '.join(map(quoted, types))})" if types else ""
+        query = base + known
+        found = [e async for e in client.list_workflows(query, limit=1, page_size=1)]
+        if not found:
+            break
+        types.append((await summary_of(found[0].memo)).failure_type)
+
+    async def count(kind: str, status: EntryStatus) -> int:
+        query = f"{base} AND {failure_type} = {quoted(kind)}"
+        query += f" AND {search_attributes.COORD_STATUS.name} = {quoted(status)}"
+        return (await client.count_workflows(query)).count
+
+    pairs = [(kind, status) for kind in sorted(types) for status in ENTRY_STATUSES]
+    numbers = await asyncio.gather(*(count(kind, status) for kind, status in pairs))
+    counts = DlqCounts(by_failure_type={kind: StatusCounts() for kind in sorted(types)})
+    for (kind, status), number in zip(pairs, numbers, strict=True):
+        setattr(counts.by_failure_type[kind], status, number)
+        setattr(counts.total, status, getattr(counts.total, status) + number)
+    return counts
 
 
 async def dlq_replay(
-    client: Client, request: ReplayRequest, *, queue: str | None = None
-) -> list[DlqEntry]:
-    return await _dlq_update(
-        dlq_handle(client, queue).execute_update(DeadLetterQueue.replay, request)
+    client: Client, entry_id: str, payload: dict[str, Any] | None = None
+) -> DlqEntry:
+    """One entry delivered again (with the corrected payload, if given)."""
+    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    request = ReplayRequest(payload=payload)
+    return await _updated(client, entry_id, handle.execute_update(DeadLetterEntry.replay, request))
+
+
+async def dlq_archive(client: Client, entry_id: str, note: str) -> DlqEntry:
+    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    return await _updated(
+        client, entry_id, handle.execute_update(DeadLetterEntry.archive, ArchiveRequest(note=note))
     )
 
 
-async def dlq_archive(
-    client: Client, request: ArchiveRequest, *, queue: str | None = None
-) -> list[DlqEntry]:
-    return await _dlq_update(
-        dlq_handle(client, queue).execute_update(DeadLetterQueue.archive, request)
-    )
+async def dlq_selected(
+    client: Client, selection: DlqSelection, *, queue: str | None = None
+) -> list[str]:
+    """The parked entries of a selection, listed before a bulk operation changes them."""
+    parked = selection.model_copy(update={"status": "parked"})
+    entry_ids = [entry.entry_id for entry in await dlq_entries(client, parked, queue=queue)]
+    if not entry_ids:
+        raise Undeliverable("no parked entry matches the selection")
+    return entry_ids
 
 
-async def _dlq_update(update: Awaitable[list[DlqEntry]]) -> list[DlqEntry]:
-    """A refused operation (nothing matches, say) becomes one clear error."""
+async def dlq_replay_many(
+    client: Client, entry_ids: Sequence[str], payload: dict[str, Any] | None = None
+) -> list[BulkOutcome]:
+    if payload is not None and len(entry_ids) > 1:
+        raise SpecError("--payload: a corrected payload replaces one entry's payload, not several")
+    return await _each(entry_ids, lambda entry_id: dlq_replay(client, entry_id, payload))
+
+
+async def dlq_archive_many(
+    client: Client, entry_ids: Sequence[str], note: str
+) -> list[BulkOutcome]:
+    return await _each(entry_ids, lambda entry_id: dlq_archive(client, entry_id, note))
+
+
+async def _each(
+    entry_ids: Sequence[str], operation: Callable[[str], Awaitable[DlqEntry]]
+) -> list[BulkOutcome]:
+    """Each entry updated on its own, a bounded number at a time; one entry's refusal does not
+    stop the others."""
+    slots = asyncio.Semaphore(BULK_CONCURRENCY)
+
+    async def one(entry_id: str) -> BulkOutcome:
+        async with slots:
+            try:
+                entry = await operation(entry_id)
+            except Undeliverable as refusal:
+                return BulkOutcome(entry_id=entry_id, status=None, detail=str(refusal))
+            return outcome_of(entry)
+
+    return list(await asyncio.gather(*(one(entry_id) for entry_id in entry_ids)))
+
+
+def outcome_of(entry: DlqEntry) -> BulkOutcome:
+    if entry.status == "archived":
+        detail = entry.archive_note or ""
+    else:
+        detail = entry.replays[-1].outcome if entry.replays else ""
+    return BulkOutcome(entry_id=entry.entry_id, status=entry.status, detail=detail)
+
+
+async def _updated(client: Client, entry_id: str, update: Awaitable[DlqEntry]) -> DlqEntry:
+    """A refused update (the entry is no longer parked, say) becomes one clear error."""
     try:
         return await update
     except WorkflowUpdateFailedError as error:
-        raise Undeliverable(f"dead-letter queue refused: {failure_message(error)}") from None
+        raise Undeliverable(failure_message(error)) from None
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+    raise Undeliverable(await _why_closed(client, entry_id))
+
+
+async def _why_closed(client: Client, entry_id: str) -> str:
+    """An update that found no running entry: there is none, or it is replayed or archived."""
+    try:
+        description = await client.get_workflow_handle(entry_id).describe()
+    except RPCError:
+        return f"no dead letter {entry_id!r}"
+    status = description.typed_search_attributes.get(search_attributes.COORD_STATUS)
+    return f"{entry_id} is {status or 'closed'}, not parked"
