@@ -1,7 +1,9 @@
 """Deliveries that need a client: parking dead letters and replaying them to their targets."""
 
 import contextlib
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
@@ -9,6 +11,8 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from models.agent_config import AgentConfig
+from models.chain import ChainInput
 from models.dlq import (
     ENTRY_WORKFLOW_TYPE,
     MEMO_KEY,
@@ -21,6 +25,12 @@ from models.dlq import (
 )
 from models.saga import SagaSpec
 from workflows import search_attributes
+
+DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
+    "Saga": lambda raw: SagaSpec.model_validate(raw).agents,
+    "ReactiveChain": lambda raw: ChainInput.model_validate(raw).spec.agents,
+}
+"""Where each workflow type that runs agents keeps its inline declarations in its input."""
 
 
 async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) -> str:
@@ -79,19 +89,19 @@ class Delivery:
 
     @activity.defn(name="declared_agent")
     async def declared_agent(self, lookup: AgentLookup) -> DeclaredAgent:
-        """The agent's inline declaration in the target saga's spec, read from the saga's own
-        start event (which the server recorded, not whoever parked the entry). Nothing when the
-        target is not a saga, is gone, or does not declare the agent."""
+        """The agent's inline declaration in the target saga's or chain's spec, read from that
+        workflow's own start event (which the server recorded, not whoever parked the entry).
+        Nothing when the target is gone, of another kind, or does not declare the agent; the
+        worker's rules for inline agents apply to what is found, as for the original run."""
         handle = self._client.get_workflow_handle(lookup.target_workflow)
         try:
             async for event in handle.fetch_history_events():
                 started = event.workflow_execution_started_event_attributes
-                if started.workflow_type.name != "Saga":
+                agents_of = DECLARED_AGENTS.get(started.workflow_type.name)
+                if agents_of is None:
                     return DeclaredAgent()
-                [raw_spec] = await self._client.data_converter.decode(started.input.payloads)
-                return DeclaredAgent(
-                    config=SagaSpec.model_validate(raw_spec).agents.get(lookup.agent)
-                )
+                [raw] = await self._client.data_converter.decode(started.input.payloads)
+                return DeclaredAgent(config=agents_of(raw).get(lookup.agent))
         except (RPCError, ValueError):
             return DeclaredAgent()
         return DeclaredAgent()

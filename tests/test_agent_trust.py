@@ -26,11 +26,10 @@ from activities.agent_kinds import load_agents
 from activities.agent_kinds.http import retry_after
 from activities.agents import AgentActivities, AgentRegistry
 from activities.context import AgentContext
-from activities.delivery import dlq_workflow_id
 from models.agent_config import WorkerSettings
 from models.agents import AgentRequest
 from models.chain import ChainSpec
-from models.dlq import DlqSelection, ReplayRequest
+from models.dlq import ENTRY_WORKFLOW_TYPE
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec, SagaState, SagaStatus
 from models.specs import SpecError
@@ -114,7 +113,9 @@ async def test_inline_agent_in_a_chain_spec_is_refused_and_parked(
 async def test_a_planted_dead_letter_with_a_shell_agent_does_not_run_on_replay(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    """Anyone who can signal the queue can park an entry; replaying it runs nothing foreign."""
+    """Anyone who can start a workflow can park an entry; replaying it runs nothing foreign: an
+    entry carrying a declaration is kept raw and cannot be replayed, and one naming an agent
+    runs only what the worker (or the target's own spec) declares."""
     marker = tmp_path / "pwned"
     now = datetime.now(UTC).isoformat()
     planted = {
@@ -128,20 +129,18 @@ async def test_a_planted_dead_letter_with_a_shell_agent_does_not_run_on_replay(
         "first_failed_at": now,
         "last_failed_at": now,
     }
+    named = {key: value for key, value in planted.items() if key != "agent_config"}
     async with build_worker(client, task_queue):
-        await client.start_workflow(
-            "DeadLetterQueue",
-            None,
-            id=dlq_workflow_id(task_queue),
-            task_queue=task_queue,
-            start_signal="park",
-            start_signal_args=[planted],
-        )
-        [entry] = await parked(client, task_queue, 1)
-        request = ReplayRequest(selection=DlqSelection(entry_ids=[entry.entry_id]))
-        [replayed] = await api.dlq_replay(client, request, queue=task_queue)
+        for letter, suffix in ((planted, "declared"), (named, "named")):
+            await client.start_workflow(
+                ENTRY_WORKFLOW_TYPE, letter, id=f"dlq-{suffix}-{task_queue}", task_queue=task_queue
+            )
+        await parked(client, task_queue, 2)
+        with pytest.raises(api.Undeliverable, match="cannot be replayed; archive it"):
+            await api.dlq_replay(client, f"dlq-declared-{task_queue}")
+        replayed = await api.dlq_replay(client, f"dlq-named-{task_queue}")
     assert replayed.status == "parked"
-    assert "not allowed" in replayed.replays[-1].outcome
+    assert "pwn" in replayed.replays[-1].outcome, replayed.replays
     assert not marker.exists()
 
 

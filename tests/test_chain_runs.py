@@ -12,7 +12,7 @@ from activities.agents import AgentRegistry
 from activities.context import AgentContext
 from activities.demo import register_demo_agents
 from models.chain import ChainSpec, run_idempotency_key
-from models.dlq import DlqSelection, ReplayRequest
+from models.dlq import DlqSelection
 from models.envelope import EventEnvelope
 from models.joins import JoinState, Slot
 from starter import api, render
@@ -154,10 +154,9 @@ async def test_a_runs_key_is_the_same_in_its_retries_and_its_dead_letter_replay(
             return bool(await api.dlq_entries(client, selection, queue=task_queue))
 
         await eventually(parked)
-        [entry] = await api.dlq_entries(client, selection, queue=task_queue)
-        await api.dlq_replay(
-            client, ReplayRequest(selection=selection, payload={}), queue=task_queue
-        )
+        [row] = await api.dlq_entries(client, selection, queue=task_queue)
+        entry = await api.dlq_entry(client, row.entry_id)
+        await api.dlq_replay(client, entry.entry_id, {})
 
         async def replayed() -> bool:
             return len(seen) == 3

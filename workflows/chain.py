@@ -465,7 +465,6 @@ class ReactiveChain:
                     event=run.trigger,
                     target_agent=run.agent,
                     replay="run_agent",
-                    agent_config=self._spec.agents.get(run.agent),
                     idempotency_key=run.idempotency_key,
                 )
                 for run in queued
