@@ -321,9 +321,11 @@ async def publish(
     spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
     client = await ConnectionSettings.load().connect()
     if all_chains:
-        target = f"{len(await api.broadcast(client, envelope))} running chains"
+        delivery = await api.broadcast(client, envelope)
+        target = f"{len(delivery.reached)} running chains"
+        target += f" (skipped: {'; '.join(delivery.skipped)})" if delivery.skipped else ""
     else:
-        target = ", ".join(await api.deliver(client, envelope, spec=spec, to=to))
+        target = (await api.deliver(client, envelope, spec=spec, to=to)).describe()
     typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
 
 

@@ -365,7 +365,7 @@ async def test_topic_wide_alert_reaches_every_running_chain(
         await eventually(both_listed)
         alert = event("", "AlertRaised", "project.alerts", severity="high")
         reached = await api.broadcast(client, alert)
-        assert {f"chain-{c}" for c in correlation_ids} <= set(reached)
+        assert {f"chain-{c}" for c in correlation_ids} <= set(reached.reached)
         for correlation_id in correlation_ids:
 
             async def paused(c: str = correlation_id) -> bool:

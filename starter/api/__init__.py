@@ -20,8 +20,10 @@ from starter.api.chains import (
     start_chain,
 )
 from starter.api.common import (
+    Delivery,
     Undeliverable,
     closed_with_result,
+    signal_each,
     signal_event,
     target_name,
     undeliverable,
@@ -50,6 +52,7 @@ from starter.api.sagas import (
 )
 
 __all__ = [
+    "Delivery",
     "Undeliverable",
     "aggregator_handle",
     "aggregator_state",
@@ -80,6 +83,7 @@ __all__ = [
     "saga_outcome",
     "saga_state",
     "saga_summary",
+    "signal_each",
     "signal_event",
     "start_aggregator",
     "start_chain",

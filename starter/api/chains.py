@@ -23,7 +23,13 @@ from models.chain import (
     chain_workflow_id,
 )
 from models.envelope import EventEnvelope
-from starter.api.common import Undeliverable, closed_with_result, undeliverable
+from starter.api.common import (
+    Delivery,
+    Undeliverable,
+    closed_with_result,
+    signal_each,
+    undeliverable,
+)
 from workflows import search_attributes
 from workflows.chain import ReactiveChain
 
@@ -106,17 +112,19 @@ async def publish(
     return chain_workflow_id(correlation_id)
 
 
-async def broadcast(client: Client, envelope: EventEnvelope) -> list[str]:
+async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
     """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
-    own correlation's. Returns the chains reached."""
-    reached = []
+    own correlation's. A chain that has ended since it was listed is skipped and reported; only
+    an event that reached no chain fails."""
     event = envelope.model_dump(mode="json")
     event["event"]["correlation_id"] = None
     query = f"{search_attributes.COORD_PATTERN.name} = 'chain' AND ExecutionStatus = 'Running'"
-    async for execution in client.list_workflows(query):
-        await client.get_workflow_handle(execution.id).signal("event", event)
-        reached.append(execution.id)
-    return reached
+    chains = [execution.id async for execution in client.list_workflows(query)]
+    delivery = await signal_each(client, chains, event)
+    if not delivery.reached:
+        skipped = f" ({'; '.join(delivery.skipped)})" if delivery.skipped else ""
+        raise Undeliverable(f"no running chain took event {envelope.event.id}{skipped}")
+    return delivery
 
 
 async def chain_state(client: Client, correlation_id: str) -> ChainState:

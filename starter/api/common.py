@@ -3,6 +3,7 @@
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel, Field
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -61,6 +62,31 @@ def target_name(workflow_id: str) -> str:
     if workflow_id.startswith("chain-"):
         return f"the chain for correlation id {workflow_id.removeprefix('chain-')!r}"
     return workflow_id
+
+
+class Delivery(BaseModel):
+    """Where an event went: the targets reached, and why each other one was skipped."""
+
+    reached: list[str] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        reached = ", ".join(self.reached)
+        return f"{reached} (skipped: {'; '.join(self.skipped)})" if self.skipped else reached
+
+
+async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, Any]) -> Delivery:
+    """Signal `event` to each workflow on its own: one that has ended (the visibility listing
+    is eventually consistent) is skipped and reported, never an obstacle to the others."""
+    delivery = Delivery()
+    for workflow_id in workflow_ids:
+        try:
+            await client.get_workflow_handle(workflow_id).signal("event", raw)
+        except RPCError as error:
+            delivery.skipped.append(f"{target_name(workflow_id)}: {error.message}")
+        else:
+            delivery.reached.append(workflow_id)
+    return delivery
 
 
 async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:

@@ -11,7 +11,7 @@ from models.chain import (
 from models.envelope import EventEnvelope
 from starter.api.aggregators import publish_to_aggregator, running_aggregators
 from starter.api.chains import publish
-from starter.api.common import Undeliverable, signal_event
+from starter.api.common import Delivery, Undeliverable, signal_each, signal_event
 
 
 async def deliver(
@@ -21,22 +21,22 @@ async def deliver(
     spec: ChainSpec | AggregatorSpec | None = None,
     to: str | None = None,
     queue: str | None = None,
-) -> list[str]:
+) -> Delivery:
     """Deliver an event where it belongs: to one workflow (`to`), or to its correlation's chain
-    and every running aggregator scoped to that correlation. An aggregator spec starts that
-    aggregator with the event (signal-with-start)."""
+    and every running aggregator scoped to that correlation, each on its own: a target that has
+    ended is skipped and reported, and only an event that reached nothing fails. An aggregator
+    spec starts that aggregator with the event (signal-with-start)."""
     if isinstance(spec, AggregatorSpec):
-        return [await publish_to_aggregator(client, envelope, spec, queue=queue)]
+        return Delivery(reached=[await publish_to_aggregator(client, envelope, spec, queue=queue)])
     if to is not None:
         await signal_event(client, to, envelope)
-        return [to]
-    correlation_id = envelope.event.correlation_id or ""
-    targets = [wid for wid in await running_aggregators(client, correlation_id)]
-    for workflow_id in targets:
-        await signal_event(client, workflow_id, envelope)
+        return Delivery(reached=[to])
+    aggregators = await running_aggregators(client, envelope.event.correlation_id or "")
+    delivery = await signal_each(client, aggregators, envelope.model_dump(mode="json"))
     try:
-        targets.append(await publish(client, envelope, spec=spec, queue=queue))
-    except Undeliverable:
-        if not targets:
+        delivery.reached.append(await publish(client, envelope, spec=spec, queue=queue))
+    except Undeliverable as error:
+        if not delivery.reached:
             raise
-    return targets
+        delivery.skipped.append(str(error))
+    return delivery
