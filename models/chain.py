@@ -203,6 +203,12 @@ class TimelineEntry(BaseModel):
     """Every event that caused this one: a joined agent's events are all its causes, in slot
     order (`causation_id` names the one that completed the join)."""
 
+    @field_validator("causes", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        """The Temporal CLI prints an empty list as `null`."""
+        return [] if value is None else value
+
     def to_envelope(self) -> EventEnvelope:
         return EventEnvelope(
             event=EventHeader(
