@@ -28,6 +28,8 @@ histories: $(INSTALLED)
 	rm -rf tests/histories
 	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py tests/test_chain.py tests/test_aggregator.py -q
 
+# The benches' workers serve the seed's demo agents, as `coord worker --demo-agents` does.
+bench: export COORD_DEMO_AGENTS = 1
 bench: $(INSTALLED)
 	$(BIN)/python -m bench.saga_bench
 	$(BIN)/python -m bench.chain_bench
