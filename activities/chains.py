@@ -1,11 +1,18 @@
 """Reading a chain from outside it: what an aggregator's lookback needs."""
 
+from datetime import timedelta
+
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from models.chain import TimelineEntry, chain_workflow_id
 from models.envelope import EventEnvelope
+
+QUERY_TIMEOUT = timedelta(seconds=10)
+"""A chain whose worker is away does not answer; the attempt fails and the retry policy (a few
+attempts, set by the aggregator) decides."""
 
 
 class ChainLookback:
@@ -15,11 +22,20 @@ class ChainLookback:
     @activity.defn(name="chain_events")
     async def chain_events(self, correlation_id: str) -> list[EventEnvelope]:
         """The events a correlation's chain has recorded so far; none when it has no chain."""
-        handle = self._client.get_workflow_handle(chain_workflow_id(correlation_id))
+        workflow_id = chain_workflow_id(correlation_id)
+        handle = self._client.get_workflow_handle(workflow_id)
         try:
-            timeline = await handle.query("timeline", result_type=list[TimelineEntry])
+            timeline = await handle.query(
+                "timeline", result_type=list[TimelineEntry], rpc_timeout=QUERY_TIMEOUT
+            )
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return []
             raise
+        except WorkflowQueryFailedError as error:
+            raise ApplicationError(
+                f"{workflow_id} does not answer the timeline query: {error.message}",
+                type="lookback_failed",
+                non_retryable=True,
+            ) from None
         return [entry.to_envelope() for entry in timeline]

@@ -1,6 +1,6 @@
 """Aggregator specs (the seed's phase1-complete) and the aggregator's status table."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Self
 
@@ -10,6 +10,7 @@ from models.durations import Duration
 from models.envelope import EventEnvelope
 from models.joins import JoinState, Slot
 from models.saga import IDENTIFIER
+from models.specs import parse_model
 
 
 class AggregatorSpec(BaseModel):
@@ -80,12 +81,57 @@ class AggregatorState(BaseModel):
     progress: str = ""
     deadline: datetime | None = None
     seconds_left: float | None = None
+    """Time left until the deadline as the reader sees it (`as_of`); the workflow's `state`
+    query leaves it out, since a query only knows the time of the run's last workflow task."""
     matched: int = 0
     duplicates: int = 0
     unmatched: int = 0
     rejected: list[str] = Field(default_factory=list)
+    """The latest rejections (invalid envelopes, events addressed to it after it finished)."""
+    rejected_count: int = 0
+    ignored_after_finish: int = 0
+    """Events it only listened to (forwarded by its chain) or lifecycle notices, heard after it
+    had finished: dropped, never dead-lettered."""
+    lookback_failure: str | None = None
+    """Why reading the chain's earlier events failed, when it did; the join went on without."""
     emitted: EventEnvelope | None = None
     published_to_chain: bool = False
+
+    def as_of(self, now: datetime) -> "AggregatorState":
+        """The record with the time left until the deadline, seen at `now`."""
+        if self.status != AggregatorStatus.WAITING or self.deadline is None:
+            return self
+        left = max(self.deadline - now, timedelta()).total_seconds()
+        return self.model_copy(update={"seconds_left": left})
+
+
+class AggregatorCarry(BaseModel):
+    """What a run hands to the next when it continues-as-new."""
+
+    state: AggregatorState
+    join: JoinState
+    deadline: datetime
+    seen: list[str]
+    """The latest event ids (a bounded window), so duplicates are still recognised."""
+    chain_joined: bool
+    """Attached to its chain and looked back already; the next run does neither again."""
+
+
+class AggregatorInput(BaseModel):
+    """A continued run's input. A first run's input is the spec itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: AggregatorSpec
+    carried: AggregatorCarry
+
+
+def parse_aggregator_input(raw: Any) -> tuple[AggregatorSpec, AggregatorCarry | None]:
+    """The spec (a first run), or the spec and what the previous run carried."""
+    if isinstance(raw, dict) and "carried" in raw:
+        continued = parse_model(AggregatorInput, raw, "aggregator input")
+        return continued.spec, continued.carried
+    return parse_model(AggregatorSpec, raw, "aggregator spec"), None
 
 
 def aggregation_payload(spec: AggregatorSpec, join: JoinState) -> dict[str, Any]:

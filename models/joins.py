@@ -30,10 +30,17 @@ class Arrival(BaseModel):
     event_id: str
     source: str
     received_at: datetime
+    timestamp: datetime | None = None
+    """The event's own time (its header's `timestamp`); None in arrivals recorded before it
+    was kept, which then count by their arrival time."""
     payload: dict[str, Any] = Field(default_factory=dict)
 
+    @property
+    def event_time(self) -> datetime:
+        return self.timestamp or self.received_at
 
-Offer = Literal["recorded", "replaced", "kept_first", "unmatched"]
+
+Offer = Literal["recorded", "replaced", "kept", "unmatched"]
 
 
 class JoinState(BaseModel):
@@ -64,21 +71,35 @@ class JoinState(BaseModel):
         return cls(slots=slots, needed=needed, keep=keep)
 
     def offer(self, envelope: EventEnvelope, received_at: datetime) -> Offer:
-        """Fill the first slot this event fits (a free one before a filled one)."""
+        """Fill the first free slot this event fits. When every fitting slot is taken, `keep`
+        decides by event time, not arrival order (a lookback offers older events after newer
+        live ones): `first` keeps the earliest events, `latest` the newest, so the held event
+        furthest from that end (the newest, or the oldest) gives way to one nearer to it."""
         fitting = [i for i, slot in enumerate(self.slots) if slot.accepts(envelope)]
         if not fitting:
             return "unmatched"
-        free = [i for i in fitting if i not in self.received]
-        if not free and self.keep == "first":
-            return "kept_first"
-        index = free[0] if free else fitting[0]
-        self.received[index] = Arrival(
+        arrival = Arrival(
             event_id=envelope.event.id,
             source=envelope.event.source,
             received_at=received_at,
+            timestamp=envelope.event.timestamp,
             payload=envelope.payload,
         )
-        return "recorded" if free else "replaced"
+        free = [i for i in fitting if i not in self.received]
+        if free:
+            self.received[free[0]] = arrival
+            return "recorded"
+        held = sorted(fitting, key=lambda i: self.received[i].event_time)
+        if self.keep == "latest":
+            index = held[0]
+            replaces = arrival.event_time >= self.received[index].event_time
+        else:
+            index = held[-1]
+            replaces = arrival.event_time < self.received[index].event_time
+        if not replaces:
+            return "kept"
+        self.received[index] = arrival
+        return "replaced"
 
     @property
     def satisfied(self) -> bool:

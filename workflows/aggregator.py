@@ -1,34 +1,42 @@
 """The `Aggregator` workflow: a durable join over events with a deadline.
 
-It records the events that fill its expected slots (first per slot, or latest), counts the
-duplicates and the events that match nothing, and when its condition holds emits `on_complete`;
-when the deadline passes first it emits `on_timeout` with what arrived and what is missing. The
-emitted event is the workflow's result and is published into the chain of its correlation id.
+It records the events that fill its expected slots (the earliest per slot, or the latest, by
+event time), counts the duplicates and the events that match nothing, and when its condition
+holds emits `on_complete`; when the deadline passes first it emits `on_timeout` with what
+arrived and what is missing. The emitted event is the workflow's result and is published into
+the chain of its correlation id.
+
+Events reach it two ways: `event` signals are addressed to it (an event for it after it has
+finished is dead-lettered), `chain_event` signals are what its chain records and forwards to
+its listeners (after it has finished they are dropped and counted, never dead-lettered).
 """
 
 import asyncio
-import contextlib
 from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from models.aggregator import (
+        AggregatorCarry,
+        AggregatorInput,
         AggregatorSpec,
         AggregatorState,
         AggregatorStatus,
         SlotStatus,
         aggregation_payload,
+        parse_aggregator_input,
     )
     from models.chain import chain_workflow_id
     from models.durations import format_duration
-    from models.envelope import EventEnvelope
+    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from models.joins import Slot
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
-    from workflows.common import park
+    from workflows.common import failure_message, park
 
 
 INVALID_SPEC_STANDIN = AggregatorSpec(
@@ -40,44 +48,159 @@ INVALID_SPEC_STANDIN = AggregatorSpec(
 )
 """Keeps the handlers working (and recording) while `run` reports the invalid spec."""
 
+DEADLINE_FIRST_PATCH = "aggregator-deadline-first"
+"""Runs recorded before it attached and looked back before arming the deadline, parked every
+event after the end, and never detached nor continued-as-new; they replay that way."""
+
+SEEN_WINDOW = 1000
+REJECTED_WINDOW = 20
+LOOKBACK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
+"""A chain that cannot answer within a few attempts is recorded as a failed lookback; the
+join goes on with the live events."""
+
 
 @workflow.defn(name="Aggregator")
 class Aggregator:
     @workflow.init
-    def __init__(self, raw_spec: Any) -> None:
+    def __init__(self, raw_input: Any) -> None:
         """Parses here, before the signal of a signal-with-start is handled; a bad spec is
         reported by `run`, since nothing may fail the workflow task."""
+        self._deadline_first = workflow.patched(DEADLINE_FIRST_PATCH)
         self._spec_error: str | None = None
+        carried: AggregatorCarry | None = None
         try:
-            self._spec = parse_model(AggregatorSpec, raw_spec, "aggregator spec")
+            self._spec, carried = parse_aggregator_input(raw_input)
         except SpecError as error:
             self._spec_error = str(error)
             self._spec = INVALID_SPEC_STANDIN
-        self._join = self._spec.new_join()
-        self._deadline = workflow.now() + (
-            self._spec.timeout if not self._spec_error else timedelta()
-        )
-        self._seen: set[str] = set()
-        self._state = AggregatorState(
-            aggregator_id=self._spec.aggregator_id, correlation_id=self._spec.correlation_id
+        self._join = carried.join if carried else self._spec.new_join()
+        self._deadline = carried.deadline if carried else self._first_deadline()
+        self._seen = dict.fromkeys(carried.seen if carried else [])
+        self._chain_joined = carried.chain_joined if carried else False
+        self._state = (
+            carried.state
+            if carried
+            else AggregatorState(
+                aggregator_id=self._spec.aggregator_id, correlation_id=self._spec.correlation_id
+            )
         )
 
+    def _first_deadline(self) -> datetime:
+        """From the workflow's start, not from when a worker first ran it."""
+        if self._spec_error:
+            return workflow.now()
+        start = workflow.info().start_time if self._deadline_first else workflow.now()
+        return start + self._spec.timeout
+
     @workflow.run
-    async def run(self, raw_spec: Any) -> AggregatorState:
+    async def run(self, raw_input: Any) -> AggregatorState:
         if self._spec_error:
             raise ApplicationError(self._spec_error, type="invalid_spec", non_retryable=True)
+        if not self._deadline_first:
+            return await self._run_as_recorded_before_deadline_first()
+        # A task first runs when `run` first awaits: after the deadline timer is armed.
+        joining = asyncio.create_task(self._join_chain())
+        cancel: asyncio.CancelledError | None = None
+        try:
+            await self._wait_for_join()
+        except asyncio.CancelledError as error:
+            cancel = error
+        joining.cancel()
+        if self._join.satisfied:
+            # The join is complete even if a cancel or the deadline landed with its last event.
+            await self._finish(AggregatorStatus.COMPLETED)
+        elif cancel is not None:
+            await self._finish(AggregatorStatus.CANCELLED)
+            raise cancel
+        else:
+            await self._finish(AggregatorStatus.TIMED_OUT)
+        return self.state()
+
+    async def _wait_for_join(self) -> None:
+        """Until the join holds or the deadline passes, continuing-as-new when the server
+        suggests it (after the handlers in progress finish, as the SDK's safe message handlers
+        sample does)."""
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: self._join.satisfied or self._continue_as_new_due(),
+                    timeout=max(self._deadline - workflow.now(), timedelta()),
+                    timeout_summary=f"deadline: {self._deadline:%Y-%m-%d %H:%M:%S} UTC "
+                    f"({format_duration(self._spec.timeout)} after start)",
+                )
+            except TimeoutError:
+                return
+            if self._join.satisfied:
+                return
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(self._carry())
+
+    def _continue_as_new_due(self) -> bool:
+        return self._chain_joined and workflow.info().is_continue_as_new_suggested()
+
+    async def _join_chain(self) -> None:
+        """Receive the events the chain of this correlation records from now on; with lookback,
+        read the ones it recorded before (duplicates are recognised by id)."""
         self._upsert_status()
         self._publish_details()
-        await self._attach_to_chain()
-        if self._spec.lookback and self._spec.correlation_id:
-            for envelope in await workflow.execute_activity(
+        if not self._chain_joined:
+            await self._signal_chain("attach", workflow.info().workflow_id)
+            if self._spec.lookback:
+                await self._look_back()
+        self._chain_joined = True
+
+    async def _look_back(self) -> None:
+        correlation_id = self._spec.correlation_id
+        assert correlation_id is not None  # the spec requires it with lookback
+        try:
+            recorded = await workflow.execute_activity(
                 "chain_events",
-                self._spec.correlation_id,
+                correlation_id,
                 result_type=list[EventEnvelope],
                 start_to_close_timeout=timedelta(seconds=30),
-                summary=f"lookback: chain-{self._spec.correlation_id}",
-            ):
+                retry_policy=LOOKBACK_RETRY,
+                summary=f"lookback: chain-{correlation_id}",
+            )
+        except ActivityError as error:
+            self._state.lookback_failure = failure_message(error)
+            self._publish_details()
+            return
+        for envelope in sorted(recorded, key=lambda e: e.event.timestamp):
+            if envelope.event.type not in LIFECYCLE_NOTICES:
                 self._offer(envelope)
+        self._publish_details()
+
+    async def _finish(self, status: AggregatorStatus) -> None:
+        """Record the outcome, leave the chain (detach, then publish the emitted event), and
+        wait for that and for the handlers in progress. A cancel arriving meanwhile changes
+        nothing: the outcome is decided."""
+        self._state.status = status
+        if status != AggregatorStatus.CANCELLED:
+            self._state.emitted = self._emitted(status)
+        self._upsert_status()
+        self._publish_details()
+        leaving = asyncio.create_task(self._leave_chain())
+        while True:
+            try:
+                await workflow.wait_condition(
+                    lambda: leaving.done() and workflow.all_handlers_finished()
+                )
+                return
+            except asyncio.CancelledError:
+                continue
+
+    async def _leave_chain(self) -> None:
+        await self._signal_chain("detach", workflow.info().workflow_id)
+        if self._state.emitted is not None:
+            await self._publish_to_chain(self._state.emitted)
+
+    async def _run_as_recorded_before_deadline_first(self) -> AggregatorState:
+        """The order of runs recorded before the `aggregator-deadline-first` patch."""
+        self._upsert_status()
+        self._publish_details()
+        await self._signal_chain("attach", workflow.info().workflow_id)
+        if self._spec.lookback:
+            await self._look_back()
         try:
             await workflow.wait_condition(
                 lambda: self._join.satisfied,
@@ -85,22 +208,14 @@ class Aggregator:
                 timeout_summary=f"deadline: {format_duration(self._spec.timeout)} after start",
             )
             self._state.status = AggregatorStatus.COMPLETED
-            emitted_type = self._spec.on_complete
         except TimeoutError:
             self._state.status = AggregatorStatus.TIMED_OUT
-            emitted_type = self._spec.on_timeout
         except asyncio.CancelledError:
             self._state.status = AggregatorStatus.CANCELLED
             self._upsert_status()
             self._publish_details()
             raise
-        self._state.emitted = EventEnvelope.new(
-            emitted_type,
-            f"/aggregator/{self._spec.aggregator_id}",
-            payload=aggregation_payload(self._spec, self._join),
-            correlation_id=self._spec.correlation_id,
-            causation_id=self._last_arrival_id(),
-        )
+        self._state.emitted = self._emitted(self._state.status)
         await self._publish_to_chain(self._state.emitted)
         self._upsert_status()
         self._publish_details()
@@ -109,33 +224,47 @@ class Aggregator:
 
     @workflow.signal(name="event")
     async def event(self, raw: Any) -> None:
-        """Untyped on purpose: an envelope that does not validate is recorded and parked, never
-        raised; so is an event that arrives after the aggregator has finished."""
+        """An event addressed to this aggregator. Untyped on purpose: an envelope that does not
+        validate is recorded and parked, never raised; so is an event that arrives after the
+        aggregator has finished."""
+        await self._receive(raw, addressed=True)
+
+    @workflow.signal(name="chain_event")
+    async def chain_event(self, raw: Any) -> None:
+        """An event its chain recorded and forwards to its listeners."""
+        await self._receive(raw, addressed=False)
+
+    async def _receive(self, raw: Any, *, addressed: bool) -> None:
         try:
             envelope = parse_model(EventEnvelope, raw, "event")
         except SpecError as error:
-            self._state.rejected.append(str(error))
+            self._reject(str(error))
             await park("invalid_envelope", str(error), raw=raw)
             return
-        if self._state.status != AggregatorStatus.WAITING:
-            reason = f"event {envelope.event.id} ({envelope.event.type}): the aggregator ended"
-            self._state.rejected.append(reason)
-            await park("target_ended", reason, event=envelope)
+        if self._state.status == AggregatorStatus.WAITING:
+            self._offer(envelope)
+            self._publish_details()
             return
-        self._offer(envelope)
-        self._publish_details()
+        header = envelope.event
+        if self._deadline_first and header.id in self._seen:
+            self._state.duplicates += 1
+        elif self._deadline_first and (not addressed or header.type in LIFECYCLE_NOTICES):
+            self._state.ignored_after_finish += 1
+        else:
+            reason = f"event {header.id} ({header.type}): the aggregator ended"
+            self._reject(reason)
+            await park("target_ended", reason, event=envelope)
 
     @workflow.query
     def state(self) -> AggregatorState:
-        now = workflow.now()
+        """The record as of the run's last workflow task; `AggregatorState.as_of` adds the time
+        left as the reader's clock sees it."""
         return self._state.model_copy(
             update={
                 "slots": self._slot_table(),
                 "progress": self._progress(),
                 "deadline": self._deadline,
-                "seconds_left": max((self._deadline - now).total_seconds(), 0.0)
-                if self._state.status == AggregatorStatus.WAITING
-                else None,
+                "seconds_left": None,
             }
         )
 
@@ -145,7 +274,7 @@ class Aggregator:
         if header.id in self._seen:
             self._state.duplicates += 1
             return
-        self._seen.add(header.id)
+        self._remember(header.id)
         if scope is not None and header.correlation_id not in (None, scope):
             self._state.unmatched += 1
             return
@@ -154,29 +283,57 @@ class Aggregator:
         else:
             self._state.matched += 1
 
+    def _remember(self, event_id: str) -> None:
+        self._seen[event_id] = None
+        if len(self._seen) > 2 * SEEN_WINDOW:
+            self._seen = dict.fromkeys(list(self._seen)[-SEEN_WINDOW:])
+
+    def _reject(self, reason: str) -> None:
+        self._state.rejected_count += 1
+        self._state.rejected.append(reason)
+        del self._state.rejected[:-REJECTED_WINDOW]
+
+    def _emitted(self, status: AggregatorStatus) -> EventEnvelope:
+        completed = status == AggregatorStatus.COMPLETED
+        return EventEnvelope.new(
+            self._spec.on_complete if completed else self._spec.on_timeout,
+            f"/aggregator/{self._spec.aggregator_id}",
+            payload=aggregation_payload(self._spec, self._join),
+            correlation_id=self._spec.correlation_id,
+            causation_id=self._last_arrival_id(),
+        )
+
     def _last_arrival_id(self) -> str | None:
         arrivals = sorted(self._join.received.values(), key=lambda a: a.received_at)
         return arrivals[-1].event_id if arrivals else None
 
-    async def _attach_to_chain(self) -> None:
-        """Receive the events the chain of this correlation records from now on (lookback
-        covers the ones before; duplicates are ignored by id)."""
+    def _carry(self) -> AggregatorInput:
+        return AggregatorInput(
+            spec=self._spec,
+            carried=AggregatorCarry(
+                state=self._state,
+                join=self._join,
+                deadline=self._deadline,
+                seen=list(self._seen)[-SEEN_WINDOW:],
+                chain_joined=self._chain_joined,
+            ),
+        )
+
+    async def _signal_chain(self, signal: str, arg: Any) -> bool:
+        """False when the correlation has no chain (or none is scoped)."""
         if self._spec.correlation_id is None:
-            return
+            return False
         chain = workflow.get_external_workflow_handle(chain_workflow_id(self._spec.correlation_id))
-        with contextlib.suppress(ApplicationError):
-            await chain.signal("attach", workflow.info().workflow_id)
+        try:
+            await chain.signal(signal, arg)
+        except ApplicationError:
+            return False
+        return True
 
     async def _publish_to_chain(self, envelope: EventEnvelope) -> None:
         """Aggregators compose with chains: the result joins its correlation's event log."""
-        if self._spec.correlation_id is None:
-            return
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._spec.correlation_id))
-        try:
-            await chain.signal("event", envelope.model_dump(mode="json"))
-        except ApplicationError:
-            return
-        self._state.published_to_chain = True
+        if await self._signal_chain("event", envelope.model_dump(mode="json")):
+            self._state.published_to_chain = True
 
     def _slot_table(self) -> list[SlotStatus]:
         rows = []
@@ -212,7 +369,7 @@ class Aggregator:
         )
 
     def _publish_details(self) -> None:
-        deadline: datetime = self._deadline
-        workflow.set_current_details(
-            f"{self._progress()}\n\n**Deadline:** {deadline:%Y-%m-%d %H:%M:%S} UTC"
-        )
+        lines = [self._progress(), f"**Deadline:** {self._deadline:%Y-%m-%d %H:%M:%S} UTC"]
+        if self._state.lookback_failure:
+            lines.append(f"**Lookback failed:** {self._state.lookback_failure}")
+        workflow.set_current_details("\n\n".join(lines))

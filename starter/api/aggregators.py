@@ -1,6 +1,7 @@
 """Aggregators: start (or start with the first event), read the status table, cancel."""
 
 import contextlib
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import (
@@ -88,8 +89,10 @@ async def cancel_aggregator(client: Client, workflow_id: str) -> None:
 
 
 async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
+    """The record, with the time left until the deadline as of now (the query cannot know
+    the time: it answers as of the run's last workflow task)."""
     handle = aggregator_handle(client, workflow_id)
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
-    return await handle.query(Aggregator.state)
+    return (await handle.query(Aggregator.state)).as_of(datetime.now(UTC))
