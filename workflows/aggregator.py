@@ -89,7 +89,7 @@ class Aggregator:
         """From the workflow's start, not from when a worker first ran it."""
         if self._spec_error:
             return workflow.now()
-        start = workflow.info().start_time if self._deadline_first else workflow.now()
+        start = workflow.info().workflow_start_time if self._deadline_first else workflow.now()
         return start + self._spec.timeout
 
     @workflow.run
