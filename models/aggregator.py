@@ -135,13 +135,11 @@ def parse_aggregator_input(raw: Any) -> tuple[AggregatorSpec, AggregatorCarry | 
 
 
 def aggregation_payload(spec: AggregatorSpec, join: JoinState) -> dict[str, Any]:
-    """What on_complete / on_timeout carry: what arrived, and what did not (partial results)."""
+    """What on_complete / on_timeout carry: the joined events keyed by slot, each with its
+    payload (`inputs`, the shape a joined chain agent receives), and what did not arrive."""
     return {
         "aggregator_id": spec.aggregator_id,
-        "received": [
-            {"type": spec.wait_for[i].type, **arrival.model_dump(mode="json")}
-            for i, arrival in sorted(join.received.items())
-        ],
+        "inputs": join.inputs(),
         "missing": [slot.model_dump(mode="json", by_alias=True) for slot in join.missing],
         "needed": join.needed,
     }

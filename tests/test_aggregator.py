@@ -74,7 +74,7 @@ async def test_two_of_three_then_the_deadline_emits_a_partial_timeout(
     assert state.status == AggregatorStatus.TIMED_OUT
     assert state.emitted is not None and state.emitted.event.type == "Phase1TimeoutEvent"
     payload = state.emitted.payload
-    assert [r["type"] for r in payload["received"]] == ["APIDesignCompleted", "WireframeCompleted"]
+    assert list(payload["inputs"]) == ["APIDesignCompleted", "WireframeCompleted"]
     assert payload["missing"] == [{"type": "TestPlanCompleted", "from": "/test-engineer"}]
     assert state.progress == "2/3 events received; timed_out"
 
@@ -99,11 +99,25 @@ def test_threshold_reads_as_the_seed_means_it() -> None:
 
 async def test_keep_latest_replaces_the_slot(client: Client, task_queue: str) -> None:
     first, second = completed(API), completed(API)
-    state = await aggregate(
-        client, task_queue, phase1(keep="latest", at_least=1, timeout="1m"), [first, second]
-    )
+    events = [first, second, completed(WIREFRAME), completed(TEST_PLAN)]
+    state = await aggregate(client, task_queue, phase1(keep="latest", timeout="1m"), events)
     assert state.emitted is not None
-    assert state.emitted.payload["received"][0]["event_id"] in (first.event.id, second.event.id)
+    assert state.emitted.payload["inputs"]["APIDesignCompleted"]["event_id"] == second.event.id
+
+
+async def test_the_emitted_event_carries_each_joined_event_with_its_payload(
+    client: Client, task_queue: str
+) -> None:
+    """The same shape a joined chain agent receives (`JoinState.inputs`): keyed by slot."""
+    events = [completed(kind) for kind in (API, WIREFRAME, TEST_PLAN)]
+    state = await aggregate(client, task_queue, phase1(), events)
+    assert state.emitted is not None
+    inputs = state.emitted.payload["inputs"]
+    assert list(inputs) == ["APIDesignCompleted", "WireframeCompleted", "TestPlanCompleted"]
+    for envelope, joined in zip(events, inputs.values(), strict=True):
+        assert joined["event_id"] == envelope.event.id
+        assert joined["source"] == envelope.event.source
+        assert joined["payload"] == envelope.payload
 
 
 async def test_first_event_starts_the_aggregator_and_is_not_lost(
