@@ -5,6 +5,7 @@ origins, and an agent cannot exhaust the worker's memory, outlive its run or fre
 import asyncio
 import dataclasses
 import json
+import logging
 import threading
 import time
 import uuid
@@ -395,6 +396,15 @@ async def test_secrets_stay_out_of_the_history(client: Client, task_queue: str, 
     assert state.status == SagaStatus.COMPLETED
     assert received[0].headers["X-Token"] == token
     assert token not in (await handle.fetch_history()).to_json()
+
+
+async def test_secrets_stay_out_of_the_logs(token: str, caplog: pytest.LogCaptureFixture) -> None:
+    url, received = serve("127.0.0.1", {"/denied": (401, {})})
+    caplog.set_level(logging.DEBUG)
+    error = await failure_of(http_agent(f"{url}/denied"), "x")
+    assert received[0].headers["X-Token"] == token and error.type == "unauthorized"
+    assert {"httpx", "httpcore.http11"} <= {r.name for r in caplog.records}, "they did log"
+    assert token not in caplog.text and token not in error.message
 
 
 # Shell agents: bounded output, no survivors.
