@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
         run_idempotency_key,
     )
-    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, EventHeader, Priority
+    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
     from models.filters import matches
     from models.joins import JoinState
     from models.specs import SpecError, parse_model
@@ -133,9 +133,7 @@ class ReactiveChain:
         if self._closing:
             self._state.received += 1
             reason = f"event {envelope.event.id}: the chain is closing"
-            self._reject(
-                "chain_closing", reason, envelope=envelope, depth=self._depth(envelope.event)
-            )
+            self._reject("chain_closing", reason, envelope=envelope, depth=self._depth(envelope))
             return
         self._inbox.append(envelope)
 
@@ -247,7 +245,7 @@ class ReactiveChain:
                 envelope=envelope,
             )
             return
-        depth = self._depth(header)
+        depth = self._depth(envelope)
         if depth > self._spec.max_causation_depth:
             path = " ← ".join(self._causation_path(header.causation_id))
             self._reject(
@@ -272,9 +270,18 @@ class ReactiveChain:
                     causes = [arrival.event_id for arrival in join.fire()]
                     self._enqueue(subscription, envelope, causes, inputs=inputs)
 
-    def _depth(self, header: EventHeader) -> int:
-        """How many causes lead to this event; 0 for an event whose cause is unknown here."""
-        return self._depths.get(header.causation_id, -1) + 1 if header.causation_id else 0
+    def _depth(self, envelope: EventEnvelope) -> int:
+        """How many causes lead to this event; 0 for an event whose cause is unknown here. A
+        lifecycle notice about an event this chain no longer remembers carries that event's
+        depth."""
+        cause = envelope.event.causation_id
+        if cause is None:
+            return 0
+        depth = self._depths.get(cause)
+        carried = envelope.payload.get("causation_depth")
+        if depth is None and envelope.event.type in LIFECYCLE_NOTICES and isinstance(carried, int):
+            depth = carried
+        return 0 if depth is None else depth + 1
 
     def _forward_to_listeners(self, envelope: EventEnvelope) -> None:
         """Listeners get the events the chain records, never the chain's lifecycle notices:
@@ -426,6 +433,8 @@ class ReactiveChain:
                     attempt_count=attempts(error, subscription.retry.to_retry_policy()),
                     replay="rerun",
                     idempotency_key=run.idempotency_key,
+                    inputs=run.inputs,
+                    causation_depth=self._depths.get(run.trigger.event.id),
                 )
                 return
             for event_type in publishes.on_success:
@@ -466,6 +475,8 @@ class ReactiveChain:
                     target_agent=run.agent,
                     replay="run_agent",
                     idempotency_key=run.idempotency_key,
+                    inputs=run.inputs,
+                    causation_depth=self._depths.get(run.trigger.event.id),
                 )
                 for run in queued
             )
@@ -498,7 +509,7 @@ class ReactiveChain:
         if notice and workflow.patched(LIFECYCLE_NOTICES_PATCH):
             return
         self._state.dead_lettered += 1
-        self._in_background(park(kind, reason, event=envelope, raw=raw))
+        self._in_background(park(kind, reason, event=envelope, raw=raw, causation_depth=depth))
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
         """Outbound work (parking, forwarding) the chain must finish before it ends."""
