@@ -82,15 +82,10 @@ def test_join_inputs_are_keyed_by_slot_even_when_types_repeat() -> None:
     assert join.slot_keys() == ["Review from /a", "Review from /b", "Vote #1", "Vote #2"]
     vote = EventEnvelope.new("Vote", "/c", payload={"yes": True})
     join.offer(vote, vote.event.timestamp)
-    assert join.inputs() == {
-        "Vote #1": {
-            "type": "Vote",
-            "event_id": vote.event.id,
-            "source": "/c",
-            "received_at": vote.event.timestamp.isoformat().replace("+00:00", "Z"),
-            "payload": {"yes": True},
-        }
-    }
+    [(key, joined)] = join.inputs().items()
+    assert key == "Vote #1"
+    assert joined["type"] == "Vote" and joined["event_id"] == vote.event.id
+    assert joined["source"] == "/c" and joined["payload"] == {"yes": True}
 
 
 def counting_spec() -> ChainSpec:

@@ -284,18 +284,22 @@ class ReactiveChain:
         return 0 if depth is None else depth + 1
 
     def _forward_to_listeners(self, envelope: EventEnvelope) -> None:
-        """Listeners get the events the chain records, never the chain's lifecycle notices:
-        those are about this chain's handling, not the listener's work."""
-        if envelope.event.type in LIFECYCLE_NOTICES and workflow.patched(LIFECYCLE_NOTICES_PATCH):
-            return
+        """Listeners get the events the chain records as `chain_event` (events they listen to,
+        unlike `event`, which is addressed to them), never the chain's lifecycle notices: those
+        are about this chain's handling, not the listener's work."""
+        signal = "event"
+        if workflow.patched(LIFECYCLE_NOTICES_PATCH):
+            if envelope.event.type in LIFECYCLE_NOTICES:
+                return
+            signal = "chain_event"
         for listener in self._listeners:
-            self._in_background(self._forward(listener, envelope))
+            self._in_background(self._forward(listener, envelope, signal))
 
-    async def _forward(self, listener: str, envelope: EventEnvelope) -> None:
+    async def _forward(self, listener: str, envelope: EventEnvelope, signal: str) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
         try:
             await workflow.get_external_workflow_handle(listener).signal(
-                "event", envelope.model_dump(mode="json")
+                signal, envelope.model_dump(mode="json")
             )
         except ApplicationError:
             if listener in self._listeners:
