@@ -72,7 +72,9 @@ class SlotStatus(BaseModel):
 
 
 class AggregatorState(BaseModel):
-    """The seed's status table: each expected event, the count line, the deadline."""
+    """The seed's status table: each expected event, the count line, the deadline. Every event
+    it received (by signal or lookback) is counted once: `received = matched + unmatched +
+    duplicates + rejected_count + ignored_after_finish`."""
 
     aggregator_id: str
     correlation_id: str | None = None
@@ -83,6 +85,7 @@ class AggregatorState(BaseModel):
     seconds_left: float | None = None
     """Time left until the deadline as the reader sees it (`as_of`); the workflow's `state`
     query leaves it out, since a query only knows the time of the run's last workflow task."""
+    received: int = 0
     matched: int = 0
     duplicates: int = 0
     unmatched: int = 0

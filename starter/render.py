@@ -81,6 +81,13 @@ def aggregator_table(state: AggregatorState) -> str:
     if state.deadline is not None:
         left = f" ({state.seconds_left:.0f}s left)" if state.seconds_left is not None else ""
         lines.append(f"Deadline: {state.deadline:%Y-%m-%d %H:%M:%S} UTC{left}")
+    lines.append(
+        f"Events: {state.received} received, {state.matched} matched, {state.unmatched} "
+        f"unmatched, {state.duplicates} duplicates, {state.rejected_count} rejected, "
+        f"{state.ignored_after_finish} ignored after the end"
+    )
+    if state.lookback_failure:
+        lines.append(f"Lookback failed: {state.lookback_failure}")
     if state.emitted is not None:
         lines.append(f"Emitted: {state.emitted.event.type} ({state.emitted.event.id})")
     return "\n".join(lines)

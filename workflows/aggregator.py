@@ -167,6 +167,7 @@ class Aggregator:
             return
         for envelope in sorted(recorded, key=lambda e: e.event.timestamp):
             if envelope.event.type not in LIFECYCLE_NOTICES:
+                self._state.received += 1
                 self._offer(envelope)
         self._publish_details()
 
@@ -235,6 +236,7 @@ class Aggregator:
         await self._receive(raw, addressed=False)
 
     async def _receive(self, raw: Any, *, addressed: bool) -> None:
+        self._state.received += 1
         try:
             envelope = parse_model(EventEnvelope, raw, "event")
         except SpecError as error:
