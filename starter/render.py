@@ -82,9 +82,9 @@ def aggregator_table(state: AggregatorState) -> str:
         left = f" ({state.seconds_left:.0f}s left)" if state.seconds_left is not None else ""
         lines.append(f"Deadline: {state.deadline:%Y-%m-%d %H:%M:%S} UTC{left}")
     lines.append(
-        f"Events: {state.received} received, {state.matched} matched, {state.unmatched} "
-        f"unmatched, {state.duplicates} duplicates, {state.rejected_count} rejected, "
-        f"{state.ignored_after_finish} ignored after the end"
+        f"Events: received {state.received}, matched {state.matched}, unmatched "
+        f"{state.unmatched}, duplicates {state.duplicates}, rejected {state.rejected_count}, "
+        f"ignored after the end {state.ignored_after_finish}"
     )
     if state.lookback_failure:
         lines.append(f"Lookback failed: {state.lookback_failure}")
