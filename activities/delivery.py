@@ -76,7 +76,12 @@ class Delivery:
         event = redelivery.event.model_dump(mode="json")
         try:
             if redelivery.target_agent:
-                rerun = {"subscription": redelivery.target_agent, "event": event}
+                rerun = {
+                    "subscription": redelivery.target_agent,
+                    "event": event,
+                    "idempotency_key": redelivery.idempotency_key,
+                    "inputs": redelivery.inputs,
+                }
                 await handle.signal("rerun", rerun)
             else:
                 await handle.signal("event", event)

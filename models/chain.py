@@ -236,6 +236,20 @@ class RerunRequest(BaseModel):
     event: EventEnvelope
     idempotency_key: str | None = None
     """The failed run's key; without it, the key of the run on the event this one replays."""
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    """The failed run's inputs; the slot of the event replayed gets the replayed event."""
+
+
+def replayed_inputs(request: RerunRequest) -> dict[str, Any]:
+    """The failed run's inputs, with the event the replay stands for (the replay's cause)
+    replaced by the replay, so a corrected payload reaches the agent in both places."""
+    replayed = request.event
+    return {
+        slot: {**joined, "event_id": replayed.event.id, "payload": replayed.payload}
+        if joined.get("event_id") == replayed.event.causation_id
+        else joined
+        for slot, joined in request.inputs.items()
+    }
 
 
 def run_idempotency_key(workflow_id: str, subscription: str, event_id: str) -> str:

@@ -197,6 +197,9 @@ class Redelivery(BaseModel):
     target_workflow: str
     target_agent: str | None
     event: EventEnvelope
+    idempotency_key: str | None = None
+    """A chain rerun's key and inputs: those of the run that failed, so the rerun is that run."""
+    inputs: dict[str, Any] = Field(default_factory=dict)
 
 
 class AgentLookup(BaseModel):

@@ -12,7 +12,7 @@ from activities.agents import AgentRegistry
 from activities.context import AgentContext
 from activities.demo import register_demo_agents
 from models.chain import ChainSpec, run_idempotency_key
-from models.dlq import DlqSelection
+from models.dlq import DlqEntry, DlqSelection
 from models.envelope import EventEnvelope
 from models.joins import JoinState, Slot
 from starter import api, render
@@ -120,14 +120,16 @@ async def test_idempotency_keys_are_unique_per_run_across_continue_as_new(
     assert set(keys) == {run_idempotency_key(handle.id, "recorder", e.event.id) for e in sent}
 
 
-async def test_a_runs_key_is_the_same_in_its_retries_and_its_dead_letter_replay(
+async def test_a_runs_key_and_inputs_are_the_same_in_its_retries_and_dead_letter_replays(
     client: Client, task_queue: str
 ) -> None:
-    seen: list[AgentContext] = []
+    """Replayed unchanged, the run fails and is parked again; replayed with a fix, it succeeds:
+    every attempt of every replay is the same run, with the same key."""
+    seen: list[tuple[AgentContext, EventEnvelope]] = []
     registry = AgentRegistry()
 
     async def flaky(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        seen.append(context)
+        seen.append((context, envelope))
         if envelope.payload.get("broken"):
             raise RuntimeError("cannot handle a broken event")
         return {}
@@ -140,26 +142,34 @@ async def test_a_runs_key_is_the_same_in_its_retries_and_its_dead_letter_replay(
     )
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     trigger = event(correlation_id, "N", broken=True)
+    selection = DlqSelection(correlation_id=correlation_id, status="parked")
+
+    async def parked_entry() -> DlqEntry:
+        async def listed() -> bool:
+            return len(await api.dlq_entries(client, selection, queue=task_queue)) == 1
+
+        await eventually(listed)
+        [row] = await api.dlq_entries(client, selection, queue=task_queue)
+        return await api.dlq_entry(client, row.entry_id)
+
     async with build_worker(client, task_queue, registry):
         handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
         await api.publish(client, trigger)
-        selection = DlqSelection(correlation_id=correlation_id)
-
-        async def parked() -> bool:
-            return bool(await api.dlq_entries(client, selection, queue=task_queue))
-
-        await eventually(parked)
-        [row] = await api.dlq_entries(client, selection, queue=task_queue)
-        entry = await api.dlq_entry(client, row.entry_id)
-        await api.dlq_replay(client, entry.entry_id, {})
+        first = await parked_entry()
+        await api.dlq_replay(client, first.entry_id)
+        second = await parked_entry()
+        await api.dlq_replay(client, second.entry_id, {"fixed": True})
 
         async def replayed() -> bool:
-            return len(seen) == 3
+            return len(seen) == 5
 
         await eventually(replayed)
         await api.close_chain(client, correlation_id)
         await asyncio.wait_for(handle.result(), 30)
     key = run_idempotency_key(handle.id, "recorder", trigger.event.id)
-    assert entry.idempotency_key == key
-    assert [context.idempotency_key for context in seen] == [key] * 3
-    assert [context.attempt for context in seen] == [1, 2, 1]
+    assert first.idempotency_key == second.idempotency_key == key
+    assert [context.idempotency_key for context, _ in seen] == [key] * 5
+    assert [context.attempt for context, _ in seen] == [1, 2, 1, 2, 1]
+    last_context, last_event = seen[-1]
+    assert last_context.inputs["N"]["payload"] == last_event.payload == {"fixed": True}
+    assert last_context.inputs["N"]["event_id"] == last_event.event.id

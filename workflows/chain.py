@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         RerunRequest,
         Subscription,
         TimelineEntry,
+        replayed_inputs,
         run_idempotency_key,
     )
     from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
@@ -153,7 +154,13 @@ class ReactiveChain:
         key = request.idempotency_key or run_idempotency_key(
             workflow.info().workflow_id, subscription.name, replayed.causation_id or replayed.id
         )
-        self._enqueue(subscription, request.event, [replayed.id], idempotency_key=key)
+        self._enqueue(
+            subscription,
+            request.event,
+            [replayed.id],
+            inputs=replayed_inputs(request),
+            idempotency_key=key,
+        )
 
     @workflow.signal
     def attach(self, workflow_id: str) -> None:

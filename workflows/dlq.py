@@ -186,6 +186,8 @@ class DeadLetterEntry:
                         target_workflow=entry.target_workflow,
                         target_agent=entry.target_agent if entry.replay == "rerun" else None,
                         event=event,
+                        idempotency_key=entry.idempotency_key,
+                        inputs=entry.inputs,
                     ),
                     start_to_close_timeout=timedelta(seconds=30),
                     summary=f"replay → {entry.target_workflow}",
