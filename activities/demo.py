@@ -53,12 +53,22 @@ async def _apply_injection(inject: Mapping[str, Any], context: AgentContext) -> 
         )
 
 
+def _undone(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """A compensation says what it undid: the step's `ref`, or how the step failed."""
+    undoes = inputs.get("undoes")
+    if undoes is None:
+        return {}
+    if "result" in undoes:
+        return {"undid": {"step": undoes["step"], "ref": undoes["result"].get("ref")}}
+    return {"undid": {"step": undoes["step"], "failure": undoes["failure"]["type"]}}
+
+
 def _demo_agent(summary: str) -> AgentFn:
     async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         await _apply_injection(event.payload.get("inject", {}), context)
         digest = hashlib.sha256(context.idempotency_key.encode()).hexdigest()[:8]
         carried = {k: event.payload[k] for k in CARRIED_FIELDS if k in event.payload}
-        return {"summary": summary, "ref": digest, **carried}
+        return {"summary": summary, "ref": digest, **carried, **_undone(context.inputs)}
 
     return agent
 

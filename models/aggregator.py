@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from models.durations import Duration
 from models.envelope import EventEnvelope
 from models.joins import JoinState, Slot
-from models.saga import IDENTIFIER
-from models.specs import parse_model
+from models.specs import IDENTIFIER, parse_model
 
 
 class AggregatorSpec(BaseModel):

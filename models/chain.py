@@ -12,7 +12,7 @@ from models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from models.filters import compile_filter
 from models.joins import JoinState, Slot
 from models.retry import RetryConfig
-from models.saga import IDENTIFIER
+from models.specs import IDENTIFIER
 
 
 def _as_list(value: Any) -> Any:

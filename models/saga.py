@@ -1,16 +1,16 @@
 """Saga specs (what to run) and the saga coordinator record (where it stands)."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from models.agent_config import AgentConfig
+from models.chain import TimelineEntry
 from models.durations import Duration
 from models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
-
-IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+from models.specs import IDENTIFIER
 
 
 class SagaStep(BaseModel):
@@ -21,6 +21,9 @@ class SagaStep(BaseModel):
     compensation: str | None = None
     on_success: str = ""
     on_failure: str = ""
+    on_compensated: str = ""
+    """The event announced once this step's compensation has run (the seed's `RemoveStaging`,
+    `RollbackAll`); `<name>Compensated` by default."""
     timeout: Duration = timedelta(minutes=5)
     heartbeat_timeout: Duration | None = None
     retry: RetryConfig = Field(default_factory=RetryConfig)
@@ -33,6 +36,7 @@ class SagaStep(BaseModel):
         self.agent = self.agent or self.name
         self.on_success = self.on_success or f"{self.name}Succeeded"
         self.on_failure = self.on_failure or f"{self.name}Failed"
+        self.on_compensated = self.on_compensated or f"{self.name}Compensated"
         return self
 
 
@@ -85,6 +89,7 @@ class CompletedStep(BaseModel):
     step: int
     event: str
     event_id: str
+    name: str = ""
 
 
 class StackEntry(BaseModel):
@@ -97,6 +102,16 @@ class CompensationOutcome(BaseModel):
     compensate: str
     status: Literal["compensated", "failed"]
     error: str | None = None
+
+
+class SagaCancel(BaseModel):
+    """A cancel request and what it did: `unwind` (the stack was unwound), `forward` (it came
+    after the pivot had completed, so the remaining steps went forward), `compensating` (the
+    saga was already unwinding after a failure, which went on and decided the outcome)."""
+
+    requested_at: datetime
+    during_step: int | None = None
+    effect: Literal["unwind", "forward", "compensating"]
 
 
 class SagaState(BaseModel):
@@ -112,3 +127,7 @@ class SagaState(BaseModel):
     recovery: Literal["backward", "forward"] = "backward"
     failed_event: str | None = None
     failure_reason: str | None = None
+    cancel: SagaCancel | None = None
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
+    compensation events), as rows of the seed's correlation table."""

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+"""What saga, step, chain and aggregator ids may look like (they become workflow ids)."""
+
 
 class SpecError(ValueError):
     """A spec or payload that does not validate; the message is meant for the user as is."""

@@ -338,17 +338,17 @@ async def events(
         bool, typer.Option(help="Keep printing new events until the chain ends")
     ] = False,
 ) -> None:
-    """Print the correlation table of a chain (or its causation tree)."""
+    """Print the correlation table (or causation tree) of a chain and its sagas' events."""
     client = await ConnectionSettings.load().connect()
-    timeline = await api.chain_timeline(client, correlation_id)
+    timeline = await api.correlation_events(client, correlation_id)
     typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
-    last = timeline[-1].seq if timeline else 0
+    shown = {entry.event_id for entry in timeline}
     while follow and await api.chain_running(client, correlation_id):
         await asyncio.sleep(1)
-        for entry in await api.chain_timeline(client, correlation_id):
-            if entry.seq > last:
+        for entry in await api.correlation_events(client, correlation_id):
+            if entry.event_id not in shown:
                 typer.echo(render.timeline_table([entry]).splitlines()[-1])
-                last = entry.seq
+                shown.add(entry.event_id)
 
 
 def selection(

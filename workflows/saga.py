@@ -8,22 +8,23 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from models.agent_config import AgentConfig
     from models.agents import AgentRequest, AgentResult
-    from models.chain import chain_workflow_id
+    from models.chain import TimelineEntry, chain_workflow_id
     from models.envelope import EventEnvelope
+    from models.retry import RetryConfig
     from models.saga import (
         CompensationOutcome,
         CompletedStep,
+        SagaCancel,
         SagaSpec,
         SagaState,
         SagaStatus,
@@ -32,9 +33,23 @@ with workflow.unsafe.imports_passed_through():
     )
     from models.specs import SpecError, parse_model
     from workflows import search_attributes
-    from workflows.common import DEAD_LETTER_PATCH, attempts, failure_message, park
+    from workflows.common import (
+        DEAD_LETTER_PATCH,
+        attempts,
+        failure_message,
+        failure_type,
+        park,
+    )
 
 T = TypeVar("T")
+
+SAGA_EVENTS_PATCH = "saga-events-to-chain"
+"""Runs started after this patch announce their events to the correlation's chain and keep
+their final record in the memo when cancelled; older runs replay without either."""
+FINAL_RECORD_MEMO = "saga_state"
+"""The memo key of a cancelled saga's final record (a cancelled run has no result)."""
+CANCELLED_STEP = {"failure": {"type": "cancelled", "message": "cancelled while running"}}
+"""The outcome of a step cancelled before it ended: unknown, so its compensation runs."""
 
 
 class StepFailed(Exception):
@@ -44,15 +59,18 @@ class StepFailed(Exception):
         self.step = step
 
 
-async def uncancellable(awaitable: Awaitable[T]) -> T:
-    """Run to the end even if the workflow is cancelled (again) meanwhile."""
+async def uncancellable(awaitable: Awaitable[T], on_cancel: Callable[[], None] | None = None) -> T:
+    """Run to the end even if the workflow is cancelled (again) meanwhile. A cancel landing in
+    the same workflow task as the end does not replace the outcome; `on_cancel` is told."""
     task = asyncio.ensure_future(awaitable)
     while True:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            if on_cancel is not None:
+                on_cancel()
             if task.done():
-                raise
+                return task.result()
 
 
 @workflow.defn(name="Saga")
@@ -60,21 +78,34 @@ class Saga:
     def __init__(self) -> None:
         self._spec: SagaSpec | None = None
         self._state = SagaState(saga_id=workflow.info().workflow_id.removeprefix("saga-"))
+        self._outcomes: dict[str, dict[str, Any]] = {}
+        """Each ended step's outcome by name, `{"result": data}` or `{"failure": {...}}`: what
+        later steps and compensations receive as inputs."""
+        self._announcing = False
+        self._announcements: list[asyncio.Task[None]] = []
 
     @workflow.run
     async def run(self, raw_spec: Any) -> SagaState:
         """`raw_spec` is untyped on purpose: a malformed spec sent as plain JSON (Temporal CLI,
         UI) must fail the workflow with a message naming the field, not wedge its task."""
+        self._announcing = workflow.patched(SAGA_EVENTS_PATCH)
         spec = self._validated(raw_spec)
         self._spec = spec
         self._state = SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id)
         self._set_status(SagaStatus.IN_PROGRESS)
+        try:
+            return await self._outcome(spec)
+        finally:
+            await uncancellable(asyncio.gather(*self._announcements))
+
+    async def _outcome(self, spec: SagaSpec) -> SagaState:
         try:
             await self._run_steps(spec)
         except StepFailed as failure:
             return await self._after_step_failure(failure)
         except asyncio.CancelledError:
             await uncancellable(self._compensate("saga cancelled"))
+            self._keep_final_record()
             raise
         self._state.compensation_stack.clear()
         self._set_status(SagaStatus.COMPLETED)
@@ -94,10 +125,7 @@ class Saga:
 
     async def _run_steps(self, spec: SagaSpec) -> None:
         for index, step in enumerate(spec.steps, start=1):
-            if self._state.recovery == "forward":
-                await uncancellable(self._run_step(index, step))
-            else:
-                await self._run_step(index, step)
+            await self._run_step(index, step)
             if step.pivot:
                 self._state.recovery = "forward"
                 self._log("pivot passed, later steps are retried forward", step=step.name)
@@ -110,32 +138,102 @@ class Saga:
             )
         self._publish_progress()
         retry = step.retry.until_success() if self._state.recovery == "forward" else step.retry
+        running = self._start_agent(
+            step.agent,
+            summary=step.name,
+            timeout=step.timeout,
+            retry=retry,
+            heartbeat_timeout=step.heartbeat_timeout,
+            idempotency_key=self._idempotency_key(step),
+            inputs={"steps": self._results()},
+        )
         try:
-            result = await self._run_agent(
-                step.agent,
-                summary=step.name,
-                timeout=step.timeout,
-                retry_policy=retry.to_retry_policy(),
-                retry_on=retry.retry_on,
-                heartbeat_timeout=step.heartbeat_timeout,
-            )
+            result = await self._await_step(running)
+        except asyncio.CancelledError:
+            self._outcomes[step.name] = CANCELLED_STEP
+            raise
         except ActivityError as error:
             if is_cancelled_exception(error):
+                self._outcomes[step.name] = CANCELLED_STEP
                 raise asyncio.CancelledError from error
-            self._state.failed_event = step.on_failure
+            self._step_failed(step, error)
+            if self._cancel_unwinds():
+                raise asyncio.CancelledError from error
             raise StepFailed(index, step, error) from error
-        completed = self._event(step.on_success, payload=result.data)
+        self._step_completed(index, step, result)
+        if step.pivot and self._state.cancel is not None:
+            self._state.cancel.effect = "forward"
+        if self._cancel_unwinds():
+            raise asyncio.CancelledError
+
+    async def _await_step(self, running: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+        """The step's result, whatever a cancel does meanwhile. A cancel is recorded when it
+        lands. Before the pivot it is passed on to the agent, which may honour it or ignore it
+        (no heartbeat, or done inside the heartbeat throttle): a result is kept either way and
+        the stack is unwound after it. After the pivot the step simply runs on. A result that
+        arrives in the same workflow task as the cancel is never discarded."""
+        try:
+            await workflow.wait([running])
+        except asyncio.CancelledError:
+            forward = self._state.recovery == "forward"
+            self._note_cancel("forward" if forward else "unwind")
+            await asyncio.sleep(0)  # a result resolved in this workflow task lands first
+            if not running.done() and not forward:
+                running.cancel()
+        return await uncancellable(running)
+
+    def _step_completed(self, index: int, step: SagaStep, result: AgentResult) -> None:
+        self._outcomes[step.name] = {"result": result.data}
+        completed = self._announce(step.on_success, f"/{step.agent}", result.data)
         self._state.completed_steps.append(
-            CompletedStep(step=index, event=step.on_success, event_id=completed.event.id)
+            CompletedStep(
+                step=index, name=step.name, event=step.on_success, event_id=completed.event.id
+            )
         )
         self._log("step completed", step=step.name, event=step.on_success)
+
+    def _step_failed(self, step: SagaStep, error: ActivityError) -> None:
+        failure = {"type": failure_type(error), "message": failure_message(error)}
+        self._outcomes[step.name] = {"failure": failure}
+        self._state.failed_event = step.on_failure
+        self._announce(step.on_failure, f"/{step.agent}", {"error": failure})
+
+    def _results(self) -> dict[str, Any]:
+        """The results of the steps completed so far, by step name."""
+        return {
+            name: outcome["result"]
+            for name, outcome in self._outcomes.items()
+            if "result" in outcome
+        }
+
+    def _idempotency_key(self, step: SagaStep, *suffix: str) -> str:
+        """Unique to this saga run and step (the first run id, so a reused saga id gets new
+        keys), the same on every retry and in a DLQ replay of the same run."""
+        info = workflow.info()
+        return "/".join([info.workflow_id, info.first_execution_run_id, step.name, *suffix])
+
+    def _note_cancel(self, effect: Literal["unwind", "forward", "compensating"]) -> None:
+        """Every cancel is recorded when it lands, whatever it then does."""
+        if self._state.cancel is not None:
+            return
+        self._state.cancel = SagaCancel(
+            requested_at=workflow.now(), during_step=self._state.current_step, effect=effect
+        )
+        self._log("cancel requested", effect=effect)
+        self._publish_progress()
+
+    def _note_cancel_while_compensating(self) -> None:
+        self._note_cancel("compensating")
+
+    def _cancel_unwinds(self) -> bool:
+        return self._state.cancel is not None and self._state.cancel.effect == "unwind"
 
     async def _after_step_failure(self, failure: StepFailed) -> SagaState:
         if self._state.recovery == "forward":
             self._state.failure_reason = f"{failure}; after the pivot, so nothing is compensated"
             self._set_status(SagaStatus.FAILED)
             raise self._failure("saga_failed", self._state.failure_reason)
-        await uncancellable(self._compensate(str(failure)))
+        await uncancellable(self._compensate(str(failure)), self._note_cancel_while_compensating)
         undone = self._compensated_names() or "nothing to undo"
         raise self._failure("saga_compensated", f"{failure}; compensated: {undone}")
 
@@ -160,15 +258,20 @@ class Saga:
         self._set_status(SagaStatus.COMPENSATED)
 
     async def _undo(self, entry: StackEntry) -> bool:
+        """Run one compensation, handing it what the step it undoes returned (or how it
+        failed, when its outcome is unknown)."""
         assert self._spec is not None
         step = self._spec.steps[entry.step - 1]
+        idempotency_key = self._idempotency_key(step, "undo")
+        inputs = {"undoes": {"step": step.name, **self._outcomes[step.name]}}
         try:
-            await self._run_agent(
+            result = await self._start_agent(
                 entry.compensate,
                 summary=f"compensate: {entry.compensate}",
                 timeout=step.compensation_timeout,
-                retry_policy=step.compensation_retry.to_retry_policy(),
-                retry_on=step.compensation_retry.retry_on,
+                retry=step.compensation_retry,
+                idempotency_key=idempotency_key,
+                inputs=inputs,
             )
         except ActivityError as error:
             outcome = CompensationOutcome(
@@ -179,17 +282,21 @@ class Saga:
             )
             self._state.compensations.append(outcome)
             self._publish_progress()
-            await self._dead_letter(entry, error)
+            await self._dead_letter(entry, error, idempotency_key, inputs)
             return False
         self._state.compensation_stack.remove(entry)
         self._state.compensations.append(
             CompensationOutcome(step=entry.step, compensate=entry.compensate, status="compensated")
         )
+        self._announce(step.on_compensated, f"/{entry.compensate}", result.data)
         self._publish_progress()
         return True
 
-    async def _dead_letter(self, entry: StackEntry, error: ActivityError) -> None:
-        """An undo that failed for good is parked for a person, and announced to the chain of
+    async def _dead_letter(
+        self, entry: StackEntry, error: ActivityError, idempotency_key: str, inputs: dict[str, Any]
+    ) -> None:
+        """An undo that failed for good is parked for a person, with its idempotency key and
+        inputs so a replay reaches the agent as the same run, and announced to the chain of
         the saga's correlation as `CompensationFailed`."""
         if not workflow.patched(DEAD_LETTER_PATCH):
             return
@@ -205,37 +312,80 @@ class Saga:
             target_agent=entry.compensate,
             attempt_count=attempts(error, step.compensation_retry.to_retry_policy()),
             replay="run_agent",
+            idempotency_key=idempotency_key,
+            inputs=inputs,
         )
-        notice = self._event("CompensationFailed", payload={"step": entry.step, "error": message})
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
-        with contextlib.suppress(ApplicationError):
-            await chain.signal("event", notice.model_dump(mode="json"))
+        notice = {"step": entry.step, "error": message}
+        if self._announcing:
+            self._announce("CompensationFailed", f"/saga/{self._state.saga_id}", notice)
+        else:
+            await self._signal_chain(self._event("CompensationFailed", payload=notice))
 
-    async def _run_agent(
+    def _start_agent(
         self,
         agent: str,
         *,
         summary: str,
         timeout: timedelta,
-        retry_policy: RetryPolicy,
-        retry_on: list[str],
+        retry: RetryConfig,
+        idempotency_key: str,
+        inputs: dict[str, Any],
         heartbeat_timeout: timedelta | None = None,
-    ) -> AgentResult:
+    ) -> workflow.ActivityHandle[AgentResult]:
         """Every step and compensation is a command event handed to `run_agent`."""
         command = self._event(f"{agent}Command", payload=self._spec_input())
-        result: AgentResult = await workflow.execute_activity(
+        request = AgentRequest(
+            agent=agent,
+            event=command,
+            retry_on=retry.retry_on,
+            config=self._spec_agents().get(agent),
+            idempotency_key=idempotency_key,
+            inputs=inputs,
+        )
+        return workflow.start_activity(
             "run_agent",
-            AgentRequest(
-                agent=agent, event=command, retry_on=retry_on, config=self._spec_agents().get(agent)
-            ),
+            request,
             result_type=AgentResult,
             start_to_close_timeout=timeout,
             heartbeat_timeout=heartbeat_timeout,
-            retry_policy=retry_policy,
+            retry_policy=retry.to_retry_policy(),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
         )
-        return result
+
+    def _announce(self, event_type: str, source: str, payload: dict[str, Any]) -> EventEnvelope:
+        """Record one of the saga's events with its time, and send it to the correlation's
+        chain (in the background; the run waits for every send before it ends)."""
+        envelope = self._event(event_type, payload=payload, source=source)
+        header = envelope.event
+        self._state.events.append(
+            TimelineEntry(
+                seq=len(self._state.events) + 1,
+                time=header.timestamp,
+                event=header.type,
+                agent=header.source,
+                correlation_id=self._state.correlation_id,
+                event_id=header.id,
+                causation_id=header.causation_id,
+                payload=payload,
+            )
+        )
+        if self._announcing:
+            self._announcements.append(asyncio.create_task(self._signal_chain(envelope)))
+        return envelope
+
+    async def _signal_chain(self, envelope: EventEnvelope) -> None:
+        """Publish into the chain of the saga's correlation; when none runs, the saga's own
+        record still has the event."""
+        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
+        with contextlib.suppress(ApplicationError):
+            await chain.signal("event", envelope.model_dump(mode="json"))
+
+    def _keep_final_record(self) -> None:
+        """A cancelled run has no result to carry the record, so the memo keeps it, readable
+        from the closed run without a worker."""
+        if self._announcing:
+            workflow.upsert_memo({FINAL_RECORD_MEMO: self._state})
 
     def _spec_agents(self) -> dict[str, AgentConfig]:
         return self._spec.agents if self._spec else {}
@@ -244,11 +394,14 @@ class Saga:
         assert self._spec is not None
         return self._spec.input
 
-    def _event(self, event_type: str, payload: dict[str, Any]) -> EventEnvelope:
-        previous = self._state.completed_steps[-1].event_id if self._state.completed_steps else None
+    def _event(
+        self, event_type: str, payload: dict[str, Any], source: str | None = None
+    ) -> EventEnvelope:
+        """An event of this saga, caused by the saga's latest recorded event."""
+        previous = self._state.events[-1].event_id if self._state.events else None
         return EventEnvelope.new(
             event_type,
-            f"/saga/{self._state.saga_id}",
+            source or f"/saga/{self._state.saga_id}",
             payload=payload,
             correlation_id=self._state.correlation_id,
             causation_id=previous,
@@ -301,6 +454,10 @@ def render_details(state: SagaState, spec: SagaSpec | None) -> str:
     if state.compensations:
         undone = ", ".join(f"{c.compensate} ({c.status})" for c in state.compensations)
         lines.append(f"**Compensations:** {undone}")
+    if state.cancel:
+        lines.append(
+            f"**Cancel requested:** {state.cancel.requested_at:%H:%M:%S} ({state.cancel.effect})"
+        )
     if state.failure_reason:
         lines.append(f"**Reason:** {state.failure_reason}")
     return "\n\n".join(lines)

@@ -44,8 +44,11 @@ from starter.api.routing import (
 )
 from starter.api.sagas import (
     cancel_saga,
+    correlated_sagas,
+    correlation_events,
     saga_handle,
     saga_outcome,
+    saga_record,
     saga_state,
     saga_summary,
     start_saga,
@@ -66,6 +69,8 @@ __all__ = [
     "chain_timeline",
     "close_chain",
     "closed_with_result",
+    "correlated_sagas",
+    "correlation_events",
     "deliver",
     "dlq_archive",
     "dlq_archive_many",
@@ -81,6 +86,7 @@ __all__ = [
     "running_aggregators",
     "saga_handle",
     "saga_outcome",
+    "saga_record",
     "saga_state",
     "saga_summary",
     "signal_each",

@@ -25,8 +25,14 @@ class Undeliverable(RuntimeError):
 
 
 async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
+    """The run has ended keeping its final record, readable without a worker: in its result,
+    its failure's details, or (cancelled runs have neither) its memo."""
     description = await handle.describe()
-    return description.status in (WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.FAILED)
+    return description.status in (
+        WorkflowExecutionStatus.COMPLETED,
+        WorkflowExecutionStatus.FAILED,
+        WorkflowExecutionStatus.CANCELED,
+    )
 
 
 async def undeliverable(

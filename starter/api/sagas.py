@@ -1,5 +1,6 @@
-"""Sagas: start, wait, read the coordinator record, cancel."""
+"""Sagas: start, wait, read the coordinator record, cancel; a correlation's events."""
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio.client import (
@@ -8,12 +9,15 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from infra.temporal import task_queue
+from models.chain import TimelineEntry
 from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
+from starter.api.chains import chain_timeline
 from starter.api.common import closed_with_result
 from workflows import search_attributes
-from workflows.saga import Saga
+from workflows.saga import FINAL_RECORD_MEMO, Saga
 
 
 def saga_summary(spec: SagaSpec) -> str:
@@ -44,23 +48,66 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
 
 
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
-    """Wait for the saga to end and return its final record, whether it completed or not."""
+    """Wait for the saga to end and return its final record, whether it completed or not: a
+    failed run carries it in its failure, a cancelled one in its memo."""
     try:
         return await handle.result()
     except WorkflowFailureError as failure:
         cause = failure.cause
         if isinstance(cause, ApplicationError) and cause.details:
             return SagaState.model_validate(cause.details[0])
-        return await handle.query(Saga.state)
+        description = await handle.describe()
+        kept: SagaState | None = await description.memo_value(
+            FINAL_RECORD_MEMO, None, type_hint=SagaState
+        )
+        return kept if kept is not None else await handle.query(Saga.state)
 
 
-async def saga_state(client: Client, saga_id: str) -> SagaState:
+async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Closed sagas answer from their result, so no worker is needed to read them."""
-    handle = saga_handle(client, saga_id)
     if await closed_with_result(handle):
         return await saga_outcome(handle)
     return await handle.query(Saga.state)
 
 
+async def saga_state(client: Client, saga_id: str) -> SagaState:
+    return await saga_record(saga_handle(client, saga_id))
+
+
 async def cancel_saga(client: Client, saga_id: str) -> None:
     await saga_handle(client, saga_id).cancel()
+
+
+async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
+    """The seed's correlation table: the chain's timeline, which holds the events of the sagas
+    that ran beside it, and every saga event of the correlation it does not hold (no chain, or
+    one started later), in time order. With neither a chain nor a saga, the chain's lookup
+    error says what is missing."""
+    no_chain: RPCError | None = None
+    try:
+        entries = await chain_timeline(client, correlation_id)
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        entries, no_chain = [], error
+    known = {entry.event_id for entry in entries}
+    records = [
+        await saga_record(handle) async for handle in correlated_sagas(client, correlation_id)
+    ]
+    if no_chain is not None and not records:
+        raise no_chain
+    for record in records:
+        entries += [entry for entry in record.events if entry.event_id not in known]
+    return sorted(entries, key=lambda entry: entry.time)
+
+
+async def correlated_sagas(
+    client: Client, correlation_id: str
+) -> AsyncIterator[WorkflowHandle[Any, SagaState]]:
+    """Every run of a saga of this correlation, running or closed."""
+    query = (
+        f"{search_attributes.COORD_PATTERN.name} = 'saga' AND "
+        f"{search_attributes.CORRELATION_ID.name} = '{correlation_id}'"
+    )
+    async for execution in client.list_workflows(query):
+        yield client.get_workflow_handle_for(Saga.run, execution.id, run_id=execution.run_id)
