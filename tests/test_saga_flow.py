@@ -1,0 +1,227 @@
+"""What flows through a saga: earlier results into each step, the undone step's outcome into its
+compensation, the seed's saga events into the saga record and the correlation's chain, and
+idempotency keys unique to the saga run and step."""
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities.agents import AgentRegistry
+from activities.context import AgentContext, AgentFn
+from activities.demo import register_demo_agents
+from models.chain import ChainSpec
+from models.dlq import DlqSelection
+from models.envelope import EventEnvelope
+from models.saga import SagaSpec, SagaState, SagaStatus
+from starter import api
+from tests.conftest import feature_deployment
+from tests.test_cli import COORD, run, server_env
+from tests.test_saga import STEPS, failing_at
+from worker import build_worker
+
+SEED_SUCCESS_EVENTS = ["ArtifactBuilt", "TestsPassed", "StagingDeployed", "E2EPassed"]
+
+
+@dataclass
+class AgentRun:
+    agent: str
+    context: AgentContext
+    output: Mapping[str, Any] | None = None
+
+
+@dataclass
+class RecordingAgents:
+    """The demo agents, each run recorded with its context and what it returned."""
+
+    runs: list[AgentRun] = field(default_factory=list)
+
+    def registry(self, replaced: Mapping[str, AgentFn] | None = None) -> AgentRegistry:
+        """The demo agents, some `replaced` by the test's own."""
+        demo = register_demo_agents(AgentRegistry())
+        registry = AgentRegistry()
+        for name in demo:
+            agent = (replaced or {}).get(name) or demo.get(name)
+            registry.register(name)(self._recorded(name, agent))
+        return registry
+
+    def _recorded(self, name: str, agent: AgentFn) -> AgentFn:
+        async def recorded(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+            run = AgentRun(name, context)
+            self.runs.append(run)
+            output = await agent(event, context)
+            assert output is not None
+            run.output = output
+            return output
+
+        return recorded
+
+    def last(self, agent: str) -> AgentRun:
+        return [run for run in self.runs if run.agent == agent][-1]
+
+    def outputs(self) -> dict[str, Mapping[str, Any] | None]:
+        return {run.agent: run.output for run in self.runs if run.output is not None}
+
+
+async def run_recorded(
+    client: Client, task_queue: str, spec: SagaSpec, agents: RecordingAgents
+) -> SagaState:
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        return await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
+
+
+async def test_each_step_receives_the_results_of_the_steps_before_it(
+    client: Client, task_queue: str
+) -> None:
+    agents = RecordingAgents()
+    state = await run_recorded(client, task_queue, feature_deployment(), agents)
+    assert state.status == SagaStatus.COMPLETED
+    outputs = agents.outputs()
+    for index, step in enumerate(STEPS):
+        earlier = {name: outputs[name] for name in STEPS[:index]}
+        assert agents.last(step).context.inputs == {"steps": earlier}
+
+
+async def test_compensations_receive_the_result_or_the_failure_of_the_step_they_undo(
+    client: Client, task_queue: str
+) -> None:
+    agents = RecordingAgents()
+    state = await run_recorded(client, task_queue, failing_at("DeployToProduction"), agents)
+    assert state.status == SagaStatus.COMPENSATED
+    staging = agents.outputs()["DeployToStaging"]
+    assert staging is not None
+    assert agents.last("RemoveFromStaging").context.inputs == {
+        "undoes": {"step": "DeployToStaging", "result": staging}
+    }
+    assert agents.last("RollbackProduction").context.inputs == {
+        "undoes": {
+            "step": "DeployToProduction",
+            "failure": {
+                "type": "temporary_failure",
+                "message": "temporary_failure: DeployToProduction failed (injected, attempt 2)",
+            },
+        }
+    }
+    rollback = agents.outputs()["RollbackProduction"]
+    assert rollback is not None
+    assert rollback["undid"] == {"step": "DeployToProduction", "failure": "temporary_failure"}
+    remove = agents.outputs()["RemoveFromStaging"]
+    assert remove is not None and remove["undid"] == {
+        "step": "DeployToStaging",
+        "ref": staging["ref"],
+    }
+
+
+def release_chain() -> ChainSpec:
+    """A chain that reacts to the saga's `ProductionDeployed`."""
+    return ChainSpec.model_validate(
+        {
+            "name": "release",
+            "triggers": ["ProductionDeployed"],
+            "terminal_event": "ReleaseAnnounced",
+            "subscriptions": [
+                {
+                    "agent": "product-strategist",
+                    "events": "ProductionDeployed",
+                    "publishes": {"on_success": "ReleaseAnnounced"},
+                }
+            ],
+        }
+    )
+
+
+async def test_saga_events_reach_the_correlation_chain_and_the_saga_record(
+    client: Client, task_queue: str
+) -> None:
+    spec = feature_deployment()
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(
+            client, release_chain(), spec.correlation_id, queue=task_queue
+        )
+        state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        await asyncio.wait_for(chain.result(), timeout=60)
+        timeline = await api.correlation_events(client, spec.correlation_id)
+    saga_events = [*SEED_SUCCESS_EVENTS, "ProductionDeployed"]
+    assert [e.event for e in state.events] == saga_events
+    assert [e.agent for e in state.events] == [f"/{step}" for step in STEPS]
+    assert [e.event_id for e in state.events] == [c.event_id for c in state.completed_steps]
+    assert [e.event for e in timeline] == [*saga_events, "ReleaseAnnounced"]
+    assert timeline[:5] == [
+        entry.model_copy(update={"seq": chained.seq})
+        for entry, chained in zip(state.events, timeline[:5], strict=True)
+    ]
+    assert timeline[-1].causation_id == state.events[-1].event_id
+    times = [e.time for e in timeline]
+    assert times == sorted(times)
+
+
+async def test_a_failed_saga_records_the_seed_failure_and_compensation_events(
+    client: Client, task_queue: str
+) -> None:
+    state = await run_recorded(
+        client, task_queue, failing_at("DeployToProduction"), RecordingAgents()
+    )
+    assert [e.event for e in state.events] == [
+        *SEED_SUCCESS_EVENTS,
+        "ProductionFailed",
+        "RollbackAll",
+        "RemoveStaging",
+    ]
+    failed = state.events[4]
+    assert failed.payload["error"]["type"] == "temporary_failure"
+    assert [e.causation_id for e in state.events[1:]] == [e.event_id for e in state.events[:-1]]
+
+
+async def test_coord_events_shows_the_saga_events_when_no_chain_runs(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    spec = failing_at("RunE2ETests")
+    await run_recorded(client, task_queue, spec, RecordingAgents())
+    code, table, err = await run(
+        COORD, "events", spec.correlation_id, env=server_env(dev_env, task_queue)
+    )
+    assert code == 0, err
+    rows = [[cell.strip() for cell in line.split(" | ")] for line in table.splitlines()[2:]]
+    assert [(row[1], row[2], row[3]) for row in rows] == [
+        ("ArtifactBuilt", "/BuildArtifact", spec.correlation_id),
+        ("TestsPassed", "/RunTests", spec.correlation_id),
+        ("StagingDeployed", "/DeployToStaging", spec.correlation_id),
+        ("E2EFailed", "/RunE2ETests", spec.correlation_id),
+        ("RemoveStaging", "/RemoveFromStaging", spec.correlation_id),
+    ]
+
+
+async def test_idempotency_keys_are_unique_per_saga_run_and_step_and_stable_across_retries(
+    client: Client, task_queue: str
+) -> None:
+    spec = failing_at("DeployToProduction", flaky={"RunTests": 1})
+    spec.input["inject"]["fail"].append("RollbackProduction")
+    spec.continue_on_compensation_error = True
+    first, second = RecordingAgents(), RecordingAgents()
+    await run_recorded(client, task_queue, spec, first)
+    await run_recorded(client, task_queue, spec, second)
+    run_id = (await api.saga_handle(client, spec.saga_id).describe()).run_id
+    keys = {run.agent: run.context.idempotency_key for run in second.runs}
+    base = f"{spec.workflow_id}/{run_id}"
+    assert keys["DeployToStaging"] == f"{base}/DeployToStaging"
+    assert keys["RemoveFromStaging"] == f"{base}/DeployToStaging/undo"
+    assert keys["RollbackProduction"] == f"{base}/DeployToProduction/undo"
+    retried = [run for run in second.runs if run.agent == "RunTests"]
+    assert [run.context.attempt for run in retried] == [1, 2]
+    assert len({run.context.idempotency_key for run in retried}) == 1
+    per_run = [{run.context.idempotency_key for run in agents.runs} for agents in (first, second)]
+    assert len(per_run[0]) == len(per_run[1]) == 7  # five steps, two compensations
+    assert not per_run[0] & per_run[1]
+    async with build_worker(client, task_queue):
+        parked = await api.dlq_entries(client, DlqSelection(), queue=task_queue)
+    rollbacks = {
+        run.context.idempotency_key
+        for agents in (first, second)
+        for run in agents.runs
+        if run.agent == "RollbackProduction"
+    }
+    assert {entry.idempotency_key for entry in parked} == rollbacks
