@@ -14,13 +14,12 @@ from activities.agents import AgentRegistry
 from activities.context import AgentContext, AgentFn
 from activities.demo import register_demo_agents
 from models.chain import ChainSpec
-from models.dlq import DlqSelection
 from models.envelope import EventEnvelope
 from models.saga import SagaSpec, SagaState, SagaStatus
 from starter import api
 from tests.conftest import feature_deployment
 from tests.test_cli import COORD, run, server_env
-from tests.test_saga import STEPS, failing_at
+from tests.test_saga import STEPS, failing_at, wait_until
 from worker import build_worker
 
 SEED_SUCCESS_EVENTS = ["ArtifactBuilt", "TestsPassed", "StagingDeployed", "E2EPassed"]
@@ -217,7 +216,13 @@ async def test_idempotency_keys_are_unique_per_saga_run_and_step_and_stable_acro
     assert len(per_run[0]) == len(per_run[1]) == 7  # five steps, two compensations
     assert not per_run[0] & per_run[1]
     async with build_worker(client, task_queue):
-        parked = await api.dlq_entries(client, DlqSelection(), queue=task_queue)
+
+        async def both_parked() -> bool:
+            return len(await api.dlq_entries(client, queue=task_queue)) == 2
+
+        await wait_until(both_parked)
+        rows = await api.dlq_entries(client, queue=task_queue)
+        parked = [await api.dlq_entry(client, row.entry_id) for row in rows]
     rollbacks = {
         run.context.idempotency_key
         for agents in (first, second)
@@ -225,3 +230,4 @@ async def test_idempotency_keys_are_unique_per_saga_run_and_step_and_stable_acro
         if run.agent == "RollbackProduction"
     }
     assert {entry.idempotency_key for entry in parked} == rollbacks
+    assert all(entry.inputs["undoes"]["step"] == "DeployToProduction" for entry in parked)

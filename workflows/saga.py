@@ -368,6 +368,7 @@ class Saga:
                 event_id=header.id,
                 causation_id=header.causation_id,
                 payload=payload,
+                causes=[cause for cause in [header.causation_id] if cause],
             )
         )
         if self._announcing:
