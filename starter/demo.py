@@ -35,7 +35,8 @@ async def run_sagas(client: Client, stamp: str) -> None:
         handle = await api.start_saga(client, saga)
         typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
         state = await api.saga_outcome(handle)
-        typer.echo(state.model_dump_json(indent=2))
+        typer.echo(state.model_dump_json(indent=2, exclude={"events"}))
+        typer.echo(render.timeline_table(state.events))
         typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
 
 

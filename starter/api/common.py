@@ -1,7 +1,7 @@
 """Shared by the API modules: why an event could not be delivered, and closed runs."""
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 from temporalio.client import (
@@ -18,6 +18,7 @@ from models.dlq import DeadLetter
 from models.envelope import EventEnvelope
 
 log = get_logger("coord.api")
+R = TypeVar("R")
 
 
 class Undeliverable(RuntimeError):
@@ -33,6 +34,14 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
         WorkflowExecutionStatus.FAILED,
         WorkflowExecutionStatus.CANCELED,
     )
+
+
+async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:
+    """The final record a run kept in its memo under `key`: how a cancelled run, which has
+    neither result nor failure details, stays readable without a worker."""
+    description = await handle.describe()
+    kept: R | None = await description.memo_value(key, None, type_hint=record)
+    return kept
 
 
 async def undeliverable(

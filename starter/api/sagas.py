@@ -15,7 +15,7 @@ from infra.temporal import task_queue
 from models.chain import TimelineEntry
 from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
 from starter.api.chains import chain_timeline
-from starter.api.common import closed_with_result
+from starter.api.common import closed_with_result, kept_record
 from workflows import search_attributes
 from workflows.saga import FINAL_RECORD_MEMO, Saga
 
@@ -56,10 +56,7 @@ async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
         cause = failure.cause
         if isinstance(cause, ApplicationError) and cause.details:
             return SagaState.model_validate(cause.details[0])
-        description = await handle.describe()
-        kept: SagaState | None = await description.memo_value(
-            FINAL_RECORD_MEMO, None, type_hint=SagaState
-        )
+        kept = await kept_record(handle, FINAL_RECORD_MEMO, SagaState)
         return kept if kept is not None else await handle.query(Saga.state)
 
 
