@@ -67,7 +67,7 @@ async def test_a_finished_aggregator_detaches_from_its_chain(
     client: Client, task_queue: str
 ) -> None:
     """It detaches before publishing its result into the chain, so the chain records the result
-    without forwarding it back."""
+    without forwarding it back; what the chain forwarded after the end is ignored, not parked."""
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     gates = GatedAgents(names=["frontend-specialist"])
     async with build_worker(client, task_queue, gates.registry()):
@@ -87,6 +87,7 @@ async def test_a_finished_aggregator_detaches_from_its_chain(
         gates.released["frontend-specialist"].set()
         await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
     assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
+    assert state.rejected_count == 0
     names = [name for name, _ in await signals_sent(client, handle)]
     assert names == ["attach", "detach", "event"]
     assert ("detach", handle.id) in await signals_sent(client, handle)
