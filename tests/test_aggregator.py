@@ -146,6 +146,11 @@ async def test_a_worker_restart_between_events_loses_nothing(
     async with build_worker(client, task_queue):
         handle = await api.start_aggregator(client, spec, queue=task_queue)
         await handle.signal("event", completed(API).model_dump(mode="json"))
+
+        async def recorded() -> bool:
+            return (await api.aggregator_state(client, handle.id)).matched == 1
+
+        await eventually(recorded)
     await handle.signal("event", completed(WIREFRAME).model_dump(mode="json"))
     async with build_worker(client, task_queue, GatedAgents().registry()):
         await handle.signal("event", completed(TEST_PLAN).model_dump(mode="json"))
