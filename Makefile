@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test lint histories bench clean
+.PHONY: setup demo test lint fuzz histories bench clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ test: $(INSTALLED) lint
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy .
+
+# The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
+fuzz: $(INSTALLED)
+	$(BIN)/pytest tests/test_fuzz.py -m fuzz_heavy -q
 
 # Re-record the histories that replay tests hold every later workflow change to.
 histories: $(INSTALLED)

@@ -33,7 +33,9 @@ class ShellAgent(BaseModel):
     cwd: str | None = None
     timeout: Duration = timedelta(minutes=5)
     env: dict[str, str] = Field(default_factory=dict)
-    non_retryable_exit_codes: list[int] = Field(default_factory=lambda: list(SYSEXITS_DATA_ERRORS))
+    non_retryable_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] = Field(
+        default_factory=lambda: list(SYSEXITS_DATA_ERRORS)
+    )
 
 
 class HttpAgent(BaseModel):

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.agent_config import AgentConfig
 from models.envelope import EventEnvelope
+from models.specs import JsonObject
 
 
 class AgentRequest(BaseModel):
@@ -32,7 +33,7 @@ class PublishRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: str = Field(min_length=1)
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: JsonObject = Field(default_factory=dict)
 
 
 RESERVED_RESULT_KEYS = ("publish", "metadata")
@@ -45,7 +46,7 @@ class AgentResult(BaseModel):
 
     agent: str
     status: Literal["succeeded"] = "succeeded"
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: JsonObject = Field(default_factory=dict)
     publish: list[PublishRequest] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 

@@ -9,15 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from models.durations import Duration
 from models.envelope import EventEnvelope
 from models.joins import JoinState, Slot
-from models.specs import IDENTIFIER, parse_model
+from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, parse_model
 
 
 class AggregatorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    aggregator_id: str = Field(pattern=IDENTIFIER)
+    aggregator_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     description: str = ""
-    wait_for: list[Slot] = Field(min_length=1)
+    wait_for: list[Slot] = Field(min_length=1, max_length=MAX_ITEMS)
     timeout: Duration
     on_complete: str = Field(min_length=1)
     on_timeout: str = Field(min_length=1)
@@ -25,7 +25,7 @@ class AggregatorSpec(BaseModel):
     at_least: int | None = Field(default=None, ge=1)
     threshold: float | None = Field(default=None, gt=0, le=1)
     keep: Literal["first", "latest"] = "first"
-    correlation_id: str | None = Field(default=None, pattern=IDENTIFIER)
+    correlation_id: str | None = Field(default=None, pattern=IDENTIFIER, max_length=MAX_NAME)
     lookback: bool = False
 
     @model_validator(mode="after")

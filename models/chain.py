@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from models.agent_config import AgentConfig
 from models.durations import Duration
@@ -12,7 +12,7 @@ from models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from models.filters import compile_filter
 from models.joins import JoinState, Slot
 from models.retry import RetryConfig
-from models.specs import IDENTIFIER
+from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
 
 
 def _as_list(value: Any) -> Any:
@@ -39,7 +39,7 @@ class Subscription(BaseModel):
     agent: str = Field(min_length=1)
     name: str = ""
     topic: str | None = None
-    events: list[str] = Field(min_length=1)
+    events: list[str] = Field(min_length=1, max_length=MAX_ITEMS)
     join: Literal["any", "all"] = "any"
     filter: str | None = None
     publishes: Publishes = Field(default_factory=Publishes)
@@ -85,16 +85,16 @@ class AlertPolicy(BaseModel):
 class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=IDENTIFIER)
+    name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     description: str = ""
-    topics: list[str] = Field(default_factory=list)
-    triggers: list[str] = Field(min_length=1)
+    topics: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    triggers: list[str] = Field(min_length=1, max_length=MAX_ITEMS)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
-    subscriptions: list[Subscription] = Field(min_length=1)
+    subscriptions: list[Subscription] = Field(min_length=1, max_length=MAX_ITEMS)
     terminal_event: str | None = None
-    max_concurrency: int = Field(default=4, ge=1)
-    max_causation_depth: int = Field(default=32, ge=1)
+    max_concurrency: int = Field(default=4, ge=1, le=MAX_ITEMS)
+    max_causation_depth: int = Field(default=32, ge=1, le=MAX_ITEMS)
     idle_timeout: Duration = timedelta(hours=1)
     alerts: AlertPolicy | None = Field(default_factory=AlertPolicy)
 
@@ -289,6 +289,15 @@ class ChainState(BaseModel):
     pause_reason: str | None = None
     terminal_seen: bool = False
     listeners: list[str] = Field(default_factory=list)
+    filter_errors: int = 0
+    """Evaluations of a filter that failed on an event (which then did not match)."""
+    last_filter_error: str | None = None
+
+
+class ListenerId(RootModel[str]):
+    """The workflow id an `attach` signal carries: a workflow the chain will signal."""
+
+    root: str = Field(min_length=1, max_length=1000, pattern=r"^\S+$")
 
 
 class QueuedRun(BaseModel):
@@ -321,5 +330,5 @@ class ChainInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     spec: ChainSpec
-    correlation_id: str = Field(pattern=IDENTIFIER)
+    correlation_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     carried: ChainCarry | None = None

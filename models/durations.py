@@ -4,11 +4,17 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _WHOLE = re.compile(rf"(?:{_PART.pattern})+")
+
+
+MIN_DURATION = timedelta(milliseconds=1)
+MAX_DURATION = timedelta(days=366)
+"""Every duration in a spec lies between these: Temporal refuses a zero or negative timeout
+(the workflow task would fail scheduling it), and a deadline must stay a representable date."""
 
 
 def parse_duration(value: Any) -> Any:
@@ -16,17 +22,27 @@ def parse_duration(value: Any) -> Any:
     (numbers of seconds, ISO 8601 `PT1S`, timedelta)."""
     if isinstance(value, str) and _WHOLE.fullmatch(value.strip()):
         seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value.strip()))
+        if seconds > MAX_DURATION.total_seconds():
+            raise ValueError(f"must be at most {format_duration(MAX_DURATION)}")
         return timedelta(seconds=seconds)
     return value
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+def _within_bounds(value: timedelta) -> timedelta:
+    if not MIN_DURATION <= value <= MAX_DURATION:
+        raise ValueError(
+            f"must be between {format_duration(MIN_DURATION)} and {format_duration(MAX_DURATION)}"
+        )
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_within_bounds)]
 
 
 def format_duration(value: timedelta) -> str:
     """The inverse of parse_duration, for summaries: `2h`, `90s`, `1.5s`."""
     seconds = value.total_seconds()
-    for unit in ("d", "h", "m", "s"):
+    for unit in ("d", "h", "m", "s", "ms"):
         size = _UNITS[unit]
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"

@@ -8,6 +8,8 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio import workflow
 
+from models.specs import JsonObject
+
 
 def _now() -> datetime:
     """Deterministic inside a workflow, wall clock elsewhere, so one model serves both."""
@@ -68,7 +70,7 @@ class EventEnvelope(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     event: EventHeader
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: JsonObject = Field(default_factory=dict)
     routing: Routing = Field(default_factory=Routing)
 
     @model_validator(mode="after")

@@ -1,9 +1,14 @@
 """Subscription filters: CEL expressions over the envelope (`payload.severity == "high" &&
 routing.topic == "project.alerts"`), evaluated by the `common-expression-language` package. The
-seed's short forms (`severity=high`, `type=APIDesignCompleted`) are sugar for equality."""
+seed's short forms (`severity=high`, `type=APIDesignCompleted`) are sugar for equality.
+
+Filters run inside workflow code, where the native evaluator holds the interpreter: their cost is
+bounded by checking them when the spec loads (length, list macros) and by evaluating them over a
+bounded view of the event (lists and strings cut short)."""
 
 import json
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -12,6 +17,15 @@ import cel
 _SHORT_FORM = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([^=].*?)\s*$")
 _HEADER_FIELDS = {"id", "type", "source", "version", "correlation_id", "causation_id"}
 _ROUTING_FIELDS = {"topic", "partition_key", "priority"}
+_MACRO = re.compile(r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(")
+
+MAX_FILTER_LENGTH = 2000
+MAX_FILTER_MACROS = 2
+VIEW_LIST_ITEMS = 50
+VIEW_STRING_CHARS = 1000
+"""A filter sees the first 50 items of each list and the first 1,000 characters of each string,
+and uses at most two list macros (`all`, `exists`, `exists_one`, `map`, `filter`), so the worst
+filter touches about 50 * 50 values."""
 
 
 def _field(name: str) -> str:
@@ -42,13 +56,42 @@ def to_cel(expression: str) -> str:
 
 @lru_cache(maxsize=256)
 def compile_filter(expression: str) -> Any:
-    """Raises ValueError with CEL's own message when the expression does not parse."""
-    return cel.compile(to_cel(expression))
-
-
-def matches(expression: str, envelope: dict[str, Any]) -> bool:
-    """A filter that cannot be evaluated on this event (a missing field) does not match it."""
+    """Raises ValueError with CEL's own message when the expression does not parse, or naming
+    the limit it exceeds."""
+    if len(expression) > MAX_FILTER_LENGTH:
+        raise ValueError(f"filter longer than {MAX_FILTER_LENGTH} characters")
+    source = to_cel(expression)
+    if len(_MACRO.findall(source)) > MAX_FILTER_MACROS:
+        raise ValueError(f"filter uses more than {MAX_FILTER_MACROS} list macros")
     try:
-        return compile_filter(expression).execute(envelope) is True
-    except (KeyError, ValueError, TypeError, RuntimeError):
-        return False
+        return cel.compile(source)
+    except Exception as error:  # the native parser's own error types, whatever they are
+        raise ValueError(str(error)) from None
+
+
+def bounded_view(value: Any) -> Any:
+    """What a filter evaluates: `value` with its lists and strings cut to the view's limits."""
+    if isinstance(value, dict):
+        return {key: bounded_view(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [bounded_view(item) for item in value[:VIEW_LIST_ITEMS]]
+    if isinstance(value, str):
+        return value[:VIEW_STRING_CHARS]
+    return value
+
+
+@dataclass(frozen=True)
+class FilterOutcome:
+    matched: bool
+    error: str | None = None
+    """Why the filter could not be evaluated on the event (which then does not match)."""
+
+
+def evaluate(expression: str, envelope: dict[str, Any]) -> FilterOutcome:
+    """Any error (a missing field, an index out of range, a division by zero, an overflow) means
+    "no match", reported rather than raised: workflow code must never fail on a filter."""
+    try:
+        result = compile_filter(expression).execute(bounded_view(envelope))
+    except Exception as error:  # the evaluator raises many types, all meaning "cannot evaluate"
+        return FilterOutcome(matched=False, error=f"{type(error).__name__}: {error}")
+    return FilterOutcome(matched=result is True)

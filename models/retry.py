@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import RetryPolicy
 
 from models.durations import Duration
+from models.specs import MAX_COUNT
 
 
 class RetryConfig(BaseModel):
@@ -15,7 +16,7 @@ class RetryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_retries: int | None = Field(default=3, ge=0)
+    max_retries: int | None = Field(default=3, ge=0, le=MAX_COUNT)
     backoff_type: Literal["exponential", "fixed"] = "exponential"
     initial_delay: Duration = timedelta(seconds=1)
     max_delay: Duration = timedelta(seconds=30)

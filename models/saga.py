@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -10,14 +10,14 @@ from models.agent_config import AgentConfig
 from models.chain import TimelineEntry
 from models.durations import Duration
 from models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
-from models.specs import IDENTIFIER
+from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
 
 
 class SagaStep(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=IDENTIFIER)
-    agent: str = ""
+    name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    agent: str = Field(default="", max_length=MAX_NAME)
     compensation: str | None = None
     on_success: str = ""
     on_failure: str = ""
@@ -43,16 +43,16 @@ class SagaStep(BaseModel):
 class SagaSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    saga_id: str = Field(pattern=IDENTIFIER)
+    saga_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     name: str = ""
     description: str = ""
-    correlation_id: str = ""
+    correlation_id: str = Field(default="", max_length=MAX_NAME)
     parallel_compensation: bool = False
     continue_on_compensation_error: bool = False
-    input: dict[str, Any] = Field(default_factory=dict)
+    input: JsonObject = Field(default_factory=dict)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
-    steps: list[SagaStep] = Field(min_length=1)
+    steps: list[SagaStep] = Field(min_length=1, max_length=MAX_ITEMS)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

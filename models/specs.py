@@ -3,10 +3,10 @@
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -16,6 +16,42 @@ IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 
 class SpecError(ValueError):
     """A spec or payload that does not validate; the message is meant for the user as is."""
+
+
+MAX_COUNT = 2**31 - 2
+"""Counts (retries, concurrency, depths) stay inside Temporal's 32-bit fields, with room for the
+first attempt that `max_retries` does not count."""
+MAX_ITEMS = 1000
+"""Lists in a spec (steps, subscriptions, awaited events, triggers)."""
+MAX_NAME = 255
+"""Identifiers that become part of a workflow id (Temporal allows 1000 characters in all)."""
+MAX_JSON_DEPTH = 32
+"""Nesting of user data (payloads, a saga's input). Workflows carry it inside their own records
+(a chain's timeline, a dead letter) and Temporal's JSON decoding stops at 200 levels, so user data
+must leave room for that wrapping."""
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep `value` nests, counting no further than `limit + 1`; iterative, so a hostile
+    document cannot exhaust the interpreter's stack."""
+    deepest, level = 0, [value]
+    while level and deepest <= limit:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            break
+        deepest += 1
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return deepest
+
+
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
+"""A JSON object of user data, nested at most MAX_JSON_DEPTH levels."""
 
 
 def _field_path(location: tuple[int | str, ...]) -> str:

@@ -31,18 +31,27 @@ with workflow.unsafe.imports_passed_through():
         parse_aggregator_input,
     )
     from models.chain import chain_workflow_id
-    from models.durations import format_duration
+    from models.durations import MIN_DURATION, format_duration
     from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from models.joins import Slot
-    from models.specs import SpecError, parse_model
+    from models.specs import SpecError
     from workflows import search_attributes
-    from workflows.common import failure_message, park
+    from workflows.common import (
+        NO_INPUT,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        InvalidInput,
+        PlainInput,
+        decode_input,
+        decode_json,
+        failure_message,
+        park,
+    )
 
 
 INVALID_SPEC_STANDIN = AggregatorSpec(
     aggregator_id="invalid",
     wait_for=[Slot(type="none")],
-    timeout=timedelta(),
+    timeout=MIN_DURATION,
     on_complete="none",
     on_timeout="none",
 )
@@ -62,14 +71,14 @@ join goes on with the live events."""
 @workflow.defn(name="Aggregator")
 class Aggregator:
     @workflow.init
-    def __init__(self, raw_input: Any) -> None:
+    def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses here, before the signal of a signal-with-start is handled; a bad spec is
         reported by `run`, since nothing may fail the workflow task."""
         self._deadline_first = workflow.patched(DEADLINE_FIRST_PATCH)
         self._spec_error: str | None = None
         carried: AggregatorCarry | None = None
         try:
-            self._spec, carried = parse_aggregator_input(raw_input)
+            self._spec, carried = parse_aggregator_input(decode_json(raw_input, "aggregator spec"))
         except SpecError as error:
             self._spec_error = str(error)
             self._spec = INVALID_SPEC_STANDIN
@@ -93,8 +102,10 @@ class Aggregator:
         return start + self._spec.timeout
 
     @workflow.run
-    async def run(self, raw_input: Any) -> AggregatorState:
+    async def run(self, raw_input: PlainInput = NO_INPUT) -> AggregatorState:
         if self._spec_error:
+            if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
+                await workflow.wait_condition(workflow.all_handlers_finished)
             raise ApplicationError(self._spec_error, type="invalid_spec", non_retryable=True)
         if not self._deadline_first:
             return await self._run_as_recorded_before_deadline_first()
@@ -224,24 +235,24 @@ class Aggregator:
         return self.state()
 
     @workflow.signal(name="event")
-    async def event(self, raw: Any) -> None:
-        """An event addressed to this aggregator. Untyped on purpose: an envelope that does not
-        validate is recorded and parked, never raised; so is an event that arrives after the
-        aggregator has finished."""
+    async def event(self, raw: PlainInput = NO_INPUT) -> None:
+        """An event addressed to this aggregator. Raw on purpose: an envelope that does not
+        decode or validate is recorded and parked, never raised; so is an event that arrives
+        after the aggregator has finished."""
         await self._receive(raw, addressed=True)
 
     @workflow.signal(name="chain_event")
-    async def chain_event(self, raw: Any) -> None:
+    async def chain_event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event its chain recorded and forwards to its listeners."""
         await self._receive(raw, addressed=False)
 
-    async def _receive(self, raw: Any, *, addressed: bool) -> None:
+    async def _receive(self, raw: PlainInput, *, addressed: bool) -> None:
         self._state.received += 1
         try:
-            envelope = parse_model(EventEnvelope, raw, "event")
-        except SpecError as error:
+            envelope = decode_input(EventEnvelope, raw, "event")
+        except InvalidInput as error:
             self._reject(str(error))
-            await park("invalid_envelope", str(error), raw=raw)
+            await park("invalid_envelope", str(error), raw=error.raw)
             return
         if self._state.status == AggregatorStatus.WAITING:
             self._offer(envelope)

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         ChainSpec,
         ChainState,
         ChainStatus,
+        ListenerId,
         QueuedRun,
         RejectedEvent,
         RerunRequest,
@@ -32,11 +33,21 @@ with workflow.unsafe.imports_passed_through():
         run_idempotency_key,
     )
     from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
-    from models.filters import matches
+    from models.filters import evaluate
     from models.joins import JoinState
-    from models.specs import SpecError, parse_model
+    from models.specs import SpecError
     from workflows import search_attributes
-    from workflows.common import attempts, failure_message, failure_type, park
+    from workflows.common import (
+        NO_INPUT,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        InvalidInput,
+        PlainInput,
+        attempts,
+        decode_input,
+        failure_message,
+        failure_type,
+        park,
+    )
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 TIMELINE_WINDOW = 200
@@ -53,12 +64,12 @@ PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 @workflow.defn(name="ReactiveChain")
 class ReactiveChain:
     @workflow.init
-    def __init__(self, raw_input: Any) -> None:
+    def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
         self._input_error: str | None = None
         try:
-            chain_input = parse_model(ChainInput, raw_input, "chain input")
+            chain_input = decode_input(ChainInput, raw_input, "chain input")
         except SpecError as error:
             self._input_error = str(error)
             chain_input = ChainInput.model_construct(
@@ -95,8 +106,10 @@ class ReactiveChain:
         self._keep_dispatching = False
 
     @workflow.run
-    async def run(self, raw_input: Any) -> ChainState:
+    async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
         if self._input_error:
+            if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
+                await workflow.wait_condition(lambda: not self._outbound)
             raise ApplicationError(self._input_error, type="invalid_input", non_retryable=True)
         self._keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
@@ -123,13 +136,14 @@ class ReactiveChain:
         return self.state()
 
     @workflow.signal(name="event")
-    def event(self, raw: Any) -> None:
-        """Untyped on purpose: an envelope that does not validate is recorded, never raised."""
+    def event(self, raw: PlainInput = NO_INPUT) -> None:
+        """Raw on purpose: an envelope that does not decode or validate is recorded and parked,
+        never raised."""
         try:
-            envelope = parse_model(EventEnvelope, raw, "event")
-        except SpecError as error:
+            envelope = decode_input(EventEnvelope, raw, "event")
+        except InvalidInput as error:
             self._state.received += 1
-            self._reject("invalid_envelope", str(error), raw=raw)
+            self._reject("invalid_envelope", str(error), raw=error.raw)
             return
         if self._closing:
             self._state.received += 1
@@ -139,15 +153,20 @@ class ReactiveChain:
         self._inbox.append(envelope)
 
     @workflow.signal
-    def rerun(self, raw: Any) -> None:
+    def rerun(self, raw: PlainInput = NO_INPUT) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
         self._state.received += 1
         try:
-            request = parse_model(RerunRequest, raw, "rerun")
+            request = decode_input(RerunRequest, raw, "rerun")
+        except InvalidInput as error:
+            self._reject("invalid_rerun", str(error), raw=error.raw)
+            return
+        try:
             subscription = self._spec.subscription(request.subscription)
-        except (SpecError, StopIteration) as error:
-            self._reject("invalid_rerun", str(error) or "unknown subscription", raw=raw)
+        except StopIteration:
+            reason = f"rerun: unknown subscription {request.subscription!r}"
+            self._reject("invalid_rerun", reason, envelope=request.event)
             return
         replayed = request.event.event
         self._remember(request.event, self._depths.get(replayed.causation_id or "", 0))
@@ -163,16 +182,28 @@ class ReactiveChain:
         )
 
     @workflow.signal
-    def attach(self, workflow_id: str) -> None:
+    def attach(self, raw: PlainInput = NO_INPUT) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
-        if workflow_id not in self._listeners:
+        workflow_id = self._listener_id(raw, "attach")
+        if workflow_id is not None and workflow_id not in self._listeners:
             self._listeners.append(workflow_id)
 
     @workflow.signal
-    def detach(self, workflow_id: str) -> None:
+    def detach(self, raw: PlainInput = NO_INPUT) -> None:
         """A listener that has finished asks to receive no more events."""
+        workflow_id = self._listener_id(raw, "detach")
         if workflow_id in self._listeners:
             self._listeners.remove(workflow_id)
+
+    def _listener_id(self, raw: PlainInput, signal: str) -> str | None:
+        """The workflow id an `attach` or `detach` carries. Anything else (empty, null) is
+        rejected and parked: signalling it would fail the workflow task for good."""
+        try:
+            return decode_input(ListenerId, raw, signal).root
+        except InvalidInput as error:
+            self._state.received += 1
+            self._reject(f"invalid_{signal}", str(error), raw=error.raw)
+            return None
 
     @workflow.signal
     def close(self) -> None:
@@ -362,23 +393,29 @@ class ReactiveChain:
             self._upsert_status()
         elif resumes and workflow.patched(LIFECYCLE_NOTICES_PATCH):
             return
-        elif envelope.routing.topic == policy.topic and matches(
-            policy.pause_when, envelope.model_dump(mode="json")
-        ):
+        elif envelope.routing.topic == policy.topic and self._passes(policy.pause_when, envelope):
             self._state.status = ChainStatus.PAUSED
             self._state.pause_reason = f"{envelope.event.type} ({envelope.event.id})"
             self._upsert_status()
 
-    @staticmethod
-    def _subscribed(subscription: Subscription, envelope: EventEnvelope) -> bool:
+    def _subscribed(self, subscription: Subscription, envelope: EventEnvelope) -> bool:
         topic = envelope.routing.topic
         if subscription.topic and topic and subscription.topic != topic:
             return False
         if envelope.event.type not in subscription.events:
             return False
-        return subscription.filter is None or matches(
-            subscription.filter, envelope.model_dump(mode="json")
-        )
+        return subscription.filter is None or self._passes(subscription.filter, envelope)
+
+    def _passes(self, expression: str, envelope: EventEnvelope) -> bool:
+        """A filter that cannot be evaluated on this event does not match it; the error is
+        counted in the chain's state, never raised."""
+        outcome = evaluate(expression, envelope.model_dump(mode="json"))
+        if outcome.error:
+            self._state.filter_errors += 1
+            self._state.last_filter_error = (
+                f"event {envelope.event.id}: filter {expression!r}: {outcome.error}"
+            )
+        return outcome.matched
 
     def _enqueue(
         self,

@@ -1,18 +1,91 @@
 """Helpers shared by the workflows."""
 
+import json
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from models.dlq import DeadLetter
     from models.envelope import EventEnvelope
+    from models.specs import (
+        MAX_JSON_DEPTH,
+        SpecError,
+        describe_validation_error,
+        json_depth,
+        parse_model,
+    )
+
+M = TypeVar("M", bound=BaseModel)
 
 
 DEAD_LETTER_PATCH = "dead-letter-queue"
+PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
+"""A run whose input is invalid still parks the signals it rejected before it fails."""
+
+if TYPE_CHECKING:
+    PlainInput = Any
+else:
+    PlainInput = RawValue
+"""The type of workflow and handler parameters: clients send any plain JSON (the Temporal CLI,
+typed starters passing dicts), the worker hands over the raw payload for `decode_input`. The SDK
+reads the runtime annotation (RawValue); type checkers see what callers may pass."""
+
+NO_INPUT: PlainInput = RawValue(Payload())
+"""The default of every workflow and handler parameter: a start or signal sent without input then
+reaches our code, which refuses it, instead of failing the workflow task with a TypeError."""
+
+
+class InvalidInput(SpecError):
+    """A workflow input or handler argument that does not decode or validate. `raw` is what it
+    carried, fit to record and park: its JSON, or its text when that is not JSON or nests too
+    deep to carry."""
+
+    def __init__(self, message: str, raw: Any) -> None:
+        super().__init__(message)
+        self.raw = raw
+
+
+def decode_json(value: RawValue, source: str) -> Any:
+    """The plain JSON a workflow input or handler argument carries. Workflows and handlers take
+    their arguments raw and decode them here, so one that does not even decode (nested too deep,
+    not JSON) is refused like one that does not validate, instead of being dropped by the SDK
+    (signals) or failing the workflow task (inputs)."""
+    if value is NO_INPUT:
+        raise InvalidInput(f"{source}: no input given", None)
+    try:
+        return workflow.payload_converter().from_payload(value.payload)
+    except Exception as error:  # any converter failure: the payload is the sender's fault
+        reason = describe_validation_error(error) if isinstance(error, ValidationError) else error
+        text = value.payload.data.decode(errors="replace")
+        raise InvalidInput(f"{source}: cannot be decoded: {reason}", text) from None
+
+
+def decode_input(model: type[M], value: RawValue, source: str) -> M:
+    """`model` from a raw argument; raises InvalidInput with what to record and park."""
+    decoded = decode_json(value, source)
+    try:
+        return parse_model(model, decoded, source)
+    except SpecError as error:
+        recordable = (
+            decoded if _plain_json(decoded) else value.payload.data.decode(errors="replace")
+        )
+        raise InvalidInput(str(error), recordable) from None
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether `value` can be recorded as is: JSON, shallow enough that the records carrying it
+    stay decodable (binary and protobuf payloads decode to other things)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return json_depth(value) <= MAX_JSON_DEPTH
 
 
 def failure_message(error: BaseException) -> str:

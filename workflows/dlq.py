@@ -15,6 +15,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -36,33 +37,39 @@ with workflow.unsafe.imports_passed_through():
         ReplayRequest,
     )
     from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from models.specs import SpecError, parse_model
     from workflows import search_attributes
-    from workflows.common import failure_message
+    from workflows.common import NO_INPUT, InvalidInput, PlainInput, decode_input, failure_message
 
-CARRIED = "carried"
-"""The key of a continued run's input: the entry's record so far, rather than a new letter."""
+
+class CarriedEntry(BaseModel):
+    """A continued run's input: the entry's record so far, rather than a new letter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    carried: DlqEntry
 
 
 @workflow.defn(name="DeadLetterEntry")
 class DeadLetterEntry:
     @workflow.init
-    def __init__(self, raw: Any) -> None:
-        self._entry = self._parsed(raw)
+    def __init__(self, raw: PlainInput = NO_INPUT) -> None:
+        self._carried = self._carried_entry(raw)
+        self._entry = self._carried or self._parked(raw)
         self._lock = asyncio.Lock()
 
     @workflow.run
-    async def run(self, raw: Any) -> DlqEntry:
-        """Untyped on purpose: even a malformed dead letter is kept, as raw JSON."""
+    async def run(self, raw: PlainInput = NO_INPUT) -> DlqEntry:
+        """Raw on purpose: even a dead letter that does not decode or validate is kept, as its
+        JSON or its text."""
         self._publish()
-        if not self._continued(raw):
+        if self._carried is None:
             await self._announce()
         await workflow.wait_condition(
             lambda: self._closed() or workflow.info().is_continue_as_new_suggested()
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         if not self._closed():
-            workflow.continue_as_new({CARRIED: self._entry.model_dump(mode="json")})
+            workflow.continue_as_new(CarriedEntry(carried=self._entry))
         return self._entry
 
     @workflow.query
@@ -111,22 +118,22 @@ class DeadLetterEntry:
     def _closed(self) -> bool:
         return self._entry.status in CLOSED_STATUSES
 
-    def _continued(self, raw: Any) -> bool:
-        return isinstance(raw, dict) and set(raw) == {CARRIED}
-
-    def _parsed(self, raw: Any) -> DlqEntry:
-        info = workflow.info()
-        if self._continued(raw):
-            try:
-                return parse_model(DlqEntry, raw[CARRIED], "carried dead-letter entry")
-            except SpecError:
-                pass
+    @staticmethod
+    def _carried_entry(raw: PlainInput) -> DlqEntry | None:
         try:
-            letter = parse_model(DeadLetter, raw, "dead letter")
-        except SpecError as error:
+            return decode_input(CarriedEntry, raw, "carried dead-letter entry").carried
+        except InvalidInput:
+            return None
+
+    @staticmethod
+    def _parked(raw: PlainInput) -> DlqEntry:
+        info = workflow.info()
+        try:
+            letter = decode_input(DeadLetter, raw, "dead letter")
+        except InvalidInput as error:
             now = workflow.now()
             letter = DeadLetter(
-                raw=raw,
+                raw=error.raw,
                 failure_type="invalid_dead_letter",
                 message=str(error),
                 first_failed_at=now,

@@ -31,11 +31,14 @@ with workflow.unsafe.imports_passed_through():
         SagaStep,
         StackEntry,
     )
-    from models.specs import SpecError, parse_model
+    from models.specs import SpecError
     from workflows import search_attributes
     from workflows.common import (
         DEAD_LETTER_PATCH,
+        NO_INPUT,
+        PlainInput,
         attempts,
+        decode_input,
         failure_message,
         failure_type,
         park,
@@ -85,9 +88,10 @@ class Saga:
         self._announcements: list[asyncio.Task[None]] = []
 
     @workflow.run
-    async def run(self, raw_spec: Any) -> SagaState:
-        """`raw_spec` is untyped on purpose: a malformed spec sent as plain JSON (Temporal CLI,
-        UI) must fail the workflow with a message naming the field, not wedge its task."""
+    async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
+        """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
+        even one that does not decode, must fail the workflow with a message naming the field,
+        not wedge its task."""
         self._announcing = workflow.patched(SAGA_EVENTS_PATCH)
         spec = self._validated(raw_spec)
         self._spec = spec
@@ -115,9 +119,9 @@ class Saga:
     def state(self) -> SagaState:
         return self._state
 
-    def _validated(self, raw_spec: Any) -> SagaSpec:
+    def _validated(self, raw_spec: PlainInput) -> SagaSpec:
         try:
-            return parse_model(SagaSpec, raw_spec, "saga spec")
+            return decode_input(SagaSpec, raw_spec, "saga spec")
         except SpecError as error:
             self._state.failure_reason = str(error)
             self._set_status(SagaStatus.FAILED)
