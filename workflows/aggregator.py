@@ -61,6 +61,12 @@ DEADLINE_FIRST_PATCH = "aggregator-deadline-first"
 """Runs recorded before it attached and looked back before arming the deadline, parked every
 event after the end, and never detached nor continued-as-new; they replay that way."""
 
+KEPT_RECORD_PATCH = "aggregator-cancel-keeps-record"
+"""Cancelled runs started after it keep their final record in the memo; older ones replay
+without."""
+FINAL_RECORD_MEMO = "aggregator_state"
+"""The memo key of a cancelled aggregator's final record (a cancelled run has no result)."""
+
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
 LOOKBACK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
@@ -183,14 +189,17 @@ class Aggregator:
         self._publish_details()
 
     async def _finish(self, status: AggregatorStatus) -> None:
-        """Record the outcome, leave the chain (detach, then publish the emitted event), and
-        wait for that and for the handlers in progress. A cancel arriving meanwhile changes
-        nothing: the outcome is decided."""
+        """Record the outcome (a cancelled run, which has no result, keeps it in its memo),
+        leave the chain (detach, then publish the emitted event), and wait for that and for the
+        handlers in progress. A cancel arriving meanwhile changes nothing: the outcome is
+        decided."""
         self._state.status = status
         if status != AggregatorStatus.CANCELLED:
             self._state.emitted = self._emitted(status)
         self._upsert_status()
         self._publish_details()
+        if status == AggregatorStatus.CANCELLED and workflow.patched(KEPT_RECORD_PATCH):
+            workflow.upsert_memo({FINAL_RECORD_MEMO: self.state()})
         leaving = asyncio.create_task(self._leave_chain())
         while True:
             try:

@@ -16,9 +16,9 @@ from temporalio.service import RPCError
 from infra.temporal import task_queue
 from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from models.envelope import EventEnvelope
-from starter.api.common import Undeliverable, closed_with_result, undeliverable
+from starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
 from workflows import search_attributes
-from workflows.aggregator import Aggregator
+from workflows.aggregator import FINAL_RECORD_MEMO, Aggregator
 
 
 async def running_aggregators(client: Client, correlation_id: str) -> list[str]:
@@ -90,9 +90,13 @@ async def cancel_aggregator(client: Client, workflow_id: str) -> None:
 
 async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     """The record, with the time left until the deadline as of now (the query cannot know
-    the time: it answers as of the run's last workflow task)."""
+    the time: it answers as of the run's last workflow task). An ended run is read without a
+    worker: from its result, or a cancelled one from its memo."""
     handle = aggregator_handle(client, workflow_id)
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
+        kept = await kept_record(handle, FINAL_RECORD_MEMO, AggregatorState)
+        if kept is not None:
+            return kept
     return (await handle.query(Aggregator.state)).as_of(datetime.now(UTC))
