@@ -226,3 +226,24 @@ async def test_a_closing_chain_and_the_dead_letter_queue_do_not_ping_pong(
         state = await asyncio.wait_for(handle.result(), 30)
     assert [r.reason.split(": ", 1)[1] for r in state.rejected] == ["the chain is closing"] * 2
     assert state.dead_lettered == 1, "the late event is parked; the notice of it is not"
+
+
+async def test_a_chain_ending_in_the_task_that_rejects_an_event_still_parks_it(
+    client: Client, task_queue: str
+) -> None:
+    """The rejection and the close reach the chain together (sent before any worker runs), so
+    the run ends in the very workflow task that rejects the event: the parking is awaited."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+    stray = event("someone-else", "A")
+    await handle.signal("event", stray.model_dump(mode="json"))
+    await api.close_chain(client, correlation_id)
+    async with build_worker(client, task_queue):
+        state = await asyncio.wait_for(handle.result(), 30)
+        selection = DlqSelection(failure_type="foreign_correlation")
+
+        async def parked() -> bool:
+            return len(await api.dlq_entries(client, selection, queue=task_queue)) == 1
+
+        await eventually(parked, timeout=15)
+    assert state.dead_lettered == 1 and state.status == ChainStatus.CLOSED

@@ -59,6 +59,7 @@ well below the server's hard limit (51,200 events), so the chain always gets to 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
 PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
+SETTLE_PATCH = "chain-await-every-send"
 
 
 @workflow.defn(name="ReactiveChain")
@@ -124,7 +125,7 @@ class ReactiveChain:
             self._dispatch()
             self._publish_details()
             if self._should_continue_as_new():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+                await workflow.wait_condition(self._quiet)
                 workflow.continue_as_new(self._carry())
         if self._state.status in (ChainStatus.RUNNING, ChainStatus.PAUSED):
             self._state.status = ChainStatus.CLOSED if self._closing else ChainStatus.COMPLETED
@@ -132,8 +133,28 @@ class ReactiveChain:
             await self._park_queued_runs()
         self._upsert_status()
         self._publish_details()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._settle()
         return self.state()
+
+    def _quiet(self) -> bool:
+        """No handler running, and every signal sent and every parking done."""
+        return workflow.all_handlers_finished() and not self._outbound
+
+    async def _settle(self) -> None:
+        """Before the run ends: every send and parking is awaited, and an event that arrived
+        while the chain was ending is parked, never dropped. (Runs recorded before ended once
+        their handlers had.)"""
+        if not workflow.patched(SETTLE_PATCH):
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            return
+        await workflow.wait_condition(self._quiet)
+        while self._inbox:
+            for envelope in self._inbox:
+                self._state.received += 1
+                reason = f"event {envelope.event.id}: the chain has ended"
+                self._reject("chain_ended", reason, envelope=envelope, depth=self._depth(envelope))
+            self._inbox.clear()
+            await workflow.wait_condition(self._quiet)
 
     @workflow.signal(name="event")
     def event(self, raw: PlainInput = NO_INPUT) -> None:
@@ -560,10 +581,16 @@ class ReactiveChain:
         self._in_background(park(kind, reason, event=envelope, raw=raw, causation_depth=depth))
 
     def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Outbound work (parking, forwarding) the chain must finish before it ends."""
+        """Outbound work (parking, forwarding) the chain must finish before it ends or continues
+        as new: counted from now, not from when the task first runs, or a run ending in this
+        same workflow task would drop it. (Runs recorded before counted late.)"""
+        counted_now = workflow.patched(SETTLE_PATCH)
+        if counted_now:
+            self._outbound += 1
 
         async def tracked() -> None:
-            self._outbound += 1
+            if not counted_now:
+                self._outbound += 1
             try:
                 await work
             finally:
