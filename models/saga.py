@@ -104,14 +104,18 @@ class CompensationOutcome(BaseModel):
     error: str | None = None
 
 
+CancelEffect = Literal["unwind", "forward", "compensating", "ended"]
+
+
 class SagaCancel(BaseModel):
     """A cancel request and what it did: `unwind` (the stack was unwound), `forward` (it came
     after the pivot had completed, so the remaining steps went forward), `compensating` (the
-    saga was already unwinding after a failure, which went on and decided the outcome)."""
+    saga was already unwinding after a failure, which went on and decided the outcome),
+    `ended` (the saga had already ended and was only sending its last events)."""
 
     requested_at: datetime
     during_step: int | None = None
-    effect: Literal["unwind", "forward", "compensating"]
+    effect: CancelEffect
 
 
 class SagaState(BaseModel):

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from models.envelope import EventEnvelope
     from models.retry import RetryConfig
     from models.saga import (
+        CancelEffect,
         CompensationOutcome,
         CompletedStep,
         SagaCancel,
@@ -100,7 +101,7 @@ class Saga:
         try:
             return await self._outcome(spec)
         finally:
-            await uncancellable(asyncio.gather(*self._announcements))
+            await uncancellable(asyncio.gather(*self._announcements), self._note_late_cancel)
 
     async def _outcome(self, spec: SagaSpec) -> SagaState:
         try:
@@ -216,7 +217,7 @@ class Saga:
         info = workflow.info()
         return "/".join([info.workflow_id, info.first_execution_run_id, step.name, *suffix])
 
-    def _note_cancel(self, effect: Literal["unwind", "forward", "compensating"]) -> None:
+    def _note_cancel(self, effect: CancelEffect) -> None:
         """Every cancel is recorded when it lands, whatever it then does."""
         if self._state.cancel is not None:
             return
@@ -228,6 +229,9 @@ class Saga:
 
     def _note_cancel_while_compensating(self) -> None:
         self._note_cancel("compensating")
+
+    def _note_late_cancel(self) -> None:
+        self._note_cancel("ended")
 
     def _cancel_unwinds(self) -> bool:
         return self._state.cancel is not None and self._state.cancel.effect == "unwind"
