@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
@@ -343,12 +343,22 @@ async def events(
     timeline = await api.correlation_events(client, correlation_id)
     typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
     shown = {entry.event_id for entry in timeline}
-    while follow and await api.chain_running(client, correlation_id):
+    while follow and await chain_still_running(client, correlation_id):
         await asyncio.sleep(1)
         for entry in await api.correlation_events(client, correlation_id):
             if entry.event_id not in shown:
                 typer.echo(render.timeline_table([entry]).splitlines()[-1])
                 shown.add(entry.event_id)
+
+
+async def chain_still_running(client: Client, correlation_id: str) -> bool:
+    """False once the chain has ended, or when there is none (sagas' events alone)."""
+    try:
+        return await api.chain_running(client, correlation_id)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
 
 
 def selection(

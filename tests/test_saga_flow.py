@@ -180,10 +180,12 @@ async def test_coord_events_shows_the_saga_events_when_no_chain_runs(
 ) -> None:
     spec = failing_at("RunE2ETests")
     await run_recorded(client, task_queue, spec, RecordingAgents())
-    code, table, err = await run(
-        COORD, "events", spec.correlation_id, env=server_env(dev_env, task_queue)
-    )
+    env = server_env(dev_env, task_queue)
+    code, table, err = await run(COORD, "events", spec.correlation_id, env=env)
     assert code == 0, err
+    code, followed, err = await run(COORD, "events", spec.correlation_id, "--follow", env=env)
+    assert code == 0, err
+    assert followed == table
     rows = [[cell.strip() for cell in line.split(" | ")] for line in table.splitlines()[2:]]
     assert [(row[1], row[2], row[3]) for row in rows] == [
         ("ArtifactBuilt", "/BuildArtifact", spec.correlation_id),
