@@ -5,10 +5,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from infra.devserver import installed_binary
+from infra.payload_store import data_converter
 from infra.temporal import ConnectionSettings
 from workflows import search_attributes
 
@@ -25,7 +25,7 @@ async def bench_server(extra_args: Sequence[str] = ()) -> AsyncIterator[tuple[Cl
         dev_server_log_level="error",
         dev_server_extra_args=list(extra_args),
         search_attributes=search_attributes.ALL,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         ui=False,
     )
     try:

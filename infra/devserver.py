@@ -10,9 +10,9 @@ from pathlib import Path
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from infra.payload_store import data_converter
 from infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
 from workflows import search_attributes
 
@@ -43,7 +43,7 @@ async def embedded_server(
         port=port,
         ui=True,
         ui_port=ui_port,
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         search_attributes=search_attributes.ALL,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_database_filename=str(db_file),

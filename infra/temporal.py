@@ -6,8 +6,9 @@ import os
 from dataclasses import dataclass
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
+
+from infra.payload_store import data_converter
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"
@@ -49,7 +50,7 @@ class ConnectionSettings:
     async def connect(self) -> Client:
         try:
             config: ClientConnectConfig = {**self.config, "target_host": self.address}
-            return await Client.connect(**config, data_converter=pydantic_data_converter)
+            return await Client.connect(**config, data_converter=data_converter())
         except RuntimeError as error:
             raise ServerUnreachable(
                 f"cannot reach Temporal at {self.address} ({error}); is it running? "

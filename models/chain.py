@@ -326,9 +326,17 @@ class ChainCarry(BaseModel):
     """Events in the inbox published by a joined agent → all their causes."""
 
 
+SERVER_SIGNALS_PER_RUN = 10_000
+"""The server's default `history.maximumSignalsPerExecution`: signals past it are refused."""
+
+
 class ChainInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     spec: ChainSpec
     correlation_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     carried: ChainCarry | None = None
+    signals_per_run: int = Field(default=SERVER_SIGNALS_PER_RUN, ge=100, le=1_000_000)
+    """The server's limit on signals per run, which the chain must continue-as-new before: it
+    continues at a quarter of it (or when the server suggests), and from half of it holds new
+    events for the next run so nothing it started keeps it from continuing."""

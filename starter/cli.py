@@ -13,6 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from infra.devserver import PortInUse, embedded_server, local_temporal
 from infra.logs import configure_logging
+from infra.payload_store import PayloadStoreError
 from infra.process import exit_without_teardown
 from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
 from models.aggregator import AggregatorSpec
@@ -82,7 +83,9 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
         signal.signal(signal.SIGTERM, _interrupt)
         try:
             return asyncio.run(fn(*args, **kwargs))
-        except (SpecError, ServerUnreachable, PortInUse, Undeliverable, RPCError) as error:
+        except (
+            SpecError, ServerUnreachable, PayloadStoreError, PortInUse, Undeliverable, RPCError
+        ) as error:
             typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:

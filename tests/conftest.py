@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from infra.devserver import installed_binary, register_search_attributes
 from infra.logs import configure_logging
+from infra.payload_store import STORE_ENV, data_converter
 from models.saga import SagaSpec
 from models.specs import read_document
 from workflows import search_attributes
@@ -32,6 +32,12 @@ def _logging() -> None:
     logging.getLogger("temporalio.activity").setLevel(logging.ERROR)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _payload_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The session's payload store, in the environment so `coord` subprocesses share it."""
+    os.environ[STORE_ENV] = str(tmp_path_factory.mktemp("payloads"))
+
+
 HISTORIES = ROOT / "tests" / "histories"
 CONTINUE_AS_NEW_AFTER = 300
 """History length at which the session's server suggests continue-as-new, low enough that a
@@ -41,7 +47,7 @@ test can push a chain across the boundary in seconds."""
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         search_attributes=search_attributes.ALL,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_log_level="error",
@@ -71,7 +77,7 @@ async def record_histories(client: Client) -> None:
 @pytest.fixture(scope="session")
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
         test_server_existing_path=installed_binary("temporal-test-server"),
     )
     await register_search_attributes(env.client)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from infra.payload_store import data_converter
 from starter import api
 from tests.conftest import HISTORIES, feature_deployment
 from worker import WORKFLOWS, build_worker
@@ -17,7 +17,7 @@ RECORDED = sorted(HISTORIES.glob("*/*.json"))
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    return Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[f"{p.parent.name}/{p.stem[:40]}" for p in RECORDED])

@@ -9,6 +9,7 @@ published back into the chain as new events, caused by the event that triggered 
 import asyncio
 import heapq
 from collections.abc import Coroutine
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -35,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
     from models.filters import evaluate
     from models.joins import JoinState
+    from models.sizes import json_size, newest_within, preview
     from models.specs import SpecError
     from workflows import search_attributes
     from workflows.common import (
@@ -51,6 +53,9 @@ with workflow.unsafe.imports_passed_through():
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 TIMELINE_WINDOW = 200
+TIMELINE_BYTES = 8 * 1024 * 1024
+"""Payload bytes the timeline keeps (and carries across continue-as-new) at most; the carry goes
+to the payload store by reference, but one run still holds it in memory and in its queries."""
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
 DISPATCH_HISTORY_LIMIT = 10_000
@@ -60,6 +65,13 @@ KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
 PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 SETTLE_PATCH = "chain-await-every-send"
+FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
+EVENTS_PER_TASK = 500
+EVENT_BYTES_PER_TASK = 512 * 1024
+"""What one workflow task handles at most. Each event may send commands (forwards to listeners,
+parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
+and a long task holds queries back."""
+NEXT_TASK = timedelta(milliseconds=1)
 
 
 @workflow.defn(name="ReactiveChain")
@@ -91,6 +103,7 @@ class ReactiveChain:
         self._state = carried.state
         self._seq = carried.seq
         self._timeline = carried.timeline
+        self._timeline_bytes = sum(json_size(entry.payload) for entry in self._timeline)
         self._causes = carried.causes
         self._depths = carried.depths
         self._joins: dict[str, JoinState] = carried.joins
@@ -105,6 +118,7 @@ class ReactiveChain:
         self._closing = carried.closing
         self._joined_causes = carried.joined_causes
         self._keep_dispatching = False
+        self._signals_per_run = chain_input.signals_per_run
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
@@ -121,12 +135,14 @@ class ReactiveChain:
                 if not self._running:
                     self._state.status = ChainStatus.IDLE_CLOSED
                     break
-            self._drain_inbox()
+            more = self._drain_inbox()
             self._dispatch()
             self._publish_details()
             if self._should_continue_as_new():
                 await workflow.wait_condition(self._quiet)
                 workflow.continue_as_new(self._carry())
+            if more:
+                await workflow.sleep(NEXT_TASK, summary="more events in the next task")
         if self._state.status in (ChainStatus.RUNNING, ChainStatus.PAUSED):
             self._state.status = ChainStatus.CLOSED if self._closing else ChainStatus.COMPLETED
         if self._queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
@@ -248,7 +264,7 @@ class ReactiveChain:
 
     def _has_work(self) -> bool:
         return (
-            bool(self._inbox)
+            (bool(self._inbox) and not self._holding_events())
             or self._dispatchable()
             or self._finished()
             or (self._should_continue_as_new())
@@ -264,8 +280,24 @@ class ReactiveChain:
         return self._state.terminal_seen and idle and not self._queue
 
     def _should_continue_as_new(self) -> bool:
-        suggested = workflow.info().is_continue_as_new_suggested()
-        return suggested and not self._running and not self._outbound
+        return self._continue_as_new_due() and not self._running and not self._outbound
+
+    def _continue_as_new_due(self) -> bool:
+        """When the server suggests it, or when this run's history, which holds every signal
+        it received, reaches a quarter of the server's limit on signals per run: events may
+        arrive far faster than the chain takes them, and the rest of the way is their room."""
+        info = workflow.info()
+        if info.is_continue_as_new_suggested():
+            return True
+        budget = self._signals_per_run // 4
+        return info.get_current_history_length() >= budget and workflow.patched(FLOOD_PATCH)
+
+    def _holding_events(self) -> bool:
+        """From half the limit on, new events wait in the inbox for the next run (they are
+        carried), so that the forwards and agent runs they would start cannot keep this run from
+        continuing-as-new."""
+        overdue = workflow.info().get_current_history_length() >= self._signals_per_run // 2
+        return overdue and workflow.patched(FLOOD_PATCH)
 
     def _dispatchable(self) -> bool:
         return (
@@ -279,13 +311,25 @@ class ReactiveChain:
         """Continue-as-new waits for the running agents; one slow agent must not hold the
         queue meanwhile, so dispatch goes on (up to a bounded history)."""
         info = workflow.info()
-        if not info.is_continue_as_new_suggested():
+        if not self._continue_as_new_due():
             return True
+        if self._holding_events():
+            return False
         return self._keep_dispatching and info.get_current_history_length() < DISPATCH_HISTORY_LIMIT
 
-    def _drain_inbox(self) -> None:
-        while self._inbox:
-            self._handle(self._inbox.pop(0))
+    def _drain_inbox(self) -> bool:
+        """Handles the waiting events, up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one
+        workflow task; returns whether some were left for the next task."""
+        handled = size = 0
+        while self._inbox and not self._holding_events():
+            full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
+            if full and workflow.patched(FLOOD_PATCH):
+                return True
+            envelope = self._inbox.pop(0)
+            handled += 1
+            size += json_size(envelope.payload)
+            self._handle(envelope)
+        return False
 
     def _handle(self, envelope: EventEnvelope) -> None:
         header = envelope.event
@@ -388,8 +432,10 @@ class ReactiveChain:
                 causes=causes,
             )
         )
-        if len(self._timeline) > 2 * TIMELINE_WINDOW:
-            del self._timeline[:-TIMELINE_WINDOW]
+        self._timeline_bytes += json_size(envelope.payload)
+        if len(self._timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
+            self._timeline = timeline_window(self._timeline)
+            self._timeline_bytes = sum(json_size(entry.payload) for entry in self._timeline)
         if len(self._depths) > 2 * SEEN_WINDOW:
             for stale in list(self._depths)[:-SEEN_WINDOW]:
                 del self._depths[stale]
@@ -568,7 +614,7 @@ class ReactiveChain:
         if envelope is not None and depth is not None:
             self._depths[envelope.event.id] = depth
         self._state.rejected.append(
-            RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=raw)
+            RejectedEvent(time=workflow.now(), reason=reason, event_id=event_id, raw=preview(raw))
         )
         del self._state.rejected[:-REJECTED_WINDOW]
         workflow.logger.warning(
@@ -609,10 +655,11 @@ class ReactiveChain:
         return ChainInput(
             spec=self._spec,
             correlation_id=self._state.correlation_id,
+            signals_per_run=self._signals_per_run,
             carried=ChainCarry(
                 state=self.state(),
                 seq=self._seq,
-                timeline=self._timeline[-TIMELINE_WINDOW:],
+                timeline=timeline_window(self._timeline),
                 causes=dict(list(self._causes.items())[-SEEN_WINDOW:]),
                 depths=dict(list(self._depths.items())[-SEEN_WINDOW:]),
                 joins=self._joins,
@@ -645,3 +692,10 @@ class ReactiveChain:
         if state.rejected:
             lines.append(f"**Rejected events:** {len(state.rejected)}")
         workflow.set_current_details("\n\n".join(lines))
+
+
+def timeline_window(timeline: list[TimelineEntry]) -> list[TimelineEntry]:
+    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload."""
+    return newest_within(
+        timeline, TIMELINE_WINDOW, TIMELINE_BYTES, lambda entry: json_size(entry.payload)
+    )

@@ -1,6 +1,9 @@
 """Reactive chains: start, publish (signal-with-start), read the timeline, close."""
 
 import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -11,10 +14,17 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
 
 from infra.temporal import task_queue
 from models.chain import (
+    SERVER_SIGNALS_PER_RUN,
     ChainInput,
     ChainSpec,
     ChainState,
@@ -57,8 +67,61 @@ def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None
     }
 
 
+SIGNALS_PER_RUN_ENV = "COORD_SIGNALS_PER_RUN"
+PUBLISH_PATIENCE = timedelta(seconds=60)
+"""How long a publish waits, retrying, for a chain that is at the server's limit to continue."""
+
+
+class ChainBusy(Undeliverable):
+    """The server refused the event for now: the chain's run has taken all the signals the
+    server allows one run, or is closing, while it continues as new. Nothing was delivered or
+    parked; publishing again is safe (events are deduplicated by id)."""
+
+
+def signals_per_run() -> int:
+    """The server's `history.maximumSignalsPerExecution`, when it is not the default: chains
+    started from here continue-as-new well before it."""
+    return int(os.environ.get(SIGNALS_PER_RUN_ENV, SERVER_SIGNALS_PER_RUN))
+
+
 def _chain_input(spec: ChainSpec, correlation_id: str) -> dict[str, Any]:
-    return ChainInput(spec=spec, correlation_id=correlation_id).model_dump(mode="json")
+    return ChainInput(
+        spec=spec, correlation_id=correlation_id, signals_per_run=signals_per_run()
+    ).model_dump(mode="json")
+
+
+def refused_for_now(error: BaseException) -> bool:
+    """What the server answers while a chain's run is full or closing, until it has continued
+    as new: past its limit of signals per run, InvalidArgument "exceeded workflow execution limit
+    for signal events"; while the run is closing, ResourceExhausted."""
+    if not isinstance(error, RPCError):
+        return False
+    full = error.status == RPCStatusCode.INVALID_ARGUMENT and "limit for signal" in error.message
+    return full or error.status == RPCStatusCode.RESOURCE_EXHAUSTED
+
+
+async def with_backpressure(send: Callable[[], Awaitable[None]], correlation_id: str) -> None:
+    """Sends, and while the server refuses for now, waits (backing off, with jitter, so many
+    publishers do not come back at once) and sends again, to the new run, for at most
+    `PUBLISH_PATIENCE`; then says so with `ChainBusy`."""
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(refused_for_now),
+        wait=wait_random_exponential(multiplier=0.05, max=2),
+        stop=stop_after_delay(PUBLISH_PATIENCE),
+        reraise=True,
+    )
+    try:
+        async for attempt in retrying:
+            with attempt:
+                await send()
+    except RPCError as error:
+        if not refused_for_now(error):
+            raise
+        raise ChainBusy(
+            f"the chain for correlation id {correlation_id!r} refused the event for "
+            f"{PUBLISH_PATIENCE.total_seconds():.0f}s while continuing as new ({error.message}); "
+            "nothing was delivered or parked: publish it again"
+        ) from None
 
 
 async def start_chain(
@@ -89,7 +152,8 @@ async def publish(
     if not correlation_id:
         raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
     event = envelope.model_dump(mode="json")
-    try:
+
+    async def send() -> None:
         if spec is None:
             await chain_handle(client, correlation_id).signal("event", event)
         else:
@@ -101,6 +165,9 @@ async def publish(
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 **_chain_start_options(spec, correlation_id, queue),
             )
+
+    try:
+        await with_backpressure(send, correlation_id)
     except (RPCError, WorkflowAlreadyStartedError) as error:
         missing = (
             f"no chain for correlation id {correlation_id!r}; start one with "

@@ -1,0 +1,167 @@
+"""Large payloads by reference (a claim check), so no event the server accepts can wedge a workflow.
+
+Temporal refuses any payload over 2 MB and any workflow task whose commands add up to more than
+4 MB; a chain that forwards five 1 MB events, parks ten, or carries a large timeline across
+continue-as-new would fail its task over and over. Every payload at or above a threshold (128 KiB
+by default) is therefore written to a payload store, and the history holds a small reference to
+it. This is the SDK's own external storage (`temporalio.converter.ExternalStorage`) on the data
+converter of every client and worker of the project, so it is transparent: workflow code,
+queries, the `coord` CLI and agents see the values, never the references. It applies to what the
+worker sends too, so a 1.9 MB signal sent without it (by the Temporal CLI, say) is stored by
+reference as soon as the workflow passes it on (an activity input, a forwarded signal, a
+continue-as-new input, a query result).
+
+The store is a directory by default (`.temporal/payloads`, shared by the clients and workers of
+one machine), or an S3-compatible bucket: `COORD_PAYLOAD_STORE=s3://BUCKET` with the `s3` extra
+installed (`pip install 'event-coordinator[s3]'`; endpoint and credentials from the usual
+`AWS_*` variables). `COORD_PAYLOAD_THRESHOLD` sets the threshold in bytes. Objects are named by
+the SHA-256 of their content, so a retried write is harmless and equal payloads share one object.
+"""
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    ExternalStorage,
+    JSONPlainPayloadConverter,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+from infra.logs import get_logger
+
+STORE_ENV = "COORD_PAYLOAD_STORE"
+THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
+DEFAULT_DIRECTORY = Path(".temporal") / "payloads"
+DEFAULT_THRESHOLD = 128 * 1024
+"""Well under the server's 2 MB per payload, so a task that carries several stays under 4 MB."""
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+log = get_logger("coord.payloads")
+
+
+class PayloadStoreError(ValueError):
+    """The payload store settings are wrong; the message names the variable."""
+
+
+def unavailable(digest: str, reason: str) -> Payload:
+    """What a reference resolves to when its object is gone (a wiped or expired store): a plain
+    JSON value naming it, so a workflow records and parks the event like any invalid one rather
+    than failing its task over and over."""
+    log.error("stored payload unavailable", sha256=digest, reason=reason)
+    value = {"payload_unavailable": {"sha256": digest, "reason": reason}}
+    payload = JSONPlainPayloadConverter().to_payload(value)
+    assert payload is not None
+    return payload
+
+
+class DirectoryDriver(StorageDriver):
+    """Payloads as files named by their SHA-256, written atomically (a rename), so concurrent
+    writers of the same payload never expose a partial file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def name(self) -> str:
+        return "coord-directory"
+
+    def _path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        return [await asyncio.to_thread(self._write, payload) for payload in payloads]
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return [await asyncio.to_thread(self._read, claim) for claim in claims]
+
+    def _write(self, payload: Payload) -> StorageDriverClaim:
+        data = payload.SerializeToString(deterministic=True)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self._path(digest)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{digest}.{uuid.uuid4().hex}.partial")
+            partial.write_bytes(data)
+            partial.replace(path)
+        return StorageDriverClaim(claim_data={"sha256": digest})
+
+    def _read(self, claim: StorageDriverClaim) -> Payload:
+        digest = claim.claim_data.get("sha256", "")
+        if not SHA256.fullmatch(digest):
+            return unavailable(digest, "not a SHA-256 reference")
+        try:
+            data = self._path(digest).read_bytes()
+        except FileNotFoundError:
+            return unavailable(digest, f"not in the payload store {self.root}")
+        if hashlib.sha256(data).hexdigest() != digest:
+            return unavailable(digest, "the stored content does not match its digest")
+        return Payload.FromString(data)
+
+
+@dataclass(frozen=True)
+class PayloadStoreSettings:
+    location: str
+    threshold: int
+
+    @classmethod
+    def load(cls) -> "PayloadStoreSettings":
+        location = os.environ.get(STORE_ENV) or str(DEFAULT_DIRECTORY)
+        raw_threshold = os.environ.get(THRESHOLD_ENV, str(DEFAULT_THRESHOLD))
+        try:
+            threshold = int(raw_threshold)
+        except ValueError:
+            threshold = -1
+        if threshold < 0:
+            raise PayloadStoreError(
+                f"{THRESHOLD_ENV}: {raw_threshold!r} is not a size in bytes (e.g. 131072)"
+            )
+        return cls(location, threshold)
+
+    def driver(self) -> StorageDriver:
+        if self.location.startswith("s3://"):
+            return _s3_driver(self.location)
+        return DirectoryDriver(Path(self.location).expanduser().resolve())
+
+    def describe(self) -> str:
+        return f"payloads of {self.threshold:,} bytes or more stored in {self.location}"
+
+
+def data_converter(settings: PayloadStoreSettings | None = None) -> DataConverter:
+    """The project's converter: pydantic values, large ones by reference to the payload store."""
+    settings = settings or PayloadStoreSettings.load()
+    storage = ExternalStorage(
+        drivers=[settings.driver()], payload_size_threshold=settings.threshold
+    )
+    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+
+
+def _s3_driver(location: str) -> StorageDriver:
+    """The SDK's S3 driver on aioboto3 (the `s3` extra); any S3-compatible server works through
+    `AWS_ENDPOINT_URL`."""
+    bucket = location.removeprefix("s3://").strip("/")
+    if not bucket or "/" in bucket:
+        raise PayloadStoreError(f"{STORE_ENV}: {location!r} should be s3://BUCKET")
+    try:
+        from infra.s3_store import s3_driver
+    except ImportError:
+        raise PayloadStoreError(
+            f"{STORE_ENV}: {location!r} needs the s3 extra "
+            "(pip install 'event-coordinator[s3]')"
+        ) from None
+    return s3_driver(bucket)

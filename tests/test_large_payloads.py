@@ -1,0 +1,253 @@
+"""Large events by reference: the issue's sizes against a chain, its aggregator and the dead-letter
+queue, across a worker restart and continue-as-new (issue 10, item 7)."""
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+from temporalio.testing import WorkflowEnvironment
+
+from infra.payload_store import DEFAULT_THRESHOLD, DirectoryDriver, PayloadStoreSettings
+from models.aggregator import AggregatorStatus
+from models.chain import ChainStatus
+from models.envelope import EventEnvelope
+from starter import api
+from tests.test_aggregator import API, phase1
+from tests.test_chain import approved, eventually, user_story
+from tests.test_cli import COORD, run, server_env
+from worker import build_worker
+from workflows.chain import TIMELINE_WINDOW
+
+MB = 1024 * 1024
+HANDING_OVER_NEW_EVENTS = (
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
+)
+
+
+def invalid(n: int) -> dict[str, Any]:
+    """An envelope with no `source`: it does not validate, and it carries a 1 MB string."""
+    return {"event": {"type": f"Broken{n}"}, "payload": {"blob": "x" * MB}}
+
+
+def large(
+    event_type: str, correlation_id: str, size: int, source: str = "/tester"
+) -> EventEnvelope:
+    return EventEnvelope.new(
+        event_type, source, payload={"blob": "y" * size}, correlation_id=correlation_id
+    )
+
+
+async def plain_client(env: WorkflowEnvironment) -> Client:
+    """What the Temporal CLI is: a client without the payload store, sending raw JSON."""
+    config = env.client.service_client.config
+    return await Client.connect(
+        config.target_host, namespace=env.client.namespace, data_converter=pydantic_data_converter
+    )
+
+
+async def flood_with_large_events(
+    client: Client,
+    plain: Client,
+    workflow_id: str,
+    correlation_id: str,
+    big: EventEnvelope,
+    settled: Callable[[], Awaitable[None]],
+) -> None:
+    """Ten invalid 1 MB envelopes and five valid 1 MB events through the project's client (so by
+    reference), then `big` raw, as the Temporal CLI sends it, once the target has `settled`: the
+    server fails a task in flight (FORCE_CLOSE_COMMAND) when the signals that arrive meanwhile
+    buffer more than 2 MB, which one raw 1.9 MB signal and a few more do."""
+    handle = client.get_workflow_handle(workflow_id)
+    for n in range(10):
+        await handle.signal("event", invalid(n))
+    for n in range(5):
+        note = large(f"DesignNote{n}", correlation_id, MB)
+        await handle.signal("event", note.model_dump(mode="json"))
+    await settled()
+    await plain.get_workflow_handle(workflow_id).signal("event", big.model_dump(mode="json"))
+
+
+async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
+    """WorkflowTaskFailed events across every run of `workflow_id`, but for the two the server
+    uses to hand the worker new events, which the next task takes: UNHANDLED_COMMAND (a task
+    closed the run while signals arrived) and FORCE_CLOSE_COMMAND (signals that arrived during a
+    task buffered over 2 MB, as one raw 1.9 MB signal does). Neither is a failure of the
+    workflow's own, and neither repeats."""
+    failures = []
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        history = await client.get_workflow_handle(
+            workflow_id, run_id=execution.run_id
+        ).fetch_history()
+        failures += [
+            f"{WorkflowTaskFailedCause.Name(failed.cause)}: {failed.failure.message}"
+            for failed in (
+                event.workflow_task_failed_event_attributes
+                for event in history.events
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            )
+            if failed.cause not in HANDING_OVER_NEW_EVENTS
+        ]
+    return failures
+
+
+async def runs(client: Client, workflow_id: str) -> int:
+    return len([e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
+
+
+async def test_large_events_wedge_neither_chain_nor_aggregator_nor_dead_letter_queue(
+    client: Client, dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    chain_id = f"chain-{correlation_id}"
+    plain = await plain_client(dev_env)
+    spec = phase1(correlation_id=correlation_id)
+    async with build_worker(client, task_queue):
+        await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        aggregator = await api.start_aggregator(client, spec, queue=task_queue)
+
+        async def attached() -> bool:
+            state = await api.chain_state(client, correlation_id)
+            return spec.workflow_id in state.listeners
+
+        await eventually(attached)
+        async def chain_took(count: int) -> None:
+            async def took() -> bool:
+                return (await api.chain_state(client, correlation_id)).received == count
+
+            await eventually(took, 60)
+
+        async def aggregator_took_them() -> None:
+            async def took() -> bool:
+                state = await api.aggregator_state(client, spec.workflow_id)
+                return len(state.rejected) == 10 and state.matched + state.unmatched >= 5
+
+            await eventually(took, 60)
+
+        chain_big = large("DesignNote", correlation_id, int(1.9 * MB))
+        await flood_with_large_events(
+            client, plain, chain_id, correlation_id, chain_big, lambda: chain_took(15)
+        )
+        aggregator_big = large(API[0], correlation_id, int(1.9 * MB), source=API[1])
+        await flood_with_large_events(
+            client, plain, spec.workflow_id, correlation_id, aggregator_big, aggregator_took_them
+        )
+        await chain_took(16)
+    # A new worker starts with an empty cache: it replays the histories, references included.
+    async with build_worker(client, task_queue):
+        filler = [large("ProgressNote", correlation_id, 20_000) for _ in range(250)]
+        for batch in range(0, len(filler), 50):
+            await asyncio.gather(*(api.publish(client, e) for e in filler[batch : batch + 50]))
+        await eventually(lambda: _continued(client, chain_id), 60)
+        await api.publish(client, approved(correlation_id))
+        chain_state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 90)
+        aggregator_state = await asyncio.wait_for(aggregator.result(), 60)
+        timeline = await api.chain_timeline(client, correlation_id)
+        code, listed, err = await run(COORD, "dlq", "list", env=server_env(dev_env, task_queue))
+    assert chain_state.status == ChainStatus.COMPLETED
+    assert "TestingCompleted" in [entry.event for entry in timeline]
+    assert len(timeline) <= 2 * TIMELINE_WINDOW
+    assert chain_state.rejected_count == 10
+    assert chain_state.received == chain_state.events_seen + chain_state.duplicates + 10
+    assert aggregator_state.status == AggregatorStatus.COMPLETED
+    assert aggregator_state.emitted is not None
+    joined = aggregator_state.emitted.payload["inputs"].values()
+    api_design = next(event for event in joined if event["type"] == API[0])
+    assert len(api_design["payload"]["blob"]) == int(1.9 * MB)
+    assert code == 0, err
+    assert "invalid_envelope" in listed
+    entries = await api.dlq_entries(client, queue=task_queue)
+    assert len([e for e in entries if e.failure_type == "invalid_envelope"]) == 20
+    for workflow_id in (chain_id, spec.workflow_id, *(e.entry_id for e in entries)):
+        assert await failed_tasks(client, workflow_id) == [], workflow_id
+
+
+async def _continued(client: Client, workflow_id: str) -> bool:
+    return await runs(client, workflow_id) >= 2
+
+
+async def test_chain_carrying_200_rows_of_20_kb_continues_as_new(
+    client: Client, task_queue: str
+) -> None:
+    """About 4 MB of carried timeline, over the server's 2 MB: the next run's input goes by
+    reference. 300 events pass the session server's continue-as-new suggestion."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    chain_id = f"chain-{correlation_id}"
+    notes = [large("ProgressNote", correlation_id, 20_000) for _ in range(300)]
+    async with build_worker(client, task_queue):
+        await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        for batch in range(0, len(notes), 50):
+            await asyncio.gather(*(api.publish(client, e) for e in notes[batch : batch + 50]))
+        await eventually(lambda: _continued(client, chain_id), 60)
+        await api.publish(client, approved(correlation_id))
+        state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+    assert state.status == ChainStatus.COMPLETED
+    assert state.events_seen > len(notes)
+    assert await failed_tasks(client, chain_id) == []
+    carried = await continued_input(client, chain_id)
+    assert carried.ByteSize() < 1024
+    assert carried.external_payloads[0].size_bytes > 200 * 20_000
+
+
+async def continued_input(client: Client, workflow_id: str) -> Payload:
+    """The input of the first run that a continue-as-new started, as the history holds it."""
+    first = [e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")][-1]
+    history = await client.get_workflow_handle(workflow_id, run_id=first.run_id).fetch_history()
+    continued = history.events[-1].workflow_execution_continued_as_new_event_attributes
+    return continued.input.payloads[0]
+
+
+async def test_payloads_over_the_threshold_go_to_the_store_and_history_holds_a_reference(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    note = large("DesignNote", correlation_id, DEFAULT_THRESHOLD)
+    async with build_worker(client, task_queue):
+        await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        await api.publish(client, note)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+        timeline = await api.chain_timeline(client, correlation_id)
+    history = await api.chain_handle(client, correlation_id).fetch_history()
+    signal = next(
+        e.workflow_execution_signaled_event_attributes.input.payloads[0]
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    )
+    assert signal.ByteSize() < 1024
+    assert signal.external_payloads[0].size_bytes > DEFAULT_THRESHOLD
+    assert timeline[0].payload == note.payload
+
+
+async def test_a_reference_whose_object_is_gone_reads_as_an_unavailable_payload(
+    tmp_path: Path,
+) -> None:
+    """A wiped store must not fail a workflow task forever: the value names what is missing."""
+    driver = PayloadStoreSettings(str(tmp_path), DEFAULT_THRESHOLD).driver()
+    assert isinstance(driver, DirectoryDriver)
+    [claim] = await driver.store(
+        StorageDriverStoreContext(),
+        [Payload(metadata={"encoding": b"json/plain"}, data=b'"kept"')],
+    )
+    for stored in tmp_path.rglob(claim.claim_data["sha256"]):
+        stored.unlink()
+    [payload] = await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+    [forged] = await driver.retrieve(
+        StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data={"sha256": "../x"})]
+    )
+    value = pydantic_data_converter.payload_converter.from_payload(payload)
+    assert value["payload_unavailable"]["sha256"] == claim.claim_data["sha256"]
+    assert "not in the payload store" in value["payload_unavailable"]["reason"]
+    forged_value = pydantic_data_converter.payload_converter.from_payload(forged)
+    assert forged_value["payload_unavailable"]["reason"] == "not a SHA-256 reference"
