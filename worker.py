@@ -17,6 +17,7 @@ from activities.demo import register_demo_agents
 from infra.logs import configure_logging, get_logger
 from infra.temporal import ConnectionSettings, task_queue
 from workflows.aggregator import Aggregator
+from workflows.arguments import SurplusArguments
 from workflows.chain import ReactiveChain
 from workflows.dlq import DeadLetterEntry
 from workflows.saga import Saga
@@ -62,6 +63,7 @@ def build_worker(
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.
         default_heartbeat_throttle_interval=timedelta(seconds=1),
+        interceptors=[SurplusArguments()],
     )
 
 

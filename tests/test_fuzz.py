@@ -165,12 +165,14 @@ def envelope_base() -> dict[str, Any]:
     }
 
 
-Signal = tuple[str, str | None]
-signal_inputs = st.one_of(st.none(), specs(envelope_base(), ["extra"]))
-signals = st.lists(
-    st.tuples(st.sampled_from(["event", "event", "attach", "detach", "rerun"]), signal_inputs),
-    max_size=SIGNALS,
+Signal = tuple[str, list[str]]
+"""A signal's name and its inputs: usually one, sometimes none or two (`--input a --input b`)."""
+signal_inputs = st.one_of(
+    st.lists(specs(envelope_base(), ["extra"]), min_size=1, max_size=1),
+    st.lists(specs(envelope_base(), ["extra"]), max_size=2),
 )
+signal_names = st.sampled_from(["event", "event", "chain_event", "attach", "detach", "rerun"])
+signals = st.lists(st.tuples(signal_names, signal_inputs), max_size=SIGNALS)
 
 
 @pytest.fixture
@@ -206,12 +208,9 @@ async def check_run(
     handle = await client.start_workflow(
         workflow, plain_json(text), id=f"fuzz-{workflow}-{uuid.uuid4().hex[:12]}", task_queue=queue
     )
-    for name, payload in sent:
+    for name, inputs in sent:
         try:
-            if payload is None:
-                await handle.signal(name)
-            else:
-                await handle.signal(name, plain_json(payload))
+            await handle.signal(name, args=[plain_json(text) for text in inputs])
         except Exception:  # the run may have ended already: that is its outcome, checked below
             break
     status = await settled(handle)

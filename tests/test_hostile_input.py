@@ -386,3 +386,36 @@ async def test_a_dead_letter_that_does_not_decode_is_kept(
         entry = await handle.query("entry", result_type=DlqEntry)
         await handle.terminate("test done")
     assert entry.message.startswith(message)
+
+
+async def test_surplus_signal_arguments_are_rejected_and_a_surplus_close_still_closes(
+    client: Client, task_queue: str
+) -> None:
+    """`temporal workflow signal --input a --input b` used to fail the task with a TypeError."""
+    event = plain_json(json.dumps(envelope()))
+    async with build_worker(client, task_queue):
+        handle = await start(client, "ReactiveChain", json.dumps(chain_input()), task_queue)
+        await handle.signal("event", args=[event, plain_json("1")])
+        await handle.signal("attach", args=[plain_json('"a"'), plain_json('"b"')])
+        await handle.signal("close", plain_json("1"))
+        await asyncio.wait_for(handle.result(), 30)
+        assert not await task_failures(handle)
+        state = await chain_state(handle)
+    assert state.rejected_count == 2 and state.listeners == []
+    assert [r.reason for r in state.rejected] == [
+        "event: expected one input, got 2",
+        "attach: expected one input, got 2",
+    ]
+
+
+async def test_a_saga_started_with_two_inputs_fails_typed(client: Client, task_queue: str) -> None:
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            "Saga",
+            args=[plain_json(json.dumps(saga_spec())), plain_json("{}")],
+            id=f"hostile-two-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        failure = await closed_with(handle)
+    assert failure.type == "invalid_spec"
+    assert failure.message == "saga spec: expected one input, got 2"

@@ -41,6 +41,10 @@ NO_INPUT: PlainInput = RawValue(Payload())
 reaches our code, which refuses it, instead of failing the workflow task with a TypeError."""
 
 
+ARGUMENT_COUNT = "coord-argument-count"
+"""Payload metadata marking arguments sent beyond what a handler takes (`workflows.arguments`)."""
+
+
 class InvalidInput(SpecError):
     """A workflow input or handler argument that does not decode or validate. `raw` is what it
     carried, fit to record and park: its JSON, or its text when that is not JSON or nests too
@@ -59,11 +63,15 @@ def decode_json(value: RawValue, source: str) -> Any:
     if value is NO_INPUT:
         raise InvalidInput(f"{source}: no input given", None)
     try:
-        return workflow.payload_converter().from_payload(value.payload)
+        decoded = workflow.payload_converter().from_payload(value.payload)
     except Exception as error:  # any converter failure: the payload is the sender's fault
         reason = describe_validation_error(error) if isinstance(error, ValidationError) else error
-        text = value.payload.data.decode(errors="replace")
-        raise InvalidInput(f"{source}: cannot be decoded: {reason}", text) from None
+        raise InvalidInput(f"{source}: cannot be decoded: {reason}", _text(value)) from None
+    sent = value.payload.metadata.get(ARGUMENT_COUNT)
+    if sent is not None:
+        message = f"{source}: expected one input, got {sent.decode()}"
+        raise InvalidInput(message, decoded if _plain_json(decoded) else _text(value))
+    return decoded
 
 
 def decode_input(model: type[M], value: RawValue, source: str) -> M:
@@ -72,10 +80,11 @@ def decode_input(model: type[M], value: RawValue, source: str) -> M:
     try:
         return parse_model(model, decoded, source)
     except SpecError as error:
-        recordable = (
-            decoded if _plain_json(decoded) else value.payload.data.decode(errors="replace")
-        )
-        raise InvalidInput(str(error), recordable) from None
+        raise InvalidInput(str(error), decoded if _plain_json(decoded) else _text(value)) from None
+
+
+def _text(value: RawValue) -> str:
+    return value.payload.data.decode(errors="replace")
 
 
 def _plain_json(value: Any) -> bool:

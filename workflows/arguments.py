@@ -1,0 +1,61 @@
+"""Starts and signals that carry more arguments than their handler takes.
+
+The SDK calls a handler with every argument sent, so `temporal workflow signal --input a --input
+b` on a one-argument handler would raise a TypeError and fail the workflow task, over and over.
+This worker interceptor folds the surplus into the handler's one argument, which `decode_input`
+then refuses naming the count, so the signal is rejected and parked like any other bad input.
+(A chain's or aggregator's own start with several inputs cannot be caught here: the SDK builds the
+workflow object from the arguments before any interceptor runs.)"""
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.common import ARGUMENT_COUNT
+
+
+class SurplusArguments(Interceptor):
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _SurplusArgumentsInbound
+
+
+class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        input.args = _fitted(input.args, _positional(input.run_fn) - 1)  # unbound: less self
+        return await super().execute_workflow(input)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        handler = workflow.get_signal_handler(input.signal)
+        if handler is not None:
+            input.args = _fitted(input.args, _positional(handler))
+        await super().handle_signal(input)
+
+
+def _positional(fn: Callable[..., Any]) -> int:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds for p in inspect.signature(fn).parameters.values())
+
+
+def _fitted(args: Sequence[Any], takes: int) -> Sequence[Any]:
+    """`args` cut to what a handler taking `takes` arguments accepts: the surplus is folded into
+    its last one (marked with the count sent); a handler that takes none ignores them."""
+    if len(args) <= takes:
+        return args
+    if takes == 0:
+        return []
+    folded = workflow.payload_converter().to_payload(list(args[takes - 1 :]))
+    folded.metadata[ARGUMENT_COUNT] = str(len(args)).encode()
+    return [*args[: takes - 1], RawValue(folded)]
