@@ -419,3 +419,16 @@ async def test_a_saga_started_with_two_inputs_fails_typed(client: Client, task_q
         failure = await closed_with(handle)
     assert failure.type == "invalid_spec"
     assert failure.message == "saga spec: expected one input, got 2"
+
+
+async def test_surplus_arguments_reach_an_async_handler_as_one_rejected_input(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        handle = await start(client, "Aggregator", json.dumps(aggregator_spec()), task_queue)
+        await handle.signal("event", args=[plain_json("1"), plain_json("2")])
+        await handle.signal("event", plain_json(json.dumps(envelope("A"))))
+        await asyncio.wait_for(handle.result(), 30)
+        state = await handle.query("state", result_type=AggregatorState)
+        assert not await task_failures(handle)
+    assert state.matched == 1 and state.rejected == ["event: expected one input, got 2"]

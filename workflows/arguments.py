@@ -38,9 +38,11 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
         return await super().execute_workflow(input)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        handler = workflow.get_signal_handler(input.signal)
-        if handler is not None:
-            input.args = _fitted(input.args, _positional(handler))
+        # The method itself, not the SDK's handler (async ones are wrapped as `*args`); our
+        # handlers are named after their signals.
+        method = getattr(workflow.instance(), input.signal, None)
+        if workflow.get_signal_handler(input.signal) is not None and callable(method):
+            input.args = _fitted(input.args, _positional(method))
         await super().handle_signal(input)
 
 
