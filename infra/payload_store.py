@@ -161,7 +161,6 @@ def _s3_driver(location: str) -> StorageDriver:
         from infra.s3_store import s3_driver
     except ImportError:
         raise PayloadStoreError(
-            f"{STORE_ENV}: {location!r} needs the s3 extra "
-            "(pip install 'event-coordinator[s3]')"
+            f"{STORE_ENV}: {location!r} needs the s3 extra (pip install 'event-coordinator[s3]')"
         ) from None
     return s3_driver(bucket)

@@ -84,7 +84,12 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
         try:
             return asyncio.run(fn(*args, **kwargs))
         except (
-            SpecError, ServerUnreachable, PayloadStoreError, PortInUse, Undeliverable, RPCError
+            SpecError,
+            ServerUnreachable,
+            PayloadStoreError,
+            PortInUse,
+            Undeliverable,
+            RPCError,
         ) as error:
             typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from None

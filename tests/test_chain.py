@@ -210,9 +210,11 @@ async def test_runaway_reaction_is_rejected_with_its_causation_path(
     async with build_worker(client, task_queue):
         state, timeline = await run_chain(client, task_queue, spec, [event("", "Ping")])
     assert order(timeline) == ["Ping"] * 4
-    [rejected] = state.rejected
+    rejected, *notices = state.rejected
     assert "causation depth 4 exceeds 3, a probable loop" in rejected.reason
     assert rejected.reason.endswith("path: Ping ← Ping ← Ping ← Ping ← Ping")
+    assert len(notices) == state.rejected_count - 1 <= 1, "the notice of its parking, if in time"
+    assert state.dead_lettered == 1, "the loop is parked; a notice about it is never parked"
 
 
 async def test_event_of_another_correlation_is_rejected(client: Client, task_queue: str) -> None:

@@ -122,6 +122,7 @@ async def test_large_events_wedge_neither_chain_nor_aggregator_nor_dead_letter_q
             return spec.workflow_id in state.listeners
 
         await eventually(attached)
+
         async def chain_took(count: int) -> None:
             async def took() -> bool:
                 return (await api.chain_state(client, correlation_id)).received == count
