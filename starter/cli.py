@@ -2,20 +2,22 @@
 
 import asyncio
 import functools
+import json
 import signal
 from collections.abc import Callable, Coroutine
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from temporalio.client import Client
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.devserver import PortInUse, embedded_server, local_temporal
-from infra.logs import configure_logging
-from infra.payload_store import PayloadStoreError
+from infra.devserver import PROJECT, embedded_server, local_temporal, register_search_attributes
+from infra.logs import configure_logging, get_logger
 from infra.process import exit_without_teardown
-from infra.temporal import ConnectionSettings, ServerUnreachable, workflow_link
+from infra.temporal import ConnectionSettings, task_queue, workflow_link
 from models.aggregator import AggregatorSpec
 from models.chain import ChainSpec
 from models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
@@ -23,8 +25,9 @@ from models.envelope import EventEnvelope
 from models.saga import SagaSpec
 from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
 from starter import api, render
-from starter.api import Undeliverable
 from starter.demo import run_demo
+from starter.exits import ExitCode, failure_exit, one_line
+from starter.progress import saga_outcome_with_progress
 from worker import build_worker, default_registry, run_worker
 
 app = typer.Typer(
@@ -54,6 +57,14 @@ DemoAgents = Annotated[
     ),
 ]
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for tools")]
+log = get_logger("coord.cli")
+
+
+def show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"coord {metadata.version(PROJECT)}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -65,38 +76,70 @@ def configure(
             help="Log level (default: INFO for server/worker/dev, ERROR for demo, else WARNING)"
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=show_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
     configure_logging(log_level or default)
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM stops like Ctrl-C, so an embedded server is shut down, not orphaned."""
-    raise KeyboardInterrupt
+class Terminated(Exception):
+    """The command was stopped by SIGTERM."""
+
+
+async def _terminable(command: Coroutine[Any, Any, R]) -> R:
+    """SIGTERM cancels the command's task, as Ctrl-C does, so its `async with` blocks stop the
+    worker and the embedded server in order. (Raising from a signal handler instead made asyncio
+    cancel every task at once, the worker's own included, whose shutdown then never ended.)"""
+    task = asyncio.ensure_future(command)
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if terminated.is_set():
+            raise Terminated from None
+        raise
 
 
 def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
-    """Run the command's coroutine; user errors become one line on stderr and exit code 1."""
+    """Run the command's coroutine; whatever stops it becomes one line on stderr and the exit
+    code the README documents (starter/exits.py), never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> R:
-        signal.signal(signal.SIGTERM, _interrupt)
         try:
-            return asyncio.run(fn(*args, **kwargs))
-        except (
-            SpecError,
-            ServerUnreachable,
-            PayloadStoreError,
-            PortInUse,
-            Undeliverable,
-            RPCError,
-        ) as error:
-            typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(1) from None
+            return asyncio.run(_terminable(fn(*args, **kwargs)))
         except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except Terminated:
+            raise typer.Exit(ExitCode.TERMINATED) from None
+        except typer.Exit:
+            raise
+        except Exception as error:
+            code, message = failure_exit(error) or unexpected(error)
+            typer.secho(f"error: {one_line(message)}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code) from None
 
     return wrapper
+
+
+def unexpected(error: Exception) -> tuple[ExitCode, str]:
+    """A bug: the line names it, the traceback goes to the log at DEBUG."""
+    log.debug("unexpected error", exc_info=error)
+    return ExitCode.INTERNAL, (
+        f"unexpected {type(error).__name__}: {error} "
+        "(a bug; `coord --log-level DEBUG ...` logs the traceback)"
+    )
 
 
 @app.command()
@@ -112,6 +155,18 @@ async def server(
     async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
         typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
         await asyncio.Event().wait()
+
+
+@app.command()
+@runs_async
+async def setup() -> None:
+    """Register the project's search attributes on the configured server (once per namespace;
+    `coord server` and the compose stack do it themselves, a plain `temporal server start-dev`
+    does not)."""
+    settings = ConnectionSettings.load()
+    added = await register_search_attributes(await settings.connect())
+    registered = ", ".join(added) if added else "none missing"
+    typer.echo(f"search attributes on {settings.address} ({settings.namespace}): {registered}")
 
 
 @app.command()
@@ -161,6 +216,10 @@ async def saga_start(
     wait: Annotated[
         bool, typer.Option(help="Wait for the saga to end and print its state")
     ] = False,
+    no_worker_timeout: Annotated[
+        float,
+        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+    ] = 30,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
     document = read_document(file)
@@ -174,22 +233,34 @@ async def saga_start(
     check_agents(file, spec)
     settings = ConnectionSettings.load()
     client = await settings.connect()
-    handle = await api.start_saga(client, spec)
+    try:
+        handle = await api.start_saga(client, spec)
+    except WorkflowAlreadyStartedError:
+        raise api.Conflict(
+            f"saga {spec.saga_id!r} is already running: read it with "
+            f"`coord saga state {spec.saga_id}`, or give another --id"
+        ) from None
     typer.echo(f"started {handle.id}: {workflow_link(handle.id, settings.namespace)}")
     if wait:
-        state = await api.saga_outcome(handle)
+        state = await saga_outcome_with_progress(
+            client,
+            handle,
+            task_queue(),
+            lambda line: typer.echo(line, err=True),
+            no_worker_timeout=no_worker_timeout,
+        )
         typer.echo(state.model_dump_json(indent=2))
         if state.status != "completed":
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
 
 
 @saga_app.command("state")
 @runs_async
-async def saga_state(saga_id: str) -> None:
-    """Print a saga's coordinator record (JSON)."""
+async def saga_state(saga_id: str, as_json: AsJson = False) -> None:
+    """Print a saga's coordinator record (JSON; --json prints it on one line)."""
     client = await ConnectionSettings.load().connect()
     state = await api.saga_state(client, saga_id)
-    typer.echo(state.model_dump_json(indent=2))
+    typer.echo(state.model_dump_json(indent=None if as_json else 2))
 
 
 @saga_app.command("cancel")
@@ -217,10 +288,12 @@ async def chain_start(
 
 @chain_app.command("state")
 @runs_async
-async def chain_state(correlation_id: str) -> None:
-    """Print a chain's record (JSON): events seen, running agents, waiting joins, rejections."""
+async def chain_state(correlation_id: str, as_json: AsJson = False) -> None:
+    """Print a chain's record (JSON; --json prints it on one line): events seen, running agents,
+    waiting joins, rejections."""
     client = await ConnectionSettings.load().connect()
-    typer.echo((await api.chain_state(client, correlation_id)).model_dump_json(indent=2))
+    state = await api.chain_state(client, correlation_id)
+    typer.echo(state.model_dump_json(indent=None if as_json else 2))
 
 
 @chain_app.command("close")
@@ -307,6 +380,7 @@ async def publish(
         bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
     ] = False,
     to: Annotated[str | None, typer.Option("--to", help="Deliver to this workflow id only")] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Publish an event to its correlation's chain and aggregators, one workflow, or every chain."""
     if not correlation_id and not all_chains and not to:
@@ -333,8 +407,13 @@ async def publish(
         target = f"{len(delivery.reached)} running chains"
         target += f" (skipped: {'; '.join(delivery.skipped)})" if delivery.skipped else ""
     else:
-        target = (await api.deliver(client, envelope, spec=spec, to=to)).describe()
-    typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
+        delivery = await api.deliver(client, envelope, spec=spec, to=to)
+        target = delivery.describe()
+    if as_json:
+        published = {"event_id": envelope.event.id, "type": envelope.event.type}
+        typer.echo(json.dumps({**published, **delivery.model_dump()}))
+    else:
+        typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
 
 
 @app.command()
@@ -345,17 +424,25 @@ async def events(
     follow: Annotated[
         bool, typer.Option(help="Keep printing new events until the chain ends")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
+    ] = False,
 ) -> None:
     """Print the correlation table (or causation tree) of a chain and its sagas' events."""
     client = await ConnectionSettings.load().connect()
     timeline = await api.correlation_events(client, correlation_id)
-    typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
+    if as_json:
+        for entry in timeline:
+            typer.echo(entry.model_dump_json())
+    else:
+        typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
     shown = {entry.event_id for entry in timeline}
     while follow and await chain_still_running(client, correlation_id):
         await asyncio.sleep(1)
         for entry in await api.correlation_events(client, correlation_id):
             if entry.event_id not in shown:
-                typer.echo(render.timeline_table([entry]).splitlines()[-1])
+                row = render.timeline_table([entry]).splitlines()[-1]
+                typer.echo(entry.model_dump_json() if as_json else row)
                 shown.add(entry.event_id)
 
 

@@ -3,6 +3,9 @@
 import asyncio
 import json
 import os
+import re
+import signal
+import socket
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,12 +16,13 @@ from temporalio.testing import WorkflowEnvironment
 from activities.delivery import park_dead_letter
 from infra.devserver import installed_binary
 from models.aggregator import AggregatorSpec
-from models.chain import TimelineEntry
+from models.chain import ChainState, TimelineEntry
 from models.dlq import DeadLetter
 from models.envelope import EventEnvelope
 from models.saga import SagaState, SagaStatus
 from models.specs import read_document
 from starter import api
+from starter.exits import ExitCode
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
 from tests.test_aggregator import PHASE1
 from tests.test_chain import eventually
@@ -51,18 +55,20 @@ async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: 
     spec = tmp_path / "broken.yaml"
     spec.write_text("saga_id: x\nsteps:\n  - name: Build\n    timeout: soon\n")
     code, _, err = await run(COORD, "saga", "start", str(spec))
-    assert code == 1
-    assert (
-        err.strip() == f"error: {spec}: steps[0].timeout: Input should be a valid timedelta, "
-        "invalid digit in duration"
+    assert code == ExitCode.REFUSED
+    assert err == (
+        f"error: {spec}: steps[0].timeout: 'soon' is not a duration; use 90s, 2h, 1d, 1h30m, "
+        "500ms, a number of seconds, or ISO 8601 such as PT1M30S\n"
     )
 
 
 async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
     code, _, err = await run(COORD, "saga", "state", "x", env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
-    assert code == 1
-    assert "cannot reach Temporal at 127.0.0.1:1" in err and "`coord server`" in err
-    assert len(err.strip().splitlines()) == 1
+    assert code == ExitCode.UNREACHABLE
+    assert err.strip() == (
+        "error: cannot reach Temporal at 127.0.0.1:1; is it running? `coord server` starts one "
+        "here, TEMPORAL_ADDRESS points elsewhere"
+    )
 
 
 async def test_saga_start_wait_state_and_cancel(
@@ -72,7 +78,7 @@ async def test_saga_start_wait_state_and_cancel(
     failing = json.dumps({"inject": {"fail": ["DeployToProduction"]}})
     saga_id = f"cli-{task_queue}"
     async with build_worker(client, task_queue):
-        code, out, _ = await run(
+        code, out, progress = await run(
             COORD,
             "saga",
             "start",
@@ -84,9 +90,15 @@ async def test_saga_start_wait_state_and_cancel(
             "--wait",
             env=env,
         )
-        assert code == 2, out
+        assert code == ExitCode.SAGA_NOT_COMPLETED, out
         assert f"saga-{saga_id}" in out.splitlines()[0]
-        code, out, _ = await run(COORD, "saga", "state", saga_id, env=env)
+        retry = re.compile(
+            r"DeployToProduction: attempt \d \(last failure: DeployToProduction failed "
+            r"\(injected, attempt \d\)\), next retry at \d\d:\d\d:\d\d \(in \ds\)"
+        )
+        assert any(retry.fullmatch(line) for line in progress.splitlines()), progress
+        code, out, _ = await run(COORD, "saga", "state", saga_id, "--json", env=env)
+        assert len(out.splitlines()) == 1
         state = SagaState.model_validate_json(out)
         assert state.status == SagaStatus.COMPENSATED
         assert [c.compensate for c in state.compensations] == [
@@ -112,7 +124,14 @@ async def test_saga_start_wait_state_and_cancel(
             await asyncio.sleep(0.1)
         code, out, _ = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
         assert code == 0, out
+        assert out.endswith("its compensations will run\n")
         await asyncio.wait_for(asyncio.gather(handle.result(), return_exceptions=True), 60)
+        code, again, refused = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
+        assert (code, again) == (ExitCode.CONFLICT, "")
+        assert refused == (
+            f"error: saga '{saga_id}-c' has already ended (canceled); nothing to cancel, "
+            "no compensation runs\n"
+        )
         code, out, _ = await run(COORD, "saga", "state", f"{saga_id}-c", env=env)
     state = SagaState.model_validate_json(out)
     assert state.status == SagaStatus.COMPENSATED
@@ -208,7 +227,9 @@ async def test_temporal_cli_alone_drives_a_chain_and_reads_its_timeline(
             json.dumps(chain_input),
         )
         assert code == 0, err
-        for signal in (approved, {"event": {"type": 42}}):
+        # The malformed event goes first: once approved arrives the instant demo agents can
+        # finish the chain before a later signal reaches it.
+        for signal in ({"event": {"type": 42}}, approved):
             code, _, err = await run(
                 temporal,
                 "workflow",
@@ -226,7 +247,11 @@ async def test_temporal_cli_alone_drives_a_chain_and_reads_its_timeline(
             temporal, "workflow", "query", *common, "--name", "timeline", "--output", "json"
         )
     assert code == 0, err
-    timeline = [TimelineEntry.model_validate(e) for e in json.loads(out)["queryResult"][0]]
+    # Go's JSON prints an empty list as null.
+    rows = json.loads(out)["queryResult"][0]
+    timeline = [
+        TimelineEntry.model_validate({**row, "causes": row["causes"] or []}) for row in rows
+    ]
     assert timeline[0].event == "UserStoryApproved" and timeline[-1].event == "TestingCompleted"
 
 
@@ -251,13 +276,24 @@ async def test_coord_chain_publish_events_and_tree(
             '{"story": "reset password"}',
             "--spec",
             str(USER_STORY),
+            "--json",
             env=env,
         )
         assert code == 0, err
-        assert f"to chain-{correlation_id}" in out
+        published = json.loads(out)
+        assert published["type"] == "UserStoryApproved"
+        assert published["reached"] == [f"chain-{correlation_id}"]
         await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
         code, table, _ = await run(COORD, "events", correlation_id, env=env)
         code, tree, _ = await run(COORD, "events", correlation_id, "--tree", env=env)
+        code, rows, _ = await run(COORD, "events", correlation_id, "--json", env=env)
+        code, record, _ = await run(COORD, "chain", "state", correlation_id, "--json", env=env)
+        code, closed, refused = await run(COORD, "chain", "close", correlation_id, env=env)
+        assert (code, closed) == (ExitCode.CONFLICT, "")
+        assert refused == (
+            f"error: the chain for correlation id {correlation_id!r} has already ended "
+            "(completed); nothing to close\n"
+        )
         code, _, err = await run(
             COORD,
             "publish",
@@ -276,6 +312,11 @@ async def test_coord_chain_publish_events_and_tree(
         "Correlation ID",
     ]
     assert len(table.splitlines()) == 2 + 15
+    timeline = [TimelineEntry.model_validate_json(row) for row in rows.splitlines()]
+    assert timeline[0].event_id == published["event_id"]
+    assert len(timeline) == 15
+    assert ChainState.model_validate_json(record).events_seen == 15
+    assert len(record.splitlines()) == 1
     assert tree.splitlines()[0].startswith("UserStoryApproved (/product-strategist")
     assert any("└─ TestingCompleted (/test-engineer" in line for line in tree.splitlines())
     assert code == 1 and "has ended (completed)" in err
@@ -289,6 +330,156 @@ async def test_unknown_agent_in_a_chain_spec_is_rejected_at_the_edge(tmp_path: P
     code, _, err = await run(COORD, "chain", "start", str(path), "--correlation-id", "x")
     assert code == 1
     assert err.startswith(f"error: {path}: subscriptions[3].agent: unknown agent 'python-guru'")
+
+
+async def test_a_filter_that_does_not_parse_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = read_document(USER_STORY)
+    spec["subscriptions"][0]["filter"] = "payload.x =="
+    path = tmp_path / "chain.json"
+    path.write_text(json.dumps(spec))
+    code, _, err = await run(COORD, "chain", "start", str(path), "--correlation-id", "x")
+    assert code == ExitCode.REFUSED
+    assert err.startswith(
+        f"error: {path}: subscriptions[0].filter: Failed to parse expression 'payload.x =='"
+    )
+    assert len(err.splitlines()) == 1
+
+
+async def test_version() -> None:
+    code, out, _ = await run(COORD, "--version")
+    assert (code, out) == (0, "coord 0.1.0\n")
+
+
+async def test_saga_start_with_the_id_of_a_running_saga_is_refused(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)  # no worker polls this queue: the saga stays running
+    saga_id = f"twice-{task_queue}"
+    start = (COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", saga_id)
+    code, _, err = await run(*start, env=env)
+    assert code == 0, err
+    code, out, err = await run(*start, env=env)
+    await api.saga_handle(client, saga_id).terminate()
+    assert (code, out) == (ExitCode.CONFLICT, "")
+    assert err == (
+        f"error: saga {saga_id!r} is already running: read it with "
+        f"`coord saga state {saga_id}`, or give another --id\n"
+    )
+
+
+async def test_saga_wait_warns_when_no_worker_polls_and_gives_up(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)
+    saga_id = f"alone-{task_queue}"
+    code, _, err = await run(
+        *(COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", saga_id),
+        *("--wait", "--no-worker-timeout", "1"),
+        env=env,
+    )
+    await api.saga_handle(client, saga_id).terminate()
+    assert code == ExitCode.NO_WORKER
+    assert err.splitlines() == [
+        f"warning: no worker polls task queue {task_queue!r}; the saga waits for one "
+        "(start it with `coord worker`)",
+        f"error: no worker polled task queue {task_queue!r} for 1s; saga-{saga_id} stays "
+        "started and runs once a worker polls (`coord worker`)",
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_server_refuses_a_busy_ui_port_in_one_line() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        ui_port = busy.getsockname()[1]
+        code, _, err = await run(
+            COORD, "server", "--port", str(free_port()), "--ui-port", str(ui_port)
+        )
+    assert code == ExitCode.SERVER_NOT_STARTED
+    assert err == (
+        f"error: port {ui_port} is already in use; is a Temporal server already running? "
+        "(--port and --ui-port choose others)\n"
+    )
+
+
+async def test_bad_option_value_is_one_line_naming_the_field(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    code, _, err = await run(
+        COORD, "dlq", "list", "--status", "bogus", env=server_env(dev_env, task_queue)
+    )
+    assert code == ExitCode.REFUSED
+    assert len(err.splitlines()) == 1 and "status" in err and "Traceback" not in err
+
+
+async def test_sigterm_stops_coord_dev_and_coord_demo(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """They used to wait forever for a worker whose tasks asyncio had cancelled under it."""
+    env = {**os.environ, **server_env(dev_env, task_queue), "PYTHONUNBUFFERED": "1"}
+    for command, started in (("dev", "worker running against"), ("demo", "▶ saga-")):
+        process = await asyncio.create_subprocess_exec(
+            COORD, command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        assert process.stdout is not None
+        while started not in (await asyncio.wait_for(process.stdout.readline(), 60)).decode():
+            pass
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+        assert process.returncode == ExitCode.TERMINATED, err
+        assert b"Traceback" not in err
+
+
+async def test_a_plain_dev_server_asks_for_coord_setup(tmp_path: Path) -> None:
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        installed_binary("temporal"),
+        *("server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)),
+        *("--log-level", "error"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    env = {"TEMPORAL_ADDRESS": f"127.0.0.1:{port}", "COORD_TASK_QUEUE": f"setup-{port}"}
+    start = (COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", "needs-setup")
+    try:
+        await eventually(lambda: answers(f"127.0.0.1:{port}"), 60)
+        code, _, refused = await run(*start, env=env)
+        code_setup, registered, _ = await run(COORD, "setup", env=env)
+        code_again, again, _ = await run(COORD, "setup", env=env)
+        await eventually(lambda: starts(start, env), 60)
+    finally:
+        server.terminate()
+        await server.wait()
+    assert code == ExitCode.SETUP_NEEDED
+    assert re.fullmatch(
+        r"error: the server does not know the search attribute \w+; register the project's "
+        r"search attributes once with `coord setup`\n",
+        refused,
+    )
+    assert code_setup == 0 and registered.startswith(f"search attributes on 127.0.0.1:{port}")
+    assert "CoordPattern" in registered
+    assert code_again == 0 and again.endswith("(default): none missing\n")
+
+
+async def answers(address: str) -> bool:
+    try:
+        await Client.connect(address)
+    except RuntimeError:
+        return False
+    return True
+
+
+async def starts(argv: tuple[str, ...], env: dict[str, str]) -> bool:
+    """The server's search-attribute cache catches up within a few seconds of `coord setup`."""
+    code, _, _ = await run(*argv, env=env)
+    return code == 0
 
 
 async def test_coord_dlq_list_show_replay_and_archive(

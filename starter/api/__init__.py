@@ -20,7 +20,10 @@ from starter.api.chains import (
     start_chain,
 )
 from starter.api.common import (
+    Conflict,
     Delivery,
+    NotFound,
+    NoWorker,
     Undeliverable,
     closed_with_result,
     signal_each,
@@ -55,7 +58,10 @@ from starter.api.sagas import (
 )
 
 __all__ = [
+    "Conflict",
     "Delivery",
+    "NoWorker",
+    "NotFound",
     "Undeliverable",
     "aggregator_handle",
     "aggregator_state",

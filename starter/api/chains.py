@@ -37,7 +37,9 @@ from starter.api.common import (
     Delivery,
     Undeliverable,
     closed_with_result,
+    ended_or_missing,
     signal_each,
+    target_name,
     undeliverable,
 )
 from workflows import search_attributes
@@ -212,4 +214,9 @@ async def chain_running(client: Client, correlation_id: str) -> bool:
 
 
 async def close_chain(client: Client, correlation_id: str) -> None:
-    await chain_handle(client, correlation_id).signal(ReactiveChain.close)
+    handle = chain_handle(client, correlation_id)
+    try:
+        await handle.signal(ReactiveChain.close)
+    except RPCError as error:
+        name = target_name(handle.id)
+        raise await ended_or_missing(handle, name, "nothing to close", error) from None

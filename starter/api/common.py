@@ -9,7 +9,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.delivery import park_dead_letter
 from infra.logs import get_logger
@@ -23,6 +23,33 @@ R = TypeVar("R")
 
 class Undeliverable(RuntimeError):
     """The event could not be delivered; the message says why and what to do."""
+
+
+class Conflict(RuntimeError):
+    """The workflow's state forbids the operation: its id is running, or it has ended."""
+
+
+class NotFound(RuntimeError):
+    """No workflow with that id."""
+
+
+class NoWorker(RuntimeError):
+    """No worker polls the task queue, so nothing would ever run; the message says which."""
+
+
+async def ended_or_missing(
+    handle: WorkflowHandle[Any, Any], name: str, consequence: str, error: RPCError
+) -> Exception:
+    """Why an operation on a workflow was refused with NOT_FOUND: there is no such workflow,
+    or it has already ended (then `consequence` says what did not happen)."""
+    if error.status != RPCStatusCode.NOT_FOUND:
+        return error
+    try:
+        description = await handle.describe()
+    except RPCError:
+        return NotFound(f"{name} does not exist")
+    status = description.status.name.lower() if description.status else "unknown"
+    return Conflict(f"{name} has already ended ({status}); {consequence}")
 
 
 async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:

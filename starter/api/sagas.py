@@ -5,6 +5,7 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
 )
@@ -15,7 +16,7 @@ from infra.temporal import task_queue
 from models.chain import TimelineEntry
 from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
 from starter.api.chains import chain_timeline
-from starter.api.common import closed_with_result, kept_record
+from starter.api.common import Conflict, NotFound, closed_with_result, kept_record
 from workflows import search_attributes
 from workflows.saga import FINAL_RECORD_MEMO, Saga
 
@@ -72,7 +73,22 @@ async def saga_state(client: Client, saga_id: str) -> SagaState:
 
 
 async def cancel_saga(client: Client, saga_id: str) -> None:
-    await saga_handle(client, saga_id).cancel()
+    """Refused when the saga has ended: the server would accept the request and nothing would
+    run, so a caller would believe compensations are under way."""
+    handle = saga_handle(client, saga_id)
+    try:
+        description = await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFound(f"saga {saga_id!r} does not exist") from None
+        raise
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "unknown"
+        raise Conflict(
+            f"saga {saga_id!r} has already ended ({status}); nothing to cancel, "
+            "no compensation runs"
+        )
+    await handle.cancel()
 
 
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:

@@ -1,0 +1,97 @@
+"""What `coord` prints and exits with when a command cannot do what was asked: one line on
+stderr and a documented exit code per kind of problem (the README's table), never a traceback."""
+
+import re
+from enum import IntEnum
+
+from pydantic import ValidationError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from infra.devserver import PortInUse, ServerBinaryError
+from infra.payload_store import PayloadStoreError
+from infra.temporal import ServerUnreachable
+from models.specs import SpecError, describe_validation_error
+from starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
+from workflows.common import failure_message
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    REFUSED = 1
+    """The input was refused: a spec, option or payload that does not validate, an unknown
+    agent, an event that could not be delivered, an operation a workflow refused."""
+    USAGE = 2
+    """The command line itself: an unknown option, a missing argument (click's own code)."""
+    SAGA_NOT_COMPLETED = 3
+    """`saga start --wait`: the saga ended compensated or failed (its record is printed)."""
+    CONFLICT = 4
+    """The workflow's state forbids it: the id is already running, or it has already ended."""
+    NOT_FOUND = 5
+    """No such saga, chain, aggregator or workflow."""
+    UNREACHABLE = 6
+    """No Temporal server answers at the configured address."""
+    SETUP_NEEDED = 7
+    """The server lacks the project's search attributes: run `coord setup`."""
+    SERVER_NOT_STARTED = 8
+    """The embedded server cannot start: a port is taken, or its binary is not the pinned one."""
+    NO_WORKER = 9
+    """`saga start --wait`: no worker polled the task queue (the saga stays started)."""
+    INTERNAL = 70
+    """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
+    INTERRUPTED = 130
+    """Ctrl-C (SIGINT)."""
+    TERMINATED = 143
+    """SIGTERM: servers and workers started by the command were shut down first."""
+
+
+MISSING_SEARCH_ATTRIBUTE = re.compile(r"no mapping defined for search attribute (\w+)")
+CLASS_PREFIX = re.compile(r"^(?:\w+(?:Error|Exception): )+")
+
+
+def one_line(message: str) -> str:
+    """The first line, without a leading `ValueError: ` (the user needs the words, not the
+    exception class; multi-line messages such as CEL's carets add nothing on a terminal)."""
+    first = (message.strip().splitlines() or [""])[0]
+    return CLASS_PREFIX.sub("", first.strip())
+
+
+def rpc_failure(error: RPCError) -> tuple[ExitCode, str]:
+    missing = MISSING_SEARCH_ATTRIBUTE.search(error.message)
+    if missing:
+        return ExitCode.SETUP_NEEDED, (
+            f"the server does not know the search attribute {missing.group(1)}; "
+            "register the project's search attributes once with `coord setup`"
+        )
+    if error.status == RPCStatusCode.NOT_FOUND:
+        return ExitCode.NOT_FOUND, error.message
+    if error.status == RPCStatusCode.ALREADY_EXISTS:
+        return ExitCode.CONFLICT, error.message
+    if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        return ExitCode.UNREACHABLE, f"the Temporal server did not answer: {error.message}"
+    return ExitCode.REFUSED, error.message
+
+
+def failure_exit(error: BaseException) -> tuple[ExitCode, str] | None:
+    """The exit code and the line to print for an error a user can cause, or None for a bug."""
+    match error:
+        case Conflict() | WorkflowAlreadyStartedError():
+            return ExitCode.CONFLICT, str(error)
+        case NotFound():
+            return ExitCode.NOT_FOUND, str(error)
+        case NoWorker():
+            return ExitCode.NO_WORKER, str(error)
+        case ServerUnreachable():
+            return ExitCode.UNREACHABLE, str(error)
+        case PortInUse() | ServerBinaryError():
+            return ExitCode.SERVER_NOT_STARTED, str(error)
+        case RPCError():
+            return rpc_failure(error)
+        case ValidationError():
+            return ExitCode.REFUSED, describe_validation_error(error)
+        case WorkflowUpdateFailedError() | WorkflowFailureError():
+            return ExitCode.REFUSED, failure_message(error)
+        case SpecError() | Undeliverable() | PayloadStoreError():
+            return ExitCode.REFUSED, str(error)
+    return None

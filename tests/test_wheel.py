@@ -1,0 +1,136 @@
+"""The built package runs: the wheel, installed with its dependencies into a fresh virtualenv
+(as `pip install .` in the Dockerfile does), works from outside the checkout."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.workers import stop_process_group
+
+SHIPPED = ("models", "workflows", "activities", "starter", "infra")
+"""The top-level packages the wheel ships (bench and tests stay in the checkout)."""
+
+LOCAL_STATE = (".venv", ".git", ".temporal", "build", "*.egg-info", "__pycache__", "*_cache")
+
+pytestmark = pytest.mark.slow
+
+
+def shipped_modules() -> list[str]:
+    """Every module of the shipped packages, found in the checkout, so a package that
+    discovery missed fails the import (`__main__` modules run `coord`: --help covers them)."""
+    modules = ["worker"]
+    for package in SHIPPED:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path.name == "__main__.py":
+                continue
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return modules
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
+    done = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, f"{argv}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], deadline: float) -> None:
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the server exited"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+@contextmanager
+def background(
+    argv: list[str], cwd: Path, env: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
+    log = (cwd / f"{Path(argv[0]).name}-{argv[1]}.log").open("wb")
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=log, stderr=log, start_new_session=True
+    )
+    try:
+        yield process
+    finally:
+        stop_process_group(process)
+        log.close()
+
+
+def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    # A clean environment (no TEMPORAL_* or COORD_*), but pip's own settings, as a user has.
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME") or k.startswith("PIP_")}
+    # A copy, since setuptools builds in the source tree (build/, *.egg-info).
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LOCAL_STATE))
+    run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(source)],
+        outside,
+        env,
+    )
+    (wheel,) = tmp_path.glob("event_coordinator-*.whl")
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", str(venv)], outside, env)
+    bin_dir = venv / "bin"
+    run(
+        [str(bin_dir / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+        outside,
+        env,
+        timeout=600,
+    )
+
+    script = (
+        "import importlib, json, pathlib, sys\n"
+        "found = {m: importlib.import_module(m).__file__ for m in sys.argv[1:]}\n"
+        "typed = [p for p in sys.argv[1:] if '.' not in p and p != 'worker'\n"
+        "         and not (pathlib.Path(found[p]).parent / 'py.typed').exists()]\n"
+        "print(json.dumps({'files': found, 'untyped': typed}))\n"
+    )
+    imported = json.loads(
+        run([str(bin_dir / "python"), "-c", script, *shipped_modules()], outside, env)
+    )
+    assert imported["untyped"] == []
+    assert all(str(venv) in file for file in imported["files"].values())
+
+    coord = str(bin_dir / "coord")
+    assert "Usage: coord" in run([coord, "--help"], outside, env)
+    assert run([coord, "--version"], outside, env).startswith("coord 0.1.0")
+
+    port, ui_port = free_port(), free_port()
+    server_env = {**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}", "COORD_DEMO_AGENTS": "1"}
+    spec = outside / "saga.yaml"
+    spec.write_text(
+        "saga_id: wheel\n"
+        "steps:\n"
+        "  - {name: DeployToStaging, compensation: RemoveFromStaging}\n"
+        "  - {name: RunE2ETests}\n"
+    )
+    server = [coord, "server", "--port", str(port), "--ui-port", str(ui_port)]
+    with background([*server, "--db-file", str(outside / "coord.db")], outside, env) as process:
+        wait_listening(port, process, time.monotonic() + 60)
+        with background([coord, "worker"], outside, server_env):
+            out = run([coord, "saga", "start", str(spec), "--wait"], outside, server_env, 120)
+    assert json.loads(out.split("\n", 1)[1])["status"] == "completed"

@@ -1,0 +1,151 @@
+"""A worker SIGKILLed mid-step, mid-compensation and mid-agent: a new worker process finishes
+the work, and the histories show every compensation and every agent run completed once."""
+
+import asyncio
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+
+from models.chain import ChainSpec, ChainStatus
+from models.envelope import EventEnvelope
+from models.saga import SagaSpec, SagaStatus
+from models.specs import read_document
+from starter import api
+from starter.progress import activity_names
+from tests.conftest import FEATURE_DEPLOYMENT, ROOT
+from tests.workers import worker_process
+
+USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
+
+
+async def completed_activities(client: Client, handle: WorkflowHandle[Any, Any]) -> Counter[str]:
+    """How many times each activity (by the summary the workflow gave it) completed."""
+    names: dict[int, str] = {}
+    completed: Counter[str] = Counter()
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            summary = client.data_converter.payload_converter.from_payload(
+                event.user_metadata.summary, str
+            )
+            names[event.event_id] = summary
+        elif event.HasField("activity_task_completed_event_attributes"):
+            completed[names[event.activity_task_completed_event_attributes.scheduled_event_id]] += 1
+    return completed
+
+
+async def wait_running(
+    client: Client, handle: WorkflowHandle[Any, Any], activity: str, timeout: float = 60
+) -> None:
+    """Until a worker has started the activity whose summary starts with `activity`."""
+
+    async def running() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        started = {
+            p.activity_id
+            for p in pending
+            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        }
+        names = await activity_names(client, handle) if started else {}
+        return any(names[i].startswith(activity) for i in started)
+
+    async def poll() -> None:
+        while not await running():
+            await asyncio.sleep(0.1)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def saga(**changes: Any) -> SagaSpec:
+    """The seed's saga with a unique id; `changes` merge into steps by name."""
+    data = read_document(FEATURE_DEPLOYMENT)
+    data["saga_id"] = f"kill-{uuid.uuid4().hex[:8]}"
+    for step in data["steps"]:
+        step.update(changes.get(step["name"], {}))
+    data["input"] = {**data["input"], **changes.get("input", {})}
+    return SagaSpec.model_validate(data)
+
+
+async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    spec = saga(
+        RunE2ETests={"heartbeat_timeout": "1s", "timeout": "30s"},
+        input={"inject": {"slow": {"RunE2ETests": 3}}},
+    )
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await wait_running(client, handle, "RunE2ETests")
+        first.kill()
+    async with worker_process(client, task_queue, log):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 90)
+    assert state.status == SagaStatus.COMPLETED
+    completed = await completed_activities(client, handle)
+    assert completed == Counter({step.name: 1 for step in spec.steps})
+
+
+async def test_a_worker_killed_mid_compensation_each_compensation_completes_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    spec = saga(
+        DeployToProduction={"retry": {"max_retries": 0}},
+        DeployToStaging={"compensation_timeout": "4s"},
+        input={"inject": {"fail": ["DeployToProduction"], "slow": {"RemoveFromStaging": 2}}},
+    )
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await wait_running(client, handle, "compensate: RemoveFromStaging")
+        first.kill()
+    async with worker_process(client, task_queue, log):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 90)
+    assert state.status == SagaStatus.COMPENSATED
+    assert [c.compensate for c in state.compensations] == [
+        "RollbackProduction",
+        "RemoveFromStaging",
+    ]
+    completed = await completed_activities(client, handle)
+    assert completed["compensate: RollbackProduction"] == 1
+    assert completed["compensate: RemoveFromStaging"] == 1
+
+
+async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    document = read_document(USER_STORY)
+    for subscription in document["subscriptions"]:
+        # Agents running beside the slow one die with the worker too: without a heartbeat
+        # timeout the server would wait for their whole start-to-close timeout to retry them.
+        subscription["heartbeat_timeout"] = "1s"
+    spec = ChainSpec.model_validate(document)
+    correlation_id = f"kill-{uuid.uuid4().hex[:8]}"
+    approved = EventEnvelope.new(
+        "UserStoryApproved",
+        "/product-strategist",
+        payload={"inject": {"slow": {"backend-architect": 3}}},
+        correlation_id=correlation_id,
+        topic="project.tasks",
+    )
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        await api.publish(client, approved)
+        handle = api.chain_handle(client, correlation_id)
+        await wait_running(client, handle, "backend-architect")
+        first.kill()
+    async with worker_process(client, task_queue, log):
+        state = await asyncio.wait_for(handle.result(), 90)
+        timeline = await api.chain_timeline(client, correlation_id)
+    assert state.status == ChainStatus.COMPLETED
+    assert state.received == state.events_seen + state.duplicates + state.rejected_count
+    assert state.dead_lettered == 0
+    events = Counter(entry.event for entry in timeline)
+    assert events["TestingCompleted"] == 1
+    assert all(count == 1 for count in events.values()), events
+    runs = await completed_activities(client, handle)
+    assert len(runs) == len(spec.subscriptions)
+    assert all(count == 1 for count in runs.values()), runs

@@ -1,0 +1,90 @@
+"""A worker in its own process (`coord worker`), as deployed, so a test can SIGKILL it: no
+`finally`, no graceful shutdown, whatever it was doing is cut off."""
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from temporalio.client import Client
+
+from starter.progress import task_queue_pollers
+
+COORD = str(Path(sys.executable).parent / "coord")
+
+
+def stop_process_group(process: "subprocess.Popen[bytes]", timeout: float = 15) -> None:
+    """SIGTERM the process and its children (a `coord server`'s Temporal binary), SIGKILL them
+    if they are still there after `timeout`."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+class WorkerProcess:
+    """One `coord worker` process serving `task_queue` on the client's server."""
+
+    def __init__(self, process: "subprocess.Popen[bytes]") -> None:
+        self.process = process
+        self.identity = f"{process.pid}@{socket.gethostname()}"
+
+    @classmethod
+    async def start(cls, client: Client, task_queue: str, log: Path, *args: str) -> "WorkerProcess":
+        """Start it and return once it polls the queue (the SDK's default identity is
+        pid@host)."""
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "TEMPORAL_NAMESPACE": client.namespace,
+            "COORD_TASK_QUEUE": task_queue,
+            "COORD_DEMO_AGENTS": "1",
+        }
+        with log.open("ab") as output:
+            process = subprocess.Popen(
+                [COORD, "worker", *args],
+                env=env,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,
+            )
+        worker = cls(process)
+        await worker.wait_polling(client, task_queue)
+        return worker
+
+    async def wait_polling(self, client: Client, task_queue: str, timeout: float = 60) -> None:
+        async def polling() -> None:
+            while self.identity not in await task_queue_pollers(client, task_queue):
+                if self.process.poll() is not None:
+                    raise AssertionError(f"worker exited with {self.process.returncode}")
+                await asyncio.sleep(0.1)
+
+        await asyncio.wait_for(polling(), timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the process (and any agent child it started) ends on the spot."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        stop_process_group(self.process)
+
+
+@asynccontextmanager
+async def worker_process(
+    client: Client, task_queue: str, log: Path, *args: str
+) -> AsyncIterator[WorkerProcess]:
+    """A worker process that is gone when the block ends, whatever happened in it."""
+    worker = await WorkerProcess.start(client, task_queue, log, *args)
+    try:
+        yield worker
+    finally:
+        worker.stop()
