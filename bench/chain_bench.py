@@ -1,8 +1,10 @@
 """Reactive chain benchmark: events per second into one chain and the latency from publish to the
 subscribed agent's start, against a hand-written temporalio workflow doing the same work; then a
-soak of many events through one chain across continue-as-new, with the worker's peak memory.
+soak: R runs in a row of M events from 10 publishers at full speed into one chain, across
+continue-as-new, each checking that every event is accounted for (`received = seen + duplicates +
+rejected`, nothing parked) and every `state` query sent meanwhile is answered.
 
-    .venv/bin/python -m bench.chain_bench [--events N] [--soak-events M]
+    .venv/bin/python -m bench.chain_bench [--events N] [--soak-events M] [--soak-runs R]
 
 Why the comparison is fair: both sides run on the same Temporal server, through the same client
 (same data converter), in the same process, one after the other, each with a worker of its own on
@@ -32,15 +34,14 @@ from typing import Any
 
 from temporalio import activity, workflow
 
-from bench.server import bench_server
-from infra.process import exit_without_teardown
-
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
     from activities.agents import AgentRegistry
     from activities.context import AgentContext
+    from bench.server import bench_server
+    from infra.process import exit_without_teardown
     from models.chain import ChainSpec, ChainState
     from models.envelope import EventEnvelope
     from starter import api
@@ -52,7 +53,9 @@ PROBE_AGENT = "bench_probe"
 SOAK_AGENT = "bench_soak"
 SOAK_FILTER = "payload.n % 1000 == 0"
 COMPARISON_SENDERS = 10
-SOAK_SENDERS = 20
+SOAK_SENDERS = 10
+QUERY_EVERY = 0.5
+QUERY_TIMEOUT = 30.0
 MAX_CONCURRENCY = 50
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
 
@@ -296,54 +299,119 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def run_soak(client: Client, registry: AgentRegistry, events: int) -> bool:
-    """Returns whether the chain saw every event exactly once."""
+@dataclass
+class QueryProbe:
+    """`state` queries sent while a soak publishes: how many were answered, how long they took,
+    and the ones that were not."""
+
+    latencies: list[float] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
+
+    async def run(self, client: Client, correlation_id: str, done: asyncio.Event) -> None:
+        while not done.is_set():
+            begin = time.perf_counter()
+            try:
+                await asyncio.wait_for(api.chain_state(client, correlation_id), QUERY_TIMEOUT)
+                self.latencies.append(time.perf_counter() - begin)
+            except Exception as error:  # every failure is a finding of the soak, reported
+                self.unanswered.append(f"{type(error).__name__}: {error}")
+            await asyncio.sleep(QUERY_EVERY)
+
+
+@dataclass(frozen=True)
+class SoakRun:
+    events: int
+    wall: float
+    published: float
+    runs: int
+    state: ChainState
+    parked: int
+    queries: QueryProbe
+
+    @property
+    def accounted(self) -> bool:
+        """Every event received once, and `received = seen + duplicates + rejected`."""
+        state = self.state
+        identity = state.received == state.events_seen + state.duplicates + state.rejected_count
+        return identity and state.events_seen == self.events
+
+    @property
+    def ok(self) -> bool:
+        return self.accounted and self.parked == 0 and not self.queries.unanswered
+
+
+async def run_soak(client: Client, registry: AgentRegistry, events: int) -> SoakRun | None:
+    """One soak: `events` from `SOAK_SENDERS` publishers at full speed into one new chain, with
+    `state` queries meanwhile; None when the chain does not end after `close`."""
     queue, correlation_id = unique("bench-soak-tq"), unique("bench-soak")
     spec = bench_spec("bench-soak", SOAK_AGENT, SOAK_FILTER)
-    before = peak_rss_mib()
+    queries, published_all = QueryProbe(), asyncio.Event()
     async with build_worker(client, queue, registry):
         handle = await api.start_chain(client, spec, correlation_id, queue=queue)
         await api.chain_state(client, correlation_id)
         begin = time.perf_counter()
+        querying = asyncio.create_task(queries.run(client, correlation_id, published_all))
 
         async def send(n: int) -> None:
             await api.publish(client, envelope(n, correlation_id))
 
         await send_all(events, SOAK_SENDERS, send)
         published = time.perf_counter() - begin
+        published_all.set()
+        await querying
         await api.close_chain(client, correlation_id)
         try:
-            state = await asyncio.wait_for(handle.result(), timeout=180)
+            state = await asyncio.wait_for(handle.result(), timeout=300)
         except TimeoutError:
-            stuck = await api.chain_state(client, correlation_id)
-            runs = await count_runs(client, handle.id)
-            print(
-                f"soak FAILED: the chain did not end within 180s of `close` "
-                f"(runs: {runs}, status: {stuck.status.value}, "
-                f"events_seen: {stuck.events_seen}/{events})"
-            )
             await handle.terminate("bench: the chain did not end after close")
-            return False
+            return None
         wall = time.perf_counter() - begin
-    after = peak_rss_mib()
+        parked = len(await api.dlq_entries(client, queue=queue))
     runs = await count_runs(client, handle.id)
-    matched = len(range(0, events, 1000))
+    return SoakRun(events, wall, published, runs, state, parked, queries)
+
+
+def print_soak(number: int, soak: SoakRun) -> None:
+    state, queries = soak.state, soak.queries
+    answered = len(queries.latencies)
+    p95 = percentile(queries.latencies, 0.95) if queries.latencies else 0.0
     print(
-        f"soak: {events} events through one chain ({SOAK_SENDERS} senders, subscription "
-        f"filter `{SOAK_FILTER}` matches {matched})"
+        f"{number:>3} {soak.wall:7.1f} {soak.events / soak.published:8.1f} {soak.runs:5d} "
+        f"{state.received:9d} {state.events_seen:6d} {state.duplicates:5d} "
+        f"{state.rejected_count:5d} {soak.parked:7d} "
+        f"{answered:>4}/{answered + len(queries.unanswered):<4} {p95 * 1000:8.0f} "
+        f"{'ok' if soak.ok else 'FAILED'}"
     )
-    print(f"  wall time          {wall:8.1f} s   (publishing {published:.1f} s)")
-    print(f"  events/s           {events / wall:8.1f}     (publishing {events / published:.1f})")
-    print(f"  runs               {runs:8d}     ({runs - 1} continue-as-new)")
-    print(f"  events_seen        {state.events_seen:8d}     (expected {events})")
-    print(f"  duplicates         {state.duplicates:8d}")
-    print(f"  rejected           {len(state.rejected):8d}")
-    print(f"  status             {state.status.value:>8}")
+    for failure in queries.unanswered[:3]:
+        print(f"      unanswered query: {failure}")
+
+
+async def run_soaks(client: Client, registry: AgentRegistry, events: int, rounds: int) -> bool:
+    """`rounds` soaks in a row; returns whether every one accounted for every event, parked
+    nothing and answered every query."""
+    before = peak_rss_mib()
     print(
-        f"  worker peak RSS    {after:8.1f} MiB (+{after - before:.1f} MiB over {before:.1f} MiB "
-        "before the soak; worker and publisher share this process)"
+        f"soak: {rounds} runs of {events} events into one chain each, {SOAK_SENDERS} publishers "
+        f"at full speed, a `state` query every {QUERY_EVERY}s meanwhile (subscription filter "
+        f"`{SOAK_FILTER}`)"
     )
-    return state.events_seen == events
+    print(
+        "run  wall s  pub ev/s  runs  received   seen  dups  rej.  parked  queries  q p95 ms"
+    )
+    results = []
+    for number in range(1, rounds + 1):
+        soak = await run_soak(client, registry, events)
+        if soak is None:
+            print(f"{number:>3} FAILED: the chain did not end within 300s of `close`")
+            return False
+        print_soak(number, soak)
+        results.append(soak.ok)
+    after = peak_rss_mib()
+    print(
+        f"  worker peak RSS {after:.1f} MiB (+{after - before:.1f} MiB over {before:.1f} MiB "
+        "before the soaks; worker and publishers share this process)"
+    )
+    return all(results)
 
 
 # Wiring.
@@ -372,7 +440,7 @@ async def temporal(soak_events: int) -> AsyncIterator[Client]:
         yield client
 
 
-async def run(events: int, soak_events: int) -> int:
+async def run(events: int, soak_events: int, soak_runs: int) -> int:
     probe = StartRecorder()
     registry = bench_registry(probe)
     async with temporal(soak_events) as client:
@@ -386,16 +454,17 @@ async def run(events: int, soak_events: int) -> int:
             f"duplicates {state.duplicates})"
         )
         print()
-        ok = await run_soak(client, registry, soak_events)
+        ok = await run_soaks(client, registry, soak_events, soak_runs)
     return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=500, help="events per comparison side")
-    parser.add_argument("--soak-events", type=int, default=20_000, help="events in the soak")
+    parser.add_argument("--soak-events", type=int, default=20_000, help="events per soak run")
+    parser.add_argument("--soak-runs", type=int, default=5, help="soak runs in a row")
     args = parser.parse_args(argv)
-    return asyncio.run(run(args.events, args.soak_events))
+    return asyncio.run(run(args.events, args.soak_events, args.soak_runs))
 
 
 if __name__ == "__main__":
