@@ -2,11 +2,15 @@
 queue, across a worker restart and continue-as-new (issue 10, item 7)."""
 
 import asyncio
+import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import aioboto3
+import pytest
+from moto.server import ThreadedMotoServer
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
@@ -18,7 +22,12 @@ from temporalio.converter import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from infra.payload_store import DEFAULT_THRESHOLD, DirectoryDriver, PayloadStoreSettings
+from infra.payload_store import (
+    DEFAULT_THRESHOLD,
+    DirectoryDriver,
+    PayloadStoreSettings,
+    data_converter,
+)
 from models.aggregator import AggregatorStatus
 from models.chain import ChainStatus
 from models.envelope import EventEnvelope
@@ -252,3 +261,37 @@ async def test_a_reference_whose_object_is_gone_reads_as_an_unavailable_payload(
     assert "not in the payload store" in value["payload_unavailable"]["reason"]
     forged_value = pydantic_data_converter.payload_converter.from_payload(forged)
     assert forged_value["payload_unavailable"]["reason"] == "not a SHA-256 reference"
+
+
+@pytest.fixture
+def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A local S3-compatible server (moto's), reached through the standard AWS variables."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for name, value in {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    yield "coord-payloads"
+    server.stop()
+
+
+async def test_an_s3_compatible_store_keeps_large_payloads_by_reference(s3_server: str) -> None:
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.create_bucket(Bucket=s3_server)
+        converter = data_converter(PayloadStoreSettings(f"s3://{s3_server}", DEFAULT_THRESHOLD))
+        event = large("DesignNote", "story-s3", MB)
+        [stored] = await converter.encode([event.model_dump(mode="json")])
+        objects = await s3.list_objects_v2(Bucket=s3_server)
+    assert stored.ByteSize() < 1024
+    assert stored.external_payloads[0].size_bytes > MB
+    assert objects["KeyCount"] == 1
+    [value] = await converter.decode([stored], [EventEnvelope])
+    assert value == event
