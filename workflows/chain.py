@@ -66,11 +66,12 @@ LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
 PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 SETTLE_PATCH = "chain-await-every-send"
 FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
-EVENTS_PER_TASK = 500
+EVENTS_PER_TASK = 100
 EVENT_BYTES_PER_TASK = 512 * 1024
 """What one workflow task handles at most. Each event may send commands (forwards to listeners,
 parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
-and a long task holds queries back."""
+a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
+takes a few ms an event)."""
 NEXT_TASK = timedelta(milliseconds=1)
 
 
