@@ -73,6 +73,11 @@ parking) whose payloads travel together in the task's completion, which the serv
 a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
 takes a few ms an event)."""
 NEXT_TASK = timedelta(milliseconds=1)
+RUN_HISTORY_BUDGET = 1_000
+"""History events after which a run continues-as-new even below the server's limits: a worker
+that lost the run from its cache (a restart, a failed task) replays it all within one workflow
+task, which must finish in 10 s even on a busy machine; a long run missing that, again and again,
+would take no event until the signal limit."""
 
 
 @workflow.defn(name="ReactiveChain")
@@ -283,21 +288,24 @@ class ReactiveChain:
     def _should_continue_as_new(self) -> bool:
         return self._continue_as_new_due() and not self._running and not self._outbound
 
+    def _history_budget(self) -> int:
+        """Events may arrive far faster than the chain takes them: it continues-as-new at a
+        quarter of the server's limit on signals per run (this run's history holds every signal
+        it received), leaving the rest for what arrives meanwhile, or at `RUN_HISTORY_BUDGET`."""
+        return min(self._signals_per_run // 4, RUN_HISTORY_BUDGET)
+
     def _continue_as_new_due(self) -> bool:
-        """When the server suggests it, or when this run's history, which holds every signal
-        it received, reaches a quarter of the server's limit on signals per run: events may
-        arrive far faster than the chain takes them, and the rest of the way is their room."""
         info = workflow.info()
         if info.is_continue_as_new_suggested():
             return True
-        budget = self._signals_per_run // 4
-        return info.get_current_history_length() >= budget and workflow.patched(FLOOD_PATCH)
+        due = info.get_current_history_length() >= self._history_budget()
+        return due and workflow.patched(FLOOD_PATCH)
 
     def _holding_events(self) -> bool:
-        """From half the limit on, new events wait in the inbox for the next run (they are
+        """From twice the budget on, new events wait in the inbox for the next run (they are
         carried), so that the forwards and agent runs they would start cannot keep this run from
         continuing-as-new."""
-        overdue = workflow.info().get_current_history_length() >= self._signals_per_run // 2
+        overdue = workflow.info().get_current_history_length() >= 2 * self._history_budget()
         return overdue and workflow.patched(FLOOD_PATCH)
 
     def _dispatchable(self) -> bool:
