@@ -66,10 +66,14 @@ def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None
             )
         ),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        "task_timeout": CHAIN_TASK_TIMEOUT,
     }
 
 
 SIGNALS_PER_RUN_ENV = "COORD_SIGNALS_PER_RUN"
+CHAIN_TASK_TIMEOUT = timedelta(seconds=30)
+"""Three times Temporal's default, inherited across continue-as-new: a busy worker that must
+replay a run under a flood finishes the replay instead of timing out and starting over."""
 PUBLISH_PATIENCE = timedelta(seconds=60)
 """How long a publish waits, retrying, for a chain that is at the server's limit to continue."""
 
