@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -161,9 +162,8 @@ async def test_saga_events_reach_the_correlation_chain_and_the_saga_record(
 async def test_a_failed_saga_records_the_seed_failure_and_compensation_events(
     client: Client, task_queue: str
 ) -> None:
-    state = await run_recorded(
-        client, task_queue, failing_at("DeployToProduction"), RecordingAgents()
-    )
+    spec = failing_at("DeployToProduction")
+    state = await run_recorded(client, task_queue, spec, RecordingAgents())
     assert [e.event for e in state.events] == [
         *SEED_SUCCESS_EVENTS,
         "ProductionFailed",
@@ -173,6 +173,9 @@ async def test_a_failed_saga_records_the_seed_failure_and_compensation_events(
     failed = state.events[4]
     assert failed.payload["error"]["type"] == "temporary_failure"
     assert [e.causation_id for e in state.events[1:]] == [e.event_id for e in state.events[:-1]]
+    history = await api.saga_handle(client, spec.saga_id).fetch_history()
+    sent = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    assert sum(event.event_type == sent for event in history.events) == 1  # no chain: one try
 
 
 async def test_coord_events_shows_the_saga_events_when_no_chain_runs(

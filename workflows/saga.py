@@ -7,7 +7,6 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 """
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -50,6 +49,8 @@ T = TypeVar("T")
 SAGA_EVENTS_PATCH = "saga-events-to-chain"
 """Runs started after this patch announce their events to the correlation's chain and keep
 their final record in the memo when cancelled; older runs replay without either."""
+CHAIN_SEND_ONCE_PATCH = "saga-stops-sending-to-a-missing-chain"
+"""Runs after this patch stop sending events once a send finds no running chain."""
 FINAL_RECORD_MEMO = "saga_state"
 """The memo key of a cancelled saga's final record (a cancelled run has no result)."""
 CANCELLED_STEP = {"failure": {"type": "cancelled", "message": "cancelled while running"}}
@@ -87,6 +88,9 @@ class Saga:
         later steps and compensations receive as inputs."""
         self._announcing = False
         self._announcements: list[asyncio.Task[None]] = []
+        self._chain_reachable = True
+        """False once a send found no running chain: later events stay in the record only,
+        so a saga without a chain pays one failed signal, not one per event."""
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
@@ -379,7 +383,7 @@ class Saga:
                 causes=[cause for cause in [header.causation_id] if cause],
             )
         )
-        if self._announcing:
+        if self._announcing and self._chain_reachable:
             self._announcements.append(asyncio.create_task(self._signal_chain(envelope)))
         return envelope
 
@@ -387,8 +391,10 @@ class Saga:
         """Publish into the chain of the saga's correlation; when none runs, the saga's own
         record still has the event."""
         chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
-        with contextlib.suppress(ApplicationError):
+        try:
             await chain.signal("event", envelope.model_dump(mode="json"))
+        except ApplicationError:
+            self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
 
     def _keep_final_record(self) -> None:
         """A cancelled run has no result to carry the record, so the memo keeps it, readable
