@@ -2,8 +2,10 @@
 failure type, and replay 1,000 in bulk, all through the project's API.
 
 Each entry is its own `DeadLetterEntry` workflow, so parking is a workflow start, listing and
-counting are visibility queries, and a bulk replay is one update per entry. The replayed events go
-to a small sink workflow that counts what reaches it. Bounded by --deadline.
+counting are visibility queries, and a bulk replay is one update per entry. The entries are parked
+while no worker runs (as during a bad deploy), so listing and counting read visibility alone; a
+worker then starts and the bulk replay goes through it. The replayed events go to a small sink
+workflow that counts what reaches it. Bounded by --deadline; each phase prints as it ends.
 
     .venv/bin/python -m bench.dlq_bench [--entries 20000] [--replay 1000] [--deadline 900]
 """
@@ -18,14 +20,13 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 
-from bench.server import bench_server
-from infra.process import exit_without_teardown
-
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
     from activities.delivery import park_dead_letter
+    from bench.server import bench_server
+    from infra.process import exit_without_teardown
     from models.dlq import DeadLetter, DlqCounts, DlqSelection
     from models.envelope import EventEnvelope
     from starter import api
@@ -85,11 +86,14 @@ def letters(entries: int, replayed: int, sink: str) -> list[DeadLetter]:
 
 
 async def park_all(client: Client, queue: str, parked: list[DeadLetter]) -> None:
-    pending = iter(parked)
+    pending = iter(enumerate(parked, 1))
+    started = time.perf_counter()
 
     async def parker() -> None:
-        for letter in pending:
+        for n, letter in pending:
             await park_dead_letter(client, letter, queue)
+            if n % 2000 == 0:
+                print(f"  {n} parked ({time.perf_counter() - started:.0f}s)", flush=True)
 
     await asyncio.gather(*(parker() for _ in range(PARKERS)))
 
@@ -135,10 +139,7 @@ async def bench(entries: int, replay: int, page_size: int) -> int:
         queue = f"bench-dlq-{uuid.uuid4().hex[:8]}"
         sink_queue = f"{queue}-sink"
         print(f"server: {where}; {entries} entries, {replay} replayed in bulk", flush=True)
-        async with (
-            build_worker(client, queue),
-            Worker(client, task_queue=sink_queue, workflows=[BenchSink]),
-        ):
+        async with Worker(client, task_queue=sink_queue, workflows=[BenchSink]):
             sink = await client.start_workflow(
                 BenchSink.run, id=f"bench-sink-{uuid.uuid4().hex[:8]}", task_queue=sink_queue
             )
@@ -161,13 +162,15 @@ async def bench(entries: int, replay: int, page_size: int) -> int:
                     client, DlqSelection(failure_type=REPLAYED_TYPE), queue=queue
                 ),
             )
-            outcomes = await timed(
-                f"bulk replay {len(chosen)}", lambda: api.dlq_replay_many(client, chosen)
-            )
-            received, after = await timed(
-                "until the sink and the counts show them",
-                lambda: settled(client, queue, sink, replay),
-            )
+            async with build_worker(client, queue):
+                outcomes = await timed(
+                    f"bulk replay {len(chosen)} (worker started now)",
+                    lambda: api.dlq_replay_many(client, chosen),
+                )
+                received, after = await timed(
+                    "until the sink and the counts show them",
+                    lambda: settled(client, queue, sink, replay),
+                )
         replayed = sum(1 for outcome in outcomes if outcome.status == "replayed")
         print(f"  {replayed} replayed, {received} events reached the sink")
         print(f"  {REPLAYED_TYPE}: {after.total.replayed} replayed, {after.total.parked} parked")
