@@ -44,16 +44,14 @@ from workflows import search_attributes
 async def parked(
     client: Client, task_queue: str, count: int, selection: DlqSelection | None = None
 ) -> list[EntrySummary]:
-    """The entries once visibility lists `count` of them (it is eventually consistent)."""
-    found: list[EntrySummary] = []
+    """The entries once visibility counts `count` of them (it is eventually consistent)."""
+    query = api.dlq_query(selection, queue=task_queue)
 
     async def enough() -> bool:
-        nonlocal found
-        found = await api.dlq_entries(client, selection, queue=task_queue)
-        return len(found) >= count
+        return (await client.count_workflows(query)).count >= count
 
-    await eventually(enough)
-    return found
+    await eventually(enough, timeout=60)
+    return await api.dlq_entries(client, selection, queue=task_queue)
 
 
 def letter(target: str, *, event_type: str = "DeployCommand", **fields: Any) -> DeadLetter:

@@ -37,6 +37,9 @@ from workflows.common import failure_message
 from workflows.dlq import DeadLetterEntry
 
 DEFAULT_PAGE_SIZE = 50
+LIST_PAGE_SIZE = 500
+"""Entries per visibility page when every page is read; small enough that one page answers
+quickly on a busy server."""
 BULK_CONCURRENCY = 20
 """Updates a bulk replay or archive keeps in flight at once."""
 
@@ -102,7 +105,7 @@ async def dlq_entries(
     query = dlq_query(selection, queue=queue)
     return [
         await summary_of(execution.memo)
-        async for execution in client.list_workflows(query, page_size=1000)
+        async for execution in client.list_workflows(query, page_size=LIST_PAGE_SIZE)
     ]
 
 
