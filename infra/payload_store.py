@@ -41,6 +41,7 @@ from temporalio.converter import (
 )
 
 from infra.logs import get_logger
+from infra.s3_store import s3_driver
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
@@ -158,9 +159,8 @@ def _s3_driver(location: str) -> StorageDriver:
     if not bucket or "/" in bucket:
         raise PayloadStoreError(f"{STORE_ENV}: {location!r} should be s3://BUCKET")
     try:
-        from infra.s3_store import s3_driver
+        return s3_driver(bucket)
     except ImportError:
         raise PayloadStoreError(
             f"{STORE_ENV}: {location!r} needs the s3 extra (pip install 'event-coordinator[s3]')"
         ) from None
-    return s3_driver(bucket)
