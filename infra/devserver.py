@@ -16,6 +16,7 @@ from temporalio.api.operatorservice.v1 import (
     ListSearchAttributesRequest,
 )
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from infra.payload_store import data_converter
@@ -107,12 +108,16 @@ async def embedded_server(
 async def register_search_attributes(client: Client) -> list[str]:
     """For servers started without `--search-attribute` (a plain `temporal server start-dev`,
     the time-skipping test server): adds the missing ones, returns their names."""
-    existing = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=client.namespace)
-    )
-    missing = [
-        key.name for key in search_attributes.ALL if key.name not in existing.custom_attributes
-    ]
+    try:
+        existing = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+        known = set(existing.custom_attributes)
+    except RPCError as error:
+        if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server
+            raise
+        known = set()
+    missing = [key.name for key in search_attributes.ALL if key.name not in known]
     if missing:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(

@@ -91,12 +91,12 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
         outside,
         env,
     )
-    (wheel,) = tmp_path.glob("event_coordinator-*.whl")
+    (wheel,) = tmp_path.glob("event_coordinator-*.whl")  # with its s3 extra: infra.s3_store
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], outside, env)
     bin_dir = venv / "bin"
     run(
-        [str(bin_dir / "pip"), "install", "-q", "--disable-pip-version-check", str(wheel)],
+        [str(bin_dir / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[s3]"],
         outside,
         env,
         timeout=600,
