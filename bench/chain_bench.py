@@ -395,9 +395,7 @@ async def run_soaks(client: Client, registry: AgentRegistry, events: int, rounds
         f"at full speed, a `state` query every {QUERY_EVERY}s meanwhile (subscription filter "
         f"`{SOAK_FILTER}`)"
     )
-    print(
-        "run  wall s  pub ev/s  runs  received   seen  dups  rej.  parked  queries  q p95 ms"
-    )
+    print("run  wall s  pub ev/s  runs  received   seen  dups  rej.  parked  queries  q p95 ms")
     results = []
     for number in range(1, rounds + 1):
         soak = await run_soak(client, registry, events)

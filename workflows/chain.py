@@ -58,9 +58,6 @@ TIMELINE_BYTES = 8 * 1024 * 1024
 to the payload store by reference, but one run still holds it in memory and in its queries."""
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
-DISPATCH_HISTORY_LIMIT = 10_000
-"""While continue-as-new waits for running agents, dispatch goes on up to this history length,
-well below the server's hard limit (51,200 events), so the chain always gets to continue."""
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
 PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
@@ -318,13 +315,10 @@ class ReactiveChain:
 
     def _may_dispatch_before_continuing(self) -> bool:
         """Continue-as-new waits for the running agents; one slow agent must not hold the
-        queue meanwhile, so dispatch goes on (up to a bounded history)."""
-        info = workflow.info()
+        queue meanwhile, so dispatch goes on until the run holds new events back."""
         if not self._continue_as_new_due():
             return True
-        if self._holding_events():
-            return False
-        return self._keep_dispatching and info.get_current_history_length() < DISPATCH_HISTORY_LIMIT
+        return self._keep_dispatching and not self._holding_events()
 
     def _drain_inbox(self) -> bool:
         """Handles the waiting events, up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one
