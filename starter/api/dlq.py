@@ -11,7 +11,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from infra.temporal import task_queue
@@ -248,6 +253,10 @@ async def _updated(client: Client, entry_id: str, update: Awaitable[DlqEntry]) -
         return await update
     except WorkflowUpdateFailedError as error:
         raise Undeliverable(failure_message(error)) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise Undeliverable(
+            f"{entry_id}: no answer in time (is a worker running?); ask again: an entry acts once"
+        ) from None
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
