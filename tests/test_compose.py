@@ -13,7 +13,14 @@ from workflows import search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
-SEARCH_ATTRIBUTES = ("CorrelationId", "CoordPattern", "CoordStatus")
+SEARCH_ATTRIBUTES = (
+    "CorrelationId",
+    "CoordPattern",
+    "CoordStatus",
+    "CoordFailureType",
+    "CoordEventType",
+    "CoordTopic",
+)
 
 
 def services() -> dict[str, dict[str, Any]]:
