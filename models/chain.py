@@ -209,6 +209,32 @@ class TimelineEntry(BaseModel):
         """The Temporal CLI prints an empty list as `null`."""
         return [] if value is None else value
 
+    @classmethod
+    def recording(
+        cls,
+        envelope: EventEnvelope,
+        *,
+        seq: int,
+        correlation_id: str,
+        causes: list[str] | None = None,
+    ) -> "TimelineEntry":
+        """The row a workflow records for an event; without joined causes, its cause is its
+        causation id."""
+        header = envelope.event
+        return cls(
+            seq=seq,
+            time=header.timestamp,
+            event=header.type,
+            agent=header.source,
+            correlation_id=correlation_id,
+            event_id=header.id,
+            causation_id=header.causation_id,
+            topic=envelope.routing.topic,
+            priority=envelope.routing.priority,
+            payload=envelope.payload,
+            causes=causes or [cause for cause in [header.causation_id] if cause],
+        )
+
     def to_envelope(self) -> EventEnvelope:
         return EventEnvelope(
             event=EventHeader(

@@ -417,22 +417,12 @@ class ReactiveChain:
         self._state.events_seen += 1
         self._depths[header.id] = depth
         self._causes[header.id] = header.causation_id
-        causes = self._joined_causes.pop(header.id, None) or [
-            cause for cause in [header.causation_id] if cause
-        ]
         self._timeline.append(
-            TimelineEntry(
+            TimelineEntry.recording(
+                envelope,
                 seq=self._seq,
-                time=header.timestamp,
-                event=header.type,
-                agent=header.source,
                 correlation_id=self._state.correlation_id,
-                event_id=header.id,
-                causation_id=header.causation_id,
-                topic=envelope.routing.topic,
-                priority=envelope.routing.priority,
-                payload=envelope.payload,
-                causes=causes,
+                causes=self._joined_causes.pop(header.id, None),
             )
         )
         self._timeline_bytes += json_size(envelope.payload)

@@ -369,18 +369,9 @@ class Saga:
         """Record one of the saga's events with its time, and send it to the correlation's
         chain (in the background; the run waits for every send before it ends)."""
         envelope = self._event(event_type, payload=payload, source=source)
-        header = envelope.event
         self._state.events.append(
-            TimelineEntry(
-                seq=len(self._state.events) + 1,
-                time=header.timestamp,
-                event=header.type,
-                agent=header.source,
-                correlation_id=self._state.correlation_id,
-                event_id=header.id,
-                causation_id=header.causation_id,
-                payload=payload,
-                causes=[cause for cause in [header.causation_id] if cause],
+            TimelineEntry.recording(
+                envelope, seq=len(self._state.events) + 1, correlation_id=self._state.correlation_id
             )
         )
         if self._announcing and self._chain_reachable:
