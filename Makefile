@@ -21,7 +21,7 @@ test: $(INSTALLED) lint
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
-	$(BIN)/mypy .
+	$(BIN)/mypy
 
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)

@@ -9,18 +9,18 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.agent_kinds import load_agents
-from activities.agents import AgentActivities, AgentRegistry
-from activities.chains import ChainLookback
-from activities.delivery import Delivery
-from activities.demo import register_demo_agents
-from infra.logs import configure_logging, get_logger
-from infra.temporal import ConnectionSettings, task_queue
-from workflows.aggregator import Aggregator
-from workflows.arguments import SurplusArguments
-from workflows.chain import ReactiveChain
-from workflows.dlq import DeadLetterEntry
-from workflows.saga import Saga
+from coord.activities.agent_kinds import load_agents
+from coord.activities.agents import AgentActivities, AgentRegistry
+from coord.activities.chains import ChainLookback
+from coord.activities.delivery import Delivery
+from coord.activities.demo import register_demo_agents
+from coord.infra.logs import configure_logging, get_logger
+from coord.infra.temporal import ConnectionSettings, task_queue
+from coord.workflows.aggregator import Aggregator
+from coord.workflows.arguments import SurplusArguments
+from coord.workflows.chain import ReactiveChain
+from coord.workflows.dlq import DeadLetterEntry
+from coord.workflows.saga import Saga
 
 WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry)
 

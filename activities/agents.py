@@ -10,11 +10,11 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agent_kinds import agent_from_config
-from activities.context import AgentContext, AgentFn
-from models.agent_config import AgentConfig, WorkerSettings
-from models.agents import AgentRequest, AgentResult
-from models.specs import SpecError
+from coord.activities.agent_kinds import agent_from_config
+from coord.activities.context import AgentContext, AgentFn
+from coord.models.agent_config import AgentConfig, WorkerSettings
+from coord.models.agents import AgentRequest, AgentResult
+from coord.models.specs import SpecError
 
 AGENT_NOT_ALLOWED = "agent_not_allowed"
 

@@ -7,8 +7,8 @@ from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from models.chain import TimelineEntry, chain_workflow_id
-from models.envelope import EventEnvelope
+from coord.models.chain import TimelineEntry, chain_workflow_id
+from coord.models.envelope import EventEnvelope
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 """A chain whose worker is away does not answer; the attempt fails and the retry policy (a few

@@ -4,7 +4,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from models.envelope import EventEnvelope
+from coord.models.envelope import EventEnvelope
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from models.agent_config import AgentConfig
-from models.chain import ChainInput
-from models.dlq import (
+from coord.models.agent_config import AgentConfig
+from coord.models.chain import ChainInput
+from coord.models.dlq import (
     ENTRY_WORKFLOW_TYPE,
     MEMO_KEY,
     AgentLookup,
@@ -23,8 +23,8 @@ from models.dlq import (
     Redelivery,
     dead_letter_id,
 )
-from models.saga import SagaSpec
-from workflows import search_attributes
+from coord.models.saga import SagaSpec
+from coord.workflows import search_attributes
 
 DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
     "Saga": lambda raw: SagaSpec.model_validate(raw).agents,

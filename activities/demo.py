@@ -13,9 +13,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.agents import AgentRegistry
-from activities.context import AgentContext, AgentFn
-from models.envelope import EventEnvelope
+from coord.activities.agents import AgentRegistry
+from coord.activities.context import AgentContext, AgentFn
+from coord.models.envelope import EventEnvelope
 
 FEATURE_DEPLOYMENT_AGENTS: Mapping[str, str] = {
     "BuildArtifact": "artifact built",

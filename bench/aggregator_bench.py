@@ -19,16 +19,16 @@ from typing import Any
 from temporalio import workflow
 
 from bench.server import bench_server
-from infra.process import exit_without_teardown
+from coord.infra.process import exit_without_teardown
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
-    from models.aggregator import AggregatorSpec, AggregatorStatus
-    from models.envelope import EventEnvelope
-    from starter import api
-    from worker import build_worker
+    from coord.models.aggregator import AggregatorSpec, AggregatorStatus
+    from coord.models.envelope import EventEnvelope
+    from coord.starter import api
+    from coord.worker import build_worker
 
 
 @workflow.defn(name="BaselineAggregator")

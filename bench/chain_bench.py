@@ -38,14 +38,14 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from activities.agents import AgentRegistry
-    from activities.context import AgentContext
     from bench.server import bench_server
-    from infra.process import exit_without_teardown
-    from models.chain import ChainSpec, ChainState
-    from models.envelope import EventEnvelope
-    from starter import api
-    from worker import build_worker
+    from coord.activities.agents import AgentRegistry
+    from coord.activities.context import AgentContext
+    from coord.infra.process import exit_without_teardown
+    from coord.models.chain import ChainSpec, ChainState
+    from coord.models.envelope import EventEnvelope
+    from coord.starter import api
+    from coord.worker import build_worker
 
 EVENT_TYPE = "Ping"
 SOURCE = "/bench"

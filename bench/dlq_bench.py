@@ -24,13 +24,13 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
-    from activities.delivery import park_dead_letter
     from bench.server import bench_server
-    from infra.process import exit_without_teardown
-    from models.dlq import DeadLetter, DlqCounts, DlqSelection
-    from models.envelope import EventEnvelope
-    from starter import api
-    from worker import build_worker
+    from coord.activities.delivery import park_dead_letter
+    from coord.infra.process import exit_without_teardown
+    from coord.models.dlq import DeadLetter, DlqCounts, DlqSelection
+    from coord.models.envelope import EventEnvelope
+    from coord.starter import api
+    from coord.worker import build_worker
 
 FAILURE_TYPES = ("timeout", "temporary_failure", "target_ended", "invalid_envelope", "unauthorized")
 REPLAYED_TYPE = "invalid_payload"

@@ -33,13 +33,13 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
 from bench.server import bench_server
-from infra.process import exit_without_teardown
+from coord.infra.process import exit_without_teardown
 
 with workflow.unsafe.imports_passed_through():
-    from models.saga import SagaSpec, SagaStatus
-    from models.specs import load_spec
-    from starter.api import saga_outcome, start_saga
-    from worker import build_worker
+    from coord.models.saga import SagaSpec, SagaStatus
+    from coord.models.specs import load_spec
+    from coord.starter.api import saga_outcome, start_saga
+    from coord.worker import build_worker
 
 SAGA_DEADLINE = 60.0
 """Seconds a single saga may take before it counts as not completed (instead of a hang)."""

@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from infra.devserver import installed_binary
-from infra.payload_store import data_converter
-from infra.temporal import ConnectionSettings
-from workflows import search_attributes
+from coord.infra.devserver import installed_binary
+from coord.infra.payload_store import data_converter
+from coord.infra.temporal import ConnectionSettings
+from coord.workflows import search_attributes
 
 
 @asynccontextmanager

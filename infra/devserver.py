@@ -19,9 +19,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from infra.payload_store import data_converter
-from infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
-from workflows import search_attributes
+from coord.infra.payload_store import data_converter
+from coord.infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
+from coord.workflows import search_attributes
 
 STATE_DIR = Path(".temporal")
 

@@ -40,8 +40,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from infra.logs import get_logger
-from infra.s3_store import s3_driver
+from coord.infra.logs import get_logger
+from coord.infra.s3_store import s3_driver
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 
-from infra.payload_store import data_converter
+from coord.infra.payload_store import data_converter
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"

@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
 
-from models.durations import Duration
+from coord.models.durations import Duration
 
 SYSEXITS_DATA_ERRORS = [2, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 76, 77, 78]
 """Exit codes that say the input was wrong (usage, sysexits 64-78 but 75 EX_TEMPFAIL): retrying

@@ -5,9 +5,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.agent_config import AgentConfig
-from models.envelope import EventEnvelope
-from models.specs import JsonObject
+from coord.models.agent_config import AgentConfig
+from coord.models.envelope import EventEnvelope
+from coord.models.specs import JsonObject
 
 
 class AgentRequest(BaseModel):

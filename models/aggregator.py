@@ -6,10 +6,10 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from models.durations import Duration
-from models.envelope import EventEnvelope
-from models.joins import JoinState, Slot
-from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, parse_model
+from coord.models.durations import Duration
+from coord.models.envelope import EventEnvelope
+from coord.models.joins import JoinState, Slot
+from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, parse_model
 
 
 class AggregatorSpec(BaseModel):

@@ -6,13 +6,13 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
-from models.agent_config import AgentConfig
-from models.durations import Duration
-from models.envelope import EventEnvelope, EventHeader, Priority, Routing
-from models.filters import compile_filter
-from models.joins import JoinState, Slot
-from models.retry import RetryConfig
-from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
+from coord.models.agent_config import AgentConfig
+from coord.models.durations import Duration
+from coord.models.envelope import EventEnvelope, EventHeader, Priority, Routing
+from coord.models.filters import compile_filter
+from coord.models.joins import JoinState, Slot
+from coord.models.retry import RetryConfig
+from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
 
 
 def _as_list(value: Any) -> Any:

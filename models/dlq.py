@@ -10,8 +10,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.agent_config import AgentConfig
-from models.envelope import EventEnvelope
+from coord.models.agent_config import AgentConfig
+from coord.models.envelope import EventEnvelope
 
 ENTRY_WORKFLOW_TYPE = "DeadLetterEntry"
 ENTRY_ID_PREFIX = "dlq-"

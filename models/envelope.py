@@ -8,7 +8,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio import workflow
 
-from models.specs import JsonObject
+from coord.models.specs import JsonObject
 
 
 def _now() -> datetime:

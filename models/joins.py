@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.envelope import EventEnvelope
+from coord.models.envelope import EventEnvelope
 
 
 class Slot(BaseModel):

@@ -6,8 +6,8 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import RetryPolicy
 
-from models.durations import Duration
-from models.specs import MAX_COUNT
+from coord.models.durations import Duration
+from coord.models.specs import MAX_COUNT
 
 
 class RetryConfig(BaseModel):

@@ -6,11 +6,11 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from models.agent_config import AgentConfig
-from models.chain import TimelineEntry
-from models.durations import Duration
-from models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
-from models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+from coord.models.agent_config import AgentConfig
+from coord.models.chain import TimelineEntry
+from coord.models.durations import Duration
+from coord.models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
+from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
 
 
 class SagaStep(BaseModel):

@@ -1,3 +1,3 @@
-from starter.cli import main
+from coord.starter.cli import main
 
 main()

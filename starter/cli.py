@@ -14,21 +14,26 @@ from temporalio.client import Client
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.devserver import PROJECT, embedded_server, local_temporal, register_search_attributes
-from infra.logs import configure_logging, get_logger
-from infra.process import exit_without_teardown
-from infra.temporal import ConnectionSettings, task_queue, workflow_link
-from models.aggregator import AggregatorSpec
-from models.chain import ChainSpec
-from models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec
-from models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
-from starter import api, render
-from starter.demo import run_demo
-from starter.exits import ExitCode, failure_exit, one_line
-from starter.progress import saga_outcome_with_progress
-from worker import build_worker, default_registry, run_worker
+from coord.infra.devserver import (
+    PROJECT,
+    embedded_server,
+    local_temporal,
+    register_search_attributes,
+)
+from coord.infra.logs import configure_logging, get_logger
+from coord.infra.process import exit_without_teardown
+from coord.infra.temporal import ConnectionSettings, task_queue, workflow_link
+from coord.models.aggregator import AggregatorSpec
+from coord.models.chain import ChainSpec
+from coord.models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec
+from coord.models.specs import SpecError, load_spec, parse_json_object, parse_model, read_document
+from coord.starter import api, render
+from coord.starter.demo import run_demo
+from coord.starter.exits import ExitCode, failure_exit, one_line
+from coord.starter.progress import saga_outcome_with_progress
+from coord.worker import build_worker, default_registry, run_worker
 
 app = typer.Typer(
     no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."

@@ -9,15 +9,15 @@ from typing import Any
 import typer
 from temporalio.client import Client
 
-from infra.devserver import local_temporal
-from infra.temporal import workflow_link
-from models.aggregator import AggregatorSpec
-from models.chain import ChainSpec
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec
-from models.specs import load_spec
-from starter import api, render
-from worker import build_worker, default_registry
+from coord.infra.devserver import local_temporal
+from coord.infra.temporal import workflow_link
+from coord.models.aggregator import AggregatorSpec
+from coord.models.chain import ChainSpec
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec
+from coord.models.specs import load_spec
+from coord.starter import api, render
+from coord.worker import build_worker, default_registry
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SAGA_RUNS: dict[str, dict[str, Any]] = {

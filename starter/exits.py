@@ -9,12 +9,12 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.devserver import PortInUse, ServerBinaryError
-from infra.payload_store import PayloadStoreError
-from infra.temporal import ServerUnreachable
-from models.specs import SpecError, describe_validation_error
-from starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
-from workflows.common import failure_message
+from coord.infra.devserver import PortInUse, ServerBinaryError
+from coord.infra.payload_store import PayloadStoreError
+from coord.infra.temporal import ServerUnreachable
+from coord.models.specs import SpecError, describe_validation_error
+from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
+from coord.workflows.common import failure_message
 
 
 class ExitCode(IntEnum):

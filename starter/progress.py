@@ -14,9 +14,9 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle
 
-from models.saga import SagaState
-from starter.api.common import NoWorker
-from starter.api.sagas import saga_outcome
+from coord.models.saga import SagaState
+from coord.starter.api.common import NoWorker
+from coord.starter.api.sagas import saga_outcome
 
 
 async def task_queue_pollers(client: Client, task_queue: str) -> set[str]:

@@ -2,9 +2,9 @@
 
 from collections.abc import Sequence
 
-from models.aggregator import AggregatorState
-from models.chain import TimelineEntry
-from models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary, action
+from coord.models.aggregator import AggregatorState
+from coord.models.chain import TimelineEntry
+from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary, action
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.agents import AgentRegistry
-from activities.context import AgentContext
-from activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
-from models.envelope import EventEnvelope
+from coord.activities.agents import AgentRegistry
+from coord.activities.context import AgentContext
+from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.models.envelope import EventEnvelope
 
 
 @dataclass

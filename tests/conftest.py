@@ -12,12 +12,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from infra.devserver import installed_binary, register_search_attributes
-from infra.logs import configure_logging
-from infra.payload_store import STORE_ENV, data_converter
-from models.saga import SagaSpec
-from models.specs import read_document
-from workflows import search_attributes
+from coord.infra.devserver import installed_binary, register_search_attributes
+from coord.infra.logs import configure_logging
+from coord.infra.payload_store import STORE_ENV, data_converter
+from coord.models.saga import SagaSpec
+from coord.models.specs import read_document
+from coord.workflows import search_attributes
 
 # Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).
 os.environ["COORD_DEMO_AGENTS"] = "1"

@@ -18,16 +18,16 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent_kinds import agent_from_config, load_agents
-from activities.agents import AgentActivities, AgentRegistry
-from activities.context import AgentContext
-from models.agent_config import AgentsFile
-from models.agents import AgentRequest, AgentResult
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaStatus
-from models.specs import SpecError
-from starter import api
-from worker import build_worker
+from coord.activities.agent_kinds import agent_from_config, load_agents
+from coord.activities.agents import AgentActivities, AgentRegistry
+from coord.activities.context import AgentContext
+from coord.models.agent_config import AgentsFile
+from coord.models.agents import AgentRequest, AgentResult
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaStatus
+from coord.models.specs import SpecError
+from coord.starter import api
+from coord.worker import build_worker
 
 PYTHON = "python3"
 ECHO = "import json,sys; e=json.load(sys.stdin); print(json.dumps({'echo': e['payload']}))"

@@ -23,23 +23,23 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from activities.agent_kinds import load_agents
-from activities.agent_kinds.http import retry_after
-from activities.agents import AgentActivities, AgentRegistry
-from activities.context import AgentContext
-from models.agent_config import WorkerSettings
-from models.agents import AgentRequest
-from models.chain import ChainSpec
-from models.dlq import ENTRY_WORKFLOW_TYPE
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaState, SagaStatus
-from models.specs import SpecError
-from starter import api
-from starter.cli import check_agents
+from coord.activities.agent_kinds import load_agents
+from coord.activities.agent_kinds.http import retry_after
+from coord.activities.agents import AgentActivities, AgentRegistry
+from coord.activities.context import AgentContext
+from coord.models.agent_config import WorkerSettings
+from coord.models.agents import AgentRequest
+from coord.models.chain import ChainSpec
+from coord.models.dlq import ENTRY_WORKFLOW_TYPE
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.specs import SpecError
+from coord.starter import api
+from coord.starter.cli import check_agents
+from coord.worker import build_worker, default_registry
 from tests.test_agent_runs import PYTHON, failure_of, gone, registry, run
 from tests.test_chain import eventually
 from tests.test_dlq import parked
-from worker import build_worker, default_registry
 
 SECRET = "tok-" + uuid.uuid4().hex
 

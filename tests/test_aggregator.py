@@ -8,15 +8,15 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
-from models.envelope import EventEnvelope
-from models.joins import JoinState, Slot
-from models.specs import read_document
-from starter import api
+from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.envelope import EventEnvelope
+from coord.models.joins import JoinState, Slot
+from coord.models.specs import read_document
+from coord.starter import api
+from coord.worker import build_worker
 from tests.agents import GatedAgents
 from tests.conftest import ROOT
 from tests.test_chain import approved, eventually, user_story
-from worker import build_worker
 
 PHASE1 = ROOT / "examples" / "phase1-aggregator.yaml"
 API = ("APIDesignCompleted", "/backend-architect")

@@ -10,14 +10,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from models.aggregator import AggregatorStatus
-from models.envelope import EventEnvelope
-from starter import api
+from coord.models.aggregator import AggregatorStatus
+from coord.models.envelope import EventEnvelope
+from coord.starter import api
+from coord.worker import WORKFLOWS, build_worker
 from tests.agents import GatedAgents
 from tests.test_aggregator import API, TEST_PLAN, WIREFRAME, completed, phase1
 from tests.test_aggregator_timing import signal, state_shows
 from tests.test_chain import approved, eventually, user_story
-from worker import WORKFLOWS, build_worker
 
 
 def as_json(envelope: EventEnvelope) -> dict[str, Any]:

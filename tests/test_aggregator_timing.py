@@ -12,13 +12,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
-from models.envelope import EventEnvelope, EventHeader
-from starter import api
+from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.envelope import EventEnvelope, EventHeader
+from coord.starter import api
+from coord.worker import build_worker
+from coord.workflows import search_attributes
 from tests.test_aggregator import API, TEST_PLAN, WIREFRAME, completed, phase1
 from tests.test_chain import eventually, user_story
-from worker import build_worker
-from workflows import search_attributes
 
 
 def at(kind: tuple[str, str], timestamp: datetime, correlation_id: str | None = None) -> Any:

@@ -9,17 +9,17 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from activities.agents import AgentActivities, AgentRegistry
-from activities.context import AgentContext
-from models.agents import AgentRequest
-from models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
-from models.envelope import EventEnvelope, Priority
-from models.specs import read_document
-from starter import api
+from coord.activities.agents import AgentActivities, AgentRegistry
+from coord.activities.context import AgentContext
+from coord.models.agents import AgentRequest
+from coord.models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
+from coord.models.envelope import EventEnvelope, Priority
+from coord.models.specs import read_document
+from coord.starter import api
+from coord.worker import build_worker
+from coord.workflows.chain import TIMELINE_WINDOW
 from tests.agents import GatedAgents
 from tests.conftest import CONTINUE_AS_NEW_AFTER, ROOT
-from worker import build_worker
-from workflows.chain import TIMELINE_WINDOW
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 

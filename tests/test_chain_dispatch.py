@@ -9,14 +9,14 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.context import AgentContext
-from models.chain import ChainSpec, ChainStatus, run_idempotency_key
-from models.dlq import DlqSelection
-from models.envelope import EventEnvelope
-from starter import api
+from coord.activities.context import AgentContext
+from coord.models.chain import ChainSpec, ChainStatus, run_idempotency_key
+from coord.models.dlq import DlqSelection
+from coord.models.envelope import EventEnvelope
+from coord.starter import api
+from coord.worker import build_worker
 from tests.agents import GatedAgents
 from tests.test_chain import alerting_spec, event, eventually, routing_spec
-from worker import build_worker
 
 
 async def pause_with_queued_runs(client: Client, correlation_id: str, runs: int) -> list[str]:

@@ -8,17 +8,17 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.agents import AgentRegistry
-from activities.context import AgentContext
-from activities.demo import register_demo_agents
-from models.chain import ChainSpec, run_idempotency_key
-from models.dlq import DlqEntry, DlqSelection
-from models.envelope import EventEnvelope
-from models.joins import JoinState, Slot
-from starter import api, render
+from coord.activities.agents import AgentRegistry
+from coord.activities.context import AgentContext
+from coord.activities.demo import register_demo_agents
+from coord.models.chain import ChainSpec, run_idempotency_key
+from coord.models.dlq import DlqEntry, DlqSelection
+from coord.models.envelope import EventEnvelope
+from coord.models.joins import JoinState, Slot
+from coord.starter import api, render
+from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.test_chain import approved, event, eventually, user_story
-from worker import build_worker
 
 
 def recording(registry: AgentRegistry, name: str, seen: list[AgentContext]) -> None:

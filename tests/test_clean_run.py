@@ -6,15 +6,15 @@ import uuid
 
 from temporalio.client import Client
 
-from models.aggregator import AggregatorSpec, AggregatorStatus
-from models.chain import ChainSpec, ChainStatus
-from models.dlq import DlqSelection
-from models.envelope import LIFECYCLE_NOTICES
-from models.specs import load_spec
-from starter import api
-from starter.demo import EXAMPLES
+from coord.models.aggregator import AggregatorSpec, AggregatorStatus
+from coord.models.chain import ChainSpec, ChainStatus
+from coord.models.dlq import DlqSelection
+from coord.models.envelope import LIFECYCLE_NOTICES
+from coord.models.specs import load_spec
+from coord.starter import api
+from coord.starter.demo import EXAMPLES
+from coord.worker import build_worker
 from tests.test_chain import approved
-from worker import build_worker
 
 
 async def test_a_clean_run_of_the_chain_and_its_aggregator_dead_letters_nothing(

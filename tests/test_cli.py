@@ -13,20 +13,20 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.delivery import park_dead_letter
-from infra.devserver import installed_binary
-from models.aggregator import AggregatorSpec
-from models.chain import ChainState, TimelineEntry
-from models.dlq import DeadLetter
-from models.envelope import EventEnvelope
-from models.saga import SagaState, SagaStatus
-from models.specs import read_document
-from starter import api
-from starter.exits import ExitCode
+from coord.activities.delivery import park_dead_letter
+from coord.infra.devserver import installed_binary
+from coord.models.aggregator import AggregatorSpec
+from coord.models.chain import ChainState, TimelineEntry
+from coord.models.dlq import DeadLetter
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaState, SagaStatus
+from coord.models.specs import read_document
+from coord.starter import api
+from coord.starter.exits import ExitCode
+from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
 from tests.test_aggregator import PHASE1
 from tests.test_chain import eventually
-from worker import build_worker
 
 COORD = str(Path(sys.executable).parent / "coord")
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from workflows import search_attributes
+from coord.workflows import search_attributes
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -17,13 +17,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from activities.agents import AgentRegistry
-from activities.delivery import park_dead_letter
-from activities.demo import register_demo_agents
-from infra.devserver import embedded_server
-from models.agent_config import WorkerSettings
-from models.chain import ChainSpec, ChainStatus
-from models.dlq import (
+from coord.activities.agents import AgentRegistry
+from coord.activities.delivery import park_dead_letter
+from coord.activities.demo import register_demo_agents
+from coord.infra.devserver import embedded_server
+from coord.models.agent_config import WorkerSettings
+from coord.models.chain import ChainSpec, ChainStatus
+from coord.models.dlq import (
     ENTRY_WORKFLOW_TYPE,
     DeadLetter,
     DlqEntry,
@@ -31,14 +31,14 @@ from models.dlq import (
     EntrySummary,
     dead_letter_id,
 )
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaStatus
-from models.specs import SpecError
-from starter import api
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaStatus
+from coord.models.specs import SpecError
+from coord.starter import api
+from coord.worker import build_worker
+from coord.workflows import search_attributes
 from tests.conftest import ROOT, feature_deployment
 from tests.test_chain import approved, eventually, routing_spec, run_chain, user_story
-from worker import build_worker
-from workflows import search_attributes
 
 
 async def parked(

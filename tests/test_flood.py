@@ -12,14 +12,14 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.agents import AgentRegistry
-from activities.context import AgentContext
-from models.chain import ChainSpec, ChainState
-from models.envelope import EventEnvelope
-from starter import api
-from starter.api.chains import SIGNALS_PER_RUN_ENV
+from coord.activities.agents import AgentRegistry
+from coord.activities.context import AgentContext
+from coord.models.chain import ChainSpec, ChainState
+from coord.models.envelope import EventEnvelope
+from coord.starter import api
+from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
+from coord.worker import build_worker
 from tests.conftest import start_dev_server
-from worker import build_worker
 
 SIGNALS_PER_RUN = 400
 EVENTS = 2_000

@@ -28,8 +28,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from coord.worker import build_worker
 from tests.test_hostile_input import task_failures
-from worker import build_worker
 
 EXAMPLES = 25
 HEAVY_EXAMPLES = 300

@@ -15,17 +15,17 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from infra.devserver import installed_binary
-from models.aggregator import AggregatorState
-from models.chain import ChainSpec, ChainState
-from models.dlq import DlqEntry
-from models.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
-from models.retry import RetryConfig
-from models.saga import SagaSpec
-from models.specs import MAX_JSON_DEPTH, SpecError, parse_model
+from coord.infra.devserver import installed_binary
+from coord.models.aggregator import AggregatorState
+from coord.models.chain import ChainSpec, ChainState
+from coord.models.dlq import DlqEntry
+from coord.models.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
+from coord.models.retry import RetryConfig
+from coord.models.saga import SagaSpec
+from coord.models.specs import MAX_JSON_DEPTH, SpecError, parse_model
+from coord.worker import build_worker
 from tests.test_chain import eventually
 from tests.test_cli import run
-from worker import build_worker
 
 HOSTILE_DEPTH = 250
 UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND

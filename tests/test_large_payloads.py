@@ -22,21 +22,21 @@ from temporalio.converter import (
 )
 from temporalio.testing import WorkflowEnvironment
 
-from infra.payload_store import (
+from coord.infra.payload_store import (
     DEFAULT_THRESHOLD,
     DirectoryDriver,
     PayloadStoreSettings,
     data_converter,
 )
-from models.aggregator import AggregatorStatus
-from models.chain import ChainStatus
-from models.envelope import EventEnvelope
-from starter import api
+from coord.models.aggregator import AggregatorStatus
+from coord.models.chain import ChainStatus
+from coord.models.envelope import EventEnvelope
+from coord.starter import api
+from coord.worker import build_worker
+from coord.workflows.chain import TIMELINE_WINDOW
 from tests.test_aggregator import API, phase1
 from tests.test_chain import approved, eventually, user_story
 from tests.test_cli import COORD, run, server_env
-from worker import build_worker
-from workflows.chain import TIMELINE_WINDOW
 
 MB = 1024 * 1024
 HANDING_OVER_NEW_EVENTS = (

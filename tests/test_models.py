@@ -5,11 +5,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from models.durations import parse_duration
-from models.envelope import EventEnvelope, Priority
-from models.retry import RetryConfig
-from models.saga import SagaSpec
-from models.specs import SpecError, parse_model
+from coord.models.durations import parse_duration
+from coord.models.envelope import EventEnvelope, Priority
+from coord.models.retry import RetryConfig
+from coord.models.saga import SagaSpec
+from coord.models.specs import SpecError, parse_model
 
 SEED_EVENT = {
     "event": {

@@ -8,10 +8,10 @@ import pytest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
-from infra.payload_store import data_converter
-from starter import api
+from coord.infra.payload_store import data_converter
+from coord.starter import api
+from coord.worker import WORKFLOWS, build_worker
 from tests.conftest import HISTORIES, feature_deployment
-from worker import WORKFLOWS, build_worker
 
 RECORDED = sorted(HISTORIES.glob("*/*.json"))
 

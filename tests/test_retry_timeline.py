@@ -5,10 +5,10 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
-from models.saga import SagaSpec, SagaState, SagaStatus
-from starter import api
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.starter import api
+from coord.worker import build_worker
 from tests.agents import AttemptRecorder
-from worker import build_worker
 
 SEED_RETRY = {
     "max_retries": 3,

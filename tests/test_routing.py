@@ -5,11 +5,11 @@ import uuid
 
 from temporalio.client import Client
 
-from models.dlq import DlqSelection
-from starter import api
+from coord.models.dlq import DlqSelection
+from coord.starter import api
+from coord.worker import build_worker
 from tests.test_aggregator import API, completed, phase1
 from tests.test_chain import routing_spec
-from worker import build_worker
 
 
 async def test_an_ended_target_is_skipped_and_the_others_still_reached(

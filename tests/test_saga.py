@@ -9,12 +9,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from models.saga import SagaSpec, SagaState, SagaStatus
-from starter import api
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.starter import api
+from coord.worker import build_worker
+from coord.workflows.saga import Saga
 from tests.agents import GatedAgents
 from tests.conftest import feature_deployment
-from worker import build_worker
-from workflows.saga import Saga
 
 STEPS = ["BuildArtifact", "RunTests", "DeployToStaging", "RunE2ETests", "DeployToProduction"]
 FAST_RETRY = {"max_retries": 1, "initial_delay": "100ms", "max_delay": "100ms"}

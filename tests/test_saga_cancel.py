@@ -13,18 +13,18 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from activities.agents import AgentActivities
-from activities.context import AgentContext
-from activities.demo import FEATURE_DEPLOYMENT_AGENTS
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaState, SagaStatus
-from starter import api
+from coord.activities.agents import AgentActivities
+from coord.activities.context import AgentContext
+from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.starter import api
+from coord.worker import WORKFLOWS, build_worker
+from coord.workflows.saga import Saga
 from tests.agents import GatedAgents
 from tests.conftest import feature_deployment
 from tests.test_saga import STEPS, wait_until
 from tests.test_saga_flow import RecordingAgents
-from worker import WORKFLOWS, build_worker
-from workflows.saga import Saga
 
 Order = Literal["cancel first", "completion first"]
 

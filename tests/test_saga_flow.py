@@ -11,17 +11,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.agents import AgentRegistry
-from activities.context import AgentContext, AgentFn
-from activities.demo import register_demo_agents
-from models.chain import ChainSpec
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaState, SagaStatus
-from starter import api
+from coord.activities.agents import AgentRegistry
+from coord.activities.context import AgentContext, AgentFn
+from coord.activities.demo import register_demo_agents
+from coord.models.chain import ChainSpec
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.starter import api
+from coord.worker import build_worker
 from tests.conftest import feature_deployment
 from tests.test_cli import COORD, run, server_env
 from tests.test_saga import STEPS, failing_at, wait_until
-from worker import build_worker
 
 SEED_SUCCESS_EVENTS = ["ArtifactBuilt", "TestsPassed", "StagingDeployed", "E2EPassed"]
 

@@ -1,5 +1,6 @@
 """The built package runs: the wheel, installed with its dependencies into a fresh virtualenv
-(as `pip install .` in the Dockerfile does), works from outside the checkout."""
+(as `pip install .` in the Dockerfile does), works from outside the checkout, inside a user's
+project that has `models` and `workflows` packages of its own."""
 
 import json
 import os
@@ -18,7 +19,10 @@ from tests.conftest import ROOT
 from tests.workers import stop_process_group
 
 SHIPPED = ("models", "workflows", "activities", "starter", "infra")
-"""The top-level packages the wheel ships (bench and tests stay in the checkout)."""
+"""The top-level folders the wheel ships as `coord.*` (bench and tests stay in the checkout)."""
+
+USER_PACKAGES = ("models", "workflows")
+"""What a user's own Temporal project typically has, as Temporal's samples teach."""
 
 LOCAL_STATE = (".venv", ".git", ".temporal", "build", "*.egg-info", "__pycache__", "*_cache")
 
@@ -28,14 +32,20 @@ pytestmark = pytest.mark.slow
 def shipped_modules() -> list[str]:
     """Every module of the shipped packages, found in the checkout, so a package that
     discovery missed fails the import (`__main__` modules run `coord`: --help covers them)."""
-    modules = ["worker"]
+    modules = ["coord", "coord.worker"]
     for package in SHIPPED:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.name == "__main__.py":
                 continue
-            parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = ("coord", *path.relative_to(ROOT).with_suffix("").parts)
             modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return modules
+
+
+def make_user_project(directory: Path) -> None:
+    for package in USER_PACKAGES:
+        (directory / package).mkdir()
+        (directory / package / "__init__.py").write_text(f"OWNER = 'user {package}'\n")
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
@@ -81,6 +91,7 @@ def background(
 def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
+    make_user_project(outside)
     # A clean environment (no TEMPORAL_* or COORD_*), but pip's own settings, as a user has.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME") or k.startswith("PIP_")}
     # A copy, since setuptools builds in the source tree (build/, *.egg-info).
@@ -104,16 +115,20 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
 
     script = (
         "import importlib, json, pathlib, sys\n"
+        "import models, workflows\n"
+        "from coord.starter.demo import EXAMPLES\n"
         "found = {m: importlib.import_module(m).__file__ for m in sys.argv[1:]}\n"
-        "typed = [p for p in sys.argv[1:] if '.' not in p and p != 'worker'\n"
-        "         and not (pathlib.Path(found[p]).parent / 'py.typed').exists()]\n"
-        "print(json.dumps({'files': found, 'untyped': typed}))\n"
+        "print(json.dumps({'files': found, 'users': [models.OWNER, workflows.OWNER],\n"
+        "  'typed': (pathlib.Path(found['coord']).parent / 'py.typed').exists(),\n"
+        "  'examples': sorted(p.name for p in EXAMPLES.glob('*.yaml'))}))\n"
     )
     imported = json.loads(
         run([str(bin_dir / "python"), "-c", script, *shipped_modules()], outside, env)
     )
-    assert imported["untyped"] == []
+    assert imported["typed"]
+    assert imported["users"] == ["user models", "user workflows"]
     assert all(str(venv) in file for file in imported["files"].values())
+    assert "feature-deployment.yaml" in imported["examples"]
 
     coord = str(bin_dir / "coord")
     assert "Usage: coord" in run([coord, "--help"], outside, env)

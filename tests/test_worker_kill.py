@@ -10,12 +10,12 @@ from typing import Any
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from models.chain import ChainSpec, ChainStatus
-from models.envelope import EventEnvelope
-from models.saga import SagaSpec, SagaStatus
-from models.specs import read_document
-from starter import api
-from starter.progress import activity_names
+from coord.models.chain import ChainSpec, ChainStatus
+from coord.models.envelope import EventEnvelope
+from coord.models.saga import SagaSpec, SagaStatus
+from coord.models.specs import read_document
+from coord.starter import api
+from coord.starter.progress import activity_names
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
 from tests.workers import worker_process
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from starter.progress import task_queue_pollers
+from coord.starter.progress import task_queue_pollers
 
 COORD = str(Path(sys.executable).parent / "coord")
 

@@ -20,7 +20,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from models.aggregator import (
+    from coord.models.aggregator import (
         AggregatorCarry,
         AggregatorInput,
         AggregatorSpec,
@@ -30,13 +30,13 @@ with workflow.unsafe.imports_passed_through():
         aggregation_payload,
         parse_aggregator_input,
     )
-    from models.chain import chain_workflow_id
-    from models.durations import MIN_DURATION, format_duration
-    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from models.joins import Slot
-    from models.specs import SpecError
-    from workflows import search_attributes
-    from workflows.common import (
+    from coord.models.chain import chain_workflow_id
+    from coord.models.durations import MIN_DURATION, format_duration
+    from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
+    from coord.models.joins import Slot
+    from coord.models.specs import SpecError
+    from coord.workflows import search_attributes
+    from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,

@@ -22,7 +22,7 @@ from temporalio.worker import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.common import ARGUMENT_COUNT
+    from coord.workflows.common import ARGUMENT_COUNT
 
 
 class SurplusArguments(Interceptor):

@@ -16,8 +16,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from models.agents import AgentRequest, AgentResult
-    from models.chain import (
+    from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.chain import (
         AgentRun,
         ChainCarry,
         ChainInput,
@@ -33,13 +33,13 @@ with workflow.unsafe.imports_passed_through():
         replayed_inputs,
         run_idempotency_key,
     )
-    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
-    from models.filters import evaluate
-    from models.joins import JoinState
-    from models.sizes import json_size, newest_within, preview
-    from models.specs import SpecError
-    from workflows import search_attributes
-    from workflows.common import (
+    from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
+    from coord.models.filters import evaluate
+    from coord.models.joins import JoinState
+    from coord.models.sizes import json_size, newest_within, preview
+    from coord.models.specs import SpecError
+    from coord.workflows import search_attributes
+    from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,

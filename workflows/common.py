@@ -11,9 +11,9 @@ from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from models.dlq import DeadLetter
-    from models.envelope import EventEnvelope
-    from models.specs import (
+    from coord.models.dlq import DeadLetter
+    from coord.models.envelope import EventEnvelope
+    from coord.models.specs import (
         MAX_JSON_DEPTH,
         SpecError,
         describe_validation_error,

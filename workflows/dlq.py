@@ -21,9 +21,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from models.agents import AgentRequest
-    from models.chain import chain_workflow_id
-    from models.dlq import (
+    from coord.models.agents import AgentRequest
+    from coord.models.chain import chain_workflow_id
+    from coord.models.dlq import (
         CLOSED_STATUSES,
         MEMO_KEY,
         AgentLookup,
@@ -36,9 +36,15 @@ with workflow.unsafe.imports_passed_through():
         ReplayOutcome,
         ReplayRequest,
     )
-    from models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from workflows import search_attributes
-    from workflows.common import NO_INPUT, InvalidInput, PlainInput, decode_input, failure_message
+    from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
+    from coord.workflows import search_attributes
+    from coord.workflows.common import (
+        NO_INPUT,
+        InvalidInput,
+        PlainInput,
+        decode_input,
+        failure_message,
+    )
 
 
 class CarriedEntry(BaseModel):

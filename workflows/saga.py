@@ -15,12 +15,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from models.agent_config import AgentConfig
-    from models.agents import AgentRequest, AgentResult
-    from models.chain import TimelineEntry, chain_workflow_id
-    from models.envelope import EventEnvelope
-    from models.retry import RetryConfig
-    from models.saga import (
+    from coord.models.agent_config import AgentConfig
+    from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.chain import TimelineEntry, chain_workflow_id
+    from coord.models.envelope import EventEnvelope
+    from coord.models.retry import RetryConfig
+    from coord.models.saga import (
         CancelEffect,
         CompensationOutcome,
         CompletedStep,
@@ -31,9 +31,9 @@ with workflow.unsafe.imports_passed_through():
         SagaStep,
         StackEntry,
     )
-    from models.specs import SpecError
-    from workflows import search_attributes
-    from workflows.common import (
+    from coord.models.specs import SpecError
+    from coord.workflows import search_attributes
+    from coord.workflows.common import (
         DEAD_LETTER_PATCH,
         NO_INPUT,
         PlainInput,

@@ -5,7 +5,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 with workflow.unsafe.imports_passed_through():
-    from models.dlq import DLQ_PATTERN, EntrySummary
+    from coord.models.dlq import DLQ_PATTERN, EntrySummary
 
 CORRELATION_ID = SearchAttributeKey.for_keyword("CorrelationId")
 COORD_PATTERN = SearchAttributeKey.for_keyword("CoordPattern")

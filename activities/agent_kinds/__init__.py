@@ -7,15 +7,15 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from activities.agent_kinds.http import run_http
-from activities.agent_kinds.shell import run_shell
-from activities.context import AgentContext, AgentFn
-from models.agent_config import AgentConfig, AgentsFile, HttpAgent, ShellAgent, WorkerSettings
-from models.envelope import EventEnvelope
-from models.specs import SpecError, load_spec
+from coord.activities.agent_kinds.http import run_http
+from coord.activities.agent_kinds.shell import run_shell
+from coord.activities.context import AgentContext, AgentFn
+from coord.models.agent_config import AgentConfig, AgentsFile, HttpAgent, ShellAgent, WorkerSettings
+from coord.models.envelope import EventEnvelope
+from coord.models.specs import SpecError, load_spec
 
 if TYPE_CHECKING:
-    from activities.agents import AgentRegistry
+    from coord.activities.agents import AgentRegistry
 
 
 def agent_from_config(name: str, config: AgentConfig, settings: WorkerSettings) -> AgentFn:

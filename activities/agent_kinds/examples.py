@@ -3,8 +3,8 @@
 from collections.abc import Mapping
 from typing import Any
 
-from activities.context import AgentContext
-from models.envelope import EventEnvelope
+from coord.activities.context import AgentContext
+from coord.models.envelope import EventEnvelope
 
 
 async def summarize(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:

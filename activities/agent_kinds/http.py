@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 from temporalio import activity
 
-from activities.agent_kinds.failures import (
+from coord.activities.agent_kinds.failures import (
     INVALID_PAYLOAD,
     TEMPORARY_FAILURE,
     TIMEOUT,
@@ -22,9 +22,9 @@ from activities.agent_kinds.failures import (
     failure,
     json_object_output,
 )
-from activities.context import AgentContext
-from models.agent_config import HttpAgent, WorkerSettings
-from models.envelope import EventEnvelope
+from coord.activities.context import AgentContext
+from coord.models.agent_config import HttpAgent, WorkerSettings
+from coord.models.envelope import EventEnvelope
 
 RETRYABLE_STATUSES = {408, 429}
 FOLLOWABLE_REDIRECTS = {307, 308}

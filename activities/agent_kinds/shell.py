@@ -14,16 +14,16 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.agent_kinds.failures import (
+from coord.activities.agent_kinds.failures import (
     INVALID_PAYLOAD,
     TEMPORARY_FAILURE,
     TIMEOUT,
     failure,
     json_object_output,
 )
-from activities.context import AgentContext
-from models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
-from models.envelope import EventEnvelope
+from coord.activities.context import AgentContext
+from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
+from coord.models.envelope import EventEnvelope
 
 KILL_GRACE_SECONDS = 3.0
 STDERR_TAIL_CHARS = 500

@@ -1,6 +1,6 @@
 """The Python API for scripts; the `coord` CLI is a thin layer over it."""
 
-from starter.api.aggregators import (
+from coord.starter.api.aggregators import (
     aggregator_handle,
     aggregator_state,
     cancel_aggregator,
@@ -8,7 +8,7 @@ from starter.api.aggregators import (
     running_aggregators,
     start_aggregator,
 )
-from starter.api.chains import (
+from coord.starter.api.chains import (
     broadcast,
     chain_handle,
     chain_running,
@@ -19,7 +19,7 @@ from starter.api.chains import (
     publish,
     start_chain,
 )
-from starter.api.common import (
+from coord.starter.api.common import (
     Conflict,
     Delivery,
     NotFound,
@@ -31,7 +31,7 @@ from starter.api.common import (
     target_name,
     undeliverable,
 )
-from starter.api.dlq import (
+from coord.starter.api.dlq import (
     dlq_archive,
     dlq_archive_many,
     dlq_counts,
@@ -43,10 +43,10 @@ from starter.api.dlq import (
     dlq_replay_many,
     dlq_selected,
 )
-from starter.api.routing import (
+from coord.starter.api.routing import (
     deliver,
 )
-from starter.api.sagas import (
+from coord.starter.api.sagas import (
     cancel_saga,
     correlated_sagas,
     correlation_events,

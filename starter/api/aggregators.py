@@ -13,12 +13,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from infra.temporal import task_queue
-from models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
-from models.envelope import EventEnvelope
-from starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
-from workflows import search_attributes
-from workflows.aggregator import FINAL_RECORD_MEMO, Aggregator
+from coord.infra.temporal import task_queue
+from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.envelope import EventEnvelope
+from coord.starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
+from coord.workflows import search_attributes
+from coord.workflows.aggregator import FINAL_RECORD_MEMO, Aggregator
 
 
 async def running_aggregators(client: Client, correlation_id: str) -> list[str]:

@@ -22,8 +22,8 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from infra.temporal import task_queue
-from models.chain import (
+from coord.infra.temporal import task_queue
+from coord.models.chain import (
     SERVER_SIGNALS_PER_RUN,
     ChainInput,
     ChainSpec,
@@ -32,8 +32,8 @@ from models.chain import (
     TimelineEntry,
     chain_workflow_id,
 )
-from models.envelope import EventEnvelope
-from starter.api.common import (
+from coord.models.envelope import EventEnvelope
+from coord.starter.api.common import (
     Delivery,
     Undeliverable,
     closed_with_result,
@@ -42,8 +42,8 @@ from starter.api.common import (
     target_name,
     undeliverable,
 )
-from workflows import search_attributes
-from workflows.chain import ReactiveChain
+from coord.workflows import search_attributes
+from coord.workflows.chain import ReactiveChain
 
 
 def chain_summary(spec: ChainSpec, correlation_id: str) -> str:

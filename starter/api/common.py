@@ -11,11 +11,11 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.delivery import park_dead_letter
-from infra.logs import get_logger
-from infra.temporal import task_queue
-from models.dlq import DeadLetter
-from models.envelope import EventEnvelope
+from coord.activities.delivery import park_dead_letter
+from coord.infra.logs import get_logger
+from coord.infra.temporal import task_queue
+from coord.models.dlq import DeadLetter
+from coord.models.envelope import EventEnvelope
 
 log = get_logger("coord.api")
 R = TypeVar("R")

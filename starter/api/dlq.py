@@ -19,8 +19,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.temporal import task_queue
-from models.dlq import (
+from coord.infra.temporal import task_queue
+from coord.models.dlq import (
     DLQ_PATTERN,
     ENTRY_STATUSES,
     MEMO_KEY,
@@ -35,11 +35,11 @@ from models.dlq import (
     ReplayRequest,
     StatusCounts,
 )
-from models.specs import SpecError
-from starter.api.common import Undeliverable
-from workflows import search_attributes
-from workflows.common import failure_message
-from workflows.dlq import DeadLetterEntry
+from coord.models.specs import SpecError
+from coord.starter.api.common import Undeliverable
+from coord.workflows import search_attributes
+from coord.workflows.common import failure_message
+from coord.workflows.dlq import DeadLetterEntry
 
 DEFAULT_PAGE_SIZE = 50
 LIST_PAGE_SIZE = 500

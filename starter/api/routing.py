@@ -4,14 +4,14 @@ from temporalio.client import (
     Client,
 )
 
-from models.aggregator import AggregatorSpec
-from models.chain import (
+from coord.models.aggregator import AggregatorSpec
+from coord.models.chain import (
     ChainSpec,
 )
-from models.envelope import EventEnvelope
-from starter.api.aggregators import publish_to_aggregator, running_aggregators
-from starter.api.chains import publish
-from starter.api.common import Delivery, Undeliverable, signal_each, signal_event
+from coord.models.envelope import EventEnvelope
+from coord.starter.api.aggregators import publish_to_aggregator, running_aggregators
+from coord.starter.api.chains import publish
+from coord.starter.api.common import Delivery, Undeliverable, signal_each, signal_event
 
 
 async def deliver(

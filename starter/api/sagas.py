@@ -12,13 +12,13 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from infra.temporal import task_queue
-from models.chain import TimelineEntry
-from models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
-from starter.api.chains import chain_timeline
-from starter.api.common import Conflict, NotFound, closed_with_result, kept_record
-from workflows import search_attributes
-from workflows.saga import FINAL_RECORD_MEMO, Saga
+from coord.infra.temporal import task_queue
+from coord.models.chain import TimelineEntry
+from coord.models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
+from coord.starter.api.chains import chain_timeline
+from coord.starter.api.common import Conflict, NotFound, closed_with_result, kept_record
+from coord.workflows import search_attributes
+from coord.workflows.saga import FINAL_RECORD_MEMO, Saga
 
 
 def saga_summary(spec: SagaSpec) -> str:
