@@ -107,7 +107,7 @@ async def test_saga_start_wait_state_and_cancel(
         ]
 
         slow = json.dumps({"inject": {"slow": {"RunE2ETests": 30}}})
-        code, _, _ = await run(
+        code, _, err = await run(
             COORD,
             "saga",
             "start",
@@ -118,7 +118,7 @@ async def test_saga_start_wait_state_and_cancel(
             slow,
             env=env,
         )
-        assert code == 0
+        assert code == 0, err
         handle = api.saga_handle(client, f"{saga_id}-c")
         while (await api.saga_state(client, f"{saga_id}-c")).current_step != 4:
             await asyncio.sleep(0.1)

@@ -421,6 +421,31 @@ async def test_a_saga_started_with_two_inputs_fails_typed(client: Client, task_q
     assert failure.message == "saga spec: expected one input, got 2"
 
 
+@pytest.mark.parametrize(
+    ("workflow", "spec", "failure_type"),
+    [
+        ("ReactiveChain", chain_input, "invalid_input"),
+        ("Aggregator", aggregator_spec, "invalid_spec"),
+    ],
+)
+async def test_a_chain_or_aggregator_started_with_two_inputs_fails_typed(
+    client: Client, task_queue: str, workflow: str, spec: Any, failure_type: str
+) -> None:
+    """The SDK builds these from their start arguments before any interceptor: a TypeError
+    there used to fail every workflow task."""
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            workflow,
+            args=[plain_json(json.dumps(spec())), plain_json("{}")],
+            id=f"hostile-two-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        failure = await closed_with(handle)
+        assert not await task_failures(handle)
+    assert failure.type == failure_type
+    assert failure.message.endswith("expected one input, got 2")
+
+
 async def test_surplus_arguments_reach_an_async_handler_as_one_rejected_input(
     client: Client, task_queue: str
 ) -> None:

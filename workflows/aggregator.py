@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.joins import Slot
     from coord.models.specs import SpecError
     from coord.workflows import search_attributes
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
@@ -75,7 +76,7 @@ join goes on with the live events."""
 
 
 @workflow.defn(name="Aggregator")
-class Aggregator:
+class Aggregator(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses here, before the signal of a signal-with-start is handled; a bad spec is

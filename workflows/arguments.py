@@ -4,8 +4,8 @@ The SDK calls a handler with every argument sent, so `temporal workflow signal -
 b` on a one-argument handler would raise a TypeError and fail the workflow task, over and over.
 This worker interceptor folds the surplus into the handler's one argument, which `decode_input`
 then refuses naming the count, so the signal is rejected and parked like any other bad input.
-(A chain's or aggregator's own start with several inputs cannot be caught here: the SDK builds the
-workflow object from the arguments before any interceptor runs.)"""
+A workflow with `@workflow.init` is built from its start arguments before any interceptor runs:
+`SurplusStartArguments`, its metaclass, folds them the same way."""
 
 import inspect
 from collections.abc import Callable, Sequence
@@ -44,6 +44,16 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
         if workflow.get_signal_handler(input.signal) is not None and callable(method):
             input.args = _fitted(input.args, _positional(method))
         await super().handle_signal(input)
+
+
+class SurplusStartArguments(type):
+    """Metaclass of the workflows whose `@workflow.init` takes the start input: the SDK calls
+    the class with every argument sent, so a start with two inputs used to fail every workflow
+    task with a TypeError. The surplus is folded into the one argument, which the workflow then
+    refuses naming the count (and `execute_workflow` above folds `run`'s arguments alike)."""
+
+    def __call__(cls, *args: Any) -> Any:
+        return super().__call__(*_fitted(args, _positional(cls.__init__) - 1))  # type: ignore[misc]
 
 
 def _positional(fn: Callable[..., Any]) -> int:

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.sizes import json_size, newest_within, preview
     from coord.models.specs import SpecError
     from coord.workflows import search_attributes
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
@@ -78,7 +79,7 @@ be short, or signals pile up during each replay and the server fails it again.""
 
 
 @workflow.defn(name="ReactiveChain")
-class ReactiveChain:
+class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input

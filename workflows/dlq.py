@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from coord.workflows import search_attributes
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         InvalidInput,
@@ -56,7 +57,7 @@ class CarriedEntry(BaseModel):
 
 
 @workflow.defn(name="DeadLetterEntry", sandboxed=False)
-class DeadLetterEntry:
+class DeadLetterEntry(metaclass=SurplusStartArguments):
     """Not sandboxed: a run is started for every parked entry, tens of thousands at a time, and
     the sandbox's per-run module re-import doubled the CPU of an entry's first task (17 ms
     against 8 ms measured). The code touches only the workflow API and its own models."""
