@@ -10,6 +10,7 @@ from coord.models.agent_config import AgentConfig
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from coord.models.filters import compile_filter
+from coord.models.graphs import Step, find_cycle, reach
 from coord.models.joins import JoinState, Slot
 from coord.models.retry import RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
@@ -64,6 +65,10 @@ class Subscription(BaseModel):
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)
+
+    def step(self) -> Step:
+        """The subscription in the spec's graph: it fires on its events, and publishes."""
+        return Step(needs=self.events, gives=self.publishes.all, needs_all=self.join == "all")
 
 
 class AlertPolicy(BaseModel):
@@ -128,24 +133,15 @@ def _check_names_and_topics(spec: ChainSpec) -> None:
 def _check_reachable(spec: ChainSpec) -> None:
     """Every subscription must be able to fire from the triggers, and the terminal event must be
     publishable; otherwise the chain would wait forever."""
-    reachable, fired = set(spec.triggers), set()
-    progress = True
-    while progress:
-        progress = False
-        for sub in spec.subscriptions:
-            present = [t in reachable for t in sub.events]
-            if sub.name not in fired and (all(present) if sub.join == "all" else any(present)):
-                fired.add(sub.name)
-                reachable.update(sub.publishes.all)
-                progress = True
+    reached = reach(spec.triggers, {sub.name: sub.step() for sub in spec.subscriptions})
     for index, sub in enumerate(spec.subscriptions):
-        if sub.name not in fired:
-            missing = [t for t in sub.events if t not in reachable]
+        if sub.name not in reached.happened:
+            missing = [t for t in sub.events if t not in reached.present]
             raise ValueError(
                 f"{_place(index, sub)}: can never fire; nothing publishes {', '.join(missing)} "
                 "and it is not among `triggers`"
             )
-    if spec.terminal_event and spec.terminal_event not in reachable:
+    if spec.terminal_event and spec.terminal_event not in reached.present:
         raise ValueError(f"terminal_event: {spec.terminal_event!r} is never published")
 
 
@@ -156,22 +152,13 @@ def _check_settles(spec: ChainSpec) -> None:
         i: [j for j, other in enumerate(subs) if set(sub.publishes.all) & set(other.events)]
         for i, sub in enumerate(subs)
     }
-
-    def visit(node: int, path: list[int]) -> None:
-        for nxt in edges[node]:
-            if nxt in path:
-                cycle = [*path[path.index(nxt) :], nxt]
-                if all(subs[i].filter is None for i in cycle):
-                    names = " → ".join(subs[i].name for i in cycle)
-                    raise ValueError(
-                        f"{_place(nxt, subs[nxt])}: cycle {names} never settles; "
-                        "add a filter or break the cycle"
-                    )
-            else:
-                visit(nxt, [*path, nxt])
-
-    for start in edges:
-        visit(start, [start])
+    cycle = find_cycle(edges, lambda nodes: all(subs[i].filter is None for i in nodes))
+    if cycle:
+        names = " → ".join(subs[i].name for i in cycle)
+        raise ValueError(
+            f"{_place(cycle[-1], subs[cycle[-1]])}: cycle {names} never settles; "
+            "add a filter or break the cycle"
+        )
 
 
 def chain_workflow_id(correlation_id: str) -> str:
