@@ -73,25 +73,27 @@ def rpc_failure(error: RPCError) -> tuple[ExitCode, str]:
     return ExitCode.REFUSED, error.message
 
 
+PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
+    ((Conflict, WorkflowAlreadyStartedError), ExitCode.CONFLICT),
+    ((NotFound,), ExitCode.NOT_FOUND),
+    ((NoWorker,), ExitCode.NO_WORKER),
+    ((ServerUnreachable,), ExitCode.UNREACHABLE),
+    ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
+    ((SpecError, Undeliverable, PayloadStoreError), ExitCode.REFUSED),
+)
+"""The errors whose own message is the line to print, by the exit code each means."""
+
+
 def failure_exit(error: BaseException) -> tuple[ExitCode, str] | None:
     """The exit code and the line to print for an error a user can cause, or None for a bug."""
     match error:
-        case Conflict() | WorkflowAlreadyStartedError():
-            return ExitCode.CONFLICT, str(error)
-        case NotFound():
-            return ExitCode.NOT_FOUND, str(error)
-        case NoWorker():
-            return ExitCode.NO_WORKER, str(error)
-        case ServerUnreachable():
-            return ExitCode.UNREACHABLE, str(error)
-        case PortInUse() | ServerBinaryError():
-            return ExitCode.SERVER_NOT_STARTED, str(error)
         case RPCError():
             return rpc_failure(error)
         case ValidationError():
             return ExitCode.REFUSED, describe_validation_error(error)
         case WorkflowUpdateFailedError() | WorkflowFailureError():
             return ExitCode.REFUSED, failure_message(error)
-        case SpecError() | Undeliverable() | PayloadStoreError():
-            return ExitCode.REFUSED, str(error)
+    for kinds, code in PLAIN_EXITS:
+        if isinstance(error, kinds):
+            return code, str(error)
     return None

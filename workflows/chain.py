@@ -133,20 +133,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
         while not self._finished():
-            try:
-                await workflow.wait_condition(self._has_work, timeout=self._spec.idle_timeout)
-            except TimeoutError:
-                if not self._running:
-                    self._state.status = ChainStatus.IDLE_CLOSED
-                    break
-            more = self._drain_inbox()
-            self._dispatch()
-            self._publish_details()
-            if self._should_continue_as_new():
-                await workflow.wait_condition(self._quiet)
-                workflow.continue_as_new(self._carry())
-            if more:
-                await workflow.sleep(NEXT_TASK, summary="more events in the next task")
+            if not await self._take_turn():
+                break
         if self._state.status in (ChainStatus.RUNNING, ChainStatus.PAUSED):
             self._state.status = ChainStatus.CLOSED if self._closing else ChainStatus.COMPLETED
         if self._queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
@@ -155,6 +143,25 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._publish_details()
         await self._settle()
         return self.state()
+
+    async def _take_turn(self) -> bool:
+        """One turn of the run's loop: wait for work, take in what arrived and dispatch it, and
+        continue as new when the history is long. False when the chain has idled out."""
+        try:
+            await workflow.wait_condition(self._has_work, timeout=self._spec.idle_timeout)
+        except TimeoutError:
+            if not self._running:
+                self._state.status = ChainStatus.IDLE_CLOSED
+                return False
+        more = self._drain_inbox()
+        self._dispatch()
+        self._publish_details()
+        if self._should_continue_as_new():
+            await workflow.wait_condition(self._quiet)
+            workflow.continue_as_new(self._carry())
+        if more:
+            await workflow.sleep(NEXT_TASK, summary="more events in the next task")
+        return True
 
     def _quiet(self) -> bool:
         """No handler running, and every signal sent and every parking done."""
@@ -368,6 +375,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._apply_alerts(envelope)
         if header.type == self._spec.terminal_event:
             self._state.terminal_seen = True
+        self._match(envelope)
+
+    def _match(self, envelope: EventEnvelope) -> None:
+        """Offer the event to every subscription it matches; a satisfied join queues a run."""
         for subscription in self._spec.subscriptions:
             if self._subscribed(subscription, envelope):
                 join = self._joins[subscription.name]
