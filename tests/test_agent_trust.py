@@ -35,7 +35,7 @@ from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.models.specs import SpecError
 from coord.starter import api
-from coord.starter.cli import check_agents
+from coord.starter.commands.common import check_agents
 from coord.worker import build_worker, default_registry
 from tests.test_agent_runs import PYTHON, failure_of, gone, registry, run
 from tests.test_chain import eventually

@@ -1,0 +1,54 @@
+"""`coord aggregate start|state|cancel`."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.models.aggregator import AggregatorSpec
+from coord.models.specs import load_spec
+from coord.starter import api, render
+from coord.starter.commands.common import connect, echo_started, runs_async
+
+app = typer.Typer(no_args_is_help=True, help="Start and inspect aggregators.")
+AggregatorId = Annotated[str, typer.Argument(metavar="ID", help="Workflow id or aggregator id")]
+
+
+def load_aggregator_spec(path: Path, correlation_id: str | None) -> AggregatorSpec:
+    overrides = {"correlation_id": correlation_id} if correlation_id else None
+    return load_spec(AggregatorSpec, path, overrides)
+
+
+@app.command("start")
+@runs_async
+async def start(
+    spec_file: Annotated[Path, typer.Argument(metavar="SPEC")],
+    correlation_id: Annotated[
+        str | None, typer.Option(help="Count only this correlation's events")
+    ] = None,
+) -> None:
+    """Start an aggregator from a YAML or JSON spec."""
+    spec = load_aggregator_spec(spec_file, correlation_id)
+    client = await connect()
+    handle = await api.start_aggregator(client, spec)
+    echo_started(client, handle.id)
+
+
+@app.command("state")
+@runs_async
+async def state(
+    aggregator: AggregatorId,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
+) -> None:
+    """Print an aggregator's status table (the seed's)."""
+    record = await api.aggregator_state(await connect(), aggregator)
+    typer.echo(record.model_dump_json(indent=2) if as_json else render.aggregator_table(record))
+
+
+@app.command("cancel")
+@runs_async
+async def cancel(aggregator: AggregatorId) -> None:
+    """Cancel an aggregator; it emits nothing."""
+    client = await connect()
+    await api.cancel_aggregator(client, aggregator)
+    typer.echo(f"cancellation requested for {api.aggregator_handle(client, aggregator).id}")

@@ -1,0 +1,112 @@
+"""What every `coord` command shares: running its coroutine so that whatever stops it becomes the
+README's one line and exit code, the connection to the configured server, and the agent check
+where a spec enters."""
+
+import asyncio
+import functools
+import signal
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from temporalio.client import Client
+
+from coord.infra.logs import get_logger
+from coord.infra.temporal import ConnectionSettings, workflow_link
+from coord.models.chain import ChainSpec
+from coord.models.saga import SagaSpec
+from coord.models.specs import SpecError
+from coord.starter.exits import ExitCode, failure_exit, one_line
+from coord.worker import default_registry
+
+R = TypeVar("R")
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for tools")]
+log = get_logger("coord.cli")
+
+
+class Terminated(Exception):
+    """The command was stopped by SIGTERM."""
+
+
+async def _terminable(command: Coroutine[Any, Any, R]) -> R:
+    """SIGTERM cancels the command's task, as Ctrl-C does, so its `async with` blocks stop the
+    worker and the embedded server in order. (Raising from a signal handler instead made asyncio
+    cancel every task at once, the worker's own included, whose shutdown then never ended.)"""
+    task = asyncio.ensure_future(command)
+    terminated = asyncio.Event()
+
+    def terminate() -> None:
+        terminated.set()
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if terminated.is_set():
+            raise Terminated from None
+        raise
+
+
+def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
+    """Run the command's coroutine; whatever stops it becomes one line on stderr and the exit
+    code the README documents (starter/exits.py), never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> R:
+        try:
+            return asyncio.run(_terminable(fn(*args, **kwargs)))
+        except KeyboardInterrupt:
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+        except Terminated:
+            raise typer.Exit(ExitCode.TERMINATED) from None
+        except typer.Exit:
+            raise
+        except Exception as error:
+            code, message = failure_exit(error) or unexpected(error)
+            typer.secho(f"error: {one_line(message)}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code) from None
+
+    return wrapper
+
+
+def unexpected(error: Exception) -> tuple[ExitCode, str]:
+    """A bug: the line names it, the traceback goes to the log at DEBUG."""
+    log.debug("unexpected error", exc_info=error)
+    return ExitCode.INTERNAL, (
+        f"unexpected {type(error).__name__}: {error} "
+        "(a bug; `coord --log-level DEBUG ...` logs the traceback)"
+    )
+
+
+async def connect() -> Client:
+    """A client of the configured server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profiles: see
+    infra/temporal.py); an unreachable one is ServerUnreachable, exit code 6."""
+    return await ConnectionSettings.load().connect()
+
+
+def echo_started(client: Client, workflow_id: str) -> None:
+    """The line a start command prints: the workflow id and its page in the Temporal UI."""
+    typer.echo(f"started {workflow_id}: {workflow_link(workflow_id, client.namespace)}")
+
+
+def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
+    """Agents are checked where a spec enters, by the worker's own rule (`AgentRegistry.resolve`)
+    against the configuration a worker started here would have ($COORD_AGENTS,
+    $COORD_DEMO_AGENTS): a named agent is declared, an inline one is of a kind allowed."""
+    named: list[tuple[str, str | None]]
+    if isinstance(spec, SagaSpec):
+        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
+        named += [(f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)]
+    else:
+        named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
+    registry = default_registry()
+    for place, agent in named:
+        if agent is None:
+            continue
+        if agent in spec.agents:
+            if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
+                raise SpecError(f"{source}: agents.{agent}: {refusal}")
+        elif agent not in registry:
+            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")

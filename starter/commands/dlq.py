@@ -1,0 +1,169 @@
+"""`coord dlq list|counts|show|replay|archive`: the dead-letter queue from the terminal."""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import typer
+from temporalio.client import Client
+
+from coord.models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
+from coord.models.specs import SpecError, parse_json_object, parse_model
+from coord.starter import api, render
+from coord.starter.commands.common import connect, runs_async
+
+app = typer.Typer(
+    no_args_is_help=True, help="The dead-letter queue: investigate, fix, replay, archive."
+)
+EventType = Annotated[str | None, typer.Option("--type", help="Only events of this type")]
+Topic = Annotated[str | None, typer.Option(help="Only events of this topic")]
+FailureType = Annotated[str | None, typer.Option(help="Only this failure type")]
+Correlation = Annotated[str | None, typer.Option(help="Only this correlation id")]
+EntryIds = Annotated[list[str] | None, typer.Argument(metavar="[ID]...")]
+Everything = Annotated[bool, typer.Option("--all", help="Every parked entry matching")]
+JsonOutput = Annotated[bool, typer.Option("--json", help="The page as JSON")]
+
+
+def selection(
+    *,
+    type: str | None,
+    topic: str | None,
+    failure_type: str | None,
+    correlation_id: str | None,
+    status: str | None = None,
+) -> DlqSelection:
+    return parse_model(
+        DlqSelection,
+        {
+            "type": type,
+            "topic": topic,
+            "failure_type": failure_type,
+            "correlation_id": correlation_id,
+            "status": status,
+        },
+        "dead-letter filter",
+    )
+
+
+async def on_chosen_entries(
+    entry_ids: list[str] | None,
+    everything: bool,
+    filters: DlqSelection,
+    act: Callable[[Client, list[str]], Awaitable[list[BulkOutcome]]],
+    line: Callable[[BulkOutcome], str],
+) -> None:
+    """What replay and archive share: the entries named, or --all of those the filters select
+    (never a silent bulk operation by default); `act` on them; one line per entry, and exit code
+    1 when any entry was refused."""
+    client = await connect()
+    if bool(entry_ids) == everything:
+        raise SpecError("give entry ids, or --all (with --type and the other filters)")
+    chosen = entry_ids or await api.dlq_selected(client, filters)
+    outcomes = await act(client, chosen)
+    for outcome in outcomes:
+        typer.echo(line(outcome) if outcome.status else f"refused: {outcome.detail}")
+    if any(outcome.status is None for outcome in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command("list")
+@runs_async
+async def list_entries(
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+    status: Annotated[
+        str | None, typer.Option(help="parked, replaying, replayed or archived")
+    ] = "parked",
+    page_size: Annotated[int, typer.Option(min=1, max=1000, help="Entries per page")] = 50,
+    cursor: Annotated[
+        str | None, typer.Option(help="Continue a listing (its filters come with it)")
+    ] = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """List dead letters, newest first, a page at a time (the seed's DLQ table)."""
+    chosen = selection(
+        type=type,
+        topic=topic,
+        failure_type=failure_type,
+        correlation_id=correlation_id,
+        status=status,
+    )
+    page = await api.dlq_page(await connect(), chosen, page_size=page_size, cursor=cursor)
+    if json_output:
+        typer.echo(page.model_dump_json(indent=2))
+        return
+    typer.echo(render.dlq_table(page.entries))
+    if page.next_cursor:
+        typer.echo(f"\nnext page: coord dlq list --cursor {page.next_cursor}")
+
+
+@app.command("counts")
+@runs_async
+async def counts(
+    json_output: Annotated[bool, typer.Option("--json", help="The counts as JSON")] = False,
+) -> None:
+    """Dead letters by failure type and status, with the action each calls for."""
+    by_kind = await api.dlq_counts(await connect())
+    typer.echo(
+        by_kind.model_dump_json(indent=2) if json_output else render.dlq_counts_table(by_kind)
+    )
+
+
+@app.command("show")
+@runs_async
+async def show(entry_id: str) -> None:
+    """Show one dead letter in full (JSON)."""
+    typer.echo((await api.dlq_entry(await connect(), entry_id)).model_dump_json(indent=2))
+
+
+@app.command("replay")
+@runs_async
+async def replay(
+    entry_ids: EntryIds = None,
+    everything: Everything = False,
+    payload: Annotated[
+        str | None, typer.Option(help="Fix and replay: the corrected payload")
+    ] = None,
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+) -> None:
+    """Deliver dead letters again to their targets, optionally with a corrected payload."""
+    filters = selection(
+        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
+    )
+    fixed = parse_json_object(payload, "--payload") if payload is not None else None
+    await on_chosen_entries(
+        entry_ids,
+        everything,
+        filters,
+        lambda client, chosen: api.dlq_replay_many(client, chosen, fixed),
+        lambda o: f"{o.entry_id}: {o.status}, {o.detail}",
+    )
+
+
+@app.command("archive")
+@runs_async
+async def archive(
+    entry_ids: EntryIds = None,
+    note: Annotated[str, typer.Option(help="Why it is not recoverable")] = "",
+    everything: Everything = False,
+    type: EventType = None,
+    topic: Topic = None,
+    failure_type: FailureType = None,
+    correlation_id: Correlation = None,
+) -> None:
+    """Archive dead letters with a note."""
+    filters = selection(
+        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
+    )
+    request = parse_model(ArchiveRequest, {"note": note}, "archive")
+    await on_chosen_entries(
+        entry_ids,
+        everything,
+        filters,
+        lambda client, chosen: api.dlq_archive_many(client, chosen, request.note),
+        lambda o: f"{o.entry_id}: archived ({o.detail})",
+    )

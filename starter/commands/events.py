@@ -1,0 +1,128 @@
+"""`coord publish` sends an event where it belongs; `coord events` reads a correlation's."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from coord.models.aggregator import AggregatorSpec
+from coord.models.chain import ChainSpec
+from coord.models.envelope import EventEnvelope
+from coord.models.specs import SpecError, parse_json_object, parse_model, read_document
+from coord.starter import api, render
+from coord.starter.commands.aggregator import load_aggregator_spec
+from coord.starter.commands.common import AsJson, check_agents, connect, runs_async
+
+app = typer.Typer()
+
+
+def load_publish_spec(path: Path, correlation_id: str | None) -> ChainSpec | AggregatorSpec:
+    """`--spec` takes a chain spec, or an aggregator spec (it has an `aggregator_id`)."""
+    document = read_document(path)
+    if isinstance(document, dict) and "aggregator_id" in document:
+        return load_aggregator_spec(path, correlation_id)
+    spec = parse_model(ChainSpec, document, str(path))
+    check_agents(path, spec)
+    return spec
+
+
+@app.command()
+@runs_async
+async def publish(
+    type: Annotated[str, typer.Option("--type", help="Event type")],
+    source: Annotated[str, typer.Option(help="Who publishes it, e.g. /product-strategist")],
+    correlation_id: Annotated[
+        str | None, typer.Option(help="The chain it belongs to (or use --all-chains)")
+    ] = None,
+    topic: Annotated[str | None, typer.Option(help="Routing topic")] = None,
+    payload: Annotated[str | None, typer.Option(help="Payload as a JSON object")] = None,
+    payload_file: Annotated[Path | None, typer.Option(help="Payload from a JSON/YAML file")] = None,
+    priority: Annotated[str, typer.Option(help="low, normal, high or critical")] = "normal",
+    event_id: Annotated[
+        str | None, typer.Option("--id", help="Event id (retries reuse it)")
+    ] = None,
+    spec_file: Annotated[
+        Path | None, typer.Option("--spec", help="Chain spec: start the chain if it does not exist")
+    ] = None,
+    all_chains: Annotated[
+        bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
+    ] = False,
+    to: Annotated[str | None, typer.Option("--to", help="Deliver to this workflow id only")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain."""
+    if not correlation_id and not all_chains and not to:
+        raise SpecError("give --correlation-id, --to or --all-chains")
+    if payload is not None and payload_file is not None:
+        raise SpecError("--payload and --payload-file: give one or the other")
+    body: object = {}
+    if payload is not None:
+        body = parse_json_object(payload, "--payload")
+    elif payload_file is not None:
+        body = read_document(payload_file)
+    header = {"type": type, "source": source, "correlation_id": correlation_id}
+    if event_id is not None:
+        header["id"] = event_id
+    envelope = parse_model(
+        EventEnvelope,
+        {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
+        "event",
+    )
+    spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
+    client = await connect()
+    if all_chains:
+        delivery = await api.broadcast(client, envelope)
+        target = f"{len(delivery.reached)} running chains"
+        target += f" (skipped: {'; '.join(delivery.skipped)})" if delivery.skipped else ""
+    else:
+        delivery = await api.deliver(client, envelope, spec=spec, to=to)
+        target = delivery.describe()
+    if as_json:
+        published = {"event_id": envelope.event.id, "type": envelope.event.type}
+        typer.echo(json.dumps({**published, **delivery.model_dump()}))
+    else:
+        typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
+
+
+@app.command()
+@runs_async
+async def events(
+    correlation_id: str,
+    tree: Annotated[bool, typer.Option(help="Show which event caused which")] = False,
+    follow: Annotated[
+        bool, typer.Option(help="Keep printing new events until the chain ends")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
+    ] = False,
+) -> None:
+    """Print the correlation table (or causation tree) of a chain and its sagas' events."""
+    client = await connect()
+    timeline = await api.correlation_events(client, correlation_id)
+    if as_json:
+        for entry in timeline:
+            typer.echo(entry.model_dump_json())
+    else:
+        typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
+    shown = {entry.event_id for entry in timeline}
+    while follow and await chain_still_running(client, correlation_id):
+        await asyncio.sleep(1)
+        for entry in await api.correlation_events(client, correlation_id):
+            if entry.event_id not in shown:
+                row = render.timeline_table([entry]).splitlines()[-1]
+                typer.echo(entry.model_dump_json() if as_json else row)
+                shown.add(entry.event_id)
+
+
+async def chain_still_running(client: Client, correlation_id: str) -> bool:
+    """False once the chain has ended, or when there is none (sagas' events alone)."""
+    try:
+        return await api.chain_running(client, correlation_id)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise

@@ -1,0 +1,89 @@
+"""`coord saga start|state|cancel`."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from coord.infra.temporal import task_queue
+from coord.models.saga import SagaSpec
+from coord.models.specs import parse_json_object, parse_model, read_document
+from coord.starter import api
+from coord.starter.commands.common import AsJson, check_agents, connect, echo_started, runs_async
+from coord.starter.exits import ExitCode
+from coord.starter.progress import saga_outcome_with_progress
+
+app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sagas.")
+
+
+def load_saga_spec(file: Path, input: str | None, saga_id: str | None) -> SagaSpec:
+    """The spec file with `--input` merged into its input and `--id` over its saga id."""
+    document = read_document(file)
+    if isinstance(document, dict):
+        if input is not None:
+            extra = parse_json_object(input, "--input")
+            document["input"] = {**(document.get("input") or {}), **extra}
+        if saga_id is not None:
+            document["saga_id"] = saga_id
+    spec = parse_model(SagaSpec, document, str(file))
+    check_agents(file, spec)
+    return spec
+
+
+@app.command("start")
+@runs_async
+async def start(
+    file: Path,
+    input: Annotated[
+        str | None, typer.Option(help="JSON object merged into the spec's input")
+    ] = None,
+    saga_id: Annotated[
+        str | None, typer.Option("--id", help="Saga id (overrides the spec's)")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for the saga to end and print its state")
+    ] = False,
+    no_worker_timeout: Annotated[
+        float,
+        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+    ] = 30,
+) -> None:
+    """Start a saga from a YAML or JSON spec."""
+    spec = load_saga_spec(file, input, saga_id)
+    client = await connect()
+    try:
+        handle = await api.start_saga(client, spec)
+    except WorkflowAlreadyStartedError:
+        raise api.Conflict(
+            f"saga {spec.saga_id!r} is already running: read it with "
+            f"`coord saga state {spec.saga_id}`, or give another --id"
+        ) from None
+    echo_started(client, handle.id)
+    if wait:
+        outcome = await saga_outcome_with_progress(
+            client,
+            handle,
+            task_queue(),
+            lambda line: typer.echo(line, err=True),
+            no_worker_timeout=no_worker_timeout,
+        )
+        typer.echo(outcome.model_dump_json(indent=2))
+        if outcome.status != "completed":
+            raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
+
+
+@app.command("state")
+@runs_async
+async def state(saga_id: str, as_json: AsJson = False) -> None:
+    """Print a saga's coordinator record (JSON; --json prints it on one line)."""
+    record = await api.saga_state(await connect(), saga_id)
+    typer.echo(record.model_dump_json(indent=None if as_json else 2))
+
+
+@app.command("cancel")
+@runs_async
+async def cancel(saga_id: str) -> None:
+    """Cancel a saga; its compensation stack is unwound."""
+    await api.cancel_saga(await connect(), saga_id)
+    typer.echo(f"cancellation requested for saga {saga_id}; its compensations will run")

@@ -1,0 +1,40 @@
+"""`coord server` runs the embedded Temporal dev server; `coord setup` prepares another one."""
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.infra.devserver import embedded_server, register_search_attributes
+from coord.starter.commands.common import connect, runs_async
+
+app = typer.Typer()
+
+
+@app.command()
+@runs_async
+async def server(
+    port: int = 7233,
+    ui_port: int = 8233,
+    db_file: Annotated[Path, typer.Option(help="SQLite file holding the server's state")] = Path(
+        ".temporal/coord.db"
+    ),
+) -> None:
+    """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C."""
+    async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
+        typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
+        await asyncio.Event().wait()
+
+
+@app.command()
+@runs_async
+async def setup() -> None:
+    """Register the project's search attributes on the configured server (once per namespace;
+    `coord server` and the compose stack do it themselves, a plain `temporal server start-dev`
+    does not)."""
+    client = await connect()
+    added = await register_search_attributes(client)
+    registered = ", ".join(added) if added else "none missing"
+    address = client.service_client.config.target_host
+    typer.echo(f"search attributes on {address} ({client.namespace}): {registered}")

@@ -1,0 +1,43 @@
+"""`coord worker` runs a worker against the configured server; `coord dev` runs an embedded
+server and a worker together."""
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.infra.devserver import local_temporal
+from coord.starter.commands.common import runs_async
+from coord.worker import build_worker, default_registry, run_worker
+
+app = typer.Typer()
+DemoAgents = Annotated[
+    bool,
+    typer.Option(
+        "--demo-agents", help="Also serve the seed's demo agents (also $COORD_DEMO_AGENTS=1)"
+    ),
+]
+
+
+@app.command()
+@runs_async
+async def worker(
+    agents: Annotated[
+        Path | None,
+        typer.Option(help="An agents YAML file: `agents:` and `worker:` (also $COORD_AGENTS)"),
+    ] = None,
+    demo_agents: DemoAgents = False,
+) -> None:
+    """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233)."""
+    await run_worker(agents, demo_agents=demo_agents)
+
+
+@app.command()
+@runs_async
+async def dev(demo_agents: DemoAgents = False) -> None:
+    """Run server and worker together for local work."""
+    registry = default_registry(demo_agents=demo_agents)
+    async with local_temporal() as (client, where), build_worker(client, registry=registry):
+        typer.echo(f"worker running against {where}; Ctrl-C to stop")
+        await asyncio.Event().wait()
