@@ -14,9 +14,8 @@ from coord.activities.agent_kinds import agent_from_config
 from coord.activities.context import AgentContext, AgentFn
 from coord.models.agent_config import AgentConfig, WorkerSettings
 from coord.models.agents import AgentRequest, AgentResult
+from coord.models.contract import RUN_AGENT_ACTIVITY, FailureType, failure, failure_type_of
 from coord.models.specs import SpecError
-
-AGENT_NOT_ALLOWED = "agent_not_allowed"
 
 
 class AgentRegistry:
@@ -39,10 +38,8 @@ class AgentRegistry:
         try:
             return self._agents[name]
         except KeyError:
-            raise ApplicationError(
-                self.unknown(name),
-                type="unknown_agent",
-                non_retryable=True,
+            raise failure(
+                FailureType.UNKNOWN_AGENT, self.unknown(name), non_retryable=True
             ) from None
 
     def unknown(self, name: str) -> str:
@@ -58,11 +55,11 @@ class AgentRegistry:
         if inline is None:
             return self.get(name)
         if refusal := self.settings.inline_refusal(name, inline):
-            raise ApplicationError(refusal, type=AGENT_NOT_ALLOWED, non_retryable=True)
+            raise failure(FailureType.AGENT_NOT_ALLOWED, refusal, non_retryable=True)
         try:
             return agent_from_config(name, inline, self.settings)
         except SpecError as error:
-            raise ApplicationError(str(error), type="invalid_spec", non_retryable=True) from None
+            raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents
@@ -75,7 +72,7 @@ class AgentActivities:
     def __init__(self, registry: AgentRegistry) -> None:
         self._registry = registry
 
-    @activity.defn(name="run_agent")
+    @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
         info = activity.info()
         context = AgentContext(
@@ -98,9 +95,9 @@ class AgentActivities:
         try:
             return AgentResult.from_output(request.agent, output, duration_ms)
         except ValidationError as error:
-            raise ApplicationError(
+            raise failure(
+                FailureType.INVALID_PAYLOAD,
                 f"{request.agent} returned a result that does not validate: {error}",
-                type="invalid_payload",
                 non_retryable=True,
             ) from None
 
@@ -108,11 +105,11 @@ class AgentActivities:
 def _classified(error: Exception, retry_on: list[str], attempt: int) -> ApplicationError:
     """A typed failure carrying its attempt (for the dead-letter queue), with the seed's
     `retry_on` applied: a failure type outside a non-empty list is not retried."""
+    failure_type = failure_type_of(error)
     if isinstance(error, ApplicationError):
-        failure_type = error.type or "ApplicationError"
         non_retryable, delay, message = error.non_retryable, error.next_retry_delay, error.message
     else:
-        failure_type, non_retryable, delay, message = type(error).__name__, False, None, str(error)
+        non_retryable, delay, message = False, None, str(error)
     return ApplicationError(
         message,
         {"attempt": attempt},

@@ -4,10 +4,16 @@ from datetime import timedelta
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.chain import TimelineEntry, chain_workflow_id
+from coord.models.chain import TimelineEntry
+from coord.models.contract import (
+    CHAIN_EVENTS_ACTIVITY,
+    TIMELINE_QUERY,
+    FailureType,
+    chain_workflow_id,
+    failure,
+)
 from coord.models.envelope import EventEnvelope
 
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -19,23 +25,23 @@ class ChainLookback:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name="chain_events")
+    @activity.defn(name=CHAIN_EVENTS_ACTIVITY)
     async def chain_events(self, correlation_id: str) -> list[EventEnvelope]:
         """The events a correlation's chain has recorded so far; none when it has no chain."""
         workflow_id = chain_workflow_id(correlation_id)
         handle = self._client.get_workflow_handle(workflow_id)
         try:
             timeline = await handle.query(
-                "timeline", result_type=list[TimelineEntry], rpc_timeout=QUERY_TIMEOUT
+                TIMELINE_QUERY, result_type=list[TimelineEntry], rpc_timeout=QUERY_TIMEOUT
             )
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return []
             raise
         except WorkflowQueryFailedError as error:
-            raise ApplicationError(
+            raise failure(
+                FailureType.LOOKBACK_FAILED,
                 f"{workflow_id} does not answer the timeline query: {error.message}",
-                type="lookback_failed",
                 non_retryable=True,
             ) from None
         return [entry.to_envelope() for entry in timeline]

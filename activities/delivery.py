@@ -8,14 +8,26 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from coord.models.agent_config import AgentConfig
 from coord.models.chain import ChainInput
+from coord.models.contract import (
+    CHAIN_WORKFLOW,
+    DEAD_LETTER_SUMMARY_MEMO,
+    DEAD_LETTER_WORKFLOW,
+    DECLARED_AGENT_ACTIVITY,
+    EVENT_SIGNAL,
+    PARK_DEAD_LETTER_ACTIVITY,
+    REDELIVER_ACTIVITY,
+    RERUN_SIGNAL,
+    SAGA_WORKFLOW,
+    FailureType,
+    as_start_attributes,
+    failure,
+)
 from coord.models.dlq import (
-    ENTRY_WORKFLOW_TYPE,
-    MEMO_KEY,
     AgentLookup,
     DeadLetter,
     DeclaredAgent,
@@ -24,11 +36,10 @@ from coord.models.dlq import (
     dead_letter_id,
 )
 from coord.models.saga import SagaSpec
-from coord.workflows import search_attributes
 
 DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
-    "Saga": lambda raw: SagaSpec.model_validate(raw).agents,
-    "ReactiveChain": lambda raw: ChainInput.model_validate(raw).spec.agents,
+    SAGA_WORKFLOW: lambda raw: SagaSpec.model_validate(raw).agents,
+    CHAIN_WORKFLOW: lambda raw: ChainInput.model_validate(raw).spec.agents,
 }
 """Where each workflow type that runs agents keeps its inline declarations in its input."""
 
@@ -45,16 +56,14 @@ async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) 
     event = f"{letter.event.event.type} " if letter.event else ""
     with contextlib.suppress(WorkflowAlreadyStartedError):
         await client.start_workflow(
-            ENTRY_WORKFLOW_TYPE,
+            DEAD_LETTER_WORKFLOW,
             letter.model_dump(mode="json"),
             id=entry_id,
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=search_attributes.as_start_attributes(
-                search_attributes.dead_letter_attributes(summary)
-            ),
-            memo={MEMO_KEY: summary.model_dump(mode="json")},
+            search_attributes=as_start_attributes(summary.search_attributes()),
+            memo={DEAD_LETTER_SUMMARY_MEMO: summary.model_dump(mode="json")},
             static_summary=f"Dead letter: {event}{letter.failure_type} → {letter.target_workflow}",
         )
     return entry_id
@@ -64,11 +73,11 @@ class Delivery:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name="park_dead_letter")
+    @activity.defn(name=PARK_DEAD_LETTER_ACTIVITY)
     async def park(self, letter: DeadLetter) -> str:
         return await park_dead_letter(self._client, letter, activity.info().task_queue)
 
-    @activity.defn(name="redeliver")
+    @activity.defn(name=REDELIVER_ACTIVITY)
     async def redeliver(self, redelivery: Redelivery) -> None:
         """To a chain's agent (the chain runs it again and continues from there), or as an event
         to its workflow."""
@@ -82,17 +91,17 @@ class Delivery:
                     "idempotency_key": redelivery.idempotency_key,
                     "inputs": redelivery.inputs,
                 }
-                await handle.signal("rerun", rerun)
+                await handle.signal(RERUN_SIGNAL, rerun)
             else:
-                await handle.signal("event", event)
+                await handle.signal(EVENT_SIGNAL, event)
         except RPCError as error:
-            raise ApplicationError(
+            raise failure(
+                FailureType.TARGET_UNAVAILABLE,
                 f"{redelivery.target_workflow} cannot take it: {error.message}",
-                type="target_unavailable",
                 non_retryable=True,
             ) from None
 
-    @activity.defn(name="declared_agent")
+    @activity.defn(name=DECLARED_AGENT_ACTIVITY)
     async def declared_agent(self, lookup: AgentLookup) -> DeclaredAgent:
         """The agent's inline declaration in the target saga's or chain's spec, read from that
         workflow's own start event (which the server recorded, not whoever parked the entry).

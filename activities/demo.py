@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from coord.activities.agents import AgentRegistry
 from coord.activities.context import AgentContext, AgentFn
+from coord.models.contract import FailureType
 from coord.models.envelope import EventEnvelope
 
 FEATURE_DEPLOYMENT_AGENTS: Mapping[str, str] = {
@@ -49,7 +50,7 @@ async def _apply_injection(inject: Mapping[str, Any], context: AgentContext) -> 
     if failing or flaky:
         raise ApplicationError(
             f"{context.agent} failed (injected, attempt {context.attempt})",
-            type=str(inject.get("error_type", "temporary_failure")),
+            type=str(inject.get("error_type", FailureType.TEMPORARY_FAILURE)),
         )
 
 

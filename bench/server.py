@@ -10,7 +10,7 @@ from temporalio.testing import WorkflowEnvironment
 from coord.infra.devserver import installed_binary
 from coord.infra.payload_store import data_converter
 from coord.infra.temporal import ConnectionSettings
-from coord.workflows import search_attributes
+from coord.models import contract
 
 
 @asynccontextmanager
@@ -24,7 +24,7 @@ async def bench_server(extra_args: Sequence[str] = ()) -> AsyncIterator[tuple[Cl
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_log_level="error",
         dev_server_extra_args=list(extra_args),
-        search_attributes=search_attributes.ALL,
+        search_attributes=contract.SEARCH_ATTRIBUTES,
         data_converter=data_converter(),
         ui=False,
     )

@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.payload_store import data_converter
 from coord.infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
-from coord.workflows import search_attributes
+from coord.models import contract
 
 STATE_DIR = Path(".temporal")
 
@@ -94,7 +94,7 @@ async def embedded_server(
         ui=True,
         ui_port=ui_port,
         data_converter=data_converter(),
-        search_attributes=search_attributes.ALL,
+        search_attributes=contract.SEARCH_ATTRIBUTES,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_database_filename=str(db_file),
         dev_server_log_level="error",
@@ -117,7 +117,7 @@ async def register_search_attributes(client: Client) -> list[str]:
         if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server
             raise
         known = set()
-    missing = [key.name for key in search_attributes.ALL if key.name not in known]
+    missing = [key.name for key in contract.SEARCH_ATTRIBUTES if key.name not in known]
     if missing:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(

@@ -9,13 +9,14 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 
 from coord.infra.payload_store import data_converter
+from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"
 
 
 def task_queue() -> str:
-    return os.environ.get("COORD_TASK_QUEUE", "coordinator")
+    return os.environ.get(TASK_QUEUE_ENV, DEFAULT_TASK_QUEUE)
 
 
 def ui_url() -> str:

@@ -6,6 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coord.models.contract import aggregator_workflow_id
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot
@@ -51,8 +52,7 @@ class AggregatorSpec(BaseModel):
 
     @property
     def workflow_id(self) -> str:
-        suffix = f"-{self.correlation_id}" if self.correlation_id else ""
-        return f"aggregator-{self.aggregator_id}{suffix}"
+        return aggregator_workflow_id(self.aggregator_id, self.correlation_id)
 
 
 class AggregatorStatus(StrEnum):

@@ -161,10 +161,6 @@ def _check_settles(spec: ChainSpec) -> None:
         )
 
 
-def chain_workflow_id(correlation_id: str) -> str:
-    return f"chain-{correlation_id}"
-
-
 class ChainStatus(StrEnum):
     RUNNING = "running"
     PAUSED = "paused"

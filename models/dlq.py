@@ -10,15 +10,9 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coord.models import contract
 from coord.models.agent_config import AgentConfig
 from coord.models.envelope import EventEnvelope
-
-ENTRY_WORKFLOW_TYPE = "DeadLetterEntry"
-ENTRY_ID_PREFIX = "dlq-"
-DLQ_PATTERN = "dlq"
-"""The `CoordPattern` of dead-letter entries."""
-MEMO_KEY = "summary"
-"""The memo field holding an entry's listing row (`EntrySummary`)."""
 
 EntryStatus = Literal["parked", "replaying", "replayed", "archived"]
 ENTRY_STATUSES: tuple[EntryStatus, ...] = get_args(EntryStatus)
@@ -26,19 +20,6 @@ CLOSED_STATUSES: tuple[EntryStatus, ...] = ("replayed", "archived")
 
 MESSAGE_SHOWN = 200
 """Characters of the failure message an entry's listing row carries (the entry has it whole)."""
-
-RETRY_LATER = frozenset({"temporary_failure", "target_unavailable", "agent_unavailable"})
-FIX_AND_REPLAY = frozenset({"invalid_payload", "unauthorized", "compensation_failed"})
-
-
-def action(failure_type: str) -> str:
-    """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
-    replayed, anything else (timeouts, late or invalid events, loops) needs a person first."""
-    if failure_type in RETRY_LATER:
-        return "Retry later"
-    if failure_type in FIX_AND_REPLAY:
-        return "Fix and replay"
-    return "Investigate"
 
 
 class DeadLetter(BaseModel):
@@ -77,7 +58,7 @@ def dead_letter_id(letter: DeadLetter) -> str:
     subject = letter.event.event.id if letter.event else letter.raw
     identity = [letter.target_workflow, letter.target_agent, letter.failure_type, subject]
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
-    return ENTRY_ID_PREFIX + digest.hexdigest()[:20]
+    return contract.dead_letter_workflow_id(digest.hexdigest()[:20])
 
 
 class ReplayOutcome(BaseModel):
@@ -131,7 +112,22 @@ class EntrySummary(BaseModel):
 
     @property
     def action(self) -> str:
-        return action(self.failure_type)
+        return contract.dlq_action(self.failure_type)
+
+    def search_attributes(self) -> contract.SearchValues:
+        """The entry's filters; what it does not have (no event, say) is left unset."""
+        values = {
+            contract.COORD_PATTERN: contract.Pattern.DLQ.value,
+            contract.COORD_STATUS: self.status,
+            contract.FAILURE_TYPE: self.failure_type,
+        }
+        optional = {
+            contract.CORRELATION_ID: self.correlation_id,
+            contract.EVENT_TYPE: self.event_type,
+            contract.TOPIC: self.topic,
+        }
+        values.update({key: value for key, value in optional.items() if value})
+        return values
 
 
 class DlqSelection(BaseModel):

@@ -6,6 +6,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import RetryPolicy
 
+from coord.models.contract import NOT_RETRYABLE
 from coord.models.durations import Duration
 from coord.models.specs import MAX_COUNT
 
@@ -21,7 +22,9 @@ class RetryConfig(BaseModel):
     initial_delay: Duration = timedelta(seconds=1)
     max_delay: Duration = timedelta(seconds=30)
     retry_on: list[str] = Field(default_factory=list)
-    no_retry_on: list[str] = Field(default_factory=lambda: ["invalid_payload", "unauthorized"])
+    no_retry_on: list[str] = Field(
+        default_factory=lambda: [kind.value for kind in sorted(NOT_RETRYABLE)]
+    )
 
     @model_validator(mode="after")
     def _delays_ordered(self) -> Self:

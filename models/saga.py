@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.agent_config import AgentConfig
 from coord.models.chain import TimelineEntry
+from coord.models.contract import saga_workflow_id
 from coord.models.durations import Duration
 from coord.models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
@@ -69,10 +70,6 @@ class SagaSpec(BaseModel):
     @property
     def workflow_id(self) -> str:
         return saga_workflow_id(self.saga_id)
-
-
-def saga_workflow_id(saga_id: str) -> str:
-    return f"saga-{saga_id}"
 
 
 class SagaStatus(StrEnum):

@@ -4,7 +4,8 @@ from collections.abc import Sequence
 
 from coord.models.aggregator import AggregatorState
 from coord.models.chain import TimelineEntry
-from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary, action
+from coord.models.contract import dlq_action
+from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
 
@@ -116,7 +117,7 @@ def dlq_counts_table(counts: DlqCounts) -> str:
     """Entries by failure type and status, with the action each failure type calls for."""
     header = ("Failure type", "Action", *(status.capitalize() for status in ENTRY_STATUSES))
     rows = [
-        (kind, action(kind), *map(str, by_status.in_order()))
+        (kind, dlq_action(kind), *map(str, by_status.in_order()))
         for kind, by_status in counts.by_failure_type.items()
     ]
     rows.append(("Total", "", *map(str, counts.total.in_order())))

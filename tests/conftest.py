@@ -15,9 +15,9 @@ from temporalio.testing import WorkflowEnvironment
 from coord.infra.devserver import installed_binary, register_search_attributes
 from coord.infra.logs import configure_logging
 from coord.infra.payload_store import STORE_ENV, data_converter
+from coord.models import contract
 from coord.models.saga import SagaSpec
 from coord.models.specs import read_document
-from coord.workflows import search_attributes
 
 # Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).
 os.environ["COORD_DEMO_AGENTS"] = "1"
@@ -49,7 +49,7 @@ async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
     dynamic-config value (`key=value`) that lets a test reach a server limit in seconds."""
     return await WorkflowEnvironment.start_local(
         data_converter=data_converter(),
-        search_attributes=search_attributes.ALL,
+        search_attributes=contract.SEARCH_ATTRIBUTES,
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_log_level="error",
         dev_server_extra_args=["--dynamic-config-value", dynamic_config],
@@ -58,9 +58,7 @@ async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
 
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_dev_server(
-        f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}"
-    )
+    env = await start_dev_server(f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}")
     yield env
     if os.environ.get("COORD_RECORD_HISTORIES"):
         await record_histories(env.client)

@@ -30,7 +30,7 @@ from coord.activities.context import AgentContext
 from coord.models.agent_config import WorkerSettings
 from coord.models.agents import AgentRequest
 from coord.models.chain import ChainSpec
-from coord.models.dlq import ENTRY_WORKFLOW_TYPE
+from coord.models.contract import DEAD_LETTER_WORKFLOW
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.models.specs import SpecError
@@ -134,7 +134,7 @@ async def test_a_planted_dead_letter_with_a_shell_agent_does_not_run_on_replay(
     async with build_worker(client, task_queue):
         for letter, suffix in ((planted, "declared"), (named, "named")):
             await client.start_workflow(
-                ENTRY_WORKFLOW_TYPE, letter, id=f"dlq-{suffix}-{task_queue}", task_queue=task_queue
+                DEAD_LETTER_WORKFLOW, letter, id=f"dlq-{suffix}-{task_queue}", task_queue=task_queue
             )
         await parked(client, task_queue, 2)
         with pytest.raises(api.Undeliverable, match="cannot be replayed; archive it"):

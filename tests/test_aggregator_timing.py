@@ -12,11 +12,11 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
+from coord.models import contract
 from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from coord.models.envelope import EventEnvelope, EventHeader
 from coord.starter import api
 from coord.worker import build_worker
-from coord.workflows import search_attributes
 from tests.test_aggregator import API, TEST_PLAN, WIREFRAME, completed, phase1
 from tests.test_chain import eventually, user_story
 
@@ -46,7 +46,7 @@ async def history_types(handle: WorkflowHandle[Any, Any]) -> list[str]:
 
 async def coord_status(handle: WorkflowHandle[Any, Any]) -> str | None:
     description = await handle.describe()
-    return description.typed_search_attributes.get(search_attributes.COORD_STATUS)
+    return description.typed_search_attributes.get(contract.COORD_STATUS)
 
 
 async def state_shows(

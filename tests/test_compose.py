@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coord.workflows import search_attributes
+from coord.models import contract
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -54,7 +54,7 @@ def test_namespace_job_registers_search_attribute(name: str) -> None:
 
 
 def test_search_attributes_match_the_workflows() -> None:
-    assert {key.name for key in search_attributes.ALL} == set(SEARCH_ATTRIBUTES)
+    assert {key.name for key in contract.SEARCH_ATTRIBUTES} == set(SEARCH_ATTRIBUTES)
 
 
 def test_no_deprecated_auto_setup_image() -> None:

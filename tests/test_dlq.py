@@ -21,10 +21,10 @@ from coord.activities.agents import AgentRegistry
 from coord.activities.delivery import park_dead_letter
 from coord.activities.demo import register_demo_agents
 from coord.infra.devserver import embedded_server
+from coord.models import contract
 from coord.models.agent_config import WorkerSettings
 from coord.models.chain import ChainSpec, ChainStatus
 from coord.models.dlq import (
-    ENTRY_WORKFLOW_TYPE,
     DeadLetter,
     DlqEntry,
     DlqSelection,
@@ -36,7 +36,6 @@ from coord.models.saga import SagaSpec, SagaStatus
 from coord.models.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
-from coord.workflows import search_attributes
 from tests.conftest import ROOT, feature_deployment
 from tests.test_chain import approved, eventually, routing_spec, run_chain, user_story
 
@@ -338,13 +337,13 @@ async def test_entry_shows_current_details_and_coordination_attributes(
 
         await eventually(detailed)
         description = await handle.describe()
-    assert description.workflow_type == ENTRY_WORKFLOW_TYPE
+    assert description.workflow_type == contract.DEAD_LETTER_WORKFLOW
     attributes = description.typed_search_attributes
-    assert attributes.get(search_attributes.COORD_PATTERN) == "dlq"
-    assert attributes.get(search_attributes.COORD_STATUS) == "parked"
-    assert attributes.get(search_attributes.FAILURE_TYPE) == "invalid_payload"
-    assert attributes.get(search_attributes.EVENT_TYPE) == "DeployCommand"
-    assert attributes.get(search_attributes.TOPIC) == "t"
+    assert attributes.get(contract.COORD_PATTERN) == "dlq"
+    assert attributes.get(contract.COORD_STATUS) == "parked"
+    assert attributes.get(contract.FAILURE_TYPE) == "invalid_payload"
+    assert attributes.get(contract.EVENT_TYPE) == "DeployCommand"
+    assert attributes.get(contract.TOPIC) == "t"
 
 
 async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_runs(
@@ -359,7 +358,7 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
     }
     async with build_worker(client, task_queue):
         raw = await client.start_workflow(
-            ENTRY_WORKFLOW_TYPE,
+            contract.DEAD_LETTER_WORKFLOW,
             smuggled,
             id=f"dlq-raw-{uuid.uuid4().hex[:8]}",
             task_queue=task_queue,
@@ -486,4 +485,4 @@ async def test_inline_compensation_agent_is_replayed_as_its_saga_declared_it(
 def test_compose_registers_every_search_attribute() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     setup = compose["services"]["temporal-create-namespace"]["environment"]
-    assert setup["SEARCH_ATTRIBUTES"].split() == [key.name for key in search_attributes.ALL]
+    assert setup["SEARCH_ATTRIBUTES"].split() == [key.name for key in contract.SEARCH_ATTRIBUTES]

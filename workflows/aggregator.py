@@ -30,12 +30,24 @@ with workflow.unsafe.imports_passed_through():
         aggregation_payload,
         parse_aggregator_input,
     )
-    from coord.models.chain import chain_workflow_id
+    from coord.models.contract import (
+        AGGREGATOR_RECORD_MEMO,
+        AGGREGATOR_WORKFLOW,
+        ATTACH_SIGNAL,
+        CHAIN_EVENT_SIGNAL,
+        CHAIN_EVENTS_ACTIVITY,
+        DETACH_SIGNAL,
+        EVENT_SIGNAL,
+        STATE_QUERY,
+        FailureType,
+        Pattern,
+        chain_workflow_id,
+        coordination_attributes,
+    )
     from coord.models.durations import MIN_DURATION, format_duration
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from coord.models.joins import Slot
     from coord.models.specs import SpecError
-    from coord.workflows import search_attributes
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
@@ -46,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         decode_json,
         failure_message,
         park,
+        upsert_search_attributes,
     )
 
 
@@ -65,8 +78,6 @@ event after the end, and never detached nor continued-as-new; they replay that w
 KEPT_RECORD_PATCH = "aggregator-cancel-keeps-record"
 """Cancelled runs started after it keep their final record in the memo; older ones replay
 without."""
-FINAL_RECORD_MEMO = "aggregator_state"
-"""The memo key of a cancelled aggregator's final record (a cancelled run has no result)."""
 
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
@@ -75,7 +86,7 @@ LOOKBACK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_atte
 join goes on with the live events."""
 
 
-@workflow.defn(name="Aggregator")
+@workflow.defn(name=AGGREGATOR_WORKFLOW)
 class Aggregator(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
@@ -113,7 +124,9 @@ class Aggregator(metaclass=SurplusStartArguments):
         if self._spec_error:
             if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-            raise ApplicationError(self._spec_error, type="invalid_spec", non_retryable=True)
+            raise ApplicationError(
+                self._spec_error, type=FailureType.INVALID_SPEC, non_retryable=True
+            )
         if not self._deadline_first:
             return await self._run_as_recorded_before_deadline_first()
         # A task first runs when `run` first awaits: after the deadline timer is armed.
@@ -162,7 +175,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         self._upsert_status()
         self._publish_details()
         if not self._chain_joined:
-            await self._signal_chain("attach", workflow.info().workflow_id)
+            await self._signal_chain(ATTACH_SIGNAL, workflow.info().workflow_id)
             if self._spec.lookback:
                 await self._look_back()
         self._chain_joined = True
@@ -172,12 +185,12 @@ class Aggregator(metaclass=SurplusStartArguments):
         assert correlation_id is not None  # the spec requires it with lookback
         try:
             recorded = await workflow.execute_activity(
-                "chain_events",
+                CHAIN_EVENTS_ACTIVITY,
                 correlation_id,
                 result_type=list[EventEnvelope],
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LOOKBACK_RETRY,
-                summary=f"lookback: chain-{correlation_id}",
+                summary=f"lookback: {chain_workflow_id(correlation_id)}",
             )
         except ActivityError as error:
             self._state.lookback_failure = failure_message(error)
@@ -200,7 +213,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         self._upsert_status()
         self._publish_details()
         if status == AggregatorStatus.CANCELLED and workflow.patched(KEPT_RECORD_PATCH):
-            workflow.upsert_memo({FINAL_RECORD_MEMO: self.state()})
+            workflow.upsert_memo({AGGREGATOR_RECORD_MEMO: self.state()})
         leaving = asyncio.create_task(self._leave_chain())
         while True:
             try:
@@ -212,7 +225,7 @@ class Aggregator(metaclass=SurplusStartArguments):
                 continue
 
     async def _leave_chain(self) -> None:
-        await self._signal_chain("detach", workflow.info().workflow_id)
+        await self._signal_chain(DETACH_SIGNAL, workflow.info().workflow_id)
         if self._state.emitted is not None:
             await self._publish_to_chain(self._state.emitted)
 
@@ -220,7 +233,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         """The order of runs recorded before the `aggregator-deadline-first` patch."""
         self._upsert_status()
         self._publish_details()
-        await self._signal_chain("attach", workflow.info().workflow_id)
+        await self._signal_chain(ATTACH_SIGNAL, workflow.info().workflow_id)
         if self._spec.lookback:
             await self._look_back()
         try:
@@ -244,14 +257,14 @@ class Aggregator(metaclass=SurplusStartArguments):
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.state()
 
-    @workflow.signal(name="event")
+    @workflow.signal(name=EVENT_SIGNAL)
     async def event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event addressed to this aggregator. Raw on purpose: an envelope that does not
         decode or validate is recorded and parked, never raised; so is an event that arrives
         after the aggregator has finished."""
         await self._receive(raw, addressed=True)
 
-    @workflow.signal(name="chain_event")
+    @workflow.signal(name=CHAIN_EVENT_SIGNAL)
     async def chain_event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event its chain recorded and forwards to its listeners."""
         await self._receive(raw, addressed=False)
@@ -262,7 +275,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             envelope = decode_input(EventEnvelope, raw, "event")
         except InvalidInput as error:
             self._reject(str(error))
-            await park("invalid_envelope", str(error), raw=error.raw)
+            await park(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
             return
         if self._state.status == AggregatorStatus.WAITING:
             self._offer(envelope)
@@ -276,9 +289,9 @@ class Aggregator(metaclass=SurplusStartArguments):
         else:
             reason = f"event {header.id} ({header.type}): the aggregator ended"
             self._reject(reason)
-            await park("target_ended", reason, event=envelope)
+            await park(FailureType.TARGET_ENDED, reason, event=envelope)
 
-    @workflow.query
+    @workflow.query(name=STATE_QUERY)
     def state(self) -> AggregatorState:
         """The record as of the run's last workflow task; `AggregatorState.as_of` adds the time
         left as the reader's clock sees it."""
@@ -355,7 +368,7 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     async def _publish_to_chain(self, envelope: EventEnvelope) -> None:
         """Aggregators compose with chains: the result joins its correlation's event log."""
-        if await self._signal_chain("event", envelope.model_dump(mode="json")):
+        if await self._signal_chain(EVENT_SIGNAL, envelope.model_dump(mode="json")):
             self._state.published_to_chain = True
 
     def _slot_table(self) -> list[SlotStatus]:
@@ -383,10 +396,10 @@ class Aggregator(metaclass=SurplusStartArguments):
         return f"{count}; {self._state.status.value}"
 
     def _upsert_status(self) -> None:
-        search_attributes.upsert(
-            search_attributes.coordination_attributes(
+        upsert_search_attributes(
+            coordination_attributes(
                 correlation_id=self._spec.correlation_id or self._spec.aggregator_id,
-                pattern="aggregator",
+                pattern=Pattern.AGGREGATOR,
                 status=self._state.status.value,
             )
         )

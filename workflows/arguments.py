@@ -22,7 +22,7 @@ from temporalio.worker import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from coord.workflows.common import ARGUMENT_COUNT
+    from coord.models.contract import ARGUMENT_COUNT_METADATA
 
 
 class SurplusArguments(Interceptor):
@@ -69,5 +69,5 @@ def _fitted(args: Sequence[Any], takes: int) -> Sequence[Any]:
     if takes == 0:
         return []
     folded = workflow.payload_converter().to_payload(list(args[takes - 1 :]))
-    folded.metadata[ARGUMENT_COUNT] = str(len(args)).encode()
+    folded.metadata[ARGUMENT_COUNT_METADATA] = str(len(args)).encode()
     return [*args[: takes - 1], RawValue(folded)]

@@ -33,12 +33,27 @@ with workflow.unsafe.imports_passed_through():
         replayed_inputs,
         run_idempotency_key,
     )
+    from coord.models.contract import (
+        ATTACH_SIGNAL,
+        CHAIN_EVENT_SIGNAL,
+        CHAIN_WORKFLOW,
+        CLOSE_SIGNAL,
+        DETACH_SIGNAL,
+        EVENT_SIGNAL,
+        RERUN_SIGNAL,
+        RUN_AGENT_ACTIVITY,
+        STATE_QUERY,
+        TIMELINE_QUERY,
+        FailureType,
+        Pattern,
+        coordination_attributes,
+        correlation_id_of_chain,
+    )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
     from coord.models.filters import evaluate
     from coord.models.joins import JoinState
     from coord.models.sizes import json_size, newest_within, preview
     from coord.models.specs import SpecError
-    from coord.workflows import search_attributes
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
@@ -50,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         failure_message,
         failure_type,
         park,
+        upsert_search_attributes,
     )
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
@@ -78,7 +94,7 @@ signals arrived while it ran) replays it all in its next task; under a flood tha
 be short, or signals pile up during each replay and the server fails it again."""
 
 
-@workflow.defn(name="ReactiveChain")
+@workflow.defn(name=CHAIN_WORKFLOW)
 class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
@@ -91,7 +107,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._input_error = str(error)
             chain_input = ChainInput.model_construct(
                 spec=ChainSpec.model_construct(name="invalid", subscriptions=[], triggers=[]),
-                correlation_id=workflow.info().workflow_id.removeprefix("chain-"),
+                correlation_id=correlation_id_of_chain(workflow.info().workflow_id),
             )
         self._spec = chain_input.spec
         carried = chain_input.carried or ChainCarry(
@@ -129,7 +145,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if self._input_error:
             if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(lambda: not self._outbound)
-            raise ApplicationError(self._input_error, type="invalid_input", non_retryable=True)
+            raise ApplicationError(
+                self._input_error, type=FailureType.INVALID_INPUT, non_retryable=True
+            )
         self._keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
         while not self._finished():
@@ -179,11 +197,13 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             for envelope in self._inbox:
                 self._state.received += 1
                 reason = f"event {envelope.event.id}: the chain has ended"
-                self._reject("chain_ended", reason, envelope=envelope, depth=self._depth(envelope))
+                self._reject(
+                    FailureType.CHAIN_ENDED, reason, envelope=envelope, depth=self._depth(envelope)
+                )
             self._inbox.clear()
             await workflow.wait_condition(self._quiet)
 
-    @workflow.signal(name="event")
+    @workflow.signal(name=EVENT_SIGNAL)
     def event(self, raw: PlainInput = NO_INPUT) -> None:
         """Raw on purpose: an envelope that does not decode or validate is recorded and parked,
         never raised."""
@@ -191,16 +211,18 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             envelope = decode_input(EventEnvelope, raw, "event")
         except InvalidInput as error:
             self._state.received += 1
-            self._reject("invalid_envelope", str(error), raw=error.raw)
+            self._reject(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
             return
         if self._closing:
             self._state.received += 1
             reason = f"event {envelope.event.id}: the chain is closing"
-            self._reject("chain_closing", reason, envelope=envelope, depth=self._depth(envelope))
+            self._reject(
+                FailureType.CHAIN_CLOSING, reason, envelope=envelope, depth=self._depth(envelope)
+            )
             return
         self._inbox.append(envelope)
 
-    @workflow.signal
+    @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
@@ -208,13 +230,13 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             request = decode_input(RerunRequest, raw, "rerun")
         except InvalidInput as error:
-            self._reject("invalid_rerun", str(error), raw=error.raw)
+            self._reject(FailureType.INVALID_RERUN, str(error), raw=error.raw)
             return
         try:
             subscription = self._spec.subscription(request.subscription)
         except StopIteration:
             reason = f"rerun: unknown subscription {request.subscription!r}"
-            self._reject("invalid_rerun", reason, envelope=request.event)
+            self._reject(FailureType.INVALID_RERUN, reason, envelope=request.event)
             return
         replayed = request.event.event
         self._remember(request.event, self._depths.get(replayed.causation_id or "", 0))
@@ -229,36 +251,36 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             idempotency_key=key,
         )
 
-    @workflow.signal
+    @workflow.signal(name=ATTACH_SIGNAL)
     def attach(self, raw: PlainInput = NO_INPUT) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
-        workflow_id = self._listener_id(raw, "attach")
+        workflow_id = self._listener_id(raw, ATTACH_SIGNAL, FailureType.INVALID_ATTACH)
         if workflow_id is not None and workflow_id not in self._listeners:
             self._listeners.append(workflow_id)
 
-    @workflow.signal
+    @workflow.signal(name=DETACH_SIGNAL)
     def detach(self, raw: PlainInput = NO_INPUT) -> None:
         """A listener that has finished asks to receive no more events."""
-        workflow_id = self._listener_id(raw, "detach")
+        workflow_id = self._listener_id(raw, DETACH_SIGNAL, FailureType.INVALID_DETACH)
         if workflow_id in self._listeners:
             self._listeners.remove(workflow_id)
 
-    def _listener_id(self, raw: PlainInput, signal: str) -> str | None:
+    def _listener_id(self, raw: PlainInput, signal: str, invalid: FailureType) -> str | None:
         """The workflow id an `attach` or `detach` carries. Anything else (empty, null) is
         rejected and parked: signalling it would fail the workflow task for good."""
         try:
             return decode_input(ListenerId, raw, signal).root
         except InvalidInput as error:
             self._state.received += 1
-            self._reject(f"invalid_{signal}", str(error), raw=error.raw)
+            self._reject(invalid, str(error), raw=error.raw)
             return None
 
-    @workflow.signal
+    @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
         """Accept no more events; finish the work already started or queued, then end."""
         self._closing = True
 
-    @workflow.query
+    @workflow.query(name=STATE_QUERY)
     def state(self) -> ChainState:
         return self._state.model_copy(
             update={
@@ -269,7 +291,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             }
         )
 
-    @workflow.query
+    @workflow.query(name=TIMELINE_QUERY)
     def timeline(self) -> list[TimelineEntry]:
         return self._timeline
 
@@ -353,7 +375,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             header.correlation_id = correlation_id
         if header.correlation_id != correlation_id:
             self._reject(
-                "foreign_correlation",
+                FailureType.FOREIGN_CORRELATION,
                 f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
                 f"chain's ({correlation_id!r})",
                 envelope=envelope,
@@ -363,7 +385,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if depth > self._spec.max_causation_depth:
             path = " ← ".join(self._causation_path(header.causation_id))
             self._reject(
-                "causation_loop",
+                FailureType.CAUSATION_LOOP,
                 f"event {header.id} ({header.type}): causation depth {depth} exceeds "
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
                 envelope=envelope,
@@ -405,11 +427,11 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         """Listeners get the events the chain records as `chain_event` (events they listen to,
         unlike `event`, which is addressed to them), never the chain's lifecycle notices: those
         are about this chain's handling, not the listener's work."""
-        signal = "event"
+        signal = EVENT_SIGNAL
         if workflow.patched(LIFECYCLE_NOTICES_PATCH):
             if envelope.event.type in LIFECYCLE_NOTICES:
                 return
-            signal = "chain_event"
+            signal = CHAIN_EVENT_SIGNAL
         for listener in self._listeners:
             self._in_background(self._forward(listener, envelope, signal))
 
@@ -526,7 +548,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 self._publish(publishes.on_start, run, {"agent": run.agent})
             try:
                 result: AgentResult = await workflow.execute_activity(
-                    "run_agent",
+                    RUN_AGENT_ACTIVITY,
                     AgentRequest(
                         agent=run.agent,
                         event=run.trigger,
@@ -588,7 +610,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         await asyncio.gather(
             *(
                 park(
-                    "chain_ended",
+                    FailureType.CHAIN_ENDED,
                     f"{run.agent} on {run.trigger.event.type} never ran: the chain ended "
                     f"{self._state.status.value} while it was queued",
                     event=run.trigger,
@@ -677,10 +699,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         )
 
     def _upsert_status(self) -> None:
-        search_attributes.upsert(
-            search_attributes.coordination_attributes(
+        upsert_search_attributes(
+            coordination_attributes(
                 correlation_id=self._state.correlation_id,
-                pattern="chain",
+                pattern=Pattern.CHAIN,
                 status=self._state.status.value,
             )
         )

@@ -8,9 +8,10 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, RetryState, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import contract
     from coord.models.dlq import DeadLetter
     from coord.models.envelope import EventEnvelope
     from coord.models.specs import (
@@ -41,10 +42,6 @@ NO_INPUT: PlainInput = RawValue(Payload())
 reaches our code, which refuses it, instead of failing the workflow task with a TypeError."""
 
 
-ARGUMENT_COUNT = "coord-argument-count"
-"""Payload metadata marking arguments sent beyond what a handler takes (`workflows.arguments`)."""
-
-
 class InvalidInput(SpecError):
     """A workflow input or handler argument that does not decode or validate. `raw` is what it
     carried, fit to record and park: its JSON, or its text when that is not JSON or nests too
@@ -67,7 +64,7 @@ def decode_json(value: RawValue, source: str) -> Any:
     except Exception as error:  # any converter failure: the payload is the sender's fault
         reason = describe_validation_error(error) if isinstance(error, ValidationError) else error
         raise InvalidInput(f"{source}: cannot be decoded: {reason}", _text(value)) from None
-    sent = value.payload.metadata.get(ARGUMENT_COUNT)
+    sent = value.payload.metadata.get(contract.ARGUMENT_COUNT_METADATA)
     if sent is not None:
         message = f"{source}: expected one input, got {sent.decode()}"
         raise InvalidInput(message, decoded if _plain_json(decoded) else _text(value))
@@ -105,12 +102,8 @@ def failure_message(error: BaseException) -> str:
 
 
 def failure_type(error: ActivityError) -> str:
-    cause = error.cause
-    if isinstance(cause, ApplicationError):
-        return cause.type or "ApplicationError"
-    if isinstance(cause, TimeoutError):
-        return "timeout"
-    return type(cause).__name__
+    """The failure type of what the activity failed with."""
+    return contract.failure_type_of(error.cause) if error.cause else type(error).__name__
 
 
 def attempts(error: ActivityError, retry_policy: RetryPolicy) -> int:
@@ -162,8 +155,12 @@ async def park(
         causation_depth=causation_depth,
     )
     await workflow.execute_activity(
-        "park_dead_letter",
+        contract.PARK_DEAD_LETTER_ACTIVITY,
         letter,
         start_to_close_timeout=timedelta(seconds=30),
         summary=f"dead-letter: {failure_type}",
     )
+
+
+def upsert_search_attributes(values: contract.SearchValues) -> None:
+    workflow.upsert_search_attributes([key.value_set(value) for key, value in values.items()])

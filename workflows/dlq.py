@@ -22,10 +22,19 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest
-    from coord.models.chain import chain_workflow_id
+    from coord.models.contract import (
+        DEAD_LETTER_SUMMARY_MEMO,
+        DEAD_LETTER_WORKFLOW,
+        DECLARED_AGENT_ACTIVITY,
+        ENTRY_QUERY,
+        EVENT_SIGNAL,
+        REDELIVER_ACTIVITY,
+        RUN_AGENT_ACTIVITY,
+        FailureType,
+        chain_workflow_id,
+    )
     from coord.models.dlq import (
         CLOSED_STATUSES,
-        MEMO_KEY,
         AgentLookup,
         ArchiveRequest,
         DeadLetter,
@@ -37,7 +46,6 @@ with workflow.unsafe.imports_passed_through():
         ReplayRequest,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.workflows import search_attributes
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
@@ -45,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         decode_input,
         failure_message,
+        upsert_search_attributes,
     )
 
 
@@ -56,7 +65,7 @@ class CarriedEntry(BaseModel):
     carried: DlqEntry
 
 
-@workflow.defn(name="DeadLetterEntry", sandboxed=False)
+@workflow.defn(name=DEAD_LETTER_WORKFLOW, sandboxed=False)
 class DeadLetterEntry(metaclass=SurplusStartArguments):
     """Not sandboxed: a run is started for every parked entry, tens of thousands at a time, and
     the sandbox's per-run module re-import doubled the CPU of an entry's first task (17 ms
@@ -83,11 +92,11 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             workflow.continue_as_new(CarriedEntry(carried=self._entry))
         return self._entry
 
-    @workflow.query
+    @workflow.query(name=ENTRY_QUERY)
     def entry(self) -> DlqEntry:
         return self._entry
 
-    @workflow.update
+    @workflow.update  # named `replay` (REPLAY_UPDATE) by the method: see tests/test_contract.py
     async def replay(self, request: ReplayRequest) -> DlqEntry:
         async with self._lock:
             self._require_parked()
@@ -102,7 +111,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         if self._entry.event is None or not self._entry.target_workflow:
             raise ValueError("an entry without an event or a target cannot be replayed; archive it")
 
-    @workflow.update
+    @workflow.update  # named `archive` (ARCHIVE_UPDATE) by the method
     async def archive(self, request: ArchiveRequest) -> DlqEntry:
         async with self._lock:
             self._require_parked()
@@ -123,7 +132,8 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         """Under the lock: an update accepted while another held it finds the entry changed."""
         if self._entry.status != "parked":
             raise ApplicationError(
-                f"{self._entry.entry_id} is {self._entry.status}, not parked", type="not_parked"
+                f"{self._entry.entry_id} is {self._entry.status}, not parked",
+                type=FailureType.NOT_PARKED,
             )
 
     def _closed(self) -> bool:
@@ -145,7 +155,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             now = workflow.now()
             letter = DeadLetter(
                 raw=error.raw,
-                failure_type="invalid_dead_letter",
+                failure_type=FailureType.INVALID_DEAD_LETTER,
                 message=str(error),
                 first_failed_at=now,
                 last_failed_at=now,
@@ -160,8 +170,8 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         """Search attributes for filters and counts, the memo for listing rows, and the
         current details for the UI: all from the record, after every change."""
         summary = self._entry.summary()
-        search_attributes.upsert(search_attributes.dead_letter_attributes(summary))
-        workflow.upsert_memo({MEMO_KEY: summary.model_dump(mode="json")})
+        upsert_search_attributes(summary.search_attributes())
+        workflow.upsert_memo({DEAD_LETTER_SUMMARY_MEMO: summary.model_dump(mode="json")})
         workflow.set_current_details(self._details())
 
     def _details(self) -> str:
@@ -199,7 +209,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
                 await self._run_agent(entry.target_workflow, entry.target_agent, event)
             else:
                 await workflow.execute_activity(
-                    "redeliver",
+                    REDELIVER_ACTIVITY,
                     Redelivery(
                         target_workflow=entry.target_workflow,
                         target_agent=entry.target_agent if entry.replay == "rerun" else None,
@@ -222,14 +232,14 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         """The agent as its saga declared it (read from the saga's own start), else as the
         worker's registry knows it: never a declaration carried by the entry."""
         declared: DeclaredAgent = await workflow.execute_activity(
-            "declared_agent",
+            DECLARED_AGENT_ACTIVITY,
             AgentLookup(target_workflow=target_workflow, agent=agent),
             result_type=DeclaredAgent,
             start_to_close_timeout=timedelta(seconds=30),
             summary=f"declaration of {agent} in {target_workflow}",
         )
         await workflow.execute_activity(
-            "run_agent",
+            RUN_AGENT_ACTIVITY,
             AgentRequest(
                 agent=agent,
                 event=event,
@@ -270,6 +280,6 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         )
         chain = workflow.get_external_workflow_handle(chain_workflow_id(event.event.correlation_id))
         try:
-            await chain.signal("event", notice.model_dump(mode="json"))
+            await chain.signal(EVENT_SIGNAL, notice.model_dump(mode="json"))
         except ApplicationError:
             return

@@ -17,7 +17,19 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 with workflow.unsafe.imports_passed_through():
     from coord.models.agent_config import AgentConfig
     from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.chain import TimelineEntry, chain_workflow_id
+    from coord.models.chain import TimelineEntry
+    from coord.models.contract import (
+        EVENT_SIGNAL,
+        RUN_AGENT_ACTIVITY,
+        SAGA_RECORD_MEMO,
+        SAGA_WORKFLOW,
+        STATE_QUERY,
+        FailureType,
+        Pattern,
+        chain_workflow_id,
+        coordination_attributes,
+        saga_id_of,
+    )
     from coord.models.envelope import EventEnvelope
     from coord.models.retry import RetryConfig
     from coord.models.saga import (
@@ -32,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         StackEntry,
     )
     from coord.models.specs import SpecError
-    from coord.workflows import search_attributes
     from coord.workflows.common import (
         DEAD_LETTER_PATCH,
         NO_INPUT,
@@ -42,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         failure_message,
         failure_type,
         park,
+        upsert_search_attributes,
     )
 
 T = TypeVar("T")
@@ -51,9 +63,9 @@ SAGA_EVENTS_PATCH = "saga-events-to-chain"
 their final record in the memo when cancelled; older runs replay without either."""
 CHAIN_SEND_ONCE_PATCH = "saga-stops-sending-to-a-missing-chain"
 """Runs after this patch stop sending events once a send finds no running chain."""
-FINAL_RECORD_MEMO = "saga_state"
-"""The memo key of a cancelled saga's final record (a cancelled run has no result)."""
-CANCELLED_STEP = {"failure": {"type": "cancelled", "message": "cancelled while running"}}
+CANCELLED_STEP = {
+    "failure": {"type": FailureType.CANCELLED.value, "message": "cancelled while running"}
+}
 """The outcome of a step cancelled before it ended: unknown, so its compensation runs."""
 
 
@@ -78,11 +90,11 @@ async def uncancellable(awaitable: Awaitable[T], on_cancel: Callable[[], None] |
                 return task.result()
 
 
-@workflow.defn(name="Saga")
+@workflow.defn(name=SAGA_WORKFLOW)
 class Saga:
     def __init__(self) -> None:
         self._spec: SagaSpec | None = None
-        self._state = SagaState(saga_id=workflow.info().workflow_id.removeprefix("saga-"))
+        self._state = SagaState(saga_id=saga_id_of(workflow.info().workflow_id))
         self._outcomes: dict[str, dict[str, Any]] = {}
         """Each ended step's outcome by name, `{"result": data}` or `{"failure": {...}}`: what
         later steps and compensations receive as inputs."""
@@ -120,7 +132,7 @@ class Saga:
         self._set_status(SagaStatus.COMPLETED)
         return self._state
 
-    @workflow.query
+    @workflow.query(name=STATE_QUERY)
     def state(self) -> SagaState:
         return self._state
 
@@ -130,7 +142,7 @@ class Saga:
         except SpecError as error:
             self._state.failure_reason = str(error)
             self._set_status(SagaStatus.FAILED)
-            raise self._failure("invalid_spec", str(error)) from None
+            raise self._failure(FailureType.INVALID_SPEC, str(error)) from None
 
     async def _run_steps(self, spec: SagaSpec) -> None:
         for index, step in enumerate(spec.steps, start=1):
@@ -244,10 +256,10 @@ class Saga:
         if self._state.recovery == "forward":
             self._state.failure_reason = f"{failure}; after the pivot, so nothing is compensated"
             self._set_status(SagaStatus.FAILED)
-            raise self._failure("saga_failed", self._state.failure_reason)
+            raise self._failure(FailureType.SAGA_FAILED, self._state.failure_reason)
         await uncancellable(self._compensate(str(failure)), self._note_cancel_while_compensating)
         undone = self._compensated_names() or "nothing to undo"
-        raise self._failure("saga_compensated", f"{failure}; compensated: {undone}")
+        raise self._failure(FailureType.SAGA_COMPENSATED, f"{failure}; compensated: {undone}")
 
     async def _compensate(self, reason: str) -> None:
         assert self._spec is not None
@@ -266,7 +278,7 @@ class Saga:
             errors = "; ".join(f"{c.compensate}: {c.error}" for c in failed)
             self._state.failure_reason = f"{reason}; compensation failed: {errors}"
             self._set_status(SagaStatus.COMPENSATION_FAILED)
-            raise self._failure("compensation_failed", self._state.failure_reason)
+            raise self._failure(FailureType.COMPENSATION_FAILED, self._state.failure_reason)
         self._set_status(SagaStatus.COMPENSATED)
 
     async def _undo(self, entry: StackEntry) -> bool:
@@ -318,7 +330,7 @@ class Saga:
         message = f"compensation {entry.compensate} of step {entry.step} failed: "
         message += failure_message(error)
         await park(
-            "compensation_failed",
+            FailureType.COMPENSATION_FAILED,
             message,
             event=command,
             target_agent=entry.compensate,
@@ -355,7 +367,7 @@ class Saga:
             inputs=inputs,
         )
         return workflow.start_activity(
-            "run_agent",
+            RUN_AGENT_ACTIVITY,
             request,
             result_type=AgentResult,
             start_to_close_timeout=timeout,
@@ -383,7 +395,7 @@ class Saga:
         record still has the event."""
         chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
         try:
-            await chain.signal("event", envelope.model_dump(mode="json"))
+            await chain.signal(EVENT_SIGNAL, envelope.model_dump(mode="json"))
         except ApplicationError:
             self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
 
@@ -391,7 +403,7 @@ class Saga:
         """A cancelled run has no result to carry the record, so the memo keeps it, readable
         from the closed run without a worker."""
         if self._announcing:
-            workflow.upsert_memo({FINAL_RECORD_MEMO: self._state})
+            workflow.upsert_memo({SAGA_RECORD_MEMO: self._state})
 
     def _spec_agents(self) -> dict[str, AgentConfig]:
         return self._spec.agents if self._spec else {}
@@ -424,10 +436,10 @@ class Saga:
 
     def _set_status(self, status: SagaStatus) -> None:
         self._state.status = status
-        search_attributes.upsert(
-            search_attributes.coordination_attributes(
+        upsert_search_attributes(
+            coordination_attributes(
                 correlation_id=self._state.correlation_id or self._state.saga_id,
-                pattern="saga",
+                pattern=Pattern.SAGA,
                 status=status.value,
             )
         )

@@ -14,16 +14,10 @@ from typing import Any
 import httpx
 from temporalio import activity
 
-from coord.activities.agent_kinds.failures import (
-    INVALID_PAYLOAD,
-    TEMPORARY_FAILURE,
-    TIMEOUT,
-    UNAUTHORIZED,
-    failure,
-    json_object_output,
-)
+from coord.activities.agent_kinds.output import json_object_output
 from coord.activities.context import AgentContext
 from coord.models.agent_config import HttpAgent, WorkerSettings
+from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 
 RETRYABLE_STATUSES = {408, 429}
@@ -49,15 +43,19 @@ async def run_http(
             async with asyncio.timeout(config.timeout.total_seconds()):
                 return await _post(client, request, config, secrets, int(settings.output_limit))
         except (TimeoutError, httpx.TimeoutException):
-            raise failure(TIMEOUT, f"{config.url} did not answer within {config.timeout}") from None
+            raise failure(
+                FailureType.TIMEOUT, f"{config.url} did not answer within {config.timeout}"
+            ) from None
         except httpx.TransportError as error:
-            raise failure(TEMPORARY_FAILURE, f"{request.url}: {error}") from None
+            raise failure(FailureType.TEMPORARY_FAILURE, f"{request.url}: {error}") from None
 
 
 def _secret(header: str, variable: str) -> str:
     value = os.environ.get(variable)
     if value is None:
-        raise failure(UNAUTHORIZED, f"header {header} needs ${variable}, which is not set")
+        raise failure(
+            FailureType.UNAUTHORIZED, f"header {header} needs ${variable}, which is not set"
+        )
     return value
 
 
@@ -84,7 +82,9 @@ async def _post(
         if request.url.copy_with(path="/", query=None, fragment=None) != origin:
             for header in secrets:
                 request.headers.pop(header, None)
-    raise failure(INVALID_PAYLOAD, f"{config.url} redirected more than {MAX_REDIRECTS} times")
+    raise failure(
+        FailureType.INVALID_PAYLOAD, f"{config.url} redirected more than {MAX_REDIRECTS} times"
+    )
 
 
 def _followable(response: httpx.Response, config: HttpAgent) -> bool:
@@ -97,7 +97,8 @@ async def _read_capped(response: httpx.Response, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise failure(
-                INVALID_PAYLOAD, f"{response.url} answered past the worker's {limit}-byte limit"
+                FailureType.INVALID_PAYLOAD,
+                f"{response.url} answered past the worker's {limit}-byte limit",
             )
     return bytes(body)
 
@@ -107,16 +108,16 @@ def _classified(response: httpx.Response) -> Exception:
     if response.is_redirect or 300 <= status < 400:
         location = response.headers.get("Location", "no Location")
         return failure(
-            INVALID_PAYLOAD,
+            FailureType.INVALID_PAYLOAD,
             f"{url} answered {status} redirecting to {location}; redirects are not followed "
             "(a declaration may set follow_redirects: true for 307/308)",
         )
     if status in RETRYABLE_STATUSES or status >= 500:
         delay = retry_after(response.headers.get("Retry-After"), _longest_retry_delay())
-        return failure(TEMPORARY_FAILURE, f"{url} answered {status}", retry_after=delay)
+        return failure(FailureType.TEMPORARY_FAILURE, f"{url} answered {status}", retry_after=delay)
     if status in (401, 403):
-        return failure(UNAUTHORIZED, f"{url} answered {status}")
-    return failure(INVALID_PAYLOAD, f"{url} answered {status}")
+        return failure(FailureType.UNAUTHORIZED, f"{url} answered {status}")
+    return failure(FailureType.INVALID_PAYLOAD, f"{url} answered {status}")
 
 
 def retry_after(value: str | None, longest: timedelta) -> timedelta | None:

@@ -14,15 +14,10 @@ from typing import Any
 
 from temporalio import activity
 
-from coord.activities.agent_kinds.failures import (
-    INVALID_PAYLOAD,
-    TEMPORARY_FAILURE,
-    TIMEOUT,
-    failure,
-    json_object_output,
-)
+from coord.activities.agent_kinds.output import json_object_output
 from coord.activities.context import AgentContext
 from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
+from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 
 KILL_GRACE_SECONDS = 3.0
@@ -89,7 +84,8 @@ async def _communicate(
         out, err = await asyncio.wait_for(asyncio.gather(*readers), KILL_GRACE_SECONDS)
     except TimeoutError:
         raise failure(
-            TIMEOUT, f"{name} exited but something outside its group kept its output open"
+            FailureType.TIMEOUT,
+            f"{name} exited but something outside its group kept its output open",
         ) from None
     return out, err
 
@@ -103,7 +99,9 @@ async def _heartbeat_until_exit(
     while not exited.done():
         left = deadline - loop.time()
         if left <= 0:
-            raise failure(TIMEOUT, f"{config.argv[0]} ran past its {config.timeout} timeout")
+            raise failure(
+                FailureType.TIMEOUT, f"{config.argv[0]} ran past its {config.timeout} timeout"
+            )
         pending: set[asyncio.Future[Any]] = {
             exited,
             *(reader for reader in readers if not reader.done()),
@@ -130,7 +128,9 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int, what: str) -> b
     while chunk := await stream.read(64 * 1024):
         size += len(chunk)
         if size > limit:
-            raise failure(INVALID_PAYLOAD, f"{what} passed the worker's {limit}-byte output limit")
+            raise failure(
+                FailureType.INVALID_PAYLOAD, f"{what} passed the worker's {limit}-byte output limit"
+            )
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -150,7 +150,11 @@ def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> N
 
 def _result(config: ShellAgent, code: int, out: bytes, err: bytes) -> Mapping[str, Any]:
     if code != 0:
-        kind = INVALID_PAYLOAD if code in config.non_retryable_exit_codes else TEMPORARY_FAILURE
+        kind = (
+            FailureType.INVALID_PAYLOAD
+            if code in config.non_retryable_exit_codes
+            else FailureType.TEMPORARY_FAILURE
+        )
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
         raise failure(
             kind, f"{config.argv[0]} exited {code}: {' / '.join(tail)[-STDERR_TAIL_CHARS:]}"

@@ -14,17 +14,17 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from coord.infra.temporal import task_queue
+from coord.models import contract
 from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from coord.models.envelope import EventEnvelope
 from coord.starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
-from coord.workflows import search_attributes
-from coord.workflows.aggregator import FINAL_RECORD_MEMO, Aggregator
+from coord.workflows.aggregator import Aggregator
 
 
 async def running_aggregators(client: Client, correlation_id: str) -> list[str]:
     query = (
-        f"{search_attributes.COORD_PATTERN.name} = 'aggregator' AND ExecutionStatus = 'Running' "
-        f"AND {search_attributes.CORRELATION_ID.name} = '{correlation_id}'"
+        f"{contract.pattern_clause(contract.Pattern.AGGREGATOR)} AND ExecutionStatus = 'Running' "
+        f"AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
     )
     return [execution.id async for execution in client.list_workflows(query)]
 
@@ -37,10 +37,10 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
         "task_queue": queue or task_queue(),
         "static_summary": f"Aggregator {spec.aggregator_id}{scope}: waits for {waits}",
         "static_details": spec.description or None,
-        "search_attributes": search_attributes.as_start_attributes(
-            search_attributes.coordination_attributes(
+        "search_attributes": contract.as_start_attributes(
+            contract.coordination_attributes(
                 correlation_id=spec.correlation_id or spec.aggregator_id,
-                pattern="aggregator",
+                pattern=contract.Pattern.AGGREGATOR,
                 status=AggregatorStatus.WAITING.value,
             )
         ),
@@ -67,7 +67,7 @@ async def publish_to_aggregator(
         await client.start_workflow(
             Aggregator.run,
             spec.model_dump(mode="json"),
-            start_signal="event",
+            start_signal=contract.EVENT_SIGNAL,
             start_signal_args=[envelope.model_dump(mode="json")],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             **_aggregator_start_options(spec, queue),
@@ -79,9 +79,9 @@ async def publish_to_aggregator(
 
 
 def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
-    if not workflow_id.startswith("aggregator-"):
-        workflow_id = f"aggregator-{workflow_id}"
-    return client.get_workflow_handle_for(Aggregator.run, workflow_id)
+    return client.get_workflow_handle_for(
+        Aggregator.run, contract.as_aggregator_workflow_id(workflow_id)
+    )
 
 
 async def cancel_aggregator(client: Client, workflow_id: str) -> None:
@@ -96,7 +96,7 @@ async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
-        kept = await kept_record(handle, FINAL_RECORD_MEMO, AggregatorState)
+        kept = await kept_record(handle, contract.AGGREGATOR_RECORD_MEMO, AggregatorState)
         if kept is not None:
             return kept
     return (await handle.query(Aggregator.state)).as_of(datetime.now(UTC))

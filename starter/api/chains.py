@@ -23,6 +23,7 @@ from tenacity import (
 )
 
 from coord.infra.temporal import task_queue
+from coord.models import contract
 from coord.models.chain import (
     SERVER_SIGNALS_PER_RUN,
     ChainInput,
@@ -30,7 +31,6 @@ from coord.models.chain import (
     ChainState,
     ChainStatus,
     TimelineEntry,
-    chain_workflow_id,
 )
 from coord.models.envelope import EventEnvelope
 from coord.starter.api.common import (
@@ -42,7 +42,6 @@ from coord.starter.api.common import (
     target_name,
     undeliverable,
 )
-from coord.workflows import search_attributes
 from coord.workflows.chain import ReactiveChain
 
 
@@ -51,18 +50,22 @@ def chain_summary(spec: ChainSpec, correlation_id: str) -> str:
 
 
 def chain_handle(client: Client, correlation_id: str) -> WorkflowHandle[Any, ChainState]:
-    return client.get_workflow_handle_for(ReactiveChain.run, chain_workflow_id(correlation_id))
+    return client.get_workflow_handle_for(
+        ReactiveChain.run, contract.chain_workflow_id(correlation_id)
+    )
 
 
 def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None) -> dict[str, Any]:
     return {
-        "id": chain_workflow_id(correlation_id),
+        "id": contract.chain_workflow_id(correlation_id),
         "task_queue": queue or task_queue(),
         "static_summary": chain_summary(spec, correlation_id),
         "static_details": spec.description or None,
-        "search_attributes": search_attributes.as_start_attributes(
-            search_attributes.coordination_attributes(
-                correlation_id=correlation_id, pattern="chain", status=ChainStatus.RUNNING.value
+        "search_attributes": contract.as_start_attributes(
+            contract.coordination_attributes(
+                correlation_id=correlation_id,
+                pattern=contract.Pattern.CHAIN,
+                status=ChainStatus.RUNNING.value,
             )
         ),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -161,12 +164,12 @@ async def publish(
 
     async def send() -> None:
         if spec is None:
-            await chain_handle(client, correlation_id).signal("event", event)
+            await chain_handle(client, correlation_id).signal(contract.EVENT_SIGNAL, event)
         else:
             await client.start_workflow(
                 ReactiveChain.run,
                 _chain_input(spec, correlation_id),
-                start_signal="event",
+                start_signal=contract.EVENT_SIGNAL,
                 start_signal_args=[event],
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 **_chain_start_options(spec, correlation_id, queue),
@@ -180,9 +183,9 @@ async def publish(
             "`coord chain start SPEC --correlation-id ...` or publish with --spec"
         )
         raise await undeliverable(
-            client, chain_workflow_id(correlation_id), envelope, error, missing
+            client, contract.chain_workflow_id(correlation_id), envelope, error, missing
         ) from None
-    return chain_workflow_id(correlation_id)
+    return contract.chain_workflow_id(correlation_id)
 
 
 async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
@@ -191,7 +194,7 @@ async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
     an event that reached no chain fails."""
     event = envelope.model_dump(mode="json")
     event["event"]["correlation_id"] = None
-    query = f"{search_attributes.COORD_PATTERN.name} = 'chain' AND ExecutionStatus = 'Running'"
+    query = f"{contract.pattern_clause(contract.Pattern.CHAIN)} AND ExecutionStatus = 'Running'"
     chains = [execution.id async for execution in client.list_workflows(query)]
     delivery = await signal_each(client, chains, event)
     if not delivery.reached:

@@ -14,6 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.activities.delivery import park_dead_letter
 from coord.infra.logs import get_logger
 from coord.infra.temporal import task_queue
+from coord.models import contract
 from coord.models.dlq import DeadLetter
 from coord.models.envelope import EventEnvelope
 
@@ -89,7 +90,7 @@ async def undeliverable(
     letter = DeadLetter(
         event=envelope,
         target_workflow=workflow_id,
-        failure_type="target_ended",
+        failure_type=contract.FailureType.TARGET_ENDED,
         message=message,
         first_failed_at=now,
         last_failed_at=now,
@@ -101,8 +102,8 @@ async def undeliverable(
 
 
 def target_name(workflow_id: str) -> str:
-    if workflow_id.startswith("chain-"):
-        return f"the chain for correlation id {workflow_id.removeprefix('chain-')!r}"
+    if contract.is_chain_workflow_id(workflow_id):
+        return f"the chain for correlation id {contract.correlation_id_of_chain(workflow_id)!r}"
     return workflow_id
 
 
@@ -123,7 +124,7 @@ async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, An
     delivery = Delivery()
     for workflow_id in workflow_ids:
         try:
-            await client.get_workflow_handle(workflow_id).signal("event", raw)
+            await client.get_workflow_handle(workflow_id).signal(contract.EVENT_SIGNAL, raw)
         except RPCError as error:
             delivery.skipped.append(f"{target_name(workflow_id)}: {error.message}")
         else:
@@ -134,7 +135,7 @@ async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, An
 async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:
     try:
         await client.get_workflow_handle(workflow_id).signal(
-            "event", envelope.model_dump(mode="json")
+            contract.EVENT_SIGNAL, envelope.model_dump(mode="json")
         )
     except RPCError as error:
         raise await undeliverable(

@@ -20,10 +20,9 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
+from coord.models import contract
 from coord.models.dlq import (
-    DLQ_PATTERN,
     ENTRY_STATUSES,
-    MEMO_KEY,
     ArchiveRequest,
     BulkOutcome,
     DlqCounts,
@@ -37,7 +36,6 @@ from coord.models.dlq import (
 )
 from coord.models.specs import SpecError
 from coord.starter.api.common import Undeliverable
-from coord.workflows import search_attributes
 from coord.workflows.common import failure_message
 from coord.workflows.dlq import DeadLetterEntry
 
@@ -49,7 +47,7 @@ BULK_CONCURRENCY = 20
 """Updates a bulk replay or archive keeps in flight at once."""
 
 
-PATTERN_CLAUSE = f"{search_attributes.COORD_PATTERN.name} = '{DLQ_PATTERN}'"
+PATTERN_CLAUSE = contract.pattern_clause(contract.Pattern.DLQ)
 
 
 class Cursor(BaseModel):
@@ -65,11 +63,11 @@ def dlq_query(selection: DlqSelection | None = None, *, queue: str | None = None
     selection = selection or DlqSelection()
     wanted = {
         "TaskQueue": queue or task_queue(),
-        search_attributes.COORD_STATUS.name: selection.status,
-        search_attributes.EVENT_TYPE.name: selection.type,
-        search_attributes.TOPIC.name: selection.topic,
-        search_attributes.FAILURE_TYPE.name: selection.failure_type,
-        search_attributes.CORRELATION_ID.name: selection.correlation_id,
+        contract.COORD_STATUS.name: selection.status,
+        contract.EVENT_TYPE.name: selection.type,
+        contract.TOPIC.name: selection.topic,
+        contract.FAILURE_TYPE.name: selection.failure_type,
+        contract.CORRELATION_ID.name: selection.correlation_id,
     }
     clauses = [f"{name} = {quoted(value)}" for name, value in wanted.items() if value]
     return " AND ".join([PATTERN_CLAUSE, *clauses])
@@ -100,7 +98,7 @@ async def dlq_page(
 
 
 async def summary_of(memo: Callable[[], Awaitable[Any]]) -> EntrySummary:
-    return EntrySummary.model_validate((await memo())[MEMO_KEY])
+    return EntrySummary.model_validate((await memo())[contract.DEAD_LETTER_SUMMARY_MEMO])
 
 
 async def dlq_entries(
@@ -156,7 +154,7 @@ async def dlq_counts(
     yet known), then each type and status is counted: a few queries per type, whatever the
     number of entries."""
     base = dlq_query(selection, queue=queue)
-    failure_type = search_attributes.FAILURE_TYPE.name
+    failure_type = contract.FAILURE_TYPE.name
     types: list[str] = []
     while True:
         known = f" AND {failure_type} NOT IN ({', '.join(map(quoted, types))})" if types else ""
@@ -168,7 +166,7 @@ async def dlq_counts(
 
     async def count(kind: str, status: EntryStatus) -> int:
         query = f"{base} AND {failure_type} = {quoted(kind)}"
-        query += f" AND {search_attributes.COORD_STATUS.name} = {quoted(status)}"
+        query += f" AND {contract.COORD_STATUS.name} = {quoted(status)}"
         return (await client.count_workflows(query)).count
 
     pairs = [(kind, status) for kind in sorted(types) for status in ENTRY_STATUSES]
@@ -269,5 +267,5 @@ async def _why_closed(client: Client, entry_id: str) -> str:
         description = await client.get_workflow_handle(entry_id).describe()
     except RPCError:
         return f"no dead letter {entry_id!r}"
-    status = description.typed_search_attributes.get(search_attributes.COORD_STATUS)
+    status = description.typed_search_attributes.get(contract.COORD_STATUS)
     return f"{entry_id} is {status or 'closed'}, not parked"

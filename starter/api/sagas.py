@@ -13,12 +13,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
+from coord.models import contract
 from coord.models.chain import TimelineEntry
-from coord.models.saga import SagaSpec, SagaState, SagaStatus, saga_workflow_id
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import Conflict, NotFound, closed_with_result, kept_record
-from coord.workflows import search_attributes
-from coord.workflows.saga import FINAL_RECORD_MEMO, Saga
+from coord.workflows.saga import Saga
 
 
 def saga_summary(spec: SagaSpec) -> str:
@@ -36,16 +36,18 @@ async def start_saga(
         task_queue=queue or task_queue(),
         static_summary=saga_summary(spec),
         static_details=spec.description or None,
-        search_attributes=search_attributes.as_start_attributes(
-            search_attributes.coordination_attributes(
-                correlation_id=spec.correlation_id, pattern="saga", status=SagaStatus.PENDING.value
+        search_attributes=contract.as_start_attributes(
+            contract.coordination_attributes(
+                correlation_id=spec.correlation_id,
+                pattern=contract.Pattern.SAGA,
+                status=SagaStatus.PENDING.value,
             )
         ),
     )
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
-    return client.get_workflow_handle_for(Saga.run, saga_workflow_id(saga_id))
+    return client.get_workflow_handle_for(Saga.run, contract.saga_workflow_id(saga_id))
 
 
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
@@ -57,7 +59,7 @@ async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
         cause = failure.cause
         if isinstance(cause, ApplicationError) and cause.details:
             return SagaState.model_validate(cause.details[0])
-        kept = await kept_record(handle, FINAL_RECORD_MEMO, SagaState)
+        kept = await kept_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
         return kept if kept is not None else await handle.query(Saga.state)
 
 
@@ -119,8 +121,8 @@ async def correlated_sagas(
 ) -> AsyncIterator[WorkflowHandle[Any, SagaState]]:
     """Every run of a saga of this correlation, running or closed."""
     query = (
-        f"{search_attributes.COORD_PATTERN.name} = 'saga' AND "
-        f"{search_attributes.CORRELATION_ID.name} = '{correlation_id}'"
+        f"{contract.pattern_clause(contract.Pattern.SAGA)} AND "
+        f"{contract.CORRELATION_ID.name} = '{correlation_id}'"
     )
     async for execution in client.list_workflows(query):
         yield client.get_workflow_handle_for(Saga.run, execution.id, run_id=execution.run_id)

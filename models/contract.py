@@ -1,0 +1,264 @@
+"""The wire contract: every name that crosses the Temporal boundary, in one place.
+
+Workflow types and ids, the task queue, signal, query and update names, activity names, memo
+keys, search attributes and failure types are what the server records and what clients,
+workers and recorded histories agree on. Renaming one breaks running workflows and replays, so
+each is spelled here once and everything else refers to it.
+
+The pure layer: this module imports no worker or workflow code (only `temporalio.common` and
+`temporalio.exceptions`), so clients, activities, workflows and models all import it."""
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import Final
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, TimeoutError
+
+# --- Task queue -------------------------------------------------------------------------------
+
+TASK_QUEUE_ENV: Final = "COORD_TASK_QUEUE"
+"""The environment variable naming the task queue workers poll and clients start on."""
+DEFAULT_TASK_QUEUE: Final = "coordinator"
+
+# --- Workflow types and patterns --------------------------------------------------------------
+
+SAGA_WORKFLOW: Final = "Saga"
+CHAIN_WORKFLOW: Final = "ReactiveChain"
+AGGREGATOR_WORKFLOW: Final = "Aggregator"
+DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
+
+
+class Pattern(StrEnum):
+    """The `CoordPattern` search attribute: which coordination pattern a run is."""
+
+    SAGA = "saga"
+    CHAIN = "chain"
+    AGGREGATOR = "aggregator"
+    DLQ = "dlq"
+
+
+# --- Workflow ids -----------------------------------------------------------------------------
+
+SAGA_ID_PREFIX: Final = "saga-"
+CHAIN_ID_PREFIX: Final = "chain-"
+AGGREGATOR_ID_PREFIX: Final = "aggregator-"
+DEAD_LETTER_ID_PREFIX: Final = "dlq-"
+
+
+def saga_workflow_id(saga_id: str) -> str:
+    return SAGA_ID_PREFIX + saga_id
+
+
+def saga_id_of(workflow_id: str) -> str:
+    """The saga id a saga's workflow id carries."""
+    return workflow_id.removeprefix(SAGA_ID_PREFIX)
+
+
+def chain_workflow_id(correlation_id: str) -> str:
+    """A correlation has at most one chain: its workflow id is the correlation id's."""
+    return CHAIN_ID_PREFIX + correlation_id
+
+
+def is_chain_workflow_id(workflow_id: str) -> bool:
+    return workflow_id.startswith(CHAIN_ID_PREFIX)
+
+
+def correlation_id_of_chain(workflow_id: str) -> str:
+    """The correlation id a chain's workflow id carries."""
+    return workflow_id.removeprefix(CHAIN_ID_PREFIX)
+
+
+def aggregator_workflow_id(aggregator_id: str, correlation_id: str | None = None) -> str:
+    """One aggregator per spec, or per spec and correlation when it is scoped to one."""
+    suffix = f"-{correlation_id}" if correlation_id else ""
+    return f"{AGGREGATOR_ID_PREFIX}{aggregator_id}{suffix}"
+
+
+def as_aggregator_workflow_id(name: str) -> str:
+    """What a user names an aggregator by (its workflow id, or that id without the prefix)
+    as its workflow id."""
+    return name if name.startswith(AGGREGATOR_ID_PREFIX) else AGGREGATOR_ID_PREFIX + name
+
+
+def dead_letter_workflow_id(digest: str) -> str:
+    """A dead-letter entry's id, from a digest of what it parks (so parking twice finds it)."""
+    return DEAD_LETTER_ID_PREFIX + digest
+
+
+# --- Signals, queries, updates ----------------------------------------------------------------
+
+EVENT_SIGNAL: Final = "event"
+"""An event addressed to a saga, chain or aggregator. Untyped on purpose: the Temporal CLI and
+other clients send plain JSON, which the workflow validates (and parks if it must)."""
+CHAIN_EVENT_SIGNAL: Final = "chain_event"
+"""An event a chain recorded, forwarded to a listener (an aggregator) of its correlation."""
+RERUN_SIGNAL: Final = "rerun"
+"""A dead letter replayed to a chain: run the subscription's agent again on the event."""
+ATTACH_SIGNAL: Final = "attach"
+"""An aggregator asks its correlation's chain to forward what it records (with its id)."""
+DETACH_SIGNAL: Final = "detach"
+"""A finished aggregator asks its chain to forward nothing more (with its id)."""
+CLOSE_SIGNAL: Final = "close"
+"""A chain accepts no more events, finishes what it started, and ends."""
+
+STATE_QUERY: Final = "state"
+"""A saga's, chain's or aggregator's current record."""
+TIMELINE_QUERY: Final = "timeline"
+"""A chain's recorded events, the seed's correlation table."""
+ENTRY_QUERY: Final = "entry"
+"""A dead-letter entry's whole record."""
+
+REPLAY_UPDATE: Final = "replay"
+"""Replay a dead-letter entry (optionally with a fixed payload)."""
+ARCHIVE_UPDATE: Final = "archive"
+"""Archive a dead-letter entry with a note."""
+
+# --- Activities -------------------------------------------------------------------------------
+
+RUN_AGENT_ACTIVITY: Final = "run_agent"
+"""Runs an agent by name (or inline declaration) on an event: every agent run goes through it."""
+PARK_DEAD_LETTER_ACTIVITY: Final = "park_dead_letter"
+"""Starts a dead-letter entry's workflow for what a workflow could not handle."""
+REDELIVER_ACTIVITY: Final = "redeliver"
+"""Delivers a replayed dead letter to its target workflow (as an event or a chain rerun)."""
+DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
+"""Reads the agent's inline declaration from a replay's target workflow's own start event."""
+CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
+"""Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
+
+# --- Memo keys --------------------------------------------------------------------------------
+
+SAGA_RECORD_MEMO: Final = "saga_state"
+"""A finished saga's record, kept where visibility can read it after its history is gone."""
+AGGREGATOR_RECORD_MEMO: Final = "aggregator_state"
+"""A finished aggregator's record, as above."""
+DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
+"""A dead-letter entry's listing row, so listing needs no query per entry."""
+
+ARGUMENT_COUNT_METADATA: Final = "coord-argument-count"
+"""Payload metadata marking arguments sent beyond what a handler takes."""
+
+# --- Search attributes ------------------------------------------------------------------------
+
+CORRELATION_ID = SearchAttributeKey.for_keyword("CorrelationId")
+COORD_PATTERN = SearchAttributeKey.for_keyword("CoordPattern")
+COORD_STATUS = SearchAttributeKey.for_keyword("CoordStatus")
+FAILURE_TYPE = SearchAttributeKey.for_keyword("CoordFailureType")
+EVENT_TYPE = SearchAttributeKey.for_keyword("CoordEventType")
+TOPIC = SearchAttributeKey.for_keyword("CoordTopic")
+"""A dead letter's failure type and the type and topic of the event it holds, so the queue is
+filtered and counted by visibility (`CoordPattern = 'dlq' AND CoordFailureType = 'timeout'`)."""
+
+SEARCH_ATTRIBUTES = (CORRELATION_ID, COORD_PATTERN, COORD_STATUS, FAILURE_TYPE, EVENT_TYPE, TOPIC)
+"""Every custom search attribute; every server the project starts registers them."""
+
+SearchValues = dict[SearchAttributeKey[str], str]
+
+
+def coordination_attributes(*, correlation_id: str, pattern: Pattern, status: str) -> SearchValues:
+    """What every saga, chain and aggregator run is found by in the UI."""
+    return {CORRELATION_ID: correlation_id, COORD_PATTERN: pattern.value, COORD_STATUS: status}
+
+
+def as_start_attributes(values: SearchValues) -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in values.items()])
+
+
+def pattern_clause(pattern: Pattern) -> str:
+    """The visibility query clause selecting one pattern's runs."""
+    return f"{COORD_PATTERN.name} = '{pattern.value}'"
+
+
+# --- Failure types: the one taxonomy ----------------------------------------------------------
+
+
+class FailureType(StrEnum):
+    """Every failure type the product raises or parks, by who raises it. An agent may raise
+    types of its own: any string is a failure type; these are the ones the product knows."""
+
+    # An agent run (the seed's error taxonomy): retried by the step's or subscription's policy,
+    # except the two that retrying cannot fix.
+    TIMEOUT = "timeout"
+    TEMPORARY_FAILURE = "temporary_failure"
+    INVALID_PAYLOAD = "invalid_payload"
+    UNAUTHORIZED = "unauthorized"
+    # The worker refusing an agent run: not retried.
+    UNKNOWN_AGENT = "unknown_agent"
+    AGENT_NOT_ALLOWED = "agent_not_allowed"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
+    INVALID_SPEC = "invalid_spec"
+    INVALID_INPUT = "invalid_input"
+    INVALID_ENVELOPE = "invalid_envelope"
+    INVALID_RERUN = "invalid_rerun"
+    INVALID_ATTACH = "invalid_attach"
+    INVALID_DETACH = "invalid_detach"
+    INVALID_DEAD_LETTER = "invalid_dead_letter"
+    # An event its target cannot handle any more, or should not.
+    TARGET_ENDED = "target_ended"
+    TARGET_UNAVAILABLE = "target_unavailable"
+    CHAIN_ENDED = "chain_ended"
+    CHAIN_CLOSING = "chain_closing"
+    FOREIGN_CORRELATION = "foreign_correlation"
+    CAUSATION_LOOP = "causation_loop"
+    # How a saga ends when it does not complete.
+    SAGA_FAILED = "saga_failed"
+    SAGA_COMPENSATED = "saga_compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    CANCELLED = "cancelled"
+    """A saga step cancelled before it ended (its outcome unknown, so it is compensated)."""
+    # The dead-letter queue and the aggregator's lookback.
+    NOT_PARKED = "not_parked"
+    LOOKBACK_FAILED = "lookback_failed"
+
+
+UNTYPED_APPLICATION_ERROR: Final = "ApplicationError"
+"""The failure type of an ApplicationError raised without one."""
+
+NOT_RETRYABLE: Final = frozenset({FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED})
+"""The agent failures no retry can fix: the seed's default `no_retry_on`."""
+
+RETRY_LATER: Final = frozenset(
+    {FailureType.TEMPORARY_FAILURE, FailureType.TARGET_UNAVAILABLE, FailureType.AGENT_UNAVAILABLE}
+)
+FIX_AND_REPLAY: Final = frozenset(
+    {FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED, FailureType.COMPENSATION_FAILED}
+)
+
+
+def dlq_action(failure_type: str) -> str:
+    """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
+    replayed, anything else (timeouts, late or invalid events, loops) needs a person first."""
+    if failure_type in RETRY_LATER:
+        return "Retry later"
+    if failure_type in FIX_AND_REPLAY:
+        return "Fix and replay"
+    return "Investigate"
+
+
+def failure(
+    kind: str,
+    message: str,
+    *,
+    non_retryable: bool | None = None,
+    retry_after: timedelta | None = None,
+) -> ApplicationError:
+    """A typed failure; not retried when `non_retryable` says so, or by default when its type is
+    one retrying cannot fix."""
+    return ApplicationError(
+        message,
+        type=kind,
+        non_retryable=kind in NOT_RETRYABLE if non_retryable is None else non_retryable,
+        next_retry_delay=retry_after,
+    )
+
+
+def failure_type_of(error: BaseException) -> str:
+    """The failure type of what an agent raised, or of what a workflow saw an activity fail
+    with: its ApplicationError type, `timeout` for Temporal's timeouts, else its class name."""
+    if isinstance(error, ApplicationError):
+        return error.type or UNTYPED_APPLICATION_ERROR
+    if isinstance(error, TimeoutError):
+        return FailureType.TIMEOUT
+    return type(error).__name__

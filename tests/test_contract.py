@@ -1,0 +1,197 @@
+"""The wire contract (models/contract.py), without a server: the names on the wire are pinned to
+the strings recorded histories and running workflows know, every workflow and activity is
+registered under the contract's names, and the ids and failure types behave as documented."""
+
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError, TimeoutError, TimeoutType
+
+from coord.activities.agents import AgentActivities
+from coord.activities.chains import ChainLookback
+from coord.activities.delivery import Delivery
+from coord.models import contract
+from coord.models.contract import FailureType
+from coord.models.retry import RetryConfig
+from coord.workflows.aggregator import Aggregator
+from coord.workflows.chain import ReactiveChain
+from coord.workflows.dlq import DeadLetterEntry
+from coord.workflows.saga import Saga
+
+WIRE_NAMES = {
+    contract.DEFAULT_TASK_QUEUE: "coordinator",
+    contract.SAGA_WORKFLOW: "Saga",
+    contract.CHAIN_WORKFLOW: "ReactiveChain",
+    contract.AGGREGATOR_WORKFLOW: "Aggregator",
+    contract.DEAD_LETTER_WORKFLOW: "DeadLetterEntry",
+    contract.EVENT_SIGNAL: "event",
+    contract.CHAIN_EVENT_SIGNAL: "chain_event",
+    contract.RERUN_SIGNAL: "rerun",
+    contract.ATTACH_SIGNAL: "attach",
+    contract.DETACH_SIGNAL: "detach",
+    contract.CLOSE_SIGNAL: "close",
+    contract.STATE_QUERY: "state",
+    contract.TIMELINE_QUERY: "timeline",
+    contract.ENTRY_QUERY: "entry",
+    contract.REPLAY_UPDATE: "replay",
+    contract.ARCHIVE_UPDATE: "archive",
+    contract.RUN_AGENT_ACTIVITY: "run_agent",
+    contract.PARK_DEAD_LETTER_ACTIVITY: "park_dead_letter",
+    contract.REDELIVER_ACTIVITY: "redeliver",
+    contract.DECLARED_AGENT_ACTIVITY: "declared_agent",
+    contract.CHAIN_EVENTS_ACTIVITY: "chain_events",
+    contract.SAGA_RECORD_MEMO: "saga_state",
+    contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
+    contract.DEAD_LETTER_SUMMARY_MEMO: "summary",
+}
+
+
+def test_wire_names_are_the_recorded_strings() -> None:
+    """Renaming any of these strands running workflows and breaks the recorded histories."""
+    assert list(WIRE_NAMES) == list(WIRE_NAMES.values())
+    assert [key.name for key in contract.SEARCH_ATTRIBUTES] == [
+        "CorrelationId",
+        "CoordPattern",
+        "CoordStatus",
+        "CoordFailureType",
+        "CoordEventType",
+        "CoordTopic",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("workflow_class", "name", "signals", "queries", "updates"),
+    [
+        (Saga, contract.SAGA_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
+        (
+            ReactiveChain,
+            contract.CHAIN_WORKFLOW,
+            {
+                contract.EVENT_SIGNAL,
+                contract.RERUN_SIGNAL,
+                contract.ATTACH_SIGNAL,
+                contract.DETACH_SIGNAL,
+                contract.CLOSE_SIGNAL,
+            },
+            {contract.STATE_QUERY, contract.TIMELINE_QUERY},
+            set(),
+        ),
+        (
+            Aggregator,
+            contract.AGGREGATOR_WORKFLOW,
+            {contract.EVENT_SIGNAL, contract.CHAIN_EVENT_SIGNAL},
+            {contract.STATE_QUERY},
+            set(),
+        ),
+        (
+            DeadLetterEntry,
+            contract.DEAD_LETTER_WORKFLOW,
+            set(),
+            {contract.ENTRY_QUERY},
+            {contract.REPLAY_UPDATE, contract.ARCHIVE_UPDATE},
+        ),
+    ],
+)
+def test_workflows_are_registered_under_the_contracts_names(
+    workflow_class: type, name: str, signals: set[str], queries: set[str], updates: set[str]
+) -> None:
+    definition = workflow._Definition.must_from_class(workflow_class)
+    assert definition.name == name
+    assert set(definition.signals) == signals
+    assert set(definition.queries) == queries
+    assert set(definition.updates) == updates
+
+
+@pytest.mark.parametrize(
+    ("activity_fn", "name"),
+    [
+        (AgentActivities.run_agent, contract.RUN_AGENT_ACTIVITY),
+        (Delivery.park, contract.PARK_DEAD_LETTER_ACTIVITY),
+        (Delivery.redeliver, contract.REDELIVER_ACTIVITY),
+        (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
+        (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
+    ],
+)
+def test_activities_are_registered_under_the_contracts_names(
+    activity_fn: Callable[..., Any], name: str
+) -> None:
+    assert activity._Definition.must_from_callable(activity_fn).name == name
+
+
+def test_workflow_ids_are_built_and_read_back() -> None:
+    assert contract.saga_workflow_id("deploy-1") == "saga-deploy-1"
+    assert contract.saga_id_of("saga-deploy-1") == "deploy-1"
+    chain_id = contract.chain_workflow_id("story-1")
+    assert chain_id == "chain-story-1" and contract.is_chain_workflow_id(chain_id)
+    assert contract.correlation_id_of_chain(chain_id) == "story-1"
+    assert not contract.is_chain_workflow_id("saga-deploy-1")
+    assert contract.aggregator_workflow_id("phase1") == "aggregator-phase1"
+    assert contract.aggregator_workflow_id("phase1", "story-1") == "aggregator-phase1-story-1"
+    assert contract.as_aggregator_workflow_id("phase1") == "aggregator-phase1"
+    assert contract.as_aggregator_workflow_id("aggregator-phase1") == "aggregator-phase1"
+    assert contract.dead_letter_workflow_id("0123abcd") == "dlq-0123abcd"
+
+
+def test_pattern_clause_and_coordination_attributes() -> None:
+    assert contract.pattern_clause(contract.Pattern.DLQ) == "CoordPattern = 'dlq'"
+    values = contract.coordination_attributes(
+        correlation_id="c", pattern=contract.Pattern.SAGA, status="pending"
+    )
+    assert {key.name: value for key, value in values.items()} == {
+        "CorrelationId": "c",
+        "CoordPattern": "saga",
+        "CoordStatus": "pending",
+    }
+
+
+def test_failures_are_retried_unless_retrying_cannot_help() -> None:
+    assert contract.failure(FailureType.TEMPORARY_FAILURE, "busy").non_retryable is False
+    assert contract.failure(FailureType.INVALID_PAYLOAD, "bad").non_retryable is True
+    assert contract.failure(FailureType.UNAUTHORIZED, "no").non_retryable is True
+    refused = contract.failure(FailureType.UNKNOWN_AGENT, "who?", non_retryable=True)
+    assert (refused.type, refused.non_retryable) == ("unknown_agent", True)
+    later = contract.failure(FailureType.TEMPORARY_FAILURE, "429", retry_after=timedelta(1))
+    assert later.next_retry_delay == timedelta(1)
+    assert RetryConfig().no_retry_on == ["invalid_payload", "unauthorized"]
+
+
+def test_failure_type_of_what_was_raised() -> None:
+    assert contract.failure_type_of(ApplicationError("x", type="unauthorized")) == "unauthorized"
+    assert contract.failure_type_of(ApplicationError("x")) == "ApplicationError"
+    timeout = TimeoutError("late", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[])
+    assert contract.failure_type_of(timeout) == "timeout"
+    assert contract.failure_type_of(KeyError("k")) == "KeyError"
+
+
+@pytest.mark.parametrize(
+    ("failure_type", "action"),
+    [
+        ("temporary_failure", "Retry later"),
+        ("target_unavailable", "Retry later"),
+        ("invalid_payload", "Fix and replay"),
+        ("compensation_failed", "Fix and replay"),
+        ("timeout", "Investigate"),
+        ("causation_loop", "Investigate"),
+        ("SomethingAnAgentMadeUp", "Investigate"),
+    ],
+)
+def test_dlq_action_by_failure_type(failure_type: str, action: str) -> None:
+    assert contract.dlq_action(failure_type) == action
+
+
+def test_the_contract_imports_no_worker_or_workflow_code() -> None:
+    """The pure layer: clients and models import it without the worker or the sandbox."""
+    probe = (
+        "import sys, coord.models.contract; "
+        "print(sorted(m for m in sys.modules if m.startswith(('temporalio.worker', "
+        "'temporalio.workflow', 'temporalio.client', 'coord.'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "['coord.models', 'coord.models.contract']"
