@@ -10,12 +10,13 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from coord.activities.agent_kinds import load_agents
-from coord.activities.agents import AgentActivities, AgentRegistry
+from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.temporal import ConnectionSettings, task_queue
+from coord.models.agents import AgentRegistry
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain

@@ -4,68 +4,29 @@ Workflows never call agent code directly: they ask `run_agent` to run an agent b
 the declaration a spec carries inline), so one activity serves every kind of agent."""
 
 import time
-from collections.abc import Callable, Iterator
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from coord.activities.agent_kinds import agent_from_config
-from coord.activities.context import AgentContext, AgentFn
-from coord.models.agent_config import AgentConfig, WorkerSettings
-from coord.models.agents import AgentRequest, AgentResult
+from coord.models.agent_config import AgentConfig
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
 from coord.models.contract import RUN_AGENT_ACTIVITY, FailureType, failure, failure_type_of
 from coord.models.specs import SpecError
 
 
-class AgentRegistry:
-    """The agents a worker declares, and its settings: what it trusts from outside."""
-
-    def __init__(self, settings: WorkerSettings | None = None) -> None:
-        self._agents: dict[str, AgentFn] = {}
-        self.settings = settings or WorkerSettings()
-
-    def register(self, name: str) -> Callable[[AgentFn], AgentFn]:
-        def add(fn: AgentFn) -> AgentFn:
-            if name in self._agents:
-                raise ValueError(f"agent {name!r} is already registered")
-            self._agents[name] = fn
-            return fn
-
-        return add
-
-    def get(self, name: str) -> AgentFn:
-        try:
-            return self._agents[name]
-        except KeyError:
-            raise failure(
-                FailureType.UNKNOWN_AGENT, self.unknown(name), non_retryable=True
-            ) from None
-
-    def unknown(self, name: str) -> str:
-        """The one message for a name no agent answers to, from the worker and the CLI alike."""
-        known = (
-            ", ".join(sorted(self)) or "none (demo agents: --demo-agents or COORD_DEMO_AGENTS=1)"
-        )
-        return f"unknown agent {name!r}; known agents: {known}"
-
-    def resolve(self, name: str, inline: AgentConfig | None) -> AgentFn:
-        """The agent a request names, or the inline declaration it carries if this worker's
-        settings allow that kind from outside; else a non-retryable `agent_not_allowed`."""
-        if inline is None:
-            return self.get(name)
-        if refusal := self.settings.inline_refusal(name, inline):
-            raise failure(FailureType.AGENT_NOT_ALLOWED, refusal, non_retryable=True)
-        try:
-            return agent_from_config(name, inline, self.settings)
-        except SpecError as error:
-            raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._agents
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._agents)
+def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> AgentFn:
+    """The agent a request names, or the inline declaration it carries if the worker's settings
+    allow that kind from outside; else a non-retryable `agent_not_allowed`."""
+    if inline is None:
+        return registry.get(name)
+    if refusal := registry.settings.inline_refusal(name, inline):
+        raise failure(FailureType.AGENT_NOT_ALLOWED, refusal, non_retryable=True)
+    try:
+        return agent_from_config(name, inline, registry.settings)
+    except SpecError as error:
+        raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
 
 
 class AgentActivities:
@@ -87,7 +48,7 @@ class AgentActivities:
         )
         started = time.monotonic()
         try:
-            agent = self._registry.resolve(request.agent, request.config)
+            agent = resolve(self._registry, request.agent, request.config)
             output = await agent(request.event, context)
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error

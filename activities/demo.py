@@ -13,8 +13,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from coord.activities.agents import AgentRegistry
-from coord.activities.context import AgentContext, AgentFn
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.contract import FailureType
 from coord.models.envelope import EventEnvelope
 

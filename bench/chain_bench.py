@@ -39,9 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from bench.server import bench_server
-    from coord.activities.agents import AgentRegistry
-    from coord.activities.context import AgentContext
     from coord.infra.process import exit_without_teardown
+    from coord.models.agents import AgentContext, AgentRegistry
     from coord.models.chain import ChainSpec, ChainState
     from coord.models.envelope import EventEnvelope
     from coord.starter import api

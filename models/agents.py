@@ -1,13 +1,104 @@
-"""What a workflow asks of an agent, and what the agent answers."""
+"""The agent SDK: what agents are written against, and what both sides of the wire import.
 
-from collections.abc import Mapping
+An agent is an async function of the event and its run's context (`AgentFn`, `AgentContext`); a
+worker serves the agents in its `AgentRegistry`; a workflow asks for a run with an `AgentRequest`
+and gets an `AgentResult`. The worker (activities) and the client side (the CLI's and the API's
+pre-start check, `check_agents`) import this module, never each other."""
+
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coord.models.agent_config import AgentConfig
+from coord.models.agent_config import AgentConfig, WorkerSettings
+from coord.models.chain import ChainSpec
+from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
-from coord.models.specs import JsonObject
+from coord.models.saga import SagaSpec
+from coord.models.specs import JsonObject, SpecError
+
+__all__ = [
+    "RESERVED_RESULT_KEYS",
+    "AgentContext",
+    "AgentFn",
+    "AgentRegistry",
+    "AgentRequest",
+    "AgentResult",
+    "PublishRequest",
+    "check_agents",
+]
+
+
+@dataclass(frozen=True)
+class AgentContext:
+    agent: str
+    attempt: int
+    idempotency_key: str
+    """Stable across retries of the same run, so agents can avoid repeating side effects."""
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    """The request's `inputs`: joined events by slot, earlier saga results by step name."""
+
+
+AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]
+
+
+class AgentRegistry:
+    """The agents a worker declares, and its settings: what it trusts from outside."""
+
+    def __init__(self, settings: WorkerSettings | None = None) -> None:
+        self._agents: dict[str, AgentFn] = {}
+        self.settings = settings or WorkerSettings()
+
+    def register(self, name: str) -> Callable[[AgentFn], AgentFn]:
+        def add(fn: AgentFn) -> AgentFn:
+            if name in self._agents:
+                raise ValueError(f"agent {name!r} is already registered")
+            self._agents[name] = fn
+            return fn
+
+        return add
+
+    def get(self, name: str) -> AgentFn:
+        try:
+            return self._agents[name]
+        except KeyError:
+            raise failure(
+                FailureType.UNKNOWN_AGENT, self.unknown(name), non_retryable=True
+            ) from None
+
+    def unknown(self, name: str) -> str:
+        """The one message for a name no agent answers to, from the worker and the CLI alike."""
+        known = (
+            ", ".join(sorted(self)) or "none (demo agents: --demo-agents or COORD_DEMO_AGENTS=1)"
+        )
+        return f"unknown agent {name!r}; known agents: {known}"
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._agents
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._agents)
+
+
+def check_agents(source: object, spec: ChainSpec | SagaSpec, registry: AgentRegistry) -> None:
+    """Agents are checked where a spec enters, by the rule the worker runs them by (the
+    `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
+    kind the registry's settings allow. A SpecError names the first that is not."""
+    named: list[tuple[str, str | None]]
+    if isinstance(spec, SagaSpec):
+        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
+        named += [(f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)]
+    else:
+        named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
+    for place, agent in named:
+        if agent is None:
+            continue
+        if agent in spec.agents:
+            if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
+                raise SpecError(f"{source}: agents.{agent}: {refusal}")
+        elif agent not in registry:
+            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
 
 
 class AgentRequest(BaseModel):

@@ -9,9 +9,8 @@ from typing import Any
 
 from temporalio import activity
 
-from coord.activities.agents import AgentRegistry
-from coord.activities.context import AgentContext
 from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.envelope import EventEnvelope
 
 

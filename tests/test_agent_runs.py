@@ -19,10 +19,9 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.agent_kinds import agent_from_config, load_agents
-from coord.activities.agents import AgentActivities, AgentRegistry
-from coord.activities.context import AgentContext
+from coord.activities.agents import AgentActivities
 from coord.models.agent_config import AgentsFile
-from coord.models.agents import AgentRequest, AgentResult
+from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaStatus
 from coord.models.specs import SpecError

@@ -25,10 +25,9 @@ from temporalio.testing import ActivityEnvironment
 
 from coord.activities.agent_kinds import load_agents
 from coord.activities.agent_kinds.http import retry_after
-from coord.activities.agents import AgentActivities, AgentRegistry
-from coord.activities.context import AgentContext
+from coord.activities.agents import AgentActivities
 from coord.models.agent_config import WorkerSettings
-from coord.models.agents import AgentRequest
+from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.chain import ChainSpec
 from coord.models.contract import DEAD_LETTER_WORKFLOW
 from coord.models.envelope import EventEnvelope

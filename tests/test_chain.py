@@ -9,9 +9,8 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from coord.activities.agents import AgentActivities, AgentRegistry
-from coord.activities.context import AgentContext
-from coord.models.agents import AgentRequest
+from coord.activities.agents import AgentActivities
+from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.specs import read_document

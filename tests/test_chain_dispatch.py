@@ -9,7 +9,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.context import AgentContext
+from coord.models.agents import AgentContext
 from coord.models.chain import ChainSpec, ChainStatus, run_idempotency_key
 from coord.models.dlq import DlqSelection
 from coord.models.envelope import EventEnvelope

@@ -8,9 +8,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from coord.activities.agents import AgentRegistry
-from coord.activities.context import AgentContext
 from coord.activities.demo import register_demo_agents
+from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, run_idempotency_key
 from coord.models.dlq import DlqEntry, DlqSelection
 from coord.models.envelope import EventEnvelope

@@ -17,12 +17,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from coord.activities.agents import AgentRegistry
 from coord.activities.delivery import park_dead_letter
 from coord.activities.demo import register_demo_agents
 from coord.infra.devserver import embedded_server
 from coord.models import contract
 from coord.models.agent_config import WorkerSettings
+from coord.models.agents import AgentRegistry
 from coord.models.chain import ChainSpec, ChainStatus
 from coord.models.dlq import (
     DeadLetter,

@@ -12,8 +12,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.agents import AgentRegistry
-from coord.activities.context import AgentContext
+from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, ChainState
 from coord.models.envelope import EventEnvelope
 from coord.starter import api

@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.worker import Worker
 
 from coord.activities.agents import AgentActivities
-from coord.activities.context import AgentContext
 from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS
+from coord.models.agents import AgentContext
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.starter import api

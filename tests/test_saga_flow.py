@@ -11,9 +11,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.agents import AgentRegistry
-from coord.activities.context import AgentContext, AgentFn
 from coord.activities.demo import register_demo_agents
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.chain import ChainSpec
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus

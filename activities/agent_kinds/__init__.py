@@ -5,17 +5,14 @@ import importlib
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from coord.activities.agent_kinds.http import run_http
 from coord.activities.agent_kinds.shell import run_shell
-from coord.activities.context import AgentContext, AgentFn
 from coord.models.agent_config import AgentConfig, AgentsFile, HttpAgent, ShellAgent, WorkerSettings
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.envelope import EventEnvelope
 from coord.models.specs import SpecError, load_spec
-
-if TYPE_CHECKING:
-    from coord.activities.agents import AgentRegistry
 
 
 def agent_from_config(name: str, config: AgentConfig, settings: WorkerSettings) -> AgentFn:
@@ -50,7 +47,7 @@ async def _in_thread(
     return await asyncio.to_thread(target, event, context)
 
 
-def load_agents(path: Path, registry: "AgentRegistry") -> "AgentRegistry":
+def load_agents(path: Path, registry: AgentRegistry) -> AgentRegistry:
     """The file's agents join the registry, and its `worker:` section becomes the registry's
     settings (what the worker trusts)."""
     declared = load_spec(AgentsFile, path)

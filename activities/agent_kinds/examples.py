@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 from typing import Any
 
-from coord.activities.context import AgentContext
+from coord.models.agents import AgentContext
 from coord.models.envelope import EventEnvelope
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from temporalio import activity
 
 from coord.activities.agent_kinds.output import json_object_output
-from coord.activities.context import AgentContext
 from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
+from coord.models.agents import AgentContext
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 

@@ -14,9 +14,9 @@ from temporalio.client import Client
 
 from coord.infra.logs import get_logger
 from coord.infra.temporal import ConnectionSettings, workflow_link
+from coord.models import agents
 from coord.models.chain import ChainSpec
 from coord.models.saga import SagaSpec
-from coord.models.specs import SpecError
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.worker import default_registry
 
@@ -92,21 +92,6 @@ def echo_started(client: Client, workflow_id: str) -> None:
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
-    """Agents are checked where a spec enters, by the worker's own rule (`AgentRegistry.resolve`)
-    against the configuration a worker started here would have ($COORD_AGENTS,
-    $COORD_DEMO_AGENTS): a named agent is declared, an inline one is of a kind allowed."""
-    named: list[tuple[str, str | None]]
-    if isinstance(spec, SagaSpec):
-        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
-        named += [(f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)]
-    else:
-        named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
-    registry = default_registry()
-    for place, agent in named:
-        if agent is None:
-            continue
-        if agent in spec.agents:
-            if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
-                raise SpecError(f"{source}: agents.{agent}: {refusal}")
-        elif agent not in registry:
-            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
+    """The SDK's one check (`coord.models.agents.check_agents`, the rule `run_agent` applies)
+    against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
+    agents.check_agents(source, spec, default_registry())
