@@ -1,16 +1,24 @@
-"""Test agents: the demo agents plus hooks that let a test hold a step or record attempts."""
+"""Test agents: the demo agents plus hooks that let a test hold a step or record attempts, and
+registries of declared agents run through the real `run_agent` activity."""
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pytest
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from coord.activities.agent_kinds import agent_from_config
+from coord.activities.agents import AgentActivities
 from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
-from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.agent_config import AgentsFile
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
 from coord.models.envelope import EventEnvelope
 
 
@@ -72,3 +80,82 @@ class AttemptRecorder:
         if context.attempt <= self.failures:
             raise RuntimeError(f"transient failure on attempt {context.attempt}")
         return {"attempts": context.attempt}
+
+
+PYTHON = "python3"
+
+
+def registry(worker: dict[str, Any] | None = None, /, **agents: dict[str, Any]) -> AgentRegistry:
+    """The agents given, declared as in a file whose `worker:` section is `worker`."""
+    declared = AgentsFile.model_validate({"worker": worker or {}, "agents": agents})
+    registry = AgentRegistry(declared.worker)
+    for name, config in declared.agents.items():
+        registry.register(name)(agent_from_config(name, config, declared.worker))
+    return registry
+
+
+async def run(
+    registry: AgentRegistry, agent: str, payload: dict[str, Any] | None = None
+) -> AgentResult:
+    event = EventEnvelope.new("Work", "/test", payload=payload or {})
+    return await ActivityEnvironment().run(
+        AgentActivities(registry).run_agent, AgentRequest(agent=agent, event=event)
+    )
+
+
+async def failure_of(registry: AgentRegistry, agent: str) -> ApplicationError:
+    with pytest.raises(ApplicationError) as raised:
+        await run(registry, agent)
+    return raised.value
+
+
+async def gone(pid: int) -> None:
+    async def poll() -> None:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), 10)
+
+
+@dataclass
+class AgentRun:
+    agent: str
+    context: AgentContext
+    output: Mapping[str, Any] | None = None
+
+
+@dataclass
+class RecordingAgents:
+    """The demo agents, each run recorded with its context and what it returned."""
+
+    runs: list[AgentRun] = field(default_factory=list)
+
+    def registry(self, replaced: Mapping[str, AgentFn] | None = None) -> AgentRegistry:
+        """The demo agents, some `replaced` by the test's own."""
+        demo = register_demo_agents(AgentRegistry())
+        registry = AgentRegistry()
+        for name in demo:
+            agent = (replaced or {}).get(name) or demo.get(name)
+            registry.register(name)(self._recorded(name, agent))
+        return registry
+
+    def _recorded(self, name: str, agent: AgentFn) -> AgentFn:
+        async def recorded(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+            run = AgentRun(name, context)
+            self.runs.append(run)
+            output = await agent(event, context)
+            assert output is not None
+            run.output = output
+            return output
+
+        return recorded
+
+    def last(self, agent: str) -> AgentRun:
+        return [run for run in self.runs if run.agent == agent][-1]
+
+    def outputs(self) -> dict[str, Mapping[str, Any] | None]:
+        return {run.agent: run.output for run in self.runs if run.output is not None}

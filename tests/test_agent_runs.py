@@ -3,7 +3,6 @@ a saga on the real dev server; each failure comes out typed, retryable or not.""
 
 import asyncio
 import json
-import os
 import threading
 import time
 import uuid
@@ -15,20 +14,19 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.exceptions import CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.agent_kinds import agent_from_config, load_agents
+from coord.activities.agent_kinds import load_agents
 from coord.activities.agents import AgentActivities
-from coord.models.agent_config import AgentsFile
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
+from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaStatus
 from coord.models.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
+from tests.agents import PYTHON, failure_of, gone, registry, run
 
-PYTHON = "python3"
 ECHO = "import json,sys; e=json.load(sys.stdin); print(json.dumps({'echo': e['payload']}))"
 
 
@@ -36,40 +34,12 @@ async def python_agent(event: EventEnvelope, context: AgentContext) -> dict[str,
     return {"seen": event.event.type, "key": context.idempotency_key}
 
 
-def registry(worker: dict[str, Any] | None = None, /, **agents: dict[str, Any]) -> AgentRegistry:
-    """The agents given, declared as in a file whose `worker:` section is `worker`."""
-    declared = AgentsFile.model_validate({"worker": worker or {}, "agents": agents})
-    registry = AgentRegistry(declared.worker)
-    for name, config in declared.agents.items():
-        registry.register(name)(agent_from_config(name, config, declared.worker))
-    return registry
 
 
-async def run(
-    registry: AgentRegistry, agent: str, payload: dict[str, Any] | None = None
-) -> AgentResult:
-    event = EventEnvelope.new("Work", "/test", payload=payload or {})
-    return await ActivityEnvironment().run(
-        AgentActivities(registry).run_agent, AgentRequest(agent=agent, event=event)
-    )
 
 
-async def failure_of(registry: AgentRegistry, agent: str) -> ApplicationError:
-    with pytest.raises(ApplicationError) as raised:
-        await run(registry, agent)
-    return raised.value
 
 
-async def gone(pid: int) -> None:
-    async def poll() -> None:
-        while True:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(poll(), 10)
 
 
 async def test_shell_agent_gets_the_event_on_stdin_and_never_a_shell(tmp_path: Path) -> None:

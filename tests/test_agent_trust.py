@@ -36,9 +36,8 @@ from coord.models.specs import SpecError
 from coord.starter import api
 from coord.starter.commands.common import check_agents
 from coord.worker import build_worker, default_registry
-from tests.test_agent_runs import PYTHON, failure_of, gone, registry, run
-from tests.test_chain import eventually
-from tests.test_dlq import parked
+from tests.agents import PYTHON, failure_of, gone, registry, run
+from tests.helpers import eventually, parked
 
 SECRET = "tok-" + uuid.uuid4().hex
 

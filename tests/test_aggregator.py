@@ -11,29 +11,19 @@ from temporalio.testing import WorkflowEnvironment
 from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot
-from coord.models.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents
-from tests.conftest import ROOT
-from tests.test_chain import approved, eventually, user_story
-
-PHASE1 = ROOT / "examples" / "phase1-aggregator.yaml"
-API = ("APIDesignCompleted", "/backend-architect")
-WIREFRAME = ("WireframeCompleted", "/ux-designer")
-TEST_PLAN = ("TestPlanCompleted", "/test-engineer")
-
-
-def phase1(**overrides: Any) -> AggregatorSpec:
-    data = {**read_document(PHASE1), "lookback": False}
-    data["aggregator_id"] = f"phase1-{uuid.uuid4().hex[:8]}"
-    return AggregatorSpec.model_validate({**data, **overrides})
-
-
-def completed(kind: tuple[str, str], correlation_id: str | None = None) -> EventEnvelope:
-    return EventEnvelope.new(
-        kind[0], kind[1], payload={"by": kind[1]}, correlation_id=correlation_id
-    )
+from tests.helpers import (
+    API,
+    TEST_PLAN,
+    WIREFRAME,
+    approved,
+    completed,
+    eventually,
+    phase1,
+    user_story,
+)
 
 
 async def aggregate(

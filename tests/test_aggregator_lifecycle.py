@@ -15,9 +15,18 @@ from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from tests.agents import GatedAgents
-from tests.test_aggregator import API, TEST_PLAN, WIREFRAME, completed, phase1
-from tests.test_aggregator_timing import signal, state_shows
-from tests.test_chain import approved, eventually, user_story
+from tests.helpers import (
+    API,
+    TEST_PLAN,
+    WIREFRAME,
+    approved,
+    completed,
+    eventually,
+    phase1,
+    signal,
+    state_shows,
+    user_story,
+)
 
 
 def as_json(envelope: EventEnvelope) -> dict[str, Any]:

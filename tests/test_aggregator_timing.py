@@ -13,12 +13,21 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from coord.models import contract
-from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.aggregator import AggregatorSpec, AggregatorStatus
 from coord.models.envelope import EventEnvelope, EventHeader
 from coord.starter import api
 from coord.worker import build_worker
-from tests.test_aggregator import API, TEST_PLAN, WIREFRAME, completed, phase1
-from tests.test_chain import eventually, user_story
+from tests.helpers import (
+    API,
+    TEST_PLAN,
+    WIREFRAME,
+    completed,
+    eventually,
+    phase1,
+    signal,
+    state_shows,
+    user_story,
+)
 
 
 def at(kind: tuple[str, str], timestamp: datetime, correlation_id: str | None = None) -> Any:
@@ -32,9 +41,6 @@ def at(kind: tuple[str, str], timestamp: datetime, correlation_id: str | None = 
     return envelope.model_dump(mode="json")
 
 
-async def signal(handle: WorkflowHandle[Any, Any], *events: EventEnvelope) -> None:
-    for envelope in events:
-        await handle.signal("event", envelope.model_dump(mode="json"))
 
 
 async def history_types(handle: WorkflowHandle[Any, Any]) -> list[str]:
@@ -49,18 +55,6 @@ async def coord_status(handle: WorkflowHandle[Any, Any]) -> str | None:
     return description.typed_search_attributes.get(contract.COORD_STATUS)
 
 
-async def state_shows(
-    client: Client, handle: WorkflowHandle[Any, Any], check: Any
-) -> AggregatorState:
-    """Wait until the aggregator's record satisfies `check`, and return it."""
-    seen: list[AggregatorState] = []
-
-    async def shown() -> bool:
-        seen.append(await api.aggregator_state(client, handle.id))
-        return bool(check(seen[-1]))
-
-    await eventually(shown)
-    return seen[-1]
 
 
 async def test_deadline_is_armed_first_and_passes_while_the_chain_does_not_answer(

@@ -2,7 +2,6 @@
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -13,36 +12,20 @@ from coord.activities.agents import AgentActivities
 from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
 from coord.models.envelope import EventEnvelope, Priority
-from coord.models.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker
 from coord.workflows.chain import TIMELINE_WINDOW
 from tests.agents import GatedAgents
-from tests.conftest import CONTINUE_AS_NEW_AFTER, ROOT
-
-USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
-
-
-def user_story(**overrides: Any) -> ChainSpec:
-    return ChainSpec.model_validate({**read_document(USER_STORY), **overrides})
-
-
-def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
-    return EventEnvelope.new(
-        "UserStoryApproved",
-        "/product-strategist",
-        payload=payload,
-        correlation_id=correlation_id,
-        topic="project.tasks",
-    )
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
-    async def poll() -> None:
-        while not await check():
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(poll(), timeout)
+from tests.conftest import CONTINUE_AS_NEW_AFTER
+from tests.helpers import (
+    alerting_spec,
+    approved,
+    event,
+    eventually,
+    routing_spec,
+    run_chain,
+    user_story,
+)
 
 
 def order(timeline: list[TimelineEntry]) -> list[str]:
@@ -75,78 +58,10 @@ async def test_seed_user_story_chain_runs_to_testing_completed(
     assert {e.correlation_id for e in timeline} == {correlation_id}
 
 
-def routing_spec(**overrides: Any) -> ChainSpec:
-    """Filters (short form and CEL) and both kinds of join, on the demo agents."""
-    return ChainSpec.model_validate(
-        {
-            "name": "routing",
-            "triggers": ["Alert", "A", "B"],
-            "alerts": None,
-            "subscriptions": [
-                {
-                    "agent": "ux-designer",
-                    "events": "Alert",
-                    "filter": "severity=high",
-                    "publishes": {"on_success": "HighHandled"},
-                },
-                {
-                    "agent": "python-pro",
-                    "events": "Alert",
-                    "filter": 'payload.severity == "low" && routing.topic == "project.reviews"',
-                    "publishes": {"on_success": "LowReviewHandled"},
-                },
-                {
-                    "agent": "database-specialist",
-                    "events": ["A", "B"],
-                    "join": "any",
-                    "publishes": {"on_success": "AnyFired"},
-                },
-                {
-                    "agent": "frontend-specialist",
-                    "events": ["A", "B"],
-                    "join": "all",
-                    "publishes": {"on_success": "AllFired"},
-                },
-            ],
-            **overrides,
-        }
-    )
 
 
-def event(
-    correlation_id: str,
-    type: str,
-    topic: str | None = None,
-    priority: Priority = Priority.NORMAL,
-    **payload: Any,
-) -> EventEnvelope:
-    return EventEnvelope.new(
-        type,
-        "/test",
-        payload=payload,
-        correlation_id=correlation_id,
-        topic=topic,
-        priority=priority,
-    )
 
 
-async def run_chain(
-    client: Client,
-    task_queue: str,
-    spec: ChainSpec,
-    events: Sequence[EventEnvelope | dict[str, Any]],
-) -> tuple[ChainState, list[TimelineEntry]]:
-    """Publish the events, close the chain (it finishes the work they caused) and return its
-    record and log."""
-    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
-    for item in events:
-        raw = item.model_dump(mode="json") if isinstance(item, EventEnvelope) else item
-        raw["event"]["correlation_id"] = correlation_id
-        await handle.signal("event", raw)
-    await api.close_chain(client, correlation_id)
-    state = await asyncio.wait_for(handle.result(), 30)
-    return state, await api.chain_timeline(client, correlation_id)
 
 
 async def test_filters_and_joins(client: Client, task_queue: str) -> None:
@@ -341,18 +256,6 @@ async def test_idle_chain_closes_after_its_idle_timeout(
     assert state.events_seen == 2
 
 
-def alerting_spec(**overrides: Any) -> ChainSpec:
-    spec = routing_spec(
-        triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
-        alerts={
-            "topic": "project.alerts",
-            "pause_when": "severity=high",
-            "resume_on": ["AlertResolved"],
-        },
-        **overrides,
-    )
-    spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
-    return spec
 
 
 async def test_topic_wide_alert_reaches_every_running_chain(

@@ -16,7 +16,7 @@ from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents
-from tests.test_chain import alerting_spec, event, eventually, routing_spec
+from tests.helpers import alerting_spec, event, eventually, routing_spec
 
 
 async def pause_with_queued_runs(client: Client, correlation_id: str, runs: int) -> list[str]:

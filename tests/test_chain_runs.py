@@ -17,7 +17,7 @@ from coord.models.joins import JoinState, Slot
 from coord.starter import api, render
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
-from tests.test_chain import approved, event, eventually, user_story
+from tests.helpers import approved, event, eventually, user_story
 
 
 def recording(registry: AgentRegistry, name: str, seen: list[AgentContext]) -> None:

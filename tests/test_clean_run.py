@@ -14,7 +14,7 @@ from coord.models.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import EXAMPLES
 from coord.worker import build_worker
-from tests.test_chain import approved
+from tests.helpers import approved
 
 
 async def test_a_clean_run_of_the_chain_and_its_aggregator_dead_letters_nothing(

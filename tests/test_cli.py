@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,30 +24,14 @@ from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.test_aggregator import PHASE1
-from tests.test_chain import eventually
+from tests.helpers import PHASE1, eventually
+from tests.workers import COORD, run, server_env
 
-COORD = str(Path(sys.executable).parent / "coord")
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 
 
-async def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        env={**os.environ, **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
-def server_env(env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
-    return {
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-        "COORD_TASK_QUEUE": task_queue,
-    }
 
 
 async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: Path) -> None:

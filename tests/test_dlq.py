@@ -28,7 +28,6 @@ from coord.models.dlq import (
     DeadLetter,
     DlqEntry,
     DlqSelection,
-    EntrySummary,
     dead_letter_id,
 )
 from coord.models.envelope import EventEnvelope
@@ -37,20 +36,7 @@ from coord.models.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import ROOT, feature_deployment
-from tests.test_chain import approved, eventually, routing_spec, run_chain, user_story
-
-
-async def parked(
-    client: Client, task_queue: str, count: int, selection: DlqSelection | None = None
-) -> list[EntrySummary]:
-    """The entries once visibility counts `count` of them (it is eventually consistent)."""
-    query = api.dlq_query(selection, queue=task_queue)
-
-    async def enough() -> bool:
-        return (await client.count_workflows(query)).count >= count
-
-    await eventually(enough, timeout=60)
-    return await api.dlq_entries(client, selection, queue=task_queue)
+from tests.helpers import approved, eventually, parked, routing_spec, run_chain, user_story
 
 
 def letter(target: str, *, event_type: str = "DeployCommand", **fields: Any) -> DeadLetter:

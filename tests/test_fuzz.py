@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from coord.worker import build_worker
-from tests.test_hostile_input import task_failures
+from tests.helpers import task_failures
 
 EXAMPLES = 25
 HEAVY_EXAMPLES = 300

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
@@ -24,11 +23,10 @@ from coord.models.retry import RetryConfig
 from coord.models.saga import SagaSpec
 from coord.models.specs import MAX_JSON_DEPTH, SpecError, parse_model
 from coord.worker import build_worker
-from tests.test_chain import eventually
-from tests.test_cli import run
+from tests.helpers import eventually, task_failures
+from tests.workers import run
 
 HOSTILE_DEPTH = 250
-UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
 
 
 def plain_json(text: str) -> RawValue:
@@ -74,16 +72,6 @@ def envelope(event_type: str = "Poke", **payload: Any) -> dict[str, Any]:
     return {"event": {"type": event_type, "source": "/fuzz"}, "payload": payload}
 
 
-async def task_failures(handle: WorkflowHandle[Any, Any]) -> list[str]:
-    """Failed workflow tasks, but for the server refusing a completion because a signal arrived
-    meanwhile (UnhandledCommand: the SDK runs the task again with the signal, by design)."""
-    history = await handle.fetch_history()
-    return [
-        event.workflow_task_failed_event_attributes.failure.message
-        for event in history.events
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        and event.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
-    ]
 
 
 async def closed_with(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> ApplicationError:

@@ -34,9 +34,8 @@ from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
 from coord.workflows.chain import TIMELINE_WINDOW
-from tests.test_aggregator import API, phase1
-from tests.test_chain import approved, eventually, user_story
-from tests.test_cli import COORD, run, server_env
+from tests.helpers import API, approved, eventually, phase1, user_story
+from tests.workers import COORD, run, server_env
 
 MB = 1024 * 1024
 HANDING_OVER_NEW_EVENTS = (

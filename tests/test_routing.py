@@ -8,8 +8,7 @@ from temporalio.client import Client
 from coord.models.dlq import DlqSelection
 from coord.starter import api
 from coord.worker import build_worker
-from tests.test_aggregator import API, completed, phase1
-from tests.test_chain import routing_spec
+from tests.helpers import API, completed, phase1, routing_spec
 
 
 async def test_an_ended_target_is_skipped_and_the_others_still_reached(

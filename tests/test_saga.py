@@ -1,8 +1,6 @@
 """The Saga workflow on the real dev server: the seed's compensation table and the saga options."""
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -15,17 +13,7 @@ from coord.worker import build_worker
 from coord.workflows.saga import Saga
 from tests.agents import GatedAgents
 from tests.conftest import feature_deployment
-
-STEPS = ["BuildArtifact", "RunTests", "DeployToStaging", "RunE2ETests", "DeployToProduction"]
-FAST_RETRY = {"max_retries": 1, "initial_delay": "100ms", "max_delay": "100ms"}
-
-
-def failing_at(step: str, **extra: Any) -> SagaSpec:
-    spec = feature_deployment(input={"inject": {"fail": [step], **extra}})
-    for s in spec.steps:
-        s.retry = s.retry.model_validate(FAST_RETRY)
-        s.compensation_retry = s.compensation_retry.model_validate(FAST_RETRY)
-    return spec
+from tests.helpers import FAST_RETRY, STEPS, failing_at
 
 
 async def run_saga(client: Client, task_queue: str, spec: SagaSpec) -> SagaState:
@@ -34,12 +22,6 @@ async def run_saga(client: Client, task_queue: str, spec: SagaSpec) -> SagaState
         return await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
 
 
-async def wait_until(predicate: Callable[[], Any], timeout: float = 20) -> None:
-    async def poll() -> None:
-        while not await predicate():
-            await asyncio.sleep(0.05)
-
-    await asyncio.wait_for(poll(), timeout)
 
 
 async def test_success_completes_every_step_with_its_event(client: Client, task_queue: str) -> None:

@@ -21,10 +21,9 @@ from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows.saga import Saga
-from tests.agents import GatedAgents
+from tests.agents import GatedAgents, RecordingAgents
 from tests.conftest import feature_deployment
-from tests.test_saga import STEPS, wait_until
-from tests.test_saga_flow import RecordingAgents
+from tests.helpers import STEPS, wait_until
 
 Order = Literal["cancel first", "completion first"]
 

@@ -3,66 +3,25 @@ compensation, the seed's saga events into the saga record and the correlation's 
 idempotency keys unique to the saga run and step."""
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.demo import register_demo_agents
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.chain import ChainSpec
-from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
+from tests.agents import RecordingAgents
 from tests.conftest import feature_deployment
-from tests.test_cli import COORD, run, server_env
-from tests.test_saga import STEPS, failing_at, wait_until
+from tests.helpers import STEPS, failing_at, wait_until
+from tests.workers import COORD, run, server_env
 
 SEED_SUCCESS_EVENTS = ["ArtifactBuilt", "TestsPassed", "StagingDeployed", "E2EPassed"]
 
 
-@dataclass
-class AgentRun:
-    agent: str
-    context: AgentContext
-    output: Mapping[str, Any] | None = None
 
 
-@dataclass
-class RecordingAgents:
-    """The demo agents, each run recorded with its context and what it returned."""
-
-    runs: list[AgentRun] = field(default_factory=list)
-
-    def registry(self, replaced: Mapping[str, AgentFn] | None = None) -> AgentRegistry:
-        """The demo agents, some `replaced` by the test's own."""
-        demo = register_demo_agents(AgentRegistry())
-        registry = AgentRegistry()
-        for name in demo:
-            agent = (replaced or {}).get(name) or demo.get(name)
-            registry.register(name)(self._recorded(name, agent))
-        return registry
-
-    def _recorded(self, name: str, agent: AgentFn) -> AgentFn:
-        async def recorded(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-            run = AgentRun(name, context)
-            self.runs.append(run)
-            output = await agent(event, context)
-            assert output is not None
-            run.output = output
-            return output
-
-        return recorded
-
-    def last(self, agent: str) -> AgentRun:
-        return [run for run in self.runs if run.agent == agent][-1]
-
-    def outputs(self) -> dict[str, Mapping[str, Any] | None]:
-        return {run.agent: run.output for run in self.runs if run.output is not None}
 
 
 async def run_recorded(

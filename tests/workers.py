@@ -1,5 +1,5 @@
-"""A worker in its own process (`coord worker`), as deployed, so a test can SIGKILL it: no
-`finally`, no graceful shutdown, whatever it was doing is cut off."""
+"""`coord` in its own process, as deployed: a worker a test can SIGKILL (no `finally`, no
+graceful shutdown, whatever it was doing is cut off), and any command run as a user would."""
 
 import asyncio
 import os
@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from coord.starter.progress import task_queue_pollers
 
@@ -88,3 +89,22 @@ async def worker_process(
         yield worker
     finally:
         worker.stop()
+
+
+async def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        env={**os.environ, **(env or {})},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def server_env(env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
+    return {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "COORD_TASK_QUEUE": task_queue,
+    }

@@ -1,0 +1,223 @@
+"""Helpers the test modules share: specs, events, waits and checks used by more than one."""
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from temporalio.client import Client, WorkflowHandle
+
+from coord.models.aggregator import AggregatorSpec, AggregatorState
+from coord.models.chain import ChainSpec, ChainState, TimelineEntry
+from coord.models.dlq import DlqSelection, EntrySummary
+from coord.models.envelope import EventEnvelope, Priority
+from coord.models.saga import SagaSpec
+from coord.models.specs import read_document
+from coord.starter import api
+from tests.conftest import ROOT, feature_deployment
+
+USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
+
+
+def user_story(**overrides: Any) -> ChainSpec:
+    return ChainSpec.model_validate({**read_document(USER_STORY), **overrides})
+
+
+def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
+    return EventEnvelope.new(
+        "UserStoryApproved",
+        "/product-strategist",
+        payload=payload,
+        correlation_id=correlation_id,
+        topic="project.tasks",
+    )
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    async def poll() -> None:
+        while not await check():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def routing_spec(**overrides: Any) -> ChainSpec:
+    """Filters (short form and CEL) and both kinds of join, on the demo agents."""
+    return ChainSpec.model_validate(
+        {
+            "name": "routing",
+            "triggers": ["Alert", "A", "B"],
+            "alerts": None,
+            "subscriptions": [
+                {
+                    "agent": "ux-designer",
+                    "events": "Alert",
+                    "filter": "severity=high",
+                    "publishes": {"on_success": "HighHandled"},
+                },
+                {
+                    "agent": "python-pro",
+                    "events": "Alert",
+                    "filter": 'payload.severity == "low" && routing.topic == "project.reviews"',
+                    "publishes": {"on_success": "LowReviewHandled"},
+                },
+                {
+                    "agent": "database-specialist",
+                    "events": ["A", "B"],
+                    "join": "any",
+                    "publishes": {"on_success": "AnyFired"},
+                },
+                {
+                    "agent": "frontend-specialist",
+                    "events": ["A", "B"],
+                    "join": "all",
+                    "publishes": {"on_success": "AllFired"},
+                },
+            ],
+            **overrides,
+        }
+    )
+
+
+def event(
+    correlation_id: str,
+    type: str,
+    topic: str | None = None,
+    priority: Priority = Priority.NORMAL,
+    **payload: Any,
+) -> EventEnvelope:
+    return EventEnvelope.new(
+        type,
+        "/test",
+        payload=payload,
+        correlation_id=correlation_id,
+        topic=topic,
+        priority=priority,
+    )
+
+
+async def run_chain(
+    client: Client,
+    task_queue: str,
+    spec: ChainSpec,
+    events: Sequence[EventEnvelope | dict[str, Any]],
+) -> tuple[ChainState, list[TimelineEntry]]:
+    """Publish the events, close the chain (it finishes the work they caused) and return its
+    record and log."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+    for item in events:
+        raw = item.model_dump(mode="json") if isinstance(item, EventEnvelope) else item
+        raw["event"]["correlation_id"] = correlation_id
+        await handle.signal("event", raw)
+    await api.close_chain(client, correlation_id)
+    state = await asyncio.wait_for(handle.result(), 30)
+    return state, await api.chain_timeline(client, correlation_id)
+
+
+def alerting_spec(**overrides: Any) -> ChainSpec:
+    spec = routing_spec(
+        triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
+        alerts={
+            "topic": "project.alerts",
+            "pause_when": "severity=high",
+            "resume_on": ["AlertResolved"],
+        },
+        **overrides,
+    )
+    spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
+    return spec
+
+
+PHASE1 = ROOT / "examples" / "phase1-aggregator.yaml"
+
+
+API = ("APIDesignCompleted", "/backend-architect")
+
+
+WIREFRAME = ("WireframeCompleted", "/ux-designer")
+
+
+TEST_PLAN = ("TestPlanCompleted", "/test-engineer")
+
+
+def phase1(**overrides: Any) -> AggregatorSpec:
+    data = {**read_document(PHASE1), "lookback": False}
+    data["aggregator_id"] = f"phase1-{uuid.uuid4().hex[:8]}"
+    return AggregatorSpec.model_validate({**data, **overrides})
+
+
+def completed(kind: tuple[str, str], correlation_id: str | None = None) -> EventEnvelope:
+    return EventEnvelope.new(
+        kind[0], kind[1], payload={"by": kind[1]}, correlation_id=correlation_id
+    )
+
+
+async def signal(handle: WorkflowHandle[Any, Any], *events: EventEnvelope) -> None:
+    for envelope in events:
+        await handle.signal("event", envelope.model_dump(mode="json"))
+
+
+async def state_shows(
+    client: Client, handle: WorkflowHandle[Any, Any], check: Any
+) -> AggregatorState:
+    """Wait until the aggregator's record satisfies `check`, and return it."""
+    seen: list[AggregatorState] = []
+
+    async def shown() -> bool:
+        seen.append(await api.aggregator_state(client, handle.id))
+        return bool(check(seen[-1]))
+
+    await eventually(shown)
+    return seen[-1]
+
+
+async def parked(
+    client: Client, task_queue: str, count: int, selection: DlqSelection | None = None
+) -> list[EntrySummary]:
+    """The entries once visibility counts `count` of them (it is eventually consistent)."""
+    query = api.dlq_query(selection, queue=task_queue)
+
+    async def enough() -> bool:
+        return (await client.count_workflows(query)).count >= count
+
+    await eventually(enough, timeout=60)
+    return await api.dlq_entries(client, selection, queue=task_queue)
+
+
+UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND
+
+
+async def task_failures(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Failed workflow tasks, but for the server refusing a completion because a signal arrived
+    meanwhile (UnhandledCommand: the SDK runs the task again with the signal, by design)."""
+    history = await handle.fetch_history()
+    return [
+        event.workflow_task_failed_event_attributes.failure.message
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        and event.workflow_task_failed_event_attributes.cause != UNHANDLED_COMMAND
+    ]
+
+
+STEPS = ["BuildArtifact", "RunTests", "DeployToStaging", "RunE2ETests", "DeployToProduction"]
+
+
+FAST_RETRY = {"max_retries": 1, "initial_delay": "100ms", "max_delay": "100ms"}
+
+
+def failing_at(step: str, **extra: Any) -> SagaSpec:
+    spec = feature_deployment(input={"inject": {"fail": [step], **extra}})
+    for s in spec.steps:
+        s.retry = s.retry.model_validate(FAST_RETRY)
+        s.compensation_retry = s.compensation_retry.model_validate(FAST_RETRY)
+    return spec
+
+
+async def wait_until(predicate: Callable[[], Any], timeout: float = 20) -> None:
+    async def poll() -> None:
+        while not await predicate():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), timeout)
