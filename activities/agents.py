@@ -71,10 +71,10 @@ def _classified(error: Exception, retry_on: list[str], attempt: int) -> Applicat
         non_retryable, delay, message = error.non_retryable, error.next_retry_delay, error.message
     else:
         non_retryable, delay, message = False, None, str(error)
-    return ApplicationError(
+    return failure(
+        failure_type,
         message,
         {"attempt": attempt},
-        type=failure_type,
         non_retryable=non_retryable or bool(retry_on and failure_type not in retry_on),
-        next_retry_delay=delay,
+        retry_after=delay,
     )

@@ -10,10 +10,10 @@ The pure layer: this module imports no worker or workflow code (only `temporalio
 
 from datetime import timedelta
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
 
 # --- Task queue -------------------------------------------------------------------------------
 
@@ -240,14 +240,16 @@ def dlq_action(failure_type: str) -> str:
 def failure(
     kind: str,
     message: str,
-    *,
+    *details: Any,
     non_retryable: bool | None = None,
     retry_after: timedelta | None = None,
 ) -> ApplicationError:
-    """A typed failure; not retried when `non_retryable` says so, or by default when its type is
-    one retrying cannot fix."""
+    """The one way the product raises a typed failure (`details` travel with it, such as a
+    saga's final record). Not retried when `non_retryable` says so, or by default when its type
+    is one retrying cannot fix."""
     return ApplicationError(
         message,
+        *details,
         type=kind,
         non_retryable=kind in NOT_RETRYABLE if non_retryable is None else non_retryable,
         next_retry_delay=retry_after,
@@ -256,9 +258,19 @@ def failure(
 
 def failure_type_of(error: BaseException) -> str:
     """The failure type of what an agent raised, or of what a workflow saw an activity fail
-    with: its ApplicationError type, `timeout` for Temporal's timeouts, else its class name."""
+    with (an ActivityError's cause): its ApplicationError type, `timeout` for Temporal's
+    timeouts, else its class name."""
+    if isinstance(error, ActivityError) and error.cause is not None:
+        error = error.cause
     if isinstance(error, ApplicationError):
         return error.type or UNTYPED_APPLICATION_ERROR
     if isinstance(error, TimeoutError):
         return FailureType.TIMEOUT
     return type(error).__name__
+
+
+def failure_message(error: BaseException) -> str:
+    """The innermost message, which is the agent's own words rather than Temporal's wrapper."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return str(error)

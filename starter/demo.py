@@ -5,6 +5,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import typer
 from temporalio.client import Client
@@ -13,6 +14,7 @@ from coord.infra.devserver import local_temporal
 from coord.infra.temporal import workflow_link
 from coord.models.aggregator import AggregatorSpec
 from coord.models.chain import ChainSpec
+from coord.models.contract import COORD_PATTERN
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec
 from coord.models.specs import load_spec
@@ -74,7 +76,8 @@ async def run_demo(*, keep_serving: bool) -> None:
         async with build_worker(client, registry=default_registry(demo_agents=True)):
             await run_sagas(client, stamp)
             await run_chain(client, stamp)
-            runs = f"{workflow_link('').rstrip('/')}?query=CoordPattern%21%3D%22%22"
+            query = quote(f'{COORD_PATTERN.name}!=""')
+            runs = f"{workflow_link('').rstrip('/')}?query={query}"
             typer.echo(f"\nAll coordination runs: {runs}")
             if keep_serving:
                 typer.echo("Serving the Temporal UI at http://localhost:8233; Ctrl-C to stop.")

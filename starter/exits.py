@@ -12,9 +12,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.infra.devserver import PortInUse, ServerBinaryError
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.temporal import ServerUnreachable
+from coord.models.contract import failure_message
 from coord.models.specs import SpecError, describe_validation_error
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
-from coord.workflows.common import failure_message
 
 
 class ExitCode(IntEnum):

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 from temporalio import activity, workflow
-from temporalio.exceptions import ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    RetryState,
+    TimeoutError,
+    TimeoutType,
+)
 
 from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
@@ -160,12 +166,39 @@ def test_failures_are_retried_unless_retrying_cannot_help() -> None:
     assert RetryConfig().no_retry_on == ["invalid_payload", "unauthorized"]
 
 
-def test_failure_type_of_what_was_raised() -> None:
-    assert contract.failure_type_of(ApplicationError("x", type="unauthorized")) == "unauthorized"
-    assert contract.failure_type_of(ApplicationError("x")) == "ApplicationError"
+def activity_failed_with(cause: BaseException) -> ActivityError:
+    """What a workflow catches: the activity's failure, with what it raised as its cause."""
+    error = ActivityError(
+        "Activity task failed",
+        scheduled_event_id=5,
+        started_event_id=6,
+        identity="worker",
+        activity_type=contract.RUN_AGENT_ACTIVITY,
+        activity_id="1",
+        retry_state=RetryState.NON_RETRYABLE_FAILURE,
+    )
+    error.__cause__ = cause
+    return error
+
+
+def test_failure_type_of_what_an_agent_raised_or_a_workflow_caught() -> None:
+    unauthorized = ApplicationError("x", type="unauthorized")
     timeout = TimeoutError("late", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[])
-    assert contract.failure_type_of(timeout) == "timeout"
-    assert contract.failure_type_of(KeyError("k")) == "KeyError"
+    for raised, kind in [
+        (unauthorized, "unauthorized"),
+        (ApplicationError("x"), "ApplicationError"),
+        (timeout, "timeout"),
+        (KeyError("k"), "KeyError"),
+    ]:
+        assert contract.failure_type_of(raised) == kind
+        assert contract.failure_type_of(activity_failed_with(raised)) == kind
+
+
+def test_a_failure_carries_its_details_and_its_innermost_message() -> None:
+    error = contract.failure(FailureType.SAGA_FAILED, "step 2 failed", {"saga_id": "s"})
+    assert error.details == ({"saga_id": "s"},) and error.non_retryable is False
+    caught = activity_failed_with(RuntimeError("agent said no"))
+    assert contract.failure_message(caught) == "agent said no"
 
 
 @pytest.mark.parametrize(

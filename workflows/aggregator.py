@@ -43,6 +43,8 @@ with workflow.unsafe.imports_passed_through():
         Pattern,
         chain_workflow_id,
         coordination_attributes,
+        failure,
+        failure_message,
     )
     from coord.models.durations import MIN_DURATION, format_duration
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
@@ -56,7 +58,6 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         decode_input,
         decode_json,
-        failure_message,
         park,
         upsert_search_attributes,
     )
@@ -124,9 +125,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         if self._spec_error:
             if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
-            raise ApplicationError(
-                self._spec_error, type=FailureType.INVALID_SPEC, non_retryable=True
-            )
+            raise failure(FailureType.INVALID_SPEC, self._spec_error, non_retryable=True)
         if not self._deadline_first:
             return await self._run_as_recorded_before_deadline_first()
         # A task first runs when `run` first awaits: after the deadline timer is armed.

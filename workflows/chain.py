@@ -48,6 +48,9 @@ with workflow.unsafe.imports_passed_through():
         Pattern,
         coordination_attributes,
         correlation_id_of_chain,
+        failure,
+        failure_message,
+        failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
     from coord.models.filters import evaluate
@@ -62,8 +65,6 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         attempts,
         decode_input,
-        failure_message,
-        failure_type,
         park,
         upsert_search_attributes,
     )
@@ -145,9 +146,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if self._input_error:
             if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(lambda: not self._outbound)
-            raise ApplicationError(
-                self._input_error, type=FailureType.INVALID_INPUT, non_retryable=True
-            )
+            raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
         while not self._finished():
@@ -568,7 +567,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                     self._publish(publishes.on_failure, run, {"error": failure_message(error)})
                 self._state.dead_lettered += 1
                 await park(
-                    failure_type(error),
+                    failure_type_of(error),
                     f"{run.agent} failed on {run.trigger.event.type}: {failure_message(error)}",
                     event=run.trigger,
                     target_agent=run.subscription,

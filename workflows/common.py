@@ -94,18 +94,6 @@ def _plain_json(value: Any) -> bool:
     return json_depth(value) <= MAX_JSON_DEPTH
 
 
-def failure_message(error: BaseException) -> str:
-    """The innermost message, which is the agent's own words rather than Temporal's wrapper."""
-    while error.__cause__ is not None:
-        error = error.__cause__
-    return str(error)
-
-
-def failure_type(error: ActivityError) -> str:
-    """The failure type of what the activity failed with."""
-    return contract.failure_type_of(error.cause) if error.cause else type(error).__name__
-
-
 def attempts(error: ActivityError, retry_policy: RetryPolicy) -> int:
     """The attempt `run_agent` reported with its failure. A timeout is Temporal's, so the agent
     could not report it: when the server gave up because the policy's attempts were used up,

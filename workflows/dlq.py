@@ -32,6 +32,8 @@ with workflow.unsafe.imports_passed_through():
         RUN_AGENT_ACTIVITY,
         FailureType,
         chain_workflow_id,
+        failure,
+        failure_message,
     )
     from coord.models.dlq import (
         CLOSED_STATUSES,
@@ -52,7 +54,6 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         decode_input,
-        failure_message,
         upsert_search_attributes,
     )
 
@@ -131,9 +132,9 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
     def _require_parked(self) -> None:
         """Under the lock: an update accepted while another held it finds the entry changed."""
         if self._entry.status != "parked":
-            raise ApplicationError(
+            raise failure(
+                FailureType.NOT_PARKED,
                 f"{self._entry.entry_id} is {self._entry.status}, not parked",
-                type=FailureType.NOT_PARKED,
             )
 
     def _closed(self) -> bool:

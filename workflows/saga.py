@@ -28,6 +28,9 @@ with workflow.unsafe.imports_passed_through():
         Pattern,
         chain_workflow_id,
         coordination_attributes,
+        failure,
+        failure_message,
+        failure_type_of,
         saga_id_of,
     )
     from coord.models.envelope import EventEnvelope
@@ -50,8 +53,6 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         attempts,
         decode_input,
-        failure_message,
-        failure_type,
         park,
         upsert_search_attributes,
     )
@@ -214,7 +215,7 @@ class Saga:
         self._log("step completed", step=step.name, event=step.on_success)
 
     def _step_failed(self, step: SagaStep, error: ActivityError) -> None:
-        failure = {"type": failure_type(error), "message": failure_message(error)}
+        failure = {"type": failure_type_of(error), "message": failure_message(error)}
         self._outcomes[step.name] = {"failure": failure}
         self._state.failed_event = step.on_failure
         self._announce(step.on_failure, f"/{step.agent}", {"error": failure})
@@ -427,7 +428,7 @@ class Saga:
 
     def _failure(self, failure_type: str, message: str) -> ApplicationError:
         """Business outcomes end the run as typed failures carrying the final record."""
-        return ApplicationError(message, self._state, type=failure_type, non_retryable=True)
+        return failure(failure_type, message, self._state, non_retryable=True)
 
     def _compensated_names(self) -> str:
         return ", ".join(

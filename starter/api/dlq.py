@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
 from coord.models import contract
+from coord.models.contract import failure_message
 from coord.models.dlq import (
     ENTRY_STATUSES,
     ArchiveRequest,
@@ -36,7 +37,6 @@ from coord.models.dlq import (
 )
 from coord.models.specs import SpecError
 from coord.starter.api.common import Undeliverable
-from coord.workflows.common import failure_message
 from coord.workflows.dlq import DeadLetterEntry
 
 DEFAULT_PAGE_SIZE = 50
