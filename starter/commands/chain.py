@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from coord.models.chain import ChainSpec
+from coord.models.contract import chain_workflow_id
 from coord.models.specs import load_spec
 from coord.starter import api
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_started, runs_async
@@ -41,4 +42,4 @@ async def state(correlation_id: str, as_json: AsJson = False) -> None:
 async def close(correlation_id: str) -> None:
     """Close a chain: it accepts no more events and ends once its started work is done."""
     await api.close_chain(await connect(), correlation_id)
-    typer.echo(f"closing chain-{correlation_id}")
+    typer.echo(f"closing {chain_workflow_id(correlation_id)}")
