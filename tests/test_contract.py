@@ -2,10 +2,12 @@
 the strings recorded histories and running workflows know, every workflow and activity is
 registered under the contract's names, and the ids and failure types behave as documented."""
 
+import ast
 import subprocess
 import sys
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,3 +230,68 @@ def test_the_contract_imports_no_worker_or_workflow_code() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert loaded.strip() == "['coord.models', 'coord.models.contract']"
+
+
+WIRE_CALLS = {
+    "execute_activity",
+    "start_activity",
+    "signal",
+    "query",
+    "execute_update",
+    "start_update",
+    "start_workflow",
+    "execute_workflow",
+    "park",
+    "failure",
+}
+"""Calls whose first argument is a name on the wire (an activity, signal, query, update, workflow
+type, or failure type): in production code it comes from the contract, never a string literal."""
+WIRE_KEYWORDS = {
+    "name": {"defn", "signal", "query", "update"},
+    "type": {"ApplicationError"},
+    "start_signal": None,
+    "failure_type": None,
+}
+"""Keyword arguments that are names on the wire, in these calls (None: in any call)."""
+PRODUCTION = ["activities", "infra", "models", "starter", "workflows", "worker.py"]
+
+
+def called_name(call: ast.Call) -> str | None:
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return call.func.id if isinstance(call.func, ast.Name) else None
+
+
+def names_the_wire(keyword: ast.keyword, called: str | None) -> bool:
+    if keyword.arg not in WIRE_KEYWORDS:
+        return False
+    calls = WIRE_KEYWORDS[keyword.arg]
+    return calls is None or called in calls
+
+
+def literal_wire_names(path: Path) -> list[str]:
+    """Each string literal `path` passes where a name on the wire goes."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        called = called_name(node)
+        arguments = [node.args[0]] if called in WIRE_CALLS and node.args else []
+        arguments += [k.value for k in node.keywords if names_the_wire(k, called)]
+        found += [
+            f"{path}:{argument.lineno}: {called}({argument.value!r})"
+            for argument in arguments
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str)
+        ]
+    return found
+
+
+def test_production_code_names_the_wire_only_through_the_contract() -> None:
+    root = Path(__file__).parent.parent
+    files = [
+        path
+        for entry in PRODUCTION
+        for path in ((root / entry).rglob("*.py") if (root / entry).is_dir() else [root / entry])
+        if path.name != "contract.py"
+    ]
+    assert [found for path in files for found in literal_wire_names(path)] == []
