@@ -19,9 +19,12 @@ demo: $(INSTALLED)
 test: $(INSTALLED) lint
 	$(BIN)/pytest
 
+# ruff (with its complexity and naming rules), mypy strict, and the layers (import-linter's
+# contracts in pyproject.toml, README "Architecture").
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)

@@ -1,22 +1,18 @@
-"""Deliveries that need a client: parking dead letters and replaying them to their targets."""
+"""Deliveries that need a client: parking dead letters (`infra.dead_letters`) and replaying them to
+their targets."""
 
-import contextlib
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from coord.infra.dead_letters import park_dead_letter
 from coord.models.agent_config import AgentConfig
 from coord.models.chain import ChainInput
 from coord.models.contract import (
     CHAIN_WORKFLOW,
-    DEAD_LETTER_SUMMARY_MEMO,
-    DEAD_LETTER_WORKFLOW,
     DECLARED_AGENT_ACTIVITY,
     EVENT_SIGNAL,
     PARK_DEAD_LETTER_ACTIVITY,
@@ -24,16 +20,13 @@ from coord.models.contract import (
     RERUN_SIGNAL,
     SAGA_WORKFLOW,
     FailureType,
-    as_start_attributes,
     failure,
 )
 from coord.models.dlq import (
     AgentLookup,
     DeadLetter,
     DeclaredAgent,
-    DlqEntry,
     Redelivery,
-    dead_letter_id,
 )
 from coord.models.saga import SagaSpec
 
@@ -42,31 +35,6 @@ DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
     CHAIN_WORKFLOW: lambda raw: ChainInput.model_validate(raw).spec.agents,
 }
 """Where each workflow type that runs agents keeps its inline declarations in its input."""
-
-
-async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) -> str:
-    """Starts the entry's own workflow, with an id derived from what is parked: parking the same
-    failure again (a retried activity, a publisher trying twice) finds the entry already there,
-    open or closed, and returns its id. Filters and the listing row are set at start, so the
-    entry is listed even before a worker has run it."""
-    entry_id = dead_letter_id(letter)
-    summary = DlqEntry(
-        **letter.model_dump(), entry_id=entry_id, parked_at=datetime.now(UTC)
-    ).summary()
-    event = f"{letter.event.event.type} " if letter.event else ""
-    with contextlib.suppress(WorkflowAlreadyStartedError):
-        await client.start_workflow(
-            DEAD_LETTER_WORKFLOW,
-            letter.model_dump(mode="json"),
-            id=entry_id,
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=as_start_attributes(summary.search_attributes()),
-            memo={DEAD_LETTER_SUMMARY_MEMO: summary.model_dump(mode="json")},
-            static_summary=f"Dead letter: {event}{letter.failure_type} → {letter.target_workflow}",
-        )
-    return entry_id
 
 
 class Delivery:

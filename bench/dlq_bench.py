@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from bench.server import bench_server
-    from coord.activities.delivery import park_dead_letter
+    from coord.infra.dead_letters import park_dead_letter
     from coord.infra.process import exit_without_teardown
     from coord.models.dlq import DeadLetter, DlqCounts, DlqSelection
     from coord.models.envelope import EventEnvelope

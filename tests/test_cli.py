@@ -12,7 +12,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.delivery import park_dead_letter
+from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import installed_binary
 from coord.models.aggregator import AggregatorSpec
 from coord.models.chain import ChainState, TimelineEntry

@@ -17,8 +17,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
-from coord.activities.delivery import park_dead_letter
 from coord.activities.demo import register_demo_agents
+from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import embedded_server
 from coord.models import contract
 from coord.models.agent_config import WorkerSettings

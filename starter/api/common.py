@@ -11,7 +11,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.activities.delivery import park_dead_letter
+from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
 from coord.infra.temporal import task_queue
 from coord.models import contract
