@@ -17,7 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.aggregator import (
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         decode_input,
         decode_json,
         park,
+        signal_chain,
         upsert_search_attributes,
     )
 
@@ -358,12 +359,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         """False when the correlation has no chain (or none is scoped)."""
         if self._spec.correlation_id is None:
             return False
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._spec.correlation_id))
-        try:
-            await chain.signal(signal, arg)
-        except ApplicationError:
-            return False
-        return True
+        return await signal_chain(self._spec.correlation_id, signal, arg)
 
     async def _publish_to_chain(self, envelope: EventEnvelope) -> None:
         """Aggregators compose with chains: the result joins its correlation's event log."""

@@ -152,3 +152,18 @@ async def park(
 
 def upsert_search_attributes(values: contract.SearchValues) -> None:
     workflow.upsert_search_attributes([key.value_set(value) for key, value in values.items()])
+
+
+async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:
+    """Signals another workflow; False when it does not run (never started, or ended), which
+    the sender treats as that workflow's business, never as its own failure."""
+    try:
+        await workflow.get_external_workflow_handle(workflow_id).signal(signal, arg)
+    except ApplicationError:
+        return False
+    return True
+
+
+async def signal_chain(correlation_id: str, signal: str, arg: Any) -> bool:
+    """Signals the chain of a correlation; False when it has none running."""
+    return await signal_if_running(contract.chain_workflow_id(correlation_id), signal, arg)

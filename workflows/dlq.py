@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest
@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
         REDELIVER_ACTIVITY,
         RUN_AGENT_ACTIVITY,
         FailureType,
-        chain_workflow_id,
         failure,
         failure_message,
     )
@@ -54,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         decode_input,
+        signal_chain,
         upsert_search_attributes,
     )
 
@@ -279,8 +279,5 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             correlation_id=event.event.correlation_id,
             causation_id=event.event.id,
         )
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(event.event.correlation_id))
-        try:
-            await chain.signal(EVENT_SIGNAL, notice.model_dump(mode="json"))
-        except ApplicationError:
-            return
+        raw = notice.model_dump(mode="json")
+        await signal_chain(event.event.correlation_id, EVENT_SIGNAL, raw)

@@ -26,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
         STATE_QUERY,
         FailureType,
         Pattern,
-        chain_workflow_id,
         coordination_attributes,
         failure,
         failure_message,
@@ -54,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         attempts,
         decode_input,
         park,
+        signal_chain,
         upsert_search_attributes,
     )
 
@@ -394,10 +394,8 @@ class Saga:
     async def _signal_chain(self, envelope: EventEnvelope) -> None:
         """Publish into the chain of the saga's correlation; when none runs, the saga's own
         record still has the event."""
-        chain = workflow.get_external_workflow_handle(chain_workflow_id(self._state.correlation_id))
-        try:
-            await chain.signal(EVENT_SIGNAL, envelope.model_dump(mode="json"))
-        except ApplicationError:
+        raw = envelope.model_dump(mode="json")
+        if not await signal_chain(self._state.correlation_id, EVENT_SIGNAL, raw):
             self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
 
     def _keep_final_record(self) -> None:
