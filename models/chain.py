@@ -316,6 +316,10 @@ class QueuedRun(BaseModel):
     seq: int
     run: AgentRun
 
+    def __lt__(self, other: "QueuedRun") -> bool:
+        """Heap order of the run queue."""
+        return (self.rank, self.seq) < (other.rank, other.seq)
+
 
 class ChainCarry(BaseModel):
     """What a chain hands to its next run at continue-as-new. Its windows are trimmed to a fixed

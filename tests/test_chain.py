@@ -11,10 +11,10 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from coord.activities.agents import AgentActivities
 from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
+from coord.models.chain_model import TIMELINE_WINDOW
 from coord.models.envelope import EventEnvelope, Priority
 from coord.starter import api
 from coord.worker import build_worker
-from coord.workflows.chain import TIMELINE_WINDOW
 from tests.agents import GatedAgents
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import (

@@ -30,10 +30,10 @@ from coord.infra.payload_store import (
 )
 from coord.models.aggregator import AggregatorStatus
 from coord.models.chain import ChainStatus
+from coord.models.chain_model import TIMELINE_WINDOW
 from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
-from coord.workflows.chain import TIMELINE_WINDOW
 from tests.helpers import API, approved, eventually, phase1, user_story
 from tests.workers import COORD, run, server_env
 
