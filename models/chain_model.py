@@ -1,8 +1,10 @@
 """The reactive chain's bookkeeping, apart from Temporal: intake (deduplication and the causation
 depth window), the timeline, matching events to subscriptions and their joins, the run queue,
 the alert pause, the accounting of `ChainState` and the carry for continue-as-new. Pure and
-serialisable like `JoinState`: its fields are the carry, so it is tested without a server and
-the workflow keeps only signals, activities, timers, continue-as-new and its details."""
+serialisable like `JoinState`: its fields are the carry, so it is tested without a server, and
+the workflow (`coord.workflows.chain`) keeps only signals, activities, parking, forwarding,
+timers, continue-as-new and its details. Nothing here sends or waits: what is to be parked comes
+back as a `Parking`, for the workflow to send."""
 
 import heapq
 from dataclasses import dataclass
@@ -76,6 +78,9 @@ class Parking:
 
 
 class ChainModel(ChainCarry):
+    """A chain's bookkeeping; `begin` makes it from the chain's input, `carry` gives the next
+    run's input. The queue is a heap of `QueuedRun` (priority, then arrival)."""
+
     _spec: ChainSpec = PrivateAttr()
     _workflow_id: str = PrivateAttr()
     _signals_per_run: int = PrivateAttr()
