@@ -38,7 +38,7 @@ async def run_sagas(client: Client, stamp: str) -> None:
         typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
         state = await api.saga_outcome(handle)
         typer.echo(state.model_dump_json(indent=2, exclude={"events"}))
-        typer.echo(render.timeline_table(state.events))
+        render.show(render.timeline_table(state.events))
         typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
 
 
@@ -62,10 +62,12 @@ async def run_chain(client: Client, stamp: str) -> None:
     typer.secho(f"\n▶ {workflow_id} (user-story reactive chain)", bold=True)
     state = await api.chain_handle(client, correlation_id).result()
     typer.secho(f"\n▶ {aggregator.id} (phase1 aggregator)", bold=True)
-    typer.echo(render.aggregator_table(await aggregator.result()))
+    render.show(render.aggregator_table(await aggregator.result()))
     typer.secho(f"\n▶ {workflow_id}: timeline and causation tree", bold=True)
-    typer.echo(render.timeline_table(await api.chain_timeline(client, correlation_id)))
-    typer.echo(f"\n{render.causation_tree(await api.chain_timeline(client, correlation_id))}")
+    timeline = await api.chain_timeline(client, correlation_id)
+    render.show(render.timeline_table(timeline))
+    typer.echo()
+    render.show(render.causation_tree(timeline))
     typer.echo(f"  status: {state.status.value}  UI: {workflow_link(workflow_id)}")
 
 

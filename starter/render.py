@@ -1,6 +1,17 @@
-"""Plain-text views of coordination records for the terminal."""
+"""Terminal views of coordination records, drawn by `rich`: styled on a terminal, plain text
+with the same columns when piped, so scripts and tests read `|`-separated cells under a
+`-+-` rule whatever the terminal."""
 
+import io
 from collections.abc import Sequence
+from typing import IO, Any
+
+import typer
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Column, Table
+from rich.text import Text
+from rich.tree import Tree
 
 from coord.models.aggregator import AggregatorState
 from coord.models.chain import TimelineEntry
@@ -8,56 +19,85 @@ from coord.models.contract import dlq_action
 from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
+UNWRAPPED = 10_000
+"""The width of piped output: wide enough that no table is ever wrapped to fit."""
+NARROW_GUIDES = ("   ", "│  ", "├─ ", "└─ ")
+NARROW_ASCII_GUIDES = ("   ", "|  ", "+- ", "`- ")
+"""The causation tree's guides, narrower than rich's default: events nest deep."""
+STATUS_STYLES = {
+    "received": "green",
+    "waiting": "yellow",
+    "parked": "yellow",
+    "replaying": "cyan",
+    "replayed": "green",
+    "archived": "dim",
+}
 
 
-def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Left-aligned columns, a rule under the header."""
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in [header, *rows]
-    ]
-    lines.insert(1, "-+-".join("-" * w for w in widths))
-    return lines
+def console(file: IO[str] | None = None, **options: Any) -> Console:
+    """Records are data, not markup: `[x]` or `:smile:` in an event type prints as written."""
+    return Console(file=file, markup=False, emoji=False, highlight=False, **options)
 
 
-def timeline_table(entries: Sequence[TimelineEntry]) -> str:
+def show(view: RenderableType) -> None:
+    """Print a view on stdout: styled and fitted to a terminal, else as `plain` text."""
+    terminal = console()
+    if terminal.is_terminal:
+        terminal.print(view)
+    else:
+        typer.echo(plain(view))
+
+
+def plain(view: RenderableType) -> str:
+    """The view without colour, never wrapped, without trailing blanks: what scripts read."""
+    text = io.StringIO()
+    console(text, width=UNWRAPPED, color_system=None).print(view)
+    return "\n".join(line.rstrip() for line in text.getvalue().splitlines())
+
+
+def table(*columns: str | Column, show_header: bool = True) -> Table:
+    """Columns under a rule, `|` between them, no outer frame (the seed's tables)."""
+    return Table(
+        *columns,
+        box=box.ASCII,
+        show_edge=False,
+        pad_edge=False,
+        show_header=show_header,
+        header_style="bold",
+    )
+
+
+def status(value: str, label: str | None = None) -> Text:
+    return Text(label or value, style=STATUS_STYLES.get(value, ""))
+
+
+def timeline_table(entries: Sequence[TimelineEntry], *, show_header: bool = True) -> Table:
     """The seed's correlation table, with the ids that link each event to its cause."""
-    rows = [
-        (
+    view = table(*TIMELINE_COLUMNS, show_header=show_header)
+    for e in entries:
+        view.add_row(
             f"{e.time:%H:%M:%S}",
-            e.event,
+            Text(e.event, style="bold"),
             e.agent,
             e.correlation_id,
             e.event_id,
             ", ".join(e.causes) or e.causation_id or "-",
         )
-        for e in entries
-    ]
-    return "\n".join(table(TIMELINE_COLUMNS, rows))
+    return view
 
 
-def causation_tree(entries: Sequence[TimelineEntry]) -> str:
+def causation_tree(entries: Sequence[TimelineEntry]) -> Tree:
     """Which event caused which: roots are events whose cause is not in the log."""
     known = {e.event_id: e for e in entries}
-    children: dict[str | None, list[TimelineEntry]] = {}
+    forest = Tree("", hide_root=True)
+    forest.TREE_GUIDES, forest.ASCII_GUIDES = [NARROW_GUIDES] * 3, NARROW_ASCII_GUIDES
+    nodes: dict[str | None, Tree] = {None: forest}
     for entry in entries:
         parent = entry.causation_id if entry.causation_id in known else None
-        children.setdefault(parent, []).append(entry)
-    lines: list[str] = []
-
-    def walk(parent: str | None, prefix: str) -> None:
-        kids = children.get(parent, [])
-        for index, entry in enumerate(kids):
-            last = index == len(kids) - 1
-            branch = "" if parent is None else ("└─ " if last else "├─ ")
-            causes = _joined_causes(entry, known)
-            lines.append(
-                f"{prefix}{branch}{entry.event} ({entry.agent}, {entry.time:%H:%M:%S}){causes}"
-            )
-            walk(entry.event_id, prefix + ("" if parent is None else ("   " if last else "│  ")))
-
-    walk(None, "")
-    return "\n".join(lines)
+        label = Text(entry.event, style="bold")
+        label.append(f" ({entry.agent}, {entry.time:%H:%M:%S}){_joined_causes(entry, known)}")
+        nodes[entry.event_id] = nodes[parent].add(label)
+    return forest
 
 
 def _joined_causes(entry: TimelineEntry, known: dict[str, TimelineEntry]) -> str:
@@ -67,18 +107,16 @@ def _joined_causes(entry: TimelineEntry, known: dict[str, TimelineEntry]) -> str
     return " ← " + " + ".join(known[c].event if c in known else c for c in entry.causes)
 
 
-def aggregator_table(state: AggregatorState) -> str:
+def aggregator_table(state: AggregatorState) -> Group:
     """The seed's aggregation status table and count line."""
-    rows = [
-        (
+    slots = table("Event", "Status", "Received At")
+    for slot in state.slots:
+        slots.add_row(
             slot.type + (f" from {slot.source}" if slot.source else ""),
-            "✅ Received" if slot.status == "received" else "⏳ Waiting",
+            status(slot.status, "✅ Received" if slot.status == "received" else "⏳ Waiting"),
             f"{slot.received_at:%H:%M:%S}" if slot.received_at else "-",
         )
-        for slot in state.slots
-    ]
-    lines = table(("Event", "Status", "Received At"), rows)
-    lines += ["", f"Aggregation Status: {state.progress}"]
+    lines = ["", f"Aggregation Status: {state.progress}"]
     if state.deadline is not None:
         left = f" ({state.seconds_left:.0f}s left)" if state.seconds_left is not None else ""
         lines.append(f"Deadline: {state.deadline:%Y-%m-%d %H:%M:%S} UTC{left}")
@@ -91,34 +129,31 @@ def aggregator_table(state: AggregatorState) -> str:
         lines.append(f"Lookback failed: {state.lookback_failure}")
     if state.emitted is not None:
         lines.append(f"Emitted: {state.emitted.event.type} ({state.emitted.event.id})")
-    return "\n".join(lines)
+    return Group(slots, *map(Text, lines))
 
 
-def dlq_table(entries: Sequence[EntrySummary]) -> str:
+def dlq_table(entries: Sequence[EntrySummary]) -> Table:
     """The seed's DLQ table: event, type, failure reason, retries, target, status and action."""
-    header = ("Entry", "Event ID", "Type", "Failure", "Retries", "Target", "Status", "Action")
-    rows = [
-        (
+    failure = Column("Failure", max_width=60, no_wrap=True, overflow="ellipsis")
+    view = table("Entry", "Event ID", "Type", failure, "Retries", "Target", "Status", "Action")
+    for e in entries:
+        view.add_row(
             e.entry_id,
             e.event_id or "-",
             e.event_type or "(invalid)",
-            f"{e.failure_type}: {e.message}"[:60],
+            f"{e.failure_type}: {e.message}",
             str(e.attempts),
             (e.target_workflow or "-") + (f" / {e.target_agent}" if e.target_agent else ""),
-            e.status,
+            status(e.status),
             e.action,
         )
-        for e in entries
-    ]
-    return "\n".join(table(header, rows))
+    return view
 
 
-def dlq_counts_table(counts: DlqCounts) -> str:
+def dlq_counts_table(counts: DlqCounts) -> Table:
     """Entries by failure type and status, with the action each failure type calls for."""
-    header = ("Failure type", "Action", *(status.capitalize() for status in ENTRY_STATUSES))
-    rows = [
-        (kind, dlq_action(kind), *map(str, by_status.in_order()))
-        for kind, by_status in counts.by_failure_type.items()
-    ]
-    rows.append(("Total", "", *map(str, counts.total.in_order())))
-    return "\n".join(table(header, rows))
+    view = table("Failure type", "Action", *(name.capitalize() for name in ENTRY_STATUSES))
+    for kind, by_status in counts.by_failure_type.items():
+        view.add_row(kind, dlq_action(kind), *map(str, by_status.in_order()))
+    view.add_row(Text("Total", style="bold"), "", *map(str, counts.total.in_order()))
+    return view

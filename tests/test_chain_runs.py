@@ -59,12 +59,14 @@ async def test_a_joined_agent_receives_every_joined_event_with_its_payload(
     assert started.causation_id in started.causes
     tree_line = next(
         line
-        for line in render.causation_tree(timeline).splitlines()
+        for line in render.plain(render.causation_tree(timeline)).splitlines()
         if "FrontendImplementationStarted" in line
     )
     assert tree_line.endswith("← BackendImplementationCompleted + WireframeCompleted")
     table_row = next(
-        line for line in render.timeline_table(timeline).splitlines() if started.event_id in line
+        line
+        for line in render.plain(render.timeline_table(timeline)).splitlines()
+        if started.event_id in line
     )
     assert backend.event_id in table_row and wireframe.event_id in table_row
 

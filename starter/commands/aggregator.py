@@ -42,7 +42,10 @@ async def state(
 ) -> None:
     """Print an aggregator's status table (the seed's)."""
     record = await api.aggregator_state(await connect(), aggregator)
-    typer.echo(record.model_dump_json(indent=2) if as_json else render.aggregator_table(record))
+    if as_json:
+        typer.echo(record.model_dump_json(indent=2))
+    else:
+        render.show(render.aggregator_table(record))
 
 
 @app.command("cancel")

@@ -93,7 +93,7 @@ async def list_entries(
     if json_output:
         typer.echo(page.model_dump_json(indent=2))
         return
-    typer.echo(render.dlq_table(page.entries))
+    render.show(render.dlq_table(page.entries))
     if page.next_cursor:
         typer.echo(f"\nnext page: coord dlq list --cursor {page.next_cursor}")
 
@@ -105,9 +105,10 @@ async def counts(
 ) -> None:
     """Dead letters by failure type and status, with the action each calls for."""
     by_kind = await api.dlq_counts(await connect())
-    typer.echo(
-        by_kind.model_dump_json(indent=2) if json_output else render.dlq_counts_table(by_kind)
-    )
+    if json_output:
+        typer.echo(by_kind.model_dump_json(indent=2))
+    else:
+        render.show(render.dlq_counts_table(by_kind))
 
 
 @app.command("show")

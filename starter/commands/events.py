@@ -107,14 +107,16 @@ async def events(
         for entry in timeline:
             typer.echo(entry.model_dump_json())
     else:
-        typer.echo(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
+        render.show(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
     shown = {entry.event_id for entry in timeline}
     while follow and await chain_still_running(client, correlation_id):
         await asyncio.sleep(1)
         for entry in await api.correlation_events(client, correlation_id):
             if entry.event_id not in shown:
-                row = render.timeline_table([entry]).splitlines()[-1]
-                typer.echo(entry.model_dump_json() if as_json else row)
+                if as_json:
+                    typer.echo(entry.model_dump_json())
+                else:
+                    render.show(render.timeline_table([entry], show_header=False))
                 shown.add(entry.event_id)
 
 
