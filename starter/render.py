@@ -94,8 +94,10 @@ def causation_tree(entries: Sequence[TimelineEntry]) -> Tree:
     nodes: dict[str | None, Tree] = {None: forest}
     for entry in entries:
         parent = entry.causation_id if entry.causation_id in known else None
-        label = Text(entry.event, style="bold")
-        label.append(f" ({entry.agent}, {entry.time:%H:%M:%S}){_joined_causes(entry, known)}")
+        label = Text.assemble(
+            (entry.event, "bold"),
+            f" ({entry.agent}, {entry.time:%H:%M:%S}){_joined_causes(entry, known)}",
+        )
         nodes[entry.event_id] = nodes[parent].add(label)
     return forest
 

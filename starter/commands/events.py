@@ -2,15 +2,18 @@
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import RenderableType
+from rich.live import Live
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.aggregator import AggregatorSpec
-from coord.models.chain import ChainSpec
+from coord.models.chain import ChainSpec, TimelineEntry
 from coord.models.envelope import EventEnvelope
 from coord.models.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
@@ -103,21 +106,55 @@ async def events(
     """Print the correlation table (or causation tree) of a chain and its sagas' events."""
     client = await connect()
     timeline = await api.correlation_events(client, correlation_id)
+    view = render.causation_tree if tree else render.timeline_table
+    if follow and not as_json and render.console().is_terminal:
+        await follow_live(client, correlation_id, timeline, view)
+        return
     if as_json:
         for entry in timeline:
             typer.echo(entry.model_dump_json())
     else:
-        render.show(render.causation_tree(timeline) if tree else render.timeline_table(timeline))
+        render.show(view(timeline))
+    if follow:
+        await follow_rows(client, correlation_id, timeline, as_json)
+
+
+async def follow_live(
+    client: Client,
+    correlation_id: str,
+    timeline: list[TimelineEntry],
+    view: Callable[[list[TimelineEntry]], RenderableType],
+) -> None:
+    """On a terminal: the table (or tree) redrawn in place as events arrive."""
+    with Live(
+        view(timeline), console=render.console(), auto_refresh=False, vertical_overflow="visible"
+    ) as live:
+        async for later in later_timelines(client, correlation_id):
+            live.update(view(later), refresh=True)
+
+
+async def follow_rows(
+    client: Client, correlation_id: str, timeline: list[TimelineEntry], as_json: bool
+) -> None:
+    """Piped: each new event as one more row (or JSON line) under what was printed."""
     shown = {entry.event_id for entry in timeline}
-    while follow and await chain_still_running(client, correlation_id):
-        await asyncio.sleep(1)
-        for entry in await api.correlation_events(client, correlation_id):
+    async for later in later_timelines(client, correlation_id):
+        for entry in later:
             if entry.event_id not in shown:
                 if as_json:
                     typer.echo(entry.model_dump_json())
                 else:
                     render.show(render.timeline_table([entry], show_header=False))
                 shown.add(entry.event_id)
+
+
+async def later_timelines(
+    client: Client, correlation_id: str
+) -> AsyncIterator[list[TimelineEntry]]:
+    """The correlation's timeline once a second, until its chain ends."""
+    while await chain_still_running(client, correlation_id):
+        await asyncio.sleep(1)
+        yield await api.correlation_events(client, correlation_id)
 
 
 async def chain_still_running(client: Client, correlation_id: str) -> bool:
