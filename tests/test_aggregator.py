@@ -8,10 +8,13 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
+from coord.models import contract
 from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot
 from coord.starter import api
+from coord.starter.api.aggregators import publish_to_aggregator
+from coord.starter.api.routing import running
 from coord.worker import build_worker
 from tests.agents import GatedAgents
 from tests.helpers import (
@@ -116,7 +119,7 @@ async def test_first_event_starts_the_aggregator_and_is_not_lost(
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     spec = phase1(correlation_id=correlation_id)
     async with build_worker(client, task_queue):
-        workflow_id = await api.publish_to_aggregator(
+        workflow_id = await publish_to_aggregator(
             client, completed(API, correlation_id), spec, queue=task_queue
         )
         for kind in (WIREFRAME, TEST_PLAN):
@@ -183,7 +186,7 @@ async def test_publish_by_correlation_reaches_chain_and_aggregators(
         handle = await api.start_aggregator(client, spec, queue=task_queue)
 
         async def listed() -> bool:
-            return handle.id in await api.running_aggregators(client, correlation_id)
+            return handle.id in await running(client, contract.Pattern.AGGREGATOR, correlation_id)
 
         await eventually(listed)
         targets = await api.deliver(client, completed(API, correlation_id), spec=user_story())

@@ -16,6 +16,7 @@ from coord.models import contract
 from coord.models.aggregator import AggregatorSpec, AggregatorStatus
 from coord.models.envelope import EventEnvelope, EventHeader
 from coord.starter import api
+from coord.starter.api.aggregators import publish_to_aggregator
 from coord.worker import build_worker
 from tests.helpers import (
     API,
@@ -246,7 +247,7 @@ async def test_keep_latest_holds_the_newest_event_though_lookback_offers_it_last
             return old["event"]["id"] in [entry.event_id for entry in timeline]
 
         await eventually(recorded)
-        await api.publish_to_aggregator(
+        await publish_to_aggregator(
             client, EventEnvelope.model_validate(fresh), spec, queue=task_queue
         )
         handle = api.aggregator_handle(client, spec.workflow_id)

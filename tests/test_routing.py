@@ -7,6 +7,7 @@ from temporalio.client import Client
 
 from coord.models.dlq import DlqSelection
 from coord.starter import api
+from coord.starter.api.routing import signal_each
 from coord.worker import build_worker
 from tests.helpers import API, completed, phase1, routing_spec
 
@@ -31,7 +32,7 @@ async def test_an_ended_target_is_skipped_and_the_others_still_reached(
         await asyncio.wait_for(ended_chain.result(), 30)
         chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
         raw = completed(API, correlation_id).model_dump(mode="json")
-        delivery = await api.signal_each(client, [aggregator.id, ended_chain.id, chain.id], raw)
+        delivery = await signal_each(client, [aggregator.id, ended_chain.id, chain.id], raw)
         state = await api.chain_state(client, correlation_id)
         letters = await api.dlq_entries(client, DlqSelection(), queue=task_queue)
         await api.close_chain(client, correlation_id)

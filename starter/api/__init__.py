@@ -1,36 +1,24 @@
-"""The Python API for scripts; the `coord` CLI is a thin layer over it."""
+"""The Python API for scripts (the `coord` CLI is a thin layer over it): start, read and stop
+sagas, chains and aggregators, deliver events, work the dead-letter queue. `__all__` is what a
+script needs; the helpers behind it live in the submodules, `routing` owning where an event goes."""
 
 from coord.starter.api.aggregators import (
     aggregator_handle,
     aggregator_state,
     cancel_aggregator,
-    publish_to_aggregator,
-    running_aggregators,
     start_aggregator,
 )
 from coord.starter.api.chains import (
-    broadcast,
+    ChainBusy,
     chain_handle,
     chain_running,
     chain_state,
-    chain_summary,
     chain_timeline,
     close_chain,
     publish,
     start_chain,
 )
-from coord.starter.api.common import (
-    Conflict,
-    Delivery,
-    NotFound,
-    NoWorker,
-    Undeliverable,
-    closed_with_result,
-    signal_each,
-    signal_event,
-    target_name,
-    undeliverable,
-)
+from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
 from coord.starter.api.dlq import (
     dlq_archive,
     dlq_archive_many,
@@ -43,22 +31,18 @@ from coord.starter.api.dlq import (
     dlq_replay_many,
     dlq_selected,
 )
-from coord.starter.api.routing import (
-    deliver,
-)
+from coord.starter.api.routing import Delivery, broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
-    correlated_sagas,
     correlation_events,
     saga_handle,
     saga_outcome,
-    saga_record,
     saga_state,
-    saga_summary,
     start_saga,
 )
 
 __all__ = [
+    "ChainBusy",
     "Conflict",
     "Delivery",
     "NoWorker",
@@ -72,11 +56,8 @@ __all__ = [
     "chain_handle",
     "chain_running",
     "chain_state",
-    "chain_summary",
     "chain_timeline",
     "close_chain",
-    "closed_with_result",
-    "correlated_sagas",
     "correlation_events",
     "deliver",
     "dlq_archive",
@@ -90,18 +71,10 @@ __all__ = [
     "dlq_replay_many",
     "dlq_selected",
     "publish",
-    "publish_to_aggregator",
-    "running_aggregators",
     "saga_handle",
     "saga_outcome",
-    "saga_record",
     "saga_state",
-    "saga_summary",
-    "signal_each",
-    "signal_event",
     "start_aggregator",
     "start_chain",
     "start_saga",
-    "target_name",
-    "undeliverable",
 ]

@@ -21,14 +21,6 @@ from coord.starter.api.common import Undeliverable, closed_with_result, kept_rec
 from coord.workflows.aggregator import Aggregator
 
 
-async def running_aggregators(client: Client, correlation_id: str) -> list[str]:
-    query = (
-        f"{contract.pattern_clause(contract.Pattern.AGGREGATOR)} AND ExecutionStatus = 'Running' "
-        f"AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
-    )
-    return [execution.id async for execution in client.list_workflows(query)]
-
-
 def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[str, Any]:
     scope = f" for {spec.correlation_id}" if spec.correlation_id else ""
     waits = ", ".join(slot.describe() for slot in spec.wait_for)

@@ -34,11 +34,9 @@ from coord.models.chain import (
 )
 from coord.models.envelope import EventEnvelope
 from coord.starter.api.common import (
-    Delivery,
     Undeliverable,
     closed_with_result,
     ended_or_missing,
-    signal_each,
     target_name,
     undeliverable,
 )
@@ -186,21 +184,6 @@ async def publish(
             client, contract.chain_workflow_id(correlation_id), envelope, error, missing
         ) from None
     return contract.chain_workflow_id(correlation_id)
-
-
-async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
-    """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
-    own correlation's. A chain that has ended since it was listed is skipped and reported; only
-    an event that reached no chain fails."""
-    event = envelope.model_dump(mode="json")
-    event["event"]["correlation_id"] = None
-    query = f"{contract.pattern_clause(contract.Pattern.CHAIN)} AND ExecutionStatus = 'Running'"
-    chains = [execution.id async for execution in client.list_workflows(query)]
-    delivery = await signal_each(client, chains, event)
-    if not delivery.reached:
-        skipped = f" ({'; '.join(delivery.skipped)})" if delivery.skipped else ""
-        raise Undeliverable(f"no running chain took event {envelope.event.id}{skipped}")
-    return delivery
 
 
 async def chain_state(client: Client, correlation_id: str) -> ChainState:

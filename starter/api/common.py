@@ -3,7 +3,6 @@
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -105,39 +104,3 @@ def target_name(workflow_id: str) -> str:
     if contract.is_chain_workflow_id(workflow_id):
         return f"the chain for correlation id {contract.correlation_id_of_chain(workflow_id)!r}"
     return workflow_id
-
-
-class Delivery(BaseModel):
-    """Where an event went: the targets reached, and why each other one was skipped."""
-
-    reached: list[str] = Field(default_factory=list)
-    skipped: list[str] = Field(default_factory=list)
-
-    def describe(self) -> str:
-        reached = ", ".join(self.reached)
-        return f"{reached} (skipped: {'; '.join(self.skipped)})" if self.skipped else reached
-
-
-async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, Any]) -> Delivery:
-    """Signal `event` to each workflow on its own: one that has ended (the visibility listing
-    is eventually consistent) is skipped and reported, never an obstacle to the others."""
-    delivery = Delivery()
-    for workflow_id in workflow_ids:
-        try:
-            await client.get_workflow_handle(workflow_id).signal(contract.EVENT_SIGNAL, raw)
-        except RPCError as error:
-            delivery.skipped.append(f"{target_name(workflow_id)}: {error.message}")
-        else:
-            delivery.reached.append(workflow_id)
-    return delivery
-
-
-async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:
-    try:
-        await client.get_workflow_handle(workflow_id).signal(
-            contract.EVENT_SIGNAL, envelope.model_dump(mode="json")
-        )
-    except RPCError as error:
-        raise await undeliverable(
-            client, workflow_id, envelope, error, f"no workflow {workflow_id!r}"
-        ) from None

@@ -79,8 +79,7 @@ async def publish(
     client = await connect()
     if all_chains:
         delivery = await api.broadcast(client, envelope)
-        target = f"{len(delivery.reached)} running chains"
-        target += f" (skipped: {'; '.join(delivery.skipped)})" if delivery.skipped else ""
+        target = delivery.describe(f"{len(delivery.reached)} running chains")
     else:
         delivery = await api.deliver(client, envelope, spec=spec, to=to)
         target = delivery.describe()
