@@ -8,7 +8,7 @@ import typer
 from coord.models.aggregator import AggregatorSpec
 from coord.models.specs import load_spec
 from coord.starter import api, render
-from coord.starter.commands.common import connect, echo_started, runs_async
+from coord.starter.commands.common import connect, echo_started, runs_async, show_record
 
 app = typer.Typer(no_args_is_help=True, help="Start and inspect aggregators.")
 AggregatorId = Annotated[str, typer.Argument(metavar="ID", help="Workflow id or aggregator id")]
@@ -42,10 +42,7 @@ async def state(
 ) -> None:
     """Print an aggregator's status table (the seed's)."""
     record = await api.aggregator_state(await connect(), aggregator)
-    if as_json:
-        typer.echo(record.model_dump_json(indent=2))
-    else:
-        render.show(render.aggregator_table(record))
+    show_record(record, as_json, render.aggregator_table)
 
 
 @app.command("cancel")

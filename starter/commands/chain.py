@@ -9,7 +9,14 @@ from coord.models.chain import ChainSpec
 from coord.models.contract import chain_workflow_id
 from coord.models.specs import load_spec
 from coord.starter import api
-from coord.starter.commands.common import AsJson, check_agents, connect, echo_started, runs_async
+from coord.starter.commands.common import (
+    AsJson,
+    check_agents,
+    connect,
+    echo_json,
+    echo_started,
+    runs_async,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Start, inspect and close reactive chains.")
 
@@ -33,8 +40,7 @@ async def start(
 async def state(correlation_id: str, as_json: AsJson = False) -> None:
     """Print a chain's record (JSON; --json prints it on one line): events seen, running agents,
     waiting joins, rejections."""
-    record = await api.chain_state(await connect(), correlation_id)
-    typer.echo(record.model_dump_json(indent=None if as_json else 2))
+    echo_json(await api.chain_state(await connect(), correlation_id), one_line=as_json)
 
 
 @app.command("close")

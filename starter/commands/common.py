@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
+from rich.console import RenderableType
 from temporalio.client import Client
 
 from coord.infra.logs import get_logger
@@ -17,10 +19,12 @@ from coord.infra.temporal import ConnectionSettings, workflow_link
 from coord.models import agents
 from coord.models.chain import ChainSpec
 from coord.models.saga import SagaSpec
+from coord.starter import render
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.worker import default_registry
 
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for tools")]
 log = get_logger("coord.cli")
 
@@ -89,6 +93,18 @@ async def connect() -> Client:
 def echo_started(client: Client, workflow_id: str) -> None:
     """The line a start command prints: the workflow id and its page in the Temporal UI."""
     typer.echo(f"started {workflow_id}: {workflow_link(workflow_id, client.namespace)}")
+
+
+def echo_json(record: BaseModel, *, one_line: bool = False) -> None:
+    typer.echo(record.model_dump_json(indent=None if one_line else 2))
+
+
+def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -> None:
+    """`--json` prints the record for tools; otherwise its view is shown to people."""
+    if as_json:
+        echo_json(record)
+    else:
+        render.show(view(record))
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:

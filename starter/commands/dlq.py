@@ -9,7 +9,7 @@ from temporalio.client import Client
 from coord.models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
 from coord.models.specs import SpecError, parse_json_object, parse_model
 from coord.starter import api, render
-from coord.starter.commands.common import connect, runs_async
+from coord.starter.commands.common import connect, echo_json, runs_async, show_record
 
 app = typer.Typer(
     no_args_is_help=True, help="The dead-letter queue: investigate, fix, replay, archive."
@@ -20,6 +20,8 @@ FailureType = Annotated[str | None, typer.Option(help="Only this failure type")]
 Correlation = Annotated[str | None, typer.Option(help="Only this correlation id")]
 EntryIds = Annotated[list[str] | None, typer.Argument(metavar="[ID]...")]
 Everything = Annotated[bool, typer.Option("--all", help="Every parked entry matching")]
+BULK_FILTERS = ("type", "topic", "failure_type", "correlation_id")
+"""The options of replay and archive that select entries with --all."""
 JsonOutput = Annotated[bool, typer.Option("--json", help="The page as JSON")]
 
 
@@ -45,18 +47,19 @@ def selection(
 
 
 async def on_chosen_entries(
-    entry_ids: list[str] | None,
-    everything: bool,
-    filters: DlqSelection,
+    ctx: typer.Context,
     act: Callable[[Client, list[str]], Awaitable[list[BulkOutcome]]],
     line: Callable[[BulkOutcome], str],
 ) -> None:
-    """What replay and archive share: the entries named, or --all of those the filters select
+    """What replay and archive share, reading their common options from the command line's
+    parsed parameters (`ctx.params`): the entries named, or --all of those the filters select
     (never a silent bulk operation by default); `act` on them; one line per entry, and exit code
     1 when any entry was refused."""
     client = await connect()
+    entry_ids, everything = list(ctx.params["entry_ids"] or []), ctx.params["everything"]
     if bool(entry_ids) == everything:
         raise SpecError("give entry ids, or --all (with --type and the other filters)")
+    filters = selection(**{name: ctx.params[name] for name in BULK_FILTERS})
     chosen = entry_ids or await api.dlq_selected(client, filters)
     outcomes = await act(client, chosen)
     for outcome in outcomes:
@@ -90,11 +93,8 @@ async def list_entries(
         status=status,
     )
     page = await api.dlq_page(await connect(), chosen, page_size=page_size, cursor=cursor)
-    if json_output:
-        typer.echo(page.model_dump_json(indent=2))
-        return
-    render.show(render.dlq_table(page.entries))
-    if page.next_cursor:
+    show_record(page, json_output, lambda listed: render.dlq_table(listed.entries))
+    if page.next_cursor and not json_output:
         typer.echo(f"\nnext page: coord dlq list --cursor {page.next_cursor}")
 
 
@@ -104,23 +104,20 @@ async def counts(
     json_output: Annotated[bool, typer.Option("--json", help="The counts as JSON")] = False,
 ) -> None:
     """Dead letters by failure type and status, with the action each calls for."""
-    by_kind = await api.dlq_counts(await connect())
-    if json_output:
-        typer.echo(by_kind.model_dump_json(indent=2))
-    else:
-        render.show(render.dlq_counts_table(by_kind))
+    show_record(await api.dlq_counts(await connect()), json_output, render.dlq_counts_table)
 
 
 @app.command("show")
 @runs_async
 async def show(entry_id: str) -> None:
     """Show one dead letter in full (JSON)."""
-    typer.echo((await api.dlq_entry(await connect(), entry_id)).model_dump_json(indent=2))
+    echo_json(await api.dlq_entry(await connect(), entry_id))
 
 
 @app.command("replay")
 @runs_async
 async def replay(
+    ctx: typer.Context,
     entry_ids: EntryIds = None,
     everything: Everything = False,
     payload: Annotated[
@@ -132,14 +129,9 @@ async def replay(
     correlation_id: Correlation = None,
 ) -> None:
     """Deliver dead letters again to their targets, optionally with a corrected payload."""
-    filters = selection(
-        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
-    )
     fixed = parse_json_object(payload, "--payload") if payload is not None else None
     await on_chosen_entries(
-        entry_ids,
-        everything,
-        filters,
+        ctx,
         lambda client, chosen: api.dlq_replay_many(client, chosen, fixed),
         lambda o: f"{o.entry_id}: {o.status}, {o.detail}",
     )
@@ -148,6 +140,7 @@ async def replay(
 @app.command("archive")
 @runs_async
 async def archive(
+    ctx: typer.Context,
     entry_ids: EntryIds = None,
     note: Annotated[str, typer.Option(help="Why it is not recoverable")] = "",
     everything: Everything = False,
@@ -157,14 +150,9 @@ async def archive(
     correlation_id: Correlation = None,
 ) -> None:
     """Archive dead letters with a note."""
-    filters = selection(
-        type=type, topic=topic, failure_type=failure_type, correlation_id=correlation_id
-    )
     request = parse_model(ArchiveRequest, {"note": note}, "archive")
     await on_chosen_entries(
-        entry_ids,
-        everything,
-        filters,
+        ctx,
         lambda client, chosen: api.dlq_archive_many(client, chosen, request.note),
         lambda o: f"{o.entry_id}: archived ({o.detail})",
     )

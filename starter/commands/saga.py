@@ -10,7 +10,14 @@ from coord.infra.temporal import task_queue
 from coord.models.saga import SagaSpec
 from coord.models.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
-from coord.starter.commands.common import AsJson, check_agents, connect, echo_started, runs_async
+from coord.starter.commands.common import (
+    AsJson,
+    check_agents,
+    connect,
+    echo_json,
+    echo_started,
+    runs_async,
+)
 from coord.starter.exits import ExitCode
 from coord.starter.progress import saga_outcome_with_progress
 
@@ -68,7 +75,7 @@ async def start(
             lambda line: typer.echo(line, err=True),
             no_worker_timeout=no_worker_timeout,
         )
-        typer.echo(outcome.model_dump_json(indent=2))
+        echo_json(outcome)
         if outcome.status != "completed":
             raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
 
@@ -77,8 +84,7 @@ async def start(
 @runs_async
 async def state(saga_id: str, as_json: AsJson = False) -> None:
     """Print a saga's coordinator record (JSON; --json prints it on one line)."""
-    record = await api.saga_state(await connect(), saga_id)
-    typer.echo(record.model_dump_json(indent=None if as_json else 2))
+    echo_json(await api.saga_state(await connect(), saga_id), one_line=as_json)
 
 
 @app.command("cancel")
