@@ -6,7 +6,7 @@ import asyncio
 import socket
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -269,6 +269,41 @@ async def test_entries_are_listed_page_by_page_counted_and_replayed_in_bulk(
     assert counts.total.parked == 300
     assert len(filtered) == 50 and {e.event_type for e in filtered} == {"A"}
     assert len(outcomes) == 100 and {o.status for o in outcomes} == {"replayed"}
+
+
+async def test_an_entry_no_worker_takes_up_in_time_is_reported_and_the_others_replay(
+    client: Client, task_queue: str
+) -> None:
+    """One entry of a bulk replay lives on a queue no worker polls, so its update's RPC times out
+    for real: that entry is reported, the others replay. The server keeps the timed-out update,
+    so once a worker serves the entry it replays, and asking again meanwhile is harmless: the
+    entry is replayed once."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    unserved = f"{task_queue}-unserved"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        served = [
+            await park_dead_letter(client, letter(chain.id, event_type="Z"), task_queue)
+            for _ in range(3)
+        ]
+        stuck = await park_dead_letter(client, letter(chain.id, event_type="Z"), unserved)
+        outcomes = await api.dlq_replay_many(
+            client, [stuck, *served], answer_time=timedelta(seconds=2)
+        )
+        async with build_worker(client, unserved):
+            again = await api.dlq_replay_many(client, [stuck])
+
+            async def settled() -> bool:
+                return (await api.dlq_entry(client, stuck)).status == "replayed"
+
+            await eventually(settled)
+            history = await history_events(client.get_workflow_handle(stuck))
+    by_entry = {outcome.entry_id: outcome for outcome in outcomes}
+    assert by_entry[stuck].status is None
+    assert "no worker took it up in time" in by_entry[stuck].detail
+    assert [by_entry[entry_id].status for entry_id in served] == ["replayed"] * 3
+    assert again[0].status == "replayed" or "not parked" in again[0].detail, again
+    assert history.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1
 
 
 async def test_a_cursor_from_elsewhere_is_refused_in_one_line(client: Client) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import base64
 import binascii
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -15,7 +16,9 @@ from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,6 +48,10 @@ LIST_PAGE_SIZE = 500
 quickly on a busy server."""
 BULK_CONCURRENCY = 20
 """Updates a bulk replay or archive keeps in flight at once."""
+ANSWER_TIME = timedelta(minutes=1)
+"""How long a replay or archive waits for a worker to take the entry's update up. Once taken up
+it is waited for to the end (a replay may run an agent for minutes); an entry that no worker takes
+up in time (none runs, or it is busy with a backlog) is reported, and asking again is safe."""
 
 
 PATTERN_CLAUSE = contract.pattern_clause(contract.Pattern.DLQ)
@@ -179,19 +186,34 @@ async def dlq_counts(
 
 
 async def dlq_replay(
-    client: Client, entry_id: str, payload: dict[str, Any] | None = None
+    client: Client,
+    entry_id: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    answer_time: timedelta = ANSWER_TIME,
 ) -> DlqEntry:
     """One entry delivered again (with the corrected payload, if given)."""
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    request = ReplayRequest(payload=payload)
-    return await _updated(client, entry_id, handle.execute_update(DeadLetterEntry.replay, request))
-
-
-async def dlq_archive(client: Client, entry_id: str, note: str) -> DlqEntry:
-    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    return await _updated(
-        client, entry_id, handle.execute_update(DeadLetterEntry.archive, ArchiveRequest(note=note))
+    update = handle.start_update(
+        DeadLetterEntry.replay,
+        ReplayRequest(payload=payload),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+        rpc_timeout=answer_time,
     )
+    return await _updated(client, entry_id, update)
+
+
+async def dlq_archive(
+    client: Client, entry_id: str, note: str, *, answer_time: timedelta = ANSWER_TIME
+) -> DlqEntry:
+    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    update = handle.start_update(
+        DeadLetterEntry.archive,
+        ArchiveRequest(note=note),
+        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+        rpc_timeout=answer_time,
+    )
+    return await _updated(client, entry_id, update)
 
 
 async def dlq_selected(
@@ -206,17 +228,25 @@ async def dlq_selected(
 
 
 async def dlq_replay_many(
-    client: Client, entry_ids: Sequence[str], payload: dict[str, Any] | None = None
+    client: Client,
+    entry_ids: Sequence[str],
+    payload: dict[str, Any] | None = None,
+    *,
+    answer_time: timedelta = ANSWER_TIME,
 ) -> list[BulkOutcome]:
     if payload is not None and len(entry_ids) > 1:
         raise SpecError("--payload: a corrected payload replaces one entry's payload, not several")
-    return await _each(entry_ids, lambda entry_id: dlq_replay(client, entry_id, payload))
+    return await _each(
+        entry_ids, lambda entry_id: dlq_replay(client, entry_id, payload, answer_time=answer_time)
+    )
 
 
 async def dlq_archive_many(
-    client: Client, entry_ids: Sequence[str], note: str
+    client: Client, entry_ids: Sequence[str], note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> list[BulkOutcome]:
-    return await _each(entry_ids, lambda entry_id: dlq_archive(client, entry_id, note))
+    return await _each(
+        entry_ids, lambda entry_id: dlq_archive(client, entry_id, note, answer_time=answer_time)
+    )
 
 
 async def _each(
@@ -245,15 +275,19 @@ def outcome_of(entry: DlqEntry) -> BulkOutcome:
     return BulkOutcome(entry_id=entry.entry_id, status=entry.status, detail=detail)
 
 
-async def _updated(client: Client, entry_id: str, update: Awaitable[DlqEntry]) -> DlqEntry:
-    """A refused update (the entry is no longer parked, say) becomes one clear error."""
+async def _updated(
+    client: Client, entry_id: str, update: Awaitable[WorkflowUpdateHandle[DlqEntry]]
+) -> DlqEntry:
+    """The update once a worker took it up, to its end. A refused update (the entry is no longer
+    parked, say) or one no worker took up in time becomes one clear error."""
     try:
-        return await update
+        return await (await update).result()
     except WorkflowUpdateFailedError as error:
         raise Undeliverable(failure_message(error)) from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise Undeliverable(
-            f"{entry_id}: no answer in time (is a worker running?); ask again: an entry acts once"
+            f"{entry_id}: no worker took it up in time (is one running on its task queue?); "
+            "ask again: an entry acts once"
         ) from None
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
