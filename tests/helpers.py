@@ -3,6 +3,7 @@
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -10,7 +11,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from coord.models.aggregator import AggregatorSpec, AggregatorState
 from coord.models.chain import ChainSpec, ChainState, TimelineEntry
-from coord.models.dlq import DlqSelection, EntrySummary
+from coord.models.dlq import DeadLetter, DlqSelection, EntrySummary
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.saga import SagaSpec
 from coord.models.specs import read_document
@@ -184,6 +185,30 @@ async def parked(
 
     await eventually(enough, timeout=60)
     return await api.dlq_entries(client, selection, queue=task_queue)
+
+
+def letter(target: str, *, event_type: str = "DeployCommand", **fields: Any) -> DeadLetter:
+    """A dead letter of an event to `target`; `fields` override the letter's."""
+    now = datetime.now(UTC)
+    correlation_id, topic = fields.pop("correlation_id", None), fields.pop("topic", None)
+    event = EventEnvelope.new(
+        event_type, "/ops", payload={"v": 1}, correlation_id=correlation_id, topic=topic
+    )
+    return DeadLetter.model_validate(
+        {
+            "event": event,
+            "target_workflow": target,
+            "failure_type": "invalid_payload",
+            "message": "Invalid payload",
+            "first_failed_at": now,
+            "last_failed_at": now,
+            **fields,
+        }
+    )
+
+
+async def history_events(handle: WorkflowHandle[Any, Any]) -> list[EventType.ValueType]:
+    return [event.event_type async for event in handle.fetch_history_events()]
 
 
 UNHANDLED_COMMAND = WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND

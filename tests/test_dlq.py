@@ -6,7 +6,7 @@ import asyncio
 import socket
 import uuid
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import pytest
 import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from coord.activities.demo import register_demo_agents
 from coord.infra.dead_letters import park_dead_letter
@@ -25,7 +25,6 @@ from coord.models.agent_config import WorkerSettings
 from coord.models.agents import AgentRegistry
 from coord.models.chain import ChainSpec, ChainStatus
 from coord.models.dlq import (
-    DeadLetter,
     DlqEntry,
     DlqSelection,
     dead_letter_id,
@@ -36,30 +35,16 @@ from coord.models.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import ROOT, feature_deployment
-from tests.helpers import approved, eventually, parked, routing_spec, run_chain, user_story
-
-
-def letter(target: str, *, event_type: str = "DeployCommand", **fields: Any) -> DeadLetter:
-    now = datetime.now(UTC)
-    correlation_id, topic = fields.pop("correlation_id", None), fields.pop("topic", None)
-    event = EventEnvelope.new(
-        event_type, "/ops", payload={"v": 1}, correlation_id=correlation_id, topic=topic
-    )
-    return DeadLetter.model_validate(
-        {
-            "event": event,
-            "target_workflow": target,
-            "failure_type": "invalid_payload",
-            "message": "Invalid payload",
-            "first_failed_at": now,
-            "last_failed_at": now,
-            **fields,
-        }
-    )
-
-
-async def history_events(handle: WorkflowHandle[Any, Any]) -> list[EventType.ValueType]:
-    return [event.event_type async for event in handle.fetch_history_events()]
+from tests.helpers import (
+    approved,
+    eventually,
+    history_events,
+    letter,
+    parked,
+    routing_spec,
+    run_chain,
+    user_story,
+)
 
 
 async def test_failed_agent_is_parked_then_fixed_and_replayed_and_the_chain_continues(
