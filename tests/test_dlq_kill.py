@@ -11,7 +11,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from coord.activities.delivery import park_dead_letter
+from coord.infra.dead_letters import park_dead_letter
 from coord.models import contract
 from coord.models.dlq import DlqSelection
 from coord.starter import api
