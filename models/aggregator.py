@@ -6,7 +6,12 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coord.models.contract import aggregator_workflow_id
+from coord.models.contract import (
+    Pattern,
+    SearchValues,
+    aggregator_workflow_id,
+    coordination_attributes,
+)
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot
@@ -105,6 +110,13 @@ class AggregatorState(BaseModel):
             return self
         left = max(self.deadline - now, timedelta()).total_seconds()
         return self.model_copy(update={"seconds_left": left})
+
+    def search_attributes(self) -> SearchValues:
+        """What the run is found by: set at start (the first record), upserted on every change."""
+        key = self.correlation_id or self.aggregator_id
+        return coordination_attributes(
+            correlation_id=key, pattern=Pattern.AGGREGATOR, status=self.status
+        )
 
 
 class AggregatorCarry(BaseModel):

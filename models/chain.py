@@ -7,6 +7,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from coord.models.agent_config import AgentConfig
+from coord.models.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope, EventHeader, Priority, Routing
 from coord.models.filters import compile_filter
@@ -301,6 +302,12 @@ class ChainState(BaseModel):
     filter_errors: int = 0
     """Evaluations of a filter that failed on an event (which then did not match)."""
     last_filter_error: str | None = None
+
+    def search_attributes(self) -> SearchValues:
+        """What the run is found by: set at start (the first record), upserted on every change."""
+        return coordination_attributes(
+            correlation_id=self.correlation_id, pattern=Pattern.CHAIN, status=self.status
+        )
 
 
 class ListenerId(RootModel[str]):

@@ -31,9 +31,7 @@ from coord.models.chain import (
 )
 from coord.models.contract import (
     FailureType,
-    Pattern,
     SearchValues,
-    coordination_attributes,
     correlation_id_of_chain,
 )
 from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
@@ -414,12 +412,8 @@ class ChainModel(ChainCarry):
         )
 
     def status_attributes(self) -> SearchValues:
-        """What the chain's run is found by in the UI."""
-        return coordination_attributes(
-            correlation_id=self.state.correlation_id,
-            pattern=Pattern.CHAIN,
-            status=self.state.status.value,
-        )
+        """What the chain's run is found by in the UI (its record's, as the start sets them)."""
+        return self.state.search_attributes()
 
     def details(self) -> str:
         """The text the Temporal UI shows for the chain."""

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.agent_config import AgentConfig
 from coord.models.chain import TimelineEntry
-from coord.models.contract import saga_workflow_id
+from coord.models.contract import Pattern, SearchValues, coordination_attributes, saga_workflow_id
 from coord.models.durations import Duration
 from coord.models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
@@ -132,3 +132,8 @@ class SagaState(BaseModel):
     events: list[TimelineEntry] = Field(default_factory=list)
     """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
     compensation events), as rows of the seed's correlation table."""
+
+    def search_attributes(self) -> SearchValues:
+        """What the run is found by: set at start (the first record), upserted on every change."""
+        key = self.correlation_id or self.saga_id
+        return coordination_attributes(correlation_id=key, pattern=Pattern.SAGA, status=self.status)

@@ -2,13 +2,16 @@
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from coord.models.aggregator import AggregatorState
+from coord.models.chain import ChainState
 from coord.models.durations import parse_duration
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.retry import RetryConfig
-from coord.models.saga import SagaSpec
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.models.specs import SpecError, parse_model
 
 SEED_EVENT = {
@@ -117,3 +120,31 @@ def test_step_defaults_come_from_its_name() -> None:
         "BuildSucceeded",
         "BuildFailed",
     )
+
+
+def test_each_run_record_names_its_search_attributes_for_start_and_upsert() -> None:
+    """A run's first record gives the attributes its start sets, a later one those it upserts."""
+
+    def named(values: dict[Any, str]) -> dict[str, str]:
+        return {key.name: value for key, value in values.items()}
+
+    saga = SagaState(saga_id="deploy-1")
+    assert named(saga.search_attributes()) == {
+        "CorrelationId": "deploy-1",
+        "CoordPattern": "saga",
+        "CoordStatus": "pending",
+    }
+    compensated = saga.model_copy(update={"correlation_id": "c", "status": SagaStatus.COMPENSATED})
+    assert named(compensated.search_attributes())["CorrelationId"] == "c"
+    assert named(compensated.search_attributes())["CoordStatus"] == "compensated"
+    chain = ChainState(correlation_id="story-1", spec="user-story")
+    assert named(chain.search_attributes()) == {
+        "CorrelationId": "story-1",
+        "CoordPattern": "chain",
+        "CoordStatus": "running",
+    }
+    assert named(AggregatorState(aggregator_id="phase1").search_attributes()) == {
+        "CorrelationId": "phase1",
+        "CoordPattern": "aggregator",
+        "CoordStatus": "waiting",
+    }

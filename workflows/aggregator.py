@@ -40,9 +40,7 @@ with workflow.unsafe.imports_passed_through():
         EVENT_SIGNAL,
         STATE_QUERY,
         FailureType,
-        Pattern,
         chain_workflow_id,
-        coordination_attributes,
         failure,
         failure_message,
     )
@@ -391,13 +389,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         return f"{count}; {self._state.status.value}"
 
     def _upsert_status(self) -> None:
-        upsert_search_attributes(
-            coordination_attributes(
-                correlation_id=self._spec.correlation_id or self._spec.aggregator_id,
-                pattern=Pattern.AGGREGATOR,
-                status=self._state.status.value,
-            )
-        )
+        upsert_search_attributes(self._state.search_attributes())
 
     def _publish_details(self) -> None:
         lines = [self._progress(), f"**Deadline:** {self._deadline:%Y-%m-%d %H:%M:%S} UTC"]

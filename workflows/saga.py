@@ -25,8 +25,6 @@ with workflow.unsafe.imports_passed_through():
         SAGA_WORKFLOW,
         STATE_QUERY,
         FailureType,
-        Pattern,
-        coordination_attributes,
         failure,
         failure_message,
         failure_type_of,
@@ -435,13 +433,7 @@ class Saga:
 
     def _set_status(self, status: SagaStatus) -> None:
         self._state.status = status
-        upsert_search_attributes(
-            coordination_attributes(
-                correlation_id=self._state.correlation_id or self._state.saga_id,
-                pattern=Pattern.SAGA,
-                status=status.value,
-            )
-        )
+        upsert_search_attributes(self._state.search_attributes())
         self._publish_progress()
         self._log("saga status", status=status.value, reason=self._state.failure_reason)
 

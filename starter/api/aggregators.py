@@ -15,7 +15,7 @@ from temporalio.service import RPCError
 
 from coord.infra.temporal import task_queue
 from coord.models import contract
-from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.aggregator import AggregatorSpec, AggregatorState
 from coord.models.envelope import EventEnvelope
 from coord.starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
 from coord.workflows.aggregator import Aggregator
@@ -30,11 +30,9 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
         "static_summary": f"Aggregator {spec.aggregator_id}{scope}: waits for {waits}",
         "static_details": spec.description or None,
         "search_attributes": contract.as_start_attributes(
-            contract.coordination_attributes(
-                correlation_id=spec.correlation_id or spec.aggregator_id,
-                pattern=contract.Pattern.AGGREGATOR,
-                status=AggregatorStatus.WAITING.value,
-            )
+            AggregatorState(
+                aggregator_id=spec.aggregator_id, correlation_id=spec.correlation_id
+            ).search_attributes()
         ),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
     }

@@ -29,7 +29,6 @@ from coord.models.chain import (
     ChainInput,
     ChainSpec,
     ChainState,
-    ChainStatus,
     TimelineEntry,
 )
 from coord.models.envelope import EventEnvelope
@@ -60,11 +59,7 @@ def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None
         "static_summary": chain_summary(spec, correlation_id),
         "static_details": spec.description or None,
         "search_attributes": contract.as_start_attributes(
-            contract.coordination_attributes(
-                correlation_id=correlation_id,
-                pattern=contract.Pattern.CHAIN,
-                status=ChainStatus.RUNNING.value,
-            )
+            ChainState(correlation_id=correlation_id, spec=spec.name).search_attributes()
         ),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
         "task_timeout": CHAIN_TASK_TIMEOUT,

@@ -15,7 +15,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.chain import TimelineEntry
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.saga import SagaSpec, SagaState
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import Conflict, NotFound, closed_with_result, kept_record
 from coord.workflows.saga import Saga
@@ -37,11 +37,7 @@ async def start_saga(
         static_summary=saga_summary(spec),
         static_details=spec.description or None,
         search_attributes=contract.as_start_attributes(
-            contract.coordination_attributes(
-                correlation_id=spec.correlation_id,
-                pattern=contract.Pattern.SAGA,
-                status=SagaStatus.PENDING.value,
-            )
+            SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id).search_attributes()
         ),
     )
 
