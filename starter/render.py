@@ -3,7 +3,8 @@ with the same columns when piped, so scripts and tests read `|`-separated cells 
 `-+-` rule whatever the terminal."""
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import IO, Any
 
 import typer
@@ -46,6 +47,18 @@ def show(view: RenderableType) -> None:
         terminal.print(view)
     else:
         typer.echo(plain(view))
+
+
+@contextmanager
+def progress(awaited: str) -> Iterator[Callable[[str], None]]:
+    """Where progress lines go while something is awaited: on a terminal, above a spinner that
+    names it; piped, to stderr alone, a line each."""
+    err = console(stderr=True)
+    if not err.is_terminal:
+        yield lambda line: typer.echo(line, err=True)
+        return
+    with err.status(Text(awaited)):
+        yield err.print
 
 
 def plain(view: RenderableType) -> str:

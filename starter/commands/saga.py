@@ -9,7 +9,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from coord.infra.temporal import task_queue
 from coord.models.saga import SagaSpec
 from coord.models.specs import parse_json_object, parse_model, read_document
-from coord.starter import api
+from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
     check_agents,
@@ -68,13 +68,10 @@ async def start(
         ) from None
     echo_started(client, handle.id)
     if wait:
-        outcome = await saga_outcome_with_progress(
-            client,
-            handle,
-            task_queue(),
-            lambda line: typer.echo(line, err=True),
-            no_worker_timeout=no_worker_timeout,
-        )
+        with render.progress(f"waiting for {handle.id} to end") as report:
+            outcome = await saga_outcome_with_progress(
+                client, handle, task_queue(), report, no_worker_timeout=no_worker_timeout
+            )
         echo_json(outcome)
         if outcome.status != "completed":
             raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)

@@ -1,0 +1,86 @@
+"""The terminal views as scripts read them (piped, plain text): no server needed."""
+
+from datetime import UTC, datetime
+
+from rich.cells import cell_len
+
+from coord.models.aggregator import AggregatorState, SlotStatus
+from coord.models.chain import TimelineEntry
+from coord.models.dlq import EntrySummary
+from coord.starter import render
+
+AT = datetime(2026, 11, 22, 20, 33, 52, tzinfo=UTC)
+
+
+def row(event: str, event_id: str, causation_id: str | None, *causes: str) -> TimelineEntry:
+    return TimelineEntry(
+        seq=0,
+        time=AT,
+        event=event,
+        agent="/agent",
+        correlation_id="story-1",
+        event_id=event_id,
+        causation_id=causation_id,
+        causes=list(causes),
+    )
+
+
+def test_the_timeline_is_a_header_a_rule_and_one_line_per_event() -> None:
+    view = render.timeline_table([row("A", "e1", None), row("B", "e2", "e1")])
+    lines = render.plain(view).splitlines()
+    assert [cell.strip() for cell in lines[0].split(" | ")] == list(render.TIMELINE_COLUMNS)
+    assert set(lines[1]) == {"-", "+"}
+    assert [line.split(" | ")[-1].strip() for line in lines[2:]] == ["-", "e1"]
+
+
+def test_event_types_are_printed_as_written_never_as_markup() -> None:
+    text = render.plain(render.timeline_table([row("[bold]Evil[/bold] :smile:", "e1", None)]))
+    assert "[bold]Evil[/bold] :smile:" in text
+
+
+def test_emoji_statuses_keep_the_columns_aligned_by_their_width_on_screen() -> None:
+    """Padding by characters counted an emoji as one column: its row stood one column off."""
+    slots = [
+        SlotStatus(type="APIDesignCompleted", status="waiting"),
+        SlotStatus(type="TestPlanCompleted", status="received", received_at=AT),
+    ]
+    text = render.plain(render.aggregator_table(AggregatorState(aggregator_id="p1", slots=slots)))
+    table = text.splitlines()[:4]
+    divider = {cell_len(line.rsplit(" | ", 1)[0]) for line in table if " | " in line}
+    assert len(divider) == 1, table
+    assert "✅ Received" in text and "⏳ Waiting" in text
+
+
+def test_a_wide_table_is_never_wrapped_when_piped_and_a_long_failure_ends_in_an_ellipsis() -> None:
+    entry = EntrySummary(
+        entry_id="dlq-1",
+        status="parked",
+        failure_type="invalid_payload",
+        message="x" * 200,
+        attempts=1,
+        event_id="evt-1",
+        event_type="APIDesignCompleted",
+        topic=None,
+        correlation_id="story-1",
+        target_workflow="chain-story-1",
+        target_agent="python-pro",
+        parked_at=AT,
+    )
+    lines = render.plain(render.dlq_table([entry])).splitlines()
+    assert len(lines) == 3
+    failure = lines[2].split(" | ")[3].strip()
+    assert failure.endswith("…") and len(failure) == 60
+    assert lines[2].split(" | ")[-1].strip() == "Fix and replay"
+
+
+def test_the_causation_tree_nests_effects_under_causes_and_names_a_join_s_causes() -> None:
+    tree = render.plain(
+        render.causation_tree(
+            [row("A", "e1", None), row("B", "e2", "e1"), row("C", "e3", "e2", "e2", "e1")]
+        )
+    )
+    assert tree.splitlines() == [
+        "A (/agent, 20:33:52)",
+        "└─ B (/agent, 20:33:52)",
+        "   └─ C (/agent, 20:33:52) ← B + A",
+    ]
