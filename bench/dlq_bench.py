@@ -5,7 +5,9 @@ Each entry is its own `DeadLetterEntry` workflow, so parking is a workflow start
 counting are visibility queries, and a bulk replay is one update per entry. The entries are parked
 while no worker runs (as during a bad deploy), so listing and counting read visibility alone; a
 worker then starts and the bulk replay goes through it. The replayed events go to a small sink
-workflow that counts what reaches it. Bounded by --deadline; each phase prints as it ends.
+workflow that counts what reaches it. A replay is an update that an entry takes up in a workflow
+task, so the bench first lets the worker run every entry's first task, then replays. Bounded by
+--deadline; each phase prints as it ends.
 
     .venv/bin/python -m bench.dlq_bench [--entries 20000] [--replay 1000] [--deadline 900]
 """
@@ -33,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.dlq import BulkOutcome, DeadLetter, DlqCounts, DlqSelection
     from coord.models.envelope import EventEnvelope
     from coord.starter import api
+    from coord.starter.api.dlq import BULK_CONCURRENCY
     from coord.worker import build_worker
 
 FAILURE_TYPES = ("timeout", "temporary_failure", "target_ended", "invalid_envelope", "unauthorized")
@@ -152,6 +155,21 @@ async def progress(client: Client, queue: str) -> None:
         print(f"  {elapsed:.0f}s: {done} replayed, workflow-task backlog {backlog}", flush=True)
 
 
+async def caught_up(client: Client, queue: str) -> None:
+    """Until the worker has run every entry's first task: a replay is an update, which an entry
+    takes up only in a workflow task, and the server hands out the entries' first tasks in its
+    own order, so an entry's replay waits for its first task."""
+    started, last_print, empty_reads = time.perf_counter(), 0.0, 0
+    while empty_reads < 2:
+        backlog = await workflow_backlog(client, queue)
+        empty_reads = empty_reads + 1 if backlog == 0 else 0
+        elapsed = time.perf_counter() - started
+        if elapsed - last_print >= PROGRESS_EVERY:
+            print(f"  {elapsed:.0f}s: workflow-task backlog {backlog}", flush=True)
+            last_print = elapsed
+        await asyncio.sleep(1)
+
+
 async def replay_in_rounds(client: Client, queue: str, chosen: list[str]) -> list[BulkOutcome]:
     """The bulk replay as an operator runs it: entries no worker took up in time are asked
     again (an entry acts once, so asking again is safe) until none is left."""
@@ -212,8 +230,12 @@ async def bench(entries: int, replay: int, page_size: int) -> int:
                 ),
             )
             async with build_worker(client, queue):
+                await timed(
+                    f"a worker starts and runs the {entries} entries' first tasks",
+                    lambda: caught_up(client, queue),
+                )
                 outcomes = await timed(
-                    f"bulk replay {len(chosen)} (worker started now)",
+                    f"bulk replay {len(chosen)}, {BULK_CONCURRENCY} at a time",
                     lambda: replay_in_rounds(client, queue, chosen),
                 )
                 received, after = await timed(
