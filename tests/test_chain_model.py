@@ -1,6 +1,7 @@
 """The chain's bookkeeping on its own (no server): intake, timeline, matching, the run queue,
 alerts, accounting and the carry across continue-as-new."""
 
+import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ from coord.models.chain_model import (
     Rejection,
 )
 from coord.models.envelope import EventEnvelope, Priority
+from coord.workflows.common import park
 
 WORKFLOW_ID = "chain-c1"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -349,3 +351,11 @@ def test_the_status_attributes_follow_the_pause() -> None:
     model = new_model()
     take(model, event("Alert", topic="project.alerts", severity="high"))
     assert set(model.status_attributes().values()) == {"c1", "chain", "paused"}
+
+
+def test_a_parking_is_the_arguments_of_the_workflows_park() -> None:
+    """The chain parks with `park(**vars(letter))`: every field must be one of park's names."""
+    letter = Parking("invalid_envelope", "bad", raw={"x": 1}, causation_depth=2)
+    bound = inspect.signature(park).bind(**vars(letter))
+    assert bound.arguments["failure_type"] == "invalid_envelope"
+    assert bound.arguments["causation_depth"] == 2

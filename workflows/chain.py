@@ -145,19 +145,8 @@ class RunPacing:
 
 
 async def park_letter(letter: Parking) -> None:
-    """Parks what the model decided to park."""
-    await park(
-        letter.failure_type,
-        letter.message,
-        event=letter.event,
-        raw=letter.raw,
-        target_agent=letter.target_agent,
-        attempt_count=letter.attempt_count,
-        replay=letter.replay,
-        idempotency_key=letter.idempotency_key,
-        inputs=letter.inputs,
-        causation_depth=letter.causation_depth,
-    )
+    """Parks what the model decided to park: its fields are `park`'s arguments, by name."""
+    await park(**vars(letter))
 
 
 class Outbound:

@@ -5,6 +5,7 @@ from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
 )
@@ -50,6 +51,18 @@ async def ended_or_missing(
         return NotFound(f"{name} does not exist")
     status = description.status.name.lower() if description.status else "unknown"
     return Conflict(f"{name} has already ended ({status}); {consequence}")
+
+
+async def described(
+    handle: WorkflowHandle[Any, Any], missing: Exception
+) -> WorkflowExecutionDescription:
+    """The workflow's description; raises `missing` when there is no such workflow."""
+    try:
+        return await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise missing from None
+        raise
 
 
 async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:

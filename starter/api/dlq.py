@@ -9,7 +9,7 @@ import base64
 import binascii
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import (
@@ -21,6 +21,7 @@ from temporalio.client import (
     WorkflowUpdateStage,
 )
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.workflow import UpdateMethodMultiParam
 
 from coord.infra.temporal import task_queue
 from coord.models import contract
@@ -39,9 +40,10 @@ from coord.models.dlq import (
     StatusCounts,
 )
 from coord.models.specs import SpecError
-from coord.starter.api.common import Undeliverable
+from coord.starter.api.common import Undeliverable, described
 from coord.workflows.dlq import DeadLetterEntry
 
+UpdateRequest = TypeVar("UpdateRequest", ReplayRequest, ArchiveRequest)
 DEFAULT_PAGE_SIZE = 50
 LIST_PAGE_SIZE = 500
 """Entries per visibility page when every page is read; small enough that one page answers
@@ -139,12 +141,7 @@ def decode_cursor(cursor: str) -> tuple[str, bytes]:
 async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     """An entry's whole record: its result once closed, else its `entry` query."""
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    try:
-        description = await handle.describe()
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            raise Undeliverable(f"no dead letter {entry_id!r}") from None
-        raise
+    description = await described(handle, Undeliverable(f"no dead letter {entry_id!r}"))
     if description.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     if description.status != WorkflowExecutionStatus.RUNNING:
@@ -193,27 +190,30 @@ async def dlq_replay(
     answer_time: timedelta = ANSWER_TIME,
 ) -> DlqEntry:
     """One entry delivered again (with the corrected payload, if given)."""
-    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    update = handle.start_update(
-        DeadLetterEntry.replay,
-        ReplayRequest(payload=payload),
-        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-        rpc_timeout=answer_time,
-    )
-    return await _updated(client, entry_id, update)
+    request = ReplayRequest(payload=payload)
+    return await _ask(client, entry_id, DeadLetterEntry.replay, request, answer_time)
 
 
 async def dlq_archive(
     client: Client, entry_id: str, note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> DlqEntry:
+    request = ArchiveRequest(note=note)
+    return await _ask(client, entry_id, DeadLetterEntry.archive, request, answer_time)
+
+
+async def _ask(
+    client: Client,
+    entry_id: str,
+    update: UpdateMethodMultiParam[[DeadLetterEntry, UpdateRequest], DlqEntry],
+    request: UpdateRequest,
+    answer_time: timedelta,
+) -> DlqEntry:
+    """One update sent to one entry, given `answer_time` for a worker to accept it."""
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    update = handle.start_update(
-        DeadLetterEntry.archive,
-        ArchiveRequest(note=note),
-        wait_for_stage=WorkflowUpdateStage.ACCEPTED,
-        rpc_timeout=answer_time,
+    started = handle.start_update(
+        update, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED, rpc_timeout=answer_time
     )
-    return await _updated(client, entry_id, update)
+    return await _updated(client, entry_id, started)
 
 
 async def dlq_selected(

@@ -17,7 +17,13 @@ from coord.models import contract
 from coord.models.chain import TimelineEntry
 from coord.models.saga import SagaSpec, SagaState
 from coord.starter.api.chains import chain_timeline
-from coord.starter.api.common import Conflict, NotFound, closed_with_result, kept_record
+from coord.starter.api.common import (
+    Conflict,
+    NotFound,
+    closed_with_result,
+    described,
+    kept_record,
+)
 from coord.workflows.saga import Saga
 
 
@@ -74,12 +80,7 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     """Refused when the saga has ended: the server would accept the request and nothing would
     run, so a caller would believe compensations are under way."""
     handle = saga_handle(client, saga_id)
-    try:
-        description = await handle.describe()
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            raise NotFound(f"saga {saga_id!r} does not exist") from None
-        raise
+    description = await described(handle, NotFound(f"saga {saga_id!r} does not exist"))
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "unknown"
         raise Conflict(
