@@ -162,6 +162,18 @@ def test_the_cli_check_applies_the_workers_rule(
     check_agents(Path("saga.yaml"), spec)
 
 
+def test_the_python_api_checks_agents_by_the_same_rule_as_the_cli(tmp_path: Path) -> None:
+    spec = SagaSpec.model_validate(inline_saga(tmp_path / "x"))
+    with pytest.raises(
+        SpecError, match=r"saga\.yaml: agents\.pwn: inline agent 'pwn' \(kind shell"
+    ):
+        api.check_agents("saga.yaml", spec, AgentRegistry())
+    api.check_agents("saga.yaml", spec, AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    named = SagaSpec.model_validate({"saga_id": "s", "steps": [{"name": "A", "agent": "nobody"}]})
+    with pytest.raises(SpecError, match=r"s\.yaml: steps\[0\]\.agent: unknown agent 'nobody'"):
+        api.check_agents("s.yaml", named, AgentRegistry())
+
+
 async def test_a_shell_child_sees_only_allow_listed_variables(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

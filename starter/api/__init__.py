@@ -1,7 +1,10 @@
 """The Python API for scripts (the `coord` CLI is a thin layer over it): start, read and stop
-sagas, chains and aggregators, deliver events, work the dead-letter queue. `__all__` is what a
-script needs; the helpers behind it live in the submodules, `routing` owning where an event goes."""
+sagas, chains and aggregators, deliver events, work the dead-letter queue, and check a spec's
+agents against a worker's registry before starting it (`check_agents`, the agent SDK's one rule,
+which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live in
+the submodules, `routing` owning where an event goes."""
 
+from coord.models.agents import check_agents
 from coord.starter.api.aggregators import (
     aggregator_handle,
     aggregator_state,
@@ -57,6 +60,7 @@ __all__ = [
     "chain_running",
     "chain_state",
     "chain_timeline",
+    "check_agents",
     "close_chain",
     "correlation_events",
     "deliver",
