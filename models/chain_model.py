@@ -9,7 +9,7 @@ back as a `Parking`, for the workflow to send."""
 import heapq
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import PrivateAttr
 
@@ -59,20 +59,26 @@ class Rejection:
     """The event's causation depth, kept so what its parking causes counts from there."""
 
 
+class ParkDetails(TypedDict, total=False):
+    """What a parking says besides its failure type and message: the keywords of `park`."""
+
+    event: EventEnvelope | None
+    raw: Any
+    target_agent: str
+    attempt_count: int
+    replay: Literal["signal", "rerun", "run_agent"]
+    idempotency_key: str | None
+    inputs: dict[str, Any]
+    causation_depth: int | None
+
+
 @dataclass(frozen=True)
 class Parking:
     """What the workflow hands to the dead-letter queue: the arguments of its `park`."""
 
     failure_type: str
     message: str
-    event: EventEnvelope | None = None
-    raw: Any = None
-    target_agent: str | None = None
-    attempt_count: int = 1
-    replay: Literal["signal", "rerun", "run_agent"] = "signal"
-    idempotency_key: str | None = None
-    inputs: dict[str, Any] | None = None
-    causation_depth: int | None = None
+    details: ParkDetails
 
 
 class ChainModel(ChainCarry):
@@ -195,13 +201,8 @@ class ChainModel(ChainCarry):
         if not parked:
             return None
         self.state.dead_lettered += 1
-        return Parking(
-            rejection.kind,
-            rejection.reason,
-            event=envelope,
-            raw=raw,
-            causation_depth=rejection.depth,
-        )
+        details = ParkDetails(event=envelope, raw=raw, causation_depth=rejection.depth)
+        return Parking(rejection.kind, rejection.reason, details)
 
     def ended(self, envelope: EventEnvelope, kind: str, why: str) -> Rejection:
         """The rejection of an event that arrives while the chain is closing or has ended."""
@@ -353,9 +354,7 @@ class ChainModel(ChainCarry):
     ) -> Parking:
         """A run parked with its trigger, key and inputs, and the causation depth its replay
         counts from."""
-        return Parking(
-            failure_type,
-            message,
+        details = ParkDetails(
             event=run.trigger,
             target_agent=target_agent,
             attempt_count=attempt_count,
@@ -364,6 +363,7 @@ class ChainModel(ChainCarry):
             inputs=run.inputs,
             causation_depth=self.depths.get(run.trigger.event.id),
         )
+        return Parking(failure_type, message, details)
 
     def take_inbox(self) -> list[EventEnvelope]:
         waiting = list(self.inbox)
@@ -439,19 +439,13 @@ class ChainModel(ChainCarry):
         )
 
     def _carried(self) -> ChainCarry:
-        return ChainCarry(
-            state=self.snapshot(),
-            seq=self.seq,
-            timeline=timeline_window(self.timeline),
-            causes=dict(list(self.causes.items())[-SEEN_WINDOW:]),
-            depths=dict(list(self.depths.items())[-SEEN_WINDOW:]),
-            joins=self.joins,
-            inbox=self.inbox,
-            queue=self.queue,
-            listeners=self.listeners,
-            closing=self.closing,
-            joined_causes=self.joined_causes,
-        )
+        trimmed = {
+            "state": self.snapshot(),
+            "timeline": timeline_window(self.timeline),
+            "causes": dict(list(self.causes.items())[-SEEN_WINDOW:]),
+            "depths": dict(list(self.depths.items())[-SEEN_WINDOW:]),
+        }
+        return ChainCarry(**(dict(self) | trimmed))
 
     def _remember(self, envelope: EventEnvelope, depth: int) -> None:
         header = envelope.event

@@ -1,7 +1,6 @@
 """The chain's bookkeeping on its own (no server): intake, timeline, matching, the run queue,
 alerts, accounting and the carry across continue-as-new."""
 
-import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,11 +10,11 @@ from coord.models.chain_model import (
     SEEN_WINDOW,
     TIMELINE_WINDOW,
     ChainModel,
+    ParkDetails,
     Parking,
     Rejection,
 )
 from coord.models.envelope import EventEnvelope, Priority
-from coord.workflows.common import park
 
 WORKFLOW_ID = "chain-c1"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -147,7 +146,8 @@ def test_a_rejection_is_counted_kept_in_a_window_and_parked() -> None:
     letter = model.reject(
         Rejection("chain_closing", "closing", 4), NOW, envelope=envelope, parked=True
     )
-    assert letter == Parking("chain_closing", "closing", event=envelope, causation_depth=4)
+    details = ParkDetails(event=envelope, raw=None, causation_depth=4)
+    assert letter == Parking("chain_closing", "closing", details)
     assert model.depths[envelope.event.id] == 4
     for n in range(30):
         model.reject(Rejection("invalid_envelope", f"bad {n}"), NOW, raw={"n": n}, parked=False)
@@ -252,8 +252,15 @@ def test_a_failed_run_publishes_its_failure_and_is_parked_for_a_rerun() -> None:
     _, run = model.start_next()
     letter = model.run_failed(run, "agent_error", "boom", 3)
     assert letter.message == "planner failed on Approved: boom"
-    assert (letter.replay, letter.target_agent, letter.attempt_count) == ("rerun", "planner", 3)
-    assert letter.causation_depth == 0 and letter.idempotency_key == run.idempotency_key
+    assert letter.details == {
+        "event": run.trigger,
+        "target_agent": "planner",
+        "attempt_count": 3,
+        "replay": "rerun",
+        "idempotency_key": run.idempotency_key,
+        "inputs": run.inputs,
+        "causation_depth": 0,
+    }
     assert [e.event.type for e in model.inbox] == ["PlanFailed"]
     assert model.state.dead_lettered == 1
 
@@ -276,16 +283,16 @@ def test_a_rerun_replays_the_event_with_the_failed_runs_key() -> None:
 def test_queued_runs_of_an_ended_chain_are_parked_in_queue_order() -> None:
     model = new_model()
     take(model, event("Alert", topic="project.alerts", severity="high"))
-    take(model, event("Approved", priority=Priority.LOW))
-    take(model, event("Approved", priority=Priority.HIGH))
+    low = event("Approved", priority=Priority.LOW)
+    high = event("Approved", priority=Priority.HIGH)
+    take(model, low)
+    take(model, high)
     assert model.close_idle()
     model.end()
     assert model.state.status == ChainStatus.IDLE_CLOSED
     letters = model.take_queued()
-    assert [letter.event.routing.priority for letter in letters if letter.event] == [
-        Priority.HIGH,
-        Priority.LOW,
-    ]
+    assert [letter.details.get("event") for letter in letters] == [high, low]
+    assert [letter.details.get("replay") for letter in letters] == ["run_agent", "run_agent"]
     assert letters[0].message.endswith("the chain ended idle_closed while it was queued")
     assert model.state.dead_lettered == 2 and not model.queue
 
@@ -351,11 +358,3 @@ def test_the_status_attributes_follow_the_pause() -> None:
     model = new_model()
     take(model, event("Alert", topic="project.alerts", severity="high"))
     assert set(model.status_attributes().values()) == {"c1", "chain", "paused"}
-
-
-def test_a_parking_is_the_arguments_of_the_workflows_park() -> None:
-    """The chain parks with `park(**vars(letter))`: every field must be one of park's names."""
-    letter = Parking("invalid_envelope", "bad", raw={"x": 1}, causation_depth=2)
-    bound = inspect.signature(park).bind(**vars(letter))
-    assert bound.arguments["failure_type"] == "invalid_envelope"
-    assert bound.arguments["causation_depth"] == 2

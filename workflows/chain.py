@@ -145,8 +145,8 @@ class RunPacing:
 
 
 async def park_letter(letter: Parking) -> None:
-    """Parks what the model decided to park: its fields are `park`'s arguments, by name."""
-    await park(**vars(letter))
+    """Parks what the model decided to park."""
+    await park(letter.failure_type, letter.message, **letter.details)
 
 
 class Outbound:
