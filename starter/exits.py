@@ -42,6 +42,9 @@ class ExitCode(IntEnum):
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130
     """Ctrl-C (SIGINT)."""
+    READER_GONE = 141
+    """Its output's reader stopped reading (`coord events C --json | head -1`): no line printed,
+    as a process ended by SIGPIPE would."""
     TERMINATED = 143
     """SIGTERM: servers and workers started by the command were shut down first."""
 

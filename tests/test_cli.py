@@ -30,10 +30,6 @@ from tests.workers import COORD, run, server_env
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 
 
-
-
-
-
 async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: Path) -> None:
     spec = tmp_path / "broken.yaml"
     spec.write_text("saga_id: x\nsteps:\n  - name: Build\n    timeout: soon\n")
@@ -548,3 +544,20 @@ async def test_coord_dlq_list_show_replay_and_archive(
 
 async def has_entries(client: Client, task_queue: str, count: int) -> bool:
     return len(await api.dlq_entries(client, queue=task_queue)) >= count
+
+
+async def test_a_reader_that_stops_reading_ends_the_command_quietly(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """`coord ... | head -1`: it used to end with exit code 70, calling a BrokenPipeError a bug."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    process = await asyncio.create_subprocess_exec(
+        *(COORD, "dlq", "counts"),
+        env={**os.environ, **server_env(dev_env, task_queue)},
+        stdout=write_end,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    os.close(write_end)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert (process.returncode, err) == (ExitCode.READER_GONE, b"")

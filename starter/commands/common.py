@@ -4,7 +4,9 @@ where a spec enters."""
 
 import asyncio
 import functools
+import os
 import signal
+import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -65,6 +67,9 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
             raise typer.Exit(ExitCode.INTERRUPTED) from None
         except Terminated:
             raise typer.Exit(ExitCode.TERMINATED) from None
+        except BrokenPipeError:
+            discard_stdout()
+            raise typer.Exit(ExitCode.READER_GONE) from None
         except typer.Exit:
             raise
         except Exception as error:
@@ -73,6 +78,12 @@ def runs_async(fn: Callable[..., Coroutine[Any, Any, R]]) -> Callable[..., R]:
             raise typer.Exit(code) from None
 
     return wrapper
+
+
+def discard_stdout() -> None:
+    """Once the reader has gone, what is left to write goes nowhere, so the flush at exit does
+    not fail again (Python's advice on SIGPIPE, in the `signal` module's documentation)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def unexpected(error: Exception) -> tuple[ExitCode, str]:

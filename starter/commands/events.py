@@ -18,7 +18,7 @@ from coord.models.envelope import EventEnvelope
 from coord.models.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
-from coord.starter.commands.common import AsJson, check_agents, connect, runs_async
+from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
 
 app = typer.Typer()
 
@@ -111,7 +111,7 @@ async def events(
         return
     if as_json:
         for entry in timeline:
-            typer.echo(entry.model_dump_json())
+            echo_json(entry, one_line=True)
     else:
         render.show(view(timeline))
     if follow:
@@ -141,7 +141,7 @@ async def follow_rows(
         for entry in later:
             if entry.event_id not in shown:
                 if as_json:
-                    typer.echo(entry.model_dump_json())
+                    echo_json(entry, one_line=True)
                 else:
                     render.show(render.timeline_table([entry], show_header=False))
                 shown.add(entry.event_id)
