@@ -101,12 +101,12 @@ async def test_saga_start_wait_state_and_cancel(
         handle = api.saga_handle(client, f"{saga_id}-c")
         while (await api.saga_state(client, f"{saga_id}-c")).current_step != 4:
             await asyncio.sleep(0.1)
-        code, out, _ = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
-        assert code == 0, out
+        code, out, err = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
+        assert code == 0, out + err
         assert out.endswith("its compensations will run\n")
         await asyncio.wait_for(asyncio.gather(handle.result(), return_exceptions=True), 60)
         code, again, refused = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
-        assert (code, again) == (ExitCode.CONFLICT, "")
+        assert (code, again) == (ExitCode.CONFLICT, ""), refused
         assert refused == (
             f"error: saga '{saga_id}-c' has already ended (canceled); nothing to cancel, "
             "no compensation runs\n"
