@@ -344,6 +344,10 @@ class ChainCarry(BaseModel):
     closing: bool = False
     joined_causes: dict[str, list[str]] = Field(default_factory=dict)
     """Events in the inbox published by a joined agent → all their causes."""
+    arrivals: list[str] = Field(default_factory=list)
+    """`event` signals not decoded yet, after the inbox: the JSON text each carried. The next run
+    validates them a bounded number a workflow task, as this one would have: validating
+    thousands at continue-as-new would hold one activation for seconds."""
 
 
 SERVER_SIGNALS_PER_RUN = 10_000

@@ -365,6 +365,10 @@ class ChainModel(ChainCarry):
         )
         return Parking(failure_type, message, details)
 
+    def waiting(self) -> bool:
+        """Events wait to be handled: in the inbox, or signals not decoded yet."""
+        return bool(self.inbox or self.arrivals)
+
     def take_inbox(self) -> list[EventEnvelope]:
         waiting = list(self.inbox)
         self.inbox.clear()
@@ -386,7 +390,7 @@ class ChainModel(ChainCarry):
         paused chain that was closed leaves its queued runs to be parked)."""
         if self.state.status == ChainStatus.IDLE_CLOSED:
             return True
-        idle = not self._running and not self.inbox and not outbound
+        idle = not self._running and not self.waiting() and not outbound
         stuck = self.state.status == ChainStatus.PAUSED
         if self.closing:
             return idle and (not self.queue or stuck)

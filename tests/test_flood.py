@@ -1,6 +1,8 @@
 """A flood into one chain, faster than its worker takes it, on a server whose limit of signals per
 run is low: the chain continues-as-new in time, publishers that meet the limit wait and retry
-against the new run, every event is accounted for and every query answered (issue 10, item 2)."""
+against the new run, every event is accounted for and every query answered (issue 10, item 2).
+And the backlog a worker meets after losing a run under a flood: every signal since the run's
+last completed task, thousands, in one activation, taken without tripping the deadlock detector."""
 
 import asyncio
 import time
@@ -9,20 +11,31 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowContinuedAsNewError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 
+from coord.infra.payload_store import data_converter
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, ChainState
 from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
-from coord.worker import build_worker
+from coord.worker import WORKFLOWS, build_worker
+from coord.workflows.arguments import SurplusArguments
+from coord.workflows.chain import EVENTS_PER_TASK
 from tests.conftest import start_dev_server
 
 SIGNALS_PER_RUN = 400
 EVENTS = 2_000
 PUBLISHERS = 10
+BACKLOG = 6_000
+"""Signals a chain receives while no worker polls: its first activation then holds them all, as
+a worker's does when the server failed its task under a flood (more than 100 signals arrived
+while it ran) and it replays the run. The soak's hang had 7,988 in one activation: 7.5 s of
+handlers, more than the SDK's 2 s deadlock limit, on every attempt, for good (and the worker
+could not shut down)."""
 QUERY_TIMEOUT = 60.0
 """Generous: the suite runs on a shared machine; what counts is that every query is answered."""
 
@@ -107,3 +120,60 @@ async def test_a_flood_faster_than_the_worker_loses_nothing_and_queries_stay_ans
     assert state.rejected_count == 0 and parked == []
     assert len(answered) > 5
     assert await runs(client, f"chain-{correlation_id}") >= EVENTS // SIGNALS_PER_RUN
+
+
+async def publish_all(client: Client, correlation_id: str, count: int) -> None:
+    numbers = iter(range(count))
+
+    async def publisher() -> None:
+        for n in numbers:
+            ping = EventEnvelope.new(
+                "Ping", "/flood", payload={"n": n}, correlation_id=correlation_id
+            )
+            await api.publish(client, ping)
+
+    await asyncio.gather(*(publisher() for _ in range(PUBLISHERS)))
+
+
+async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
+    """The causes and messages of every failed workflow task in every run of `workflow_id`."""
+    failures = []
+    async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'"):
+        history = await client.get_workflow_handle(
+            workflow_id, run_id=execution.run_id
+        ).fetch_history()
+        failures += [
+            f"{event.workflow_task_failed_event_attributes.cause}: "
+            f"{event.workflow_task_failed_event_attributes.failure.message}"
+            for event in history.events
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+        ]
+    return failures
+
+
+async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlock(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"backlog-{uuid.uuid4().hex[:8]}"
+    first = await api.start_chain(client, flood_spec(), correlation_id, queue=task_queue)
+    await publish_all(client, correlation_id, BACKLOG)
+    # What a worker does with the run's first task, where a hang cannot outlive the test.
+    replayer = Replayer(
+        workflows=list(WORKFLOWS),
+        data_converter=data_converter(),
+        interceptors=[SurplusArguments()],
+    )
+    await replayer.replay_workflow(await first.fetch_history())
+    async with build_worker(client, task_queue, flood_registry()):
+        # Past its history budget, the run takes the backlog in one activation and continues
+        # as new, carrying it; the next run takes it in bounded tasks.
+        with pytest.raises(WorkflowContinuedAsNewError):
+            await asyncio.wait_for(first.result(follow_runs=False), QUERY_TIMEOUT)
+        state = await asyncio.wait_for(api.chain_state(client, correlation_id), QUERY_TIMEOUT)
+        while state.events_seen < EVENTS_PER_TASK:
+            await asyncio.sleep(0.2)
+            state = await asyncio.wait_for(api.chain_state(client, correlation_id), QUERY_TIMEOUT)
+    await api.chain_handle(client, correlation_id).terminate("test done")
+    deadlocks = [f for f in await failed_tasks(client, first.id) if "deadlock" in f.lower()]
+    assert deadlocks == []
+    assert state.received == state.events_seen and state.rejected_count == 0

@@ -7,6 +7,7 @@ then refuses naming the count, so the signal is rejected and parked like any oth
 A workflow with `@workflow.init` is built from its start arguments before any interceptor runs:
 `SurplusStartArguments`, its metaclass, folds them the same way."""
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,7 +43,9 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
         # handlers are named after their signals.
         method = getattr(workflow.instance(), input.signal, None)
         if workflow.get_signal_handler(input.signal) is not None and callable(method):
-            input.args = _fitted(input.args, _positional(method))
+            function = getattr(method, "__func__", None)
+            takes = _positional(method) if function is None else _positional(function) - 1
+            input.args = _fitted(input.args, takes)
         await super().handle_signal(input)
 
 
@@ -56,7 +59,10 @@ class SurplusStartArguments(type):
         return super().__call__(*_fitted(args, _positional(cls.__init__) - 1))  # type: ignore[misc]
 
 
+@functools.cache
 def _positional(fn: Callable[..., Any]) -> int:
+    """Cached: `inspect.signature` costs more than the rest of a signal's handling, and a flood
+    delivers thousands of signals in one activation."""
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return sum(p.kind in kinds for p in inspect.signature(fn).parameters.values())
 

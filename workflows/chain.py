@@ -13,6 +13,8 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -63,6 +65,7 @@ LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
 PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 SETTLE_PATCH = "chain-await-every-send"
 FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
+DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 EVENTS_PER_TASK = 100
 EVENT_BYTES_PER_TASK = 512 * 1024
 """What one workflow task handles at most. Each event may send commands (forwards to listeners,
@@ -90,24 +93,33 @@ class RunPacing:
 
     def has_work(self) -> bool:
         return (
-            (bool(self._model.inbox) and not self.holding_events())
+            (self._model.waiting() and not self.holding_events())
             or self.dispatchable()
             or self._model.finished(self._outbound.count)
             or self.continue_as_new_now()
         )
 
-    def drain(self, handle: Callable[[EventEnvelope], None]) -> bool:
+    def drain(
+        self,
+        handle: Callable[[EventEnvelope], None],
+        decode: Callable[[RawValue], EventEnvelope | None],
+    ) -> bool:
         """Handles the waiting events, up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one
-        workflow task; returns whether some were left for the next task."""
+        workflow task, the inbox's first, then the signals still to decode (`decode` rejects one
+        that does not); returns whether some were left for the next task."""
         handled = size = 0
-        while self._model.inbox and not self.holding_events():
+        while self._model.waiting() and not self.holding_events():
             full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
             if full and workflow.patched(FLOOD_PATCH):
                 return True
-            envelope = self._model.inbox.pop(0)
             handled += 1
-            size += json_size(envelope.payload)
-            handle(envelope)
+            if self._model.inbox:
+                envelope: EventEnvelope | None = self._model.inbox.pop(0)
+            else:
+                envelope = decode(json_signal(self._model.arrivals.pop(0)))
+            if envelope is not None:
+                size += json_size(envelope.payload)
+                handle(envelope)
         return False
 
     def dispatchable(self) -> bool:
@@ -196,10 +208,16 @@ class Outbound:
         asyncio.create_task(tracked())  # noqa: RUF006 - counted
 
 
-@workflow.defn(name=CHAIN_WORKFLOW)
+@workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
 class ReactiveChain(metaclass=SurplusStartArguments):
     """The Temporal side of a chain: signals, agent activities, parking, forwarding, timers and
-    continue-as-new."""
+    continue-as-new.
+
+    Not sandboxed: under a flood every signal counts. The sandbox tripled the CPU a run's replay
+    takes (per payload it runs code in the sandbox to pick the serialization context; its
+    `isinstance` guard slowed the filter's view); a worker that lost a run replays it while
+    signals keep arriving, and loses it again when more than 100 arrive meanwhile. The code
+    touches only the workflow API and its own models."""
 
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
@@ -243,7 +261,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         except TimeoutError:
             if self._model.close_idle():
                 return False
-        more = self._pacing.drain(self._handle)
+        more = self._pacing.drain(self._handle, self._decoded)
         self._dispatch()
         workflow.set_current_details(self._model.details())
         if self._pacing.continue_as_new_now():
@@ -265,8 +283,11 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             await workflow.wait_condition(workflow.all_handlers_finished)
             return
         await workflow.wait_condition(self._quiet)
-        while self._model.inbox:
-            for envelope in self._model.take_inbox():
+        while self._model.waiting():
+            arrivals, self._model.arrivals = self._model.arrivals, []
+            decoded = (self._decoded(json_signal(text)) for text in arrivals)
+            waiting = [*self._model.take_inbox(), *(e for e in decoded if e is not None)]
+            for envelope in waiting:
                 ended = self._model.ended(envelope, FailureType.CHAIN_ENDED, "the chain has ended")
                 self._reject(ended, envelope=envelope)
             await workflow.wait_condition(self._quiet)
@@ -274,17 +295,31 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.signal(name=EVENT_SIGNAL)
     def event(self, raw: PlainInput = NO_INPUT) -> None:
         """Raw on purpose: an envelope that does not decode or validate is recorded and parked,
-        never raised."""
-        try:
-            envelope = decode_input(EventEnvelope, raw, "event")
-        except InvalidInput as error:
-            self._reject(Rejection(FailureType.INVALID_ENVELOPE, str(error)), raw=error.raw)
+        never raised. A plain JSON one is decoded when a workflow task takes it, a bounded number
+        a task: a worker that lost the run gets every signal since its last completed task in
+        one activation, thousands under a flood, and each handler must stay cheap or that
+        activation trips the deadlock detector on every attempt."""
+        text = json_text(raw)
+        if text is not None and not self._model.closing and workflow.patched(DECODE_IN_TASK_PATCH):
+            self._model.arrivals.append(text)
+            return
+        envelope = self._decoded(raw)
+        if envelope is None:
             return
         if self._model.closing:
             closing = self._model.ended(envelope, FailureType.CHAIN_CLOSING, "the chain is closing")
             self._reject(closing, envelope=envelope)
             return
         self._model.inbox.append(envelope)
+
+    def _decoded(self, raw: RawValue) -> EventEnvelope | None:
+        """The envelope an `event` signal carried; None when it does not decode or validate,
+        which is rejected and parked."""
+        try:
+            return decode_input(EventEnvelope, raw, "event")
+        except InvalidInput as error:
+            self._reject(Rejection(FailureType.INVALID_ENVELOPE, str(error)), raw=error.raw)
+            return None
 
     @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
@@ -388,3 +423,22 @@ class ReactiveChain(metaclass=SurplusStartArguments):
 
     def _upsert_status(self) -> None:
         upsert_search_attributes(self._model.status_attributes())
+
+
+JSON_PLAIN = {"encoding": b"json/plain"}
+
+
+def json_text(signal: RawValue) -> str | None:
+    """The JSON text a signal carried, when it is plain JSON and nothing else (no surplus
+    arguments folded in, no other encoding)."""
+    if dict(signal.payload.metadata) != JSON_PLAIN:
+        return None
+    try:
+        return signal.payload.data.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def json_signal(text: str) -> RawValue:
+    """A signal taken as JSON text, as it arrived."""
+    return RawValue(Payload(metadata=JSON_PLAIN, data=text.encode()))
