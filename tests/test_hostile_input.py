@@ -238,9 +238,10 @@ async def test_undecodable_and_invalid_signals_are_counted_and_parked_not_droppe
     assert state.events_seen == 1
     assert state.rejected_count == len(hostile) + 1
     assert state.dead_lettered == len(hostile) + 1
+    # Plain JSON is validated when a workflow task takes it, after what its handler refused.
     reasons = [r.reason for r in state.rejected]
-    assert "event: cannot be decoded: Invalid JSON: recursion limit exceeded" in reasons[0]
-    assert reasons[-1] == "event: no input given"
+    assert any("Invalid JSON: recursion limit exceeded" in reason for reason in reasons)
+    assert "event: no input given" in reasons
 
 
 async def test_aggregator_counts_undecodable_events(client: Client, task_queue: str) -> None:
