@@ -102,21 +102,18 @@ class RunPacing:
     def drain(
         self,
         handle: Callable[[EventEnvelope], None],
-        decode: Callable[[RawValue], EventEnvelope | None],
+        take: Callable[[], EventEnvelope | None],
     ) -> bool:
-        """Handles the waiting events, up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one
-        workflow task, the inbox's first, then the signals still to decode (`decode` rejects one
-        that does not); returns whether some were left for the next task."""
+        """Handles the waiting events (`take` gives the next, None for a signal that did not
+        decode), up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one workflow task;
+        returns whether some were left for the next task."""
         handled = size = 0
         while self._model.waiting() and not self.holding_events():
             full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
             if full and workflow.patched(FLOOD_PATCH):
                 return True
             handled += 1
-            if self._model.inbox:
-                envelope: EventEnvelope | None = self._model.inbox.pop(0)
-            else:
-                envelope = decode(json_signal(self._model.arrivals.pop(0)))
+            envelope = take()
             if envelope is not None:
                 size += json_size(envelope.payload)
                 handle(envelope)
@@ -174,6 +171,20 @@ class Outbound:
     def park(self, letter: Parking) -> None:
         self._start(park_letter(letter))
 
+    def reject(
+        self, rejection: Rejection, *, envelope: EventEnvelope | None = None, raw: Any = None
+    ) -> None:
+        """Recorded in the model and parked in the dead-letter queue: visible, never dropped."""
+        notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
+        parked = not (notice and workflow.patched(LIFECYCLE_NOTICES_PATCH))
+        letter = self._model.reject(
+            rejection, workflow.now(), envelope=envelope, raw=raw, parked=parked
+        )
+        extra = {"correlation_id": self._model.state.correlation_id, "reason": rejection.reason}
+        workflow.logger.warning("event rejected", extra=extra)
+        if letter:
+            self.park(letter)
+
     def forward(self, envelope: EventEnvelope) -> bool:
         """Listeners get the events the chain records as `chain_event` (events they listen to,
         unlike `event`, which is addressed to them), never the chain's lifecycle notices: those
@@ -208,6 +219,52 @@ class Outbound:
         asyncio.create_task(tracked())  # noqa: RUF006 - counted
 
 
+class Intake:
+    """How `event` signals come in. A plain JSON one is kept as its text and decoded when a
+    workflow task takes it, a bounded number a task: a worker that lost the run gets every signal
+    since its last completed task in one activation, thousands under a flood, and each handler
+    must stay cheap or that activation trips the deadlock detector on every attempt. One that
+    does not decode or validate is rejected and parked, never raised."""
+
+    def __init__(self, model: ChainModel, outbound: Outbound) -> None:
+        self._model = model
+        self._outbound = outbound
+
+    def receive(self, raw: RawValue) -> None:
+        text = json_text(raw)
+        if text is not None and not self._model.closing and workflow.patched(DECODE_IN_TASK_PATCH):
+            self._model.arrivals.append(text)
+            return
+        envelope = self._decoded(raw)
+        if envelope is None:
+            return
+        if self._model.closing:
+            closing = self._model.ended(envelope, FailureType.CHAIN_CLOSING, "the chain is closing")
+            self._outbound.reject(closing, envelope=envelope)
+            return
+        self._model.inbox.append(envelope)
+
+    def next(self) -> EventEnvelope | None:
+        """The next waiting event: the inbox's first, then the signals still to decode."""
+        if self._model.inbox:
+            return self._model.inbox.pop(0)
+        return self._decoded(json_signal(self._model.arrivals.pop(0)))
+
+    def take_all(self) -> list[EventEnvelope]:
+        """Every waiting event, the signals still to decode decoded."""
+        arrivals, self._model.arrivals = self._model.arrivals, []
+        decoded = (self._decoded(json_signal(text)) for text in arrivals)
+        return [*self._model.take_inbox(), *(e for e in decoded if e is not None)]
+
+    def _decoded(self, raw: RawValue) -> EventEnvelope | None:
+        try:
+            return decode_input(EventEnvelope, raw, "event")
+        except InvalidInput as error:
+            rejection = Rejection(FailureType.INVALID_ENVELOPE, str(error))
+            self._outbound.reject(rejection, raw=error.raw)
+            return None
+
+
 @workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
 class ReactiveChain(metaclass=SurplusStartArguments):
     """The Temporal side of a chain: signals, agent activities, parking, forwarding, timers and
@@ -233,6 +290,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._model = ChainModel.begin(chain_input, workflow.info().workflow_id)
         self._outbound = Outbound(self._model)
         self._pacing = RunPacing(self._model, self._outbound)
+        self._intake = Intake(self._model, self._outbound)
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
@@ -261,7 +319,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         except TimeoutError:
             if self._model.close_idle():
                 return False
-        more = self._pacing.drain(self._handle, self._decoded)
+        more = self._pacing.drain(self._handle, self._intake.next)
         self._dispatch()
         workflow.set_current_details(self._model.details())
         if self._pacing.continue_as_new_now():
@@ -284,42 +342,16 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             return
         await workflow.wait_condition(self._quiet)
         while self._model.waiting():
-            arrivals, self._model.arrivals = self._model.arrivals, []
-            decoded = (self._decoded(json_signal(text)) for text in arrivals)
-            waiting = [*self._model.take_inbox(), *(e for e in decoded if e is not None)]
-            for envelope in waiting:
+            for envelope in self._intake.take_all():
                 ended = self._model.ended(envelope, FailureType.CHAIN_ENDED, "the chain has ended")
-                self._reject(ended, envelope=envelope)
+                self._outbound.reject(ended, envelope=envelope)
             await workflow.wait_condition(self._quiet)
 
     @workflow.signal(name=EVENT_SIGNAL)
     def event(self, raw: PlainInput = NO_INPUT) -> None:
         """Raw on purpose: an envelope that does not decode or validate is recorded and parked,
-        never raised. A plain JSON one is decoded when a workflow task takes it, a bounded number
-        a task: a worker that lost the run gets every signal since its last completed task in
-        one activation, thousands under a flood, and each handler must stay cheap or that
-        activation trips the deadlock detector on every attempt."""
-        text = json_text(raw)
-        if text is not None and not self._model.closing and workflow.patched(DECODE_IN_TASK_PATCH):
-            self._model.arrivals.append(text)
-            return
-        envelope = self._decoded(raw)
-        if envelope is None:
-            return
-        if self._model.closing:
-            closing = self._model.ended(envelope, FailureType.CHAIN_CLOSING, "the chain is closing")
-            self._reject(closing, envelope=envelope)
-            return
-        self._model.inbox.append(envelope)
-
-    def _decoded(self, raw: RawValue) -> EventEnvelope | None:
-        """The envelope an `event` signal carried; None when it does not decode or validate,
-        which is rejected and parked."""
-        try:
-            return decode_input(EventEnvelope, raw, "event")
-        except InvalidInput as error:
-            self._reject(Rejection(FailureType.INVALID_ENVELOPE, str(error)), raw=error.raw)
-            return None
+        never raised; a plain JSON one is decoded later, a bounded number a task (`Intake`)."""
+        self._intake.receive(raw)
 
     @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
@@ -328,10 +360,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             request = decode_input(RerunRequest, raw, "rerun")
         except InvalidInput as error:
-            self._reject(Rejection(FailureType.INVALID_RERUN, str(error)), raw=error.raw)
+            self._outbound.reject(Rejection(FailureType.INVALID_RERUN, str(error)), raw=error.raw)
             return
         if rejection := self._model.rerun(request):
-            self._reject(rejection, envelope=request.event)
+            self._outbound.reject(rejection, envelope=request.event)
 
     @workflow.signal(name=ATTACH_SIGNAL)
     def attach(self, raw: PlainInput = NO_INPUT) -> None:
@@ -351,7 +383,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             return decode_input(ListenerId, raw, signal).root
         except InvalidInput as error:
-            self._reject(Rejection(invalid, str(error)), raw=error.raw)
+            self._outbound.reject(Rejection(invalid, str(error)), raw=error.raw)
         return None
 
     @workflow.signal(name=CLOSE_SIGNAL)
@@ -370,7 +402,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def _handle(self, envelope: EventEnvelope) -> None:
         admission = self._model.admit(envelope)
         if isinstance(admission, Rejection):
-            self._reject(admission, envelope=envelope)
+            self._outbound.reject(admission, envelope=envelope)
         elif admission == "recorded":
             notices = self._outbound.forward(envelope)
             if self._model.apply_alerts(envelope, resolutions_never_pause=notices):
@@ -406,20 +438,6 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._model.run_succeeded(run, result)
         finally:
             self._model.finish(seq)
-
-    def _reject(
-        self, rejection: Rejection, *, envelope: EventEnvelope | None = None, raw: Any = None
-    ) -> None:
-        """Recorded in the model and parked in the dead-letter queue: visible, never dropped."""
-        notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
-        parked = not (notice and workflow.patched(LIFECYCLE_NOTICES_PATCH))
-        letter = self._model.reject(
-            rejection, workflow.now(), envelope=envelope, raw=raw, parked=parked
-        )
-        extra = {"correlation_id": self._model.state.correlation_id, "reason": rejection.reason}
-        workflow.logger.warning("event rejected", extra=extra)
-        if letter:
-            self._outbound.park(letter)
 
     def _upsert_status(self) -> None:
         upsert_search_attributes(self._model.status_attributes())
