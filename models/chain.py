@@ -149,11 +149,12 @@ def _check_reachable(spec: ChainSpec) -> None:
 def _check_settles(spec: ChainSpec) -> None:
     """A cycle of unfiltered subscriptions re-triggers itself forever; a filter may end it."""
     subs = spec.subscriptions
+    unfiltered = [i for i, sub in enumerate(subs) if sub.filter is None]
     edges = {
-        i: [j for j, other in enumerate(subs) if set(sub.publishes.all) & set(other.events)]
-        for i, sub in enumerate(subs)
+        i: [j for j in unfiltered if set(subs[i].publishes.all) & set(subs[j].events)]
+        for i in unfiltered
     }
-    cycle = find_cycle(edges, lambda nodes: all(subs[i].filter is None for i in nodes))
+    cycle = find_cycle(edges)
     if cycle:
         names = " → ".join(subs[i].name for i in cycle)
         raise ValueError(

@@ -27,6 +27,7 @@ SAGA_WORKFLOW: Final = "Saga"
 CHAIN_WORKFLOW: Final = "ReactiveChain"
 AGGREGATOR_WORKFLOW: Final = "Aggregator"
 DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
+PLAN_WORKFLOW: Final = "TaskGraph"
 
 
 class Pattern(StrEnum):
@@ -36,6 +37,7 @@ class Pattern(StrEnum):
     CHAIN = "chain"
     AGGREGATOR = "aggregator"
     DLQ = "dlq"
+    PLAN = "plan"
 
 
 # --- Workflow ids -----------------------------------------------------------------------------
@@ -44,6 +46,7 @@ SAGA_ID_PREFIX: Final = "saga-"
 CHAIN_ID_PREFIX: Final = "chain-"
 AGGREGATOR_ID_PREFIX: Final = "aggregator-"
 DEAD_LETTER_ID_PREFIX: Final = "dlq-"
+PLAN_ID_PREFIX: Final = "plan-"
 
 
 def saga_workflow_id(saga_id: str) -> str:
@@ -86,6 +89,20 @@ def dead_letter_workflow_id(digest: str) -> str:
     return DEAD_LETTER_ID_PREFIX + digest
 
 
+def plan_workflow_id(plan_id: str) -> str:
+    return PLAN_ID_PREFIX + plan_id
+
+
+def plan_id_of(workflow_id: str) -> str:
+    """The plan id a plan's workflow id carries."""
+    return workflow_id.removeprefix(PLAN_ID_PREFIX)
+
+
+def as_plan_workflow_id(name: str) -> str:
+    """What a user names a plan by (its workflow id, or its plan id) as its workflow id."""
+    return name if name.startswith(PLAN_ID_PREFIX) else PLAN_ID_PREFIX + name
+
+
 # --- Signals, queries, updates ----------------------------------------------------------------
 
 EVENT_SIGNAL: Final = "event"
@@ -108,11 +125,15 @@ TIMELINE_QUERY: Final = "timeline"
 """A chain's recorded events, the seed's correlation table."""
 ENTRY_QUERY: Final = "entry"
 """A dead-letter entry's whole record."""
+PROGRESS_QUERY: Final = "progress"
+"""A plan's running tasks with their latest progress summary and elapsed time, and its counts."""
 
 REPLAY_UPDATE: Final = "replay"
 """Replay a dead-letter entry (optionally with a fixed payload)."""
 ARCHIVE_UPDATE: Final = "archive"
 """Archive a dead-letter entry with a note."""
+APPROVE_UPDATE: Final = "approve"
+"""Approve or reject a plan task waiting for a person (who, why)."""
 
 # --- Activities -------------------------------------------------------------------------------
 
@@ -133,6 +154,8 @@ SAGA_RECORD_MEMO: Final = "saga_state"
 """A finished saga's record, kept where visibility can read it after its history is gone."""
 AGGREGATOR_RECORD_MEMO: Final = "aggregator_state"
 """A finished aggregator's record, as above."""
+PLAN_RECORD_MEMO: Final = "plan_state"
+"""A finished plan's record (its final report), as above."""
 DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 """A dead-letter entry's listing row, so listing needs no query per entry."""
 
@@ -208,6 +231,17 @@ class FailureType(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
     CANCELLED = "cancelled"
     """A saga step cancelled before it ended (its outcome unknown, so it is compensated)."""
+    # How a plan task or a plan ends when it does not succeed.
+    REVIEW_REJECTED = "review_rejected"
+    """A task's review or verification still failing when its fix budget is spent."""
+    APPROVAL_REJECTED = "approval_rejected"
+    """A person rejected a task, or nobody approved it in time."""
+    INVALID_APPROVAL = "invalid_approval"
+    """An approval naming no waiting task, or malformed."""
+    DEPENDENCY_FAILED = "dependency_failed"
+    """A task skipped because a task it depends on did not succeed."""
+    PLAN_FAILED = "plan_failed"
+    """A plan that ends without success and is configured to fail (`fail_fast`)."""
     # The dead-letter queue and the aggregator's lookback.
     NOT_PARKED = "not_parked"
     LOOKBACK_FAILED = "lookback_failed"

@@ -2,7 +2,7 @@
 would never settle (cycles). Pure and generic, so every pattern whose steps wait for things and
 produce things (a chain's subscriptions, a coordinator's task graph) checks itself the same way."""
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -46,24 +46,29 @@ def reach(start: Iterable[str], steps: Mapping[K, Step]) -> Reach[K]:
     return Reach(present=present, happened=happened)
 
 
-def find_cycle(
-    edges: Mapping[N, Sequence[N]], counts: Callable[[list[N]], bool] = lambda cycle: True
-) -> list[N] | None:
-    """The first cycle that `counts` (all by default), as its nodes from where it starts back to
-    that node again. Searched depth first from each node in order, following edges in order, so
-    the cycle reported for a given graph is always the same one."""
+def find_cycle(edges: Mapping[N, Sequence[N]]) -> list[N] | None:
+    """The first cycle met, as its nodes from where it starts back to that node again, or None.
 
-    def visit(path: list[N]) -> list[N] | None:
-        for nxt in edges[path[-1]]:
-            if nxt in path:
-                cycle = [*path[path.index(nxt) :], nxt]
-                if counts(cycle):
-                    return cycle
-            elif found := visit([*path, nxt]):
-                return found
-        return None
-
-    for start in edges:
-        if found := visit([start]):
-            return found
+    One depth-first pass (linear in nodes and edges, iterative, so a plan of a thousand tasks in
+    a line neither takes exponential time nor exhausts the stack), starting from each node in
+    order and following edges in order, so a given graph always reports the same cycle. Edges to
+    nodes that are not keys are ignored: callers check unknown names first."""
+    done: set[N] = set()
+    for root in edges:
+        if root in done:
+            continue
+        path, on_path = [root], {root}
+        pending: list[Iterator[N]] = [iter(edges[root])]
+        while pending:
+            nxt = next(pending[-1], None)
+            if nxt is None:
+                pending.pop()
+                done.add(node := path.pop())
+                on_path.discard(node)
+            elif nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in done and nxt in edges:
+                path.append(nxt)
+                on_path.add(nxt)
+                pending.append(iter(edges[nxt]))
     return None

@@ -1,0 +1,377 @@
+"""Coordinator mode (seeds 003 and 004): a plan is a dependency graph of agent tasks run under a
+worker cap, with review gates, dual verification and human approval; and its record.
+
+The spec is checked whole before anything runs (unknown dependencies, repeated ids, cycles with
+their path), so a plan that starts can always finish. The record follows each task through the
+seed 003 state machine and is the seed's final report once the plan ends."""
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coord.models.agent_config import AgentConfig
+from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
+from coord.models.durations import Duration
+from coord.models.envelope import Priority
+from coord.models.graphs import find_cycle
+from coord.models.retry import RetryConfig
+from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+
+DEFAULT_MAX_WORKERS = 5
+"""Seed 004: at most five workers at once."""
+DEFAULT_TASK_TIMEOUT = timedelta(seconds=300)
+"""Seed 004: a worker times out after 300 seconds by default."""
+DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=30)
+"""Seed 004: the coordinator looks at its workers' progress every 30 seconds."""
+DEFAULT_FIX_BUDGET = 3
+MAX_NOTES = 4096
+"""Characters of a reviewer's notes kept in the record and passed to the fix round."""
+MAX_PROGRESS = 120
+"""Characters of a progress summary kept (seed 004: three to five words)."""
+
+
+class ReviewStage(StrEnum):
+    """Seed 004's two-stage review, in its order: the spec first, then quality."""
+
+    SPEC_COMPLIANCE = "spec_compliance"
+    CODE_QUALITY = "code_quality"
+
+
+class ReviewGate(BaseModel):
+    """After the task's agent succeeds, `reviewer` reviews the result stage by stage; a failing
+    stage sends the task back to its agent with the notes, then that stage is reviewed again.
+    Each fix spends one of `fix_budget`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stages: list[ReviewStage] = Field(
+        default_factory=lambda: [ReviewStage.SPEC_COMPLIANCE, ReviewStage.CODE_QUALITY],
+        min_length=1,
+    )
+    reviewer: str = Field(min_length=1, max_length=MAX_NAME)
+    fix_budget: int = Field(default=DEFAULT_FIX_BUDGET, ge=0, le=MAX_ITEMS)
+
+    @model_validator(mode="after")
+    def _seed_order(self) -> Self:
+        order = list(ReviewStage)
+        if len(set(self.stages)) != len(self.stages):
+            raise ValueError("stages: a stage is named twice")
+        if self.stages != sorted(self.stages, key=order.index):
+            raise ValueError("stages: spec_compliance is reviewed before code_quality, never after")
+        return self
+
+
+class DualVerification(BaseModel):
+    """Seed 004's Santa method: independent verifiers, run in parallel on the same result; the
+    task passes only when every one passes, else it is fixed with all their notes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verifiers: list[str] = Field(min_length=2, max_length=5)
+    fix_budget: int = Field(default=DEFAULT_FIX_BUDGET, ge=0, le=MAX_ITEMS)
+
+    @model_validator(mode="after")
+    def _independent(self) -> Self:
+        if len(set(self.verifiers)) != len(self.verifiers):
+            raise ValueError("verifiers: each verifier must be a different agent")
+        return self
+
+
+class ApprovalGate(BaseModel):
+    """The task waits, before it runs, for a person's approve or reject; a timeout rejects."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    required: bool = True
+    timeout: Duration = timedelta(days=1)
+
+
+class TeamMember(BaseModel):
+    """Seed 004 level 2: a named member of the team with a role, played by an agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str = Field(default="", max_length=MAX_NAME)
+    agent: str = Field(min_length=1, max_length=MAX_NAME)
+
+
+class PlanTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    agent: str = Field(default="", max_length=MAX_NAME)
+    member: str | None = Field(default=None, max_length=MAX_NAME)
+    """A team member doing the task (its agent is the member's); instead of `agent`."""
+    input: JsonObject = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
+    timeout: Duration = DEFAULT_TASK_TIMEOUT
+    heartbeat_timeout: Duration | None = None
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    priority: Priority = Priority.NORMAL
+    summary: str = Field(default="", max_length=MAX_NAME)
+    """What the task does, in a few words: the activity summary shown in the UI."""
+    review: ReviewGate | None = None
+    verify: DualVerification | None = None
+    approval: ApprovalGate | None = None
+
+    @model_validator(mode="after")
+    def _one_doer(self) -> Self:
+        if self.member is not None and self.agent:
+            raise ValueError("give `agent` or `member`, not both")
+        if self.member is None and not self.agent:
+            raise ValueError("`agent` is required (or `member`, naming one of `team`)")
+        if len(set(self.depends_on)) != len(self.depends_on):
+            raise ValueError("depends_on: a dependency is named twice")
+        return self
+
+
+class PlanSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    plan_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    name: str = Field(default="", max_length=MAX_NAME)
+    description: str = ""
+    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    max_workers: int = Field(default=DEFAULT_MAX_WORKERS, ge=1, le=MAX_ITEMS)
+    fail_fast: bool = False
+    """Cancel everything at the first task that fails for good, and fail the plan (typed)."""
+    progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL
+    scratchpad: str | None = None
+    """A directory on the worker where the plan writes the seed's layout: `<plan_id>/task-plan.md`,
+    `worker-results/<task>.json`, `final-report.md`."""
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
+    team: dict[str, TeamMember] = Field(default_factory=dict)
+    tasks: list[PlanTask] = Field(min_length=1, max_length=MAX_ITEMS)
+
+    @model_validator(mode="after")
+    def _runnable_graph(self) -> Self:
+        self.name = self.name or self.plan_id
+        self.correlation_id = self.correlation_id or self.plan_id
+        _check_graph(self)
+        return self
+
+    @property
+    def workflow_id(self) -> str:
+        return plan_workflow_id(self.plan_id)
+
+    def task(self, task_id: str) -> PlanTask:
+        return next(task for task in self.tasks if task.id == task_id)
+
+    def agent_of(self, task: PlanTask) -> str:
+        """The agent that does `task`: its own, or its team member's."""
+        return self.team[task.member].agent if task.member is not None else task.agent
+
+    def agents_named(self) -> list[tuple[str, str]]:
+        """Every agent the plan runs, with where it is named: what a pre-start check checks."""
+        named = [(f"team.{name}.agent", member.agent) for name, member in self.team.items()]
+        for i, task in enumerate(self.tasks):
+            if task.member is None:
+                named.append((f"tasks[{i}].agent", task.agent))
+            if task.review is not None:
+                named.append((f"tasks[{i}].review.reviewer", task.review.reviewer))
+            if task.verify is not None:
+                named += [(f"tasks[{i}].verify.verifiers", v) for v in task.verify.verifiers]
+        return named
+
+
+def _check_graph(spec: PlanSpec) -> None:
+    """One clear error for the first problem: a repeated id, an unknown member or dependency,
+    or a cycle, given as its path (`a -> b -> c -> a`)."""
+    seen: set[str] = set()
+    for i, task in enumerate(spec.tasks):
+        if task.id in seen:
+            raise ValueError(f"tasks[{i}].id: {task.id!r} is repeated; task ids must be unique")
+        seen.add(task.id)
+    for i, task in enumerate(spec.tasks):
+        if task.member is not None and task.member not in spec.team:
+            raise ValueError(f"tasks[{i}].member: {task.member!r} is not a member of `team`")
+        for dependency in task.depends_on:
+            if dependency not in seen:
+                raise ValueError(
+                    f"tasks[{i}].depends_on: {dependency!r} is not a task of this plan"
+                )
+    cycle = find_cycle({task.id: task.depends_on for task in spec.tasks})
+    if cycle:
+        path = " -> ".join(reversed(cycle))
+        raise ValueError(f"tasks: dependency cycle {path}; a plan must be acyclic")
+
+
+# --- The record -------------------------------------------------------------------------------
+
+
+class TaskState(StrEnum):
+    """Seed 003's state machine (`pending -> ready -> running -> succeeded | failed`, `failed ->
+    running` on a retry, `failed -> error` once retries are spent), with what a coordinator adds:
+    waiting for a person, being reviewed, and the two ways a task never ends on its own."""
+
+    PENDING = "pending"
+    """Waiting for its dependencies."""
+    AWAITING_APPROVAL = "awaiting_approval"
+    READY = "ready"
+    """Runnable, waiting for a worker slot."""
+    RUNNING = "running"
+    REVIEWING = "reviewing"
+    """Its result is with reviewers or verifiers."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """An attempt failed; a retry follows, or `error`."""
+    ERROR = "error"
+    """Failed for good: retries spent, review budget spent, or approval rejected."""
+    SKIPPED = "skipped"
+    """Never run, because a task it depends on did not succeed."""
+    CANCELLED = "cancelled"
+
+
+ENDED_TASK_STATES = frozenset(
+    {TaskState.SUCCEEDED, TaskState.ERROR, TaskState.SKIPPED, TaskState.CANCELLED}
+)
+
+
+class Transition(BaseModel):
+    state: TaskState
+    at: datetime
+    attempt: int | None = None
+    reason: str | None = None
+
+
+class Verdict(BaseModel):
+    """A reviewer's or verifier's answer. Agents answer `{"passed": bool, "notes": "..."}`."""
+
+    reviewer: str
+    passed: bool
+    notes: str = Field(default="", max_length=MAX_NOTES)
+
+
+class ReviewRound(BaseModel):
+    """One round of a review gate (one stage, one verdict) or of dual verification (every
+    verifier's verdict), in the order they ran."""
+
+    kind: Literal["review", "verify"]
+    round: int
+    stage: ReviewStage | None = None
+    verdicts: list[Verdict] = Field(default_factory=list)
+    at: datetime
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.verdicts) and all(verdict.passed for verdict in self.verdicts)
+
+
+class ApprovalRequest(BaseModel):
+    """An approve or reject for a waiting task (the `approve` update), from `coord plan
+    approve` or the Temporal CLI."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1, max_length=MAX_NAME)
+    approve: bool = True
+    by: str = Field(min_length=1, max_length=MAX_NAME)
+    reason: str = Field(default="", max_length=MAX_NOTES)
+
+
+class ApprovalDecision(BaseModel):
+    approved: bool
+    by: str
+    """Who decided; `timeout` when nobody did in time."""
+    reason: str = ""
+    at: datetime
+
+
+class ResultReference(BaseModel):
+    """A result too large for history: where it is in the payload store. Dependents' agents
+    receive the data itself; the workflow, its history and its record hold only this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+
+class TaskError(BaseModel):
+    type: str
+    message: str
+
+
+class TaskRecord(BaseModel):
+    id: str
+    agent: str
+    summary: str = ""
+    state: TaskState = TaskState.PENDING
+    attempts: int = 0
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    result: dict[str, Any] | None = None
+    result_ref: ResultReference | None = None
+    error: TaskError | None = None
+    skipped_because: str | None = None
+    """The dependency whose failure skipped this task."""
+    progress: str | None = Field(default=None, max_length=MAX_PROGRESS)
+    """The agent's latest progress summary (its activity's heartbeat details)."""
+    progress_at: datetime | None = None
+    fixes: int = 0
+    reviews: list[ReviewRound] = Field(default_factory=list)
+    approval: ApprovalDecision | None = None
+    transitions: list[Transition] = Field(default_factory=list)
+
+    @property
+    def duration(self) -> timedelta | None:
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+class PlanStatus(StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    """Every task succeeded."""
+    PARTIAL = "partial"
+    """Some tasks succeeded, some did not."""
+    FAILED = "failed"
+    """No task succeeded (or `fail_fast` stopped it)."""
+    CANCELLED = "cancelled"
+
+
+class PlanState(BaseModel):
+    """The plan's record while it runs, and the seed's final report once it ends."""
+
+    plan_id: str
+    name: str = ""
+    correlation_id: str = ""
+    status: PlanStatus = PlanStatus.RUNNING
+    max_workers: int = DEFAULT_MAX_WORKERS
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    tasks: list[TaskRecord] = Field(default_factory=list)
+    summary: str = ""
+    """One line: how the plan ended or stands (`4 of 6 succeeded, 1 error, 1 skipped`)."""
+
+    def counts(self) -> dict[TaskState, int]:
+        counted = {state: 0 for state in TaskState}
+        for task in self.tasks:
+            counted[task.state] += 1
+        return {state: n for state, n in counted.items() if n}
+
+    def search_attributes(self) -> SearchValues:
+        key = self.correlation_id or self.plan_id
+        return coordination_attributes(correlation_id=key, pattern=Pattern.PLAN, status=self.status)
+
+
+class RunningTask(BaseModel):
+    task: str
+    state: TaskState
+    summary: str | None
+    elapsed_s: float
+
+
+class PlanProgress(BaseModel):
+    """The `progress` query: per running task its latest summary and elapsed time, the counts
+    by state, and what the plan waits for (approvals)."""
+
+    plan_id: str
+    status: PlanStatus
+    counts: dict[TaskState, int]
+    running: list[RunningTask] = Field(default_factory=list)
+    waiting_for: list[str] = Field(default_factory=list)
