@@ -147,6 +147,10 @@ DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
 """Reads the agent's inline declaration from a replay's target workflow's own start event."""
 CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 """Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
+PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
+"""Reads a plan's running activities' latest heartbeat details (progress, attempt, failure)."""
+WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
+"""Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
 
 # --- Memo keys --------------------------------------------------------------------------------
 

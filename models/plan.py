@@ -30,6 +30,8 @@ MAX_NOTES = 4096
 """Characters of a reviewer's notes kept in the record and passed to the fix round."""
 MAX_PROGRESS = 120
 """Characters of a progress summary kept (seed 004: three to five words)."""
+DEFAULT_RESULT_LIMIT = 16 * 1024
+"""JSON bytes of a task's result kept in history and the record; larger ones by reference."""
 
 
 class ReviewStage(StrEnum):
@@ -138,8 +140,12 @@ class PlanSpec(BaseModel):
     fail_fast: bool = False
     """Cancel everything at the first task that fails for good, and fail the plan (typed)."""
     progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL
-    scratchpad: str | None = None
-    """A directory on the worker where the plan writes the seed's layout: `<plan_id>/task-plan.md`,
+    result_limit: int = Field(default=DEFAULT_RESULT_LIMIT, ge=0, le=2**31)
+    """A task result larger than this (JSON bytes) goes to the payload store; dependents' agents
+    still receive the data, history and the record only its reference."""
+    scratchpad: str | None = Field(default=None, max_length=MAX_NAME)
+    """A directory, relative to the worker's scratchpad root (the worker decides where plans may
+    write), where the plan writes the seed's layout: `<plan_id>/task-plan.md`,
     `worker-results/<task>.json`, `final-report.md`."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
@@ -364,6 +370,15 @@ class RunningTask(BaseModel):
     state: TaskState
     summary: str | None
     elapsed_s: float
+
+
+class ActivityProgress(BaseModel):
+    """What the plan's progress reader sees of one running activity (its heartbeat details)."""
+
+    activity_id: str
+    progress: str | None = Field(default=None, max_length=MAX_PROGRESS)
+    attempt: int = 1
+    last_failure: str | None = Field(default=None, max_length=MAX_NOTES)
 
 
 class PlanProgress(BaseModel):
