@@ -7,7 +7,7 @@ seed 003 state machine and is the seed's final report once the plan ends."""
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Self
+from typing import Any, Literal, NamedTuple, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -390,3 +390,51 @@ class PlanProgress(BaseModel):
     counts: dict[TaskState, int]
     running: list[RunningTask] = Field(default_factory=list)
     waiting_for: list[str] = Field(default_factory=list)
+
+
+# --- Activity ids -----------------------------------------------------------------------------
+# Every agent activity a plan runs is named after its task, so the progress reader maps a pending
+# activity back to its task and the UI lists a plan's activities by task and round.
+
+ActivityKind = Literal["run", "review", "verify"]
+
+
+class ActivityKey(NamedTuple):
+    """What a plan activity's id says: its task, what it does, for which stage or verifier (a
+    review's stage, a verifier's agent; empty for a run) and in which round (from 1)."""
+
+    task: str
+    kind: ActivityKind
+    round: int
+    of: str = ""
+
+    @property
+    def activity_id(self) -> str:
+        parts = [self.task, self.kind, *([self.of] if self.of else []), str(self.round)]
+        return "/".join(parts)
+
+
+def run_activity_id(task: str, round: int) -> str:
+    """`{task}/run/{round}`: the task's agent run (round 1, then one per fix)."""
+    return ActivityKey(task, "run", round).activity_id
+
+
+def review_activity_id(task: str, stage: str, round: int) -> str:
+    """`{task}/review/{stage}/{round}`."""
+    return ActivityKey(task, "review", round, stage).activity_id
+
+
+def verify_activity_id(task: str, verifier: str, round: int) -> str:
+    """`{task}/verify/{verifier}/{round}`."""
+    return ActivityKey(task, "verify", round, verifier).activity_id
+
+
+def parse_activity_id(activity_id: str) -> ActivityKey | None:
+    """The key of a plan activity's id; None for any other activity (a local one, say)."""
+    task, _, rest = activity_id.partition("/")
+    kind, _, rest = rest.partition("/")
+    of, _, number = rest.rpartition("/")
+    known = kind in ("run", "review", "verify") and number.isdigit()
+    if not known or (kind == "run") == bool(of):
+        return None
+    return ActivityKey(task, cast(ActivityKind, kind), int(number), of)
