@@ -14,6 +14,7 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
+from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
@@ -48,7 +49,8 @@ def default_registry(
 def build_worker(
     client: Client, queue: str | None = None, registry: AgentRegistry | None = None
 ) -> Worker:
-    activities = AgentActivities(registry or default_registry())
+    registry = registry or default_registry()
+    activities = AgentActivities(registry)
     delivery = Delivery(client)
     return Worker(
         client,
@@ -60,6 +62,7 @@ def build_worker(
             delivery.park,
             delivery.redeliver,
             delivery.declared_agent,
+            ScratchpadWriter(registry.settings).write_scratchpad,
         ],
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.

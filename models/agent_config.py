@@ -71,6 +71,9 @@ class WorkerSettings(BaseModel):
     """The worker's environment variables `headers_from_env` may read."""
     output_limit: ByteSize = ByteSize(OUTPUT_LIMIT_DEFAULT)
     """The most a shell agent may write to stdout or to stderr, or an HTTP agent answer."""
+    scratchpad_root: str | None = None
+    """The directory under which plans write their scratchpads (`scratchpad: DIR` in a plan is
+    relative to it); none by default, and then a plan's scratchpad writes are refused."""
 
     @model_validator(mode="after")
     def _secrets_stay_out_of_children(self) -> Self:

@@ -15,6 +15,7 @@ from coord.models.agent_config import AgentConfig, WorkerSettings
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec
 from coord.models.saga import SagaSpec
 from coord.models.specs import JsonObject, SpecError
 
@@ -81,17 +82,13 @@ class AgentRegistry:
         return iter(self._agents)
 
 
-def check_agents(source: object, spec: ChainSpec | SagaSpec, registry: AgentRegistry) -> None:
+def check_agents(
+    source: object, spec: ChainSpec | SagaSpec | PlanSpec, registry: AgentRegistry
+) -> None:
     """Agents are checked where a spec enters, by the rule the worker runs them by (the
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
     kind the registry's settings allow. A SpecError names the first that is not."""
-    named: list[tuple[str, str | None]]
-    if isinstance(spec, SagaSpec):
-        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
-        named += [(f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)]
-    else:
-        named = [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
-    for place, agent in named:
+    for place, agent in _agents_named(spec):
         if agent is None:
             continue
         if agent in spec.agents:
@@ -99,6 +96,18 @@ def check_agents(source: object, spec: ChainSpec | SagaSpec, registry: AgentRegi
                 raise SpecError(f"{source}: agents.{agent}: {refusal}")
         elif agent not in registry:
             raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
+
+
+def _agents_named(spec: ChainSpec | SagaSpec | PlanSpec) -> list[tuple[str, str | None]]:
+    """Every agent the spec runs, with the field that names it."""
+    if isinstance(spec, PlanSpec):
+        return list(spec.agents_named())
+    if isinstance(spec, SagaSpec):
+        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
+        return named + [
+            (f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)
+        ]
+    return [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
 
 
 class AgentRequest(BaseModel):

@@ -246,6 +246,9 @@ class FailureType(StrEnum):
     """A task skipped because a task it depends on did not succeed."""
     PLAN_FAILED = "plan_failed"
     """A plan that ends without success and is configured to fail (`fail_fast`)."""
+    SCRATCHPAD_REFUSED = "scratchpad_refused"
+    """A scratchpad write the worker will not do: it has no scratchpad root, or the path would
+    leave it, or a file is too large (not retried; the plan records it and goes on)."""
     # The dead-letter queue and the aggregator's lookback.
     NOT_PARKED = "not_parked"
     LOOKBACK_FAILED = "lookback_failed"

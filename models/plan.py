@@ -7,9 +7,10 @@ seed 003 state machine and is the seed's final report once the plan ends."""
 
 from datetime import datetime, timedelta
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Any, Literal, NamedTuple, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.agent_config import AgentConfig
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
@@ -32,6 +33,19 @@ MAX_PROGRESS = 120
 """Characters of a progress summary kept (seed 004: three to five words)."""
 DEFAULT_RESULT_LIMIT = 16 * 1024
 """JSON bytes of a task's result kept in history and the record; larger ones by reference."""
+
+
+def relative_path(path: str) -> str:
+    """`path` when it stays under whatever root it is joined to: relative, no `..`. Whoever
+    starts a plan names its scratchpad; the worker alone decides the root it lands under."""
+    if PurePosixPath(path).is_absolute() or "\\" in path or "\0" in path:
+        raise ValueError(
+            f"{path!r} must be a relative path, parts separated by `/` (it lands under the "
+            "worker's scratchpad root)"
+        )
+    if ".." in PurePosixPath(path).parts:
+        raise ValueError(f"{path!r} must not contain `..`; it stays under the scratchpad root")
+    return path
 
 
 class ReviewStage(StrEnum):
@@ -151,6 +165,11 @@ class PlanSpec(BaseModel):
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     team: dict[str, TeamMember] = Field(default_factory=dict)
     tasks: list[PlanTask] = Field(min_length=1, max_length=MAX_ITEMS)
+
+    @field_validator("scratchpad")
+    @classmethod
+    def _scratchpad_stays_under_root(cls, path: str | None) -> str | None:
+        return path if path is None else relative_path(path)
 
     @model_validator(mode="after")
     def _runnable_graph(self) -> Self:

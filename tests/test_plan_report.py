@@ -1,0 +1,210 @@
+"""The scratchpad's markdown and JSON (models/plan_report.py), rendered from a spec and a record:
+pure, no server needed."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from coord.models.plan import (
+    ApprovalDecision,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    ResultReference,
+    ReviewRound,
+    ReviewStage,
+    TaskError,
+    TaskRecord,
+    TaskState,
+    Verdict,
+)
+from coord.models.plan_report import (
+    elapsed,
+    final_report_markdown,
+    summary_line,
+    task_plan_markdown,
+    waves,
+    worker_result_json,
+)
+
+AT = datetime(2026, 11, 23, 1, 0, tzinfo=UTC)
+SPEC = PlanSpec.model_validate(
+    {
+        "plan_id": "p1",
+        "name": "Ship | it",
+        "description": "Seed 003's shape",
+        "max_workers": 2,
+        "team": {"rev": {"role": "reviewer", "agent": "code-reviewer"}},
+        "tasks": [
+            {"id": "join", "agent": "z", "depends_on": ["build", "docs"]},
+            {"id": "build", "agent": "x", "summary": "Build it", "depends_on": ["api", "db"]},
+            {"id": "api", "agent": "x", "review": {"reviewer": "r"}},
+            {"id": "db", "member": "rev", "verify": {"verifiers": ["v1", "v2"]}},
+            {
+                "id": "docs",
+                "agent": "y",
+                "approval": {"timeout": "2h"},
+                "retry": {"max_retries": 0},
+            },
+        ],
+    }
+)
+
+
+def table_rows(markdown: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table whose header row starts with `| header |`."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def test_the_task_plan_shows_every_task_its_agent_dependencies_and_gates() -> None:
+    markdown = task_plan_markdown(SPEC)
+    assert markdown.startswith("# Task plan: Ship | it (p1)\n\nSeed 003's shape\n")
+    assert "at most 2 running at once" in markdown
+    rows = {row[0]: row for row in table_rows(markdown, "Task")}
+    assert rows["join"][1:4] == ["z", "build, docs", "normal"]
+    assert rows["build"][-1] == "Build it"
+    assert rows["api"][6] == "review spec_compliance then code_quality by r, fix budget 3"
+    assert rows["db"][1] == "code-reviewer (member rev)"
+    assert rows["db"][6] == "verified by v1 and v2, fix budget 3"
+    assert rows["docs"][4:7] == ["5m", "0", "approval (within 2h)"]
+    assert table_rows(markdown, "Member") == [["rev", "reviewer", "code-reviewer"]]
+
+
+def test_waves_are_the_topological_levels_in_declaration_order() -> None:
+    assert waves(SPEC) == [["api", "db", "docs"], ["build"], ["join"]]
+    assert task_plan_markdown(SPEC).endswith("1. api, db, docs\n2. build\n3. join\n")
+
+
+def record(task_id: str, state: TaskState, **fields: object) -> TaskRecord:
+    return TaskRecord.model_validate({"id": task_id, "agent": "x", "state": state, **fields})
+
+
+STATE = PlanState(
+    plan_id="p1",
+    name="Ship",
+    status=PlanStatus.PARTIAL,
+    started_at=AT,
+    ended_at=AT + timedelta(seconds=75),
+    tasks=[
+        record(
+            "api",
+            TaskState.SUCCEEDED,
+            attempts=1,
+            started_at=AT,
+            ended_at=AT + timedelta(seconds=2.14),
+            result={"routes": ["a|b"], "notes": "line\nbreak"},
+            reviews=[
+                ReviewRound(
+                    kind="review",
+                    round=1,
+                    stage=ReviewStage.SPEC_COMPLIANCE,
+                    verdicts=[Verdict(reviewer="r", passed=False, notes="missing /health")],
+                    at=AT,
+                ),
+                ReviewRound(
+                    kind="review",
+                    round=2,
+                    stage=ReviewStage.SPEC_COMPLIANCE,
+                    verdicts=[Verdict(reviewer="r", passed=True)],
+                    at=AT,
+                ),
+            ],
+        ),
+        record(
+            "db",
+            TaskState.SUCCEEDED,
+            attempts=2,
+            result_ref=ResultReference(sha256="ab" * 32, bytes=40_000),
+            reviews=[
+                ReviewRound(
+                    kind="verify",
+                    round=1,
+                    verdicts=[
+                        Verdict(reviewer="v1", passed=True),
+                        Verdict(reviewer="v2", passed=False, notes="typo"),
+                    ],
+                    at=AT,
+                )
+            ],
+        ),
+        record(
+            "docs",
+            TaskState.ERROR,
+            attempts=1,
+            started_at=AT,
+            ended_at=AT + timedelta(seconds=65),
+            error=TaskError(type="approval_rejected", message="not now"),
+            approval=ApprovalDecision(approved=False, by="ann", reason="not now", at=AT),
+        ),
+        record("build", TaskState.SKIPPED, skipped_because="docs"),
+        record("join", TaskState.SKIPPED, skipped_because="docs"),
+    ],
+)
+
+
+API_RESULT = '{"notes": "line\\nbreak", "routes": ["a\\|b"]}'
+"""JSON escapes the newline; the markdown escapes the pipe."""
+
+
+def test_the_final_report_gives_each_task_state_attempts_duration_reviews_and_outcome() -> None:
+    markdown = final_report_markdown(STATE)
+    assert markdown.startswith(
+        "# Final report: Ship (p1)\n\n**partial**: 2 of 5 succeeded, 1 error, 2 skipped\n\n"
+        "- ran 2026-11-23 01:00:00 to 01:01:15 UTC (1m15s)\n"
+    )
+    assert table_rows(markdown, "Task") == [
+        ["api", "x", "succeeded", "1", "2.1s", "2", API_RESULT],
+        [
+            "db",
+            "x",
+            "succeeded",
+            "2",
+            "-",
+            "1",
+            "stored by reference: sha256 abababababab… (40000 bytes)",
+        ],
+        ["docs", "x", "error", "1", "1m05s", "-", "approval_rejected: not now"],
+        ["build", "x", "skipped", "0", "-", "-", "skipped: docs did not succeed"],
+        ["join", "x", "skipped", "0", "-", "-", "skipped: docs did not succeed"],
+    ]
+    assert markdown.endswith(
+        "## Reviews and approvals\n\n"
+        "- api: review spec_compliance #1: failed (r failed: missing /health)\n"
+        "- api: review spec_compliance #2: passed (r passed)\n"
+        "- db: verify #1: failed (v1 passed; v2 failed: typo)\n"
+        "- docs: rejected by ann: not now\n"
+    )
+
+
+def test_the_record_s_own_summary_wins_and_long_results_are_cut_in_the_markdown() -> None:
+    long = STATE.model_copy(
+        update={
+            "summary": "stopped by fail_fast",
+            "tasks": [record("a", TaskState.SUCCEEDED, result={"text": "x" * 5000})],
+        }
+    )
+    assert summary_line(long) == "stopped by fail_fast"
+    outcome = table_rows(final_report_markdown(long), "Task")[0][-1]
+    assert len(outcome) == 300 and outcome.endswith("…")
+
+
+def test_a_worker_result_is_the_task_s_whole_record_as_json() -> None:
+    task = STATE.tasks[0]
+    text = worker_result_json(task)
+    assert TaskRecord.model_validate_json(text) == task
+    assert json.loads(text)["result"]["routes"] == ["a|b"]
+
+
+def test_elapsed_reads_as_seconds_minutes_or_hours() -> None:
+    assert [elapsed(timedelta(seconds=s)) for s in (0.04, 59.94, 65, 3725)] == [
+        "0.0s",
+        "59.9s",
+        "1m05s",
+        "1h02m",
+    ]
