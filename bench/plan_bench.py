@@ -1,0 +1,342 @@
+"""A random task graph through the project's `TaskGraph` and through a hand-written temporalio
+workflow doing the same scheduling: tasks per second, and their ratio.
+
+    .venv/bin/python -m bench.plan_bench [--tasks 200] [--cap 5] [--rounds 3] [--seed 3]
+
+Why the comparison is fair: both sides run in one process against one server (TEMPORAL_ADDRESS
+when set, else a throwaway in-memory dev server), through one client with the project's data
+converter, each on its own worker and task queue with the SDK's default limits. Both run the
+same graph (N tasks, fixed seed, each depending on up to three earlier ones) under the same cap,
+one activity per task with the same timeout and retry policy, each task given the results of the
+tasks it depends on, and every activity does the same trivial work (a small dict holding a hash
+of its identity). The baseline is what a team would write with temporalio alone: one coroutine
+per task that waits for its dependencies, then takes one of `cap` slots of an `asyncio.Semaphore`
+for its activity. The rounds are interleaved (the side that goes first alternates), after one
+untimed warm-up plan per side, and each plan is timed from its start request to its result.
+Each run's history gives the most activities in flight at once (scheduled and not closed), so
+the report shows that both sides held the cap. What the ratio prices is what the project adds:
+the spec check, the state machine and its record, priorities, progress reading, search
+attributes and details.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from bench.server import bench_server
+    from coord.infra.process import exit_without_teardown
+    from coord.models.agents import AgentContext, AgentRegistry
+    from coord.models.contract import PLAN_WORKFLOW, plan_workflow_id
+    from coord.models.envelope import EventEnvelope
+    from coord.models.plan import DEFAULT_TASK_TIMEOUT, PlanSpec, PlanState, PlanStatus
+    from coord.models.retry import RetryConfig
+    from coord.worker import build_worker
+
+BENCH_AGENT = "bench_task"
+ACTIVITY_CLOSED = frozenset(
+    {
+        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+    }
+)
+MAX_DEPENDENCIES = 3
+WARMUP_TASKS = 10
+PLAN_DEADLINE = 600.0
+"""Seconds one plan may take before the bench gives up on it (instead of hanging)."""
+GOAL = 0.9
+
+
+Graph = dict[str, list[str]]
+"""Task id -> the ids it depends on, in declaration order (dependencies come first)."""
+
+
+def random_dag(tasks: int, seed: int) -> Graph:
+    """Each task depends on 0 to MAX_DEPENDENCIES tasks drawn from all earlier ones."""
+    rng = random.Random(seed)
+    graph: Graph = {}
+    for index in range(tasks):
+        earlier = list(graph)
+        count = rng.randint(0, min(MAX_DEPENDENCIES, index))
+        graph[f"t{index:03d}"] = sorted(rng.sample(earlier, count))
+    return graph
+
+
+def longest_path(graph: Graph) -> int:
+    """Tasks on the graph's longest dependency chain (its critical path, in tasks)."""
+    depth: dict[str, int] = {}
+    for task, dependencies in graph.items():
+        depth[task] = 1 + max((depth[d] for d in dependencies), default=0)
+    return max(depth.values())
+
+
+async def peak_in_flight(client: Client, workflow_id: str) -> int:
+    """The most activities scheduled and not yet closed at once, from the run's history."""
+    in_flight = peak = 0
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            in_flight += 1
+            peak = max(peak, in_flight)
+        elif event.event_type in ACTIVITY_CLOSED:
+            in_flight -= 1
+    return peak
+
+
+def trivial_work(identity: str) -> dict[str, Any]:
+    """What every task does on both sides: a summary and a hash of the run's identity."""
+    return {"summary": "done", "ref": hashlib.sha256(identity.encode()).hexdigest()[:8]}
+
+
+# The baseline: what a team would write by hand with temporalio alone.
+
+BASELINE_RETRY = RetryConfig().to_retry_policy()
+"""The same retry policy as a plan task's default."""
+
+
+@dataclass
+class BaselineGraph:
+    tasks: Graph
+    cap: int
+
+
+@dataclass
+class BaselineTaskInput:
+    task: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+@activity.defn(name="baseline_task")
+async def baseline_task(request: BaselineTaskInput) -> dict[str, Any]:
+    info = activity.info()
+    return trivial_work(f"{info.workflow_id}/{info.activity_id}")
+
+
+@workflow.defn(name="BaselineTaskGraph")
+class BaselineTaskGraph:
+    """One coroutine per task: wait for its dependencies, take a slot, run, publish the result."""
+
+    @workflow.run
+    async def run(self, graph: BaselineGraph) -> dict[str, dict[str, Any]]:
+        slots = asyncio.Semaphore(graph.cap)
+        done = {task: asyncio.Event() for task in graph.tasks}
+        results: dict[str, dict[str, Any]] = {}
+
+        async def run_task(task: str, dependencies: list[str]) -> None:
+            for dependency in dependencies:
+                await done[dependency].wait()
+            async with slots:
+                results[task] = await workflow.execute_activity(
+                    "baseline_task",
+                    BaselineTaskInput(task, {d: results[d] for d in dependencies}),
+                    start_to_close_timeout=DEFAULT_TASK_TIMEOUT,
+                    retry_policy=BASELINE_RETRY,
+                    result_type=dict,
+                )
+            done[task].set()
+
+        await asyncio.gather(*(run_task(t, deps) for t, deps in graph.tasks.items()))
+        return results
+
+
+# The two sides.
+
+RunPlan = Callable[[str, Graph], Awaitable[str | None]]
+"""Runs one graph under the given id; None when every task succeeded, else what went wrong."""
+
+
+def bench_registry() -> AgentRegistry:
+    registry = AgentRegistry()
+
+    @registry.register(BENCH_AGENT)
+    async def bench_task(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return trivial_work(context.idempotency_key)
+
+    return registry
+
+
+def plan_spec(plan_id: str, graph: Graph, cap: int) -> PlanSpec:
+    tasks = [
+        {"id": task, "agent": BENCH_AGENT, "depends_on": dependencies}
+        for task, dependencies in graph.items()
+    ]
+    return PlanSpec.model_validate({"plan_id": plan_id, "max_workers": cap, "tasks": tasks})
+
+
+def project_side(client: Client, queue: str, cap: int) -> RunPlan:
+    async def run_plan(plan_id: str, graph: Graph) -> str | None:
+        spec = plan_spec(plan_id, graph, cap)
+        handle = await client.start_workflow(
+            PLAN_WORKFLOW, spec, id=spec.workflow_id, task_queue=queue, result_type=PlanState
+        )
+        state = await handle.result()
+        if state.status == PlanStatus.COMPLETED:
+            return None
+        return f"{plan_id}: {state.status.value} ({state.summary})"
+
+    return run_plan
+
+
+def baseline_side(client: Client, queue: str, cap: int) -> RunPlan:
+    async def run_plan(plan_id: str, graph: Graph) -> str | None:
+        results = await client.execute_workflow(
+            BaselineTaskGraph.run, BaselineGraph(graph, cap), id=plan_id, task_queue=queue
+        )
+        if len(results) == len(graph):
+            return None
+        return f"{plan_id}: {len(results)} of {len(graph)} tasks have a result"
+
+    return run_plan
+
+
+# Measurement.
+
+
+@dataclass(frozen=True)
+class Measurement:
+    side: str
+    round: int
+    tasks: int
+    seconds: float
+    peak_running: int
+    failure: str | None
+
+    @property
+    def rate(self) -> float:
+        return self.tasks / self.seconds
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str
+    run_plan: RunPlan
+    client: Client
+    workflow_id: Callable[[str], str]
+
+
+async def measure(side: Side, round_: int, graph: Graph) -> Measurement:
+    plan_id = f"bench-{side.name}-{uuid.uuid4().hex[:8]}"
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(PLAN_DEADLINE):
+            failure = await side.run_plan(plan_id, graph)
+    except Exception as error:  # any failure of a run is the bench's finding, reported
+        failure = f"{plan_id}: {type(error).__name__}: {error}"
+    seconds = time.perf_counter() - started
+    peak = await peak_in_flight(side.client, side.workflow_id(plan_id))
+    return Measurement(side.name, round_, len(graph), seconds, peak, failure)
+
+
+async def interleaved(sides: list[Side], graph: Graph, rounds: int) -> list[Measurement]:
+    """Round r runs every side once; the side that goes first alternates between rounds."""
+    results = []
+    for round_ in range(1, rounds + 1):
+        order = sides if round_ % 2 else list(reversed(sides))
+        for side in order:
+            results.append(await measure(side, round_, graph))
+    return results
+
+
+def side_rate(results: list[Measurement], side: str) -> float:
+    """Tasks per second over all of a side's rounds (total tasks over total seconds)."""
+    mine = [m for m in results if m.side == side]
+    return sum(m.tasks for m in mine) / sum(m.seconds for m in mine)
+
+
+def report(header: list[str], results: list[Measurement]) -> None:
+    for line in header:
+        print(line)
+    print(f"{'round':>5}  {'side':<9}{'seconds':>9}{'tasks/s':>9}{'peak running':>14}")
+    for m in results:
+        print(f"{m.round:>5}  {m.side:<9}{m.seconds:>9.2f}{m.rate:>9.1f}{m.peak_running:>14}")
+    project, baseline = side_rate(results, "project"), side_rate(results, "baseline")
+    per_round = [
+        p.rate / b.rate
+        for p in results
+        if p.side == "project"
+        for b in results
+        if b.side == "baseline" and b.round == p.round
+    ]
+    print(f"project: {project:.1f} tasks/s; baseline: {baseline:.1f} tasks/s (all rounds)")
+    print(
+        f"project/baseline: {project / baseline:.2f}x "
+        f"(per round {', '.join(f'{r:.2f}' for r in per_round)}; "
+        f"median {statistics.median(per_round):.2f}x; goal >= {GOAL}x)"
+    )
+
+
+def failures(results: list[Measurement], cap: int) -> list[str]:
+    found = [m.failure for m in results if m.failure is not None]
+    found += [
+        f"{m.side} round {m.round}: {m.peak_running} activities ran at once (cap {cap})"
+        for m in results
+        if m.peak_running > cap
+    ]
+    return found
+
+
+async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
+    graph = random_dag(tasks, seed)
+    run_id = uuid.uuid4().hex[:8]
+    project_queue, baseline_queue = f"bench-plan-{run_id}", f"bench-baseline-{run_id}"
+    async with bench_server() as (client, server):
+        sides = [
+            Side("project", project_side(client, project_queue, cap), client, plan_workflow_id),
+            Side("baseline", baseline_side(client, baseline_queue, cap), client, str),
+        ]
+        baseline_worker = Worker(
+            client,
+            task_queue=baseline_queue,
+            workflows=[BaselineTaskGraph],
+            activities=[baseline_task],
+        )
+        async with build_worker(client, project_queue, bench_registry()), baseline_worker:
+            warm = [await measure(side, 0, random_dag(WARMUP_TASKS, seed)) for side in sides]
+            results = await interleaved(sides, graph, rounds)
+    edges = sum(len(dependencies) for dependencies in graph.values())
+    report(
+        [
+            f"Task graph: project TaskGraph vs hand-written temporalio workflow; cap {cap}",
+            f"graph: {tasks} tasks, {edges} dependencies (random DAG, seed {seed}, up to "
+            f"{MAX_DEPENDENCIES} per task), longest path {longest_path(graph)} tasks",
+            f"server: {server}; CPUs: {os.cpu_count()}; rounds: {rounds}, interleaved "
+            f"(first side alternates); warm-up: one {WARMUP_TASKS}-task plan per side",
+        ],
+        results,
+    )
+    found = failures(warm + results, cap)
+    for problem in found[:5]:
+        print(f"  not completed: {problem}", file=sys.stderr)
+    return 1 if found else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--tasks", type=int, default=200, help="tasks in the graph")
+    parser.add_argument("--cap", type=int, default=5, help="activities running at once, at most")
+    parser.add_argument("--rounds", type=int, default=3, help="timed plans per side")
+    parser.add_argument("--seed", type=int, default=3, help="the random graph's seed")
+    args = parser.parse_args()
+    if min(args.tasks, args.cap, args.rounds) < 1:
+        parser.error("--tasks, --cap and --rounds must be at least 1")
+    exit_without_teardown(lambda: asyncio.run(bench(args.tasks, args.cap, args.rounds, args.seed)))
+
+
+if __name__ == "__main__":
+    main()
