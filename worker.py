@@ -22,9 +22,10 @@ from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
+from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry, TaskGraph)
 
 
 def demo_agents_enabled() -> bool:

@@ -389,6 +389,9 @@ class RunningTask(BaseModel):
     state: TaskState
     summary: str | None
     elapsed_s: float
+    """Since it started, as of the plan's latest step (a query cannot read the clock)."""
+    started_at: datetime | None = None
+    """When it started, for a live elapsed time on the reader's clock."""
 
 
 class ActivityProgress(BaseModel):

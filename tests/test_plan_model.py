@@ -1,12 +1,25 @@
 """The plan's scheduler and state machine (`PlanModel`) and its activity ids, without a server."""
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
 from coord.models.plan import (
     ActivityKey,
+    PlanSpec,
+    PlanStatus,
+    TaskError,
+    TaskState,
     parse_activity_id,
     review_activity_id,
     run_activity_id,
     verify_activity_id,
 )
+from coord.models.plan_model import PlanModel
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T1 = T0 + timedelta(seconds=30)
 
 
 def test_activity_ids_name_their_task_kind_and_round_and_read_back() -> None:
@@ -19,3 +32,167 @@ def test_activity_ids_name_their_task_kind_and_round_and_read_back() -> None:
     )
     for other in ["1", "build/run/x/1", "build/review/2", "build/run/", "build/sleep/1"]:
         assert parse_activity_id(other) is None
+
+
+def model(*tasks: dict[str, Any], **fields: Any) -> PlanModel:
+    for task in tasks:
+        task.setdefault("agent", "work")
+    spec = PlanSpec.model_validate({"plan_id": "p", "tasks": list(tasks), **fields})
+    return PlanModel.begin(spec, T0)
+
+
+def started(plan: PlanModel) -> list[str]:
+    return [task.id for task in plan.take_startable()]
+
+
+def succeed(plan: PlanModel, task_id: str, **data: Any) -> None:
+    plan.task_ready(task_id, T0)
+    plan.run_started(task_id, T0)
+    plan.run_succeeded(task_id, T0, data=data)
+    plan.task_succeeded(task_id, T0)
+
+
+def test_tasks_start_once_every_dependency_has_succeeded() -> None:
+    plan = model(
+        {"id": "a"}, {"id": "b", "depends_on": ["a"]}, {"id": "c", "depends_on": ["a", "b"]}
+    )
+    assert started(plan) == ["a"]
+    assert started(plan) == []
+    succeed(plan, "a", n=1)
+    assert started(plan) == ["b"]
+    succeed(plan, "b", n=2)
+    assert started(plan) == ["c"]
+    assert plan.agent_request(plan.spec.task("c"), 1, "plan-p").inputs == {
+        "a": {"n": 1},
+        "b": {"n": 2},
+    }
+
+
+def test_slots_are_capped_and_served_by_priority_then_declaration_order() -> None:
+    plan = model(
+        {"id": "low", "priority": "low"},
+        {"id": "n1"},
+        {"id": "n2"},
+        {"id": "crit", "priority": "critical"},
+        {"id": "high", "priority": "high"},
+        max_workers=2,
+    )
+    for task in ["low", "n1", "n2", "crit", "high"]:
+        plan.request_slot(f"{task}/run/1", task)
+    assert plan.holders == ["low/run/1", "n1/run/1"]
+    order = []
+    while plan.holders:
+        released = plan.holders[0]
+        plan.release_slot(released)
+        order.append(released)
+        assert len(plan.holders) <= 2
+    assert order == ["low/run/1", "n1/run/1", "crit/run/1", "high/run/1", "n2/run/1"]
+
+
+def test_a_request_given_up_while_waiting_leaves_the_queue() -> None:
+    plan = model({"id": "a"}, {"id": "b"}, max_workers=1)
+    plan.request_slot("a/run/1", "a")
+    plan.request_slot("b/run/1", "b")
+    plan.release_slot("b/run/1")
+    plan.release_slot("a/run/1")
+    assert plan.holders == [] and plan.waiting == []
+
+
+def test_an_error_skips_its_transitive_dependents_naming_it() -> None:
+    plan = model(
+        {"id": "a"},
+        {"id": "b", "depends_on": ["a"]},
+        {"id": "c", "depends_on": ["b"]},
+        {"id": "d"},
+        {"id": "e", "depends_on": ["d", "b"]},
+    )
+    assert started(plan) == ["a", "d"]
+    plan.task_ready("a", T0)
+    plan.run_started("a", T0)
+    skipped = plan.run_failed("a", T1, TaskError(type="timeout", message="late"), attempt=2)
+    assert skipped == ["b", "c", "e"]
+    assert [plan.record(t).skipped_because for t in skipped] == ["a", "a", "a"]
+    assert [(t.state, t.attempt) for t in plan.record("a").transitions] == [
+        (TaskState.PENDING, None),
+        (TaskState.READY, None),
+        (TaskState.RUNNING, 1),
+        (TaskState.FAILED, 1),
+        (TaskState.RUNNING, 2),
+        (TaskState.FAILED, 2),
+        (TaskState.ERROR, None),
+    ]
+    assert not plan.finished()
+    succeed(plan, "d")
+    assert plan.finished() and started(plan) == []
+    state = plan.finish(T1)
+    assert state.status == PlanStatus.PARTIAL
+    assert state.summary == "1 of 5 succeeded, 1 error, 3 skipped"
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "status"),
+    [
+        (["ok", "ok"], PlanStatus.COMPLETED),
+        (["ok", "error"], PlanStatus.PARTIAL),
+        (["error", "error"], PlanStatus.FAILED),
+    ],
+)
+def test_the_plan_outcome(outcomes: list[str], status: PlanStatus) -> None:
+    plan = model({"id": "a"}, {"id": "b"})
+    for task, outcome in zip(["a", "b"], outcomes, strict=True):
+        if outcome == "ok":
+            succeed(plan, task)
+        else:
+            plan.task_error(task, T1, TaskError(type="x", message="y"))
+    assert plan.finish(T1).status == status
+
+
+def test_fail_fast_stops_at_the_first_error_and_cancels_what_waits() -> None:
+    plan = model({"id": "a"}, {"id": "b"}, {"id": "c", "depends_on": ["b"]}, fail_fast=True)
+    assert started(plan) == ["a", "b"]
+    plan.task_ready("b", T0)
+    plan.task_error("a", T1, TaskError(type="x", message="y"))
+    assert plan.stopping == "fail_fast: task a ended error"
+    assert not plan.has_startable()
+    plan.cancel_waiting(T1)
+    state = plan.finish(T1)
+    assert {t.id: t.state for t in state.tasks} == {
+        "a": TaskState.ERROR,
+        "b": TaskState.CANCELLED,
+        "c": TaskState.CANCELLED,
+    }
+    assert state.status == PlanStatus.FAILED
+    assert state.summary == "0 of 3 succeeded, 1 error, 2 cancelled (fail_fast: task a ended error)"
+
+
+def test_progress_retries_seen_and_details() -> None:
+    plan = model({"id": "a", "summary": "write code"}, {"id": "b"}, max_workers=1)
+    started(plan)
+    for task in ["a", "b"]:
+        plan.task_ready(task, T0)
+        plan.request_slot(f"{task}/run/1", task)
+    plan.run_started("a", T0)
+    assert plan.progress_seen("a", "Reading runAgent.ts", T1)
+    assert not plan.progress_seen("a", "Reading runAgent.ts", T1)
+    assert plan.retries_seen("a", 2, "boom", T1)
+    assert plan.record("a").attempts == 2
+    view = plan.progress(T1)
+    assert [(r.task, r.summary, r.elapsed_s) for r in view.running] == [
+        ("a", "Reading runAgent.ts", 30.0)
+    ]
+    assert view.counts == {TaskState.READY: 1, TaskState.RUNNING: 1}
+    assert view.waiting_for == ["a worker slot (1 waiting, max_workers 1)"]
+    assert plan.details(T1) == (
+        "**Status:** running (1 ready, 1 running)\n\n"
+        "- **a** running 30s: Reading runAgent.ts\n\n"
+        "**Waiting for:** a worker slot (1 waiting, max_workers 1)"
+    )
+
+
+def test_the_model_reads_back_from_its_json_and_schedules_the_same() -> None:
+    plan = model({"id": "a"}, {"id": "b", "depends_on": ["a"]}, {"id": "c"})
+    assert started(plan) == ["a", "c"]
+    succeed(plan, "a", n=1)
+    again = PlanModel.model_validate_json(plan.model_dump_json())
+    assert started(again) == ["b"]
+    assert again.counts() == plan.counts()

@@ -1,6 +1,8 @@
 """Helpers shared by the workflows."""
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -23,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 DEAD_LETTER_PATCH = "dead-letter-queue"
@@ -167,3 +170,17 @@ async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:
 async def signal_chain(correlation_id: str, signal: str, arg: Any) -> bool:
     """Signals the chain of a correlation; False when it has none running."""
     return await signal_if_running(contract.chain_workflow_id(correlation_id), signal, arg)
+
+
+async def uncancellable(awaitable: Awaitable[T], on_cancel: Callable[[], None] | None = None) -> T:
+    """Run to the end even if the workflow is cancelled (again) meanwhile. A cancel landing in
+    the same workflow task as the end does not replace the outcome; `on_cancel` is told."""
+    task = asyncio.ensure_future(awaitable)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if on_cancel is not None:
+                on_cancel()
+            if task.done():
+                return task.result()

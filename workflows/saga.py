@@ -7,7 +7,6 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -52,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         decode_input,
         park,
         signal_chain,
+        uncancellable,
         upsert_search_attributes,
     )
 
@@ -73,20 +73,6 @@ class StepFailed(Exception):
         super().__init__(f"step {index} {step.name} failed: {failure_message(error)}")
         self.index = index
         self.step = step
-
-
-async def uncancellable(awaitable: Awaitable[T], on_cancel: Callable[[], None] | None = None) -> T:
-    """Run to the end even if the workflow is cancelled (again) meanwhile. A cancel landing in
-    the same workflow task as the end does not replace the outcome; `on_cancel` is told."""
-    task = asyncio.ensure_future(awaitable)
-    while True:
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if on_cancel is not None:
-                on_cancel()
-            if task.done():
-                return task.result()
 
 
 @workflow.defn(name=SAGA_WORKFLOW)

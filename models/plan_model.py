@@ -1,0 +1,442 @@
+"""A plan's scheduler and state machine, apart from Temporal: which tasks may start, who gets a
+worker slot, each task's way through the seed 003 states, failure isolation, the plan's outcome,
+its progress view and its current details. Pure and serialisable like `ChainModel`, so it is
+tested without a server; the workflow (`coord.workflows.plan`) keeps only activities, timers,
+cancellation and queries. Times are given by the caller (`workflow.now()`), never read here.
+
+The cap: every agent activity a plan runs (a task's run, each review, each verifier) asks for
+one of `max_workers` slots, waits until it is granted and gives it back when the activity
+closes. Waiting requests are served by their task's priority (critical first), then by the
+task's declaration order, then in the order asked."""
+
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, PrivateAttr
+
+from coord.models.agents import AgentRequest
+from coord.models.envelope import EventEnvelope, Priority
+from coord.models.plan import (
+    ENDED_TASK_STATES,
+    PlanProgress,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    PlanTask,
+    ResultReference,
+    RunningTask,
+    TaskError,
+    TaskRecord,
+    TaskState,
+    Transition,
+)
+
+PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
+ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.REVIEWING})
+"""A task holding (or about to hold) worker slots: what the progress view lists."""
+DETAILS_RUNNING = 20
+"""Running tasks the current details list by name; the rest are counted."""
+
+
+class SlotRequest(BaseModel):
+    """An agent activity waiting for a worker slot; `key` is its activity id."""
+
+    key: str
+    task: str
+    rank: tuple[int, int, int]
+    """(priority rank, declaration index, order asked): the smallest is served first."""
+
+
+class PlanModel(BaseModel):
+    """A plan's bookkeeping: the spec, the record, the slots and which tasks were started. Made
+    by `begin`; the workflow asks it what may start and tells it what happened."""
+
+    spec: PlanSpec
+    state: PlanState
+    holders: list[str] = []
+    """Activity ids holding a slot."""
+    waiting: list[SlotRequest] = []
+    launched: list[str] = []
+    """Tasks handed to the workflow to run (their lifecycle started)."""
+    asked: int = 0
+    stopping: str | None = None
+    """Why the plan stops early (a cancel, or `fail_fast`'s first error): nothing new starts."""
+
+    _records: dict[str, TaskRecord] = PrivateAttr()
+    _index: dict[str, int] = PrivateAttr()
+    _dependents: dict[str, list[str]] = PrivateAttr()
+    _unmet: dict[str, int] = PrivateAttr()
+    """Per task not launched, how many of its dependencies have not succeeded yet."""
+    _startable: list[str] = PrivateAttr()
+    _counts: Counter[TaskState] = PrivateAttr()
+    _run_attempt: dict[str, int] = PrivateAttr()
+    """Per task, the attempt of its current run seen so far (retries the record shows)."""
+
+    @classmethod
+    def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
+        """A new plan: every task pending, the roots startable."""
+        records = [
+            TaskRecord(
+                id=task.id,
+                agent=spec.agent_of(task),
+                summary=task.summary,
+                transitions=[Transition(state=TaskState.PENDING, at=now)],
+            )
+            for task in spec.tasks
+        ]
+        state = PlanState(
+            plan_id=spec.plan_id,
+            name=spec.name,
+            correlation_id=spec.correlation_id,
+            max_workers=spec.max_workers,
+            started_at=now,
+            tasks=records,
+        )
+        return cls(spec=spec, state=state)
+
+    def model_post_init(self, context: Any, /) -> None:
+        """The indexes, derived from the spec and the record (so a model read back from its
+        JSON schedules the same)."""
+        self._records = {record.id: record for record in self.state.tasks}
+        self._index = {task.id: i for i, task in enumerate(self.spec.tasks)}
+        self._dependents = {task.id: [] for task in self.spec.tasks}
+        for task in self.spec.tasks:
+            for dependency in task.depends_on:
+                self._dependents[dependency].append(task.id)
+        succeeded = {r.id for r in self.state.tasks if r.state == TaskState.SUCCEEDED}
+        self._unmet = {
+            task.id: sum(d not in succeeded for d in task.depends_on)
+            for task in self.spec.tasks
+            if task.id not in self.launched
+        }
+        self._startable = [
+            task.id
+            for task in self.spec.tasks
+            if self._unmet.get(task.id) == 0 and self._records[task.id].state == TaskState.PENDING
+        ]
+        self._counts = Counter(record.state for record in self.state.tasks)
+        self._run_attempt = {}
+
+    # --- What may start -------------------------------------------------------------------
+
+    def has_startable(self) -> bool:
+        return bool(self._startable) and self.stopping is None
+
+    def take_startable(self) -> list[PlanTask]:
+        """The pending tasks whose dependencies have all succeeded, in declaration order, now
+        handed to the workflow to run."""
+        if self.stopping is not None:
+            return []
+        taken, self._startable = sorted(self._startable, key=self._index.__getitem__), []
+        for task_id in taken:
+            self.launched.append(task_id)
+            del self._unmet[task_id]
+        return [self.spec.task(task_id) for task_id in taken]
+
+    def record(self, task_id: str) -> TaskRecord:
+        return self._records[task_id]
+
+    # --- Worker slots ---------------------------------------------------------------------
+
+    def request_slot(self, key: str, task_id: str) -> None:
+        """An activity (by its id) asks for a slot; granted at once when one is free and
+        nothing ranked before it waits."""
+        priority = self.spec.task(task_id).priority if task_id in self._index else Priority.LOW
+        self.asked += 1
+        rank = (PRIORITY_RANK[priority], self._index.get(task_id, len(self._index)), self.asked)
+        self.waiting.append(SlotRequest(key=key, task=task_id, rank=rank))
+        self._grant()
+
+    def holds_slot(self, key: str) -> bool:
+        return key in self.holders
+
+    def release_slot(self, key: str) -> None:
+        """The activity closed (or never started): its slot goes to the next waiting."""
+        if key in self.holders:
+            self.holders.remove(key)
+        else:
+            self.waiting = [request for request in self.waiting if request.key != key]
+        self._grant()
+
+    def _grant(self) -> None:
+        free = self.spec.max_workers - len(self.holders)
+        if free <= 0 or not self.waiting:
+            return
+        self.waiting.sort(key=lambda request: request.rank)
+        granted, self.waiting = self.waiting[:free], self.waiting[free:]
+        self.holders += [request.key for request in granted]
+
+    # --- A task's way through the states --------------------------------------------------
+
+    def task_ready(self, task_id: str, now: datetime) -> None:
+        """Runnable: its dependencies succeeded (and a person approved, when asked)."""
+        self._transition(task_id, TaskState.READY, now)
+
+    def run_started(self, task_id: str, now: datetime) -> None:
+        """The task's agent run (a new round) got its slot and is scheduled: attempt 1."""
+        record = self._records[task_id]
+        record.attempts += 1
+        record.started_at = record.started_at or now
+        record.progress = record.progress_at = None
+        self._run_attempt[task_id] = 1
+        self._transition(task_id, TaskState.RUNNING, now, attempt=1)
+
+    def retries_seen(
+        self, task_id: str, attempt: int, last_failure: str | None, now: datetime
+    ) -> bool:
+        """The run is at `attempt` (the progress reader saw it, or its outcome said so): the
+        attempts before it failed, each `failed -> running` in the record. Returns whether
+        the record changed."""
+        seen = self._run_attempt.get(task_id)
+        if seen is None or attempt <= seen:
+            return False
+        for next_attempt in range(seen + 1, attempt + 1):
+            reason = last_failure if next_attempt == attempt else None
+            self._transition(
+                task_id, TaskState.FAILED, now, attempt=next_attempt - 1, reason=reason
+            )
+            self._transition(task_id, TaskState.RUNNING, now, attempt=next_attempt)
+            self._records[task_id].attempts += 1
+        self._run_attempt[task_id] = attempt
+        return True
+
+    def progress_seen(self, task_id: str, progress: str | None, now: datetime) -> bool:
+        """The agent's latest progress summary (its heartbeat details); whether it changed."""
+        record = self._records[task_id]
+        if progress is None or progress == record.progress or record.state not in ACTIVE_STATES:
+            return False
+        record.progress, record.progress_at = progress, now
+        return True
+
+    def run_succeeded(
+        self,
+        task_id: str,
+        now: datetime,
+        *,
+        data: dict[str, Any],
+        reference: ResultReference | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """The run's result: its data, or only its reference when it was stored by reference.
+        The task stays running until its gates pass (`task_succeeded`)."""
+        if attempt is not None:
+            self.retries_seen(task_id, attempt, None, now)
+        record = self._records[task_id]
+        record.result, record.result_ref = (None, reference) if reference else (data, None)
+
+    def task_reviewing(self, task_id: str, now: datetime) -> None:
+        self._transition(task_id, TaskState.REVIEWING, now)
+
+    def task_succeeded(self, task_id: str, now: datetime) -> None:
+        """The task is done: its dependents whose dependencies have all succeeded may start."""
+        self._end(task_id, TaskState.SUCCEEDED, now)
+        for dependent in self._dependents[task_id]:
+            if dependent in self._unmet:
+                self._unmet[dependent] -= 1
+                if self._unmet[dependent] == 0:
+                    self._startable.append(dependent)
+
+    def run_failed(self, task_id: str, now: datetime, error: TaskError, attempt: int) -> list[str]:
+        """The run failed for good at `attempt`: `failed -> error`. Returns the tasks skipped."""
+        self.retries_seen(task_id, attempt, None, now)
+        self._transition(task_id, TaskState.FAILED, now, attempt=attempt, reason=error.message)
+        return self.task_error(task_id, now, error)
+
+    def task_error(self, task_id: str, now: datetime, error: TaskError) -> list[str]:
+        """The task failed for good (retries spent, review budget spent, approval rejected):
+        its transitive dependents are skipped, naming it; independent branches go on. With
+        `fail_fast` the plan stops. Returns the tasks skipped."""
+        self._records[task_id].error = error
+        self._end(task_id, TaskState.ERROR, now, reason=f"{error.type}: {error.message}")
+        if self.spec.fail_fast and self.stopping is None:
+            self.stopping = f"fail_fast: task {task_id} ended error"
+        return self._skip_dependents(task_id, now)
+
+    def task_cancelled(self, task_id: str, now: datetime, reason: str) -> None:
+        if self._records[task_id].state not in ENDED_TASK_STATES:
+            self._end(task_id, TaskState.CANCELLED, now, reason=reason)
+
+    def stop(self, reason: str) -> None:
+        """Nothing new starts (a cancel); what runs is cancelled by the workflow."""
+        self.stopping = self.stopping or reason
+
+    def cancel_waiting(self, now: datetime) -> None:
+        """Once the plan stops and its running tasks are cancelled: every task that has not
+        ended (waiting for dependencies, a slot, or a person) is cancelled."""
+        for record in self.state.tasks:
+            self.task_cancelled(record.id, now, self.stopping or "plan stopped")
+        self.waiting.clear()
+
+    def _skip_dependents(self, failed: str, now: datetime) -> list[str]:
+        skipped: list[str] = []
+        frontier = list(self._dependents[failed])
+        while frontier:
+            task_id = frontier.pop(0)
+            record = self._records[task_id]
+            if record.state != TaskState.PENDING:
+                continue
+            record.skipped_because = failed
+            reason = f"depends on {failed}, which ended {self._records[failed].state.value}"
+            self._end(task_id, TaskState.SKIPPED, now, reason=reason)
+            self._unmet.pop(task_id, None)
+            skipped.append(task_id)
+            frontier += self._dependents[task_id]
+        return skipped
+
+    def _end(
+        self, task_id: str, state: TaskState, now: datetime, reason: str | None = None
+    ) -> None:
+        record = self._records[task_id]
+        record.ended_at = now
+        record.progress = None
+        self._transition(task_id, state, now, reason=reason)
+
+    def _transition(
+        self,
+        task_id: str,
+        state: TaskState,
+        now: datetime,
+        *,
+        attempt: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        record = self._records[task_id]
+        self._counts[record.state] -= 1
+        self._counts[state] += 1
+        record.state = state
+        record.transitions.append(Transition(state=state, at=now, attempt=attempt, reason=reason))
+
+    # --- The agent request ----------------------------------------------------------------
+
+    def agent_request(
+        self, task: PlanTask, round: int, workflow_id: str, extra: dict[str, Any] | None = None
+    ) -> AgentRequest:
+        """What `run_agent` gets for a task's run: the task's input as the event's payload,
+        the results of its dependencies keyed by id (a reference where one was stored by
+        reference), and what a round adds (`extra`: a fix round's review notes)."""
+        agent = self.spec.agent_of(task)
+        event = EventEnvelope.new(
+            f"{task.id}Requested",
+            workflow_id,
+            payload=task.input,
+            correlation_id=self.spec.correlation_id,
+            priority=task.priority,
+        )
+        return AgentRequest(
+            agent=agent,
+            event=event,
+            retry_on=task.retry.retry_on,
+            config=self.spec.agents.get(agent),
+            idempotency_key=f"{workflow_id}/{task.id}/{round}",
+            inputs={**self.dependency_results(task), **(extra or {})},
+        )
+
+    def dependency_results(self, task: PlanTask) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        for dependency in task.depends_on:
+            record = self._records[dependency]
+            if record.result_ref is not None:
+                results[dependency] = {"result_ref": record.result_ref.model_dump(mode="json")}
+            else:
+                results[dependency] = record.result or {}
+        return results
+
+    # --- The plan's outcome and views -----------------------------------------------------
+
+    def running(self) -> bool:
+        """Some task is running or being reviewed (what the progress reader watches)."""
+        return any(self._counts[state] for state in ACTIVE_STATES)
+
+    def finished(self) -> bool:
+        """Every task has ended."""
+        return sum(self._counts[state] for state in ENDED_TASK_STATES) == len(self.state.tasks)
+
+    def finish(self, now: datetime, *, cancelled: bool = False) -> PlanState:
+        """The plan's status and summary line, once every task has ended."""
+        succeeded = self._counts[TaskState.SUCCEEDED]
+        if cancelled:
+            status = PlanStatus.CANCELLED
+        elif succeeded == len(self.state.tasks):
+            status = PlanStatus.COMPLETED
+        elif succeeded == 0 or self.stopping is not None:
+            status = PlanStatus.FAILED
+        else:
+            status = PlanStatus.PARTIAL
+        self.state.status = status
+        self.state.ended_at = now
+        self.state.summary = self.summary_line()
+        return self.state
+
+    def summary_line(self) -> str:
+        """`4 of 6 succeeded, 1 error, 1 skipped` (and why it stopped early, if it did)."""
+        total = len(self.state.tasks)
+        parts = [f"{self._counts[TaskState.SUCCEEDED]} of {total} succeeded"]
+        parts += [
+            f"{self._counts[state]} {state.value}"
+            for state in TaskState
+            if state != TaskState.SUCCEEDED and self._counts[state]
+        ]
+        line = ", ".join(parts)
+        return f"{line} ({self.stopping})" if self.stopping else line
+
+    def counts(self) -> dict[TaskState, int]:
+        return {state: self._counts[state] for state in TaskState if self._counts[state]}
+
+    def progress(self, now: datetime) -> PlanProgress:
+        """The `progress` query: running tasks with their latest summary and elapsed time."""
+        running = [
+            RunningTask(
+                task=record.id,
+                state=record.state,
+                summary=record.progress,
+                elapsed_s=round((now - (record.started_at or now)).total_seconds(), 1),
+                started_at=record.started_at,
+            )
+            for record in self.state.tasks
+            if record.state in ACTIVE_STATES
+        ]
+        return PlanProgress(
+            plan_id=self.state.plan_id,
+            status=self.state.status,
+            counts=self.counts(),
+            running=running,
+            waiting_for=self.waiting_for(),
+        )
+
+    def waiting_for(self) -> list[str]:
+        """What the plan waits for besides running agents: people, and free worker slots."""
+        approvals = [
+            f"approval of {record.id}"
+            for record in self.state.tasks
+            if record.state == TaskState.AWAITING_APPROVAL
+        ]
+        if self.waiting:
+            cap = self.spec.max_workers
+            approvals.append(f"a worker slot ({len(self.waiting)} waiting, max_workers {cap})")
+        return approvals
+
+    def details(self, now: datetime) -> str:
+        """The plan as the Temporal UI shows it in 'current details' (markdown)."""
+        view = self.progress(now)
+        counts = ", ".join(f"{n} {state.value}" for state, n in view.counts.items())
+        lines = [f"**Status:** {view.status.value} ({counts})"]
+        for task in view.running[:DETAILS_RUNNING]:
+            doing = f": {task.summary}" if task.summary else ""
+            lines.append(f"- **{task.task}** {task.state.value} {task.elapsed_s:.0f}s{doing}")
+        if len(view.running) > DETAILS_RUNNING:
+            lines.append(f"- and {len(view.running) - DETAILS_RUNNING} more")
+        if view.waiting_for:
+            lines.append(f"**Waiting for:** {'; '.join(view.waiting_for)}")
+        if self.state.summary:
+            lines.append(f"**Summary:** {self.state.summary}")
+        return "\n\n".join(lines)
+
+    def memo_record(self) -> PlanState:
+        """The record kept in the memo: bounded, so without task results, transitions and
+        review rounds (the result, or the failure's details, has them all)."""
+        tasks = [
+            record.model_copy(update={"result": None, "transitions": [], "reviews": []})
+            for record in self.state.tasks
+        ]
+        return self.state.model_copy(update={"tasks": tasks})

@@ -1,0 +1,295 @@
+"""The TaskGraph workflow on the real dev server: the worker cap read from the history, the
+dependency order, failure isolation, retries in the record, results passed to dependents,
+cancellation and fail_fast. The agents are the test's own (PlanAgents)."""
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.contract import PLAN_RECORD_MEMO, PLAN_WORKFLOW
+from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.starter.api.common import kept_record
+from coord.worker import build_worker
+from coord.workflows.plan import TaskGraph
+from tests.helpers import eventually
+
+FAST_RETRY = {"max_retries": 2, "initial_delay": "50ms", "max_delay": "50ms"}
+
+
+@dataclass
+class PlanAgents:
+    """`work` answers with its task and inputs after `delay` seconds; `fail` always fails;
+    `hold` heartbeats until the test releases it (or its run is cancelled)."""
+
+    delay: float = 0.0
+    inputs: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    holding: set[str] = field(default_factory=set)
+
+    def registry(self) -> AgentRegistry:
+        registry = AgentRegistry()
+        registry.register("work")(self.work)
+        registry.register("fail")(self.fail)
+        registry.register("hold")(self.hold)
+        return registry
+
+    async def work(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        task = event.event.type.removesuffix("Requested")
+        self.inputs[task] = dict(context.inputs)
+        await asyncio.sleep(self.delay)
+        return {"task": task, **event.payload}
+
+    async def fail(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        raise ApplicationError(f"broken on attempt {context.attempt}", type="temporary_failure")
+
+    async def hold(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        self.holding.add(event.event.type.removesuffix("Requested"))
+        while not self.released.is_set():
+            activity.heartbeat()
+            await asyncio.sleep(0.1)
+        return {}
+
+
+def plan(*tasks: dict[str, Any], **fields: Any) -> PlanSpec:
+    for task in tasks:
+        task.setdefault("agent", "work")
+        task.setdefault("retry", FAST_RETRY)
+    return PlanSpec.model_validate(
+        {"plan_id": f"p-{uuid.uuid4().hex[:8]}", "tasks": list(tasks), **fields}
+    )
+
+
+async def start(client: Client, task_queue: str, spec: PlanSpec) -> WorkflowHandle[Any, PlanState]:
+    return await client.start_workflow(
+        TaskGraph.run, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
+    )
+
+
+async def run_plan(
+    client: Client, task_queue: str, spec: PlanSpec, agents: PlanAgents
+) -> tuple[PlanState, WorkflowHandle[Any, PlanState]]:
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+        return await asyncio.wait_for(handle.result(), 60), handle
+
+
+async def run_agent_spans(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, int, int]]:
+    """Each run_agent activity as (activity id, scheduled event id, closed event id)."""
+    scheduled: dict[int, str] = {}
+    spans = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name == "run_agent":
+                scheduled[event.event_id] = attributes.activity_id
+        for closed in (
+            event.activity_task_completed_event_attributes,
+            event.activity_task_failed_event_attributes,
+            event.activity_task_timed_out_event_attributes,
+            event.activity_task_canceled_event_attributes,
+        ):
+            if closed.scheduled_event_id in scheduled and event.event_type in CLOSED:
+                sid = closed.scheduled_event_id
+                spans.append((scheduled[sid], sid, event.event_id))
+                break
+    return spans
+
+
+CLOSED = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+}
+
+
+def most_at_once(spans: list[tuple[str, int, int]]) -> int:
+    """The most activities scheduled and not yet closed at any point of the history."""
+    changes = sorted([(s, 1) for _, s, _ in spans] + [(c, -1) for _, _, c in spans])
+    level = peak = 0
+    for _, change in changes:
+        level += change
+        peak = max(peak, level)
+    return peak
+
+
+async def test_the_cap_holds_from_the_history(client: Client, task_queue: str) -> None:
+    spec = plan(*({"id": f"t{i:02}"} for i in range(20)), max_workers=5)
+    state, handle = await run_plan(client, task_queue, spec, PlanAgents(delay=0.2))
+    assert state.status == PlanStatus.COMPLETED
+    assert state.summary == "20 of 20 succeeded"
+    spans = await run_agent_spans(handle)
+    assert sorted(activity_id for activity_id, _, _ in spans) == [
+        f"t{i:02}/run/1" for i in range(20)
+    ]
+    assert most_at_once(spans) == 5
+
+
+async def test_a_diamond_runs_in_dependency_order_and_passes_results_by_id(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        {"id": "a", "input": {"n": 1}},
+        {"id": "b", "depends_on": ["a"], "input": {"n": 2}},
+        {"id": "c", "depends_on": ["a"], "input": {"n": 3}},
+        {"id": "d", "depends_on": ["b", "c"]},
+    )
+    agents = PlanAgents()
+    state, handle = await run_plan(client, task_queue, spec, agents)
+    assert state.status == PlanStatus.COMPLETED
+    spans = {activity_id: (s, c) for activity_id, s, c in await run_agent_spans(handle)}
+    assert spans["a/run/1"][1] < min(spans["b/run/1"][0], spans["c/run/1"][0])
+    assert max(spans["b/run/1"][1], spans["c/run/1"][1]) < spans["d/run/1"][0]
+    assert agents.inputs["d"] == {"b": {"task": "b", "n": 2}, "c": {"task": "c", "n": 3}}
+    assert agents.inputs["a"] == {}
+    record = {task.id: task for task in state.tasks}
+    assert [t.state for t in record["d"].transitions] == [
+        TaskState.PENDING,
+        TaskState.READY,
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
+    assert record["b"].result == {"task": "b", "n": 2}
+
+
+async def test_a_failing_task_skips_exactly_its_dependents(client: Client, task_queue: str) -> None:
+    spec = plan(
+        {"id": "a", "agent": "fail"},
+        {"id": "b", "depends_on": ["a"]},
+        {"id": "c", "depends_on": ["b"]},
+        {"id": "d"},
+        {"id": "e", "depends_on": ["d"]},
+        {"id": "f", "depends_on": ["d", "a"]},
+    )
+    state, _ = await run_plan(client, task_queue, spec, PlanAgents())
+    states = {task.id: (task.state, task.skipped_because) for task in state.tasks}
+    assert states == {
+        "a": (TaskState.ERROR, None),
+        "b": (TaskState.SKIPPED, "a"),
+        "c": (TaskState.SKIPPED, "a"),
+        "d": (TaskState.SUCCEEDED, None),
+        "e": (TaskState.SUCCEEDED, None),
+        "f": (TaskState.SKIPPED, "a"),
+    }
+    assert state.status == PlanStatus.PARTIAL
+    assert state.summary == "2 of 6 succeeded, 1 error, 3 skipped"
+
+
+async def test_retries_then_error_are_in_the_record(client: Client, task_queue: str) -> None:
+    spec = plan({"id": "a", "agent": "fail"})
+    state, _ = await run_plan(client, task_queue, spec, PlanAgents())
+    (task,) = state.tasks
+    assert [(t.state, t.attempt) for t in task.transitions] == [
+        (TaskState.PENDING, None),
+        (TaskState.READY, None),
+        (TaskState.RUNNING, 1),
+        (TaskState.FAILED, 1),
+        (TaskState.RUNNING, 2),
+        (TaskState.FAILED, 2),
+        (TaskState.RUNNING, 3),
+        (TaskState.FAILED, 3),
+        (TaskState.ERROR, None),
+    ]
+    assert task.attempts == 3
+    assert task.error is not None and task.error.type == "temporary_failure"
+    assert task.error.message == "broken on attempt 3"
+    assert state.status == PlanStatus.FAILED
+
+
+async def test_a_cycle_sent_as_plain_json_fails_the_run_naming_its_path(
+    client: Client, task_queue: str
+) -> None:
+    raw = {
+        "plan_id": f"p-{uuid.uuid4().hex[:8]}",
+        "tasks": [
+            {"id": "a", "agent": "work", "depends_on": ["c"]},
+            {"id": "b", "agent": "work", "depends_on": ["a"]},
+            {"id": "c", "agent": "work", "depends_on": ["b"]},
+        ],
+    }
+    with pytest.raises(ValueError, match="dependency cycle a -> b -> c -> a"):
+        PlanSpec.model_validate(raw)
+    async with build_worker(client, task_queue, PlanAgents().registry()):
+        handle = await client.start_workflow(
+            PLAN_WORKFLOW, raw, id=f"plan-{raw['plan_id']}", task_queue=task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "invalid_spec"
+    assert cause.message == (
+        "plan spec: tasks: dependency cycle a -> b -> c -> a; a plan must be acyclic"
+    )
+
+
+async def test_cancelling_a_plan_cancels_its_running_and_waiting_tasks(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        {"id": "a", "agent": "hold", "heartbeat_timeout": "5s"},
+        {"id": "b", "agent": "hold", "heartbeat_timeout": "5s"},
+        {"id": "c", "depends_on": ["a"]},
+        {"id": "d"},
+        max_workers=2,
+    )
+    agents = PlanAgents()
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+
+        async def holding() -> bool:
+            return agents.holding == {"a", "b"}
+
+        await eventually(holding)
+        progress = await handle.query(TaskGraph.progress)
+        assert sorted(r.task for r in progress.running) == ["a", "b"]
+        assert progress.waiting_for == ["a worker slot (1 waiting, max_workers 2)"]
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        state = await kept_record(handle, PLAN_RECORD_MEMO, PlanState)
+    assert state is not None
+    assert state.status == PlanStatus.CANCELLED
+    assert {t.id: t.state for t in state.tasks} == dict.fromkeys("abcd", TaskState.CANCELLED)
+    assert all(t.result is None and t.transitions == [] for t in state.tasks)
+    spans = await run_agent_spans(handle)
+    assert sorted(activity_id for activity_id, _, _ in spans) == ["a/run/1", "b/run/1"]
+
+
+async def test_fail_fast_cancels_the_rest_and_fails_the_plan_with_its_report(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        {"id": "slow", "agent": "hold", "heartbeat_timeout": "5s"},
+        {"id": "broken", "agent": "fail", "retry": {"max_retries": 0}},
+        {"id": "later", "depends_on": ["slow"]},
+        fail_fast=True,
+    )
+    agents = PlanAgents()
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "plan_failed"
+    report = PlanState.model_validate(cause.details[0])
+    assert report.status == PlanStatus.FAILED
+    states = {t.id: t.state for t in report.tasks}
+    assert states == {
+        "slow": TaskState.CANCELLED,
+        "broken": TaskState.ERROR,
+        "later": TaskState.CANCELLED,
+    }
+    assert cause.message == report.summary
+    assert report.summary == (
+        "0 of 3 succeeded, 1 error, 2 cancelled (fail_fast: task broken ended error)"
+    )

@@ -1,0 +1,190 @@
+"""The `TaskGraph` workflow: a plan (seeds 003 and 004), a dependency graph of agent tasks run
+under a worker cap, each task started as soon as its dependencies have succeeded.
+
+What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
+outcome) is in `PlanModel` (coord.models.plan_model); one task's lifecycle is `TaskRun`
+(coord.workflows.plan_task). This module is the Temporal side: the start input, the loop that
+starts tasks, the progress reader, cancellation, queries, search attributes, details and memo.
+"""
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.contract import (
+        PLAN_PROGRESS_ACTIVITY,
+        PLAN_RECORD_MEMO,
+        PLAN_WORKFLOW,
+        PROGRESS_QUERY,
+        STATE_QUERY,
+        FailureType,
+        failure,
+        plan_id_of,
+    )
+    from coord.models.plan import (
+        ActivityProgress,
+        PlanProgress,
+        PlanSpec,
+        PlanState,
+        PlanStatus,
+        PlanTask,
+        parse_activity_id,
+    )
+    from coord.models.plan_model import PlanModel
+    from coord.models.specs import SpecError
+    from coord.workflows.common import (
+        NO_INPUT,
+        PlainInput,
+        decode_input,
+        uncancellable,
+        upsert_search_attributes,
+    )
+    from coord.workflows.plan_task import TaskRun
+
+PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
+PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
+"""The progress reader is best effort: a read that fails is skipped, the next one comes."""
+
+
+@workflow.defn(name=PLAN_WORKFLOW)
+class TaskGraph:
+    """A plan's Temporal side; its result is the final record (the seed's final report)."""
+
+    @workflow.init
+    def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
+        """Decodes the spec here, so queries answer from the first task on; a spec that does
+        not decode or validate is reported by `run` (nothing may fail the workflow task)."""
+        self._spec_error: str | None = None
+        self._model: PlanModel | None = None
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        try:
+            spec = decode_input(PlanSpec, raw_spec, "plan spec")
+        except SpecError as error:
+            self._spec_error = str(error)
+        else:
+            self._model = PlanModel.begin(spec, workflow.now())
+
+    @workflow.run
+    async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
+        """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
+        fails the run `invalid_spec` naming the field, instead of wedging its task."""
+        model = self._model
+        if model is None:
+            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        self._upsert_status()
+        self._publish()
+        watcher = asyncio.create_task(self._watch_progress(model))
+        try:
+            await self._run_tasks(model)
+        except asyncio.CancelledError:
+            await uncancellable(self._stop(model, "plan cancelled"))
+            self._end(model, cancelled=True)
+            raise
+        finally:
+            watcher.cancel()
+        if model.stopping is not None:
+            await self._stop(model, model.stopping)
+        state = self._end(model)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        if model.stopping is not None:
+            raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
+        return state
+
+    @workflow.query(name=STATE_QUERY)
+    def state(self) -> PlanState:
+        if self._model is None:
+            plan_id = plan_id_of(workflow.info().workflow_id)
+            return PlanState(plan_id=plan_id, status=PlanStatus.FAILED, summary=self._spec_error)
+        return self._model.state
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> PlanProgress:
+        return self._model_or_fail().progress(workflow.now())
+
+    def _model_or_fail(self) -> PlanModel:
+        if self._model is None:
+            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        return self._model
+
+    async def _run_tasks(self, model: PlanModel) -> None:
+        """Starts each task once its dependencies have succeeded, until every task has ended
+        or the plan stops (`fail_fast`)."""
+
+        def moved() -> bool:
+            return model.has_startable() or model.finished() or model.stopping is not None
+
+        while True:
+            for task in model.take_startable():
+                self._runs[task.id] = asyncio.create_task(self._task(model, task).run())
+            if model.finished() or model.stopping is not None:
+                return
+            await workflow.wait_condition(moved)
+
+    def _task(self, model: PlanModel, task: PlanTask) -> TaskRun:
+        return TaskRun(model, task, workflow.info().workflow_id, self._publish)
+
+    async def _stop(self, model: PlanModel, reason: str) -> None:
+        """Cancels the running tasks (their activities end `cancelled`, or with the outcome
+        they reached first) and every task still waiting."""
+        model.stop(reason)
+        running = [run for run in self._runs.values() if not run.done()]
+        for run in running:
+            run.cancel()
+        await asyncio.gather(*running)
+        model.cancel_waiting(workflow.now())
+
+    def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
+        state = model.finish(workflow.now(), cancelled=cancelled)
+        self._upsert_status()
+        workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
+        self._publish()
+        workflow.logger.info(
+            "plan ended",
+            extra={
+                "plan_id": state.plan_id,
+                "status": state.status.value,
+                "summary": state.summary,
+            },
+        )
+        return state
+
+    async def _watch_progress(self, model: PlanModel) -> None:
+        """Every `progress_interval` while tasks run, reads their activities' heartbeat
+        details (the agents' progress summaries, attempts and last failures) into the record."""
+        interval = model.spec.progress_interval
+        while True:
+            await workflow.wait_condition(model.running)
+            await workflow.sleep(interval, summary="next progress read")
+            if model.running():
+                await self._read_progress(model)
+
+    async def _read_progress(self, model: PlanModel) -> None:
+        try:
+            seen = await workflow.execute_local_activity(
+                PLAN_PROGRESS_ACTIVITY,
+                workflow.info().workflow_id,
+                result_type=list[ActivityProgress],
+                start_to_close_timeout=PROGRESS_READ_TIMEOUT,
+                retry_policy=PROGRESS_READ_RETRY,
+            )
+        except ActivityError:
+            return
+        now = workflow.now()
+        for item in seen:
+            key = parse_activity_id(item.activity_id)
+            if key is not None and key.kind == "run":
+                model.retries_seen(key.task, item.attempt, item.last_failure, now)
+                model.progress_seen(key.task, item.progress, now)
+        self._publish()
+
+    def _upsert_status(self) -> None:
+        if self._model is not None:
+            upsert_search_attributes(self._model.state.search_attributes())
+
+    def _publish(self) -> None:
+        if self._model is not None:
+            workflow.set_current_details(self._model.details(workflow.now()))

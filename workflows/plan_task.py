@@ -1,0 +1,135 @@
+"""One plan task's lifecycle, inside the `TaskGraph` workflow: from the moment its dependencies
+have all succeeded to its end in the record.
+
+v1 is a plain agent run: `ready`, wait for a worker slot, `running` (the `run_agent` activity
+with the task's retry policy and timeout, id `{task}/run/{round}`), then `succeeded`, or
+`failed -> error` once Temporal's retries are spent. A cancel (of the plan, or by `fail_fast`)
+while it waits or runs ends it `cancelled`.
+
+Extension points (for the gates):
+- `before_run()`: runs before the task asks for its first slot (approval waits here); return
+  False after recording why the task ended (`PlanModel.task_error`).
+- `after_run(result, round)`: runs after a successful run of round `round`, before the task is
+  recorded `succeeded` (reviews and verification go here); return False after recording why it
+  ended. A fix round calls `run_agent(round + 1, extra_inputs)` again.
+- `slotted(key, start)`: every other agent activity (a review, a verifier) runs through it, so
+  it takes one of the plan's worker slots like a run does.
+"""
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.agents import AgentResult
+    from coord.models.contract import RUN_AGENT_ACTIVITY, failure_type_of
+    from coord.models.plan import PlanTask, TaskError, run_activity_id
+    from coord.models.plan_model import PlanModel
+    from coord.workflows.common import attempts
+
+AgentActivity = workflow.ActivityHandle[AgentResult]
+
+
+class TaskRun:
+    """One task's run through the states; the workflow starts one per task and awaits it."""
+
+    def __init__(
+        self, model: PlanModel, task: PlanTask, workflow_id: str, changed: Callable[[], None]
+    ) -> None:
+        self.model = model
+        self.task = task
+        self.workflow_id = workflow_id
+        self.changed = changed
+        """Called after each change of the record: the workflow republishes its details."""
+
+    async def run(self) -> None:
+        """The task to its end; never raises (a cancel is recorded, not propagated)."""
+        try:
+            if not await self.before_run():
+                return
+            self.model.task_ready(self.task.id, workflow.now())
+            self.changed()
+            result = await self.run_agent(1)
+            if result is not None and await self.after_run(result, 1):
+                self.model.task_succeeded(self.task.id, workflow.now())
+        except asyncio.CancelledError:
+            reason = self.model.stopping or "cancelled"
+            self.model.task_cancelled(self.task.id, workflow.now(), reason)
+        self.changed()
+
+    async def before_run(self) -> bool:
+        """v1: nothing to wait for."""
+        return True
+
+    async def after_run(self, result: AgentResult, round: int) -> bool:
+        """v1: a successful run is the task's success."""
+        return True
+
+    async def run_agent(
+        self, round: int, extra_inputs: dict[str, Any] | None = None
+    ) -> AgentResult | None:
+        """One round of the task's agent run under a slot; None when it failed for good (then
+        recorded `failed -> error`, its dependents skipped)."""
+        task = self.task
+        retry_policy = task.retry.to_retry_policy()
+
+        def start() -> AgentActivity:
+            request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
+            self.model.run_started(task.id, workflow.now())
+            self.changed()
+            return workflow.start_activity(
+                RUN_AGENT_ACTIVITY,
+                request,
+                result_type=AgentResult,
+                activity_id=run_activity_id(task.id, round),
+                start_to_close_timeout=task.timeout,
+                heartbeat_timeout=task.heartbeat_timeout,
+                retry_policy=retry_policy,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"{task.id}: {task.summary or request.agent}",
+            )
+
+        try:
+            result = await self.slotted(run_activity_id(task.id, round), start)
+        except ActivityError as error:
+            failed = task_error(error)
+            self.model.run_failed(task.id, workflow.now(), failed, attempts(error, retry_policy))
+            return None
+        attempt = result.metadata.get("attempt")
+        self.model.run_succeeded(
+            task.id,
+            workflow.now(),
+            data=result.data,
+            attempt=attempt if isinstance(attempt, int) else None,
+        )
+        return result
+
+    async def slotted(self, key: str, start: Callable[[], AgentActivity]) -> AgentResult:
+        """Waits for a worker slot, starts the activity (`start`, once the slot is granted),
+        and gives the slot back when it closes, however it closes. A cancelled activity
+        raises CancelledError."""
+        if self.model.stopping is not None:
+            raise asyncio.CancelledError
+        self.model.request_slot(key, self.task.id)
+        try:
+            await workflow.wait_condition(lambda: self.model.holds_slot(key))
+            return await start()
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                raise asyncio.CancelledError from error
+            raise
+        finally:
+            self.model.release_slot(key)
+
+
+def task_error(error: ActivityError) -> TaskError:
+    """How an activity failed for good, as the record shows it: the failure type, and the
+    agent's own words (without the type `str()` puts in front)."""
+    innermost: BaseException = error
+    while innermost.__cause__ is not None:
+        innermost = innermost.__cause__
+    message = innermost.message if isinstance(innermost, FailureError) else str(innermost)
+    return TaskError(type=failure_type_of(error), message=message)
