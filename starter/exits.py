@@ -37,7 +37,9 @@ class ExitCode(IntEnum):
     SERVER_NOT_STARTED = 8
     """The embedded server cannot start: a port is taken, or its binary is not the pinned one."""
     NO_WORKER = 9
-    """`saga start --wait`: no worker polled the task queue (the saga stays started)."""
+    """`saga|plan start --wait`: no worker polled the task queue (the run stays started)."""
+    PLAN_NOT_COMPLETED = 10
+    """`plan start --wait`: the plan ended partial, failed or cancelled (its report is printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130

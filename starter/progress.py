@@ -1,22 +1,25 @@
-"""What a saga is doing while `coord saga start --wait` waits: read from the server alone (the
-workflow's pending activities, its history and the task queue's pollers), so it also tells a
-user when no worker is there to run anything."""
+"""What a saga or a plan is doing while `coord saga|plan start --wait` waits: read from the server
+(the workflow's pending activities, its history, the plan's `progress` query, the task queue's
+pollers), so it also tells a user when no worker is there to run anything."""
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
-from coord.models.saga import SagaState
+from coord.models import contract
+from coord.models.plan import PlanProgress
 from coord.starter.api.common import NoWorker
-from coord.starter.api.sagas import saga_outcome
+
+R = TypeVar("R")
 
 
 async def task_queue_pollers(client: Client, task_queue: str) -> set[str]:
@@ -82,44 +85,106 @@ def step_attempt(pending: PendingActivityInfo, names: dict[str, str]) -> StepAtt
     )
 
 
-async def saga_outcome_with_progress(
+Sighting = tuple[Hashable, str]
+"""Something seen of a running workflow: a key (each is reported once) and the line saying it."""
+
+
+async def saga_attempts(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
+    """Each step or compensation attempt, and whether a retry is scheduled."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    names = await activity_names(client, handle) if pending else {}
+    attempts = [step_attempt(p, names) for p in pending]
+    return [((a.step, a.attempt, a.next_retry is not None), a.describe()) for a in attempts]
+
+
+async def plan_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
+    """Each running task's state and its agent's latest progress summary, what the plan waits
+    for, and retries (the history, for the tasks' names, only read when one is retrying)."""
+    progress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    seen: list[Sighting] = []
+    for task in progress.running:
+        line = f"{task.task}: {task.state}" + (f", {task.summary}" if task.summary else "")
+        seen.append(((task.task, task.state, task.summary), line))
+    seen += [(("waiting", what), f"waiting for {what}") for what in progress.waiting_for]
+    pending = (await handle.describe()).raw_description.pending_activities
+    retrying = [p for p in pending if p.attempt > 1]
+    names = await activity_names(client, handle) if retrying else {}
+    attempts = [step_attempt(p, names) for p in retrying]
+    return seen + [((a.step, a.attempt), a.describe()) for a in attempts]
+
+
+Watch = Callable[[Client, WorkflowHandle[Any, Any]], Awaitable[list[Sighting]]]
+
+
+@dataclass
+class WorkerWatch:
+    """Whether a worker polls the run's queue: warns once when none does, and gives up (NoWorker)
+    after `timeout` seconds without one."""
+
+    name: str
+    """What waits for a worker (`the saga`), in the warning."""
+    workflow_id: str
+    task_queue: str
+    timeout: float
+    report: Callable[[str], None]
+    idle_since: float | None = None
+
+    async def polled(self, client: Client) -> bool:
+        now = asyncio.get_running_loop().time()
+        if await task_queue_pollers(client, self.task_queue):
+            self.idle_since = None
+            return True
+        if self.idle_since is None:
+            self.idle_since = now
+            self.report(
+                f"warning: no worker polls task queue {self.task_queue!r}; {self.name} waits "
+                "for one (start it with `coord worker`)"
+            )
+        elif now - self.idle_since > self.timeout:
+            raise NoWorker(
+                f"no worker polled task queue {self.task_queue!r} for {self.timeout:g}s; "
+                f"{self.workflow_id} stays started and runs once a worker polls (`coord worker`)"
+            )
+        return False
+
+
+async def outcome_with_progress(
     client: Client,
-    handle: WorkflowHandle[Any, SagaState],
-    task_queue: str,
+    handle: WorkflowHandle[Any, Any],
+    outcome: Awaitable[R],
+    watch: Watch,
     report: Callable[[str], None],
     *,
+    name: str,
+    task_queue: str,
     no_worker_timeout: float,
     interval: float = 1.0,
-) -> SagaState:
-    """The saga's final record; meanwhile `report` gets a line per new attempt or retry, and a
-    warning when no worker polls the queue. NoWorker when none polled for `no_worker_timeout`
-    seconds (the saga stays started: it runs once a worker polls)."""
-    outcome = asyncio.ensure_future(saga_outcome(handle))
-    shown: set[tuple[str, int, bool]] = set()
-    idle_since: float | None = None
-    loop = asyncio.get_running_loop()
+) -> R:
+    """`outcome` (the run's final record); meanwhile, while a worker polls, `report` gets a line
+    for each new thing `watch` sees. NoWorker when none polled for `no_worker_timeout` seconds
+    (the run stays started: it runs once a worker polls)."""
+    waiting = asyncio.ensure_future(outcome)
+    worker = WorkerWatch(name, handle.id, task_queue, no_worker_timeout, report)
+    shown: set[Hashable] = set()
     try:
-        while not (await asyncio.wait({outcome}, timeout=interval))[0]:
-            if await task_queue_pollers(client, task_queue):
-                idle_since = None
-            elif idle_since is None:
-                idle_since = loop.time()
-                report(
-                    f"warning: no worker polls task queue {task_queue!r}; the saga waits for one "
-                    "(start it with `coord worker`)"
-                )
-            elif loop.time() - idle_since > no_worker_timeout:
-                raise NoWorker(
-                    f"no worker polled task queue {task_queue!r} for {no_worker_timeout:g}s; "
-                    f"{handle.id} stays started and runs once a worker polls (`coord worker`)"
-                )
-            pending = (await handle.describe()).raw_description.pending_activities
-            names = await activity_names(client, handle) if pending else {}
-            for attempt in (step_attempt(p, names) for p in pending):
-                key = (attempt.step, attempt.attempt, attempt.next_retry is not None)
+        while not (await asyncio.wait({waiting}, timeout=interval))[0]:
+            if not await worker.polled(client):
+                continue
+            for key, line in await _sightings(watch, client, handle):
                 if key not in shown:
                     shown.add(key)
-                    report(attempt.describe())
-        return outcome.result()
+                    report(line)
+        return waiting.result()
     finally:
-        outcome.cancel()
+        waiting.cancel()
+
+
+async def _sightings(
+    watch: Watch, client: Client, handle: WorkflowHandle[Any, Any]
+) -> list[Sighting]:
+    """What `watch` sees, or nothing this round when the run cannot answer (it is ending, its
+    worker is busy or away): the next round asks again."""
+    try:
+        return await watch(client, handle)
+    except (RPCError, WorkflowQueryFailedError):
+        return []

@@ -5,6 +5,7 @@ with the same columns when piped, so scripts and tests read `|`-separated cells 
 import io
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import IO, Any
 
 import typer
@@ -18,6 +19,8 @@ from coord.models.aggregator import AggregatorState
 from coord.models.chain import TimelineEntry
 from coord.models.contract import dlq_action
 from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary
+from coord.models.plan import ENDED_TASK_STATES, PlanState, PlanStatus, TaskRecord, TaskState
+from coord.models.plan_report import elapsed, outcome, summary_line
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
 UNWRAPPED = 10_000
@@ -32,7 +35,18 @@ STATUS_STYLES = {
     "replaying": "cyan",
     "replayed": "green",
     "archived": "dim",
+    "succeeded": "green",
+    "completed": "green",
+    "running": "cyan",
+    "reviewing": "cyan",
+    "awaiting_approval": "yellow",
+    "partial": "yellow",
+    "failed": "red",
+    "error": "red",
+    "skipped": "dim",
+    "cancelled": "dim",
 }
+ACTIVE_TASK_STATES = (TaskState.RUNNING, TaskState.REVIEWING)
 
 
 def console(file: IO[str] | None = None, **options: Any) -> Console:
@@ -172,3 +186,52 @@ def dlq_counts_table(counts: DlqCounts) -> Table:
         view.add_row(kind, dlq_action(kind), *map(str, by_status.in_order()))
     view.add_row(Text("Total", style="bold"), "", *map(str, counts.total.in_order()))
     return view
+
+
+def plan_view(state: PlanState, now: datetime) -> Group:
+    """`coord plan state`: per task its state, attempts, elapsed time and what it is doing (its
+    agent's latest progress) or how it ended; then the counts and what the plan waits for."""
+    doing = Column("Summary", max_width=80, no_wrap=True, overflow="ellipsis")
+    view = table("Task", "State", "Attempts", "Elapsed", doing)
+    for task in state.tasks:
+        view.add_row(
+            task.id,
+            status(task.state),
+            str(task.attempts),
+            task_elapsed(task, now),
+            doing_now(task),
+        )
+    counts = ", ".join(f"{n} {task_state}" for task_state, n in state.counts().items())
+    lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
+    lines += [f"Waiting for {what}" for what in waiting_for(state)]
+    return Group(view, *map(Text, lines))
+
+
+def task_elapsed(task: TaskRecord, now: datetime) -> str:
+    if task.started_at is None:
+        return "-"
+    return elapsed((task.ended_at or now) - task.started_at)
+
+
+def doing_now(task: TaskRecord) -> str:
+    """A running task's latest progress (or what it does); an ended one's outcome."""
+    if task.state in ENDED_TASK_STATES or task.error is not None:
+        return outcome(task)
+    if task.state in ACTIVE_TASK_STATES:
+        return task.progress or task.summary or "-"
+    return task.summary or "-"
+
+
+def waiting_for(state: PlanState) -> list[str]:
+    """What a running plan waits for besides its running tasks: people, and worker slots."""
+    if state.status != PlanStatus.RUNNING:
+        return []
+    waits = [
+        f"approval of {task.id} (`coord plan approve {state.plan_id} {task.id} --by NAME`)"
+        for task in state.tasks
+        if task.state == TaskState.AWAITING_APPROVAL
+    ]
+    ready = [task.id for task in state.tasks if task.state == TaskState.READY]
+    if ready:
+        waits.append(f"a worker slot (at most {state.max_workers} at once): {', '.join(ready)}")
+    return waits

@@ -1,12 +1,13 @@
 """The terminal views as scripts read them (piped, plain text): no server needed."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rich.cells import cell_len
 
 from coord.models.aggregator import AggregatorState, SlotStatus
 from coord.models.chain import TimelineEntry
 from coord.models.dlq import EntrySummary
+from coord.models.plan import PlanState, TaskRecord, TaskState
 from coord.starter import render
 
 AT = datetime(2026, 11, 22, 20, 33, 52, tzinfo=UTC)
@@ -83,4 +84,47 @@ def test_the_causation_tree_nests_effects_under_causes_and_names_a_join_s_causes
         "A (/agent, 20:33:52)",
         "└─ B (/agent, 20:33:52)",
         "   └─ C (/agent, 20:33:52) ← B + A",
+    ]
+
+
+def test_the_plan_table_shows_state_attempts_elapsed_progress_counts_and_waits() -> None:
+    """`coord plan state`: a running task shows its agent's latest progress and its time so
+    far, an ended one its outcome; then the counts and what the plan waits for."""
+    tasks = [
+        TaskRecord(
+            id="api",
+            agent="x",
+            state=TaskState.SUCCEEDED,
+            attempts=1,
+            started_at=AT,
+            ended_at=AT + timedelta(seconds=3),
+            result={"ok": True},
+        ),
+        TaskRecord(
+            id="db",
+            agent="x",
+            state=TaskState.RUNNING,
+            attempts=2,
+            started_at=AT,
+            progress="Reading runAgent.ts",
+        ),
+        TaskRecord(id="deploy", agent="x", state=TaskState.AWAITING_APPROVAL, summary="Ship"),
+        TaskRecord(id="docs", agent="x", state=TaskState.READY),
+    ]
+    state = PlanState(plan_id="p1", max_workers=1, tasks=tasks)
+    lines = render.plain(render.plan_view(state, AT + timedelta(seconds=65))).splitlines()
+    cells = [[cell.strip() for cell in line.split(" | ")] for line in lines[:6]]
+    assert cells[0] == ["Task", "State", "Attempts", "Elapsed", "Summary"]
+    assert cells[2:] == [
+        ["api", "succeeded", "1", "3.0s", '{"ok": true}'],
+        ["db", "running", "2", "1m05s", "Reading runAgent.ts"],
+        ["deploy", "awaiting_approval", "0", "-", "Ship"],
+        ["docs", "ready", "0", "-", "-"],
+    ]
+    assert lines[6:] == [
+        "",
+        "Plan p1: running, 1 of 4 succeeded, 1 awaiting_approval, 1 ready, 1 running",
+        "Tasks: 1 awaiting_approval, 1 ready, 1 running, 1 succeeded",
+        "Waiting for approval of deploy (`coord plan approve p1 deploy --by NAME`)",
+        "Waiting for a worker slot (at most 1 at once): docs",
     ]

@@ -1,5 +1,5 @@
 """The Python API for scripts (the `coord` CLI is a thin layer over it): start, read and stop
-sagas, chains and aggregators, deliver events, work the dead-letter queue, and check a spec's
+sagas, chains, aggregators and plans, deliver events, work the dead-letter queue, and check a spec's
 agents against a worker's registry before starting it (`check_agents`, the agent SDK's one rule,
 which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live in
 the submodules, `routing` owning where an event goes."""
@@ -34,6 +34,15 @@ from coord.starter.api.dlq import (
     dlq_replay_many,
     dlq_selected,
 )
+from coord.starter.api.plans import (
+    approve_task,
+    cancel_plan,
+    plan_handle,
+    plan_outcome,
+    plan_progress,
+    plan_state,
+    start_plan,
+)
 from coord.starter.api.routing import Delivery, broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
@@ -53,8 +62,10 @@ __all__ = [
     "Undeliverable",
     "aggregator_handle",
     "aggregator_state",
+    "approve_task",
     "broadcast",
     "cancel_aggregator",
+    "cancel_plan",
     "cancel_saga",
     "chain_handle",
     "chain_running",
@@ -74,11 +85,16 @@ __all__ = [
     "dlq_replay",
     "dlq_replay_many",
     "dlq_selected",
+    "plan_handle",
+    "plan_outcome",
+    "plan_progress",
+    "plan_state",
     "publish",
     "saga_handle",
     "saga_outcome",
     "saga_state",
     "start_aggregator",
     "start_chain",
+    "start_plan",
     "start_saga",
 ]

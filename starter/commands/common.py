@@ -20,6 +20,7 @@ from coord.infra.logs import get_logger
 from coord.infra.temporal import ConnectionSettings, workflow_link
 from coord.models import agents
 from coord.models.chain import ChainSpec
+from coord.models.plan import PlanSpec
 from coord.models.saga import SagaSpec
 from coord.starter import render
 from coord.starter.exits import ExitCode, failure_exit, one_line
@@ -118,7 +119,7 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
         render.show(view(record))
 
 
-def check_agents(source: Path, spec: ChainSpec | SagaSpec) -> None:
+def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec) -> None:
     """The SDK's one check (`coord.models.agents.check_agents`, the rule `run_agent` applies)
     against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
     agents.check_agents(source, spec, default_registry())

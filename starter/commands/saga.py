@@ -19,7 +19,7 @@ from coord.starter.commands.common import (
     runs_async,
 )
 from coord.starter.exits import ExitCode
-from coord.starter.progress import saga_outcome_with_progress
+from coord.starter.progress import outcome_with_progress, saga_attempts
 
 app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sagas.")
 
@@ -69,8 +69,15 @@ async def start(
     echo_started(client, handle.id)
     if wait:
         with render.progress(f"waiting for {handle.id} to end") as report:
-            outcome = await saga_outcome_with_progress(
-                client, handle, task_queue(), report, no_worker_timeout=no_worker_timeout
+            outcome = await outcome_with_progress(
+                client,
+                handle,
+                api.saga_outcome(handle),
+                saga_attempts,
+                report,
+                name="the saga",
+                task_queue=task_queue(),
+                no_worker_timeout=no_worker_timeout,
             )
         echo_json(outcome)
         if outcome.status != "completed":

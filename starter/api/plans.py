@@ -1,0 +1,136 @@
+"""Plans (coordinator mode): start, wait, read the record and the progress, approve or reject a
+task waiting for a person, cancel.
+
+The calls name the workflow, its queries and its update by their wire names (the contract), so
+this side needs nothing of the workflow's code."""
+
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from coord.infra.temporal import task_queue
+from coord.models import contract
+from coord.models.plan import ApprovalRequest, PlanProgress, PlanSpec, PlanState
+from coord.models.plan_report import task_plan_markdown
+from coord.starter.api.common import (
+    Conflict,
+    NotFound,
+    closed_with_result,
+    described,
+    ended_or_missing,
+    kept_record,
+)
+
+MAX_DETAILS = 16 * 1024
+"""Characters of the task plan kept as the run's static details in the UI; a longer plan is cut
+at a line, saying where the whole of it is."""
+
+
+def plan_summary(spec: PlanSpec) -> str:
+    tasks = f"{len(spec.tasks)} task{'s' if len(spec.tasks) != 1 else ''}"
+    return f"Plan {spec.name} ({spec.plan_id}): {tasks}, at most {spec.max_workers} at once"
+
+
+def plan_details(spec: PlanSpec) -> str:
+    """The task plan (markdown, which the UI renders): tasks, agents, dependencies, gates."""
+    details = task_plan_markdown(spec)
+    if len(details) <= MAX_DETAILS:
+        return details
+    cut = details[:MAX_DETAILS].rsplit("\n", 1)[0]
+    return f"{cut}\n\n… cut here; `coord plan state {spec.plan_id}` lists every task\n"
+
+
+async def start_plan(
+    client: Client, spec: PlanSpec, *, queue: str | None = None
+) -> WorkflowHandle[Any, PlanState]:
+    start = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
+    return await client.start_workflow(
+        contract.PLAN_WORKFLOW,
+        spec.model_dump(mode="json"),
+        id=spec.workflow_id,
+        task_queue=queue or task_queue(),
+        result_type=PlanState,
+        static_summary=plan_summary(spec),
+        static_details=plan_details(spec),
+        search_attributes=contract.as_start_attributes(start.search_attributes()),
+    )
+
+
+def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
+    """`plan` is a plan id or its workflow id (`plan-<plan_id>`)."""
+    return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
+
+
+async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
+    """Wait for the plan to end and return its final record (the seed's final report), however
+    it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
+    without task results)."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as failure:
+        cause = failure.cause
+        if isinstance(cause, ApplicationError) and cause.details:
+            return PlanState.model_validate(cause.details[0])
+        kept = await kept_record(handle, contract.PLAN_RECORD_MEMO, PlanState)
+        if kept is None:
+            raise
+        return kept
+
+
+async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
+    """A running plan answers its `state` query; an ended one from its result, failure or memo,
+    so no worker is needed to read it."""
+    await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
+    if await closed_with_result(handle):
+        return await plan_outcome(handle)
+    state: PlanState = await handle.query(contract.STATE_QUERY, result_type=PlanState)
+    return state
+
+
+async def plan_state(client: Client, plan: str) -> PlanState:
+    return await plan_record(plan_handle(client, plan))
+
+
+async def plan_progress(client: Client, plan: str) -> PlanProgress:
+    """Running tasks with their agents' latest summaries and elapsed time, counts by state, and
+    what the plan waits for (a running plan only: it is the workflow's query)."""
+    handle = plan_handle(client, plan)
+    try:
+        progress: PlanProgress = await handle.query(
+            contract.PROGRESS_QUERY, result_type=PlanProgress
+        )
+        return progress
+    except RPCError as error:
+        raise await ended_or_missing(
+            handle, f"plan {plan!r}", "it reports no progress", error
+        ) from None
+
+
+async def approve_task(client: Client, plan: str, request: ApprovalRequest) -> None:
+    """Approve or reject a task waiting for a person. The workflow refuses (one line, naming the
+    field) a task that is not one of the plan's or is not waiting for approval."""
+    handle = plan_handle(client, plan)
+    try:
+        await handle.execute_update(contract.APPROVE_UPDATE, request.model_dump(mode="json"))
+    except RPCError as error:
+        raise await ended_or_missing(
+            handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
+        ) from None
+
+
+async def cancel_plan(client: Client, plan: str) -> None:
+    """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
+    server would accept the request and nothing would happen."""
+    handle = plan_handle(client, plan)
+    description = await described(handle, NotFound(f"plan {plan!r} does not exist"))
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "unknown"
+        raise Conflict(f"plan {plan!r} has already ended ({status}); nothing to cancel")
+    await handle.cancel()

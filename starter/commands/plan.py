@@ -1,0 +1,121 @@
+"""`coord plan start|state|approve|cancel`: coordinator mode from the command line."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from coord.infra.temporal import task_queue
+from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus
+from coord.models.specs import load_spec, parse_model
+from coord.starter import api, render
+from coord.starter.commands.common import (
+    AsJson,
+    check_agents,
+    connect,
+    echo_json,
+    echo_started,
+    runs_async,
+)
+from coord.starter.exits import ExitCode
+from coord.starter.progress import outcome_with_progress, plan_activity
+
+app = typer.Typer(
+    no_args_is_help=True, help="Start, inspect, approve and cancel plans (coordinator mode)."
+)
+
+
+def load_plan_spec(file: Path, plan_id: str | None) -> PlanSpec:
+    """The spec file with `--id` over its plan id, its agents checked as the worker would."""
+    spec = load_spec(PlanSpec, file, {"plan_id": plan_id} if plan_id is not None else None)
+    check_agents(file, spec)
+    return spec
+
+
+def show_plan(state: PlanState, as_json: bool) -> None:
+    """The record on one line for tools, else the table for people."""
+    if as_json:
+        echo_json(state, one_line=True)
+    else:
+        render.show(render.plan_view(state, datetime.now(UTC)))
+
+
+@app.command("start")
+@runs_async
+async def start(
+    file: Path,
+    plan_id: Annotated[
+        str | None, typer.Option("--id", help="Plan id (overrides the spec's)")
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option(help="Wait for the plan to end and print its final report")
+    ] = False,
+    as_json: AsJson = False,
+    no_worker_timeout: Annotated[
+        float,
+        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+    ] = 30,
+) -> None:
+    """Start a plan from a YAML or JSON spec."""
+    spec = load_plan_spec(file, plan_id)
+    client = await connect()
+    try:
+        handle = await api.start_plan(client, spec)
+    except WorkflowAlreadyStartedError:
+        raise api.Conflict(
+            f"plan {spec.plan_id!r} is already running: read it with "
+            f"`coord plan state {spec.plan_id}`, or give another --id"
+        ) from None
+    echo_started(client, handle.id)
+    if not wait:
+        return
+    with render.progress(f"waiting for {handle.id} to end") as report:
+        outcome = await outcome_with_progress(
+            client,
+            handle,
+            api.plan_outcome(handle),
+            plan_activity,
+            report,
+            name="the plan",
+            task_queue=task_queue(),
+            no_worker_timeout=no_worker_timeout,
+        )
+    show_plan(outcome, as_json)
+    if outcome.status != PlanStatus.COMPLETED:
+        raise typer.Exit(ExitCode.PLAN_NOT_COMPLETED)
+
+
+@app.command("state")
+@runs_async
+async def state(plan: str, as_json: AsJson = False) -> None:
+    """Print a plan's tasks, counts and what it waits for (--json: the record)."""
+    show_plan(await api.plan_state(await connect(), plan), as_json)
+
+
+@app.command("approve")
+@runs_async
+async def approve(
+    plan: str,
+    task: str,
+    by: Annotated[str, typer.Option("--by", help="Who decides (recorded with the task)")],
+    reject: Annotated[bool, typer.Option("--reject", help="Reject the task instead")] = False,
+    reason: Annotated[str, typer.Option(help="Why (recorded with the task)")] = "",
+) -> None:
+    """Approve (or --reject) a task waiting for a person."""
+    request = parse_model(
+        ApprovalRequest,
+        {"task": task, "approve": not reject, "by": by, "reason": reason},
+        "approval",
+    )
+    await api.approve_task(await connect(), plan, request)
+    typer.echo(f"{'rejected' if reject else 'approved'} task {task} of plan {plan} (by {by})")
+
+
+@app.command("cancel")
+@runs_async
+async def cancel(plan: str) -> None:
+    """Cancel a plan; its running tasks are cancelled and the record says so."""
+    await api.cancel_plan(await connect(), plan)
+    typer.echo(f"cancellation requested for plan {plan}; its running tasks are cancelled")
