@@ -14,6 +14,7 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
+from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.temporal import ConnectionSettings, task_queue
@@ -64,6 +65,7 @@ def build_worker(
             delivery.redeliver,
             delivery.declared_agent,
             ScratchpadWriter(registry.settings).write_scratchpad,
+            PlanProgressReader(client).plan_progress,
         ],
         # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
         # would hold compensation back that long when a step sets no heartbeat timeout.

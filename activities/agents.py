@@ -3,15 +3,27 @@
 Workflows never call agent code directly: they ask `run_agent` to run an agent by name (or by
 the declaration a spec carries inline), so one activity serves every kind of agent."""
 
+import asyncio
+import contextvars
 import time
+from collections.abc import Callable
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from coord.activities.agent_kinds import agent_from_config
+from coord.activities.result_refs import ResultStore
 from coord.models.agent_config import AgentConfig
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
+from coord.models.agents import (
+    AgentContext,
+    AgentFn,
+    AgentRegistry,
+    AgentRequest,
+    AgentResult,
+    ProgressReporter,
+)
 from coord.models.contract import RUN_AGENT_ACTIVITY, FailureType, failure, failure_type_of
 from coord.models.specs import SpecError
 
@@ -32,16 +44,11 @@ def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> A
 class AgentActivities:
     def __init__(self, registry: AgentRegistry) -> None:
         self._registry = registry
+        self._results = ResultStore()
 
     @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
         info = activity.info()
-        context = AgentContext(
-            agent=request.agent,
-            attempt=info.attempt,
-            idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
-            inputs=request.inputs,
-        )
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
@@ -49,18 +56,51 @@ class AgentActivities:
         started = time.monotonic()
         try:
             agent = resolve(self._registry, request.agent, request.config)
-            output = await agent(request.event, context)
+            output = await agent(request.event, await self._context(request, info))
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error
         duration_ms = (time.monotonic() - started) * 1000
         try:
-            return AgentResult.from_output(request.agent, output, duration_ms)
+            result = AgentResult.from_output(request.agent, output, duration_ms, info.attempt)
         except ValidationError as error:
             raise failure(
                 FailureType.INVALID_PAYLOAD,
                 f"{request.agent} returned a result that does not validate: {error}",
                 non_retryable=True,
             ) from None
+        return await self._results.kept(result, request.result_limit)
+
+    async def _context(self, request: AgentRequest, info: activity.Info) -> AgentContext:
+        """What the agent is told of its run; inputs stored by reference arrive as their data."""
+        return AgentContext(
+            agent=request.agent,
+            attempt=info.attempt,
+            idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
+            inputs=await self._results.resolved(request.inputs),
+            reporter=ProgressReporter(_heartbeat_from_any_thread()),
+        )
+
+
+def _heartbeat_from_any_thread() -> Callable[..., None]:
+    """The activity's heartbeat, callable from the thread a plain `def` agent runs in as well:
+    the SDK's heartbeat must be called on the activity's event loop, so a thread hands it over."""
+    loop = asyncio.get_running_loop()
+
+    def send(*details: Any) -> None:
+        if _running_loop() is loop:
+            activity.heartbeat(*details)
+        else:
+            context = contextvars.copy_context()  # the activity's, which to_thread carries
+            loop.call_soon_threadsafe(activity.heartbeat, *details, context=context)
+
+    return send
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _classified(error: Exception, retry_on: list[str], attempt: int) -> ApplicationError:

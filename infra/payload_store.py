@@ -57,6 +57,15 @@ class PayloadStoreError(ValueError):
     """The payload store settings are wrong; the message names the variable."""
 
 
+class PayloadUnavailable(LookupError):
+    """A stored object that cannot be read back (a wiped or expired store, a forged name)."""
+
+    def __init__(self, digest: str, reason: str) -> None:
+        super().__init__(f"stored payload {digest}: {reason}")
+        self.digest = digest
+        self.reason = reason
+
+
 def unavailable(digest: str, reason: str) -> Payload:
     """What a reference resolves to when its object is gone (a wiped or expired store): a plain
     JSON value naming it, so a workflow records and parks the event like any invalid one rather
@@ -104,14 +113,21 @@ class DirectoryDriver(StorageDriver):
 
     def _read(self, claim: StorageDriverClaim) -> Payload:
         digest = claim.claim_data.get("sha256", "")
+        try:
+            return self.read(digest)
+        except PayloadUnavailable as missing:
+            return unavailable(digest, missing.reason)
+
+    def read(self, digest: str) -> Payload:
+        """The payload stored as `digest`; PayloadUnavailable says why it cannot be read."""
         if not SHA256.fullmatch(digest):
-            return unavailable(digest, "not a SHA-256 reference")
+            raise PayloadUnavailable(digest, "not a SHA-256 reference")
         try:
             data = self._path(digest).read_bytes()
         except FileNotFoundError:
-            return unavailable(digest, f"not in the payload store {self.root}")
+            raise PayloadUnavailable(digest, f"not in the payload store {self.root}") from None
         if hashlib.sha256(data).hexdigest() != digest:
-            return unavailable(digest, "the stored content does not match its digest")
+            raise PayloadUnavailable(digest, "the stored content does not match its digest")
         return Payload.FromString(data)
 
 
@@ -141,6 +157,40 @@ class PayloadStoreSettings:
 
     def describe(self) -> str:
         return f"payloads of {self.threshold:,} bytes or more stored in {self.location}"
+
+
+class StoredPayloads:
+    """Payloads put in the payload store by hand and found again by their SHA-256 alone: what a
+    result too large for history becomes (the workflow keeps only the digest). The converter's
+    own driver and settings, storing with no target so the digest is the whole address."""
+
+    def __init__(self, settings: PayloadStoreSettings | None = None) -> None:
+        self._settings = settings or PayloadStoreSettings.load()
+        self._driver = self._settings.driver()
+
+    async def put(self, payload: Payload) -> str:
+        [claim] = await self._driver.store(StorageDriverStoreContext(), [payload])
+        return claim.claim_data.get("sha256") or claim.claim_data["hash_value"]
+
+    async def get(self, digest: str) -> Payload:
+        """Raises PayloadUnavailable when the store does not hold it (any more)."""
+        if isinstance(self._driver, DirectoryDriver):
+            return await asyncio.to_thread(self._driver.read, digest)
+        if not SHA256.fullmatch(digest):
+            raise PayloadUnavailable(digest, "not a SHA-256 reference")
+        claim = StorageDriverClaim(
+            claim_data={
+                "bucket": self._settings.location.removeprefix("s3://").strip("/"),
+                "key": f"v0/d/sha256/{digest}",  # the SDK's S3 key for a store with no target
+                "hash_algorithm": "sha256",
+                "hash_value": digest,
+            }
+        )
+        try:
+            [payload] = await self._driver.retrieve(StorageDriverRetrieveContext(), [claim])
+        except (RuntimeError, ValueError) as error:
+            raise PayloadUnavailable(digest, str(error)) from None
+        return payload
 
 
 def data_converter(settings: PayloadStoreSettings | None = None) -> DataConverter:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coord.models.agent_config import AgentConfig, WorkerSettings
 from coord.models.chain import ChainSpec
@@ -20,15 +20,50 @@ from coord.models.saga import SagaSpec
 from coord.models.specs import JsonObject, SpecError
 
 __all__ = [
+    "MAX_PROGRESS",
     "RESERVED_RESULT_KEYS",
     "AgentContext",
     "AgentFn",
+    "AgentProgress",
     "AgentRegistry",
     "AgentRequest",
     "AgentResult",
+    "ProgressReporter",
     "PublishRequest",
+    "ResultReference",
     "check_agents",
 ]
+
+MAX_PROGRESS = 120
+"""Characters of a progress summary kept (seed 004: three to five words)."""
+
+
+class AgentProgress(BaseModel):
+    """A run's heartbeat details: what its agent last said it is doing (`"Reading runAgent.ts"`),
+    which whoever watches the run (a plan's progress reader) reads back from the server."""
+
+    progress: str = Field(max_length=MAX_PROGRESS)
+
+
+class ProgressReporter:
+    """Where a run's progress goes: `send` is the activity's heartbeat on a worker, nothing in a
+    plain call. Every heartbeat carries the latest summary, since the server keeps only the last
+    heartbeat's details: a keep-alive beat without it would erase what the agent last said."""
+
+    def __init__(self, send: Callable[..., None] | None = None) -> None:
+        self._send = send or _nowhere
+        self.latest: AgentProgress | None = None
+
+    def report(self, summary: str) -> None:
+        self.latest = AgentProgress(progress=summary.strip()[:MAX_PROGRESS])
+        self.beat()
+
+    def beat(self) -> None:
+        self._send(*([self.latest] if self.latest else []))
+
+
+def _nowhere(*details: Any) -> None:
+    """No run to report to."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +73,21 @@ class AgentContext:
     idempotency_key: str
     """Stable across retries of the same run, so agents can avoid repeating side effects."""
     inputs: Mapping[str, Any] = field(default_factory=dict)
-    """The request's `inputs`: joined events by slot, earlier saga results by step name."""
+    """The request's `inputs`: joined events by slot, earlier saga results by step name, a
+    plan's dependency results by task id (results stored by reference arrive as their data)."""
+    reporter: ProgressReporter = field(default_factory=ProgressReporter, repr=False, compare=False)
+
+    def progress(self, summary: str) -> None:
+        """Say what the agent is doing now, in a few words (`"Fixing null check"`); the run's
+        watchers (`coord plan state`, the UI) show the latest. Cheap enough to call often: the
+        worker sends heartbeats at most once a throttle interval, the latest one winning.
+        Truncated to MAX_PROGRESS characters; callable from a thread of a plain `def` agent."""
+        self.reporter.report(summary)
+
+    def heartbeat(self) -> None:
+        """Tell the server the agent is alive (and let a cancel reach it) without changing its
+        progress; use this, not `activity.heartbeat()`, which would erase the summary."""
+        self.reporter.beat()
 
 
 AgentFn = Callable[[EventEnvelope, AgentContext], Awaitable[Mapping[str, Any] | None]]
@@ -124,7 +173,12 @@ class AgentRequest(BaseModel):
     differs between runs; agents pass it on (HTTP `Idempotency-Key`)."""
     inputs: dict[str, Any] = Field(default_factory=dict)
     """What the run depends on besides its trigger: a join's events by slot, a saga step's
-    earlier results by step name, the result a compensation undoes."""
+    earlier results by step name, the result a compensation undoes. A value
+    `{"result_ref": ResultReference}` is read from the payload store before the agent runs, so
+    the agent sees the data while history holds only the reference."""
+    result_limit: int | None = Field(default=None, ge=0)
+    """When the result's data is larger than this (JSON bytes), it goes to the payload store
+    and the result carries only its `reference`."""
 
 
 class PublishRequest(BaseModel):
@@ -141,20 +195,56 @@ RESERVED_RESULT_KEYS = ("publish", "metadata")
 `quality_score`, say); everything else is its data."""
 
 
+RESULT_REF_KEY = "result_ref"
+"""The key of an `inputs` value that is a ResultReference."""
+
+
+class ResultReference(BaseModel):
+    """A result too large for history: its object in the payload store, named by SHA-256, and
+    the size of its data (JSON bytes). Agents that depend on it receive the data itself; the
+    workflow, its history and its record hold only this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+    def as_input(self) -> dict[str, Any]:
+        """How a request's `inputs` carry it: `{"result_ref": {"sha256": ..., "bytes": ...}}`."""
+        return {RESULT_REF_KEY: self.model_dump()}
+
+    @classmethod
+    def in_input(cls, value: Any) -> "ResultReference | None":
+        """The reference an input value is, if it is one."""
+        if not (isinstance(value, dict) and value.keys() == {RESULT_REF_KEY}):
+            return None
+        try:
+            return cls.model_validate(value[RESULT_REF_KEY])
+        except ValidationError:
+            return None
+
+
 class AgentResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agent: str
     status: Literal["succeeded"] = "succeeded"
     data: JsonObject = Field(default_factory=dict)
+    """Empty when the data went to the payload store: then `reference` names it."""
+    reference: ResultReference | None = None
     publish: list[PublishRequest] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """The agent's own (`quality_score`), plus `duration_ms` and the `attempt` that succeeded."""
 
     @classmethod
     def from_output(
-        cls, agent: str, output: Mapping[str, Any] | None, duration_ms: float
+        cls, agent: str, output: Mapping[str, Any] | None, duration_ms: float, attempt: int
     ) -> "AgentResult":
         output = dict(output or {})
         publish = output.pop("publish", [])
-        metadata = {**output.pop("metadata", {}), "duration_ms": round(duration_ms, 1)}
+        metadata = {
+            **output.pop("metadata", {}),
+            "duration_ms": round(duration_ms, 1),
+            "attempt": attempt,
+        }
         return cls(agent=agent, data=output, publish=publish, metadata=metadata)

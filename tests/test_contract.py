@@ -23,6 +23,7 @@ from temporalio.exceptions import (
 from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
+from coord.activities.plan_progress import PlanProgressReader
 from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
@@ -123,6 +124,7 @@ def test_workflows_are_registered_under_the_contracts_names(
         (Delivery.redeliver, contract.REDELIVER_ACTIVITY),
         (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
         (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
+        (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
     ],
 )
 def test_activities_are_registered_under_the_contracts_names(

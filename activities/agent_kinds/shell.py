@@ -12,8 +12,6 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from temporalio import activity
-
 from coord.activities.agent_kinds.output import json_object_output
 from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
 from coord.models.agents import AgentContext
@@ -22,6 +20,9 @@ from coord.models.envelope import EventEnvelope
 
 KILL_GRACE_SECONDS = 3.0
 STDERR_TAIL_CHARS = 500
+PROGRESS_PREFIX = "progress:"
+"""A stderr line `progress: Reading runAgent.ts` reports progress (`AgentContext.progress`)."""
+LONGEST_PROGRESS_LINE = 1024
 
 
 async def run_shell(
@@ -38,7 +39,8 @@ async def run_shell(
             env=child_environment(config, settings, context),
             start_new_session=True,
         )
-        out, err = await _communicate(process, event.model_dump_json().encode(), config, settings)
+        stdin = event.model_dump_json().encode()
+        out, err = await _communicate(process, stdin, config, settings, context)
     finally:
         if config.cwd is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -60,19 +62,25 @@ def child_environment(
 
 
 async def _communicate(
-    process: asyncio.subprocess.Process, stdin: bytes, config: ShellAgent, settings: WorkerSettings
+    process: asyncio.subprocess.Process,
+    stdin: bytes,
+    config: ShellAgent,
+    settings: WorkerSettings,
+    context: AgentContext,
 ) -> tuple[bytes, bytes]:
     """When the process exits, fails, times out or is cancelled, its whole process group is
-    ended (a child it left in the background too); then what it wrote is read to the end."""
+    ended (a child it left in the background too); then what it wrote is read to the end.
+    `progress: <summary>` lines on stderr are reported as they come."""
     name, limit = config.argv[0], int(settings.output_limit)
     assert process.stdout is not None and process.stderr is not None
+    progress = ProgressLines(context)
     readers = (
         asyncio.ensure_future(_read_capped(process.stdout, limit, f"{name} stdout")),
-        asyncio.ensure_future(_read_capped(process.stderr, limit, f"{name} stderr")),
+        asyncio.ensure_future(_read_capped(process.stderr, limit, f"{name} stderr", progress)),
     )
     exited = asyncio.ensure_future(_feed_and_wait(process, stdin))
     try:
-        await _heartbeat_until_exit(exited, readers, config)
+        await _heartbeat_until_exit(exited, readers, config, context)
     except BaseException:
         for reader in readers:
             reader.cancel()
@@ -91,7 +99,10 @@ async def _communicate(
 
 
 async def _heartbeat_until_exit(
-    exited: "asyncio.Future[int]", readers: tuple["asyncio.Future[bytes]", ...], config: ShellAgent
+    exited: "asyncio.Future[int]",
+    readers: tuple["asyncio.Future[bytes]", ...],
+    config: ShellAgent,
+    context: AgentContext,
 ) -> None:
     """Heartbeat while the process runs; fail at its timeout or as soon as it writes too much."""
     loop = asyncio.get_running_loop()
@@ -110,7 +121,7 @@ async def _heartbeat_until_exit(
         for reader in readers:
             if reader.done() and (error := reader.exception()):
                 raise error
-        activity.heartbeat()
+        context.heartbeat()
 
 
 async def _feed_and_wait(process: asyncio.subprocess.Process, stdin: bytes) -> int:
@@ -122,7 +133,9 @@ async def _feed_and_wait(process: asyncio.subprocess.Process, stdin: bytes) -> i
     return await process.wait()
 
 
-async def _read_capped(stream: asyncio.StreamReader, limit: int, what: str) -> bytes:
+async def _read_capped(
+    stream: asyncio.StreamReader, limit: int, what: str, lines: "ProgressLines | None" = None
+) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while chunk := await stream.read(64 * 1024):
@@ -132,7 +145,26 @@ async def _read_capped(stream: asyncio.StreamReader, limit: int, what: str) -> b
                 FailureType.INVALID_PAYLOAD, f"{what} passed the worker's {limit}-byte output limit"
             )
         chunks.append(chunk)
+        if lines is not None:
+            lines.feed(chunk)
     return b"".join(chunks)
+
+
+class ProgressLines:
+    """Finds `progress: <summary>` lines in a stream as it is read, and reports each summary.
+    Holds at most the head of one unfinished line: a line without an end costs nothing more."""
+
+    def __init__(self, context: AgentContext) -> None:
+        self._context = context
+        self._partial = b""
+
+    def feed(self, chunk: bytes) -> None:
+        *complete, rest = (self._partial + chunk).split(b"\n")
+        self._partial = rest[:LONGEST_PROGRESS_LINE]
+        for line in complete:
+            text = line.decode(errors="replace").strip()
+            if text.startswith(PROGRESS_PREFIX):
+                self._context.progress(text.removeprefix(PROGRESS_PREFIX))
 
 
 async def _terminate(process: asyncio.subprocess.Process) -> None:
