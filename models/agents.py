@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from coord.models.agent_config import AgentConfig, WorkerSettings
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec
+from coord.models.plan import MAX_PROGRESS, PlanSpec, ResultReference
 from coord.models.saga import SagaSpec
 from coord.models.specs import JsonObject, SpecError
 
@@ -33,9 +33,6 @@ __all__ = [
     "ResultReference",
     "check_agents",
 ]
-
-MAX_PROGRESS = 120
-"""Characters of a progress summary kept (seed 004: three to five words)."""
 
 
 class AgentProgress(BaseModel):
@@ -193,35 +190,6 @@ class PublishRequest(BaseModel):
 RESERVED_RESULT_KEYS = ("publish", "metadata")
 """Keys an agent's result mapping may use to ask for events and report metadata (the seed's
 `quality_score`, say); everything else is its data."""
-
-
-RESULT_REF_KEY = "result_ref"
-"""The key of an `inputs` value that is a ResultReference."""
-
-
-class ResultReference(BaseModel):
-    """A result too large for history: its object in the payload store, named by SHA-256, and
-    the size of its data (JSON bytes). Agents that depend on it receive the data itself; the
-    workflow, its history and its record hold only this."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    bytes: int = Field(ge=0)
-
-    def as_input(self) -> dict[str, Any]:
-        """How a request's `inputs` carry it: `{"result_ref": {"sha256": ..., "bytes": ...}}`."""
-        return {RESULT_REF_KEY: self.model_dump()}
-
-    @classmethod
-    def in_input(cls, value: Any) -> "ResultReference | None":
-        """The reference an input value is, if it is one."""
-        if not (isinstance(value, dict) and value.keys() == {RESULT_REF_KEY}):
-            return None
-        try:
-            return cls.model_validate(value[RESULT_REF_KEY])
-        except ValidationError:
-            return None
 
 
 class AgentResult(BaseModel):

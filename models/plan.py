@@ -10,11 +10,9 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Any, Literal, NamedTuple, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coord.models.agent_config import AgentConfig
-from coord.models.agents import MAX_PROGRESS as MAX_PROGRESS  # re-exported: plans' names
-from coord.models.agents import ResultReference as ResultReference
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
 from coord.models.durations import Duration
 from coord.models.envelope import Priority
@@ -31,6 +29,8 @@ DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=30)
 DEFAULT_FIX_BUDGET = 3
 MAX_NOTES = 4096
 """Characters of a reviewer's notes kept in the record and passed to the fix round."""
+MAX_PROGRESS = 120
+"""Characters of a progress summary kept (seed 004: three to five words)."""
 DEFAULT_RESULT_LIMIT = 16 * 1024
 """JSON bytes of a task's result kept in history and the record; larger ones by reference."""
 
@@ -303,6 +303,35 @@ class ApprovalDecision(BaseModel):
     """Who decided; `timeout` when nobody did in time."""
     reason: str = ""
     at: datetime
+
+
+RESULT_REF_KEY = "result_ref"
+"""The key of an `inputs` value that is a ResultReference."""
+
+
+class ResultReference(BaseModel):
+    """A result too large for history: its object in the payload store, named by SHA-256, and
+    the size of its data (JSON bytes). Agents that depend on it receive the data itself; the
+    workflow, its history and its record hold only this."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    bytes: int = Field(ge=0)
+
+    def as_input(self) -> dict[str, Any]:
+        """How a request's `inputs` carry it: `{"result_ref": {"sha256": ..., "bytes": ...}}`."""
+        return {RESULT_REF_KEY: self.model_dump()}
+
+    @classmethod
+    def in_input(cls, value: Any) -> "ResultReference | None":
+        """The reference an input value is, if it is one."""
+        if not (isinstance(value, dict) and value.keys() == {RESULT_REF_KEY}):
+            return None
+        try:
+            return cls.model_validate(value[RESULT_REF_KEY])
+        except ValidationError:
+            return None
 
 
 class TaskError(BaseModel):
