@@ -391,6 +391,8 @@ class PlanState(BaseModel):
     tasks: list[TaskRecord] = Field(default_factory=list)
     summary: str = ""
     """One line: how the plan ended or stands (`4 of 6 succeeded, 1 error, 1 skipped`)."""
+    scratchpad_error: str | None = Field(default=None, max_length=MAX_NOTES)
+    """The first scratchpad write that failed, and why (the plan goes on without it)."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}

@@ -1,24 +1,31 @@
 """The `write_scratchpad` activity and its trust rule: a plan writes only under the worker's own
 scratchpad root, in seed 004's layout, atomically and bounded."""
 
+import asyncio
+import uuid
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.scratchpad import MAX_FILE_BYTES, ScratchpadWriter
 from coord.models.agent_config import WorkerSettings
 from coord.models.contract import FailureType
-from coord.models.plan import PlanSpec, PlanState, TaskRecord, TaskState
+from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskRecord, TaskState
 from coord.models.plan_report import (
     ScratchpadWrite,
     final_report_files,
+    final_report_markdown,
     task_plan_files,
+    task_plan_markdown,
     worker_result_files,
 )
 from coord.models.specs import SpecError, parse_model
+from coord.starter import api
+from coord.worker import build_worker, default_registry
 
 SPEC = PlanSpec.model_validate(
     {
@@ -122,3 +129,71 @@ async def test_a_file_over_the_bound_is_refused_and_nothing_is_written(tmp_path:
     assert refused.value.type == FailureType.SCRATCHPAD_REFUSED
     assert refused.value.non_retryable
     assert not (tmp_path / "team").exists()
+
+
+def scratchpad_plan(scratchpad: str) -> PlanSpec:
+    """Seed 003's shape in small: two roots feeding `build`, which fails (injected), so `ship`
+    is skipped while `docs` completes."""
+    fast = {"max_retries": 0}
+    return PlanSpec.model_validate(
+        {
+            "plan_id": f"pad-{uuid.uuid4().hex[:8]}",
+            "scratchpad": scratchpad,
+            "tasks": [
+                {"id": "api", "agent": "backend-architect", "retry": fast},
+                {"id": "db", "agent": "database-specialist", "retry": fast},
+                {
+                    "id": "build",
+                    "agent": "python-pro",
+                    "depends_on": ["api", "db"],
+                    "input": {"inject": {"fail": ["python-pro"]}},
+                    "retry": fast,
+                },
+                {"id": "ship", "agent": "test-engineer", "depends_on": ["build"], "retry": fast},
+                {"id": "docs", "agent": "ux-designer", "retry": fast},
+            ],
+        }
+    )
+
+
+async def run_with_root(
+    client: Client, task_queue: str, spec: PlanSpec, root: Path | None
+) -> PlanState:
+    registry = default_registry()
+    registry.settings = WorkerSettings(scratchpad_root=str(root) if root else None)
+    async with build_worker(client, task_queue, registry):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        return await asyncio.wait_for(api.plan_outcome(handle), 60)
+
+
+async def test_a_plan_run_writes_its_scratchpad_as_it_goes(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    spec = scratchpad_plan("runs")
+    state = await run_with_root(client, task_queue, spec, tmp_path)
+    assert state.status == PlanStatus.PARTIAL and state.scratchpad_error is None
+    plan_dir = tmp_path / "runs" / spec.plan_id
+    assert sorted(str(p.relative_to(plan_dir)) for p in plan_dir.rglob("*.*")) == [
+        "final-report.md",
+        "task-plan.md",
+        "worker-results/api.json",
+        "worker-results/build.json",
+        "worker-results/db.json",
+        "worker-results/docs.json",
+    ]
+    assert (plan_dir / "task-plan.md").read_text() == task_plan_markdown(spec)
+    assert (plan_dir / "final-report.md").read_text() == final_report_markdown(state)
+    build = TaskRecord.model_validate_json((plan_dir / "worker-results/build.json").read_text())
+    assert build.state == TaskState.ERROR and build.error is not None
+    assert "python-pro failed (injected, attempt 1)" in build.error.message
+
+
+async def test_a_worker_without_a_root_records_the_refusal_and_the_plan_goes_on(
+    client: Client, task_queue: str
+) -> None:
+    spec = scratchpad_plan("runs")
+    state = await run_with_root(client, task_queue, spec, None)
+    assert state.status == PlanStatus.PARTIAL
+    assert state.summary == "3 of 5 succeeded, 1 error, 1 skipped"
+    assert state.scratchpad_error is not None
+    assert state.scratchpad_error.startswith("task-plan.md: scratchpad_refused: this worker keeps")

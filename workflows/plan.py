@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         parse_activity_id,
     )
     from coord.models.plan_model import PlanModel
+    from coord.models.plan_report import final_report_files, task_plan_files, worker_result_files
     from coord.models.specs import SpecError
     from coord.workflows.common import (
         NO_INPUT,
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows.plan_scratchpad import Scratchpad
     from coord.workflows.plan_task import TaskRun
 
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
@@ -77,18 +79,22 @@ class TaskGraph:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._upsert_status()
         self._publish()
+        self._scratchpad = Scratchpad(model.spec, model.state)
+        self._scratchpad.write(task_plan_files(model.spec))
         watcher = asyncio.create_task(self._watch_progress(model))
         try:
             await self._run_tasks(model)
         except asyncio.CancelledError:
             await uncancellable(self._stop(model, "plan cancelled"))
             self._end(model, cancelled=True)
+            await uncancellable(self._scratchpad.flush())
             raise
         finally:
             watcher.cancel()
         if model.stopping is not None:
             await self._stop(model, model.stopping)
         state = self._end(model)
+        await self._scratchpad.flush()
         await workflow.wait_condition(workflow.all_handlers_finished)
         if model.stopping is not None:
             raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
@@ -119,10 +125,14 @@ class TaskGraph:
 
         while True:
             for task in model.take_startable():
-                self._runs[task.id] = asyncio.create_task(self._task(model, task).run())
+                self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
             if model.finished() or model.stopping is not None:
                 return
             await workflow.wait_condition(moved)
+
+    async def _run_task(self, model: PlanModel, task: PlanTask) -> None:
+        await self._task(model, task).run()
+        self._scratchpad.write(worker_result_files(model.record(task.id)))
 
     def _task(self, model: PlanModel, task: PlanTask) -> TaskRun:
         return TaskRun(model, task, workflow.info().workflow_id, self._publish)
@@ -141,6 +151,7 @@ class TaskGraph:
         state = model.finish(workflow.now(), cancelled=cancelled)
         self._upsert_status()
         workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
+        self._scratchpad.write(final_report_files(state))
         self._publish()
         workflow.logger.info(
             "plan ended",

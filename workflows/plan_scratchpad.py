@@ -1,0 +1,59 @@
+"""A plan's scratchpad (seed 004's layout), written as the plan goes: `task-plan.md` at the
+start, `worker-results/<task>.json` as each task ends, `final-report.md` at the end.
+
+Each write is the `write_scratchpad` activity, run in the background so no task waits for it;
+one that fails (the worker keeps no scratchpads, a full disk) is recorded in the plan's record
+(`scratchpad_error`, the first such failure) and never fails the plan. The plan awaits the
+writes still under way before it ends."""
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.contract import WRITE_SCRATCHPAD_ACTIVITY
+    from coord.models.plan import MAX_NOTES, PlanSpec, PlanState
+    from coord.models.plan_report import ScratchpadWrite, excerpt
+    from coord.workflows.plan_task import task_error
+
+WRITE_TIMEOUT = timedelta(seconds=30)
+WRITE_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1))
+"""A write that failed for a passing reason is tried again a little; a refusal is not."""
+
+
+class Scratchpad:
+    def __init__(self, spec: PlanSpec, record: PlanState) -> None:
+        self._spec = spec
+        self._record = record
+        self._writes: list[asyncio.Task[None]] = []
+
+    def write(self, files: dict[str, str]) -> None:
+        """Start writing `files` (path -> text); nothing when the plan keeps no scratchpad."""
+        request = ScratchpadWrite.of(self._spec, files)
+        if request is not None:
+            self._writes.append(asyncio.create_task(self._write(request)))
+
+    async def flush(self) -> None:
+        """Wait for every write started so far."""
+        if self._writes:
+            await asyncio.gather(*self._writes)
+
+    async def _write(self, request: ScratchpadWrite) -> None:
+        names = ", ".join(request.files)
+        try:
+            await workflow.execute_activity(
+                WRITE_SCRATCHPAD_ACTIVITY,
+                request,
+                start_to_close_timeout=WRITE_TIMEOUT,
+                retry_policy=WRITE_RETRY,
+                summary=f"scratchpad: {names}",
+            )
+        except ActivityError as error:
+            if self._record.scratchpad_error is None:
+                problem = task_error(error)
+                words = f"{names}: {problem.type}: {problem.message}"
+                self._record.scratchpad_error = excerpt(words, MAX_NOTES)
+            workflow.logger.warning("scratchpad write failed", extra={"files": names})
