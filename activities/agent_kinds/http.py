@@ -1,4 +1,5 @@
-"""HTTP agents: POST the event JSON; the status code says whether a retry can help.
+"""HTTP agents: POST the event JSON (and the run's inputs); the status code says whether a retry
+can help.
 
 Secret headers (`headers_from_env`) go only to the declared URL's origin: redirects are not
 followed unless the declaration allows it, and then only 307/308 (which keep the POST and its
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 from temporalio import activity
 
-from coord.activities.agent_kinds.output import json_object_output
+from coord.activities.agent_kinds.output import json_object_output, request_json
 from coord.models.agent_config import HttpAgent, WorkerSettings
 from coord.models.agents import AgentContext
 from coord.models.contract import FailureType, failure
@@ -37,7 +38,7 @@ async def run_http(
         timeout=config.timeout.total_seconds(), follow_redirects=False, trust_env=False
     ) as client:
         request = client.build_request(
-            "POST", config.url, content=event.model_dump_json(), headers={**headers, **secrets}
+            "POST", config.url, content=request_json(event, context), headers={**headers, **secrets}
         )
         try:
             async with asyncio.timeout(config.timeout.total_seconds()):

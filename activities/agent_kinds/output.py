@@ -1,10 +1,21 @@
-"""What a shell or HTTP agent answers on its output."""
+"""What a shell or HTTP agent is sent, and what it answers on its output."""
 
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from coord.models.agents import AgentContext
 from coord.models.contract import FailureType, failure
+from coord.models.envelope import EventEnvelope
+
+
+def request_json(event: EventEnvelope, context: AgentContext) -> bytes:
+    """The event JSON, with the run's `inputs` beside it when it has any (a plan task's
+    dependency results by task id, a saga step's earlier results): data, never references."""
+    document = event.model_dump(mode="json")
+    if context.inputs:
+        document["inputs"] = dict(context.inputs)
+    return json.dumps(document).encode()
 
 
 def json_object_output(output: bytes, who: str) -> Mapping[str, Any]:

@@ -1,4 +1,5 @@
-"""Shell agents: an argv (never a shell), the event JSON on stdin, a JSON object on stdout.
+"""Shell agents: an argv (never a shell), the event JSON (and the run's inputs) on stdin, a JSON
+object on stdout, `progress: <summary>` lines on stderr.
 
 The child sees only an allow-listed environment, its output is read up to the worker's limit,
 and its whole process group is ended whenever the run ends, however it ends."""
@@ -12,7 +13,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from coord.activities.agent_kinds.output import json_object_output
+from coord.activities.agent_kinds.output import json_object_output, request_json
 from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
 from coord.models.agents import AgentContext
 from coord.models.contract import FailureType, failure
@@ -39,7 +40,7 @@ async def run_shell(
             env=child_environment(config, settings, context),
             start_new_session=True,
         )
-        stdin = event.model_dump_json().encode()
+        stdin = request_json(event, context)
         out, err = await _communicate(process, stdin, config, settings, context)
     finally:
         if config.cwd is None:
