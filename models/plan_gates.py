@@ -247,10 +247,14 @@ def approval_required(task: PlanTask) -> bool:
 
 def approval_problem(request: ApprovalRequest, state: PlanState) -> str | None:
     """Why `request` cannot be applied to the plan now (one line), or None when it can: the
-    task must be one of the plan's and be waiting for approval."""
+    task must be one of the plan's, waiting for approval, and not decided yet (two decisions
+    can arrive before the task moves on; the first one counts)."""
     record = next((task for task in state.tasks if task.id == request.task), None)
     if record is None:
         return f"task: {request.task!r} is not a task of plan {state.plan_id}"
+    if record.approval is not None:
+        verb = "approved" if record.approval.approved else "rejected"
+        return f"task: {request.task!r} was already {verb} by {record.approval.by}"
     if record.state != TaskState.AWAITING_APPROVAL:
         return f"task: {request.task!r} is {record.state.value}, not awaiting approval"
     return None

@@ -31,6 +31,7 @@ from coord.models.plan import (
     TaskState,
     Transition,
 )
+from coord.models.plan_gates import waiting_for
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.REVIEWING})
@@ -168,6 +169,10 @@ class PlanModel(BaseModel):
         self.holders += [request.key for request in granted]
 
     # --- A task's way through the states --------------------------------------------------
+
+    def task_awaiting_approval(self, task_id: str, now: datetime) -> None:
+        """Its dependencies succeeded; a person must approve it before it asks for a slot."""
+        self._transition(task_id, TaskState.AWAITING_APPROVAL, now)
 
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
@@ -316,8 +321,34 @@ class PlanModel(BaseModel):
         the results of its dependencies keyed by id (a reference where one was stored by
         reference), and what a round adds (`extra`: a fix round's review notes)."""
         agent = self.spec.agent_of(task)
+        inputs = {**self.dependency_results(task), **(extra or {})}
+        key = f"{workflow_id}/{task.id}/{round}"
+        return self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
+
+    def reviewer_request(
+        self,
+        task: PlanTask,
+        reviewer: str,
+        activity_id: str,
+        workflow_id: str,
+        inputs: dict[str, Any],
+    ) -> AgentRequest:
+        """What a reviewer or verifier gets: the task's input (what was asked of it) as the
+        event's payload, and its result in `inputs` (see `coord.models.plan_gates`)."""
+        key = f"{workflow_id}/{activity_id}"
+        return self._request(task, reviewer, f"{task.id}ReviewRequested", workflow_id, key, inputs)
+
+    def _request(
+        self,
+        task: PlanTask,
+        agent: str,
+        event_type: str,
+        workflow_id: str,
+        idempotency_key: str,
+        inputs: dict[str, Any],
+    ) -> AgentRequest:
         event = EventEnvelope.new(
-            f"{task.id}Requested",
+            event_type,
             workflow_id,
             payload=task.input,
             correlation_id=self.spec.correlation_id,
@@ -328,19 +359,20 @@ class PlanModel(BaseModel):
             event=event,
             retry_on=task.retry.retry_on,
             config=self.spec.agents.get(agent),
-            idempotency_key=f"{workflow_id}/{task.id}/{round}",
-            inputs={**self.dependency_results(task), **(extra or {})},
+            idempotency_key=idempotency_key,
+            inputs=inputs,
         )
 
     def dependency_results(self, task: PlanTask) -> dict[str, Any]:
-        results: dict[str, Any] = {}
-        for dependency in task.depends_on:
-            record = self._records[dependency]
-            if record.result_ref is not None:
-                results[dependency] = {"result_ref": record.result_ref.model_dump(mode="json")}
-            else:
-                results[dependency] = record.result or {}
-        return results
+        return {dependency: self.result_input(dependency) for dependency in task.depends_on}
+
+    def result_input(self, task_id: str) -> dict[str, Any]:
+        """A task's result as an agent's input: its data, or its reference where it was stored
+        by reference (`run_agent` resolves it to the data)."""
+        record = self._records[task_id]
+        if record.result_ref is not None:
+            return {"result_ref": record.result_ref.model_dump(mode="json")}
+        return record.result or {}
 
     # --- The plan's outcome and views -----------------------------------------------------
 
@@ -407,7 +439,7 @@ class PlanModel(BaseModel):
     def waiting_for(self) -> list[str]:
         """What the plan waits for besides running agents: people, and free worker slots."""
         approvals = [
-            f"approval of {record.id}"
+            self._approval_awaited(record)
             for record in self.state.tasks
             if record.state == TaskState.AWAITING_APPROVAL
         ]
@@ -415,6 +447,11 @@ class PlanModel(BaseModel):
             cap = self.spec.max_workers
             approvals.append(f"a worker slot ({len(self.waiting)} waiting, max_workers {cap})")
         return approvals
+
+    def _approval_awaited(self, record: TaskRecord) -> str:
+        gate = self.spec.task(record.id).approval
+        since = record.transitions[-1].at
+        return waiting_for(record.id, gate, since) if gate else f"approval of {record.id}"
 
     def details(self, now: datetime) -> str:
         """The plan as the Temporal UI shows it in 'current details' (markdown)."""

@@ -301,6 +301,8 @@ def test_an_approval_names_a_task_of_the_plan_that_is_waiting() -> None:
     assert approval_problem(request(task="build"), state) == (
         "task: 'build' is running, not awaiting approval"
     )
+    waiting.approval = decision(request(approve=False, by="bob"), NOW)
+    assert approval_problem(request(), state) == "task: 'deploy' was already rejected by bob"
 
 
 def test_a_decision_records_who_and_why() -> None:

@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.contract import (
+        APPROVE_UPDATE,
         PLAN_PROGRESS_ACTIVITY,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.plan import (
         ActivityProgress,
+        ApprovalDecision,
         PlanProgress,
         PlanSpec,
         PlanState,
@@ -44,8 +46,8 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows.plan_gates import GatedTaskRun, apply_approval, checked_approval
     from coord.workflows.plan_scratchpad import Scratchpad
-    from coord.workflows.plan_task import TaskRun
 
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
@@ -111,6 +113,17 @@ class TaskGraph:
     def progress(self) -> PlanProgress:
         return self._model_or_fail().progress(workflow.now())
 
+    @workflow.update(name=APPROVE_UPDATE)
+    async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
+        """Approve or reject a task waiting for a person (`ApprovalRequest`). Raw on purpose,
+        so a malformed request is refused by the validator in one line naming the field. Never
+        awaits, so two decisions cannot interleave: the first applied counts."""
+        return apply_approval(self._model, raw, self._publish)
+
+    @approve.validator
+    def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
+        checked_approval(self._model, raw)
+
     def _model_or_fail(self) -> PlanModel:
         if self._model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
@@ -134,8 +147,8 @@ class TaskGraph:
         await self._task(model, task).run()
         self._scratchpad.write(worker_result_files(model.record(task.id)))
 
-    def _task(self, model: PlanModel, task: PlanTask) -> TaskRun:
-        return TaskRun(model, task, workflow.info().workflow_id, self._publish)
+    def _task(self, model: PlanModel, task: PlanTask) -> GatedTaskRun:
+        return GatedTaskRun(model, task, workflow.info().workflow_id, self._publish)
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome

@@ -1,0 +1,199 @@
+"""A plan task's gates inside the `TaskGraph` workflow: human approval before the task asks for
+a worker slot, and after a successful run the review stages, then dual verification, with fix
+rounds in between. What runs next is decided by `coord.models.plan_gates` from the task's
+record; this module runs it: timers, the `approve` update's checks, and each reviewer or
+verifier as a `run_agent` activity that takes one of the plan's worker slots like any run."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.agents import AgentResult
+    from coord.models.contract import RUN_AGENT_ACTIVITY, FailureType, failure
+    from coord.models.plan import (
+        ApprovalDecision,
+        ApprovalRequest,
+        ReviewStage,
+        TaskError,
+        TaskState,
+        Verdict,
+        review_activity_id,
+        verify_activity_id,
+    )
+    from coord.models.plan_gates import (
+        BudgetSpent,
+        GatesPassed,
+        RunFix,
+        RunReview,
+        RunVerification,
+        approval_problem,
+        approval_required,
+        decision,
+        failed_verdict,
+        next_gate_step,
+        parse_verdict,
+        rejection,
+        review_round,
+        reviewer_inputs,
+        timed_out,
+        verification_round,
+    )
+    from coord.models.plan_model import PlanModel
+    from coord.workflows.common import InvalidInput, PlainInput, decode_input
+    from coord.workflows.plan_task import AgentActivity, TaskRun, task_error
+
+ReviewOutcome = tuple[Verdict, TaskError | None]
+"""A reviewer's verdict, and how its run failed when it could not answer at all."""
+
+
+class GatedTaskRun(TaskRun):
+    """`TaskRun` with the task's gates at its extension points."""
+
+    async def before_run(self) -> bool:
+        """Waits for a person's decision (or the gate's timeout) before the task asks for a
+        slot; the decision is in the record, put there by the `approve` update."""
+        gate = self.task.approval
+        if gate is None or not approval_required(self.task):
+            return True
+        record = self.model.record(self.task.id)
+        self.model.task_awaiting_approval(self.task.id, workflow.now())
+        self.changed()
+        try:
+            await workflow.wait_condition(
+                lambda: record.approval is not None,
+                timeout=gate.timeout,
+                timeout_summary=f"{self.task.id}: approval timeout",
+            )
+        except TimeoutError:
+            record.approval = timed_out(gate, workflow.now())
+        assert record.approval is not None
+        if record.approval.approved:
+            return True
+        self.model.task_error(self.task.id, workflow.now(), rejection(record.approval))
+        return False
+
+    async def after_run(self, result: AgentResult, round: int) -> bool:
+        """Runs what the gates say until they pass (True) or the task ended (False)."""
+        while True:
+            step = next_gate_step(self.task, self.model.record(self.task.id))
+            if isinstance(step, GatesPassed):
+                return True
+            if isinstance(step, BudgetSpent):
+                self.model.task_error(self.task.id, workflow.now(), step.error)
+                return False
+            if not await self._gate_step(step):
+                return False
+
+    async def _gate_step(self, step: RunReview | RunVerification | RunFix) -> bool:
+        """One round or fix; False when it ended the task."""
+        if isinstance(step, RunFix):
+            self.model.record(self.task.id).fixes += 1
+            return await self.run_agent(step.round, step.inputs()) is not None
+        self._reviewing()
+        if isinstance(step, RunReview):
+            outcomes = [await self._review(step.reviewer, step.stage, step.round)]
+            round_ = review_round(step, outcomes[0][0], workflow.now())
+        else:
+            outcomes = await _all(
+                [self._review(verifier, None, step.round) for verifier in step.verifiers]
+            )
+            round_ = verification_round(step, [verdict for verdict, _ in outcomes], workflow.now())
+        self.model.record(self.task.id).reviews.append(round_)
+        self.changed()
+        reviewer_failed = next((error for _, error in outcomes if error is not None), None)
+        if reviewer_failed is not None:
+            self.model.task_error(self.task.id, workflow.now(), reviewer_failed)
+            return False
+        return True
+
+    def _reviewing(self) -> None:
+        if self.model.record(self.task.id).state != TaskState.REVIEWING:
+            self.model.task_reviewing(self.task.id, workflow.now())
+            self.changed()
+
+    async def _review(self, reviewer: str, stage: ReviewStage | None, round: int) -> ReviewOutcome:
+        """One reviewer's (stage given) or verifier's run on the task's current result."""
+        task = self.task
+        if stage is not None:
+            activity_id = review_activity_id(task.id, stage.value, round)
+            summary = f"{task.id} review {stage.value} #{round}"
+        else:
+            activity_id = verify_activity_id(task.id, reviewer, round)
+            summary = f"{task.id} verify {reviewer} #{round}"
+        inputs = reviewer_inputs(task.id, self.model.result_input(task.id), stage)
+        request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
+
+        def start() -> AgentActivity:
+            return workflow.start_activity(
+                RUN_AGENT_ACTIVITY,
+                request,
+                result_type=AgentResult,
+                activity_id=activity_id,
+                start_to_close_timeout=task.timeout,
+                heartbeat_timeout=task.heartbeat_timeout,
+                retry_policy=task.retry.to_retry_policy(),
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=summary,
+            )
+
+        try:
+            answer = await self.slotted(activity_id, start)
+        except ActivityError as error:
+            failed = task_error(error)
+            what = f"review {stage.value}" if stage is not None else "verification"
+            failed.message = f"{what} by {reviewer} failed: {failed.message}"
+            return failed_verdict(reviewer, failed.message), failed
+        return parse_verdict(reviewer, answer.data), None
+
+
+async def _all(reviews: list[Awaitable[ReviewOutcome]]) -> list[ReviewOutcome]:
+    """Every verifier at once, in the gate's order. When the task is cancelled meanwhile,
+    every verifier's run is cancelled with it (none is left running unawaited)."""
+    runs = [asyncio.ensure_future(review) for review in reviews]
+    try:
+        return list(await asyncio.gather(*runs))
+    except BaseException:
+        for run in runs:
+            run.cancel()
+        await asyncio.wait(runs)
+        raise
+
+
+# --- The `approve` update ---------------------------------------------------------------------
+
+
+def checked_approval(model: PlanModel | None, raw: PlainInput) -> ApprovalRequest:
+    """The update's request, if it can be applied now; else an `invalid_approval` failure
+    whose message is one line saying why (a malformed request naming its field, an unknown
+    task, a task not waiting for approval or already decided)."""
+    if model is None:
+        raise _invalid("the plan did not start (its spec is invalid): nothing to approve")
+    try:
+        request = decode_input(ApprovalRequest, raw, "approval")
+    except InvalidInput as error:
+        raise _invalid(str(error)) from None
+    problem = approval_problem(request, model.state)
+    if problem is not None:
+        raise _invalid(problem)
+    return request
+
+
+def apply_approval(
+    model: PlanModel | None, raw: PlainInput, changed: Callable[[], None]
+) -> ApprovalDecision:
+    """Records the decision where the waiting task finds it. Checked again: the validator
+    accepted the request, but another decision for the same task may have been applied since
+    (both accepted in one workflow task); that one counts, and this update fails saying so."""
+    request = checked_approval(model, raw)
+    assert model is not None
+    decided = decision(request, workflow.now())
+    model.record(request.task).approval = decided
+    changed()
+    return decided
+
+
+def _invalid(message: str) -> ApplicationError:
+    return failure(FailureType.INVALID_APPROVAL, message, non_retryable=True)
