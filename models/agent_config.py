@@ -1,10 +1,12 @@
-"""Agents declared in YAML (`agents:`): Python callables, command-line tools, HTTP services; and
-what the worker that runs them trusts (`worker:`)."""
+"""Agents declared in YAML (`agents:`): Python callables, command-line tools, HTTP services,
+language models behind chat-completion endpoints; and what the worker that runs them trusts
+(`worker:`)."""
 
 from datetime import timedelta
+from string import Template
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.durations import Duration
 
@@ -12,7 +14,7 @@ SYSEXITS_DATA_ERRORS = [2, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 76, 77, 7
 """Exit codes that say the input was wrong (usage, sysexits 64-78 but 75 EX_TEMPFAIL): retrying
 the same event would fail the same way."""
 
-AgentKind = Literal["python", "shell", "http"]
+AgentKind = Literal["python", "shell", "http", "llm"]
 CHILD_ENV_DEFAULT = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
 """The worker's variables every shell agent sees; anything more is named in `worker.child_env`."""
 OUTPUT_LIMIT_DEFAULT = 1024 * 1024
@@ -52,7 +54,61 @@ class HttpAgent(BaseModel):
     origin. Off: any 3xx is a failure naming its Location."""
 
 
-AgentConfig = Annotated[PythonAgent | ShellAgent | HttpAgent, Field(discriminator="kind")]
+class PromptTemplate(Template):
+    """`$name` or `${name}` placeholders, nothing else: a name is looked up, never evaluated
+    (no attribute access, no indexing, no calls). Braced names may hold dashes, as task ids do."""
+
+    braceidpattern = r"(?a:[_a-z][_a-z0-9-]*)"
+
+
+class LlmAgent(BaseModel):
+    """A language model behind an OpenAI-compatible chat-completions endpoint; its answer, a JSON
+    object, is the agent's result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["llm"]
+    base_url: str = Field(pattern=r"^https?://")
+    """The API root, e.g. `https://api.openai.com/v1` (requests go to its `/chat/completions`)."""
+    model: str = Field(min_length=1)
+    api_key_env: str = Field(min_length=1)
+    """The environment variable holding the API key (never logged); only one the worker names in
+    `worker.secrets`."""
+    system: str | None = None
+    prompt: str = Field(min_length=1)
+    """A template filled from the event payload and the run's inputs (see `PromptTemplate`)."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1)
+    timeout: Duration = timedelta(seconds=60)
+    response_format: Literal["json", "none"] = "json"
+    """`json` asks the endpoint for a JSON object; `none` sends no `response_format` (for servers
+    that reject it: the prompt must then ask for JSON)."""
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_is_a_template(cls, prompt: str) -> str:
+        if not PromptTemplate(prompt).is_valid():
+            raise ValueError("a `$` starts a placeholder ($name or ${name}); `$$` is a dollar sign")
+        return prompt
+
+
+AgentConfig = Annotated[
+    PythonAgent | ShellAgent | HttpAgent | LlmAgent, Field(discriminator="kind")
+]
+
+
+def secret_variables(config: AgentConfig) -> list[str]:
+    """The worker's environment variables a declaration reads secrets from."""
+    if isinstance(config, HttpAgent):
+        return list(config.headers_from_env.values())
+    if isinstance(config, LlmAgent):
+        return [config.api_key_env]
+    return []
+
+
+def secret_field(config: AgentConfig) -> str:
+    """The declaration's field naming those variables, for messages."""
+    return "api_key_env" if isinstance(config, LlmAgent) else "headers_from_env"
 
 
 class WorkerSettings(BaseModel):
@@ -68,9 +124,9 @@ class WorkerSettings(BaseModel):
     child_env: list[str] = Field(default_factory=list)
     """The worker's environment variables shell agents see besides CHILD_ENV_DEFAULT."""
     secrets: list[str] = Field(default_factory=list)
-    """The worker's environment variables `headers_from_env` may read."""
+    """The worker's environment variables `headers_from_env` and `api_key_env` may read."""
     output_limit: ByteSize = ByteSize(OUTPUT_LIMIT_DEFAULT)
-    """The most a shell agent may write to stdout or to stderr, or an HTTP agent answer."""
+    """The most a shell agent may write to stdout or to stderr, or an HTTP or LLM agent answer."""
     scratchpad_root: str | None = None
     """The directory under which plans write their scratchpads (`scratchpad: DIR` in a plan is
     relative to it); none by default, and then a plan's scratchpad writes are refused."""
@@ -85,12 +141,10 @@ class WorkerSettings(BaseModel):
             )
         return self
 
-    def unnamed_secrets(self, config: PythonAgent | ShellAgent | HttpAgent) -> list[str]:
-        if not isinstance(config, HttpAgent):
-            return []
-        return sorted(set(config.headers_from_env.values()) - set(self.secrets))
+    def unnamed_secrets(self, config: AgentConfig) -> list[str]:
+        return sorted(set(secret_variables(config)) - set(self.secrets))
 
-    def inline_refusal(self, name: str, config: PythonAgent | ShellAgent | HttpAgent) -> str | None:
+    def inline_refusal(self, name: str, config: AgentConfig) -> str | None:
         """Why this worker will not run `config` when it comes from outside (None: it will).
         The one rule `run_agent` and the CLI's pre-start check both apply."""
         if config.kind not in self.inline_agents:
@@ -101,8 +155,8 @@ class WorkerSettings(BaseModel):
             )
         if unnamed := self.unnamed_secrets(config):
             return (
-                f"inline agent {name!r}: headers_from_env reads {', '.join(unnamed)}, which this "
-                "worker does not name under `worker: {secrets: [...]}` in its agents file"
+                f"inline agent {name!r}: {secret_field(config)} reads {', '.join(unnamed)}, which "
+                "this worker does not name under `worker: {secrets: [...]}` in its agents file"
             )
         return None
 
@@ -118,7 +172,7 @@ class AgentsFile(BaseModel):
         for name, config in self.agents.items():
             if unnamed := self.worker.unnamed_secrets(config):
                 raise ValueError(
-                    f"agents.{name}.headers_from_env: {', '.join(unnamed)} is not named under "
-                    "worker.secrets; add it there to let agents read it"
+                    f"agents.{name}.{secret_field(config)}: {', '.join(unnamed)} is not named "
+                    "under worker.secrets; add it there to let agents read it"
                 )
         return self

@@ -183,7 +183,7 @@ def test_the_example_agents_file_loads() -> None:
     names = set(
         load_agents(Path(__file__).parent.parent / "examples" / "agents.yaml", AgentRegistry())
     )
-    assert names == {"summarize", "lint", "review"}
+    assert names == {"summarize", "lint", "review", "judge"}
 
 
 @pytest.mark.parametrize(

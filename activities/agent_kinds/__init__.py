@@ -8,8 +8,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from coord.activities.agent_kinds.http import run_http
+from coord.activities.agent_kinds.llm import run_llm
 from coord.activities.agent_kinds.shell import run_shell
-from coord.models.agent_config import AgentConfig, AgentsFile, HttpAgent, ShellAgent, WorkerSettings
+from coord.models.agent_config import (
+    AgentConfig,
+    AgentsFile,
+    HttpAgent,
+    LlmAgent,
+    ShellAgent,
+    WorkerSettings,
+)
 from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.envelope import EventEnvelope
 from coord.models.specs import SpecError, load_spec
@@ -20,6 +28,8 @@ def agent_from_config(name: str, config: AgentConfig, settings: WorkerSettings) 
         return partial(run_shell, config, settings)
     if isinstance(config, HttpAgent):
         return partial(run_http, config, settings)
+    if isinstance(config, LlmAgent):
+        return partial(run_llm, config, settings)
     return _imported(name, config.callable)
 
 

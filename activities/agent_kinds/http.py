@@ -31,7 +31,10 @@ LONGEST_RETRY_DELAY = timedelta(hours=1)
 async def run_http(
     config: HttpAgent, settings: WorkerSettings, event: EventEnvelope, context: AgentContext
 ) -> Mapping[str, Any]:
-    secrets = {header: _secret(header, name) for header, name in config.headers_from_env.items()}
+    secrets = {
+        header: secret_from_env(name, f"header {header}")
+        for header, name in config.headers_from_env.items()
+    }
     headers = {"Content-Type": "application/json", "Idempotency-Key": context.idempotency_key}
     # trust_env=False: no proxy or .netrc credentials picked up from the worker's environment.
     async with httpx.AsyncClient(
@@ -51,12 +54,11 @@ async def run_http(
             raise failure(FailureType.TEMPORARY_FAILURE, f"{request.url}: {error}") from None
 
 
-def _secret(header: str, variable: str) -> str:
+def secret_from_env(variable: str, needed_by: str) -> str:
+    """A secret's value, read when the request is sent; the message names only the variable."""
     value = os.environ.get(variable)
     if value is None:
-        raise failure(
-            FailureType.UNAUTHORIZED, f"header {header} needs ${variable}, which is not set"
-        )
+        raise failure(FailureType.UNAUTHORIZED, f"{needed_by} needs ${variable}, which is not set")
     return value
 
 
@@ -113,12 +115,21 @@ def _classified(response: httpx.Response) -> Exception:
             f"{url} answered {status} redirecting to {location}; redirects are not followed "
             "(a declaration may set follow_redirects: true for 307/308)",
         )
+    return status_failure(response)
+
+
+def status_failure(response: httpx.Response, detail: str = "") -> Exception:
+    """The failure an unsuccessful status means: 408, 429 and 5xx are temporary (Retry-After the
+    next delay), 401/403 unauthorized, anything else invalid_payload. `detail` ends the message."""
+    status, url = response.status_code, response.request.url
     if status in RETRYABLE_STATUSES or status >= 500:
         delay = retry_after(response.headers.get("Retry-After"), _longest_retry_delay())
-        return failure(FailureType.TEMPORARY_FAILURE, f"{url} answered {status}", retry_after=delay)
+        return failure(
+            FailureType.TEMPORARY_FAILURE, f"{url} answered {status}{detail}", retry_after=delay
+        )
     if status in (401, 403):
-        return failure(FailureType.UNAUTHORIZED, f"{url} answered {status}")
-    return failure(FailureType.INVALID_PAYLOAD, f"{url} answered {status}")
+        return failure(FailureType.UNAUTHORIZED, f"{url} answered {status}{detail}")
+    return failure(FailureType.INVALID_PAYLOAD, f"{url} answered {status}{detail}")
 
 
 def retry_after(value: str | None, longest: timedelta) -> timedelta | None:
