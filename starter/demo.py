@@ -1,5 +1,7 @@
-"""The README's first command: the seed's Feature Deployment saga (to success and to rollback)
-and its user-story reactive chain, on the embedded server."""
+"""The README's first command: the seed's Feature Deployment saga (to success and to rollback),
+its user-story reactive chain, and a coordinator-mode plan with seed 003's graph (to completion
+through a fix round of each gate, and to `partial` with one injected failure), on the embedded
+server."""
 
 import asyncio
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ from coord.models.aggregator import AggregatorSpec
 from coord.models.chain import ChainSpec
 from coord.models.contract import COORD_PATTERN
 from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec
 from coord.models.saga import SagaSpec
 from coord.models.specs import load_spec
 from coord.starter import api, render
@@ -26,6 +29,12 @@ SAGA_RUNS: dict[str, dict[str, Any]] = {
     "success": {},
     "rollback": {"inject": {"fail": ["DeployToProduction"]}},
 }
+PLAN_RUNS: dict[str, dict[str, Any]] = {
+    "reviewed": {"reject": ["reviewer", "verifier-b"]},
+    "failure": {"fail": ["scan-security"]},
+}
+"""The plan's runs: one where the reviewer and one verifier each send a first result back to be
+fixed, one where scan-security fails for good (fix-findings and release are skipped)."""
 
 
 async def run_sagas(client: Client, stamp: str) -> None:
@@ -71,6 +80,25 @@ async def run_chain(client: Client, stamp: str) -> None:
     typer.echo(f"  status: {state.status.value}  UI: {workflow_link(workflow_id)}")
 
 
+def plan_run(spec: PlanSpec, plan_id: str, inject: dict[str, Any]) -> PlanSpec:
+    """The plan under its own id, with `inject` in every task's input (the demo agents' flag)."""
+    tasks = [
+        task.model_copy(update={"input": {**task.input, "inject": inject}}) for task in spec.tasks
+    ]
+    return spec.model_copy(update={"plan_id": plan_id, "correlation_id": plan_id, "tasks": tasks})
+
+
+async def run_plans(client: Client, stamp: str) -> None:
+    spec = load_spec(PlanSpec, EXAMPLES / "plan-seed003.yaml")
+    for run, inject in PLAN_RUNS.items():
+        plan = plan_run(spec, f"{spec.plan_id}-{stamp}-{run}", inject)
+        handle = await api.start_plan(client, plan)
+        typer.secho(f"\n▶ {handle.id} ({run}: inject {inject})", bold=True)
+        state = await api.plan_outcome(handle)
+        render.show(render.plan_view(state, datetime.now(UTC)))
+        typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
+
+
 async def run_demo(*, keep_serving: bool) -> None:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     async with local_temporal() as (client, where):
@@ -78,6 +106,7 @@ async def run_demo(*, keep_serving: bool) -> None:
         async with build_worker(client, registry=default_registry(demo_agents=True)):
             await run_sagas(client, stamp)
             await run_chain(client, stamp)
+            await run_plans(client, stamp)
             query = quote(f'{COORD_PATTERN.name}!=""')
             runs = f"{workflow_link('').rstrip('/')}?query={query}"
             typer.echo(f"\nAll coordination runs: {runs}")
