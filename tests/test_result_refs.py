@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import aioboto3
 import pytest
 from pydantic import BaseModel
 from temporalio import workflow
@@ -24,13 +25,20 @@ from temporalio.converter import JSONPlainPayloadConverter
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from coord.infra.payload_store import STORE_ENV, StoredPayloads
+from coord.infra.payload_store import (
+    DEFAULT_THRESHOLD,
+    STORE_ENV,
+    PayloadStoreSettings,
+    PayloadUnavailable,
+    StoredPayloads,
+)
 from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
 from coord.models.contract import RUN_AGENT_ACTIVITY
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import ResultReference
 from coord.worker import build_worker
 from tests.agents import PYTHON, registry
+from tests.test_large_payloads import s3_server  # noqa: F401 (a local S3 server)
 
 BLOB = "x" * 100_000
 """Under the converter's own 128 KiB threshold: without references it would sit in history."""
@@ -236,3 +244,21 @@ def test_only_a_well_formed_result_ref_is_a_reference() -> None:
     assert ResultReference.in_input({"result_ref": {"sha256": "short", "bytes": 3}}) is None
     assert ResultReference.in_input({"result_ref": reference.model_dump(), "more": 1}) is None
     assert ResultReference.in_input("result_ref") is None
+
+
+@pytest.mark.usefixtures("s3_server")
+async def test_an_s3_store_finds_a_result_by_its_digest_alone() -> None:
+    """The S3 driver names objects by more than the digest; stored with no target, the digest
+    is enough to find one again, and a deleted one reads as unavailable."""
+    bucket = f"results-{uuid.uuid4().hex[:8]}"
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.create_bucket(Bucket=bucket)
+        store = StoredPayloads(PayloadStoreSettings(f"s3://{bucket}", DEFAULT_THRESHOLD))
+        payload = JSONPlainPayloadConverter().to_payload({"blob": BLOB})
+        assert payload is not None
+        digest = await store.put(payload)
+        assert await store.get(digest) == payload
+        listed = await s3.list_objects_v2(Bucket=bucket)
+        await s3.delete_object(Bucket=bucket, Key=listed["Contents"][0]["Key"])
+        with pytest.raises(PayloadUnavailable, match=digest):
+            await store.get(digest)
