@@ -30,6 +30,7 @@ from coord.models.retry import RetryConfig
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
+from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
 
 WIRE_NAMES = {
@@ -103,6 +104,13 @@ def test_wire_names_are_the_recorded_strings() -> None:
             set(),
             {contract.ENTRY_QUERY},
             {contract.REPLAY_UPDATE, contract.ARCHIVE_UPDATE},
+        ),
+        (
+            TaskGraph,
+            contract.PLAN_WORKFLOW,
+            set(),
+            {contract.STATE_QUERY, contract.PROGRESS_QUERY},
+            set(),
         ),
     ],
 )

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -293,3 +294,25 @@ async def test_fail_fast_cancels_the_rest_and_fails_the_plan_with_its_report(
     assert report.summary == (
         "0 of 3 succeeded, 1 error, 2 cancelled (fail_fast: task broken ended error)"
     )
+
+
+async def test_a_task_past_its_timeout_ends_error_and_skips_its_dependents(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        {"id": "stuck", "agent": "hold", "timeout": "1s", "retry": {"max_retries": 0}},
+        {"id": "after", "depends_on": ["stuck"]},
+        {"id": "other"},
+    )
+    agents = PlanAgents()
+    try:
+        state, _ = await run_plan(client, task_queue, spec, agents)
+    finally:
+        agents.released.set()
+    record = {task.id: task for task in state.tasks}
+    error = record["stuck"].error
+    assert error is not None and error.type == "timeout"
+    duration = record["stuck"].duration
+    assert duration is not None and duration >= timedelta(seconds=1)
+    assert (record["after"].state, record["after"].skipped_because) == (TaskState.SKIPPED, "stuck")
+    assert state.summary == "1 of 3 succeeded, 1 error, 1 skipped"

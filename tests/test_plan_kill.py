@@ -1,0 +1,63 @@
+"""A worker SIGKILLed mid-plan: a new worker process finishes the plan from its history, every
+task's agent completing once and the record showing each task's way through the states."""
+
+import asyncio
+import uuid
+from collections import Counter
+from pathlib import Path
+
+from temporalio.client import Client
+
+from coord.models.plan import PlanSpec, PlanStatus, TaskState
+from coord.workflows.plan import TaskGraph
+from tests.test_worker_kill import completed_activities, wait_running
+from tests.workers import worker_process
+
+HEARTBEAT = {"heartbeat_timeout": "1s", "timeout": "30s"}
+"""Agents running when the worker dies are retried once their heartbeat is missed, not after
+their whole timeout."""
+
+
+async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    slow = {"inject": {"slow": {"backend-architect": 3}}}
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": f"kill-{uuid.uuid4().hex[:8]}",
+            "max_workers": 2,
+            "tasks": [
+                {"id": "story", "agent": "product-strategist", **HEARTBEAT},
+                {
+                    "id": "api",
+                    "agent": "backend-architect",
+                    "depends_on": ["story"],
+                    "input": slow,
+                    **HEARTBEAT,
+                },
+                {"id": "ux", "agent": "ux-designer", "depends_on": ["story"], **HEARTBEAT},
+                {"id": "tests", "agent": "test-engineer", "depends_on": ["api", "ux"], **HEARTBEAT},
+            ],
+        }
+    )
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        handle = await client.start_workflow(
+            TaskGraph.run, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
+        )
+        await wait_running(client, handle, "api:")
+        first.kill()
+    async with worker_process(client, task_queue, log):
+        state = await asyncio.wait_for(handle.result(), 90)
+    assert state.status == PlanStatus.COMPLETED
+    assert state.summary == "4 of 4 succeeded"
+    completed = await completed_activities(client, handle)
+    assert completed == Counter(
+        {
+            "story: product-strategist": 1,
+            "api: backend-architect": 1,
+            "ux: ux-designer": 1,
+            "tests: test-engineer": 1,
+        }
+    )
+    assert all(task.state == TaskState.SUCCEEDED for task in state.tasks)
