@@ -323,7 +323,9 @@ class PlanModel(BaseModel):
         agent = self.spec.agent_of(task)
         inputs = {**self.dependency_results(task), **(extra or {})}
         key = f"{workflow_id}/{task.id}/{round}"
-        return self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
+        request = self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
+        request.result_limit = self.spec.result_limit
+        return request
 
     def reviewer_request(
         self,
@@ -371,7 +373,7 @@ class PlanModel(BaseModel):
         by reference (`run_agent` resolves it to the data)."""
         record = self._records[task_id]
         if record.result_ref is not None:
-            return {"result_ref": record.result_ref.model_dump(mode="json")}
+            return record.result_ref.as_input()
         return record.result or {}
 
     # --- The plan's outcome and views -----------------------------------------------------

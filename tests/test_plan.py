@@ -10,20 +10,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from temporalio import activity
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.contract import PLAN_RECORD_MEMO, PLAN_WORKFLOW
 from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan import PlanProgress, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from coord.workflows.plan import TaskGraph
 from tests.helpers import eventually
 
+BLOB = "large-result-" * 1000
 FAST_RETRY = {"max_retries": 2, "initial_delay": "50ms", "max_delay": "50ms"}
 
 
@@ -42,6 +43,7 @@ class PlanAgents:
         registry.register("work")(self.work)
         registry.register("fail")(self.fail)
         registry.register("hold")(self.hold)
+        registry.register("big")(self.big)
         return registry
 
     async def work(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
@@ -54,11 +56,17 @@ class PlanAgents:
         raise ApplicationError(f"broken on attempt {context.attempt}", type="temporary_failure")
 
     async def hold(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        """Says what it does (its task's `say` input, when given) and waits for the test."""
         self.holding.add(event.event.type.removesuffix("Requested"))
+        if "say" in event.payload:
+            context.progress(event.payload["say"])
         while not self.released.is_set():
-            activity.heartbeat()
+            context.heartbeat()
             await asyncio.sleep(0.1)
         return {}
+
+    async def big(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"blob": BLOB}
 
 
 def plan(*tasks: dict[str, Any], **fields: Any) -> PlanSpec:
@@ -316,3 +324,54 @@ async def test_a_task_past_its_timeout_ends_error_and_skips_its_dependents(
     assert duration is not None and duration >= timedelta(seconds=1)
     assert (record["after"].state, record["after"].skipped_because) == (TaskState.SKIPPED, "stuck")
     assert state.summary == "1 of 3 succeeded, 1 error, 1 skipped"
+
+
+async def test_a_large_result_goes_by_reference_and_its_dependent_gets_the_data(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan({"id": "a", "agent": "big"}, {"id": "b", "depends_on": ["a"]}, result_limit=1024)
+    agents = PlanAgents()
+    state, handle = await run_plan(client, task_queue, spec, agents)
+    assert state.status == PlanStatus.COMPLETED
+    record = {task.id: task for task in state.tasks}
+    assert record["a"].result is None and record["a"].result_ref is not None
+    assert record["a"].result_ref.bytes > 1024
+    assert agents.inputs["b"] == {"a": {"blob": BLOB}}
+    events = [event.SerializeToString() async for event in handle.fetch_history_events()]
+    assert not any(BLOB[:100].encode() in event for event in events)
+    assert any(record["a"].result_ref.sha256.encode() in event for event in events)
+
+
+async def test_progress_summaries_from_heartbeats_show_in_the_query_and_details(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        {"id": "read", "agent": "hold", "input": {"say": "Reading runAgent.ts"}},
+        {"id": "fix", "agent": "hold", "input": {"say": "Fixing null check"}},
+        {"id": "after", "depends_on": ["read"]},
+        progress_interval="200ms",
+    )
+    agents = PlanAgents()
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+        seen: list[PlanProgress] = []
+
+        async def summaries_shown() -> bool:
+            seen.append(await handle.query(TaskGraph.progress))
+            return all(task.summary for task in seen[-1].running) and len(seen[-1].running) == 2
+
+        await eventually(summaries_shown)
+        assert {(t.task, t.state, t.summary) for t in seen[-1].running} == {
+            ("read", TaskState.RUNNING, "Reading runAgent.ts"),
+            ("fix", TaskState.RUNNING, "Fixing null check"),
+        }
+        assert seen[-1].counts == {TaskState.PENDING: 1, TaskState.RUNNING: 2}
+        metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        agents.released.set()
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == PlanStatus.COMPLETED
+    assert metadata.current_details.startswith("**Status:** running (1 pending, 2 running)")
+    assert "- **read** running" in metadata.current_details
+    assert ": Reading runAgent.ts" in metadata.current_details
+    record = {task.id: task for task in state.tasks}
+    assert record["read"].progress is None and record["read"].state == TaskState.SUCCEEDED

@@ -60,4 +60,13 @@ async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
             "tests: test-engineer": 1,
         }
     )
-    assert all(task.state == TaskState.SUCCEEDED for task in state.tasks)
+    record = {task.id: task for task in state.tasks}
+    assert record["api"].attempts == 2
+    assert [(t.state, t.attempt) for t in record["api"].transitions] == [
+        (TaskState.PENDING, None),
+        (TaskState.READY, None),
+        (TaskState.RUNNING, 1),
+        (TaskState.FAILED, 1),
+        (TaskState.RUNNING, 2),
+        (TaskState.SUCCEEDED, None),
+    ]

@@ -103,6 +103,7 @@ class TaskRun:
             task.id,
             workflow.now(),
             data=result.data,
+            reference=result.reference,
             attempt=attempt if isinstance(attempt, int) else None,
         )
         return result
