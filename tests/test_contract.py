@@ -110,7 +110,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             contract.PLAN_WORKFLOW,
             set(),
             {contract.STATE_QUERY, contract.PROGRESS_QUERY},
-            set(),
+            {contract.APPROVE_UPDATE},
         ),
     ],
 )
