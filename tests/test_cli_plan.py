@@ -1,0 +1,171 @@
+"""`coord plan` as a user runs it, against the session's dev server: a plan started from a YAML
+file and waited for, its table and its JSON record, cancel, approve, and bad input as one line
+with the README's exit code."""
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from coord.models.plan import PlanState, PlanStatus, TaskState
+from coord.starter import api
+from coord.starter.exits import ExitCode
+from coord.worker import build_worker
+from tests.helpers import eventually
+from tests.workers import COORD, run, server_env
+
+NO_RETRY = {"max_retries": 0}
+
+
+def plan_file(folder: Path, **fields: Any) -> tuple[str, Path]:
+    """Seed 003's shape in small, on the demo agents: two roots feeding `build`, a second
+    branch `docs`, and `ship` joining them."""
+    plan_id = f"cli-{uuid.uuid4().hex[:8]}"
+    document = {
+        "plan_id": plan_id,
+        "name": "Ship the feature",
+        "tasks": [
+            {"id": "api", "agent": "backend-architect", "summary": "Design the API"},
+            {"id": "db", "agent": "database-specialist"},
+            {"id": "build", "agent": "python-pro", "depends_on": ["api", "db"]},
+            {"id": "docs", "agent": "ux-designer"},
+            {"id": "ship", "agent": "test-engineer", "depends_on": ["build", "docs"]},
+        ],
+        **fields,
+    }
+    for task in document["tasks"]:
+        task.setdefault("retry", NO_RETRY)
+    path = folder / f"{plan_id}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return plan_id, path
+
+
+def table(out: str) -> dict[str, list[str]]:
+    """The plan table's rows by task (cells as printed, piped)."""
+    rows = [[cell.strip() for cell in line.split(" | ")] for line in out.splitlines()]
+    return {row[0]: row[1:] for row in rows if len(row) == 5 and row[0] != "Task"}
+
+
+async def test_start_wait_prints_the_final_table_and_state_reads_it_as_table_and_json(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    failing = {"inject": {"fail": ["python-pro"]}}
+    document = yaml.safe_load(path.read_text())
+    document["tasks"][2]["input"] = failing
+    path.write_text(yaml.safe_dump(document))
+    async with build_worker(client, task_queue):
+        code, out, err = await run(COORD, "plan", "start", str(path), "--wait", env=env)
+        assert code == ExitCode.PLAN_NOT_COMPLETED, err
+        assert out.splitlines()[0].startswith(f"started plan-{plan_id}: http")
+        rows = table(out)
+        assert rows["api"][:2] == ["succeeded", "1"]
+        assert rows["build"][:2] == ["error", "1"]
+        assert rows["build"][3].startswith("temporary_failure: python-pro failed (injected")
+        assert rows["ship"] == ["skipped", "0", "-", "skipped: build did not succeed"]
+        assert rows["docs"][0] == "succeeded"
+        assert f"Plan {plan_id}: partial, 3 of 5 succeeded, 1 error, 1 skipped" in out
+
+        code, shown, _ = await run(COORD, "plan", "state", plan_id, env=env)
+        assert code == 0 and table(shown) == rows
+        code, line, _ = await run(COORD, "plan", "state", f"plan-{plan_id}", "--json", env=env)
+    assert code == 0 and len(line.splitlines()) == 1
+    state = PlanState.model_validate_json(line)
+    assert state.status == PlanStatus.PARTIAL
+    assert [t.state for t in state.tasks] == [
+        TaskState.SUCCEEDED,
+        TaskState.SUCCEEDED,
+        TaskState.ERROR,
+        TaskState.SUCCEEDED,
+        TaskState.SKIPPED,
+    ]
+    assert state.tasks[0].result is not None and state.tasks[0].result["summary"]
+
+
+async def test_a_plan_that_completes_exits_0_and_json_prints_the_record(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    async with build_worker(client, task_queue):
+        code, out, err = await run(
+            COORD, "plan", "start", str(path), "--id", f"{plan_id}-2", "--wait", "--json", env=env
+        )
+    assert code == 0, err
+    state = PlanState.model_validate_json(out.splitlines()[1])
+    assert (state.plan_id, state.status) == (f"{plan_id}-2", PlanStatus.COMPLETED)
+    assert state.summary == "5 of 5 succeeded"
+
+
+async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["tasks"][0]["input"] = {"inject": {"slow": {"backend-architect": 60}}}
+    path.write_text(yaml.safe_dump(document))
+    async with build_worker(client, task_queue):
+        code, _, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert code == 0, err
+
+        async def api_running() -> bool:
+            state = await api.plan_state(client, plan_id)
+            return state.tasks[0].state == TaskState.RUNNING
+
+        await eventually(api_running)
+        code, out, err = await run(COORD, "plan", "state", plan_id, env=env)
+        assert code == 0, err
+        assert table(out)["api"][0] == "running"
+        assert table(out)["api"][3] == "Design the API"
+        code, out, err = await run(COORD, "plan", "cancel", plan_id, env=env)
+        assert code == 0, err
+        assert (
+            out == f"cancellation requested for plan {plan_id}; its running tasks are cancelled\n"
+        )
+        outcome = await asyncio.wait_for(api.plan_outcome(api.plan_handle(client, plan_id)), 60)
+        code, again, refused = await run(COORD, "plan", "cancel", plan_id, env=env)
+    assert outcome.status == PlanStatus.CANCELLED
+    assert outcome.tasks[0].state == TaskState.CANCELLED
+    assert (code, again) == (ExitCode.CONFLICT, "")
+    assert refused == f"error: plan {plan_id!r} has already ended (canceled); nothing to cancel\n"
+
+
+async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_code(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    env = server_env(dev_env, task_queue)
+    cases = [
+        ({"scratchpad": "../elsewhere"}, "scratchpad: '../elsewhere' must not contain `..`"),
+        ({"max_workers": 0}, "max_workers: Input should be greater than or equal to 1"),
+    ]
+    for fields, problem in cases:
+        _, path = plan_file(tmp_path, **fields)
+        code, out, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert (code, out) == (ExitCode.REFUSED, ""), err
+        assert err.startswith(f"error: {path}: {problem}") and err.count("\n") == 1, err
+    _, path = plan_file(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["tasks"][0]["depends_on"] = ["ship"]
+    document["tasks"][3]["agent"] = "nobody"
+    path.write_text(yaml.safe_dump(document))
+    code, _, err = await run(COORD, "plan", "start", str(path), env=env)
+    assert code == ExitCode.REFUSED
+    cycle = "api -> build -> ship -> api"
+    assert err == f"error: {path}: tasks: dependency cycle {cycle}; a plan must be acyclic\n"
+    document["tasks"][0]["depends_on"] = []
+    path.write_text(yaml.safe_dump(document))
+    code, _, err = await run(COORD, "plan", "start", str(path), env=env)
+    assert code == ExitCode.REFUSED
+    assert err.startswith(f"error: {path}: tasks[3].agent: unknown agent 'nobody'; known agents: ")
+    code, _, err = await run(COORD, "plan", "state", "no-such-plan", env=env)
+    assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
+    code, _, err = await run(
+        COORD, "plan", "approve", "no-such-plan", "api", "--by", "ann", env=env
+    )
+    assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
