@@ -140,7 +140,7 @@ async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_c
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     env = server_env(dev_env, task_queue)
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"scratchpad": "../elsewhere"}, "scratchpad: '../elsewhere' must not contain `..`"),
         ({"max_workers": 0}, "max_workers: Input should be greater than or equal to 1"),
     ]
