@@ -56,9 +56,10 @@ class HttpAgent(BaseModel):
 
 class PromptTemplate(Template):
     """`$name` or `${name}` placeholders, nothing else: a name is looked up, never evaluated
-    (no attribute access, no indexing, no calls). Braced names may hold dashes, as task ids do."""
+    (no attribute access, no indexing, no calls). A braced name may be any task id (`${build-1}`,
+    `${api.v2}`): a dot is part of the name, not a lookup."""
 
-    braceidpattern = r"(?a:[_a-z][_a-z0-9-]*)"
+    braceidpattern = r"(?a:[_a-z0-9][_a-z0-9.:-]*)"
 
 
 class LlmAgent(BaseModel):

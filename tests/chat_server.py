@@ -61,28 +61,44 @@ class Received:
 @dataclass
 class ChatServer:
     script: list[Answer]
+    by_model: dict[str, list[Answer]] = field(default_factory=dict)
+    """Scripts of their own for some models (agents declaring different models get their own
+    answers whatever order they ask in)."""
     received: list[Received] = field(default_factory=list)
     url: str = ""
     """The API root to declare as `base_url`."""
 
-    def next_answer(self) -> Answer:
-        """The script's next answer; past its end, a 500 saying so."""
-        return self.script.pop(0) if self.script else api_error(500, "script exhausted")
+    def next_answer(self, model: str) -> Answer:
+        """The model's or the script's next answer; past its end, a 500 saying so."""
+        script = self.by_model.get(model, self.script)
+        return script.pop(0) if script else api_error(500, "script exhausted")
+
+    def prompts(self, model: str) -> list[str]:
+        """The user messages the model was sent, in order."""
+        return [
+            message["content"]
+            for request in self.received
+            if request.body.get("model") == model
+            for message in request.body["messages"]
+            if message["role"] == "user"
+        ]
 
 
 def _handler(chat: ChatServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            chat.received.append(
-                Received(
-                    self.path,
-                    {name.lower(): value for name, value in self.headers.items()},
-                    json.loads(body or b"{}"),
-                    time.monotonic(),
-                )
+            received = Received(
+                self.path,
+                {name.lower(): value for name, value in self.headers.items()},
+                json.loads(body or b"{}"),
+                time.monotonic(),
             )
-            answer = chat.next_answer() if self.path == COMPLETIONS_PATH else Answer(404)
+            chat.received.append(received)
+            if self.path == COMPLETIONS_PATH:
+                answer = chat.next_answer(str(received.body.get("model")))
+            else:
+                answer = Answer(404)
             time.sleep(answer.delay)
             payload = answer.body if isinstance(answer.body, str) else json.dumps(answer.body)
             data = payload.encode()
@@ -100,8 +116,10 @@ def _handler(chat: ChatServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def chat_server(*script: Answer) -> Iterator[ChatServer]:
-    chat = ChatServer(list(script))
+def chat_server(
+    *script: Answer, by_model: dict[str, list[Answer]] | None = None
+) -> Iterator[ChatServer]:
+    chat = ChatServer(list(script), dict(by_model or {}))
     http = ThreadingHTTPServer(("127.0.0.1", 0), _handler(chat))
     chat.url = f"http://127.0.0.1:{http.server_address[1]}/v1"
     threading.Thread(target=http.serve_forever, daemon=True).start()

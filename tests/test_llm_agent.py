@@ -22,6 +22,7 @@ from coord.activities.agents import AgentActivities
 from coord.models.agent_config import WorkerSettings
 from coord.models.agents import AgentRegistry, AgentRequest, AgentResult
 from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec, PlanStatus
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.models.specs import SpecError
 from coord.starter import api
@@ -185,6 +186,19 @@ async def test_no_answer_in_time_is_a_timeout(key: str) -> None:
         error = await refusal(reviewer(chat, timeout="300ms"))
     assert (error.type, error.non_retryable) == ("timeout", False)
     assert "did not answer within 0:00:00.300000" in error.message
+
+
+async def test_it_heartbeats_its_progress_while_the_model_thinks(key: str) -> None:
+    beats: list[tuple[Any, ...]] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    with chat_server(Answer(body=completion(VERDICT).body, delay=2.5)) as chat:
+        result = await env.run(AgentActivities(reviewer(chat)).run_agent, request())
+    assert result.data == {"passed": True, "notes": "fine"}
+    assert len(beats) >= 3, "one as it asks, then about one a second while it waits"
+    assert {json.dumps(detail.model_dump()) for (detail,) in beats} == {
+        '{"progress": "Asking test-model"}'
+    }
 
 
 async def test_no_server_is_a_temporary_failure(key: str) -> None:
@@ -396,3 +410,78 @@ async def test_failures_no_retry_can_fix_are_not_retried(
     history = readable(await handle.fetch_history())
     assert f'"type": "{failure_type}"' in history
     assert key not in history
+
+
+# In a plan: an llm worker and an llm reviewer, declared inline, through a review fix round.
+
+WRITER = {"model": "writer-model", "prompt": "Write a summary of $topic. Your inputs: $inputs"}
+CRITIC = {
+    "model": "critic-model",
+    "system": 'Answer {"passed": bool, "notes": str}.',
+    "prompt": "Review stage $stage of task $task: $result",
+}
+
+
+def summary(text: str) -> Answer:
+    return completion(json.dumps({"summary": text}), model="writer-model")
+
+
+def verdict(passed: bool, notes: str) -> Answer:
+    return completion(json.dumps({"passed": passed, "notes": notes}), model="critic-model")
+
+
+async def test_a_plan_with_an_llm_worker_and_an_llm_reviewer(
+    client: Client, task_queue: str, key: str
+) -> None:
+    """`draft` is written, rejected at spec_compliance with notes, rewritten with the notes in
+    its inputs, passes both stages; `announce` gets the draft's result by its task id."""
+    writer = [summary("Retries happen."), summary("Retries wait for Retry-After.")]
+    critic = [verdict(False, "mention Retry-After"), verdict(True, "ok"), verdict(True, "clean")]
+    announcer = [completion('{"post": "shipped"}', model="announcer-model")]
+    with chat_server(
+        by_model={"writer-model": writer, "critic-model": critic, "announcer-model": announcer}
+    ) as chat:
+        spec = PlanSpec.model_validate(
+            {
+                "plan_id": f"llm-review-{uuid.uuid4().hex[:8]}",
+                "agents": {
+                    "writer": declaration(chat.url, **WRITER),
+                    "critic": declaration(chat.url, **CRITIC),
+                    "announcer": declaration(
+                        chat.url, model="announcer-model", prompt="Announce ${draft}"
+                    ),
+                },
+                "tasks": [
+                    {
+                        "id": "draft",
+                        "agent": "writer",
+                        "input": {"topic": "retries"},
+                        "review": {"reviewer": "critic"},
+                    },
+                    {"id": "announce", "agent": "announcer", "depends_on": ["draft"]},
+                ],
+            }
+        )
+        allowing = AgentRegistry(WorkerSettings(inline_agents=["llm"], secrets=[KEY_ENV]))
+        async with build_worker(client, task_queue, allowing):
+            handle = await api.start_plan(client, spec, queue=task_queue)
+            state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+    assert state.status == PlanStatus.COMPLETED
+    draft, announce = state.tasks
+    assert draft.result == {"summary": "Retries wait for Retry-After."}
+    assert [(r.stage, r.verdicts[0].passed, r.verdicts[0].notes) for r in draft.reviews] == [
+        ("spec_compliance", False, "mention Retry-After"),
+        ("spec_compliance", True, "ok"),
+        ("code_quality", True, "clean"),
+    ]
+    first, second = chat.prompts("writer-model")
+    assert first == 'Write a summary of retries. Your inputs: {}'
+    assert "mention Retry-After" in second, "the fix round's notes reach the model"
+    assert chat.prompts("critic-model")[0] == (
+        'Review stage spec_compliance of task draft: {"summary": "Retries happen."}'
+    )
+    assert chat.prompts("announcer-model") == [
+        'Announce {"summary": "Retries wait for Retry-After."}'
+    ]
+    assert announce.result == {"post": "shipped"}
+    assert key not in readable(await handle.fetch_history())

@@ -12,8 +12,8 @@ the key redacted, so it reaches no message, log or history."""
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import Any, TypeVar
 
 import httpx
 import openai
@@ -31,6 +31,8 @@ EXCERPT_CHARS = 200
 SENT_HEADERS = frozenset({"host", "accept", "content-type", "content-length", "user-agent"})
 FENCED_JSON = re.compile(r"```(?:json)?[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 REDACTED = "[redacted]"
+HEARTBEAT_SECONDS = 1.0
+T = TypeVar("T")
 
 
 class Usage(BaseModel):
@@ -68,21 +70,37 @@ async def run_llm(
     messages = _messages(config, event, context, who)
     key = _api_key(config, who)
     limit, seconds = int(settings.output_limit), config.timeout.total_seconds()
+    context.progress(f"Asking {config.model}")
     async with _client(config, key, limit) as client:
+        asking = client.chat.completions.with_raw_response.create(
+            model=config.model,
+            messages=messages,
+            temperature=openai.omit if config.temperature is None else config.temperature,
+            max_tokens=openai.omit if config.max_tokens is None else config.max_tokens,
+            response_format=(
+                {"type": "json_object"} if config.response_format == "json" else openai.omit
+            ),
+        )
         try:
             async with asyncio.timeout(seconds):
-                raw = await client.chat.completions.with_raw_response.create(
-                    model=config.model,
-                    messages=messages,
-                    temperature=openai.omit if config.temperature is None else config.temperature,
-                    max_tokens=openai.omit if config.max_tokens is None else config.max_tokens,
-                    response_format=(
-                        {"type": "json_object"} if config.response_format == "json" else openai.omit
-                    ),
-                )
+                raw = await _beating(asking, context)
         except (TimeoutError, openai.OpenAIError) as error:
             raise _failure(error, config, who, key) from None
     return _result(raw.http_response, who, key)
+
+
+async def _beating(call: Awaitable[T], context: AgentContext) -> T:
+    """Heartbeat while the model thinks, so a step's heartbeat_timeout holds and a cancel
+    reaches the run; the call is cancelled with it."""
+    asking = asyncio.ensure_future(call)
+    try:
+        while not asking.done():
+            await asyncio.wait({asking}, timeout=HEARTBEAT_SECONDS)
+            context.heartbeat()
+        return asking.result()
+    finally:
+        asking.cancel()
+        await asyncio.wait({asking})
 
 
 def prompt_fields(payload: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, str]:
