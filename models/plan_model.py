@@ -19,6 +19,7 @@ from coord.models.agents import AgentRequest
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.plan import (
     ENDED_TASK_STATES,
+    ActivityProgress,
     PlanProgress,
     PlanSpec,
     PlanState,
@@ -30,6 +31,7 @@ from coord.models.plan import (
     TaskRecord,
     TaskState,
     Transition,
+    parse_activity_id,
 )
 from coord.models.plan_gates import waiting_for
 
@@ -49,6 +51,11 @@ class SlotRequest(BaseModel):
     """(priority rank, declaration index, order asked): the smallest is served first."""
 
 
+class RunSeen(BaseModel):
+    round: int
+    attempt: int
+
+
 class PlanModel(BaseModel):
     """A plan's bookkeeping: the spec, the record, the slots and which tasks were started. Made
     by `begin`; the workflow asks it what may start and tells it what happened."""
@@ -61,6 +68,8 @@ class PlanModel(BaseModel):
     launched: list[str] = []
     """Tasks handed to the workflow to run (their lifecycle started)."""
     asked: int = 0
+    runs: dict[str, RunSeen] = {}
+    """Per task, its current run's round and the attempt the record shows so far."""
     stopping: str | None = None
     """Why the plan stops early (a cancel, or `fail_fast`'s first error): nothing new starts."""
 
@@ -71,8 +80,6 @@ class PlanModel(BaseModel):
     """Per task not launched, how many of its dependencies have not succeeded yet."""
     _startable: list[str] = PrivateAttr()
     _counts: Counter[TaskState] = PrivateAttr()
-    _run_attempt: dict[str, int] = PrivateAttr()
-    """Per task, the attempt of its current run seen so far (retries the record shows)."""
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
@@ -117,7 +124,6 @@ class PlanModel(BaseModel):
             if self._unmet.get(task.id) == 0 and self._records[task.id].state == TaskState.PENDING
         ]
         self._counts = Counter(record.state for record in self.state.tasks)
-        self._run_attempt = {}
 
     # --- What may start -------------------------------------------------------------------
 
@@ -178,38 +184,54 @@ class PlanModel(BaseModel):
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
         self._transition(task_id, TaskState.READY, now)
 
-    def run_started(self, task_id: str, now: datetime) -> None:
-        """The task's agent run (a new round) got its slot and is scheduled: attempt 1."""
+    def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
+        """The task's agent run of `round` got its slot and is scheduled: attempt 1."""
         record = self._records[task_id]
         record.attempts += 1
         record.started_at = record.started_at or now
         record.progress = record.progress_at = None
-        self._run_attempt[task_id] = 1
+        self.runs[task_id] = RunSeen(round=round, attempt=1)
         self._transition(task_id, TaskState.RUNNING, now, attempt=1)
+
+    def activity_seen(self, seen: ActivityProgress, now: datetime) -> bool:
+        """What the progress reader saw of one of the plan's pending activities: its agent's
+        latest summary and, for the task's current run, its attempt and last failure. A read is
+        a moment late (the plan went on while the server was asked): what it says of a run or
+        a review that has ended since is not recorded. Returns whether the record changed."""
+        key = parse_activity_id(seen.activity_id)
+        if key is None or key.task not in self._records:
+            return False
+        record = self._records[key.task]
+        if key.kind != "run":
+            current = record.state == TaskState.REVIEWING
+            return current and self._progress_seen(record, seen.progress, now)
+        run = self.runs.get(key.task)
+        if record.state != TaskState.RUNNING or run is None or run.round != key.round:
+            return False
+        retried = self.retries_seen(key.task, seen.attempt, seen.last_failure, now)
+        return self._progress_seen(record, seen.progress, now) or retried
 
     def retries_seen(
         self, task_id: str, attempt: int, last_failure: str | None, now: datetime
     ) -> bool:
-        """The run is at `attempt` (the progress reader saw it, or its outcome said so): the
-        attempts before it failed, each `failed -> running` in the record. Returns whether
-        the record changed."""
-        seen = self._run_attempt.get(task_id)
-        if seen is None or attempt <= seen:
+        """The current run is at `attempt` (the progress reader saw it, or its outcome said
+        so): the attempts before it failed, each `failed -> running` in the record. Returns
+        whether the record changed."""
+        run = self.runs.get(task_id)
+        if run is None or attempt <= run.attempt:
             return False
-        for next_attempt in range(seen + 1, attempt + 1):
+        for next_attempt in range(run.attempt + 1, attempt + 1):
             reason = last_failure if next_attempt == attempt else None
             self._transition(
                 task_id, TaskState.FAILED, now, attempt=next_attempt - 1, reason=reason
             )
             self._transition(task_id, TaskState.RUNNING, now, attempt=next_attempt)
             self._records[task_id].attempts += 1
-        self._run_attempt[task_id] = attempt
+        run.attempt = attempt
         return True
 
-    def progress_seen(self, task_id: str, progress: str | None, now: datetime) -> bool:
-        """The agent's latest progress summary (its heartbeat details); whether it changed."""
-        record = self._records[task_id]
-        if progress is None or progress == record.progress or record.state not in ACTIVE_STATES:
+    def _progress_seen(self, record: TaskRecord, progress: str | None, now: datetime) -> bool:
+        if progress is None or progress == record.progress:
             return False
         record.progress, record.progress_at = progress, now
         return True

@@ -7,10 +7,12 @@ import pytest
 
 from coord.models.plan import (
     ActivityKey,
+    ActivityProgress,
     PlanSpec,
     PlanStatus,
     TaskError,
     TaskState,
+    Transition,
     parse_activity_id,
     review_activity_id,
     run_activity_id,
@@ -172,10 +174,14 @@ def test_progress_retries_seen_and_details() -> None:
         plan.task_ready(task, T0)
         plan.request_slot(f"{task}/run/1", task)
     plan.run_started("a", T0)
-    assert plan.progress_seen("a", "Reading runAgent.ts", T1)
-    assert not plan.progress_seen("a", "Reading runAgent.ts", T1)
-    assert plan.retries_seen("a", 2, "boom", T1)
+    assert plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
+    assert not plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
+    assert plan.activity_seen(seen("a/run/1", "Reading runAgent.ts", attempt=2, failed="boom"), T1)
     assert plan.record("a").attempts == 2
+    assert plan.record("a").transitions[-2:] == [
+        Transition(state=TaskState.FAILED, at=T1, attempt=1, reason="boom"),
+        Transition(state=TaskState.RUNNING, at=T1, attempt=2),
+    ]
     view = plan.progress(T1)
     assert [(r.task, r.summary, r.elapsed_s) for r in view.running] == [
         ("a", "Reading runAgent.ts", 30.0)
@@ -196,3 +202,32 @@ def test_the_model_reads_back_from_its_json_and_schedules_the_same() -> None:
     again = PlanModel.model_validate_json(plan.model_dump_json())
     assert started(again) == ["b"]
     assert again.counts() == plan.counts()
+
+
+def seen(
+    activity_id: str, progress: str | None = None, attempt: int = 1, failed: str | None = None
+) -> ActivityProgress:
+    return ActivityProgress(
+        activity_id=activity_id, progress=progress, attempt=attempt, last_failure=failed
+    )
+
+
+def test_a_late_read_of_a_run_that_has_ended_changes_nothing() -> None:
+    """The reader describes the plan while it goes on: by the time its answer is applied, the
+    run it saw retrying may have succeeded, and the task moved to review or a new round."""
+    plan = model({"id": "a"})
+    started(plan)
+    plan.task_ready("a", T0)
+    plan.run_started("a", T0)
+    plan.run_succeeded("a", T1, data={})
+    plan.task_reviewing("a", T1)
+    before = plan.record("a").model_copy(deep=True)
+    assert not plan.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
+    plan.run_started("a", T1, round=2)
+    assert not plan.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
+    assert plan.record("a").attempts == before.attempts + 1
+    assert plan.activity_seen(seen("a/review/code_quality/1", "Reviewing"), T1) is False
+    assert plan.activity_seen(seen("a/run/2", "Fixing null check"), T1)
+    assert plan.record("a").progress == "Fixing null check"
+    for other in ["b/run/1", "local-activity-1"]:
+        assert not plan.activity_seen(seen(other, "x"), T1)

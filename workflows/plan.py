@@ -34,7 +34,6 @@ with workflow.unsafe.imports_passed_through():
         PlanState,
         PlanStatus,
         PlanTask,
-        parse_activity_id,
     )
     from coord.models.plan_model import PlanModel
     from coord.models.plan_report import final_report_files, task_plan_files, worker_result_files
@@ -198,12 +197,8 @@ class TaskGraph:
         except ActivityError:
             return
         now = workflow.now()
-        for item in seen:
-            key = parse_activity_id(item.activity_id)
-            if key is not None and key.kind == "run":
-                model.retries_seen(key.task, item.attempt, item.last_failure, now)
-                model.progress_seen(key.task, item.progress, now)
-        self._publish()
+        if any([model.activity_seen(item, now) for item in seen]):
+            self._publish()
 
     def _upsert_status(self) -> None:
         if self._model is not None:

@@ -78,7 +78,7 @@ class TaskRun:
 
         def start() -> AgentActivity:
             request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
-            self.model.run_started(task.id, workflow.now())
+            self.model.run_started(task.id, workflow.now(), round)
             self.changed()
             return workflow.start_activity(
                 RUN_AGENT_ACTIVITY,
