@@ -13,17 +13,24 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.contract import (
     APPROVE_UPDATE,
+    PLAN_RECORD_MEMO,
     PLAN_WORKFLOW,
     PROGRESS_QUERY,
     STATE_QUERY,
     FailureType,
+    failure,
 )
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import (
@@ -32,12 +39,15 @@ from coord.models.plan import (
     PlanSpec,
     PlanState,
     PlanStatus,
+    TaskError,
     TaskRecord,
     TaskState,
 )
 from coord.models.plan_gates import REVIEW_NOTES_INPUT, TIMEOUT_DECIDER
+from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from tests.helpers import wait_until
+from tests.test_plan import most_at_once, run_agent_spans
 
 Answer = dict[tuple[str, str, int], tuple[bool, str]]
 """A scripted reviewer's verdicts: (reviewer, stage or `verify`, version reviewed) -> (passed,
@@ -270,26 +280,60 @@ async def test_dual_verification_fixes_with_both_verdicts_until_both_pass(
         "report/verify/verifier-b/1",
         "report/verify/verifier-c/1",
     ]
-    assert await verifiers_overlapped(
-        handle, "report/verify/verifier-b/1", "report/verify/verifier-c/1"
+    spans = {
+        activity_id: (opened, closed)
+        for activity_id, opened, closed in await run_agent_spans(handle)
+    }
+    b, c = spans["report/verify/verifier-b/1"], spans["report/verify/verifier-c/1"]
+    assert b[0] < c[1] and c[0] < b[1], "the verifiers ran at once"
+
+
+async def test_reviewers_and_verifiers_take_worker_slots_like_runs(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan(
+        "verify-cap",
+        {"id": "report", "agent": "coder", "verify": {"verifiers": ["verifier-b", "verifier-c"]}},
+        {"id": "docs", "agent": "worker"},
+        max_workers=1,
     )
+    async with build_worker(client, task_queue, GateAgents().registry()):
+        handle = await start(client, task_queue, spec)
+        state = await outcome(handle)
+    assert state.status == PlanStatus.COMPLETED
+    spans = await run_agent_spans(handle)
+    assert len(spans) == 4
+    assert most_at_once(spans) == 1
 
 
-async def verifiers_overlapped(handle: WorkflowHandle[Any, Any], *activity_ids: str) -> bool:
-    """Whether every one of `activity_ids` was scheduled before any of them closed: they ran
-    independently, at once."""
-    scheduled_ids: dict[int, str] = {}
-    opened = 0
-    async for event in handle.fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            activity_id = event.activity_task_scheduled_event_attributes.activity_id
-            scheduled_ids[event.event_id] = activity_id
-            opened += activity_id in activity_ids
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
-            if scheduled_ids.get(scheduled) in activity_ids:
-                return opened == len(activity_ids)
-    return False
+async def test_a_reviewer_failing_for_good_ends_the_task_with_its_failure(
+    client: Client, task_queue: str
+) -> None:
+    agents = GateAgents(reviewers=("verifier-b", "verifier-c"))
+    registry = agents.registry()
+
+    @registry.register("reviewer")
+    async def refused(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        raise failure(FailureType.UNAUTHORIZED, "the review endpoint refused the key")
+
+    spec = plan(
+        "review-broken",
+        {"id": "build", "agent": "coder", "review": {"reviewer": "reviewer"}},
+        {"id": "deploy", "agent": "worker", "depends_on": ["build"]},
+    )
+    async with build_worker(client, task_queue, registry):
+        state = await outcome(await start(client, task_queue, spec))
+    build = task_of(state, "build")
+    assert build.state == TaskState.ERROR
+    assert build.error == TaskError(
+        type=FailureType.UNAUTHORIZED,
+        message="review spec_compliance by reviewer failed: the review endpoint refused the key",
+    )
+    assert rounds(build) == [("review", 1, "spec_compliance", [("reviewer", False)])]
+    assert build.reviews[0].verdicts[0].notes == (
+        "reviewer failed: the review endpoint refused the key"
+    )
+    assert task_of(state, "deploy").state == TaskState.SKIPPED
 
 
 # --- Human approval ---------------------------------------------------------------------------
@@ -392,6 +436,23 @@ async def test_a_rejected_task_ends_error_and_its_dependents_are_skipped(
     assert deploy.error.message == "approval rejected by bob: not on Friday"
     assert deploy.attempts == 0 and "deploy/run/1" not in scheduled
     assert announce.state == TaskState.SKIPPED and announce.skipped_because == "deploy"
+
+
+async def test_cancelling_a_plan_cancels_a_task_waiting_for_approval(
+    client: Client, task_queue: str
+) -> None:
+    spec = approval_plan("approval-cancelled")
+    async with build_worker(client, task_queue, GateAgents().registry()):
+        handle = await start(client, task_queue, spec)
+        await waiting_for_approval(handle, "deploy")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        state = await kept_record(handle, PLAN_RECORD_MEMO, PlanState)
+    assert state is not None and state.status == PlanStatus.CANCELLED
+    deploy = task_of(state, "deploy")
+    assert deploy.state == TaskState.CANCELLED and deploy.approval is None
+    assert task_of(state, "announce").state == TaskState.CANCELLED
 
 
 async def test_approval_times_out_as_a_rejection_by_timeout(time_env: WorkflowEnvironment) -> None:

@@ -143,9 +143,10 @@ class GatedTaskRun(TaskRun):
             answer = await self.slotted(activity_id, start)
         except ActivityError as error:
             failed = task_error(error)
+            verdict = failed_verdict(reviewer, failed.message)
             what = f"review {stage.value}" if stage is not None else "verification"
             failed.message = f"{what} by {reviewer} failed: {failed.message}"
-            return failed_verdict(reviewer, failed.message), failed
+            return verdict, failed
         return parse_verdict(reviewer, answer.data), None
 
 
