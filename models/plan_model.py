@@ -147,26 +147,32 @@ class PlanModel(BaseModel):
     # --- Worker slots ---------------------------------------------------------------------
 
     def request_slot(self, key: str, task_id: str) -> None:
-        """An activity (by its id) asks for a slot; granted at once when one is free and
-        nothing ranked before it waits."""
+        """An activity (by its id) asks for a slot; it is granted when `holds_slot` is next
+        asked (see there)."""
         priority = self.spec.task(task_id).priority if task_id in self._index else Priority.LOW
         self.asked += 1
         rank = (PRIORITY_RANK[priority], self._index.get(task_id, len(self._index)), self.asked)
         self.waiting.append(SlotRequest(key=key, task=task_id, rank=rank))
-        self._grant()
 
     def holds_slot(self, key: str) -> bool:
+        """Whether the activity has its slot, free slots granted first. Granting waits for
+        this question (a workflow's wait condition, asked once the workflow step has run
+        everything it could) and for the tasks that became startable to be launched, so that
+        every request of the step is ranked together: a critical task gets the slot before a
+        low one that merely asked earlier in the same step."""
+        if not self.has_startable():
+            self.grant()
         return key in self.holders
 
     def release_slot(self, key: str) -> None:
-        """The activity closed (or never started): its slot goes to the next waiting."""
+        """The activity closed (or never started): its slot is free for the next grant."""
         if key in self.holders:
             self.holders.remove(key)
         else:
             self.waiting = [request for request in self.waiting if request.key != key]
-        self._grant()
 
-    def _grant(self) -> None:
+    def grant(self) -> None:
+        """Free slots to the waiting requests ranked first."""
         free = self.spec.max_workers - len(self.holders)
         if free <= 0 or not self.waiting:
             return

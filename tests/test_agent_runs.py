@@ -34,14 +34,6 @@ async def python_agent(event: EventEnvelope, context: AgentContext) -> dict[str,
     return {"seen": event.event.type, "key": context.idempotency_key}
 
 
-
-
-
-
-
-
-
-
 async def test_shell_agent_gets_the_event_on_stdin_and_never_a_shell(tmp_path: Path) -> None:
     marker = tmp_path / f"pwned-{uuid.uuid4().hex}"
     hostile = {"text": f"$(touch {marker}); rm -rf x `touch {marker}` '\"; echo hi"}

@@ -42,8 +42,6 @@ def at(kind: tuple[str, str], timestamp: datetime, correlation_id: str | None = 
     return envelope.model_dump(mode="json")
 
 
-
-
 async def history_types(handle: WorkflowHandle[Any, Any]) -> list[str]:
     history = await handle.fetch_history()
     return [
@@ -54,8 +52,6 @@ async def history_types(handle: WorkflowHandle[Any, Any]) -> list[str]:
 async def coord_status(handle: WorkflowHandle[Any, Any]) -> str | None:
     description = await handle.describe()
     return description.typed_search_attributes.get(contract.COORD_STATUS)
-
-
 
 
 async def test_deadline_is_armed_first_and_passes_while_the_chain_does_not_answer(

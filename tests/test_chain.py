@@ -58,12 +58,6 @@ async def test_seed_user_story_chain_runs_to_testing_completed(
     assert {e.correlation_id for e in timeline} == {correlation_id}
 
 
-
-
-
-
-
-
 async def test_filters_and_joins(client: Client, task_queue: str) -> None:
     events = [
         event("", "Alert", "project.alerts", severity="high"),
@@ -254,8 +248,6 @@ async def test_idle_chain_closes_after_its_idle_timeout(
         state = await asyncio.wait_for(handle.result(), 30)
     assert state.status == ChainStatus.IDLE_CLOSED
     assert state.events_seen == 2
-
-
 
 
 async def test_topic_wide_alert_reaches_every_running_chain(

@@ -72,8 +72,6 @@ def envelope(event_type: str = "Poke", **payload: Any) -> dict[str, Any]:
     return {"event": {"type": event_type, "source": "/fuzz"}, "payload": payload}
 
 
-
-
 async def closed_with(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> ApplicationError:
     """The typed failure the run ended with; fails at once if a workflow task fails instead."""
     deadline = time.monotonic() + timeout

@@ -475,7 +475,7 @@ async def test_a_plan_with_an_llm_worker_and_an_llm_reviewer(
         ("code_quality", True, "clean"),
     ]
     first, second = chat.prompts("writer-model")
-    assert first == 'Write a summary of retries. Your inputs: {}'
+    assert first == "Write a summary of retries. Your inputs: {}"
     assert "mention Retry-After" in second, "the fix round's notes reach the model"
     assert chat.prompts("critic-model")[0] == (
         'Review stage spec_compliance of task draft: {"summary": "Retries happen."}'

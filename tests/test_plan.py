@@ -375,3 +375,31 @@ async def test_progress_summaries_from_heartbeats_show_in_the_query_and_details(
     assert ": Reading runAgent.ts" in metadata.current_details
     record = {task.id: task for task in state.tasks}
     assert record["read"].progress is None and record["read"].state == TaskState.SUCCEEDED
+
+
+async def test_waiting_tasks_are_served_by_priority_then_declaration_order(
+    client: Client, task_queue: str
+) -> None:
+    """With one slot, the roots all ask for it in the plan's first step: the critical one gets
+    it first, though it is declared last; a dependent that becomes ready later waits its turn."""
+    spec = plan(
+        {"id": "low", "priority": "low"},
+        {"id": "normal1"},
+        {"id": "normal2", "depends_on": ["normal1"], "priority": "critical"},
+        {"id": "high", "priority": "high"},
+        {"id": "critical", "priority": "critical"},
+        max_workers=1,
+    )
+    state, handle = await run_plan(client, task_queue, spec, PlanAgents())
+    assert state.status == PlanStatus.COMPLETED
+    order = [
+        activity_id
+        for activity_id, _, _ in sorted(await run_agent_spans(handle), key=lambda s: s[1])
+    ]
+    assert order == [
+        "critical/run/1",
+        "high/run/1",
+        "normal1/run/1",
+        "normal2/run/1",
+        "low/run/1",
+    ]

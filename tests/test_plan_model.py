@@ -79,22 +79,48 @@ def test_slots_are_capped_and_served_by_priority_then_declaration_order() -> Non
         {"id": "high", "priority": "high"},
         max_workers=2,
     )
+    started(plan)
     for task in ["low", "n1", "n2", "crit", "high"]:
         plan.request_slot(f"{task}/run/1", task)
-    assert plan.holders == ["low/run/1", "n1/run/1"]
+    assert not plan.holds_slot("low/run/1")
+    assert plan.holders == ["crit/run/1", "high/run/1"]
     order = []
     while plan.holders:
         released = plan.holders[0]
         plan.release_slot(released)
         order.append(released)
+        plan.grant()
         assert len(plan.holders) <= 2
-    assert order == ["low/run/1", "n1/run/1", "crit/run/1", "high/run/1", "n2/run/1"]
+    assert order == ["crit/run/1", "high/run/1", "n1/run/1", "n2/run/1", "low/run/1"]
+
+
+def test_no_slot_is_granted_while_tasks_wait_to_be_launched() -> None:
+    """A task that became startable asks for its slot once the workflow launches it: granting
+    waits for that, so a critical dependent is not overtaken by a low task already waiting."""
+    plan = model(
+        {"id": "first"},
+        {"id": "low", "priority": "low"},
+        {"id": "next", "depends_on": ["first"], "priority": "critical"},
+        max_workers=1,
+    )
+    assert started(plan) == ["first", "low"]
+    plan.request_slot("first/run/1", "first")
+    plan.request_slot("low/run/1", "low")
+    assert plan.holds_slot("first/run/1")
+    plan.release_slot("first/run/1")
+    succeed(plan, "first")
+    assert not plan.holds_slot("low/run/1")
+    assert started(plan) == ["next"]
+    plan.request_slot("next/run/1", "next")
+    assert not plan.holds_slot("low/run/1") and plan.holds_slot("next/run/1")
 
 
 def test_a_request_given_up_while_waiting_leaves_the_queue() -> None:
     plan = model({"id": "a"}, {"id": "b"}, max_workers=1)
+    started(plan)
     plan.request_slot("a/run/1", "a")
     plan.request_slot("b/run/1", "b")
+    assert plan.holds_slot("a/run/1")
     plan.release_slot("b/run/1")
     plan.release_slot("a/run/1")
     assert plan.holders == [] and plan.waiting == []
@@ -173,6 +199,7 @@ def test_progress_retries_seen_and_details() -> None:
     for task in ["a", "b"]:
         plan.task_ready(task, T0)
         plan.request_slot(f"{task}/run/1", task)
+    assert plan.holds_slot("a/run/1")
     plan.run_started("a", T0)
     assert plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
     assert not plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)

@@ -22,8 +22,6 @@ async def run_saga(client: Client, task_queue: str, spec: SagaSpec) -> SagaState
         return await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
 
 
-
-
 async def test_success_completes_every_step_with_its_event(client: Client, task_queue: str) -> None:
     state = await run_saga(client, task_queue, feature_deployment())
     assert state.status == SagaStatus.COMPLETED

@@ -20,10 +20,6 @@ from tests.workers import COORD, run, server_env
 SEED_SUCCESS_EVENTS = ["ArtifactBuilt", "TestsPassed", "StagingDeployed", "E2EPassed"]
 
 
-
-
-
-
 async def run_recorded(
     client: Client, task_queue: str, spec: SagaSpec, agents: RecordingAgents
 ) -> SagaState:
