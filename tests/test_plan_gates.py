@@ -19,6 +19,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -63,6 +64,8 @@ class GateAgents:
     coder_inputs: list[Mapping[str, Any]] = field(default_factory=list)
     reviewed: list[tuple[str, str, int]] = field(default_factory=list)
     reviewers: tuple[str, ...] = ("reviewer", "verifier-b", "verifier-c")
+    padding: int = 0
+    """Characters of filler in each coder result (to make it larger than the plan's limit)."""
 
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
@@ -74,7 +77,8 @@ class GateAgents:
 
     async def _coder(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         self.coder_inputs.append(dict(context.inputs))
-        return {"version": int(context.idempotency_key.rsplit("/", 1)[1])}
+        version = int(context.idempotency_key.rsplit("/", 1)[1])
+        return {"version": version, **({"padding": "x" * self.padding} if self.padding else {})}
 
     async def _worker(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         return {"done": event.event.type}
@@ -128,8 +132,17 @@ def rounds(record: TaskRecord) -> list[tuple[str, int, str | None, list[tuple[st
 
 async def scheduled_activities(handle: WorkflowHandle[Any, Any]) -> list[str]:
     """The ids of the activities the plan scheduled, in order."""
+    return [activity_id for activity_id, _ in await scheduled_with_summaries(handle)]
+
+
+async def scheduled_with_summaries(handle: WorkflowHandle[Any, Any]) -> list[tuple[str, str]]:
+    """The activities the plan scheduled, in order, with the summary the UI shows for each."""
+    converter = DataConverter.default.payload_converter
     return [
-        event.activity_task_scheduled_event_attributes.activity_id
+        (
+            event.activity_task_scheduled_event_attributes.activity_id,
+            converter.from_payload(event.user_metadata.summary, str),
+        )
         async for event in handle.fetch_history_events()
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     ]
@@ -171,12 +184,12 @@ async def test_a_failing_stage_one_is_fixed_with_its_notes_before_stage_two(
         ("review", 2, "code_quality", [("reviewer", True)]),
     ]
     assert build.reviews[0].verdicts[0].notes == "add the tests"
-    assert await scheduled_activities(handle) == [
-        "build/run/1",
-        "build/review/spec_compliance/1",
-        "build/run/2",
-        "build/review/spec_compliance/2",
-        "build/review/code_quality/2",
+    assert await scheduled_with_summaries(handle) == [
+        ("build/run/1", "build: coder"),
+        ("build/review/spec_compliance/1", "build review spec_compliance #1"),
+        ("build/run/2", "build: coder"),
+        ("build/review/spec_compliance/2", "build review spec_compliance #2"),
+        ("build/review/code_quality/2", "build review code_quality #2"),
     ]
     states = [t.state for t in build.transitions]
     assert states == [
@@ -242,6 +255,32 @@ async def test_a_reviewer_answering_nonsense_is_a_failed_verdict_saying_why(
     verdict = build.reviews[0].verdicts[0]
     assert not verdict.passed
     assert verdict.notes == "invalid verdict: `passed` is missing (got keys: verdict)"
+
+
+async def test_a_result_stored_by_reference_reaches_the_reviewers_as_data(
+    client: Client, task_queue: str
+) -> None:
+    agents = GateAgents(
+        answers={("reviewer", "spec_compliance", 1): (False, "again")}, padding=64 * 1024
+    )
+    spec = plan(
+        "review-by-reference",
+        {"id": "build", "agent": "coder", "review": {"reviewer": "reviewer"}},
+        result_limit=1024,
+    )
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+        state = await outcome(handle)
+        history = (await handle.fetch_history()).to_json()
+    build = task_of(state, "build")
+    assert build.state == TaskState.SUCCEEDED
+    assert build.result is None and build.result_ref is not None
+    assert agents.reviewed == [
+        ("reviewer", "spec_compliance", 1),
+        ("reviewer", "spec_compliance", 2),
+        ("reviewer", "code_quality", 2),
+    ]
+    assert "x" * 1024 not in history
 
 
 # --- Dual verification ------------------------------------------------------------------------
