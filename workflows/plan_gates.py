@@ -13,7 +13,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentResult
-    from coord.models.contract import RUN_AGENT_ACTIVITY, FailureType, failure
+    from coord.models.contract import FailureType, failure
     from coord.models.plan import (
         ApprovalDecision,
         ApprovalRequest,
@@ -127,17 +127,7 @@ class GatedTaskRun(TaskRun):
         request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
 
         def start() -> AgentActivity:
-            return workflow.start_activity(
-                RUN_AGENT_ACTIVITY,
-                request,
-                result_type=AgentResult,
-                activity_id=activity_id,
-                start_to_close_timeout=task.timeout,
-                heartbeat_timeout=task.heartbeat_timeout,
-                retry_policy=task.retry.to_retry_policy(),
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=summary,
-            )
+            return self.start_agent(request, activity_id, summary)
 
         try:
             answer = await self.slotted(activity_id, start)

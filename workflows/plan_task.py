@@ -24,7 +24,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentResult
+    from coord.models.agents import AgentRequest, AgentResult
     from coord.models.contract import RUN_AGENT_ACTIVITY, failure_type_of
     from coord.models.plan import PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
@@ -80,17 +80,8 @@ class TaskRun:
             request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
             self.model.run_started(task.id, workflow.now(), round)
             self.changed()
-            return workflow.start_activity(
-                RUN_AGENT_ACTIVITY,
-                request,
-                result_type=AgentResult,
-                activity_id=run_activity_id(task.id, round),
-                start_to_close_timeout=task.timeout,
-                heartbeat_timeout=task.heartbeat_timeout,
-                retry_policy=retry_policy,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-                summary=f"{task.id}: {task.summary or request.agent}",
-            )
+            summary = f"{task.id}: {task.summary or request.agent}"
+            return self.start_agent(request, run_activity_id(task.id, round), summary)
 
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
@@ -107,6 +98,21 @@ class TaskRun:
             attempt=attempt if isinstance(attempt, int) else None,
         )
         return result
+
+    def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
+        """A `run_agent` activity of this task (its run, a review, a verifier) with the task's
+        timeouts and retry policy."""
+        return workflow.start_activity(
+            RUN_AGENT_ACTIVITY,
+            request,
+            result_type=AgentResult,
+            activity_id=activity_id,
+            start_to_close_timeout=self.task.timeout,
+            heartbeat_timeout=self.task.heartbeat_timeout,
+            retry_policy=self.task.retry.to_retry_policy(),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=summary,
+        )
 
     async def slotted(self, key: str, start: Callable[[], AgentActivity]) -> AgentResult:
         """Waits for a worker slot, starts the activity (`start`, once the slot is granted),
