@@ -25,8 +25,9 @@ from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
+from coord.workflows.vote import Vote
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry, TaskGraph)
+WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry, TaskGraph, Vote)
 
 
 def demo_agents_enabled() -> bool:

@@ -18,6 +18,7 @@ from coord.models.envelope import EventEnvelope
 from coord.models.plan import MAX_PROGRESS, PlanSpec, ResultReference
 from coord.models.saga import SagaSpec
 from coord.models.specs import JsonObject, SpecError
+from coord.models.vote import VoteSpec
 
 __all__ = [
     "MAX_PROGRESS",
@@ -129,7 +130,7 @@ class AgentRegistry:
 
 
 def check_agents(
-    source: object, spec: ChainSpec | SagaSpec | PlanSpec, registry: AgentRegistry
+    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
 ) -> None:
     """Agents are checked where a spec enters, by the rule the worker runs them by (the
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
@@ -144,9 +145,11 @@ def check_agents(
             raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
 
 
-def _agents_named(spec: ChainSpec | SagaSpec | PlanSpec) -> list[tuple[str, str | None]]:
+def _agents_named(
+    spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec,
+) -> list[tuple[str, str | None]]:
     """Every agent the spec runs, with the field that names it."""
-    if isinstance(spec, PlanSpec):
+    if isinstance(spec, PlanSpec | VoteSpec):
         return list(spec.agents_named())
     if isinstance(spec, SagaSpec):
         named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]

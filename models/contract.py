@@ -28,6 +28,7 @@ CHAIN_WORKFLOW: Final = "ReactiveChain"
 AGGREGATOR_WORKFLOW: Final = "Aggregator"
 DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
 PLAN_WORKFLOW: Final = "TaskGraph"
+VOTE_WORKFLOW: Final = "Vote"
 
 
 class Pattern(StrEnum):
@@ -38,6 +39,7 @@ class Pattern(StrEnum):
     AGGREGATOR = "aggregator"
     DLQ = "dlq"
     PLAN = "plan"
+    VOTE = "vote"
 
 
 # --- Workflow ids -----------------------------------------------------------------------------
@@ -47,6 +49,7 @@ CHAIN_ID_PREFIX: Final = "chain-"
 AGGREGATOR_ID_PREFIX: Final = "aggregator-"
 DEAD_LETTER_ID_PREFIX: Final = "dlq-"
 PLAN_ID_PREFIX: Final = "plan-"
+VOTE_ID_PREFIX: Final = "vote-"
 
 
 def saga_workflow_id(saga_id: str) -> str:
@@ -101,6 +104,20 @@ def plan_id_of(workflow_id: str) -> str:
 def as_plan_workflow_id(name: str) -> str:
     """What a user names a plan by (its workflow id, or its plan id) as its workflow id."""
     return name if name.startswith(PLAN_ID_PREFIX) else PLAN_ID_PREFIX + name
+
+
+def vote_workflow_id(vote_id: str) -> str:
+    return VOTE_ID_PREFIX + vote_id
+
+
+def vote_id_of(workflow_id: str) -> str:
+    """The vote id a vote's workflow id carries."""
+    return workflow_id.removeprefix(VOTE_ID_PREFIX)
+
+
+def as_vote_workflow_id(name: str) -> str:
+    """What a user names a vote by (its workflow id, or its vote id) as its workflow id."""
+    return name if name.startswith(VOTE_ID_PREFIX) else VOTE_ID_PREFIX + name
 
 
 # --- Signals, queries, updates ----------------------------------------------------------------
@@ -160,6 +177,8 @@ AGGREGATOR_RECORD_MEMO: Final = "aggregator_state"
 """A finished aggregator's record, as above."""
 PLAN_RECORD_MEMO: Final = "plan_state"
 """A finished plan's record (its final report), as above."""
+VOTE_RECORD_MEMO: Final = "vote_state"
+"""A cancelled vote's record (the ballots cast until then), as above."""
 DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 """A dead-letter entry's listing row, so listing needs no query per entry."""
 

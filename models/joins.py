@@ -40,6 +40,13 @@ class Arrival(BaseModel):
         return self.timestamp or self.received_at
 
 
+def share_needed(threshold: float, count: int) -> int:
+    """How many of `count` make up the share `threshold` (a quorum: an aggregator's events, a
+    vote's approvals). Rounded to a tenth of one, then up, so the mesh seed's 0.67 means two of
+    three, as it intends (0.67 x 3 = 2.01 would otherwise need all three); at least one."""
+    return max(1, math.ceil(round(threshold * count, 1)))
+
+
 Offer = Literal["recorded", "replaced", "kept", "unmatched"]
 
 
@@ -61,13 +68,12 @@ class JoinState(BaseModel):
         keep: Literal["first", "latest"] = "first",
     ) -> "JoinState":
         """`all`, `any`, a count (`at_least`) or a share of the slots (`threshold`, the mesh
-        seed's consensus threshold). A share is rounded to a tenth of an event, then up, so the
-        seed's 0.67 means two of three, as it intends."""
+        seed's consensus threshold, counted by `share_needed`)."""
         needed = len(slots) if mode == "all" else 1
         if at_least is not None:
             needed = at_least
         elif threshold is not None:
-            needed = max(1, math.ceil(round(threshold * len(slots), 1)))
+            needed = share_needed(threshold, len(slots))
         return cls(slots=slots, needed=needed, keep=keep)
 
     def offer(self, envelope: EventEnvelope, received_at: datetime) -> Offer:

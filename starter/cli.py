@@ -9,7 +9,18 @@ import typer
 from coord.infra.devserver import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
-from coord.starter.commands import aggregator, chain, demo, dlq, events, plan, saga, server, worker
+from coord.starter.commands import (
+    aggregator,
+    chain,
+    demo,
+    dlq,
+    events,
+    plan,
+    saga,
+    server,
+    vote,
+    worker,
+)
 
 app = typer.Typer(
     no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."
@@ -21,6 +32,7 @@ app.add_typer(chain.app, name="chain")
 app.add_typer(aggregator.app, name="aggregate")
 app.add_typer(dlq.app, name="dlq")
 app.add_typer(plan.app, name="plan")
+app.add_typer(vote.app, name="vote")
 
 DEFAULT_LOG_LEVELS = {"server": "INFO", "worker": "INFO", "dev": "INFO", "demo": "ERROR"}
 

@@ -40,6 +40,9 @@ class ExitCode(IntEnum):
     """`saga|plan start --wait`: no worker polled the task queue (the run stays started)."""
     PLAN_NOT_COMPLETED = 10
     """`plan start --wait`: the plan ended partial, failed or cancelled (its report is printed)."""
+    VOTE_NOT_DECIDED = 11
+    """`vote start --wait`: the vote ended rejected, without quorum, or cancelled (its ballots
+    are printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130

@@ -32,6 +32,7 @@ from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
+from coord.workflows.vote import Vote
 
 WIRE_NAMES = {
     contract.DEFAULT_TASK_QUEUE: "coordinator",
@@ -39,6 +40,7 @@ WIRE_NAMES = {
     contract.CHAIN_WORKFLOW: "ReactiveChain",
     contract.AGGREGATOR_WORKFLOW: "Aggregator",
     contract.DEAD_LETTER_WORKFLOW: "DeadLetterEntry",
+    contract.VOTE_WORKFLOW: "Vote",
     contract.EVENT_SIGNAL: "event",
     contract.CHAIN_EVENT_SIGNAL: "chain_event",
     contract.RERUN_SIGNAL: "rerun",
@@ -58,6 +60,7 @@ WIRE_NAMES = {
     contract.SAGA_RECORD_MEMO: "saga_state",
     contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
     contract.DEAD_LETTER_SUMMARY_MEMO: "summary",
+    contract.VOTE_RECORD_MEMO: "vote_state",
 }
 
 
@@ -112,6 +115,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {contract.STATE_QUERY, contract.PROGRESS_QUERY},
             {contract.APPROVE_UPDATE},
         ),
+        (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
     ],
 )
 def test_workflows_are_registered_under_the_contracts_names(
@@ -153,6 +157,10 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert contract.as_aggregator_workflow_id("phase1") == "aggregator-phase1"
     assert contract.as_aggregator_workflow_id("aggregator-phase1") == "aggregator-phase1"
     assert contract.dead_letter_workflow_id("0123abcd") == "dlq-0123abcd"
+    assert contract.vote_workflow_id("release-7") == "vote-release-7"
+    assert contract.vote_id_of("vote-release-7") == "release-7"
+    assert contract.as_vote_workflow_id("release-7") == "vote-release-7"
+    assert contract.as_vote_workflow_id("vote-release-7") == "vote-release-7"
 
 
 def test_pattern_clause_and_coordination_attributes() -> None:

@@ -1,8 +1,8 @@
 """The Python API for scripts (the `coord` CLI is a thin layer over it): start, read and stop
-sagas, chains, aggregators and plans, deliver events, work the dead-letter queue, and check a spec's
-agents against a worker's registry before starting it (`check_agents`, the agent SDK's one rule,
-which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live in
-the submodules, `routing` owning where an event goes."""
+sagas, chains, aggregators, plans and votes, deliver events, work the dead-letter queue, and check a
+spec's agents against a worker's registry before starting it (`check_agents`, the agent SDK's one
+rule, which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live
+in the submodules, `routing` owning where an event goes."""
 
 from coord.models.agents import check_agents
 from coord.starter.api.aggregators import (
@@ -52,6 +52,7 @@ from coord.starter.api.sagas import (
     saga_state,
     start_saga,
 )
+from coord.starter.api.votes import start_vote, vote_handle, vote_outcome, vote_state
 
 __all__ = [
     "ChainBusy",
@@ -97,4 +98,8 @@ __all__ = [
     "start_chain",
     "start_plan",
     "start_saga",
+    "start_vote",
+    "vote_handle",
+    "vote_outcome",
+    "vote_state",
 ]

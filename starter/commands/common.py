@@ -22,6 +22,7 @@ from coord.models import agents
 from coord.models.chain import ChainSpec
 from coord.models.plan import PlanSpec
 from coord.models.saga import SagaSpec
+from coord.models.vote import VoteSpec
 from coord.starter import render
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.worker import default_registry
@@ -119,7 +120,7 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
         render.show(view(record))
 
 
-def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec) -> None:
+def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
     """The SDK's one check (`coord.models.agents.check_agents`, the rule `run_agent` applies)
     against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
     agents.check_agents(source, spec, default_registry())

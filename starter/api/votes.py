@@ -1,0 +1,62 @@
+"""Consensus votes: start, wait for the outcome, read the record.
+
+The calls name the workflow and its query by their wire names (the contract), so this side
+needs nothing of the workflow's code."""
+
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+
+from coord.infra.temporal import task_queue
+from coord.models import contract
+from coord.models.vote import VoteSpec, VoteState
+from coord.starter.api.common import NotFound, closed_with_result, described, kept_record
+
+
+def vote_summary(spec: VoteSpec) -> str:
+    voters = ", ".join(spec.voters)
+    return f"Vote {spec.vote_id}: {spec.needed} of {len(spec.voters)} approvals decide ({voters})"
+
+
+async def start_vote(
+    client: Client, spec: VoteSpec, *, queue: str | None = None
+) -> WorkflowHandle[Any, VoteState]:
+    start = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
+    return await client.start_workflow(
+        contract.VOTE_WORKFLOW,
+        spec.model_dump(mode="json"),
+        id=spec.workflow_id,
+        task_queue=queue or task_queue(),
+        result_type=VoteState,
+        static_summary=vote_summary(spec),
+        static_details=spec.description or None,
+        search_attributes=contract.as_start_attributes(start.search_attributes()),
+    )
+
+
+def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
+    """`vote` is a vote id or its workflow id (`vote-<vote_id>`)."""
+    return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
+
+
+async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
+    """Wait for the vote to end and return its record: decided, rejected or without quorum (its
+    result), or cancelled (its memo). A run whose spec was invalid raises its failure."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError:
+        kept = await kept_record(handle, contract.VOTE_RECORD_MEMO, VoteState)
+        if kept is None:
+            raise
+        return kept
+
+
+async def vote_state(client: Client, vote: str) -> VoteState:
+    """A running vote answers its `state` query; an ended one from its result or memo, so no
+    worker is needed to read it."""
+    handle = vote_handle(client, vote)
+    await described(handle, NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist"))
+    if await closed_with_result(handle):
+        return await vote_outcome(handle)
+    state: VoteState = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    return state

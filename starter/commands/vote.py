@@ -1,0 +1,140 @@
+"""`coord vote start|state`: consensus votes from the command line."""
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.table import Column
+from rich.text import Text
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from coord.infra.temporal import task_queue
+from coord.models import contract
+from coord.models.specs import load_spec
+from coord.models.vote import Ballot, VoteSpec, VoteState, VoteStatus
+from coord.starter import api, render
+from coord.starter.commands.common import (
+    AsJson,
+    check_agents,
+    connect,
+    echo_json,
+    echo_started,
+    runs_async,
+)
+from coord.starter.exits import ExitCode
+from coord.starter.progress import Sighting, outcome_with_progress
+
+app = typer.Typer(no_args_is_help=True, help="Start and inspect consensus votes.")
+VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow id")]
+CHOICE_STYLES = {"approve": "green", "reject": "red", "abstain": "yellow"}
+
+
+def load_vote_spec(file: Path, vote_id: str | None) -> VoteSpec:
+    """The spec file with `--id` over its vote id, its voters checked as the worker would."""
+    spec = load_spec(VoteSpec, file, {"vote_id": vote_id} if vote_id is not None else None)
+    check_agents(file, spec)
+    return spec
+
+
+def vote_view(state: VoteState) -> Group:
+    """Every voter with its ballot (or why it has none), then the outcome and the count."""
+    reason = Column("Reason", max_width=80, no_wrap=True, overflow="ellipsis")
+    view = render.table("Voter", "Ballot", reason, "At")
+    for voter in state.voters:
+        ballot = state.ballot_of(voter)
+        view.add_row(voter, *(ballot_cells(ballot) if ballot else unanswered(state, voter)))
+    lines = [
+        "",
+        f"Vote {state.vote_id}: {state.status.value}, {state.summary}",
+        f"Proposal: {json.dumps(state.proposal)}",
+    ]
+    if state.status == VoteStatus.VOTING and state.deadline is not None:
+        lines.append(f"Deadline: {state.deadline:%Y-%m-%d %H:%M:%S} UTC")
+    return Group(view, *map(Text, lines))
+
+
+def ballot_cells(ballot: Ballot) -> tuple[Text, str, str]:
+    choice = ballot.choice.value + ("" if ballot.counted else " (late, not counted)")
+    return (
+        Text(choice, style=CHOICE_STYLES[ballot.choice.value]),
+        ballot.reason or "-",
+        f"{ballot.at:%H:%M:%S}",
+    )
+
+
+def unanswered(state: VoteState, voter: str) -> tuple[Text, str, str]:
+    if voter in state.cancelled:
+        return Text("-", style="dim"), "cancelled: the outcome was known", "-"
+    return Text("waiting", style="cyan"), "-", "-"
+
+
+def show_vote(state: VoteState, as_json: bool) -> None:
+    if as_json:
+        echo_json(state, one_line=True)
+    else:
+        render.show(vote_view(state))
+
+
+async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
+    """Each ballot as it is cast, while `vote start --wait` waits."""
+    state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    return [((ballot.voter,), ballot_line(ballot)) for ballot in state.ballots]
+
+
+def ballot_line(ballot: Ballot) -> str:
+    """`bob: reject (no rollback plan)`."""
+    reason = f" ({ballot.reason})" if ballot.reason else ""
+    return f"{ballot.voter}: {ballot.choice.value}{reason}"
+
+
+@app.command("start")
+@runs_async
+async def start(
+    file: Path,
+    vote_id: Annotated[
+        str | None, typer.Option("--id", help="Vote id (overrides the spec's)")
+    ] = None,
+    wait: Annotated[bool, typer.Option(help="Wait for the outcome and print the ballots")] = False,
+    as_json: AsJson = False,
+    no_worker_timeout: Annotated[
+        float,
+        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+    ] = 30,
+) -> None:
+    """Start a vote from a YAML or JSON spec."""
+    spec = load_vote_spec(file, vote_id)
+    client = await connect()
+    try:
+        handle = await api.start_vote(client, spec)
+    except WorkflowAlreadyStartedError:
+        raise api.Conflict(
+            f"vote {spec.vote_id!r} is already running: read it with "
+            f"`coord vote state {spec.vote_id}`, or give another --id"
+        ) from None
+    echo_started(client, handle.id)
+    if not wait:
+        return
+    with render.progress(f"waiting for {handle.id} to end") as report:
+        outcome = await outcome_with_progress(
+            client,
+            handle,
+            api.vote_outcome(handle),
+            ballots_cast,
+            report,
+            name="the vote",
+            task_queue=task_queue(),
+            no_worker_timeout=no_worker_timeout,
+        )
+    show_vote(outcome, as_json)
+    if outcome.status != VoteStatus.DECIDED:
+        raise typer.Exit(ExitCode.VOTE_NOT_DECIDED)
+
+
+@app.command("state")
+@runs_async
+async def state(vote: VoteId, as_json: AsJson = False) -> None:
+    """Print a vote's ballots and outcome (--json: the record)."""
+    show_vote(await api.vote_state(await connect(), vote), as_json)

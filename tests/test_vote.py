@@ -1,0 +1,258 @@
+"""The Vote workflow on the real dev server (and the time-skipping one for the deadline): decided
+by two approvals of three, rejected early with the third voter's run cancelled (from the history
+and the agent's own view), no quorum at the deadline, faulty voters abstaining while the others
+decide, a plain-JSON start with a bad field, and `coord vote start --wait` / `coord vote state`."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from coord.models import contract
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.envelope import EventEnvelope
+from coord.models.vote import VOTE_REQUESTED, Choice, VoteSpec, VoteState, VoteStatus
+from coord.starter import api
+from coord.starter.exits import ExitCode
+from coord.worker import build_worker
+from tests.helpers import eventually
+from tests.workers import COORD, run, server_env
+
+YES = {"approve": True, "reason": "looks good"}
+NO = {"approve": False, "reason": "no rollback plan"}
+
+
+@dataclass
+class Voters:
+    """Voter agents by name: an answer (returned once the test releases the voter, when it is
+    gated), `hold` (heartbeats until its run is cancelled), `fail`, or `sleep` (past its
+    timeout, without heartbeats)."""
+
+    behaviour: dict[str, Any]
+    gated: set[str] = field(default_factory=set)
+    released: dict[str, asyncio.Event] = field(default_factory=dict)
+    proposals: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    cancelled: set[str] = field(default_factory=set)
+
+    def registry(self) -> AgentRegistry:
+        registry = AgentRegistry()
+        for name in self.behaviour:
+            self.released[name] = asyncio.Event()
+            registry.register(name)(self._agent(name))
+        return registry
+
+    def release(self, name: str) -> None:
+        self.released[name].set()
+
+    def _agent(self, name: str) -> Any:
+        async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+            assert event.event.type == VOTE_REQUESTED
+            self.proposals[name] = event.payload
+            while name in self.gated and not self.released[name].is_set():
+                activity.heartbeat()
+                await asyncio.sleep(0.1)
+            return await self._act(name, self.behaviour[name])
+
+        return agent
+
+    async def _act(self, name: str, behaviour: Any) -> Mapping[str, Any]:
+        if behaviour == "hold":
+            try:
+                while True:
+                    activity.heartbeat()
+                    await asyncio.sleep(0.1)
+            except asyncio.CancelledError:
+                self.cancelled.add(name)
+                raise
+        if behaviour == "fail":
+            raise ApplicationError("the model endpoint is down", type="temporary_failure")
+        if behaviour == "sleep":
+            await asyncio.sleep(30)
+        result: Mapping[str, Any] = behaviour
+        return result
+
+
+def vote(voters: list[str], **fields: Any) -> VoteSpec:
+    return VoteSpec.model_validate(
+        {
+            "vote_id": f"v-{uuid.uuid4().hex[:8]}",
+            "proposal": {"release": "2.4.0", "change": "enable canary"},
+            "voters": voters,
+            "retry": {"max_retries": 0},
+            **fields,
+        }
+    )
+
+
+async def ballot_cast(handle: WorkflowHandle[Any, VoteState], voter: str) -> None:
+    async def cast() -> bool:
+        state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+        return state.ballot_of(voter) is not None
+
+    await eventually(cast)
+
+
+async def cancel_requested(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The summaries of the activities whose cancel the workflow requested."""
+    summaries: dict[int, str] = {}
+    requested = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summary = event.user_metadata.summary
+            summaries[event.event_id] = json.loads(summary.data) if summary.data else ""
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED:
+            scheduled = event.activity_task_cancel_requested_event_attributes.scheduled_event_id
+            requested.append(summaries[scheduled])
+    return requested
+
+
+async def test_two_approvals_of_three_decide(client: Client, task_queue: str) -> None:
+    voters = Voters({"alice": NO, "bob": YES, "carol": YES}, gated={"bob", "carol"})
+    spec = vote(["alice", "bob", "carol"])
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        await ballot_cast(handle, "alice")
+        voters.release("bob")
+        await ballot_cast(handle, "bob")
+        state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+        assert state.status == VoteStatus.VOTING  # 1 approve, 1 reject: carol decides
+        voters.release("carol")
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == VoteStatus.DECIDED
+    assert [(b.voter, b.choice, b.reason) for b in state.ballots] == [
+        ("alice", Choice.REJECT, "no rollback plan"),
+        ("bob", Choice.APPROVE, "looks good"),
+        ("carol", Choice.APPROVE, "looks good"),
+    ]
+    assert state.needed == 2 and state.cancelled == []
+    assert state.summary == "2 approve, 1 reject, 0 abstain of 3 voters; 2 approvals needed"
+    assert voters.proposals == dict.fromkeys(["alice", "bob", "carol"], spec.proposal)
+    description = await handle.describe()
+    assert description.typed_search_attributes.get(contract.COORD_STATUS) == "decided"
+    assert description.typed_search_attributes.get(contract.COORD_PATTERN) == "vote"
+
+
+async def test_two_rejections_reject_early_and_cancel_the_third_run(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": NO, "bob": NO, "carol": "hold"})
+    spec = vote(["alice", "bob", "carol"])
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(handle.result(), 30)
+        await eventually(lambda: asyncio.sleep(0, "carol" in voters.cancelled))
+    assert state.status == VoteStatus.REJECTED
+    assert [(b.voter, b.choice) for b in state.ballots] == [
+        ("alice", Choice.REJECT),
+        ("bob", Choice.REJECT),
+    ]
+    assert state.cancelled == ["carol"]
+    assert await cancel_requested(handle) == ["ballot: carol"]
+
+
+@pytest.mark.parametrize("fault", ["fail", "sleep"])
+async def test_a_faulty_voter_abstains_and_the_others_decide(
+    client: Client, task_queue: str, fault: str
+) -> None:
+    """`sleep` sends no heartbeat: the heartbeat timeout ends its run long before its timeout."""
+    voters = Voters({"alice": fault, "bob": YES, "carol": YES}, gated={"bob", "carol"})
+    spec = vote(["alice", "bob", "carol"], timeout="1m", heartbeat_timeout="1s")
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        await ballot_cast(handle, "alice")
+        voters.release("bob")
+        voters.release("carol")
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == VoteStatus.DECIDED
+    abstained = state.ballot_of("alice")
+    assert abstained is not None and abstained.choice == Choice.ABSTAIN
+    expected = {
+        "fail": "temporary_failure: the model endpoint is down",
+        "sleep": "timeout: activity Heartbeat timeout",
+    }
+    assert abstained.reason == expected[fault]
+    assert state.summary == "2 approve, 0 reject, 1 abstain of 3 voters; 2 approvals needed"
+
+
+async def test_no_quorum_at_the_deadline(time_env: WorkflowEnvironment, task_queue: str) -> None:
+    """Two voters' endpoint is down and their runs back off 20 minutes between attempts, longer
+    than the hour the vote has; the server's clock skips through the backoff timers."""
+    client = time_env.client
+    voters = Voters({"alice": YES, "bob": "fail", "carol": "fail"})
+    retry = {"max_retries": None, "initial_delay": "20m", "max_delay": "20m"}
+    spec = vote(["alice", "bob", "carol"], deadline="1h", timeout="3h", retry=retry)
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == VoteStatus.NO_QUORUM
+    assert [(b.voter, b.choice, b.reason) for b in state.ballots] == [
+        ("alice", Choice.APPROVE, "looks good"),
+        ("bob", Choice.ABSTAIN, "no answer in time"),
+        ("carol", Choice.ABSTAIN, "no answer in time"),
+    ]
+    assert state.deadline is not None and state.ended_at is not None
+    assert timedelta() <= state.ended_at - state.deadline < timedelta(seconds=5)
+    assert sorted(await cancel_requested(handle)) == ["ballot: bob", "ballot: carol"]
+
+
+async def test_a_plain_json_start_with_a_bad_field_fails_naming_it(
+    client: Client, task_queue: str
+) -> None:
+    raw = {"vote_id": "bad", "proposal": {}, "voters": ["a", "b"], "deadline": "soon"}
+    async with build_worker(client, task_queue, AgentRegistry()):
+        handle = await client.start_workflow(
+            contract.VOTE_WORKFLOW, raw, id=f"vote-bad-{task_queue}", task_queue=task_queue
+        )
+        with pytest.raises(WorkflowFailureError) as raised:
+            await asyncio.wait_for(handle.result(), 30)
+    cause = raised.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "invalid_spec"
+    assert cause.message.startswith("vote spec: deadline: 'soon' is not a duration")
+
+
+async def test_coord_vote_start_wait_and_state(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Voters named after demo agents, so the CLI's pre-start check (the demo registry) knows
+    them; the test's worker answers for them."""
+    names = ["ux-designer", "python-pro", "database-specialist"]
+    voters = Voters(dict(zip(names, [NO, NO, "hold"], strict=True)))
+    vote_id = f"cli-{uuid.uuid4().hex[:8]}"
+    file = tmp_path / "vote.yaml"
+    file.write_text(
+        json.dumps({"vote_id": vote_id, "proposal": {"release": "2.4.0"}, "voters": names})
+    )
+    env = server_env(dev_env, task_queue)
+    async with build_worker(client, task_queue, voters.registry()):
+        code, out, err = await run(COORD, "vote", "start", str(file), "--wait", env=env)
+    assert code == ExitCode.VOTE_NOT_DECIDED, err
+    started, table = out.split("\n", 1)
+    assert started.startswith(f"started vote-{vote_id}: http")
+    code, out, _ = await run(COORD, "vote", "state", vote_id, env=env)
+    assert code == ExitCode.OK
+    assert out == table
+    rows = [line.split("|") for line in out.splitlines()[2:5]]
+    assert [[cell.strip() for cell in row[:3]] for row in rows] == [
+        ["ux-designer", "reject", "no rollback plan"],
+        ["python-pro", "reject", "no rollback plan"],
+        ["database-specialist", "-", "cancelled: the outcome was known"],
+    ]
+    assert (
+        f"Vote {vote_id}: rejected, 0 approve, 2 reject, 0 abstain of 3 voters; 2 approvals needed"
+        in out
+    )
+    code, out, _ = await run(COORD, "vote", "state", vote_id, "--json", env=env)
+    assert VoteState.model_validate_json(out).cancelled == ["database-specialist"]
+    code, _, err = await run(COORD, "vote", "state", "nope", env=env)
+    assert (code, err) == (ExitCode.NOT_FOUND, "error: vote 'nope' does not exist\n")

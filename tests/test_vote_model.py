@@ -1,0 +1,175 @@
+"""VoteModel and VoteSpec without a server: the quorum (the aggregator's rounding), each
+outcome as soon as it is certain, abstentions, late ballots, the deadline, the spec's checks."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from coord.models.joins import JoinState, Slot, share_needed
+from coord.models.specs import SpecError, parse_model
+from coord.models.vote import Choice, VoteModel, VoteSpec, VoteStatus
+
+START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def spec(voters: int = 3, **fields: Any) -> VoteSpec:
+    names = [f"v{i}" for i in range(1, voters + 1)]
+    return VoteSpec.model_validate(
+        {"vote_id": "v", "proposal": {"deploy": "1.2"}, "voters": names, **fields}
+    )
+
+
+def model(voters: int = 3, **fields: Any) -> VoteModel:
+    return VoteModel.begin(spec(voters, **fields), START)
+
+
+def at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("voters", "fields", "needed"),
+    [
+        (3, {}, 2),
+        (4, {}, 3),
+        (5, {}, 4),
+        (6, {}, 4),
+        (1, {}, 1),
+        (3, {"threshold": 1.0}, 3),
+        (3, {"threshold": 0.5}, 2),
+        (10, {"threshold": 0.1}, 1),
+        (5, {"at_least": 2}, 2),
+    ],
+)
+def test_the_quorum_is_the_aggregators(voters: int, fields: dict[str, Any], needed: int) -> None:
+    vote = spec(voters, **fields)
+    assert vote.needed == needed
+    share = fields.get("threshold", 0.67)
+    if "at_least" not in fields:
+        assert share_needed(share, voters) == needed
+        slots = [Slot(type=f"E{i}") for i in range(voters)]
+        assert JoinState.of(slots, threshold=share).needed == needed
+
+
+def test_two_approvals_of_three_decide_at_once() -> None:
+    vote = model()
+    vote.answered("v1", {"approve": True, "reason": "tests pass"}, at(1))
+    assert not vote.over
+    vote.answered("v3", {"approve": True, "reason": "fine"}, at(2))
+    assert vote.state.status == VoteStatus.DECIDED
+    assert vote.state.ended_at == at(2)
+    assert vote.state.pending() == ["v2"]
+    assert vote.state.summary == "2 approve, 0 reject, 0 abstain of 3 voters; 2 approvals needed"
+
+
+def test_two_rejections_of_three_reject_before_the_third_answers() -> None:
+    vote = model()
+    vote.answered("v1", {"approve": False, "reason": "no rollback plan"}, at(1))
+    assert not vote.over
+    vote.answered("v2", {"approve": False, "reason": "risky"}, at(2))
+    assert vote.state.status == VoteStatus.REJECTED
+    vote.run_cancelled("v3")
+    assert vote.state.cancelled == ["v3"]
+    assert [b.reason for b in vote.state.ballots] == ["no rollback plan", "risky"]
+
+
+def test_one_faulty_voter_of_three_abstains_and_the_others_decide() -> None:
+    vote = model()
+    vote.failed("v2", "timeout", "activity StartToClose timeout", at(1))
+    vote.answered("v1", {"approve": True}, at(2))
+    assert not vote.over
+    vote.answered("v3", {"approve": True}, at(3))
+    assert vote.state.status == VoteStatus.DECIDED
+    ballot = vote.state.ballot_of("v2")
+    assert ballot is not None and ballot.choice == Choice.ABSTAIN
+    assert ballot.reason == "timeout: activity StartToClose timeout"
+    assert vote.state.tally() == (2, 0, 1)
+
+
+def test_too_many_abstentions_leave_no_quorum_before_the_deadline() -> None:
+    vote = model()
+    vote.failed("v1", "temporary_failure", "down", at(1))
+    assert not vote.over
+    vote.answered("v2", {"approve": False, "reason": "no"}, at(2))
+    assert vote.state.status == VoteStatus.NO_QUORUM
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        ({"approve": "yes"}, "answer: approve: Input should be a valid boolean"),
+        ({"ok": True}, "answer: approve: Field required"),
+        ({"approve": True, "reason": 3}, "answer: reason: Input should be a valid string"),
+    ],
+)
+def test_an_answer_that_is_not_a_ballot_abstains_saying_why(
+    answer: dict[str, Any], reason: str
+) -> None:
+    vote = model()
+    ballot = vote.answered("v1", answer, at(1))
+    assert ballot.choice == Choice.ABSTAIN
+    assert ballot.reason.startswith(reason)
+    assert 'expected {"approve": true|false' in ballot.reason
+
+
+def test_the_deadline_makes_the_voters_still_out_abstain_and_leaves_no_quorum() -> None:
+    vote = model()
+    vote.answered("v1", {"approve": True}, at(1))
+    vote.deadline_passed(at(300))
+    assert vote.state.status == VoteStatus.NO_QUORUM
+    assert [(b.voter, b.choice) for b in vote.state.ballots] == [
+        ("v1", Choice.APPROVE),
+        ("v2", Choice.ABSTAIN),
+        ("v3", Choice.ABSTAIN),
+    ]
+    assert vote.state.deadline == at(300)
+
+
+def test_an_answer_after_the_outcome_is_kept_but_not_counted() -> None:
+    vote = model()
+    vote.answered("v1", {"approve": False}, at(1))
+    vote.answered("v2", {"approve": False}, at(2))
+    late = vote.answered("v3", {"approve": True}, at(3))
+    assert not late.counted
+    vote.run_cancelled("v3")  # its cancel came too late: it answered, so it is not listed
+    assert vote.state.cancelled == []
+    assert vote.state.status == VoteStatus.REJECTED and vote.state.tally() == (0, 2, 0)
+    vote.deadline_passed(at(300))
+    assert vote.state.status == VoteStatus.REJECTED
+
+
+def test_a_cancel_ends_a_vote_in_progress_only() -> None:
+    vote = model()
+    vote.cancel(at(1))
+    assert vote.state.status == VoteStatus.CANCELLED
+    decided = model(1)
+    decided.answered("v1", {"approve": True}, at(1))
+    decided.cancel(at(2))
+    assert decided.state.status == VoteStatus.DECIDED
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"voters": ["a", "b", "a"]}, "voters: each voter votes once, repeated: a"),
+        ({"voters": []}, "voters: List should have at least 1 item"),
+        ({"at_least": 4}, "at_least: 4 is more than the 3 voters"),
+        ({"at_least": 2, "threshold": 0.5}, "give at most one of at_least and threshold"),
+        ({"threshold": 1.5}, "threshold: Input should be less than or equal to 1"),
+        ({"proposal": "ship it"}, "proposal: Input should be a valid dictionary"),
+        ({"deadline": "soon"}, "deadline: 'soon' is not a duration"),
+    ],
+)
+def test_the_spec_names_what_is_wrong(fields: dict[str, Any], message: str) -> None:
+    document = {"vote_id": "v", "proposal": {}, "voters": ["a", "b", "c"], **fields}
+    with pytest.raises(SpecError) as raised:
+        parse_model(VoteSpec, document, "vote.yaml")
+    assert str(raised.value).startswith(f"vote.yaml: {message}")
+
+
+def test_the_spec_defaults() -> None:
+    vote = spec()
+    assert vote.correlation_id == "v" and vote.workflow_id == "vote-v"
+    assert vote.deadline == timedelta(minutes=5) and vote.timeout == timedelta(minutes=1)
+    assert vote.agents_named() == [("voters[0]", "v1"), ("voters[1]", "v2"), ("voters[2]", "v3")]

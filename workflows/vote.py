@@ -1,0 +1,167 @@
+"""The `Vote` workflow: a consensus vote (seed 002). The proposal goes to every voter agent at
+once (one `run_agent` activity each, the proposal as its event's payload); each answer, failure
+or timeout becomes a ballot, and as soon as the outcome is certain the runs still out are
+cancelled. What the ballots decide is `VoteModel`'s (coord.models.vote); this module is the
+Temporal side: the start input, the runs, the deadline, cancellation, the query, search
+attributes and details. The result is the record, every ballot listed."""
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.contract import (
+        RUN_AGENT_ACTIVITY,
+        STATE_QUERY,
+        VOTE_RECORD_MEMO,
+        VOTE_WORKFLOW,
+        FailureType,
+        failure,
+        vote_id_of,
+    )
+    from coord.models.durations import format_duration
+    from coord.models.envelope import EventEnvelope
+    from coord.models.specs import SpecError
+    from coord.models.vote import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
+    from coord.workflows.common import (
+        NO_INPUT,
+        PlainInput,
+        decode_input,
+        uncancellable,
+        upsert_search_attributes,
+    )
+    from coord.workflows.plan_task import task_error
+
+VoterRun = workflow.ActivityHandle[AgentResult]
+
+
+@workflow.defn(name=VOTE_WORKFLOW)
+class Vote:
+    @workflow.init
+    def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
+        """Decodes the spec here, so the query answers from the first task on; a spec that does
+        not decode or validate is reported by `run` (nothing may fail the workflow task)."""
+        self._spec_error: str | None = None
+        self._model: VoteModel | None = None
+        self._upserted: VoteStatus | None = None
+        try:
+            spec = decode_input(VoteSpec, raw_spec, "vote spec")
+        except SpecError as error:
+            self._spec_error = str(error)
+        else:
+            self._model = VoteModel.begin(spec, workflow.info().workflow_start_time)
+
+    @workflow.run
+    async def run(self, raw_spec: PlainInput = NO_INPUT) -> VoteState:
+        """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
+        fails the run `invalid_spec` naming the field, instead of wedging its task."""
+        model = self._model
+        if model is None:
+            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        self._changed(model)
+        runs = {voter: self._start_voter(model, voter) for voter in model.spec.voters}
+        ballots = [asyncio.create_task(self._ballot(model, v, run)) for v, run in runs.items()]
+        try:
+            await self._until_over(model)
+        except asyncio.CancelledError:
+            model.cancel(workflow.now())
+            await uncancellable(self._stop(runs, ballots))
+            workflow.upsert_memo({VOTE_RECORD_MEMO: model.state})
+            self._changed(model)
+            raise
+        await self._stop(runs, ballots)
+        self._changed(model)
+        self._log(model)
+        return model.state
+
+    @workflow.query(name=STATE_QUERY)
+    def state(self) -> VoteState:
+        if self._model is None:
+            vote_id = vote_id_of(workflow.info().workflow_id)
+            return VoteState(vote_id=vote_id, status=VoteStatus.FAILED, summary=self._spec_error)
+        return self._model.state
+
+    async def _until_over(self, model: VoteModel) -> None:
+        """Until the ballots decide, or the deadline (from the workflow's start) passes."""
+        deadline = model.state.deadline
+        assert deadline is not None
+        try:
+            await workflow.wait_condition(
+                lambda: model.over,
+                timeout=max(deadline - workflow.now(), timedelta()),
+                timeout_summary=f"deadline: {deadline:%Y-%m-%d %H:%M:%S} UTC "
+                f"({format_duration(model.spec.deadline)} after start)",
+            )
+        except TimeoutError:
+            model.deadline_passed(workflow.now())
+
+    def _start_voter(self, model: VoteModel, voter: str) -> VoterRun:
+        spec = model.spec
+        info = workflow.info()
+        request = AgentRequest(
+            agent=voter,
+            event=EventEnvelope.new(
+                VOTE_REQUESTED,
+                f"/vote/{spec.vote_id}",
+                payload=spec.proposal,
+                correlation_id=spec.correlation_id,
+            ),
+            retry_on=spec.retry.retry_on,
+            config=spec.agents.get(voter),
+            idempotency_key=f"{info.workflow_id}/{info.first_execution_run_id}/{voter}",
+            inputs={"vote": {"vote_id": spec.vote_id, "needed": spec.needed}},
+        )
+        return workflow.start_activity(
+            RUN_AGENT_ACTIVITY,
+            request,
+            result_type=AgentResult,
+            schedule_to_close_timeout=spec.timeout,
+            heartbeat_timeout=spec.heartbeat_timeout,
+            retry_policy=spec.retry.to_retry_policy(),
+            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+            summary=f"ballot: {voter}",
+        )
+
+    async def _ballot(self, model: VoteModel, voter: str, run: VoterRun) -> None:
+        """The voter's run to its end, as a ballot (or as cancelled); never raises."""
+        try:
+            result = await run
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                model.run_cancelled(voter)
+            else:
+                failed = task_error(error)
+                model.failed(voter, failed.type, failed.message, workflow.now())
+        except asyncio.CancelledError:
+            model.run_cancelled(voter)
+        else:
+            model.answered(voter, result.data, workflow.now())
+        self._changed(model)
+
+    async def _stop(self, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]) -> None:
+        """Cancels the runs still out (the outcome is known, their answers can change nothing)
+        and waits until each is recorded."""
+        for run in runs.values():
+            if not run.done():
+                run.cancel()
+        await asyncio.gather(*ballots)
+
+    def _changed(self, model: VoteModel) -> None:
+        """Republishes the details; upserts the search attributes when the status moved."""
+        if model.state.status != self._upserted:
+            self._upserted = model.state.status
+            upsert_search_attributes(model.state.search_attributes())
+        workflow.set_current_details(model.details())
+
+    def _log(self, model: VoteModel) -> None:
+        workflow.logger.info(
+            "vote ended",
+            extra={
+                "vote_id": model.state.vote_id,
+                "status": model.state.status.value,
+                "summary": model.state.summary,
+            },
+        )
