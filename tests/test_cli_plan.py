@@ -130,10 +130,14 @@ async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(
         )
         outcome = await asyncio.wait_for(api.plan_outcome(api.plan_handle(client, plan_id)), 60)
         code, again, refused = await run(COORD, "plan", "cancel", plan_id, env=env)
-    assert outcome.status == PlanStatus.CANCELLED
-    assert outcome.tasks[0].state == TaskState.CANCELLED
     assert (code, again) == (ExitCode.CONFLICT, "")
     assert refused == f"error: plan {plan_id!r} has already ended (canceled); nothing to cancel\n"
+    # A cancelled run has no result: the state is read from its memo, with no worker running.
+    code, line, err = await run(COORD, "plan", "state", plan_id, "--json", env=env)
+    assert code == 0, err
+    assert PlanState.model_validate_json(line).tasks[0].state == TaskState.CANCELLED
+    assert outcome.status == PlanStatus.CANCELLED
+    assert outcome.tasks[0].state == TaskState.CANCELLED
 
 
 async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_code(
@@ -169,3 +173,62 @@ async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_c
         COORD, "plan", "approve", "no-such-plan", "api", "--by", "ann", env=env
     )
     assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
+
+
+async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused_in_one_line(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["tasks"][2]["approval"] = {"required": True}  # build
+    document["tasks"][3]["approval"] = {"required": True}  # docs
+    slow = {"inject": {"slow": {"frontend-specialist": 60}}}
+    document["tasks"].append({"id": "long", "agent": "frontend-specialist", "input": slow})
+    path.write_text(yaml.safe_dump(document))
+    async with build_worker(client, task_queue):
+        code, _, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert code == 0, err
+
+        async def both_waiting() -> bool:
+            state = await api.plan_state(client, plan_id)
+            return state.tasks[2].state == state.tasks[3].state == TaskState.AWAITING_APPROVAL
+
+        await eventually(both_waiting)
+        code, out, err = await run(COORD, "plan", "state", plan_id, env=env)
+        assert code == 0, err
+        assert table(out)["build"][0] == "awaiting_approval"
+        assert (
+            f"Waiting for approval of build (`coord plan approve {plan_id} build --by NAME`)"
+            in out.splitlines()
+        )
+        decide = (COORD, "plan", "approve", plan_id)
+        code, out, err = await run(*decide, "build", "--by", "alice", "--reason", "go", env=env)
+        assert (code, out) == (0, f"approved task build of plan {plan_id} (by alice)\n"), err
+        code, out, err = await run(*decide, "docs", "--by", "bob", "--reject", env=env)
+        assert (code, out) == (0, f"rejected task docs of plan {plan_id} (by bob)\n"), err
+        code, out, err = await run(*decide, "docs", "--by", "carol", env=env)
+        assert (code, out) == (ExitCode.REFUSED, "")
+        assert err == "error: invalid_approval: task: 'docs' was already rejected by bob\n"
+
+        async def ship_skipped() -> bool:
+            return (await api.plan_state(client, plan_id)).tasks[4].state == TaskState.SKIPPED
+
+        await eventually(ship_skipped)
+        await api.cancel_plan(client, plan_id)
+        outcome = await asyncio.wait_for(api.plan_outcome(api.plan_handle(client, plan_id)), 60)
+        code, _, err = await run(*decide, "docs", "--by", "carol", env=env)
+    assert code == ExitCode.CONFLICT
+    assert err == (
+        f"error: plan {plan_id!r} has already ended (canceled); task 'docs' was not decided\n"
+    )
+    build, docs, ship, long = outcome.tasks[2:]
+    assert build.state == TaskState.SUCCEEDED
+    assert build.approval is not None and (build.approval.by, build.approval.reason) == (
+        "alice",
+        "go",
+    )
+    assert docs.state == TaskState.ERROR and docs.approval is not None
+    assert (docs.approval.approved, docs.approval.by) == (False, "bob")
+    assert (ship.state, ship.skipped_because) == (TaskState.SKIPPED, "docs")
+    assert long.state == TaskState.CANCELLED
