@@ -9,6 +9,7 @@ one of `max_workers` slots, waits until it is granted and gives it back when the
 closes. Waiting requests are served by their task's priority (critical first), then by the
 task's declaration order, then in the order asked."""
 
+from bisect import insort
 from collections import Counter
 from datetime import datetime
 from typing import Any
@@ -38,6 +39,7 @@ from coord.models.plan_gates import waiting_for
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.REVIEWING})
 """A task holding (or about to hold) worker slots: what the progress view lists."""
+WATCHED_STATES = ACTIVE_STATES | {TaskState.AWAITING_APPROVAL}
 DETAILS_RUNNING = 20
 """Running tasks the current details list by name; the rest are counted."""
 
@@ -49,6 +51,10 @@ class SlotRequest(BaseModel):
     task: str
     rank: tuple[int, int, int]
     """(priority rank, declaration index, order asked): the smallest is served first."""
+
+
+def _rank(request: SlotRequest) -> tuple[int, int, int]:
+    return request.rank
 
 
 class RunSeen(BaseModel):
@@ -65,6 +71,7 @@ class PlanModel(BaseModel):
     holders: list[str] = []
     """Activity ids holding a slot."""
     waiting: list[SlotRequest] = []
+    """Requests waiting for a slot, kept in rank order."""
     launched: list[str] = []
     """Tasks handed to the workflow to run (their lifecycle started)."""
     asked: int = 0
@@ -80,6 +87,9 @@ class PlanModel(BaseModel):
     """Per task not launched, how many of its dependencies have not succeeded yet."""
     _startable: list[str] = PrivateAttr()
     _counts: Counter[TaskState] = PrivateAttr()
+    _watched: dict[str, None] = PrivateAttr()
+    """The tasks the progress view lists (running, under review, awaiting approval), kept as
+    they change so that publishing the details after each change does not walk every task."""
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
@@ -124,6 +134,7 @@ class PlanModel(BaseModel):
             if self._unmet.get(task.id) == 0 and self._records[task.id].state == TaskState.PENDING
         ]
         self._counts = Counter(record.state for record in self.state.tasks)
+        self._watched = {r.id: None for r in self.state.tasks if r.state in WATCHED_STATES}
 
     # --- What may start -------------------------------------------------------------------
 
@@ -139,7 +150,11 @@ class PlanModel(BaseModel):
         for task_id in taken:
             self.launched.append(task_id)
             del self._unmet[task_id]
-        return [self.spec.task(task_id) for task_id in taken]
+        return [self.task(task_id) for task_id in taken]
+
+    def task(self, task_id: str) -> PlanTask:
+        """A task of the spec by id, without a walk through every task."""
+        return self.spec.tasks[self._index[task_id]]
 
     def record(self, task_id: str) -> TaskRecord:
         return self._records[task_id]
@@ -149,10 +164,10 @@ class PlanModel(BaseModel):
     def request_slot(self, key: str, task_id: str) -> None:
         """An activity (by its id) asks for a slot; it is granted when `holds_slot` is next
         asked (see there)."""
-        priority = self.spec.task(task_id).priority if task_id in self._index else Priority.LOW
+        priority = self.task(task_id).priority if task_id in self._index else Priority.LOW
         self.asked += 1
         rank = (PRIORITY_RANK[priority], self._index.get(task_id, len(self._index)), self.asked)
-        self.waiting.append(SlotRequest(key=key, task=task_id, rank=rank))
+        insort(self.waiting, SlotRequest(key=key, task=task_id, rank=rank), key=_rank)
 
     def holds_slot(self, key: str) -> bool:
         """Whether the activity has its slot, free slots granted first. Granting waits for
@@ -176,7 +191,6 @@ class PlanModel(BaseModel):
         free = self.spec.max_workers - len(self.holders)
         if free <= 0 or not self.waiting:
             return
-        self.waiting.sort(key=lambda request: request.rank)
         granted, self.waiting = self.waiting[:free], self.waiting[free:]
         self.holders += [request.key for request in granted]
 
@@ -338,6 +352,10 @@ class PlanModel(BaseModel):
         self._counts[record.state] -= 1
         self._counts[state] += 1
         record.state = state
+        if state in WATCHED_STATES:
+            self._watched[task_id] = None
+        else:
+            self._watched.pop(task_id, None)
         record.transitions.append(Transition(state=state, at=now, attempt=attempt, reason=reason))
 
     # --- The agent request ----------------------------------------------------------------
@@ -408,11 +426,13 @@ class PlanModel(BaseModel):
 
     def running(self) -> bool:
         """Some task is running or being reviewed (what the progress reader watches)."""
-        return any(self._counts[state] for state in ACTIVE_STATES)
+        counts = self._counts
+        return any(counts[state] for state in ACTIVE_STATES)
 
     def finished(self) -> bool:
         """Every task has ended."""
-        return sum(self._counts[state] for state in ENDED_TASK_STATES) == len(self.state.tasks)
+        counts = self._counts
+        return sum(counts[state] for state in ENDED_TASK_STATES) == len(self.state.tasks)
 
     def finish(self, now: datetime, *, cancelled: bool = False) -> PlanState:
         """The plan's status and summary line, once every task has ended."""
@@ -443,7 +463,8 @@ class PlanModel(BaseModel):
         return f"{line} ({self.stopping})" if self.stopping else line
 
     def counts(self) -> dict[TaskState, int]:
-        return {state: self._counts[state] for state in TaskState if self._counts[state]}
+        counts = self._counts
+        return {state: counts[state] for state in TaskState if counts[state]}
 
     def progress(self, now: datetime) -> PlanProgress:
         """The `progress` query: running tasks with their latest summary and elapsed time."""
@@ -455,7 +476,7 @@ class PlanModel(BaseModel):
                 elapsed_s=round((now - (record.started_at or now)).total_seconds(), 1),
                 started_at=record.started_at,
             )
-            for record in self.state.tasks
+            for record in self._watched_records()
             if record.state in ACTIVE_STATES
         ]
         return PlanProgress(
@@ -466,11 +487,15 @@ class PlanModel(BaseModel):
             waiting_for=self.waiting_for(),
         )
 
+    def _watched_records(self) -> list[TaskRecord]:
+        """The watched tasks' records, in declaration order."""
+        return [self._records[t] for t in sorted(self._watched, key=self._index.__getitem__)]
+
     def waiting_for(self) -> list[str]:
         """What the plan waits for besides running agents: people, and free worker slots."""
         approvals = [
             self._approval_awaited(record)
-            for record in self.state.tasks
+            for record in self._watched_records()
             if record.state == TaskState.AWAITING_APPROVAL
         ]
         if self.waiting:
@@ -479,7 +504,7 @@ class PlanModel(BaseModel):
         return approvals
 
     def _approval_awaited(self, record: TaskRecord) -> str:
-        gate = self.spec.task(record.id).approval
+        gate = self.task(record.id).approval
         since = record.transitions[-1].at
         return waiting_for(record.id, gate, since) if gate else f"approval of {record.id}"
 

@@ -64,6 +64,7 @@ class TaskGraph:
         self._spec_error: str | None = None
         self._model: PlanModel | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
+        self._publishing = False
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -164,7 +165,7 @@ class TaskGraph:
         self._upsert_status()
         workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
         self._scratchpad.write(final_report_files(state))
-        self._publish()
+        self._publish_now()
         workflow.logger.info(
             "plan ended",
             extra={
@@ -205,5 +206,14 @@ class TaskGraph:
             upsert_search_attributes(self._model.state.search_attributes())
 
     def _publish(self) -> None:
+        """The current details are rendered once per workflow step, however many changes the
+        step made (each task's lifecycle reports every change): rendering them per change cost
+        a large plan time quadratic in its tasks."""
+        if not self._publishing:
+            self._publishing = True
+            asyncio.get_running_loop().call_soon(self._publish_now)
+
+    def _publish_now(self) -> None:
+        self._publishing = False
         if self._model is not None:
             workflow.set_current_details(self._model.details(workflow.now()))
