@@ -401,14 +401,15 @@ async def waiting_for_approval(handle: WorkflowHandle[Any, Any], task_id: str) -
     return PlanProgress.model_validate(await handle.query(PROGRESS_QUERY))
 
 
-async def approve(handle: WorkflowHandle[Any, Any], request: Mapping[str, Any]) -> Any:
-    return await handle.execute_update(APPROVE_UPDATE, dict(request))
+async def approve(handle: WorkflowHandle[Any, Any], *request: Any) -> Any:
+    """The `approve` update with what a client sends (nothing at all, if so)."""
+    return await handle.execute_update(APPROVE_UPDATE, args=request)
 
 
-async def refusal(handle: WorkflowHandle[Any, Any], request: Mapping[str, Any]) -> str:
+async def refusal(handle: WorkflowHandle[Any, Any], *request: Any) -> str:
     """Why the update was refused, as a client reads it (the failure's message)."""
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await approve(handle, request)
+        await approve(handle, *request)
     cause = refused.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_APPROVAL
     return cause.message
@@ -430,6 +431,15 @@ async def test_an_approved_task_runs_and_the_record_says_who_and_why(
             "task: 'announce' is pending, not awaiting approval"
         )
         assert await refusal(handle, {"task": "deploy"}) == "approval: by: Field required"
+        assert await refusal(handle, {"task": "deploy", "by": "al", "when": "now"}) == (
+            "approval: when: Extra inputs are not permitted"
+        )
+        assert await refusal(handle, "yes") == (
+            "approval: Input should be a valid dictionary or instance of ApprovalRequest"
+        )
+        assert await refusal(handle) == "approval: no input given"
+        two = {"task": "deploy", "by": "alice"}
+        assert await refusal(handle, two, two) == "approval: expected one input, got 2"
         await approve(handle, {"task": "deploy", "by": "alice", "reason": "change window open"})
         state = await outcome(handle)
     deploy = task_of(state, "deploy")

@@ -1,4 +1,4 @@
-"""Starts and signals that carry more arguments than their handler takes.
+"""Starts, signals and updates that carry more arguments than their handler takes.
 
 The SDK calls a handler with every argument sent, so `temporal workflow signal --input a --input
 b` on a one-argument handler would raise a TypeError and fail the workflow task, over and over.
@@ -17,6 +17,7 @@ from temporalio.common import RawValue
 from temporalio.worker import (
     ExecuteWorkflowInput,
     HandleSignalInput,
+    HandleUpdateInput,
     Interceptor,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
@@ -47,6 +48,27 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
             takes = _positional(method) if function is None else _positional(function) - 1
             input.args = _fitted(input.args, takes)
         await super().handle_signal(input)
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        input.args = _raw_update_args(input.update, input.args)
+        super().handle_update_validator(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        input.args = _raw_update_args(input.update, input.args)
+        return await super().handle_update_handler(input)
+
+
+def _raw_update_args(update: str, args: Sequence[Any]) -> Sequence[Any]:
+    """Updates whose handler takes its input raw (a plan's `approve`, named after its update)
+    are folded like signals, so their validator refuses the count instead of raising a
+    TypeError; typed handlers (the dead-letter entry's) are left as the SDK calls them."""
+    function = getattr(getattr(workflow.instance(), update, None), "__func__", None)
+    if function is None:
+        return args
+    parameters = list(inspect.signature(function).parameters.values())[1:]  # less self
+    if not parameters or parameters[-1].annotation is not RawValue:
+        return args
+    return _fitted(args, _positional(function) - 1)
 
 
 class SurplusStartArguments(type):
