@@ -101,8 +101,9 @@ class Ballot(BaseModel):
     reason: str = ""
     at: datetime
     counted: bool = True
-    """False for an answer that arrived once the outcome was known (its run was not cancelled
-    in time): kept in the record, never changing the outcome."""
+    """False for an answer that arrived after the outcome was known (its run was not cancelled
+    in time): kept in the record, not counted. One arriving in the same moment (workflow task) as
+    the deciding ballot counts; no later ballot can change an outcome, only complete the tally."""
 
 
 class VoterAnswer(BaseModel):
@@ -140,7 +141,8 @@ class VoteState(BaseModel):
     deadline: datetime | None = None
     ballots: list[Ballot] = Field(default_factory=list)
     cancelled: list[str] = Field(default_factory=list)
-    """Voters whose runs were cancelled before they answered, since the outcome was known."""
+    """Voters whose runs were cancelled before they answered: the outcome was known, or the vote
+    itself was cancelled."""
     ended_at: datetime | None = None
     summary: str = ""
 
@@ -213,7 +215,8 @@ class VoteModel:
         return self._cast(voter, Choice.ABSTAIN, f"{failure_type}: {message}", at)
 
     def run_cancelled(self, voter: str) -> None:
-        """A voter's run was cancelled before it answered, the outcome being known."""
+        """A voter's run was cancelled before it answered (the outcome known, or the vote
+        cancelled)."""
         if voter not in self.state.cancelled and self.state.ballot_of(voter) is None:
             self.state.cancelled.append(voter)
 
@@ -231,11 +234,13 @@ class VoteModel:
             self._end(VoteStatus.CANCELLED, at)
 
     def _cast(self, voter: str, choice: Choice, reason: str, at: datetime) -> Ballot:
+        """Record the ballot; decide when it is the first to make the outcome certain. Once
+        there is an outcome it stands: a ballot of the same moment only completes the tally."""
         ballot = Ballot(voter=voter, choice=choice, reason=reason[:MAX_REASON], at=at)
-        ballot.counted = not self.over
+        ballot.counted = not self.over or at == self.state.ended_at
         self.state.ballots.append(ballot)
         self.state.summary = summary_line(self.state)
-        if ballot.counted:
+        if not self.over:
             self._decide(at)
         return ballot
 

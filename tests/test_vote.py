@@ -1,7 +1,8 @@
 """The Vote workflow on the real dev server (and the time-skipping one for the deadline): decided
 by two approvals of three, rejected early with the third voter's run cancelled (from the history
 and the agent's own view), no quorum at the deadline, faulty voters abstaining while the others
-decide, a plain-JSON start with a bad field, and `coord vote start --wait` / `coord vote state`."""
+decide, a plain-JSON start with a bad field, a cancelled vote, and `coord vote start --wait` /
+`coord vote state`."""
 
 import asyncio
 import json
@@ -256,3 +257,20 @@ async def test_coord_vote_start_wait_and_state(
     assert VoteState.model_validate_json(out).cancelled == ["database-specialist"]
     code, _, err = await run(COORD, "vote", "state", "nope", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: vote 'nope' does not exist\n")
+
+
+async def test_a_cancelled_vote_cancels_its_runs_and_keeps_its_record(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": YES, "bob": "hold", "carol": "hold"})
+    spec = vote(["alice", "bob", "carol"])
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        await ballot_cast(handle, "alice")
+        await handle.cancel()
+        state = await asyncio.wait_for(api.vote_outcome(handle), 30)
+        await eventually(lambda: asyncio.sleep(0, voters.cancelled == {"bob", "carol"}))
+    assert state.status == VoteStatus.CANCELLED
+    assert [b.voter for b in state.ballots] == ["alice"]
+    assert state.cancelled == ["bob", "carol"]
+    assert await api.vote_state(client, spec.vote_id) == state

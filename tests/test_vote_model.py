@@ -126,6 +126,25 @@ def test_the_deadline_makes_the_voters_still_out_abstain_and_leaves_no_quorum() 
     assert vote.state.deadline == at(300)
 
 
+def test_an_answer_in_the_same_moment_as_the_deciding_one_counts() -> None:
+    vote = model()
+    vote.answered("v1", {"approve": True}, at(1))
+    vote.answered("v2", {"approve": True}, at(2))
+    same_moment = vote.answered("v3", {"approve": False, "reason": "no"}, at(2))
+    assert same_moment.counted
+    assert vote.state.status == VoteStatus.DECIDED and vote.state.tally() == (2, 1, 0)
+    assert vote.state.summary == "2 approve, 1 reject, 0 abstain of 3 voters; 2 approvals needed"
+
+
+def test_an_outcome_stands_whatever_a_ballot_of_the_same_moment_says() -> None:
+    vote = model(5)  # 4 approvals needed
+    vote.failed("v1", "timeout", "late", at(1))
+    vote.answered("v2", {"approve": False}, at(2))
+    assert vote.state.status == VoteStatus.NO_QUORUM  # at most 3 approvals left
+    vote.answered("v3", {"approve": False}, at(2))
+    assert vote.state.status == VoteStatus.NO_QUORUM and vote.state.tally() == (0, 2, 1)
+
+
 def test_an_answer_after_the_outcome_is_kept_but_not_counted() -> None:
     vote = model()
     vote.answered("v1", {"approve": False}, at(1))

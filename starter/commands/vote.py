@@ -67,7 +67,12 @@ def ballot_cells(ballot: Ballot) -> tuple[Text, str, str]:
 
 def unanswered(state: VoteState, voter: str) -> tuple[Text, str, str]:
     if voter in state.cancelled:
-        return Text("-", style="dim"), "cancelled: the outcome was known", "-"
+        why = (
+            "the vote was cancelled"
+            if state.status == VoteStatus.CANCELLED
+            else "the outcome was known"
+        )
+        return Text("-", style="dim"), f"cancelled: {why}", "-"
     return Text("waiting", style="cyan"), "-", "-"
 
 
