@@ -249,6 +249,8 @@ def final_report_markdown(state: PlanState) -> str:
         _row(*["---"] * 7),
     ]
     lines += [_record_row(record) for record in state.tasks]
+    if state.scratchpad_error:
+        lines += ["", f"Scratchpad not fully written: {state.scratchpad_error}"]
     details = [line for record in state.tasks for line in _task_details(record)]
     if details:
         lines += ["", "## Reviews and approvals", "", *details]

@@ -19,7 +19,7 @@ from coord.models.aggregator import AggregatorState
 from coord.models.chain import TimelineEntry
 from coord.models.contract import dlq_action
 from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary
-from coord.models.plan import ENDED_TASK_STATES, PlanState, PlanStatus, TaskRecord, TaskState
+from coord.models.plan import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
 from coord.models.plan_report import elapsed, outcome, summary_line
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
@@ -188,9 +188,10 @@ def dlq_counts_table(counts: DlqCounts) -> Table:
     return view
 
 
-def plan_view(state: PlanState, now: datetime) -> Group:
+def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) -> Group:
     """`coord plan state`: per task its state, attempts, elapsed time and what it is doing (its
-    agent's latest progress) or how it ended; then the counts and what the plan waits for."""
+    agent's latest progress) or how it ended; then the counts, what the plan waits for (its
+    `progress` query's words), and how to decide a task awaiting a person."""
     doing = Column("Summary", max_width=80, no_wrap=True, overflow="ellipsis")
     view = table("Task", "State", "Attempts", "Elapsed", doing)
     for task in state.tasks:
@@ -203,7 +204,14 @@ def plan_view(state: PlanState, now: datetime) -> Group:
         )
     counts = ", ".join(f"{n} {task_state}" for task_state, n in state.counts().items())
     lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
-    lines += [f"Waiting for {what}" for what in waiting_for(state)]
+    lines += [f"Waiting for {what}" for what in waiting_for]
+    if TaskState.AWAITING_APPROVAL in state.counts():
+        lines.append(
+            f"Decide with `coord plan approve {state.plan_id} TASK --by NAME` "
+            "(`--reject --reason TEXT` to reject)"
+        )
+    if state.scratchpad_error:
+        lines.append(f"Scratchpad not written: {state.scratchpad_error}")
     return Group(view, *map(Text, lines))
 
 
@@ -220,18 +228,3 @@ def doing_now(task: TaskRecord) -> str:
     if task.state in ACTIVE_TASK_STATES:
         return task.progress or task.summary or "-"
     return task.summary or "-"
-
-
-def waiting_for(state: PlanState) -> list[str]:
-    """What a running plan waits for besides its running tasks: people, and worker slots."""
-    if state.status != PlanStatus.RUNNING:
-        return []
-    waits = [
-        f"approval of {task.id} (`coord plan approve {state.plan_id} {task.id} --by NAME`)"
-        for task in state.tasks
-        if task.state == TaskState.AWAITING_APPROVAL
-    ]
-    ready = [task.id for task in state.tasks if task.state == TaskState.READY]
-    if ready:
-        waits.append(f"a worker slot (at most {state.max_workers} at once): {', '.join(ready)}")
-    return waits

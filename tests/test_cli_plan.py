@@ -198,10 +198,12 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
         code, out, err = await run(COORD, "plan", "state", plan_id, env=env)
         assert code == 0, err
         assert table(out)["build"][0] == "awaiting_approval"
-        assert (
-            f"Waiting for approval of build (`coord plan approve {plan_id} build --by NAME`)"
-            in out.splitlines()
-        )
+        waits = [line for line in out.splitlines() if line.startswith("Waiting for ")]
+        assert [line.split(" (")[0] for line in waits] == [
+            "Waiting for approval of build",
+            "Waiting for approval of docs",
+        ]
+        assert f"Decide with `coord plan approve {plan_id} TASK --by NAME`" in out
         decide = (COORD, "plan", "approve", plan_id)
         code, out, err = await run(*decide, "build", "--by", "alice", "--reason", "go", env=env)
         assert (code, out) == (0, f"approved task build of plan {plan_id} (by alice)\n"), err
@@ -232,3 +234,21 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
     assert (docs.approval.approved, docs.approval.by) == (False, "bob")
     assert (ship.state, ship.skipped_because) == (TaskState.SKIPPED, "docs")
     assert long.state == TaskState.CANCELLED
+
+
+async def test_wait_warns_when_no_worker_polls_and_gives_up_leaving_the_plan_started(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    plan_id, path = plan_file(tmp_path)
+    code, _, err = await run(
+        *(COORD, "plan", "start", str(path), "--wait", "--no-worker-timeout", "1"),
+        env=server_env(dev_env, task_queue),
+    )
+    await api.plan_handle(client, plan_id).terminate()
+    assert code == ExitCode.NO_WORKER
+    assert err.splitlines() == [
+        f"warning: no worker polls task queue {task_queue!r}; the plan waits for one "
+        "(start it with `coord worker`)",
+        f"error: no worker polled task queue {task_queue!r} for 1s; plan-{plan_id} stays "
+        "started and runs once a worker polls (`coord worker`)",
+    ]

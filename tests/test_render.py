@@ -89,7 +89,8 @@ def test_the_causation_tree_nests_effects_under_causes_and_names_a_join_s_causes
 
 def test_the_plan_table_shows_state_attempts_elapsed_progress_counts_and_waits() -> None:
     """`coord plan state`: a running task shows its agent's latest progress and its time so
-    far, an ended one its outcome; then the counts and what the plan waits for."""
+    far, an ended one its outcome; then the counts, what the plan waits for (the words of its
+    progress query) and how to decide a task awaiting a person."""
     tasks = [
         TaskRecord(
             id="api",
@@ -111,8 +112,9 @@ def test_the_plan_table_shows_state_attempts_elapsed_progress_counts_and_waits()
         TaskRecord(id="deploy", agent="x", state=TaskState.AWAITING_APPROVAL, summary="Ship"),
         TaskRecord(id="docs", agent="x", state=TaskState.READY),
     ]
-    state = PlanState(plan_id="p1", max_workers=1, tasks=tasks)
-    lines = render.plain(render.plan_view(state, AT + timedelta(seconds=65))).splitlines()
+    state = PlanState(plan_id="p1", max_workers=1, tasks=tasks, scratchpad_error="refused")
+    waits = ["approval of deploy", "a worker slot (1 waiting, max_workers 1)"]
+    lines = render.plain(render.plan_view(state, AT + timedelta(seconds=65), waits)).splitlines()
     cells = [[cell.strip() for cell in line.split(" | ")] for line in lines[:6]]
     assert cells[0] == ["Task", "State", "Attempts", "Elapsed", "Summary"]
     assert cells[2:] == [
@@ -125,6 +127,8 @@ def test_the_plan_table_shows_state_attempts_elapsed_progress_counts_and_waits()
         "",
         "Plan p1: running, 1 of 4 succeeded, 1 awaiting_approval, 1 ready, 1 running",
         "Tasks: 1 awaiting_approval, 1 ready, 1 running, 1 succeeded",
-        "Waiting for approval of deploy (`coord plan approve p1 deploy --by NAME`)",
-        "Waiting for a worker slot (at most 1 at once): docs",
+        "Waiting for approval of deploy",
+        "Waiting for a worker slot (1 waiting, max_workers 1)",
+        "Decide with `coord plan approve p1 TASK --by NAME` (`--reject --reason TEXT` to reject)",
+        "Scratchpad not written: refused",
     ]

@@ -1,5 +1,6 @@
 """`coord plan start|state|approve|cancel`: coordinator mode from the command line."""
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -34,12 +35,12 @@ def load_plan_spec(file: Path, plan_id: str | None) -> PlanSpec:
     return spec
 
 
-def show_plan(state: PlanState, as_json: bool) -> None:
+def show_plan(state: PlanState, as_json: bool, waiting_for: Sequence[str] = ()) -> None:
     """The record on one line for tools, else the table for people."""
     if as_json:
         echo_json(state, one_line=True)
     else:
-        render.show(render.plan_view(state, datetime.now(UTC)))
+        render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
 
 
 @app.command("start")
@@ -91,7 +92,11 @@ async def start(
 @runs_async
 async def state(plan: str, as_json: AsJson = False) -> None:
     """Print a plan's tasks, counts and what it waits for (--json: the record)."""
-    show_plan(await api.plan_state(await connect(), plan), as_json)
+    client = await connect()
+    record = await api.plan_state(client, plan)
+    running = record.status == PlanStatus.RUNNING and not as_json
+    waits = (await api.plan_progress(client, plan)).waiting_for if running else []
+    show_plan(record, as_json, waits)
 
 
 @app.command("approve")
