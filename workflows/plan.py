@@ -152,7 +152,9 @@ class TaskGraph:
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome
-        they reached first) and every task still waiting."""
+        they reached first) and every task still waiting. An outcome that arrived in the same
+        workflow task as the cancel is recorded first, never replaced by `cancelled`."""
+        await asyncio.sleep(0)
         model.stop(reason)
         running = [run for run in self._runs.values() if not run.done()]
         for run in running:
