@@ -4,14 +4,16 @@ with the README's exit code."""
 
 import asyncio
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.plan import PlanState, PlanStatus, TaskState
+from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
@@ -252,3 +254,19 @@ async def test_wait_warns_when_no_worker_polls_and_gives_up_leaving_the_plan_sta
         f"error: no worker polled task queue {task_queue!r} for 1s; plan-{plan_id} stays "
         "started and runs once a worker polls (`coord worker`)",
     ]
+
+
+async def test_a_decision_no_worker_takes_up_says_so(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    plan_id, path = plan_file(tmp_path)
+    spec = PlanSpec.model_validate(yaml.safe_load(path.read_text()))
+    await api.start_plan(client, spec, queue=task_queue)
+    request = ApprovalRequest(task="api", by="ann")
+    with pytest.raises(api.NoWorker) as refused:
+        await api.approve_task(client, plan_id, request, answer_time=timedelta(seconds=1))
+    await api.plan_handle(client, plan_id).terminate()
+    assert str(refused.value) == (
+        f"plan {plan_id!r}: no worker took the decision up within 1s (is one running on its "
+        "task queue?); ask again: a task is decided once"
+    )

@@ -4,6 +4,7 @@ task waiting for a person, cancel.
 The calls name the workflow, its queries and its update by their wire names (the contract), so
 this side needs nothing of the workflow's code."""
 
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -11,6 +12,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -22,12 +24,15 @@ from coord.models.plan_report import task_plan_markdown
 from coord.starter.api.common import (
     Conflict,
     NotFound,
+    NoWorker,
     closed_with_result,
     described,
     ended_or_missing,
     kept_record,
 )
 
+ANSWER_TIME = timedelta(minutes=1)
+"""How long a decision waits for a worker to take it up."""
 MAX_DETAILS = 16 * 1024
 """Characters of the task plan kept as the run's static details in the UI; a longer plan is cut
 at a line, saying where the whole of it is."""
@@ -113,12 +118,22 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
         ) from None
 
 
-async def approve_task(client: Client, plan: str, request: ApprovalRequest) -> None:
+async def approve_task(
+    client: Client, plan: str, request: ApprovalRequest, *, answer_time: timedelta = ANSWER_TIME
+) -> None:
     """Approve or reject a task waiting for a person. The workflow refuses (one line, naming the
-    field) a task that is not one of the plan's or is not waiting for approval."""
+    field) a task that is not one of the plan's or is not waiting for approval; NoWorker when no
+    worker took the decision up within `answer_time`."""
     handle = plan_handle(client, plan)
     try:
-        await handle.execute_update(contract.APPROVE_UPDATE, request.model_dump(mode="json"))
+        await handle.execute_update(
+            contract.APPROVE_UPDATE, request.model_dump(mode="json"), rpc_timeout=answer_time
+        )
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise NoWorker(
+            f"plan {plan!r}: no worker took the decision up within {answer_time.total_seconds():g}s"
+            " (is one running on its task queue?); ask again: a task is decided once"
+        ) from None
     except RPCError as error:
         raise await ended_or_missing(
             handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
