@@ -1,12 +1,15 @@
-"""The worker: runs the coordination workflows and the agent activity on one task queue."""
+"""The worker: runs the coordination workflows on the coordinator task queue, and each agent it
+declares on the agent's own task queue."""
 
 import asyncio
 import os
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from types import TracebackType
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from coord.activities.agent_kinds import load_agents
@@ -19,6 +22,8 @@ from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
+from coord.models.contract import agent_task_queue
+from coord.models.specs import SpecError
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain
@@ -49,15 +54,94 @@ def default_registry(
     return load_agents(declared, registry) if declared else registry
 
 
+WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)
+"""How often a `coord worker` reports itself to the server (seed 002's heartbeat interval);
+`coord agents` counts a worker alive for 10 s after its last report or poll."""
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+"""Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle would
+hold compensation back that long when a step sets no heartbeat timeout."""
+
+
+class WorkerSet:
+    """The Temporal workers of one process, used like one Worker (`async with`, `run()`,
+    `shutdown()`): the coordinator queue's, unless told not to, and one per agent it serves,
+    polling the agent's own queue."""
+
+    def __init__(self, workers: Sequence[Worker], task_queue: str) -> None:
+        if not workers:
+            raise SpecError("nothing to serve: no agents, and --no-workflows")
+        self.workers = list(workers)
+        self.task_queue = task_queue
+        """The coordinator queue, which names the deployment's agent queues."""
+        self._running: asyncio.Task[None] | None = None
+
+    @property
+    def queues(self) -> list[str]:
+        return [worker.task_queue for worker in self.workers]
+
+    async def run(self) -> None:
+        """Until shut down; one worker failing stops the others."""
+        async with asyncio.TaskGroup() as group:
+            for worker in self.workers:
+                group.create_task(worker.run())
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(*(worker.shutdown() for worker in self.workers))
+
+    async def __aenter__(self) -> "WorkerSet":
+        self._running = asyncio.create_task(self.run())
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.shutdown()
+        if self._running is not None:
+            await self._running
+
+
 def build_worker(
-    client: Client, queue: str | None = None, registry: AgentRegistry | None = None
-) -> Worker:
+    client: Client,
+    queue: str | None = None,
+    registry: AgentRegistry | None = None,
+    *,
+    only: Sequence[str] | None = None,
+    workflows: bool = True,
+) -> WorkerSet:
+    """The workers serving `registry` (restricted to `only` when given): the coordinator
+    worker on `queue` (unless `workflows` is False) and one worker per agent on its queue."""
     registry = registry or default_registry()
+    if only is not None:
+        registry = registry.only(only)
+    home = queue or task_queue()
+    workers = [coordinator_worker(client, home, registry)] if workflows else []
+    workers += [agent_worker(client, home, registry.only([name])) for name in registry]
+    return WorkerSet(workers, home)
+
+
+def agent_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
+    """One agent's worker: `run_agent` on the agent's queue, for that agent only."""
+    (agent,) = registry
+    return Worker(
+        client,
+        task_queue=agent_task_queue(agent, home),
+        activities=[AgentActivities(registry).run_agent],
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        interceptors=[SurplusArguments()],
+    )
+
+
+def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
+    """The workflows, the activities they run themselves, and `run_agent` for agents declared
+    inline (and for runs recorded before agents had queues of their own)."""
     activities = AgentActivities(registry)
     delivery = Delivery(client)
     return Worker(
         client,
-        task_queue=queue or task_queue(),
+        task_queue=home,
         workflows=list(WORKFLOWS),
         activities=[
             activities.run_agent,
@@ -68,23 +152,29 @@ def build_worker(
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
         ],
-        # Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle
-        # would hold compensation back that long when a step sets no heartbeat timeout.
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],
     )
 
 
-async def run_worker(agents_file: Path | None = None, *, demo_agents: bool = False) -> None:
+async def run_worker(
+    agents_file: Path | None = None,
+    *,
+    demo_agents: bool = False,
+    only: Sequence[str] | None = None,
+    workflows: bool = True,
+) -> None:
     registry = default_registry(agents_file, demo_agents=demo_agents)
     settings = ConnectionSettings.load()
-    client = await settings.connect()
-    worker = build_worker(client, registry=registry)
+    runtime = Runtime(
+        telemetry=TelemetryConfig(), worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL
+    )
+    client = await settings.connect(runtime)
+    worker = build_worker(client, registry=registry, only=only, workflows=workflows)
     get_logger("worker").info(
         "worker started",
         address=settings.address,
-        task_queue=worker.task_queue,
-        agents=sorted(registry),
+        task_queues=worker.queues,
         inline_agents=registry.settings.inline_agents,
     )
     await worker.run()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
+from temporalio.runtime import Runtime
 
 from coord.infra.payload_store import data_converter
 from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
@@ -48,10 +49,10 @@ class ConnectionSettings:
     def namespace(self) -> str:
         return self.config.get("namespace", "default")
 
-    async def connect(self) -> Client:
+    async def connect(self, runtime: Runtime | None = None) -> Client:
         try:
             config: ClientConnectConfig = {**self.config, "target_host": self.address}
-            return await Client.connect(**config, data_converter=data_converter())
+            return await Client.connect(**config, data_converter=data_converter(), runtime=runtime)
         except RuntimeError:
             # The SDK's message is the Rust transport's error chain: no help to a user.
             raise ServerUnreachable(

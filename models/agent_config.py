@@ -18,6 +18,10 @@ AgentKind = Literal["python", "shell", "http", "llm"]
 CHILD_ENV_DEFAULT = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
 """The worker's variables every shell agent sees; anything more is named in `worker.child_env`."""
 OUTPUT_LIMIT_DEFAULT = 1024 * 1024
+SCHEDULE_TO_START_DEFAULT = timedelta(seconds=60)
+"""How long a run of a named agent waits on the agent's task queue for a worker to take it
+before it fails `agent_unavailable` (a step's, subscription's or task's
+`schedule_to_start_timeout`)."""
 
 
 class PythonAgent(BaseModel):

@@ -5,7 +5,7 @@ worker serves the agents in its `AgentRegistry`; a workflow asks for a run with 
 and gets an `AgentResult`. The worker (activities) and the client side (the CLI's and the API's
 pre-start check, `check_agents`) import this module, never each other."""
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -96,16 +96,29 @@ class AgentRegistry:
 
     def __init__(self, settings: WorkerSettings | None = None) -> None:
         self._agents: dict[str, AgentFn] = {}
+        self.kinds: dict[str, str] = {}
+        """Each agent's kind (`python` for one registered in code), shown by `coord agents`."""
         self.settings = settings or WorkerSettings()
 
-    def register(self, name: str) -> Callable[[AgentFn], AgentFn]:
+    def register(self, name: str, kind: str = "python") -> Callable[[AgentFn], AgentFn]:
         def add(fn: AgentFn) -> AgentFn:
             if name in self._agents:
                 raise ValueError(f"agent {name!r} is already registered")
             self._agents[name] = fn
+            self.kinds[name] = kind
             return fn
 
         return add
+
+    def only(self, names: Iterable[str]) -> "AgentRegistry":
+        """The same settings with just the agents named (`coord worker --only a,b`); a name
+        no agent answers to is a SpecError saying which agents there are."""
+        subset = AgentRegistry(self.settings)
+        for name in names:
+            if name not in self._agents:
+                raise SpecError(self.unknown(name))
+            subset.register(name, self.kinds[name])(self._agents[name])
+        return subset
 
     def get(self, name: str) -> AgentFn:
         try:

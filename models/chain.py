@@ -6,7 +6,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
-from coord.models.agent_config import AgentConfig
+from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope, EventHeader, Priority, Routing
@@ -48,6 +48,9 @@ class Subscription(BaseModel):
     timeout: Duration = timedelta(minutes=5)
     heartbeat_timeout: Duration | None = None
     """Set it for agents that heartbeat (shell agents do), so a dead worker shows in seconds."""
+    schedule_to_start_timeout: Duration = SCHEDULE_TO_START_DEFAULT
+    """How long a run waits for a worker serving its agent before it fails `agent_unavailable`
+    (not retried: a retry would wait on the same queue)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
 
     _one_or_many = field_validator("events", mode="before")(_as_list)

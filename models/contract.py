@@ -8,18 +8,53 @@ each is spelled here once and everything else refers to it.
 The pure layer: this module imports no worker or workflow code (only `temporalio.common` and
 `temporalio.exceptions`), so clients, activities, workflows and models all import it."""
 
+import hashlib
+import re
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Final
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
 # --- Task queue -------------------------------------------------------------------------------
 
 TASK_QUEUE_ENV: Final = "COORD_TASK_QUEUE"
 """The environment variable naming the task queue workers poll and clients start on."""
 DEFAULT_TASK_QUEUE: Final = "coordinator"
+AGENT_QUEUE_PREFIX: Final = "agent-"
+MAX_TASK_QUEUE_NAME: Final = 255
+"""How long a task queue name this project makes may be (Temporal allows 1000 characters; a
+shorter bound keeps names readable in the UI and in `coord agents`)."""
+_QUEUE_NAME_UNSAFE = re.compile(r"[^\w.@:+-]")
+
+
+def agent_queue_prefix(home: str = DEFAULT_TASK_QUEUE) -> str:
+    """What every agent queue of a deployment starts with. The deployment is named by its
+    coordinator queue (`COORD_TASK_QUEUE`): the default one's agents are on `agent-<name>`,
+    another's on `<queue>/agent-<name>`, so two deployments (or two tests) sharing a namespace
+    never run each other's agents."""
+    return AGENT_QUEUE_PREFIX if home == DEFAULT_TASK_QUEUE else f"{home}/{AGENT_QUEUE_PREFIX}"
+
+
+def agent_task_queue(agent: str, home: str = DEFAULT_TASK_QUEUE) -> str:
+    """The task queue the workers serving `agent` poll and its runs are dispatched to. An agent
+    name is any string: characters outside letters, digits and `.@:+-_` become `_`, and a name
+    changed so, or cut to the bound, gets a digest of the original, so two agents never share
+    a queue."""
+    prefix = agent_queue_prefix(home)
+    safe = _QUEUE_NAME_UNSAFE.sub("_", agent)
+    if safe == agent and len(prefix) + len(agent) <= MAX_TASK_QUEUE_NAME:
+        return prefix + agent
+    digest = "~" + hashlib.sha256(agent.encode()).hexdigest()[:12]
+    return prefix + safe[: MAX_TASK_QUEUE_NAME - len(prefix) - len(digest)] + digest
+
+
+def agent_of_queue(queue: str, home: str = DEFAULT_TASK_QUEUE) -> str | None:
+    """The agent an agent queue of this deployment serves (as its queue spells it), else None."""
+    prefix = agent_queue_prefix(home)
+    return queue.removeprefix(prefix) if queue.startswith(prefix) and queue != prefix else None
+
 
 # --- Workflow types and patterns --------------------------------------------------------------
 
@@ -233,6 +268,7 @@ class FailureType(StrEnum):
     UNKNOWN_AGENT = "unknown_agent"
     AGENT_NOT_ALLOWED = "agent_not_allowed"
     AGENT_UNAVAILABLE = "agent_unavailable"
+    """No worker took the run off its agent's queue within its schedule-to-start limit."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
@@ -319,11 +355,14 @@ def failure(
 def failure_type_of(error: BaseException) -> str:
     """The failure type of what an agent raised, or of what a workflow saw an activity fail
     with (an ActivityError's cause): its ApplicationError type, `timeout` for Temporal's
-    timeouts, else its class name."""
+    timeouts (`agent_unavailable` for the schedule-to-start one: no worker took the run), else
+    its class name."""
     if isinstance(error, ActivityError) and error.cause is not None:
         error = error.cause
     if isinstance(error, ApplicationError):
         return error.type or UNTYPED_APPLICATION_ERROR
+    if _not_started(error):
+        return FailureType.AGENT_UNAVAILABLE
     if isinstance(error, TimeoutError):
         return FailureType.TIMEOUT
     return type(error).__name__
@@ -333,4 +372,18 @@ def failure_message(error: BaseException) -> str:
     """The innermost message, which is the agent's own words rather than Temporal's wrapper."""
     while error.__cause__ is not None:
         error = error.__cause__
+    if _not_started(error):
+        return AGENT_UNAVAILABLE_MESSAGE
     return str(error)
+
+
+AGENT_UNAVAILABLE_MESSAGE: Final = (
+    "agent unavailable: no worker took the run from the agent's task queue within its "
+    "schedule-to-start limit; start a worker that declares the agent (`coord worker --agents "
+    "FILE`, or --demo-agents for the demo agents); `coord agents` shows which agents are served"
+)
+
+
+def _not_started(error: BaseException) -> bool:
+    """A run that timed out before any worker started it: its agent has no worker."""
+    return isinstance(error, TimeoutError) and error.type == TimeoutType.SCHEDULE_TO_START

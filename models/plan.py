@@ -12,7 +12,7 @@ from typing import Any, Literal, NamedTuple, Self, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coord.models.agent_config import AgentConfig
+from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
 from coord.models.durations import Duration
 from coord.models.envelope import Priority
@@ -124,6 +124,9 @@ class PlanTask(BaseModel):
     depends_on: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
     timeout: Duration = DEFAULT_TASK_TIMEOUT
     heartbeat_timeout: Duration | None = None
+    schedule_to_start_timeout: Duration = SCHEDULE_TO_START_DEFAULT
+    """How long a run waits for a worker serving its agent before it fails `agent_unavailable`
+    (not retried: a retry would wait on the same queue)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     priority: Priority = Priority.NORMAL
     summary: str = Field(default="", max_length=MAX_NAME)

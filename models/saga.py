@@ -6,7 +6,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coord.models.agent_config import AgentConfig
+from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.chain import TimelineEntry
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, saga_workflow_id
 from coord.models.durations import Duration
@@ -27,6 +27,9 @@ class SagaStep(BaseModel):
     `RollbackAll`); `<name>Compensated` by default."""
     timeout: Duration = timedelta(minutes=5)
     heartbeat_timeout: Duration | None = None
+    schedule_to_start_timeout: Duration = SCHEDULE_TO_START_DEFAULT
+    """How long a run waits for a worker serving its agent before it fails `agent_unavailable`
+    (not retried: a retry would wait on the same queue)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     compensation_timeout: Duration = timedelta(minutes=5)
     compensation_retry: RetryConfig = DEFAULT_COMPENSATION_RETRY

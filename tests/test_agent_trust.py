@@ -249,12 +249,14 @@ async def test_a_spec_naming_a_demo_agent_fails_clearly_on_a_plain_worker(
     client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("COORD_DEMO_AGENTS")
-    spec = {"saga_id": f"plain-{uuid.uuid4().hex[:8]}", "steps": [{"name": "DeployToProduction"}]}
+    step = {"name": "DeployToProduction", "schedule_to_start_timeout": "2s"}
+    spec = {"saga_id": f"plain-{uuid.uuid4().hex[:8]}", "steps": [step]}
     async with build_worker(client, task_queue):
         state = await start_saga_as_json(client, task_queue, spec)
     assert state.status == SagaStatus.COMPENSATED, "nothing ran, so nothing to undo"
     assert state.failure_reason is not None
-    assert "unknown agent 'DeployToProduction'" in state.failure_reason
+    assert "agent unavailable" in state.failure_reason
+    assert "--demo-agents for the demo agents" in state.failure_reason
 
 
 # HTTP: two real servers under different host names (127.0.0.1 and 127.0.0.2).

@@ -26,9 +26,8 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from temporalio.worker import Worker
 
-from coord.worker import build_worker
+from coord.worker import WorkerSet, build_worker
 from tests.helpers import task_failures
 
 EXAMPLES = 25
@@ -176,7 +175,7 @@ signals = st.lists(st.tuples(signal_names, signal_inputs), max_size=SIGNALS)
 
 
 @pytest.fixture
-async def fuzz_worker(client: Client, task_queue: str) -> AsyncIterator[Worker]:
+async def fuzz_worker(client: Client, task_queue: str) -> AsyncIterator[WorkerSet]:
     async with build_worker(client, task_queue) as worker:
         yield worker
 
@@ -239,7 +238,7 @@ def fuzz_settings(examples: int) -> settings:
 def saga_property(examples: int) -> Any:
     @fuzz_settings(examples)
     @given(text=specs(saga_base(), ["unknown"]))
-    async def prop(client: Client, task_queue: str, fuzz_worker: Worker, text: str) -> None:
+    async def prop(client: Client, task_queue: str, fuzz_worker: WorkerSet, text: str) -> None:
         await check_run(client, task_queue, "Saga", text, [])
 
     return prop
@@ -249,7 +248,7 @@ def chain_property(examples: int) -> Any:
     @fuzz_settings(examples)
     @given(text=specs(chain_base(), ["carried"]), sent=signals)
     async def prop(
-        client: Client, task_queue: str, fuzz_worker: Worker, text: str, sent: list[Signal]
+        client: Client, task_queue: str, fuzz_worker: WorkerSet, text: str, sent: list[Signal]
     ) -> None:
         await check_run(client, task_queue, "ReactiveChain", text, sent)
 
@@ -260,7 +259,7 @@ def aggregator_property(examples: int) -> Any:
     @fuzz_settings(examples)
     @given(text=specs(aggregator_base(), ["at_least", "threshold"]), sent=signals)
     async def prop(
-        client: Client, task_queue: str, fuzz_worker: Worker, text: str, sent: list[Signal]
+        client: Client, task_queue: str, fuzz_worker: WorkerSet, text: str, sent: list[Signal]
     ) -> None:
         await check_run(client, task_queue, "Aggregator", text, sent)
 

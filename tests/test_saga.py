@@ -1,6 +1,7 @@
 """The Saga workflow on the real dev server: the seed's compensation table and the saga options."""
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -199,11 +200,12 @@ async def test_invalid_spec_sent_as_raw_json_fails_the_saga_naming_the_field(
     assert "steps[0].timeout" in cause.message
 
 
-async def test_unknown_agent_fails_the_step_without_retrying(
+async def test_an_agent_no_worker_serves_fails_the_step_without_retrying(
     client: Client, task_queue: str
 ) -> None:
     spec = feature_deployment()
     spec.steps[3].agent = "NoSuchAgent"
+    spec.steps[3].schedule_to_start_timeout = timedelta(seconds=2)
     state = await run_saga(client, task_queue, spec)
     assert state.status == SagaStatus.COMPENSATED
-    assert "unknown agent 'NoSuchAgent'" in (state.failure_reason or "")
+    assert "agent unavailable: no worker took the run" in (state.failure_reason or "")

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
+        agent_dispatch,
         attempts,
         decode_input,
         park,
@@ -419,15 +420,17 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         retry_policy = subscription.retry.to_retry_policy()
         try:
             self._model.run_started(run)
+            request = self._model.agent_request(run)
             try:
                 result: AgentResult = await workflow.execute_activity(
                     RUN_AGENT_ACTIVITY,
-                    self._model.agent_request(run),
+                    request,
                     result_type=AgentResult,
                     start_to_close_timeout=subscription.timeout,
                     heartbeat_timeout=subscription.heartbeat_timeout,
                     retry_policy=retry_policy,
                     summary=f"{run.agent} ← {run.trigger.event.type}",
+                    **agent_dispatch(request, subscription.schedule_to_start_timeout),
                 )
             except ActivityError as error:
                 failed = (failure_type_of(error), failure_message(error))

@@ -4,7 +4,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import contract
+    from coord.models.agents import AgentRequest
     from coord.models.dlq import DeadLetter
     from coord.models.envelope import EventEnvelope
     from coord.models.specs import (
@@ -31,6 +32,34 @@ T = TypeVar("T")
 DEAD_LETTER_PATCH = "dead-letter-queue"
 PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
 """A run whose input is invalid still parks the signals it rejected before it fails."""
+AGENT_QUEUES_PATCH = "agents-on-their-own-task-queues"
+"""Runs after this patch dispatch a named agent's runs to the agent's own task queue, with a
+schedule-to-start limit; runs recorded before ran every agent on the workflow's queue."""
+
+
+class AgentDispatch(TypedDict, total=False):
+    """The activity options that say where a `run_agent` goes and how long it may wait there."""
+
+    task_queue: str
+    schedule_to_start_timeout: timedelta
+
+
+def agent_dispatch(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
+    """Where every workflow sends a `run_agent` (`start_activity(..., **agent_dispatch(...))`).
+
+    A named agent runs on its own task queue (`agent_task_queue`, next to this workflow's
+    queue), served by whichever workers declare it; if none takes the run within
+    `schedule_to_start` it fails `agent_unavailable`. An agent declared inline by the spec
+    stays on this workflow's queue: any coordinator worker that allows its kind can run it, and
+    no worker declares it to poll a queue of its own."""
+    if request.config is not None or not workflow.patched(AGENT_QUEUES_PATCH):
+        return {}
+    home = workflow.info().task_queue
+    return {
+        "task_queue": contract.agent_task_queue(request.agent, home),
+        "schedule_to_start_timeout": schedule_to_start,
+    }
+
 
 if TYPE_CHECKING:
     PlainInput = Any

@@ -21,6 +21,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT
     from coord.models.agents import AgentRequest
     from coord.models.contract import (
         DEAD_LETTER_SUMMARY_MEMO,
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         NO_INPUT,
         InvalidInput,
         PlainInput,
+        agent_dispatch,
         decode_input,
         signal_chain,
         upsert_search_attributes,
@@ -239,18 +241,20 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             start_to_close_timeout=timedelta(seconds=30),
             summary=f"declaration of {agent} in {target_workflow}",
         )
+        request = AgentRequest(
+            agent=agent,
+            event=event,
+            config=declared.config,
+            idempotency_key=self._entry.idempotency_key,
+            inputs=self._entry.inputs,
+        )
         await workflow.execute_activity(
             RUN_AGENT_ACTIVITY,
-            AgentRequest(
-                agent=agent,
-                event=event,
-                config=declared.config,
-                idempotency_key=self._entry.idempotency_key,
-                inputs=self._entry.inputs,
-            ),
+            request,
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"replay: {agent}",
+            **agent_dispatch(request, SCHEDULE_TO_START_DEFAULT),
         )
 
     async def _announce(self) -> None:

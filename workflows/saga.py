@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_PATCH,
         NO_INPUT,
         PlainInput,
+        agent_dispatch,
         attempts,
         decode_input,
         park,
@@ -150,6 +151,7 @@ class Saga:
             timeout=step.timeout,
             retry=retry,
             heartbeat_timeout=step.heartbeat_timeout,
+            schedule_to_start=step.schedule_to_start_timeout,
             idempotency_key=self._idempotency_key(step),
             inputs={"steps": self._results()},
         )
@@ -279,6 +281,7 @@ class Saga:
                 summary=f"compensate: {entry.compensate}",
                 timeout=step.compensation_timeout,
                 retry=step.compensation_retry,
+                schedule_to_start=step.schedule_to_start_timeout,
                 idempotency_key=idempotency_key,
                 inputs=inputs,
             )
@@ -337,6 +340,7 @@ class Saga:
         summary: str,
         timeout: timedelta,
         retry: RetryConfig,
+        schedule_to_start: timedelta,
         idempotency_key: str,
         inputs: dict[str, Any],
         heartbeat_timeout: timedelta | None = None,
@@ -360,6 +364,7 @@ class Saga:
             retry_policy=retry.to_retry_policy(),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
+            **agent_dispatch(request, schedule_to_start),
         )
 
     def _announce(self, event_type: str, source: str, payload: dict[str, Any]) -> EventEnvelope:

@@ -28,9 +28,22 @@ async def worker(
         typer.Option(help="An agents YAML file: `agents:` and `worker:` (also $COORD_AGENTS)"),
     ] = None,
     demo_agents: DemoAgents = False,
+    only: Annotated[
+        str | None,
+        typer.Option(help="Serve only these agents (comma-separated names); others run elsewhere"),
+    ] = None,
+    no_workflows: Annotated[
+        bool,
+        typer.Option(
+            "--no-workflows",
+            help="Serve agents only; the coordinator queue's workflows run elsewhere",
+        ),
+    ] = False,
 ) -> None:
-    """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233)."""
-    await run_worker(agents, demo_agents=demo_agents)
+    """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233): the
+    workflows on the coordinator queue, and each agent on its own queue (`agent-<name>`)."""
+    names = [name.strip() for name in only.split(",") if name.strip()] if only is not None else None
+    await run_worker(agents, demo_agents=demo_agents, only=names, workflows=not no_workflows)
 
 
 @app.command()
