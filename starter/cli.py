@@ -10,6 +10,7 @@ from coord.infra.devserver import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
 from coord.starter.commands import (
+    agents,
     aggregator,
     chain,
     demo,
@@ -25,7 +26,7 @@ from coord.starter.commands import (
 app = typer.Typer(
     no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."
 )
-for commands in (server, worker, demo, events):
+for commands in (server, worker, demo, events, agents):
     app.add_typer(commands.app)
 app.add_typer(saga.app, name="saga")
 app.add_typer(chain.app, name="chain")

@@ -39,9 +39,11 @@ class WorkerProcess:
         self.identity = f"{process.pid}@{socket.gethostname()}"
 
     @classmethod
-    async def start(cls, client: Client, task_queue: str, log: Path, *args: str) -> "WorkerProcess":
-        """Start it and return once it polls the queue (the SDK's default identity is
-        pid@host)."""
+    async def start(
+        cls, client: Client, task_queue: str, log: Path, *args: str, polls: str | None = None
+    ) -> "WorkerProcess":
+        """Start it and return once it polls the queue, or the queue `polls` names (an agent's,
+        for a worker run with --no-workflows); the SDK's default identity is pid@host."""
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": client.service_client.config.target_host,
@@ -58,7 +60,7 @@ class WorkerProcess:
                 start_new_session=True,
             )
         worker = cls(process)
-        await worker.wait_polling(client, task_queue)
+        await worker.wait_polling(client, polls or task_queue)
         return worker
 
     async def wait_polling(self, client: Client, task_queue: str, timeout: float = 60) -> None:

@@ -1,0 +1,79 @@
+"""Agent health (seed 002's heartbeat monitor, read from the Temporal server): an agent is
+`healthy` while a worker serving its task queue was seen within the heartbeat timeout (10 s),
+`unreachable` otherwise. A worker is seen by its polls of the queue and by the worker
+heartbeats it sends (every 3 s from `coord worker`); the server reports both, so nothing here
+keeps state. Pure: the server side is starter/api/agents.py."""
+
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+"""Seed 002's `HeartbeatMonitor(timeout=10)`: a worker not seen for this long is gone."""
+
+WorkerState = Literal["running", "shutting_down", "shutdown", "unknown"]
+AgentStatus = Literal["healthy", "unreachable"]
+
+
+class WorkerSeen(BaseModel):
+    """One worker of an agent's queue, as the server last saw it."""
+
+    identity: str
+    last_poll: datetime | None = None
+    """When it last asked the queue for a run. A poll waits up to a minute for one, and its
+    start is what the server records: an idle worker's last poll may be older than the
+    timeout, which is why worker heartbeats count too."""
+    last_heartbeat: datetime | None = None
+    state: WorkerState = "unknown"
+    """What its last worker heartbeat said (`unknown` without heartbeats)."""
+
+    @property
+    def last_seen(self) -> datetime | None:
+        seen = [at for at in (self.last_poll, self.last_heartbeat) if at is not None]
+        return max(seen, default=None)
+
+    def alive(self, now: datetime, timeout: timedelta = HEARTBEAT_TIMEOUT) -> bool:
+        """Seen within `timeout`, and not saying it has stopped."""
+        if self.state in ("shutting_down", "shutdown"):
+            return False
+        return self.last_seen is not None and now - self.last_seen <= timeout
+
+
+class AgentHealth(BaseModel):
+    """One row of `coord agents`."""
+
+    agent: str
+    task_queue: str
+    kind: str | None = None
+    """From the agents file or registry that declares it; None for one only found polling."""
+    status: AgentStatus
+    workers: list[WorkerSeen] = Field(default_factory=list)
+    backlog: int = 0
+    """Runs waiting on the queue for a worker (the server's approximate backlog count)."""
+    backlog_age_s: float | None = None
+    """How long the oldest waiting run has waited."""
+
+    @classmethod
+    def of(
+        cls,
+        agent: str,
+        task_queue: str,
+        workers: list[WorkerSeen],
+        now: datetime,
+        *,
+        kind: str | None = None,
+        backlog: int = 0,
+        backlog_age_s: float | None = None,
+    ) -> "AgentHealth":
+        """The row, its status from whether any of its workers is alive at `now`."""
+        alive = any(worker.alive(now) for worker in workers)
+        return cls(
+            agent=agent,
+            task_queue=task_queue,
+            kind=kind,
+            status="healthy" if alive else "unreachable",
+            workers=workers,
+            backlog=backlog,
+            backlog_age_s=backlog_age_s,
+        )

@@ -1,0 +1,139 @@
+"""Agent health from the server (`coord agents`): per agent queue, its pollers and backlog
+(DescribeTaskQueue with stats) and the worker heartbeats of the workers serving it
+(ListWorkers). The agents listed are those declared to the caller (an agents file, the demo
+agents) and every agent queue of the deployment that a worker reports serving."""
+
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime
+
+from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.worker.v1 import WorkerHeartbeat
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from coord.models.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
+from coord.models.health import AgentHealth, WorkerSeen, WorkerState
+
+WORKER_STATES: dict[int, WorkerState] = {
+    WorkerStatus.WORKER_STATUS_RUNNING: "running",
+    WorkerStatus.WORKER_STATUS_SHUTTING_DOWN: "shutting_down",
+    WorkerStatus.WORKER_STATUS_SHUTDOWN: "shutdown",
+}
+WORKERS_PAGE = 1000
+MAX_WORKER_PAGES = 20
+"""ListWorkers is read whole (filtered here, its query language being the server's business);
+this bounds what one `coord agents` reads on a namespace with very many workers."""
+
+Heartbeats = dict[str, dict[str, WorkerHeartbeat]]
+"""Task queue -> worker identity -> its latest heartbeat."""
+
+
+async def agents_health(
+    client: Client,
+    declared: Mapping[str, str | None],
+    *,
+    home: str = DEFAULT_TASK_QUEUE,
+    now: datetime | None = None,
+) -> list[AgentHealth]:
+    """One row per agent, by name: `declared` (name -> kind) and every agent queue of the
+    deployment named by its coordinator queue `home` that a worker reports serving."""
+    heartbeats = await worker_heartbeats(client)
+    queues = {agent_task_queue(name, home): name for name in declared}
+    for queue in heartbeats:
+        agent = agent_of_queue(queue, home)
+        if agent is not None:
+            queues.setdefault(queue, agent)
+    moment = now or datetime.now(UTC)
+    rows = await asyncio.gather(
+        *(
+            _agent_row(client, agent, queue, declared.get(agent), heartbeats.get(queue, {}), moment)
+            for queue, agent in queues.items()
+        )
+    )
+    return sorted(rows, key=lambda row: row.agent)
+
+
+async def _agent_row(
+    client: Client,
+    agent: str,
+    queue: str,
+    kind: str | None,
+    heartbeats: dict[str, WorkerHeartbeat],
+    now: datetime,
+) -> AgentHealth:
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+            report_pollers=True,
+            report_stats=True,
+        )
+    )
+    polls = {
+        poller.identity: poller.last_access_time.ToDatetime(UTC) for poller in response.pollers
+    }
+    workers = [
+        WorkerSeen(
+            identity=identity,
+            last_poll=polls.get(identity),
+            last_heartbeat=_heartbeat_time(heartbeats.get(identity)),
+            state=_state(heartbeats.get(identity)),
+        )
+        for identity in sorted({*polls, *heartbeats})
+    ]
+    stats = response.stats
+    age = stats.approximate_backlog_age.ToTimedelta() if stats.approximate_backlog_count else None
+    return AgentHealth.of(
+        agent,
+        queue,
+        workers,
+        now,
+        kind=kind,
+        backlog=stats.approximate_backlog_count,
+        backlog_age_s=age.total_seconds() if age is not None else None,
+    )
+
+
+async def worker_heartbeats(client: Client) -> Heartbeats:
+    """The latest heartbeat of every worker the server lists, by task queue and identity; none
+    when the server does not list workers (then polls alone show who is alive)."""
+    found: Heartbeats = {}
+    token = b""
+    for _ in range(MAX_WORKER_PAGES):
+        try:
+            page = await client.workflow_service.list_workers(
+                ListWorkersRequest(
+                    namespace=client.namespace, page_size=WORKERS_PAGE, next_page_token=token
+                )
+            )
+        except RPCError as error:
+            if error.status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
+                return found
+            raise
+        for info in page.workers_info:
+            _keep_latest(found, info.worker_heartbeat)
+        token = page.next_page_token
+        if not token:
+            break
+    return found
+
+
+def _keep_latest(found: Heartbeats, heartbeat: WorkerHeartbeat) -> None:
+    by_identity = found.setdefault(heartbeat.task_queue, {})
+    known = by_identity.get(heartbeat.worker_identity)
+    if known is None or known.heartbeat_time.ToDatetime() < heartbeat.heartbeat_time.ToDatetime():
+        by_identity[heartbeat.worker_identity] = heartbeat
+
+
+def _heartbeat_time(heartbeat: WorkerHeartbeat | None) -> datetime | None:
+    if heartbeat is None or not heartbeat.HasField("heartbeat_time"):
+        return None
+    return heartbeat.heartbeat_time.ToDatetime(UTC)
+
+
+def _state(heartbeat: WorkerHeartbeat | None) -> WorkerState:
+    return WORKER_STATES.get(heartbeat.status, "unknown") if heartbeat else "unknown"

@@ -1,0 +1,76 @@
+"""`coord agents`: which agents are served, by whom, and how far behind (agent health)."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import RootModel
+from rich.console import Group
+from rich.text import Text
+
+from coord.infra.temporal import task_queue
+from coord.models.health import AgentHealth
+from coord.starter import render
+from coord.starter.api.agents import agents_health
+from coord.starter.commands.common import AsJson, connect, runs_async, show_record
+from coord.worker import default_registry
+
+app = typer.Typer()
+NOT_YET = "success rate, p50, breaker and pool: not measured yet"
+
+
+class AgentsReport(RootModel[list[AgentHealth]]):
+    """What `--json` prints: one object per agent."""
+
+
+@app.command()
+@runs_async
+async def agents(
+    agents_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--agents", help="Also list the agents this file declares (also $COORD_AGENTS)"
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Each agent's health: `healthy` while a worker serving its task queue was seen (polling,
+    or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
+    agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
+    worker reports serving."""
+    registry = default_registry(agents_file)
+    client = await connect()
+    rows = await agents_health(client, registry.kinds, home=task_queue())
+    show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
+
+
+def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
+    moment = now or datetime.now(UTC)
+    table = render.table("agent", "kind", "status", "workers (last seen)", "backlog", "queue")
+    for row in rows:
+        table.add_row(
+            row.agent,
+            row.kind or "-",
+            render.status(row.status),
+            _workers(row, moment),
+            _backlog(row),
+            row.task_queue,
+        )
+    return Group(table, Text(f"({NOT_YET})", style="dim"))
+
+
+def _workers(row: AgentHealth, now: datetime) -> str:
+    seen = []
+    for worker in row.workers:
+        last = worker.last_seen
+        ago = f"{(now - last).total_seconds():.0f}s ago" if last else "never"
+        stopped = f", {worker.state}" if worker.state in ("shutting_down", "shutdown") else ""
+        seen.append(f"{worker.identity} ({ago}{stopped})")
+    return "\n".join(seen) or "none"
+
+
+def _backlog(row: AgentHealth) -> str:
+    if row.backlog_age_s is None:
+        return str(row.backlog)
+    return f"{row.backlog} (oldest {row.backlog_age_s:.0f}s)"

@@ -1,0 +1,188 @@
+"""Agents on their own task queues (issue 14): workers serving different agents, possibly on
+other machines (here: other processes), a run no worker takes, and agent health as
+`coord agents` reads it from the server."""
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from coord.models.chain import ChainSpec
+from coord.models.contract import (
+    DEFAULT_TASK_QUEUE,
+    RUN_AGENT_ACTIVITY,
+    FailureType,
+    agent_of_queue,
+    agent_task_queue,
+)
+from coord.models.dlq import DlqSelection
+from coord.models.health import AgentHealth
+from coord.models.saga import SagaStatus
+from coord.starter import api
+from coord.starter.api.agents import agents_health
+from coord.worker import build_worker
+from tests.conftest import feature_deployment
+from tests.helpers import event, parked
+from tests.workers import COORD, WorkerProcess, run, server_env
+
+BUILD_SIDE = ["BuildArtifact", "RunTests", "RunE2ETests"]
+DEPLOY_SIDE = ["DeployToStaging", "DeployToProduction", "RemoveFromStaging", "RollbackProduction"]
+
+
+def test_agent_queue_names_are_per_agent_per_deployment_bounded_and_distinct() -> None:
+    assert agent_task_queue("python-pro") == "agent-python-pro"
+    assert agent_task_queue("python-pro", "staging") == "staging/agent-python-pro"
+    assert agent_of_queue("staging/agent-python-pro", "staging") == "python-pro"
+    assert agent_of_queue("agent-python-pro", "staging") is None
+    odd = {agent_task_queue(name) for name in ("a b", "a_b", "a/b", "x" * 300, "x" * 301)}
+    assert len(odd) == 5, "sanitised or cut names keep a digest of the original"
+    assert all(len(queue) <= 255 and " " not in queue for queue in odd)
+    assert agent_of_queue(agent_task_queue("DeployToStaging"), DEFAULT_TASK_QUEUE) == (
+        "DeployToStaging"
+    )
+
+
+async def runs_by_agent(handle: WorkflowHandle[object, object]) -> dict[str, tuple[str, str]]:
+    """Each `run_agent` of the run: its summary -> (task queue, identity of the worker that
+    started it), from the history."""
+    scheduled: dict[int, tuple[str, str]] = {}
+    started: dict[str, tuple[str, str]] = {}
+    async for history_event in handle.fetch_history_events():
+        if history_event.HasField("activity_task_scheduled_event_attributes"):
+            scheduling = history_event.activity_task_scheduled_event_attributes
+            if scheduling.activity_type.name == RUN_AGENT_ACTIVITY:
+                summary = json.loads(history_event.user_metadata.summary.data)
+                scheduled[history_event.event_id] = (summary, scheduling.task_queue.name)
+        elif history_event.HasField("activity_task_started_event_attributes"):
+            start = history_event.activity_task_started_event_attributes
+            summary, queue = scheduled[start.scheduled_event_id]
+            started[summary] = (queue, start.identity)
+    return started
+
+
+async def test_saga_steps_run_on_the_workers_serving_their_agents(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "workers.log"
+    builder = await WorkerProcess.start(client, task_queue, log, "--only", ",".join(BUILD_SIDE))
+    deployer = await WorkerProcess.start(
+        client,
+        task_queue,
+        log,
+        "--only",
+        ",".join(DEPLOY_SIDE),
+        "--no-workflows",
+        polls=agent_task_queue("DeployToStaging", task_queue),
+    )
+    try:
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        runs = await runs_by_agent(handle)
+    finally:
+        builder.stop()
+        deployer.stop()
+    assert state.status == SagaStatus.COMPLETED
+    for agents, worker in ((BUILD_SIDE, builder), (DEPLOY_SIDE[:2], deployer)):
+        for agent in agents:
+            assert runs[agent] == (agent_task_queue(agent, task_queue), worker.identity)
+
+
+def ghost_chain() -> ChainSpec:
+    """A chain whose one agent is declared but served by no worker."""
+    return ChainSpec.model_validate(
+        {
+            "name": "haunted",
+            "triggers": ["Ping"],
+            "alerts": None,
+            "subscriptions": [
+                {"agent": "ghost", "events": "Ping", "schedule_to_start_timeout": "2s"}
+            ],
+        }
+    )
+
+
+async def coord_agents(
+    env: WorkflowEnvironment, task_queue: str, *args: str
+) -> tuple[int, str, str]:
+    return await run(COORD, "agents", *args, env=server_env(env, task_queue))
+
+
+async def test_an_agent_no_worker_serves_is_parked_unavailable_and_shown_unreachable(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(
+        "agents:\n  ghost: {kind: python, callable: 'coord.activities.demo:register_demo_agents'}\n"
+    )
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    selection = DlqSelection(correlation_id=correlation_id, status="parked")
+    async with build_worker(client, task_queue):
+        await api.start_chain(client, ghost_chain(), correlation_id, queue=task_queue)
+        await api.publish(client, event(correlation_id, "Ping"))
+        [entry] = await parked(client, task_queue, 1, selection)
+        code, out, err = await coord_agents(dev_env, task_queue, "--agents", str(agents_file))
+        json_code, json_out, _ = await coord_agents(
+            dev_env, task_queue, "--agents", str(agents_file), "--json"
+        )
+    assert entry.failure_type == FailureType.AGENT_UNAVAILABLE
+    assert entry.target_agent == "ghost"
+    assert (code, err) == (0, "")
+    [ghost_line] = [line for line in out.splitlines() if line.startswith("ghost ")]
+    assert "unreachable" in ghost_line and "none" in ghost_line
+    assert json_code == 0
+    rows = {row["agent"]: AgentHealth.model_validate(row) for row in json.loads(json_out)}
+    ghost = rows["ghost"]
+    assert (ghost.status, ghost.kind, ghost.workers) == ("unreachable", "python", [])
+    assert ghost.task_queue == agent_task_queue("ghost", task_queue)
+
+
+async def health_of(client: Client, task_queue: str, agent: str) -> AgentHealth | None:
+    """The agent's row, as found by discovery alone (nothing declared)."""
+    rows = await agents_health(client, {}, home=task_queue)
+    return next((row for row in rows if row.agent == agent), None)
+
+
+async def until(check: Callable[[], Awaitable[bool]], timeout: float) -> float:
+    """Seconds until `check` holds (polled every 0.25 s); fails after `timeout`."""
+    began = time.monotonic()
+
+    async def poll() -> None:
+        while not await check():
+            await asyncio.sleep(0.25)
+
+    await asyncio.wait_for(poll(), timeout)
+    return time.monotonic() - began
+
+
+async def test_a_killed_worker_turns_its_agent_unreachable_and_a_new_worker_healthy(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "workers.log"
+    queue = agent_task_queue("python-pro", task_queue)
+    args = ("--only", "python-pro", "--no-workflows")
+
+    async def status_is(status: str, identity: str | None = None) -> bool:
+        row = await health_of(client, task_queue, "python-pro")
+        alive = row is not None and any(
+            worker.identity == identity for worker in row.workers if identity
+        )
+        return row is not None and row.status == status and (identity is None or alive)
+
+    first = await WorkerProcess.start(client, task_queue, log, *args, polls=queue)
+    try:
+        await until(lambda: status_is("healthy", first.identity), 30)
+        first.kill()
+        took = await until(lambda: status_is("unreachable"), 30)
+    finally:
+        first.stop()
+    assert took <= 15, f"unreachable after {took:.1f}s"
+    second = await WorkerProcess.start(client, task_queue, log, *args, polls=queue)
+    try:
+        await until(lambda: status_is("healthy", second.identity), 15)
+    finally:
+        second.stop()
