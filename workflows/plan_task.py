@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.contract import RUN_AGENT_ACTIVITY, failure_type_of
     from coord.models.plan import PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
-    from coord.workflows.common import attempts
+    from coord.workflows.common import agent_dispatch, attempts
 
 AgentActivity = workflow.ActivityHandle[AgentResult]
 
@@ -112,6 +112,7 @@ class TaskRun:
             retry_policy=self.task.retry.to_retry_policy(),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
+            **agent_dispatch(request, self.task.schedule_to_start_timeout),
         )
 
     async def slotted(self, key: str, start: Callable[[], AgentActivity]) -> AgentResult:
