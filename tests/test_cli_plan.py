@@ -3,6 +3,7 @@ file and waited for, its table and its JSON record, cancel, approve, and bad inp
 with the README's exit code."""
 
 import asyncio
+import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan_report import task_plan_markdown
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
@@ -60,19 +62,32 @@ async def test_start_wait_prints_the_final_table_and_state_reads_it_as_table_and
     failing = {"inject": {"fail": ["python-pro"]}}
     document = yaml.safe_load(path.read_text())
     document["tasks"][2]["input"] = failing
+    document["tasks"][2]["retry"] = {"max_retries": 1, "initial_delay": "3s"}
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, out, err = await run(COORD, "plan", "start", str(path), "--wait", env=env)
         assert code == ExitCode.PLAN_NOT_COMPLETED, err
         assert out.splitlines()[0].startswith(f"started plan-{plan_id}: http")
+        retry = re.compile(
+            r"build: python-pro: attempt 2 \(last failure: python-pro failed \(injected, "
+            r"attempt 1\)\), next retry at \d\d:\d\d:\d\d \(in \ds\)"
+        )
+        assert any(retry.fullmatch(line) for line in err.splitlines()), err
         rows = table(out)
         assert rows["api"][:2] == ["succeeded", "1"]
-        assert rows["build"][:2] == ["error", "1"]
+        assert rows["build"][:2] == ["error", "2"]
         assert rows["build"][3].startswith("temporary_failure: python-pro failed (injected")
         assert rows["ship"] == ["skipped", "0", "-", "skipped: build did not succeed"]
         assert rows["docs"][0] == "succeeded"
         assert f"Plan {plan_id}: partial, 3 of 5 succeeded, 1 error, 1 skipped" in out
 
+        description = await api.plan_handle(client, plan_id).describe()
+        assert await description.static_summary() == (
+            f"Plan Ship the feature ({plan_id}): 5 tasks, at most 5 at once"
+        )
+        assert await description.static_details() == task_plan_markdown(
+            PlanSpec.model_validate(document)
+        )
         code, shown, _ = await run(COORD, "plan", "state", plan_id, env=env)
         assert code == 0 and table(shown) == rows
         code, line, _ = await run(COORD, "plan", "state", f"plan-{plan_id}", "--json", env=env)
