@@ -87,17 +87,26 @@ class TaskGraph:
         try:
             await self._run_tasks(model)
         except asyncio.CancelledError:
-            await uncancellable(self._stop(model, "plan cancelled"))
-            self._end(model, cancelled=True)
-            await uncancellable(self._scratchpad.flush())
+            await self._cancelled(model)
             raise
         finally:
             watcher.cancel()
+        return await self._ended(model)
+
+    async def _cancelled(self, model: PlanModel) -> None:
+        """The run was cancelled: its tasks are, and it keeps its record in the memo."""
+        await uncancellable(self._stop(model, "plan cancelled"))
+        self._end(model, cancelled=True)
+        await uncancellable(self._scratchpad.flush())
+
+    async def _ended(self, model: PlanModel) -> PlanState:
+        """Every task has ended, or `fail_fast` stopped the plan: the final record. What it
+        still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
-            await self._stop(model, model.stopping)
+            await uncancellable(self._stop(model, model.stopping))
         state = self._end(model)
-        await self._scratchpad.flush()
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await uncancellable(self._scratchpad.flush())
+        await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))
         if model.stopping is not None:
             raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
         return state
