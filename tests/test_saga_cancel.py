@@ -5,7 +5,6 @@ while both events are written to the history."""
 
 import asyncio
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any, Literal
 
 import pytest
@@ -13,13 +12,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from coord.activities.agents import AgentActivities
 from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS
 from coord.models.agents import AgentContext
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
-from coord.worker import WORKFLOWS, build_worker
+from coord.worker import WORKFLOWS, WorkerSet, build_worker
 from coord.workflows.saga import Saga
 from tests.agents import GatedAgents, RecordingAgents
 from tests.conftest import feature_deployment
@@ -103,15 +101,12 @@ async def test_cancel_after_the_pivot_is_recorded_and_the_saga_goes_forward(
     assert state.cancel.during_step == 4
 
 
-def split_workers(client: Client, task_queue: str, gates: GatedAgents) -> tuple[Worker, Worker]:
-    """Agents on one worker, workflows on another (uncached, so nothing sticks to it), so a
+def split_workers(
+    client: Client, task_queue: str, gates: GatedAgents
+) -> tuple[WorkerSet, Worker]:
+    """Agents on their workers, workflows on another (uncached, so nothing sticks to it), so a
     test can stop the workflow side while events pile up in the history."""
-    agents = Worker(
-        client,
-        task_queue=task_queue,
-        activities=[AgentActivities(gates.registry()).run_agent],
-        default_heartbeat_throttle_interval=timedelta(seconds=1),
-    )
+    agents = build_worker(client, task_queue, gates.registry(), workflows=False)
     return agents, workflow_worker(client, task_queue)
 
 
