@@ -122,6 +122,9 @@ def outcome(record: TaskRecord) -> str:
     """A task's result, error or skip reason, in a line."""
     if record.state == TaskState.SKIPPED:
         return f"skipped: {record.skipped_because or 'a dependency'} did not succeed"
+    if record.state == TaskState.CANCELLED:
+        reasons = [t.reason for t in record.transitions if t.reason]
+        return f"cancelled: {reasons[-1]}" if reasons else "cancelled"
     if record.error is not None:
         return excerpt(f"{record.error.type}: {record.error.message}")
     if record.result_ref is not None:

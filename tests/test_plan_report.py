@@ -20,6 +20,7 @@ from coord.models.plan import (
 from coord.models.plan_report import (
     elapsed,
     final_report_markdown,
+    outcome,
     summary_line,
     task_plan_markdown,
     waves,
@@ -180,6 +181,16 @@ def test_the_final_report_gives_each_task_state_attempts_duration_reviews_and_ou
         "- db: verify #1: failed (v1 passed; v2 failed: typo)\n"
         "- docs: rejected by ann: not now\n"
     )
+
+
+def test_a_cancelled_task_says_why() -> None:
+    cancelled = record(
+        "a",
+        TaskState.CANCELLED,
+        transitions=[{"state": "cancelled", "at": AT, "reason": "plan cancelled"}],
+    )
+    assert outcome(cancelled) == "cancelled: plan cancelled"
+    assert outcome(record("b", TaskState.CANCELLED)) == "cancelled"
 
 
 def test_the_record_s_own_summary_wins_and_long_results_are_cut_in_the_markdown() -> None:
