@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -28,6 +28,7 @@ from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.helpers import eventually
+from tests.test_hostile_input import closed_with, plain_json
 from tests.workers import COORD, run, server_env
 
 YES = {"approve": True, "reason": "looks good"}
@@ -207,19 +208,34 @@ async def test_no_quorum_at_the_deadline(time_env: WorkflowEnvironment, task_que
     assert sorted(await cancel_requested(handle)) == ["ballot: bob", "ballot: carol"]
 
 
-async def test_a_plain_json_start_with_a_bad_field_fails_naming_it(
-    client: Client, task_queue: str
+BAD_FIELD = {"vote_id": "bad", "proposal": {}, "voters": ["a", "b"], "deadline": "soon"}
+GOOD = {"vote_id": "good", "proposal": {}, "voters": ["a", "b"]}
+
+
+@pytest.mark.parametrize(
+    ("inputs", "message"),
+    [
+        ([json.dumps(BAD_FIELD)], "vote spec: deadline: 'soon' is not a duration; use 90s"),
+        ([json.dumps(GOOD), "{}"], "vote spec: expected one input, got 2"),
+        (["{not json"], "vote spec: cannot be decoded"),
+        ([], "vote spec: no input given"),
+    ],
+)
+async def test_a_plain_json_start_that_is_not_a_spec_fails_naming_why(
+    client: Client, task_queue: str, inputs: list[str], message: str
 ) -> None:
-    raw = {"vote_id": "bad", "proposal": {}, "voters": ["a", "b"], "deadline": "soon"}
+    """What `temporal workflow start --type Vote --input ...` sends: the run fails `invalid_spec`
+    at once, never a workflow task (two inputs used to be a TypeError on every task)."""
     async with build_worker(client, task_queue, AgentRegistry()):
         handle = await client.start_workflow(
-            contract.VOTE_WORKFLOW, raw, id=f"vote-bad-{task_queue}", task_queue=task_queue
+            contract.VOTE_WORKFLOW,
+            args=[plain_json(text) for text in inputs],
+            id=f"vote-bad-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
         )
-        with pytest.raises(WorkflowFailureError) as raised:
-            await asyncio.wait_for(handle.result(), 30)
-    cause = raised.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "invalid_spec"
-    assert cause.message.startswith("vote spec: deadline: 'soon' is not a duration")
+        failure = await closed_with(handle)
+    assert failure.type == "invalid_spec"
+    assert failure.message.startswith(message)
 
 
 async def test_coord_vote_start_wait_and_state(

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.envelope import EventEnvelope
     from coord.models.specs import SpecError
     from coord.models.vote import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PlainInput,
@@ -39,7 +40,7 @@ VoterRun = workflow.ActivityHandle[AgentResult]
 
 
 @workflow.defn(name=VOTE_WORKFLOW)
-class Vote:
+class Vote(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so the query answers from the first task on; a spec that does
