@@ -148,14 +148,18 @@ async def test_two_approvals_of_three_decide(client: Client, task_queue: str) ->
 async def test_two_rejections_reject_early_and_cancel_the_third_run(
     client: Client, task_queue: str
 ) -> None:
-    voters = Voters({"alice": NO, "bob": NO, "carol": "hold"})
+    """Alice and Bob answer once Carol's agent runs, so her run is cancelled while it runs."""
+    voters = Voters({"alice": NO, "bob": NO, "carol": "hold"}, gated={"alice", "bob"})
     spec = vote(["alice", "bob", "carol"])
     async with build_worker(client, task_queue, voters.registry()):
         handle = await api.start_vote(client, spec, queue=task_queue)
+        await eventually(lambda: asyncio.sleep(0, "carol" in voters.proposals))
+        voters.release("alice")
+        voters.release("bob")
         state = await asyncio.wait_for(handle.result(), 30)
         await eventually(lambda: asyncio.sleep(0, "carol" in voters.cancelled))
     assert state.status == VoteStatus.REJECTED
-    assert [(b.voter, b.choice) for b in state.ballots] == [
+    assert sorted((b.voter, b.choice) for b in state.ballots) == [
         ("alice", Choice.REJECT),
         ("bob", Choice.REJECT),
     ]
@@ -283,6 +287,7 @@ async def test_a_cancelled_vote_cancels_its_runs_and_keeps_its_record(
     async with build_worker(client, task_queue, voters.registry()):
         handle = await api.start_vote(client, spec, queue=task_queue)
         await ballot_cast(handle, "alice")
+        await eventually(lambda: asyncio.sleep(0, {"bob", "carol"} <= voters.proposals.keys()))
         await handle.cancel()
         state = await asyncio.wait_for(api.vote_outcome(handle), 30)
         await eventually(lambda: asyncio.sleep(0, voters.cancelled == {"bob", "carol"}))
