@@ -67,13 +67,6 @@ class ScratchpadWrite(BaseModel):
                 raise ValueError(f"files: {error}") from None
         return self
 
-    @classmethod
-    def of(cls, spec: PlanSpec, files: dict[str, str]) -> Self | None:
-        """The write for `spec`'s scratchpad, or None when the plan keeps none."""
-        if spec.scratchpad is None:
-            return None
-        return cls(directory=spec.scratchpad, plan_id=spec.plan_id, files=files)
-
 
 def task_plan_files(spec: PlanSpec) -> dict[str, str]:
     return {TASK_PLAN_FILE: task_plan_markdown(spec)}

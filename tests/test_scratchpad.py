@@ -38,8 +38,8 @@ SPEC = PlanSpec.model_validate(
 
 async def write(root: Path | None, files: dict[str, str], spec: PlanSpec = SPEC) -> list[str]:
     writer = ScratchpadWriter(WorkerSettings(scratchpad_root=str(root) if root else None))
-    request = ScratchpadWrite.of(spec, files)
-    assert request is not None
+    assert spec.scratchpad is not None
+    request = ScratchpadWrite(directory=spec.scratchpad, plan_id=spec.plan_id, files=files)
     return await ActivityEnvironment().run(writer.write_scratchpad, request)
 
 

@@ -36,7 +36,6 @@ with workflow.unsafe.imports_passed_through():
         PlanTask,
     )
     from coord.models.plan_model import PlanModel
-    from coord.models.plan_report import final_report_files, task_plan_files, worker_result_files
     from coord.models.specs import SpecError
     from coord.workflows.common import (
         NO_INPUT,
@@ -82,7 +81,7 @@ class TaskGraph:
         self._upsert_status()
         self._publish()
         self._scratchpad = Scratchpad(model.spec, model.state)
-        self._scratchpad.write(task_plan_files(model.spec))
+        self._scratchpad.task_plan()
         watcher = asyncio.create_task(self._watch_progress(model))
         try:
             await self._run_tasks(model)
@@ -154,7 +153,7 @@ class TaskGraph:
 
     async def _run_task(self, model: PlanModel, task: PlanTask) -> None:
         await self._task(model, task).run()
-        self._scratchpad.write(worker_result_files(model.record(task.id)))
+        self._scratchpad.task_ended(model.record(task.id))
 
     def _task(self, model: PlanModel, task: PlanTask) -> GatedTaskRun:
         return GatedTaskRun(model, task, workflow.info().workflow_id, self._publish)
@@ -175,7 +174,7 @@ class TaskGraph:
         state = model.finish(workflow.now(), cancelled=cancelled)
         self._upsert_status()
         workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
-        self._scratchpad.write(final_report_files(state))
+        self._scratchpad.plan_ended(state)
         self._publish_now()
         workflow.logger.info(
             "plan ended",

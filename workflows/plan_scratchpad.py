@@ -7,6 +7,7 @@ one that fails (the worker keeps no scratchpads, a full disk) is recorded in the
 writes still under way before it ends."""
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -15,8 +16,14 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.contract import WRITE_SCRATCHPAD_ACTIVITY
-    from coord.models.plan import MAX_NOTES, PlanSpec, PlanState
-    from coord.models.plan_report import ScratchpadWrite, excerpt
+    from coord.models.plan import MAX_NOTES, PlanSpec, PlanState, TaskRecord
+    from coord.models.plan_report import (
+        ScratchpadWrite,
+        excerpt,
+        final_report_files,
+        task_plan_files,
+        worker_result_files,
+    )
     from coord.workflows.plan_task import task_error
 
 WRITE_TIMEOUT = timedelta(seconds=30)
@@ -30,10 +37,23 @@ class Scratchpad:
         self._record = record
         self._writes: list[asyncio.Task[None]] = []
 
-    def write(self, files: dict[str, str]) -> None:
-        """Start writing `files` (path -> text); nothing when the plan keeps no scratchpad."""
-        request = ScratchpadWrite.of(self._spec, files)
-        if request is not None:
+    def task_plan(self) -> None:
+        self._write_files(lambda: task_plan_files(self._spec))
+
+    def task_ended(self, record: TaskRecord) -> None:
+        self._write_files(lambda: worker_result_files(record))
+
+    def plan_ended(self, state: PlanState) -> None:
+        self._write_files(lambda: final_report_files(state))
+
+    def _write_files(self, files: Callable[[], dict[str, str]]) -> None:
+        """Start writing `files()` (path -> text), rendered only when the plan keeps a
+        scratchpad: most plans do not, and pay nothing for it."""
+        directory = self._spec.scratchpad
+        if directory is not None:
+            request = ScratchpadWrite(
+                directory=directory, plan_id=self._spec.plan_id, files=files()
+            )
             self._writes.append(asyncio.create_task(self._write(request)))
 
     async def flush(self) -> None:
