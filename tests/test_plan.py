@@ -18,11 +18,19 @@ from temporalio.exceptions import ApplicationError
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.contract import PLAN_RECORD_MEMO, PLAN_WORKFLOW
 from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanProgress, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan import (
+    PlanProgress,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    PlanTask,
+    TaskState,
+)
+from coord.models.plan_model import PlanModel
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from coord.workflows.plan import TaskGraph
-from tests.helpers import eventually
+from tests.helpers import eventually, task_failures
 
 BLOB = "large-result-" * 1000
 FAST_RETRY = {"max_retries": 2, "initial_delay": "50ms", "max_delay": "50ms"}
@@ -403,3 +411,30 @@ async def test_waiting_tasks_are_served_by_priority_then_declaration_order(
         "normal2/run/1",
         "low/run/1",
     ]
+
+
+async def test_a_bug_in_a_task_fails_the_workflow_task_instead_of_hanging_the_plan(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception in one task's lifecycle (a bug, not an agent's failure) must not
+    leave the plan waiting forever for a task that will never end: it fails the workflow task,
+    visible in the UI and retried once a fixed worker runs it."""
+    original = PlanModel.agent_request
+
+    def broken(self: PlanModel, task: PlanTask, *args: Any, **kwargs: Any) -> Any:
+        if task.id == "b":
+            raise RuntimeError("bug building b's request")
+        return original(self, task, *args, **kwargs)
+
+    monkeypatch.setattr(PlanModel, "agent_request", broken)
+    spec = plan({"id": "a"}, {"id": "b"})
+    async with build_worker(client, task_queue, PlanAgents().registry()):
+        handle = await start(client, task_queue, spec)
+
+        async def task_failed() -> bool:
+            return any("bug building b's request" in f for f in await task_failures(handle))
+
+        try:
+            await eventually(task_failed, timeout=20)
+        finally:
+            await handle.terminate("test over")

@@ -64,6 +64,7 @@ class TaskGraph:
         self._model: PlanModel | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._publishing = False
+        self._bug: Exception | None = None
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -142,17 +143,27 @@ class TaskGraph:
         or the plan stops (`fail_fast`)."""
 
         def moved() -> bool:
-            return model.has_startable() or model.finished() or model.stopping is not None
+            stopped = model.stopping is not None or self._bug is not None
+            return model.has_startable() or model.finished() or stopped
 
         while True:
             for task in model.take_startable():
                 self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
+            if self._bug is not None:
+                raise self._bug
             if model.finished() or model.stopping is not None:
                 return
             await workflow.wait_condition(moved)
 
     async def _run_task(self, model: PlanModel, task: PlanTask) -> None:
-        await self._task(model, task).run()
+        """One task's lifecycle. It records every outcome itself; an exception out of it is a
+        bug, raised by the run so the workflow task fails (visible, retried once a fixed
+        worker runs it) instead of the plan waiting forever for a task that cannot end."""
+        try:
+            await self._task(model, task).run()
+        except Exception as error:
+            self._bug = error
+            return
         self._scratchpad.task_ended(model.record(task.id))
 
     def _task(self, model: PlanModel, task: PlanTask) -> GatedTaskRun:
