@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle
@@ -21,7 +22,7 @@ from coord.models.contract import (
     agent_task_queue,
 )
 from coord.models.dlq import DlqSelection
-from coord.models.health import AgentHealth
+from coord.models.health import AgentHealth, WorkerSeen
 from coord.models.saga import SagaStatus
 from coord.starter import api
 from coord.starter.api.agents import agents_health
@@ -122,14 +123,17 @@ async def test_an_agent_no_worker_serves_is_parked_unavailable_and_shown_unreach
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     selection = DlqSelection(correlation_id=correlation_id, status="parked")
     async with build_worker(client, task_queue):
-        await api.start_chain(client, ghost_chain(), correlation_id, queue=task_queue)
+        handle = await api.start_chain(client, ghost_chain(), correlation_id, queue=task_queue)
         await api.publish(client, event(correlation_id, "Ping"))
         [entry] = await parked(client, task_queue, 1, selection)
+        await api.close_chain(client, correlation_id)
+        chain = await asyncio.wait_for(handle.result(), 30)
         code, out, err = await coord_agents(dev_env, task_queue, "--agents", str(agents_file))
         json_code, json_out, _ = await coord_agents(
             dev_env, task_queue, "--agents", str(agents_file), "--json"
         )
     assert entry.failure_type == FailureType.AGENT_UNAVAILABLE
+    assert chain.dead_lettered == 1
     assert entry.target_agent == "ghost"
     assert (code, err) == (0, "")
     [ghost_line] = [line for line in out.splitlines() if line.startswith("ghost ")]
@@ -186,3 +190,20 @@ async def test_a_killed_worker_turns_its_agent_unreachable_and_a_new_worker_heal
         await until(lambda: status_is("healthy", second.identity), 15)
     finally:
         second.stop()
+
+
+def test_a_worker_is_alive_while_seen_within_the_heartbeat_timeout_and_not_stopping() -> None:
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+    def ago(seconds: float) -> datetime:
+        return now - timedelta(seconds=seconds)
+
+    idle = WorkerSeen(identity="w", last_poll=ago(45), last_heartbeat=ago(2), state="running")
+    assert idle.alive(now), "an idle worker's long poll is old; its heartbeat is not"
+    assert WorkerSeen(identity="w", last_poll=ago(3)).alive(now), "polls alone count"
+    assert not WorkerSeen(identity="w", last_poll=ago(11), last_heartbeat=ago(10.5)).alive(now)
+    stopping = WorkerSeen(identity="w", last_poll=ago(1), last_heartbeat=ago(1), state="shutdown")
+    assert not stopping.alive(now), "a worker that said it stopped is gone at once"
+    healthy = AgentHealth.of("a", "agent-a", [stopping, idle], now)
+    assert healthy.status == "healthy"
+    assert AgentHealth.of("a", "agent-a", [], now).status == "unreachable"
