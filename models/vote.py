@@ -18,7 +18,7 @@ from typing import Annotated, Any, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
-from coord.models.agent_config import AgentConfig
+from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, vote_workflow_id
 from coord.models.durations import Duration
 from coord.models.joins import share_needed
@@ -56,6 +56,9 @@ class VoteSpec(BaseModel):
     heartbeat_timeout: Duration | None = None
     """A voter that sends no heartbeat for this long is timed out (and abstains) before its
     `timeout`: how a hung voter is told from a slow one."""
+    schedule_to_start_timeout: Duration = SCHEDULE_TO_START_DEFAULT
+    """How long a voter's run waits for a worker serving its agent; then it abstains
+    (`agent_unavailable`)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""

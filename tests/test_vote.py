@@ -38,8 +38,8 @@ NO = {"approve": False, "reason": "no rollback plan"}
 @dataclass
 class Voters:
     """Voter agents by name: an answer (returned once the test releases the voter, when it is
-    gated), `hold` (heartbeats until its run is cancelled), `fail`, or `sleep` (past its
-    timeout, without heartbeats)."""
+    gated), `hold` (heartbeats until its run is cancelled), `fail`, `sleep` (past its
+    timeout, without heartbeats), or `absent` (no worker serves it)."""
 
     behaviour: dict[str, Any]
     gated: set[str] = field(default_factory=set)
@@ -49,9 +49,10 @@ class Voters:
 
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
-        for name in self.behaviour:
+        for name, behaviour in self.behaviour.items():
             self.released[name] = asyncio.Event()
-            registry.register(name)(self._agent(name))
+            if behaviour != "absent":
+                registry.register(name)(self._agent(name))
         return registry
 
     def release(self, name: str) -> None:
@@ -119,6 +120,16 @@ async def cancel_requested(handle: WorkflowHandle[Any, Any]) -> list[str]:
     return requested
 
 
+async def voter_queues(handle: WorkflowHandle[Any, Any]) -> dict[str, str]:
+    """The task queue each ballot's run was dispatched to, by its summary."""
+    queues = {}
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summary = json.loads(event.user_metadata.summary.data)
+            queues[summary] = event.activity_task_scheduled_event_attributes.task_queue.name
+    return queues
+
+
 async def test_two_approvals_of_three_decide(client: Client, task_queue: str) -> None:
     voters = Voters({"alice": NO, "bob": YES, "carol": YES}, gated={"bob", "carol"})
     spec = vote(["alice", "bob", "carol"])
@@ -143,6 +154,10 @@ async def test_two_approvals_of_three_decide(client: Client, task_queue: str) ->
     description = await handle.describe()
     assert description.typed_search_attributes.get(contract.COORD_STATUS) == "decided"
     assert description.typed_search_attributes.get(contract.COORD_PATTERN) == "vote"
+    assert await voter_queues(handle) == {
+        f"ballot: {name}": contract.agent_task_queue(name, task_queue)
+        for name in ["alice", "bob", "carol"]
+    }
 
 
 async def test_two_rejections_reject_early_and_cancel_the_third_run(
@@ -167,13 +182,19 @@ async def test_two_rejections_reject_early_and_cancel_the_third_run(
     assert await cancel_requested(handle) == ["ballot: carol"]
 
 
-@pytest.mark.parametrize("fault", ["fail", "sleep"])
+@pytest.mark.parametrize("fault", ["fail", "sleep", "absent"])
 async def test_a_faulty_voter_abstains_and_the_others_decide(
     client: Client, task_queue: str, fault: str
 ) -> None:
-    """`sleep` sends no heartbeat: the heartbeat timeout ends its run long before its timeout."""
+    """`sleep` sends no heartbeat: the heartbeat timeout ends its run long before its timeout;
+    `absent` has no worker polling its queue: its run is never started."""
     voters = Voters({"alice": fault, "bob": YES, "carol": YES}, gated={"bob", "carol"})
-    spec = vote(["alice", "bob", "carol"], timeout="1m", heartbeat_timeout="1s")
+    spec = vote(
+        ["alice", "bob", "carol"],
+        timeout="1m",
+        heartbeat_timeout="1s",
+        schedule_to_start_timeout="1s",
+    )
     async with build_worker(client, task_queue, voters.registry()):
         handle = await api.start_vote(client, spec, queue=task_queue)
         await ballot_cast(handle, "alice")
@@ -186,6 +207,7 @@ async def test_a_faulty_voter_abstains_and_the_others_decide(
     expected = {
         "fail": "temporary_failure: the model endpoint is down",
         "sleep": "timeout: activity Heartbeat timeout",
+        "absent": "agent_unavailable: activity ScheduleToStart timeout",
     }
     assert abstained.reason == expected[fault]
     assert state.summary == "2 approve, 0 reject, 1 abstain of 3 voters; 2 approvals needed"

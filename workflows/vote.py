@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.common import (
         NO_INPUT,
         PlainInput,
+        agent_dispatch,
         decode_input,
         uncancellable,
         upsert_search_attributes,
@@ -124,6 +125,7 @@ class Vote(metaclass=SurplusStartArguments):
             retry_policy=spec.retry.to_retry_policy(),
             cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
             summary=f"ballot: {voter}",
+            **agent_dispatch(request, spec.schedule_to_start_timeout),
         )
 
     async def _ballot(self, model: VoteModel, voter: str, run: VoterRun) -> None:
