@@ -29,9 +29,10 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -42,10 +43,11 @@ with workflow.unsafe.imports_passed_through():
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
-    from coord.models.contract import PLAN_WORKFLOW, plan_workflow_id
+    from coord.models.contract import plan_workflow_id
     from coord.models.envelope import EventEnvelope
-    from coord.models.plan import DEFAULT_TASK_TIMEOUT, PlanSpec, PlanState, PlanStatus
+    from coord.models.plan import DEFAULT_TASK_TIMEOUT, PlanSpec, PlanStatus
     from coord.models.retry import RetryConfig
+    from coord.starter import api
     from coord.worker import build_worker
 
 BENCH_AGENT = "bench_task"
@@ -110,16 +112,17 @@ BASELINE_RETRY = RetryConfig().to_retry_policy()
 """The same retry policy as a plan task's default."""
 
 
-@dataclass
-class BaselineGraph:
+class BaselineGraph(BaseModel):
+    """Pydantic models, as the data converter expects (a dataclass would have it build a new
+    TypeAdapter for every activity it decodes)."""
+
     tasks: Graph
     cap: int
 
 
-@dataclass
-class BaselineTaskInput:
+class BaselineTaskInput(BaseModel):
     task: str
-    inputs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = {}
 
 
 @activity.defn(name="baseline_task")
@@ -144,7 +147,7 @@ class BaselineTaskGraph:
             async with slots:
                 results[task] = await workflow.execute_activity(
                     "baseline_task",
-                    BaselineTaskInput(task, {d: results[d] for d in dependencies}),
+                    BaselineTaskInput(task=task, inputs={d: results[d] for d in dependencies}),
                     start_to_close_timeout=DEFAULT_TASK_TIMEOUT,
                     retry_policy=BASELINE_RETRY,
                     result_type=dict,
@@ -181,11 +184,9 @@ def plan_spec(plan_id: str, graph: Graph, cap: int) -> PlanSpec:
 
 def project_side(client: Client, queue: str, cap: int) -> RunPlan:
     async def run_plan(plan_id: str, graph: Graph) -> str | None:
+        # As `coord plan start` does: static summary and details, search attributes.
         spec = plan_spec(plan_id, graph, cap)
-        handle = await client.start_workflow(
-            PLAN_WORKFLOW, spec, id=spec.workflow_id, task_queue=queue, result_type=PlanState
-        )
-        state = await handle.result()
+        state = await api.plan_outcome(await api.start_plan(client, spec, queue=queue))
         if state.status == PlanStatus.COMPLETED:
             return None
         return f"{plan_id}: {state.status.value} ({state.summary})"
@@ -196,7 +197,7 @@ def project_side(client: Client, queue: str, cap: int) -> RunPlan:
 def baseline_side(client: Client, queue: str, cap: int) -> RunPlan:
     async def run_plan(plan_id: str, graph: Graph) -> str | None:
         results = await client.execute_workflow(
-            BaselineTaskGraph.run, BaselineGraph(graph, cap), id=plan_id, task_queue=queue
+            BaselineTaskGraph.run, BaselineGraph(tasks=graph, cap=cap), id=plan_id, task_queue=queue
         )
         if len(results) == len(graph):
             return None
