@@ -38,7 +38,7 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client
-    from temporalio.worker import Worker
+    from temporalio.worker import Replayer, Worker
 
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.plan import DEFAULT_TASK_TIMEOUT, PlanSpec, PlanStatus
     from coord.models.retry import RetryConfig
     from coord.starter import api
-    from coord.worker import build_worker
+    from coord.worker import WORKFLOWS, build_worker
 
 BENCH_AGENT = "bench_task"
 ACTIVITY_CLOSED = frozenset(
@@ -64,6 +64,7 @@ WARMUP_TASKS = 10
 PLAN_DEADLINE = 600.0
 """Seconds one plan may take before the bench gives up on it (instead of hanging)."""
 GOAL = 0.9
+REPLAYS = 3
 
 
 Graph = dict[str, list[str]]
@@ -217,6 +218,7 @@ class Measurement:
     seconds: float
     peak_running: int
     failure: str | None
+    workflow_id: str
 
     @property
     def rate(self) -> float:
@@ -229,6 +231,8 @@ class Side:
     run_plan: RunPlan
     client: Client
     workflow_id: Callable[[str], str]
+    workflows: list[type]
+    """What replays its runs."""
 
 
 async def measure(side: Side, round_: int, graph: Graph) -> Measurement:
@@ -240,8 +244,20 @@ async def measure(side: Side, round_: int, graph: Graph) -> Measurement:
     except Exception as error:  # any failure of a run is the bench's finding, reported
         failure = f"{plan_id}: {type(error).__name__}: {error}"
     seconds = time.perf_counter() - started
-    peak = await peak_in_flight(side.client, side.workflow_id(plan_id))
-    return Measurement(side.name, round_, len(graph), seconds, peak, failure)
+    workflow_id = side.workflow_id(plan_id)
+    peak = await peak_in_flight(side.client, workflow_id)
+    return Measurement(side.name, round_, len(graph), seconds, peak, failure, workflow_id)
+
+
+async def replay_cpu(side: Side, workflow_id: str, times: int = REPLAYS) -> float:
+    """CPU seconds this process spends replaying one run from its history: the workflow code's
+    own work (and the SDK's), apart from the server, the network and the activities."""
+    history = await side.client.get_workflow_handle(workflow_id).fetch_history()
+    replayer = Replayer(workflows=side.workflows, data_converter=side.client.data_converter)
+    started = time.process_time()
+    for _ in range(times):
+        await replayer.replay_workflow(history)
+    return (time.process_time() - started) / times
 
 
 async def interleaved(sides: list[Side], graph: Graph, rounds: int) -> list[Measurement]:
@@ -252,6 +268,10 @@ async def interleaved(sides: list[Side], graph: Graph, rounds: int) -> list[Meas
         for side in order:
             results.append(await measure(side, round_, graph))
     return results
+
+
+def last_run(results: list[Measurement], side: str) -> str:
+    return [m.workflow_id for m in results if m.side == side][-1]
 
 
 def side_rate(results: list[Measurement], side: str) -> float:
@@ -298,8 +318,20 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
     project_queue, baseline_queue = f"bench-plan-{run_id}", f"bench-baseline-{run_id}"
     async with bench_server() as (client, server):
         sides = [
-            Side("project", project_side(client, project_queue, cap), client, plan_workflow_id),
-            Side("baseline", baseline_side(client, baseline_queue, cap), client, str),
+            Side(
+                "project",
+                project_side(client, project_queue, cap),
+                client,
+                plan_workflow_id,
+                list(WORKFLOWS),
+            ),
+            Side(
+                "baseline",
+                baseline_side(client, baseline_queue, cap),
+                client,
+                str,
+                [BaselineTaskGraph],
+            ),
         ]
         baseline_worker = Worker(
             client,
@@ -310,6 +342,7 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
         async with build_worker(client, project_queue, bench_registry()), baseline_worker:
             warm = [await measure(side, 0, random_dag(WARMUP_TASKS, seed)) for side in sides]
             results = await interleaved(sides, graph, rounds)
+        replays = {s.name: await replay_cpu(s, last_run(results, s.name)) for s in sides}
     edges = sum(len(dependencies) for dependencies in graph.values())
     report(
         [
@@ -320,6 +353,10 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
             f"(first side alternates); warm-up: one {WARMUP_TASKS}-task plan per side",
         ],
         results,
+    )
+    print(
+        f"workflow code per plan, its last run replayed {REPLAYS} times (CPU): "
+        + ", ".join(f"{side} {1000 * seconds:.0f} ms" for side, seconds in replays.items())
     )
     found = failures(warm + results, cap)
     for problem in found[:5]:
