@@ -66,6 +66,9 @@ def _nowhere(*details: Any) -> None:
 
 @dataclass(frozen=True)
 class AgentContext:
+    """What an agent is told of its run (which attempt, its idempotency key, its inputs), and
+    how it says what it is doing (`progress`) or that it is still alive (`heartbeat`)."""
+
     agent: str
     attempt: int
     idempotency_key: str
