@@ -317,3 +317,36 @@ async def test_a_cancelled_vote_cancels_its_runs_and_keeps_its_record(
     assert [b.voter for b in state.ballots] == ["alice"]
     assert state.cancelled == ["bob", "carol"]
     assert await api.vote_state(client, spec.vote_id) == state
+
+
+async def test_a_cancel_in_the_same_workflow_task_as_the_deciding_ballot_leaves_it_decided(
+    client: Client, task_queue: str
+) -> None:
+    """Bob's deciding answer and the cancel wait together while no workflow worker runs; the
+    next workflow task sees both, and the outcome stands (the run completes, not cancelled)."""
+    voters = Voters({"alice": YES, "bob": YES, "carol": "hold"}, gated={"bob"})
+    spec = vote(["alice", "bob", "carol"])
+    async with build_worker(client, task_queue, voters.registry(), workflows=False):
+        async with build_worker(client, task_queue, AgentRegistry()):
+            handle = await api.start_vote(client, spec, queue=task_queue)
+            await ballot_cast(handle, "alice")
+        voters.release("bob")
+        await eventually(lambda: bob_answered(handle))
+        await handle.cancel()
+        async with build_worker(client, task_queue, AgentRegistry()):
+            state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == VoteStatus.DECIDED
+    assert state.cancelled == ["carol"]
+
+
+async def bob_answered(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Bob's run has completed (recorded in the history, whether or not a workflow task ran)."""
+    summaries: dict[int, str] = {}
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summaries[event.event_id] = json.loads(event.user_metadata.summary.data)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            scheduled = event.activity_task_completed_event_attributes.scheduled_event_id
+            if summaries[scheduled] == "ballot: bob":
+                return True
+    return False

@@ -69,21 +69,30 @@ class Vote(metaclass=SurplusStartArguments):
         try:
             await self._until_over(model)
         except asyncio.CancelledError:
-            model.cancel(workflow.now())
-            await uncancellable(self._stop(runs, ballots))
-            workflow.upsert_memo({VOTE_RECORD_MEMO: model.state})
-            self._changed(model)
-            raise
-        await self._stop(runs, ballots)
+            if not model.over:  # an outcome taken in the same workflow task stands
+                await self._cancelled(model, runs, ballots)
+                raise
+        await uncancellable(self._stop(runs, ballots))
         self._changed(model)
         self._log(model)
         return model.state
+
+    async def _cancelled(
+        self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]
+    ) -> None:
+        """A cancelled vote cancels its runs; its record, which no result carries, is kept in
+        the memo."""
+        model.cancel(workflow.now())
+        await uncancellable(self._stop(runs, ballots))
+        workflow.upsert_memo({VOTE_RECORD_MEMO: model.state})
+        self._changed(model)
 
     @workflow.query(name=STATE_QUERY)
     def state(self) -> VoteState:
         if self._model is None:
             vote_id = vote_id_of(workflow.info().workflow_id)
-            return VoteState(vote_id=vote_id, status=VoteStatus.FAILED, summary=self._spec_error)
+            failed = VoteStatus.FAILED
+            return VoteState(vote_id=vote_id, status=failed, summary=self._spec_error or "")
         return self._model.state
 
     async def _until_over(self, model: VoteModel) -> None:
