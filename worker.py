@@ -157,6 +157,14 @@ def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Wo
     )
 
 
+def served_only(registry: AgentRegistry, names: Sequence[str]) -> AgentRegistry:
+    """`--only`: a name the worker does not have stops it before it connects."""
+    try:
+        return registry.only(names)
+    except SpecError as error:
+        raise SpecError(f"--only: {error}") from None
+
+
 async def run_worker(
     agents_file: Path | None = None,
     *,
@@ -165,12 +173,14 @@ async def run_worker(
     workflows: bool = True,
 ) -> None:
     registry = default_registry(agents_file, demo_agents=demo_agents)
+    if only is not None:
+        registry = served_only(registry, only)
     settings = ConnectionSettings.load()
     runtime = Runtime(
         telemetry=TelemetryConfig(), worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL
     )
     client = await settings.connect(runtime)
-    worker = build_worker(client, registry=registry, only=only, workflows=workflows)
+    worker = build_worker(client, registry=registry, workflows=workflows)
     get_logger("worker").info(
         "worker started",
         address=settings.address,

@@ -207,3 +207,16 @@ def test_a_worker_is_alive_while_seen_within_the_heartbeat_timeout_and_not_stopp
     healthy = AgentHealth.of("a", "agent-a", [stopping, idle], now)
     assert healthy.status == "healthy"
     assert AgentHealth.of("a", "agent-a", [], now).status == "unreachable"
+
+
+async def test_a_worker_told_to_serve_an_agent_it_does_not_have_stops_with_one_line() -> None:
+    code, out, err = await run(
+        COORD,
+        "worker",
+        "--only",
+        "python-pro,nobody",
+        env={"TEMPORAL_ADDRESS": "127.0.0.1:1", "COORD_DEMO_AGENTS": "1"},
+    )
+    assert code != 0 and out == ""
+    assert err.startswith("error: --only: unknown agent 'nobody'; known agents: BuildArtifact")
+    assert len(err.splitlines()) == 1

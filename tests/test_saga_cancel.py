@@ -101,9 +101,7 @@ async def test_cancel_after_the_pivot_is_recorded_and_the_saga_goes_forward(
     assert state.cancel.during_step == 4
 
 
-def split_workers(
-    client: Client, task_queue: str, gates: GatedAgents
-) -> tuple[WorkerSet, Worker]:
+def split_workers(client: Client, task_queue: str, gates: GatedAgents) -> tuple[WorkerSet, Worker]:
     """Agents on their workers, workflows on another (uncached, so nothing sticks to it), so a
     test can stop the workflow side while events pile up in the history."""
     agents = build_worker(client, task_queue, gates.registry(), workflows=False)
