@@ -157,6 +157,12 @@ def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Wo
     )
 
 
+def worker_runtime() -> Runtime:
+    """The SDK runtime of a process that runs workers: they report themselves to the server
+    every WORKER_HEARTBEAT_INTERVAL, which `coord agents` reads as their health."""
+    return Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL)
+
+
 def served_only(registry: AgentRegistry, names: Sequence[str]) -> AgentRegistry:
     """`--only`: a name the worker does not have stops it before it connects."""
     try:
@@ -176,10 +182,7 @@ async def run_worker(
     if only is not None:
         registry = served_only(registry, only)
     settings = ConnectionSettings.load()
-    runtime = Runtime(
-        telemetry=TelemetryConfig(), worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL
-    )
-    client = await settings.connect(runtime)
+    client = await settings.connect(worker_runtime())
     worker = build_worker(client, registry=registry, workflows=workflows)
     get_logger("worker").info(
         "worker started",

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from temporalio.runtime import Runtime
 
 from coord.infra.devserver import local_temporal
 from coord.starter.commands.common import runs_async
-from coord.worker import build_worker, default_registry, run_worker
+from coord.worker import build_worker, default_registry, run_worker, worker_runtime
 
 app = typer.Typer()
 DemoAgents = Annotated[
@@ -50,6 +51,7 @@ async def worker(
 @runs_async
 async def dev(demo_agents: DemoAgents = False) -> None:
     """Run server and worker together for local work."""
+    Runtime.set_default(worker_runtime(), error_if_already_set=False)
     registry = default_registry(demo_agents=demo_agents)
     async with local_temporal() as (client, where), build_worker(client, registry=registry):
         typer.echo(f"worker running against {where}; Ctrl-C to stop")
