@@ -21,7 +21,6 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT
     from coord.models.agents import AgentRequest
     from coord.models.contract import (
         DEAD_LETTER_SUMMARY_MEMO,
@@ -58,6 +57,11 @@ with workflow.unsafe.imports_passed_through():
         signal_chain,
         upsert_search_attributes,
     )
+
+
+REPLAY_SCHEDULE_TO_START = timedelta(seconds=10)
+"""How long a replay's agent run waits for a worker serving the agent: a person waits on the
+replay for its outcome, so an agent no worker serves is reported soon (`agent_unavailable`)."""
 
 
 class CarriedEntry(BaseModel):
@@ -225,11 +229,16 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
                 )
             outcome, delivered = f"delivered as {event.event.id}", True
         except ActivityError as error:
-            outcome, delivered = f"not delivered: {failure_message(error)}", False
+            outcome, delivered = f"not delivered: {self._failed(error)}", False
         entry.replays.append(
             ReplayOutcome(at=workflow.now(), corrected=payload is not None, outcome=outcome)
         )
         return delivered
+
+    def _failed(self, error: ActivityError) -> str:
+        """Why a replay was not delivered; a replay that ran an agent names it."""
+        agent = self._entry.target_agent if self._entry.replay == "run_agent" else None
+        return f"{agent}: {failure_message(error)}" if agent else failure_message(error)
 
     async def _run_agent(self, target_workflow: str, agent: str, event: EventEnvelope) -> None:
         """The agent as its saga declared it (read from the saga's own start), else as the
@@ -254,7 +263,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             start_to_close_timeout=timedelta(minutes=5),
             retry_policy=RetryPolicy(maximum_attempts=3),
             summary=f"replay: {agent}",
-            **agent_dispatch(request, SCHEDULE_TO_START_DEFAULT),
+            **agent_dispatch(request, REPLAY_SCHEDULE_TO_START),
         )
 
     async def _announce(self) -> None:
