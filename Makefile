@@ -41,6 +41,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.saga_bench
 	$(BIN)/python -m bench.chain_bench
 	$(BIN)/python -m bench.aggregator_bench
+	$(BIN)/python -m bench.plan_bench
 
 clean:
 	rm -rf $(VENV) .temporal *.egg-info

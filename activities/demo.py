@@ -58,7 +58,7 @@ PLAN_REVIEWERS: Mapping[str, str] = {
 }
 """The plan's reviewer and verifiers: the fault each finds in a first result it is told to
 reject (`inject: {reject: [...]}`)."""
-PLAN_STEP_SECONDS = 0.5
+PLAN_STEP_SECONDS = 1.0
 
 
 def _plan_task() -> str | None:
@@ -105,7 +105,7 @@ def _demo_agent(summary: str) -> AgentFn:
 
 def _plan_worker(summary: str, steps: tuple[str, ...]) -> AgentFn:
     """Reports each step as its progress, then answers with what it used: the `ref` of each
-    dependency's result, and the review notes it fixed."""
+    dependency's result, and the notes of the review it fixed."""
 
     async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         inject = event.payload.get("inject", {})
@@ -120,9 +120,9 @@ def _plan_worker(summary: str, steps: tuple[str, ...]) -> AgentFn:
             if task != REVIEW_NOTES_INPUT and isinstance(result, Mapping)
         }
         digest = hashlib.sha256(context.idempotency_key.encode()).hexdigest()[:8]
-        fixed = {"fixed": notes} if notes else {}
-        carried = {"inject": inject} if inject else {}
-        return {"summary": summary, "ref": digest, "used": used, **fixed, **carried}
+        faults = [note.get("notes", "") for note in notes if not note.get("passed")]
+        fixed = {"fixed": faults} if notes else {}
+        return {"summary": summary, "ref": digest, "used": used, **fixed}
 
     return agent
 
@@ -133,7 +133,7 @@ def _plan_reviewer(fault: str) -> AgentFn:
 
     async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         result = context.inputs.get("result", {})
-        inject = event.payload.get("inject") or result.get("inject", {})
+        inject = event.payload.get("inject", {})
         context.progress(f"Reviewing {context.inputs.get('task', 'the result')}")
         await _apply_injection(inject, context)
         if context.agent in inject.get("reject", []) and not result.get("fixed"):
