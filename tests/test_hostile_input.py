@@ -2,6 +2,7 @@
 typed failure naming the field, every signal is counted and parked, and no workflow task fails."""
 
 import asyncio
+import inspect
 import json
 import time
 import uuid
@@ -22,7 +23,8 @@ from coord.models.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
 from coord.models.retry import RetryConfig
 from coord.models.saga import SagaSpec
 from coord.models.specs import MAX_JSON_DEPTH, SpecError, parse_model
-from coord.worker import build_worker
+from coord.worker import WORKFLOWS, build_worker
+from coord.workflows.arguments import SurplusStartArguments
 from tests.helpers import eventually, task_failures
 from tests.workers import run
 
@@ -408,11 +410,25 @@ async def test_a_saga_started_with_two_inputs_fails_typed(client: Client, task_q
     assert failure.message == "saga spec: expected one input, got 2"
 
 
+def plan_spec() -> dict[str, Any]:
+    return {"plan_id": f"two-{uuid.uuid4().hex[:8]}", "tasks": [{"id": "a", "agent": "x"}]}
+
+
+def test_every_workflow_built_from_its_start_input_folds_surplus_arguments() -> None:
+    """A `@workflow.init` taking the input is called before any interceptor can fold a second
+    input: each such workflow needs the metaclass, or two inputs fail every workflow task."""
+    for cls in WORKFLOWS:
+        init = inspect.signature(cls.__init__)  # type: ignore[misc]
+        if len(init.parameters) > 1:
+            assert isinstance(cls, SurplusStartArguments), cls.__name__
+
+
 @pytest.mark.parametrize(
     ("workflow", "spec", "failure_type"),
     [
         ("ReactiveChain", chain_input, "invalid_input"),
         ("Aggregator", aggregator_spec, "invalid_spec"),
+        ("TaskGraph", plan_spec, "invalid_spec"),
     ],
 )
 async def test_a_chain_or_aggregator_started_with_two_inputs_fails_typed(

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.plan_model import PlanModel
     from coord.models.specs import SpecError
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PlainInput,
@@ -53,7 +54,7 @@ PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
 
 
 @workflow.defn(name=PLAN_WORKFLOW)
-class TaskGraph:
+class TaskGraph(metaclass=SurplusStartArguments):
     """A plan's Temporal side; its result is the final record (the seed's final report)."""
 
     @workflow.init
