@@ -382,6 +382,7 @@ def test_retry_after_reads_both_forms_and_is_clamped() -> None:
         "99999999999999",
         format_datetime(datetime.now(UTC) + timedelta(days=365), usegmt=True),
     ],
+    ids=["seconds", "http-date"],
 )
 async def test_a_huge_retry_after_is_clamped_to_the_policys_max_delay(header: str) -> None:
     url, _ = serve("127.0.0.1", {"/busy": (429, {"Retry-After": header})})
