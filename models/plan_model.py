@@ -174,9 +174,15 @@ class PlanModel(BaseModel):
         this question (a workflow's wait condition, asked once the workflow step has run
         everything it could) and for the tasks that became startable to be launched, so that
         every request of the step is ranked together: a critical task gets the slot before a
-        low one that merely asked earlier in the same step."""
-        if not self.has_startable():
-            self.grant()
+        low one that merely asked earlier in the same step. Asked of every waiting request
+        at every step, so it answers from public fields first (pydantic's private attributes
+        are slow to read)."""
+        holders = self.holders
+        if key in holders:
+            return True
+        if len(holders) >= self.spec.max_workers or self.has_startable():
+            return False
+        self.grant()
         return key in self.holders
 
     def release_slot(self, key: str) -> None:
