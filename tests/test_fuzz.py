@@ -128,6 +128,7 @@ def saga_base() -> dict[str, Any]:
         "agent": "ghost",
         "compensation": "ghost-undo",
         "timeout": "5s",
+        "schedule_to_start_timeout": "200ms",  # no worker serves ghost: agent_unavailable soon
         "retry": {"max_retries": 0, "initial_delay": "100ms"},
     }
     return {"saga_id": "fuzz", "input": {"k": [1, {"v": "x"}]}, "steps": [step]}
@@ -139,6 +140,7 @@ def chain_base() -> dict[str, Any]:
         "events": ["Poke"],
         "filter": "payload.n > 0",
         "timeout": "5s",
+        "schedule_to_start_timeout": "200ms",
         "retry": {"max_retries": 0},
     }
     spec = {"name": "fuzz", "triggers": ["Poke"], "subscriptions": [subscription]}
