@@ -16,8 +16,12 @@ setup: $(INSTALLED)
 demo: $(INSTALLED)
 	$(BIN)/coord demo $(ARGS)
 
+# Two test processes (CI has two cores), each with its own session's dev and test servers;
+# most of a test's time is waiting on the server, so two halve the suite's wall time.
+TEST_JOBS ?= 2
+
 test: $(INSTALLED) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
 
 # ruff (with its complexity and naming rules), mypy strict, and the layers (import-linter's
 # contracts in pyproject.toml, README "Architecture").
