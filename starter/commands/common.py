@@ -7,24 +7,26 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
 from rich.console import RenderableType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from coord.infra.logs import get_logger
-from coord.infra.temporal import ConnectionSettings, workflow_link
+from coord.infra.temporal import ConnectionSettings, task_queue, workflow_link
 from coord.models import agents
 from coord.models.chain import ChainSpec
 from coord.models.plan import PlanSpec
 from coord.models.saga import SagaSpec
 from coord.models.vote import VoteSpec
-from coord.starter import render
+from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
+from coord.starter.progress import Watch, outcome_with_progress
 from coord.worker import default_registry
 
 R = TypeVar("R")
@@ -106,6 +108,49 @@ async def connect() -> Client:
 def echo_started(client: Client, workflow_id: str) -> None:
     """The line a start command prints: the workflow id and its page in the Temporal UI."""
     typer.echo(f"started {workflow_id}: {workflow_link(workflow_id, client.namespace)}")
+
+
+NoWorkerTimeout = Annotated[
+    float,
+    typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+]
+
+
+async def start_and_wait(
+    kind: str,
+    name: str,
+    start: Callable[[Client], Awaitable[WorkflowHandle[Any, R]]],
+    outcome: Callable[[WorkflowHandle[Any, R]], Awaitable[R]],
+    watch: Watch,
+    *,
+    wait: bool,
+    no_worker_timeout: float,
+) -> R | None:
+    """What every `coord KIND start` does: start the run (one already running under the same id
+    is a Conflict saying how to read it), print its id and UI link, and with `wait` show what
+    `watch` sees until its `outcome` (None without `wait`)."""
+    client = await connect()
+    try:
+        handle = await start(client)
+    except WorkflowAlreadyStartedError:
+        raise api.Conflict(
+            f"{kind} {name!r} is already running: read it with `coord {kind} state {name}`, "
+            "or give another --id"
+        ) from None
+    echo_started(client, handle.id)
+    if not wait:
+        return None
+    with render.progress(f"waiting for {handle.id} to end") as report:
+        return await outcome_with_progress(
+            client,
+            handle,
+            outcome(handle),
+            watch,
+            report,
+            name=f"the {kind}",
+            task_queue=task_queue(),
+            no_worker_timeout=no_worker_timeout,
+        )
 
 
 def echo_json(record: BaseModel, *, one_line: bool = False) -> None:

@@ -6,22 +6,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from coord.infra.temporal import task_queue
 from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus
 from coord.models.specs import load_spec, parse_model
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
+    NoWorkerTimeout,
     check_agents,
     connect,
     echo_json,
-    echo_started,
     runs_async,
+    start_and_wait,
 )
 from coord.starter.exits import ExitCode
-from coord.starter.progress import outcome_with_progress, plan_activity
+from coord.starter.progress import plan_activity
 
 app = typer.Typer(
     no_args_is_help=True, help="Start, inspect, approve and cancel plans (coordinator mode)."
@@ -54,35 +53,21 @@ async def start(
         bool, typer.Option(help="Wait for the plan to end and print its final report")
     ] = False,
     as_json: AsJson = False,
-    no_worker_timeout: Annotated[
-        float,
-        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
-    ] = 30,
+    no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a plan from a YAML or JSON spec."""
     spec = load_plan_spec(file, plan_id)
-    client = await connect()
-    try:
-        handle = await api.start_plan(client, spec)
-    except WorkflowAlreadyStartedError:
-        raise api.Conflict(
-            f"plan {spec.plan_id!r} is already running: read it with "
-            f"`coord plan state {spec.plan_id}`, or give another --id"
-        ) from None
-    echo_started(client, handle.id)
-    if not wait:
+    outcome = await start_and_wait(
+        "plan",
+        spec.plan_id,
+        lambda client: api.start_plan(client, spec),
+        api.plan_outcome,
+        plan_activity,
+        wait=wait,
+        no_worker_timeout=no_worker_timeout,
+    )
+    if outcome is None:
         return
-    with render.progress(f"waiting for {handle.id} to end") as report:
-        outcome = await outcome_with_progress(
-            client,
-            handle,
-            api.plan_outcome(handle),
-            plan_activity,
-            report,
-            name="the plan",
-            task_queue=task_queue(),
-            no_worker_timeout=no_worker_timeout,
-        )
     show_plan(outcome, as_json)
     if outcome.status != PlanStatus.COMPLETED:
         raise typer.Exit(ExitCode.PLAN_NOT_COMPLETED)

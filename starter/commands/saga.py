@@ -4,22 +4,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from coord.infra.temporal import task_queue
 from coord.models.saga import SagaSpec
 from coord.models.specs import parse_json_object, parse_model, read_document
-from coord.starter import api, render
+from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,
+    NoWorkerTimeout,
     check_agents,
     connect,
     echo_json,
-    echo_started,
     runs_async,
+    start_and_wait,
 )
 from coord.starter.exits import ExitCode
-from coord.starter.progress import outcome_with_progress, saga_attempts
+from coord.starter.progress import saga_attempts
 
 app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel sagas.")
 
@@ -51,37 +50,24 @@ async def start(
     wait: Annotated[
         bool, typer.Option(help="Wait for the saga to end and print its state")
     ] = False,
-    no_worker_timeout: Annotated[
-        float,
-        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
-    ] = 30,
+    no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
     spec = load_saga_spec(file, input, saga_id)
-    client = await connect()
-    try:
-        handle = await api.start_saga(client, spec)
-    except WorkflowAlreadyStartedError:
-        raise api.Conflict(
-            f"saga {spec.saga_id!r} is already running: read it with "
-            f"`coord saga state {spec.saga_id}`, or give another --id"
-        ) from None
-    echo_started(client, handle.id)
-    if wait:
-        with render.progress(f"waiting for {handle.id} to end") as report:
-            outcome = await outcome_with_progress(
-                client,
-                handle,
-                api.saga_outcome(handle),
-                saga_attempts,
-                report,
-                name="the saga",
-                task_queue=task_queue(),
-                no_worker_timeout=no_worker_timeout,
-            )
-        echo_json(outcome)
-        if outcome.status != "completed":
-            raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
+    outcome = await start_and_wait(
+        "saga",
+        spec.saga_id,
+        lambda client: api.start_saga(client, spec),
+        api.saga_outcome,
+        saga_attempts,
+        wait=wait,
+        no_worker_timeout=no_worker_timeout,
+    )
+    if outcome is None:
+        return
+    echo_json(outcome)
+    if outcome.status != "completed":
+        raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
 
 
 @app.command("state")

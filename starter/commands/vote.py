@@ -9,23 +9,22 @@ from rich.console import Group
 from rich.table import Column
 from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.specs import load_spec
 from coord.models.vote import Ballot, VoteSpec, VoteState, VoteStatus
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
+    NoWorkerTimeout,
     check_agents,
     connect,
     echo_json,
-    echo_started,
     runs_async,
+    start_and_wait,
 )
 from coord.starter.exits import ExitCode
-from coord.starter.progress import Sighting, outcome_with_progress
+from coord.starter.progress import Sighting
 
 app = typer.Typer(no_args_is_help=True, help="Start and inspect consensus votes.")
 VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow id")]
@@ -104,35 +103,21 @@ async def start(
     ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the outcome and print the ballots")] = False,
     as_json: AsJson = False,
-    no_worker_timeout: Annotated[
-        float,
-        typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
-    ] = 30,
+    no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a vote from a YAML or JSON spec."""
     spec = load_vote_spec(file, vote_id)
-    client = await connect()
-    try:
-        handle = await api.start_vote(client, spec)
-    except WorkflowAlreadyStartedError:
-        raise api.Conflict(
-            f"vote {spec.vote_id!r} is already running: read it with "
-            f"`coord vote state {spec.vote_id}`, or give another --id"
-        ) from None
-    echo_started(client, handle.id)
-    if not wait:
+    outcome = await start_and_wait(
+        "vote",
+        spec.vote_id,
+        lambda client: api.start_vote(client, spec),
+        api.vote_outcome,
+        ballots_cast,
+        wait=wait,
+        no_worker_timeout=no_worker_timeout,
+    )
+    if outcome is None:
         return
-    with render.progress(f"waiting for {handle.id} to end") as report:
-        outcome = await outcome_with_progress(
-            client,
-            handle,
-            api.vote_outcome(handle),
-            ballots_cast,
-            report,
-            name="the vote",
-            task_queue=task_queue(),
-            no_worker_timeout=no_worker_timeout,
-        )
     show_vote(outcome, as_json)
     if outcome.status != VoteStatus.DECIDED:
         raise typer.Exit(ExitCode.VOTE_NOT_DECIDED)
