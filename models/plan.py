@@ -381,6 +381,14 @@ class PlanStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+def counts_line(counts: dict[TaskState, int], total: int) -> str:
+    """`4 of 6 succeeded, 1 error, 1 skipped`: a plan's tasks by state (as `counts()` gives
+    them, in the states' order, none at zero)."""
+    done = f"{counts.get(TaskState.SUCCEEDED, 0)} of {total} succeeded"
+    others = [f"{n} {state.value}" for state, n in counts.items() if state != TaskState.SUCCEEDED]
+    return ", ".join([done, *others])
+
+
 class PlanState(BaseModel):
     """The plan's record while it runs, and the seed's final report once it ends."""
 

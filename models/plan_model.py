@@ -32,6 +32,7 @@ from coord.models.plan import (
     TaskRecord,
     TaskState,
     Transition,
+    counts_line,
     parse_activity_id,
 )
 from coord.models.plan_gates import waiting_for
@@ -458,14 +459,7 @@ class PlanModel(BaseModel):
 
     def summary_line(self) -> str:
         """`4 of 6 succeeded, 1 error, 1 skipped` (and why it stopped early, if it did)."""
-        total = len(self.state.tasks)
-        parts = [f"{self._counts[TaskState.SUCCEEDED]} of {total} succeeded"]
-        parts += [
-            f"{self._counts[state]} {state.value}"
-            for state in TaskState
-            if state != TaskState.SUCCEEDED and self._counts[state]
-        ]
-        line = ", ".join(parts)
+        line = counts_line(self.counts(), len(self.state.tasks))
         return f"{line} ({self.stopping})" if self.stopping else line
 
     def counts(self) -> dict[TaskState, int]:

@@ -23,6 +23,7 @@ from coord.models.plan import (
     ReviewRound,
     TaskRecord,
     TaskState,
+    counts_line,
     relative_path,
 )
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
@@ -103,12 +104,7 @@ def summary_line(state: PlanState) -> str:
     """The record's own summary, or one from its counts: `4 of 6 succeeded, 1 error, 1 skipped`."""
     if state.summary:
         return state.summary
-    counts = state.counts()
-    others = [
-        f"{n} {task_state}" for task_state, n in counts.items() if task_state != TaskState.SUCCEEDED
-    ]
-    done = f"{counts.get(TaskState.SUCCEEDED, 0)} of {len(state.tasks)} succeeded"
-    return ", ".join([done, *others])
+    return counts_line(state.counts(), len(state.tasks))
 
 
 def outcome(record: TaskRecord) -> str:
