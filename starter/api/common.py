@@ -3,12 +3,15 @@
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.dead_letters import park_dead_letter
@@ -20,6 +23,7 @@ from coord.models.envelope import EventEnvelope
 
 log = get_logger("coord.api")
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 
 
 class Undeliverable(RuntimeError):
@@ -82,6 +86,22 @@ async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R
     description = await handle.describe()
     kept: R | None = await description.memo_value(key, None, type_hint=record)
     return kept
+
+
+async def ended_record(handle: WorkflowHandle[Any, M], key: str, record: type[M]) -> M:
+    """Waits for the run to end and returns its final record however it ended: its result, the
+    record a typed failure carries in its details, or (cancelled) the one kept in its memo under
+    `key`; a failure with neither (an invalid spec) is raised."""
+    try:
+        return await handle.result()
+    except WorkflowFailureError as failure:
+        cause = failure.cause
+        if isinstance(cause, ApplicationError) and cause.details:
+            return record.model_validate(cause.details[0])
+        kept = await kept_record(handle, key, record)
+        if kept is None:
+            raise
+        return kept
 
 
 async def undeliverable(

@@ -10,11 +10,9 @@ from typing import Any
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from coord.infra.temporal import task_queue
@@ -28,7 +26,7 @@ from coord.starter.api.common import (
     closed_with_result,
     described,
     ended_or_missing,
-    kept_record,
+    ended_record,
 )
 
 ANSWER_TIME = timedelta(minutes=1)
@@ -77,16 +75,7 @@ async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     """Wait for the plan to end and return its final record (the seed's final report), however
     it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
     without task results)."""
-    try:
-        return await handle.result()
-    except WorkflowFailureError as failure:
-        cause = failure.cause
-        if isinstance(cause, ApplicationError) and cause.details:
-            return PlanState.model_validate(cause.details[0])
-        kept = await kept_record(handle, contract.PLAN_RECORD_MEMO, PlanState)
-        if kept is None:
-            raise
-        return kept
+    return await ended_record(handle, contract.PLAN_RECORD_MEMO, PlanState)
 
 
 async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:

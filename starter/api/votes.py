@@ -5,12 +5,17 @@ needs nothing of the workflow's code."""
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.vote import VoteSpec, VoteState
-from coord.starter.api.common import NotFound, closed_with_result, described, kept_record
+from coord.starter.api.common import (
+    NotFound,
+    closed_with_result,
+    described,
+    ended_record,
+)
 
 
 def vote_summary(spec: VoteSpec) -> str:
@@ -42,13 +47,7 @@ def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
 async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
     """Wait for the vote to end and return its record: decided, rejected or without quorum (its
     result), or cancelled (its memo). A run whose spec was invalid raises its failure."""
-    try:
-        return await handle.result()
-    except WorkflowFailureError:
-        kept = await kept_record(handle, contract.VOTE_RECORD_MEMO, VoteState)
-        if kept is None:
-            raise
-        return kept
+    return await ended_record(handle, contract.VOTE_RECORD_MEMO, VoteState)
 
 
 async def vote_state(client: Client, vote: str) -> VoteState:
