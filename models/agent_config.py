@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.durations import Duration
+from coord.models.specs import IDENTIFIER
 
 SYSEXITS_DATA_ERRORS = [2, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 76, 77, 78]
 """Exit codes that say the input was wrong (usage, sysexits 64-78 but 75 EX_TEMPFAIL): retrying
@@ -24,16 +25,31 @@ before it fails `agent_unavailable` (a step's, subscription's or task's
 `schedule_to_start_timeout`)."""
 
 
-class PythonAgent(BaseModel):
+MAX_CAPABILITIES = 64
+"""Capabilities one agent offers, or one step, subscription or task requires."""
+MAX_CAPABILITY_NAME = 128
+
+Capability = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_CAPABILITY_NAME)]
+"""A name like `sql`, `code-review` or `db:postgres`: what an agent can do, and what a step,
+subscription or task may ask for instead of naming an agent."""
+
+
+class AgentDeclarationBase(BaseModel):
+    """What every agent declaration has besides how it runs: the mesh fields (capabilities, and
+    what the coordinator needs to route to, protect and pace the agent)."""
+
     model_config = ConfigDict(extra="forbid")
 
+    capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
+    """What this agent offers to runs that name a capability instead of an agent."""
+
+
+class PythonAgent(AgentDeclarationBase):
     kind: Literal["python"]
     callable: str = Field(pattern=r"^[\w.]+:\w+$", description="package.module:function")
 
 
-class ShellAgent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ShellAgent(AgentDeclarationBase):
     kind: Literal["shell"]
     argv: list[str] = Field(min_length=1)
     cwd: str | None = None
@@ -44,9 +60,7 @@ class ShellAgent(BaseModel):
     )
 
 
-class HttpAgent(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class HttpAgent(AgentDeclarationBase):
     kind: Literal["http"]
     url: str = Field(pattern=r"^https?://")
     headers_from_env: dict[str, str] = Field(default_factory=dict)
@@ -66,11 +80,9 @@ class PromptTemplate(Template):
     braceidpattern = r"(?a:[_a-z0-9][_a-z0-9.:-]*)"
 
 
-class LlmAgent(BaseModel):
+class LlmAgent(AgentDeclarationBase):
     """A language model behind an OpenAI-compatible chat-completions endpoint; its answer, a JSON
     object, is the agent's result."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["llm"]
     base_url: str = Field(pattern=r"^https?://")
