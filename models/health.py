@@ -2,7 +2,7 @@
 `healthy` while a worker serving its task queue was seen within the heartbeat timeout (10 s),
 `unreachable` otherwise. A worker is seen by its polls of the queue and by the worker
 heartbeats it sends (every 3 s from `coord worker`); the server reports both, so nothing here
-keeps state. Pure: the server side is starter/api/agents.py."""
+keeps state. Pure: the server side is infra/agent_health.py."""
 
 from datetime import datetime, timedelta
 from typing import Literal

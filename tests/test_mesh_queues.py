@@ -13,6 +13,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from coord.infra.agent_health import agents_health
 from coord.models.chain import ChainSpec
 from coord.models.contract import (
     DEFAULT_TASK_QUEUE,
@@ -25,7 +26,6 @@ from coord.models.dlq import DlqSelection
 from coord.models.health import AgentHealth, WorkerSeen
 from coord.models.saga import SagaStatus
 from coord.starter import api
-from coord.starter.api.agents import agents_health
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
 from tests.helpers import event, parked

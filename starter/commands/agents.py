@@ -9,10 +9,10 @@ from pydantic import RootModel
 from rich.console import Group
 from rich.text import Text
 
+from coord.infra.agent_health import agents_health
 from coord.infra.temporal import task_queue
 from coord.models.health import AgentHealth
 from coord.starter import render
-from coord.starter.api.agents import agents_health
 from coord.starter.commands.common import AsJson, connect, runs_async, show_record
 from coord.worker import default_registry
 

@@ -1,10 +1,11 @@
-"""Agent health from the server (`coord agents`): per agent queue, its pollers and backlog
-(DescribeTaskQueue with stats) and the worker heartbeats of the workers serving it
-(ListWorkers). The agents listed are those declared to the caller (an agents file, the demo
-agents) and every agent queue of the deployment that a worker reports serving."""
+"""Agent health from the server: per agent queue, its pollers and backlog (DescribeTaskQueue
+with stats) and the worker heartbeats of the workers serving it (ListWorkers). Read by
+`coord agents` (the agents declared to the caller, and every agent queue of the deployment that
+a worker reports serving) and by the coordinator's `choose_agent` (the candidates for a
+capability)."""
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
@@ -46,10 +47,30 @@ async def agents_health(
         agent = agent_of_queue(queue, home)
         if agent is not None:
             queues.setdefault(queue, agent)
+    return await _rows(client, queues, declared, heartbeats, now)
+
+
+async def candidates_health(
+    client: Client, agents: Iterable[str], *, home: str, now: datetime | None = None
+) -> list[AgentHealth]:
+    """One row per agent named, by name, and no other: what a routing decision weighs."""
+    heartbeats = await worker_heartbeats(client)
+    queues = {agent_task_queue(name, home): name for name in agents}
+    return await _rows(client, queues, {}, heartbeats, now)
+
+
+async def _rows(
+    client: Client,
+    queues: Mapping[str, str],
+    kinds: Mapping[str, str | None],
+    heartbeats: Heartbeats,
+    now: datetime | None,
+) -> list[AgentHealth]:
+    """The rows of `queues` (queue -> agent), by agent name."""
     moment = now or datetime.now(UTC)
     rows = await asyncio.gather(
         *(
-            _agent_row(client, agent, queue, declared.get(agent), heartbeats.get(queue, {}), moment)
+            _agent_row(client, agent, queue, kinds.get(agent), heartbeats.get(queue, {}), moment)
             for queue, agent in queues.items()
         )
     )
