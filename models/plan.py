@@ -19,6 +19,7 @@ from coord.models.envelope import Priority
 from coord.models.graphs import find_cycle
 from coord.models.retry import RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+from coord.models.vote import VoteRules
 
 DEFAULT_MAX_WORKERS = 5
 """Seed 004: at most five workers at once."""
@@ -134,16 +135,42 @@ class PlanTask(BaseModel):
     review: ReviewGate | None = None
     verify: DualVerification | None = None
     approval: ApprovalGate | None = None
+    vote: VoteRules | None = None
+    """A consensus vote instead of an agent's run: the task's input and its dependencies'
+    results (under `results`) are the proposal; decided is success, rejected or no quorum an
+    error."""
 
     @model_validator(mode="after")
     def _one_doer(self) -> Self:
-        if self.member is not None and self.agent:
-            raise ValueError("give `agent` or `member`, not both")
-        if self.member is None and not self.agent:
-            raise ValueError("`agent` is required (or `member`, naming one of `team`)")
+        given = {"agent": bool(self.agent), "member": self.member is not None, "vote": self.vote}
+        doers = [name for name, doer in given.items() if doer]
+        if len(doers) > 1:
+            both = f"{doers[0]} and {doers[1]}"
+            raise ValueError(f"give one of `agent`, `member` or `vote`, not both {both}")
+        if not doers:
+            raise ValueError("`agent` is required (or `member`, naming one of `team`, or `vote`)")
+        if self.vote is not None:
+            _check_vote_task(self)
         if len(set(self.depends_on)) != len(self.depends_on):
             raise ValueError("depends_on: a dependency is named twice")
         return self
+
+
+VOTE_RESULTS_KEY = "results"
+"""Where a vote task's proposal carries its dependencies' results, keyed by task id."""
+
+
+def _check_vote_task(task: PlanTask) -> None:
+    """A vote has no agent to review or to send back with notes; its proposal's `results` are
+    its dependencies'."""
+    gate = "review" if task.review is not None else "verify" if task.verify is not None else None
+    if gate:
+        raise ValueError(f"{gate}: a vote task has no agent result to {gate}; drop `{gate}`")
+    if task.depends_on and VOTE_RESULTS_KEY in task.input:
+        raise ValueError(
+            f"input: `{VOTE_RESULTS_KEY}` is where a vote task's proposal carries its "
+            "dependencies' results; rename that key"
+        )
 
 
 class PlanSpec(BaseModel):
@@ -179,6 +206,7 @@ class PlanSpec(BaseModel):
         self.name = self.name or self.plan_id
         self.correlation_id = self.correlation_id or self.plan_id
         _check_graph(self)
+        _check_vote_ids(self)
         return self
 
     @property
@@ -189,14 +217,22 @@ class PlanSpec(BaseModel):
         return next(task for task in self.tasks if task.id == task_id)
 
     def agent_of(self, task: PlanTask) -> str:
-        """The agent that does `task`: its own, or its team member's."""
+        """The agent that does `task`: its own, or its team member's (a vote's, its voters)."""
+        if task.vote is not None:
+            return f"vote: {', '.join(task.vote.voters)}"
         return self.team[task.member].agent if task.member is not None else task.agent
+
+    def vote_id(self, task: PlanTask) -> str:
+        """The vote a vote task runs: workflow `vote-<plan_id>-<task_id>`."""
+        return f"{self.plan_id}-{task.id}"
 
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
         named = [(f"team.{name}.agent", member.agent) for name, member in self.team.items()]
         for i, task in enumerate(self.tasks):
-            if task.member is None:
+            if task.vote is not None:
+                named += [(f"tasks[{i}].vote.voters", voter) for voter in task.vote.voters]
+            elif task.member is None:
                 named.append((f"tasks[{i}].agent", task.agent))
             if task.review is not None:
                 named.append((f"tasks[{i}].review.reviewer", task.review.reviewer))
@@ -225,6 +261,15 @@ def _check_graph(spec: PlanSpec) -> None:
     if cycle:
         path = " -> ".join(reversed(cycle))
         raise ValueError(f"tasks: dependency cycle {path}; a plan must be acyclic")
+
+
+def _check_vote_ids(spec: PlanSpec) -> None:
+    for i, task in enumerate(spec.tasks):
+        if task.vote is not None and len(spec.vote_id(task)) > MAX_NAME:
+            raise ValueError(
+                f"tasks[{i}].id: the vote id `<plan_id>-<task_id>` would be longer than "
+                f"{MAX_NAME} characters; shorten the plan id or the task id"
+            )
 
 
 # --- The record -------------------------------------------------------------------------------

@@ -38,14 +38,12 @@ MAX_REASON = 1024
 VoterName = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 
 
-class VoteSpec(BaseModel):
+class VoteRules(BaseModel):
+    """Who votes and what decides: a vote's own spec, and the `vote:` block of a plan task or a
+    chain subscription (whose proposal comes from the task or the event)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    vote_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
-    description: str = ""
-    correlation_id: str = Field(default="", max_length=MAX_NAME)
-    proposal: JsonObject
-    """What is voted on: each voter's run receives it as its event's payload."""
     voters: list[VoterName] = Field(min_length=1, max_length=MAX_ITEMS)
     threshold: float | None = Field(default=None, gt=0, le=1)
     """The share of the voters whose approval decides (0.67 when neither it nor `at_least`)."""
@@ -60,12 +58,9 @@ class VoteSpec(BaseModel):
     """How long a voter's run waits for a worker serving its agent; then it abstains
     (`agent_unavailable`)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
-    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        self.correlation_id = self.correlation_id or self.vote_id
+    def _countable(self) -> Self:
         repeated = sorted({v for v in self.voters if self.voters.count(v) > 1})
         if repeated:
             raise ValueError(f"voters: each voter votes once, repeated: {', '.join(repeated)}")
@@ -82,6 +77,44 @@ class VoteSpec(BaseModel):
         if self.at_least is not None:
             return self.at_least
         return share_needed(self.threshold or DEFAULT_THRESHOLD, len(self.voters))
+
+
+class VoteSpec(VoteRules):
+    vote_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    description: str = ""
+    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    proposal: JsonObject
+    """What is voted on: each voter's run receives it as its event's payload."""
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
+
+    @model_validator(mode="after")
+    def _correlated(self) -> Self:
+        self.correlation_id = self.correlation_id or self.vote_id
+        return self
+
+    @classmethod
+    def of(
+        cls,
+        vote_id: str,
+        rules: VoteRules,
+        proposal: Mapping[str, Any],
+        *,
+        correlation_id: str,
+        agents: Mapping[str, AgentConfig],
+    ) -> "VoteSpec":
+        """The spec of a vote a plan task or a chain subscription holds (`rules`) on
+        `proposal`, with the inline declarations of its voters; a proposal that is not a
+        spec's (nested too deep) raises SpecError naming it."""
+        declared = {voter: agents[voter] for voter in rules.voters if voter in agents}
+        fields = {
+            **rules.model_dump(),
+            "vote_id": vote_id,
+            "correlation_id": correlation_id,
+            "proposal": proposal,
+            "agents": declared,
+        }
+        return parse_model(cls, fields, "vote")
 
     @property
     def workflow_id(self) -> str:

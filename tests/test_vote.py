@@ -350,3 +350,29 @@ async def bob_answered(handle: WorkflowHandle[Any, Any]) -> bool:
             if summaries[scheduled] == "ballot: bob":
                 return True
     return False
+
+
+async def test_coord_vote_cancel(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """A running vote is cancelled (its runs with it, the record kept); a vote that has ended
+    is refused with exit 4 (conflict), an unknown one with exit 5 (not found)."""
+    voters = Voters({"alice": YES, "bob": "hold", "carol": "hold"})
+    spec = vote(["alice", "bob", "carol"])
+    env = server_env(dev_env, task_queue)
+    async with build_worker(client, task_queue, voters.registry()):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        await ballot_cast(handle, "alice")
+        code, out, err = await run(COORD, "vote", "cancel", spec.vote_id, env=env)
+        assert (code, err) == (ExitCode.OK, "")
+        assert out == (
+            f"cancellation requested for vote {spec.vote_id}; its voters' runs are cancelled\n"
+        )
+        state = await asyncio.wait_for(api.vote_outcome(handle), 30)
+        await eventually(lambda: asyncio.sleep(0, voters.cancelled == {"bob", "carol"}))
+    assert state.status == VoteStatus.CANCELLED and state.cancelled == ["bob", "carol"]
+    code, _, err = await run(COORD, "vote", "cancel", spec.vote_id, env=env)
+    assert code == ExitCode.CONFLICT
+    assert err == f"error: vote {spec.vote_id!r} has already ended (canceled); nothing to cancel\n"
+    code, _, err = await run(COORD, "vote", "cancel", "nope", env=env)
+    assert (code, err) == (ExitCode.NOT_FOUND, "error: vote 'nope' does not exist\n")

@@ -7,6 +7,9 @@ from typing import Any
 import pytest
 
 from coord.models.joins import JoinState, Slot, share_needed
+from coord.models.plan import PlanSpec
+from coord.models.plan_model import PlanModel
+from coord.models.plan_votes import task_vote
 from coord.models.specs import SpecError, parse_model
 from coord.models.vote import Choice, VoteModel, VoteSpec, VoteStatus
 
@@ -192,3 +195,65 @@ def test_the_spec_defaults() -> None:
     assert vote.correlation_id == "v" and vote.workflow_id == "vote-v"
     assert vote.deadline == timedelta(minutes=5) and vote.timeout == timedelta(minutes=1)
     assert vote.agents_named() == [("voters[0]", "v1"), ("voters[1]", "v2"), ("voters[2]", "v3")]
+
+
+# --- The `vote:` block of a plan task -----------------------------------------------------------
+
+
+def plan_with(task: dict[str, Any], **plan: Any) -> dict[str, Any]:
+    build = {"id": "build", "agent": "builder"}
+    return {"plan_id": "p", "tasks": [build, {"id": "approve", **task}], **plan}
+
+
+VOTE = {"voters": ["a", "b", "c"]}
+
+
+@pytest.mark.parametrize(
+    ("task", "message"),
+    [
+        (
+            {"agent": "x", "vote": VOTE},
+            "tasks[1]: give one of `agent`, `member` or `vote`, not both agent and vote",
+        ),
+        ({"vote": {"voters": []}}, "tasks[1].vote.voters: List should have at least 1 item"),
+        ({"vote": {"voters": ["a", "a"]}}, "tasks[1].vote: voters: each voter votes once"),
+        ({"vote": {**VOTE, "at_least": 4}}, "tasks[1].vote: at_least: 4 is more than the 3"),
+        ({"vote": {**VOTE, "deadline": "soon"}}, "tasks[1].vote.deadline: 'soon' is not a"),
+        ({"vote": {**VOTE, "quorum": 2}}, "tasks[1].vote.quorum: Extra inputs are not permitted"),
+        (
+            {"vote": VOTE, "review": {"reviewer": "r"}},
+            "tasks[1]: review: a vote task has no agent result to review; drop `review`",
+        ),
+        (
+            {"vote": VOTE, "depends_on": ["build"], "input": {"results": 1}},
+            "tasks[1]: input: `results` is where a vote task's proposal carries",
+        ),
+    ],
+)
+def test_a_plan_vote_task_names_what_is_wrong(task: dict[str, Any], message: str) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_model(PlanSpec, plan_with(task), "plan.yaml")
+    assert str(raised.value).startswith(f"plan.yaml: {message}")
+
+
+def test_a_vote_id_too_long_for_a_workflow_id_is_refused() -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_model(PlanSpec, plan_with({"vote": VOTE}, plan_id="p" * 250), "plan.yaml")
+    assert "tasks[1].id: the vote id `<plan_id>-<task_id>` would be longer than 255" in str(
+        raised.value
+    )
+
+
+def test_a_vote_tasks_proposal_is_its_input_and_its_dependencies_results() -> None:
+    agents = {"a": {"kind": "shell", "argv": ["true"]}, "builder": {"kind": "shell", "argv": ["x"]}}
+    task = {"vote": {**VOTE, "at_least": 3, "deadline": "2m"}, "depends_on": ["build"]}
+    spec = parse_model(PlanSpec, plan_with({**task, "input": {"w": 1}}, agents=agents), "p")
+    plan = PlanModel.begin(spec, START)
+    plan.record("build").result = {"built": True}
+    assert [voter for _, voter in spec.agents_named()] == ["builder", "a", "b", "c"]
+    vote = task_vote(plan, spec.task("approve"))
+    assert vote.workflow_id == "vote-p-approve"
+    assert vote.proposal == {"w": 1, "results": {"build": {"built": True}}}
+    assert (vote.needed, vote.deadline, vote.correlation_id) == (3, timedelta(minutes=2), "p")
+    assert list(vote.agents) == ["a"]
+    assert plan.record("approve").agent == "vote: a, b, c"

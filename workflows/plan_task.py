@@ -17,20 +17,35 @@ Extension points (for the gates):
 """
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
+from temporalio.exceptions import (
+    ActivityError,
+    ChildWorkflowError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.contract import RUN_AGENT_ACTIVITY, failure_type_of
+    from coord.models.contract import (
+        RUN_AGENT_ACTIVITY,
+        VOTE_WORKFLOW,
+        FailureType,
+        failure_type_of,
+    )
     from coord.models.plan import PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
+    from coord.models.plan_votes import task_vote, vote_error
+    from coord.models.specs import SpecError
+    from coord.models.vote import VoteSpec, VoteState
     from coord.workflows.common import agent_dispatch, attempts
 
 AgentActivity = workflow.ActivityHandle[AgentResult]
+T = TypeVar("T")
 
 
 class TaskRun:
@@ -52,13 +67,19 @@ class TaskRun:
                 return
             self.model.task_ready(self.task.id, workflow.now())
             self.changed()
-            result = await self.run_agent(1)
-            if result is not None and await self.after_run(result, 1):
+            if await self.do_work():
                 self.model.task_succeeded(self.task.id, workflow.now())
         except asyncio.CancelledError:
             reason = self.model.stopping or "cancelled"
             self.model.task_cancelled(self.task.id, workflow.now(), reason)
         self.changed()
+
+    async def do_work(self) -> bool:
+        """The task's work, True when it succeeded: its vote, or its agent's run and gates."""
+        if self.task.vote is not None:
+            return await self.run_vote()
+        result = await self.run_agent(1)
+        return result is not None and await self.after_run(result, 1)
 
     async def before_run(self) -> bool:
         """v1: nothing to wait for."""
@@ -99,6 +120,47 @@ class TaskRun:
         )
         return result
 
+    async def run_vote(self) -> bool:
+        """The task's vote: a child `Vote` workflow under one worker slot, cancelled with the
+        plan (and with a plan that is closed without it). Decided is success, its record the
+        task's result; rejected, no quorum, or a vote that failed or was cancelled on its own
+        (`coord vote cancel`) is the task's error, its dependents skipped."""
+        try:
+            vote = task_vote(self.model, self.task)
+        except SpecError as error:
+            invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
+            self.model.task_error(self.task.id, workflow.now(), invalid)
+            return False
+
+        def start() -> Awaitable[VoteState]:
+            self.model.run_started(self.task.id, workflow.now())
+            self.changed()
+            return self.start_vote(vote)
+
+        try:
+            outcome = await self.slotted(vote.workflow_id, start)
+        except (ChildWorkflowError, WorkflowAlreadyStartedError) as error:
+            if is_cancelled_exception(error) and self.model.stopping is not None:
+                raise asyncio.CancelledError from error
+            self.model.run_failed(self.task.id, workflow.now(), vote_run_error(error), 1)
+            return False
+        self.model.record(self.task.id).result = outcome.model_dump(mode="json")
+        failed = vote_error(outcome)
+        if failed is not None:
+            self.model.run_failed(self.task.id, workflow.now(), failed, 1)
+        return failed is None
+
+    async def start_vote(self, vote: VoteSpec) -> VoteState:
+        outcome: VoteState = await workflow.execute_child_workflow(
+            VOTE_WORKFLOW,
+            vote.model_dump(mode="json"),
+            id=vote.workflow_id,
+            result_type=VoteState,
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            static_summary=f"{self.task.id}: {vote.needed} of {len(vote.voters)} approvals decide",
+        )
+        return outcome
+
     def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
         """A `run_agent` activity of this task (its run, a review, a verifier) with the task's
         timeouts and retry policy."""
@@ -115,10 +177,10 @@ class TaskRun:
             **agent_dispatch(request, self.task.schedule_to_start_timeout),
         )
 
-    async def slotted(self, key: str, start: Callable[[], AgentActivity]) -> AgentResult:
-        """Waits for a worker slot, starts the activity (`start`, once the slot is granted),
-        and gives the slot back when it closes, however it closes. A cancelled activity
-        raises CancelledError."""
+    async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
+        """Waits for a worker slot, starts the activity or child (`start`, once the slot is
+        granted), and gives the slot back when it closes, however it closes. A cancelled
+        activity raises CancelledError."""
         if self.model.stopping is not None:
             raise asyncio.CancelledError
         self.model.request_slot(key, self.task.id)
@@ -141,3 +203,15 @@ def task_error(error: ActivityError) -> TaskError:
         innermost = innermost.__cause__
     message = innermost.message if isinstance(innermost, FailureError) else str(innermost)
     return TaskError(type=failure_type_of(error), message=message)
+
+
+def vote_run_error(error: ChildWorkflowError | WorkflowAlreadyStartedError) -> TaskError:
+    """How a vote task's vote failed to give an outcome: cancelled on its own, failed, or its id
+    taken by a vote still running."""
+    if is_cancelled_exception(error):
+        return TaskError(type=FailureType.CANCELLED, message="the vote was cancelled")
+    if isinstance(error, WorkflowAlreadyStartedError):
+        running = f"{error.workflow_id} is already running; cancel it or give the plan another id"
+        return TaskError(type=FailureType.TARGET_UNAVAILABLE, message=running)
+    cause = error.cause or error
+    return TaskError(type=failure_type_of(cause), message=str(cause))

@@ -52,7 +52,13 @@ from coord.starter.api.sagas import (
     saga_state,
     start_saga,
 )
-from coord.starter.api.votes import start_vote, vote_handle, vote_outcome, vote_state
+from coord.starter.api.votes import (
+    cancel_vote,
+    start_vote,
+    vote_handle,
+    vote_outcome,
+    vote_state,
+)
 
 __all__ = [
     "ChainBusy",
@@ -68,6 +74,7 @@ __all__ = [
     "cancel_aggregator",
     "cancel_plan",
     "cancel_saga",
+    "cancel_vote",
     "chain_handle",
     "chain_running",
     "chain_state",

@@ -5,12 +5,13 @@ needs nothing of the workflow's code."""
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.vote import VoteSpec, VoteState
 from coord.starter.api.common import (
+    Conflict,
     NotFound,
     closed_with_result,
     described,
@@ -59,3 +60,16 @@ async def vote_state(client: Client, vote: str) -> VoteState:
         return await vote_outcome(handle)
     state: VoteState = await handle.query(contract.STATE_QUERY, result_type=VoteState)
     return state
+
+
+async def cancel_vote(client: Client, vote: str) -> None:
+    """The voters' runs still out are cancelled and the record (in the memo) says so; a plan
+    task or chain subscription waiting on the vote takes it as failed. Refused when the vote
+    has ended: the server would accept the request and nothing would happen."""
+    handle = vote_handle(client, vote)
+    vote_id = contract.vote_id_of(handle.id)
+    description = await described(handle, NotFound(f"vote {vote_id!r} does not exist"))
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "unknown"
+        raise Conflict(f"vote {vote_id!r} has already ended ({status}); nothing to cancel")
+    await handle.cancel()

@@ -1,4 +1,4 @@
-"""`coord vote start|state`: consensus votes from the command line."""
+"""`coord vote start|state|cancel`: consensus votes from the command line."""
 
 import json
 from pathlib import Path
@@ -26,7 +26,7 @@ from coord.starter.commands.common import (
 from coord.starter.exits import ExitCode
 from coord.starter.progress import Sighting
 
-app = typer.Typer(no_args_is_help=True, help="Start and inspect consensus votes.")
+app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel consensus votes.")
 VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow id")]
 CHOICE_STYLES = {"approve": "green", "reject": "red", "abstain": "yellow"}
 
@@ -128,3 +128,11 @@ async def start(
 async def state(vote: VoteId, as_json: AsJson = False) -> None:
     """Print a vote's ballots and outcome (--json: the record)."""
     show_vote(await api.vote_state(await connect(), vote), as_json)
+
+
+@app.command("cancel")
+@runs_async
+async def cancel(vote: VoteId) -> None:
+    """Cancel a vote; its voters' runs still out are cancelled and the record says so."""
+    await api.cancel_vote(await connect(), vote)
+    typer.echo(f"cancellation requested for vote {vote}; its voters' runs are cancelled")

@@ -1,0 +1,34 @@
+"""A plan's vote tasks, apart from Temporal: the vote a task runs (its input, with its
+dependencies' results under `results`, is the proposal) and how the vote's outcome ends the task
+(decided: succeeded; rejected or no quorum: error, typed)."""
+
+from coord.models.contract import FailureType
+from coord.models.plan import VOTE_RESULTS_KEY, PlanTask, TaskError
+from coord.models.plan_model import PlanModel
+from coord.models.vote import VoteSpec, VoteState, VoteStatus
+
+
+def task_vote(model: PlanModel, task: PlanTask) -> VoteSpec:
+    """The spec of the vote `task` runs (workflow `vote-<plan_id>-<task_id>`). A dependency's
+    result stored by reference is in the proposal as its reference. Raises SpecError when the
+    proposal is not one a vote takes (nested too deep)."""
+    assert task.vote is not None
+    results = model.dependency_results(task)
+    proposal = {**task.input, **({VOTE_RESULTS_KEY: results} if results else {})}
+    return VoteSpec.of(
+        model.spec.vote_id(task),
+        task.vote,
+        proposal,
+        correlation_id=model.spec.correlation_id,
+        agents=model.spec.agents,
+    )
+
+
+def vote_error(vote: VoteState) -> TaskError | None:
+    """None for a decided vote; else the task's error, saying how the ballots fell."""
+    if vote.status == VoteStatus.DECIDED:
+        return None
+    kind = (
+        FailureType.VOTE_REJECTED if vote.status == VoteStatus.REJECTED else FailureType.NO_QUORUM
+    )
+    return TaskError(type=kind, message=f"vote {vote.status.value}: {vote.summary}")

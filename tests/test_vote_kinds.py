@@ -1,0 +1,170 @@
+"""Votes as a plan task kind and from chain subscriptions, on the real dev server: a vote task
+decided (its proposal the task's input and its dependencies' results, the vote a child workflow
+`vote-<plan_id>-<task_id>` of the plan), one rejected that skips its dependents, one cancelled
+on its own; a chain whose vote subscription publishes `on_success` or `on_failure` with the
+ballots."""
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from coord.models import contract
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.vote import Choice, VoteState, VoteStatus
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import eventually, task_failures
+from tests.test_vote import NO, YES, Voters
+
+VOTERS = ["alice", "bob", "carol"]
+
+
+def with_builder(voters: Voters) -> AgentRegistry:
+    """The voters, and `build`, which answers with what it was given."""
+    registry = voters.registry()
+
+    @registry.register("build")
+    async def build(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"built": event.payload.get("release"), "inputs": dict(context.inputs)}
+
+    return registry
+
+
+def release_plan(**approve: Any) -> PlanSpec:
+    """build -> approve (a vote) -> ship, and docs beside them."""
+    no_retry = {"max_retries": 0}
+    vote = {"voters": VOTERS, "retry": no_retry, **approve}
+    return PlanSpec.model_validate(
+        {
+            "plan_id": f"pv-{uuid.uuid4().hex[:8]}",
+            "tasks": [
+                {"id": "build", "agent": "build", "input": {"release": "1.4"}, "retry": no_retry},
+                {
+                    "id": "approve",
+                    "vote": vote,
+                    "input": {"window": "tue"},
+                    "depends_on": ["build"],
+                },
+                {"id": "ship", "agent": "build", "depends_on": ["approve"], "retry": no_retry},
+                {"id": "docs", "agent": "build", "retry": no_retry},
+            ],
+        }
+    )
+
+
+async def run_plan(
+    client: Client, task_queue: str, spec: PlanSpec, voters: Voters
+) -> tuple[PlanState, WorkflowHandle[Any, PlanState]]:
+    async with build_worker(client, task_queue, with_builder(voters)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        return await asyncio.wait_for(api.plan_outcome(handle), 60), handle
+
+
+async def test_a_decided_vote_task_succeeds_with_its_record_and_its_dependents_run(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": YES, "bob": YES, "carol": "hold"})
+    spec = release_plan()
+    state, handle = await run_plan(client, task_queue, spec, voters)
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    built = {"built": "1.4", "inputs": {}}
+    assert voters.proposals["alice"] == {"window": "tue", "results": {"build": built}}
+    approve = next(task for task in state.tasks if task.id == "approve")
+    assert approve.agent == "vote: alice, bob, carol"
+    assert [t.state for t in approve.transitions] == [
+        TaskState.PENDING,
+        TaskState.READY,
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
+    vote = VoteState.model_validate(approve.result)
+    assert vote.status == VoteStatus.DECIDED
+    assert vote.vote_id == f"{spec.plan_id}-approve"
+    assert vote.correlation_id == spec.correlation_id
+    assert [(b.voter, b.choice) for b in vote.ballots] == [
+        ("alice", Choice.APPROVE),
+        ("bob", Choice.APPROVE),
+    ]
+    assert vote.cancelled == ["carol"]
+    ship = next(task for task in state.tasks if task.id == "ship")
+    assert ship.result is not None and ship.result["inputs"]["approve"] == approve.result
+    child = await client.get_workflow_handle(f"vote-{spec.plan_id}-approve").describe()
+    parent = child.raw_description.workflow_execution_info.parent_execution
+    assert parent.workflow_id == spec.workflow_id
+    assert child.typed_search_attributes.get(contract.COORD_STATUS) == "decided"
+    assert await task_failures(handle) == []
+
+
+async def test_a_rejected_vote_task_ends_error_and_skips_its_dependents(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": NO, "bob": NO, "carol": "hold"})
+    state, _ = await run_plan(client, task_queue, release_plan(), voters)
+    assert state.status == PlanStatus.PARTIAL, state.summary
+    records = {task.id: task for task in state.tasks}
+    approve = records["approve"]
+    assert approve.state == TaskState.ERROR
+    assert approve.error is not None and approve.error.type == "vote_rejected"
+    assert approve.error.message == (
+        "vote rejected: 0 approve, 2 reject, 0 abstain of 3 voters; 2 approvals needed"
+    )
+    vote = VoteState.model_validate(approve.result)
+    assert [(b.voter, b.choice, b.reason) for b in vote.ballots] == [
+        ("alice", Choice.REJECT, "no rollback plan"),
+        ("bob", Choice.REJECT, "no rollback plan"),
+    ]
+    assert records["ship"].state == TaskState.SKIPPED
+    assert records["ship"].skipped_because == "approve"
+    assert records["docs"].state == records["build"].state == TaskState.SUCCEEDED
+
+
+async def test_a_vote_with_too_few_voters_left_ends_no_quorum(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": YES, "bob": "fail", "carol": "fail"})
+    state, _ = await run_plan(client, task_queue, release_plan(), voters)
+    approve = next(task for task in state.tasks if task.id == "approve")
+    assert approve.error is not None and approve.error.type == "no_quorum"
+    assert VoteState.model_validate(approve.result).status == VoteStatus.NO_QUORUM
+
+
+async def test_a_vote_cancelled_on_its_own_ends_its_task_and_the_plan_goes_on(
+    client: Client, task_queue: str
+) -> None:
+    """`coord vote cancel` on a plan's vote: the task ends error `cancelled`, its dependents are
+    skipped, and the plan still ends (nothing waits for a task that cannot end)."""
+    voters = Voters({"alice": "hold", "bob": "hold", "carol": "hold"})
+    spec = release_plan()
+    async with build_worker(client, task_queue, with_builder(voters)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        await eventually(lambda: asyncio.sleep(0, set(VOTERS) <= voters.proposals.keys()))
+        await api.cancel_vote(client, f"{spec.plan_id}-approve")
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+    records = {task.id: task for task in state.tasks}
+    assert records["approve"].error is not None
+    assert records["approve"].error.type == "cancelled"
+    assert records["ship"].state == TaskState.SKIPPED
+    assert state.status == PlanStatus.PARTIAL
+    assert voters.cancelled == set(VOTERS)
+
+
+async def test_a_cancelled_plan_cancels_its_vote(client: Client, task_queue: str) -> None:
+    voters = Voters({"alice": "hold", "bob": "hold", "carol": "hold"})
+    spec = release_plan()
+    async with build_worker(client, task_queue, with_builder(voters)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        await eventually(lambda: asyncio.sleep(0, set(VOTERS) <= voters.proposals.keys()))
+        await handle.cancel()
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+        vote = await asyncio.wait_for(
+            api.vote_outcome(api.vote_handle(client, f"{spec.plan_id}-approve")), 30
+        )
+    assert state.status == PlanStatus.CANCELLED
+    approve = next(task for task in state.tasks if task.id == "approve")
+    assert approve.state == TaskState.CANCELLED
+    assert vote.status == VoteStatus.CANCELLED and vote.cancelled == VOTERS
