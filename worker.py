@@ -24,6 +24,7 @@ from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
 from coord.models.contract import agent_task_queue
 from coord.models.specs import SpecError
+from coord.workflows.agent_ledger import AgentLedger
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain
@@ -32,7 +33,15 @@ from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
 from coord.workflows.vote import Vote
 
-WORKFLOWS: Sequence[type] = (Saga, ReactiveChain, Aggregator, DeadLetterEntry, TaskGraph, Vote)
+WORKFLOWS: Sequence[type] = (
+    Saga,
+    ReactiveChain,
+    Aggregator,
+    DeadLetterEntry,
+    TaskGraph,
+    Vote,
+    AgentLedger,
+)
 
 
 def demo_agents_enabled() -> bool:

@@ -64,6 +64,7 @@ AGGREGATOR_WORKFLOW: Final = "Aggregator"
 DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
 PLAN_WORKFLOW: Final = "TaskGraph"
 VOTE_WORKFLOW: Final = "Vote"
+AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
 
 
 class Pattern(StrEnum):
@@ -141,6 +142,14 @@ def as_plan_workflow_id(name: str) -> str:
     return name if name.startswith(PLAN_ID_PREFIX) else PLAN_ID_PREFIX + name
 
 
+LEDGER_ID_PREFIX: Final = "ledger-"
+
+
+def agent_ledger_workflow_id(agent_queue: str) -> str:
+    """An agent's ledger (its circuit breaker and recent stats): one per agent queue."""
+    return LEDGER_ID_PREFIX + agent_queue
+
+
 def vote_workflow_id(vote_id: str) -> str:
     return VOTE_ID_PREFIX + vote_id
 
@@ -179,6 +188,8 @@ ENTRY_QUERY: Final = "entry"
 """A dead-letter entry's whole record."""
 PROGRESS_QUERY: Final = "progress"
 """A plan's running tasks with their latest progress summary and elapsed time, and its counts."""
+LEDGER_QUERY: Final = "ledger"
+"""An agent ledger's breaker state and recent-window stats (AgentLedgerState)."""
 
 REPLAY_UPDATE: Final = "replay"
 """Replay a dead-letter entry (optionally with a fixed payload)."""
@@ -186,6 +197,13 @@ ARCHIVE_UPDATE: Final = "archive"
 """Archive a dead-letter entry with a note."""
 APPROVE_UPDATE: Final = "approve"
 """Approve or reject a plan task waiting for a person (who, why)."""
+REPORT_OUTCOME_UPDATE: Final = "report_outcome"
+"""A worker tells an agent's ledger of a run that matters to its breaker (a failure, the success
+ending a streak, a probe's outcome); answers the ledger's state."""
+CLAIM_PROBE_UPDATE: Final = "claim_probe"
+"""A worker asks a half-open breaker's ledger for its one probe run."""
+REPORT_STATS_UPDATE: Final = "report_stats"
+"""A worker's batch of counted runs of an agent, every few seconds, to its ledger."""
 
 # --- Activities -------------------------------------------------------------------------------
 
@@ -269,6 +287,9 @@ class FailureType(StrEnum):
     AGENT_NOT_ALLOWED = "agent_not_allowed"
     AGENT_UNAVAILABLE = "agent_unavailable"
     """No worker took the run off its agent's queue within its schedule-to-start limit."""
+    CIRCUIT_OPEN = "circuit_open"
+    """The agent's circuit breaker is open: the run failed fast without calling the agent, and
+    its next retry comes no earlier than the end of the open window (retryable)."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
@@ -320,7 +341,12 @@ NOT_RETRYABLE: Final = frozenset({FailureType.INVALID_PAYLOAD, FailureType.UNAUT
 """The agent failures no retry can fix: the seed's default `no_retry_on`."""
 
 RETRY_LATER: Final = frozenset(
-    {FailureType.TEMPORARY_FAILURE, FailureType.TARGET_UNAVAILABLE, FailureType.AGENT_UNAVAILABLE}
+    {
+        FailureType.TEMPORARY_FAILURE,
+        FailureType.TARGET_UNAVAILABLE,
+        FailureType.AGENT_UNAVAILABLE,
+        FailureType.CIRCUIT_OPEN,
+    }
 )
 FIX_AND_REPLAY: Final = frozenset(
     {FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED, FailureType.COMPENSATION_FAILED}

@@ -68,7 +68,8 @@ async def record_histories(client: Client) -> None:
         ).fetch_history()
         folder = HISTORIES / execution.workflow_type
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{execution.id}.{execution.run_id[:8]}.json").write_text(history.to_json())
+        name = execution.id.replace("/", "_")  # an agent ledger's id holds its agent's queue
+        (folder / f"{name}.{execution.run_id[:8]}.json").write_text(history.to_json())
 
 
 @pytest.fixture(scope="session")

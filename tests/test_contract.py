@@ -27,6 +27,7 @@ from coord.activities.plan_progress import PlanProgressReader
 from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
+from coord.workflows.agent_ledger import AgentLedger
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
@@ -61,6 +62,11 @@ WIRE_NAMES = {
     contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
     contract.DEAD_LETTER_SUMMARY_MEMO: "summary",
     contract.VOTE_RECORD_MEMO: "vote_state",
+    contract.AGENT_LEDGER_WORKFLOW: "AgentLedger",
+    contract.LEDGER_QUERY: "ledger",
+    contract.REPORT_OUTCOME_UPDATE: "report_outcome",
+    contract.CLAIM_PROBE_UPDATE: "claim_probe",
+    contract.REPORT_STATS_UPDATE: "report_stats",
 }
 
 
@@ -116,6 +122,17 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {contract.APPROVE_UPDATE},
         ),
         (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
+        (
+            AgentLedger,
+            contract.AGENT_LEDGER_WORKFLOW,
+            set(),
+            {contract.LEDGER_QUERY},
+            {
+                contract.REPORT_OUTCOME_UPDATE,
+                contract.CLAIM_PROBE_UPDATE,
+                contract.REPORT_STATS_UPDATE,
+            },
+        ),
     ],
 )
 def test_workflows_are_registered_under_the_contracts_names(
@@ -161,6 +178,7 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert contract.vote_id_of("vote-release-7") == "release-7"
     assert contract.as_vote_workflow_id("release-7") == "vote-release-7"
     assert contract.as_vote_workflow_id("vote-release-7") == "vote-release-7"
+    assert contract.agent_ledger_workflow_id("agent-x") == "ledger-agent-x"
 
 
 def test_pattern_clause_and_coordination_attributes() -> None:

@@ -1,0 +1,109 @@
+"""Reading and reporting to agents' ledgers (the `AgentLedger` entity workflows) from outside a
+workflow: `read_ledgers` for `coord agents`, routing and the health monitor; `LedgerClient` for
+the workers that report runs. An agent without a running ledger reads as closed, with no runs."""
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowQueryRejectedError
+from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from coord.models.agent_ledger import (
+    AgentLedgerState,
+    BreakerConfig,
+    LedgerStart,
+    OutcomeReport,
+    ProbeClaim,
+    ProbeGrant,
+    RunStats,
+    StatsReport,
+)
+from coord.models.contract import (
+    AGENT_LEDGER_WORKFLOW,
+    CLAIM_PROBE_UPDATE,
+    LEDGER_QUERY,
+    REPORT_OUTCOME_UPDATE,
+    REPORT_STATS_UPDATE,
+    agent_ledger_workflow_id,
+)
+
+R = TypeVar("R", bound=BaseModel)
+
+
+async def read_ledger(client: Client, agent_queue: str) -> AgentLedgerState:
+    """The ledger of one agent queue; closed with no runs when it has none running."""
+    handle = client.get_workflow_handle(agent_ledger_workflow_id(agent_queue))
+    try:
+        state: AgentLedgerState = await handle.query(
+            LEDGER_QUERY,
+            result_type=AgentLedgerState,
+            reject_condition=QueryRejectCondition.NOT_OPEN,
+        )
+    except WorkflowQueryRejectedError:
+        return AgentLedgerState(agent_queue=agent_queue)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return AgentLedgerState(agent_queue=agent_queue)
+        raise
+    return state
+
+
+async def read_ledgers(client: Client, queues: Iterable[str]) -> dict[str, AgentLedgerState]:
+    """The ledgers of several agent queues, read at once, by queue."""
+    wanted = list(dict.fromkeys(queues))
+    states = await asyncio.gather(*(read_ledger(client, queue) for queue in wanted))
+    return dict(zip(wanted, states, strict=True))
+
+
+class LedgerClient:
+    """A worker's messages to one agent queue's ledger, starting it when it does not run
+    (update-with-start, on the deployment's coordinator queue `home`)."""
+
+    def __init__(
+        self, client: Client, agent_queue: str, home: str, config: BreakerConfig, worker: str
+    ) -> None:
+        self._client = client
+        self.agent_queue = agent_queue
+        self._home = home
+        self._config = config
+        self._worker = worker
+
+    async def read(self) -> AgentLedgerState:
+        return await read_ledger(self._client, self.agent_queue)
+
+    async def outcome(
+        self, succeeded: bool, *, failure_type: str | None = None, probe: bool = False
+    ) -> AgentLedgerState:
+        report = OutcomeReport(
+            worker=self._worker,
+            config=self._config,
+            succeeded=succeeded,
+            failure_type=failure_type,
+            probe=probe,
+        )
+        return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
+
+    async def claim_probe(self) -> ProbeGrant:
+        claim = ProbeClaim(worker=self._worker, config=self._config)
+        return await self._update(CLAIM_PROBE_UPDATE, claim, ProbeGrant)
+
+    async def stats(self, stats: RunStats) -> AgentLedgerState:
+        report = StatsReport(worker=self._worker, config=self._config, stats=stats)
+        return await self._update(REPORT_STATS_UPDATE, report, AgentLedgerState)
+
+    async def _update(self, update: str, arg: Any, result_type: type[R]) -> R:
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            AGENT_LEDGER_WORKFLOW,
+            LedgerStart(agent_queue=self.agent_queue, config=self._config),
+            id=agent_ledger_workflow_id(self.agent_queue),
+            task_queue=self._home,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary=f"ledger of {self.agent_queue}",
+        )
+        result: R = await self._client.execute_update_with_start_workflow(
+            update, arg, start_workflow_operation=start, result_type=result_type
+        )
+        return result

@@ -1,0 +1,312 @@
+"""An agent's ledger: its circuit breaker (seed 003) and its recent-window run stats, shared by
+every workflow that uses the agent. Pure: the `AgentLedger` entity workflow holds one
+`LedgerBook` per agent queue; workers read it (`AgentLedgerState`) and report to it.
+
+The breaker: `closed` until `failures` consecutive failures of retryable types (default 5);
+then `open` for `recovery` (default 30 s), while runs fail fast with `circuit_open`; then
+`half_open`: exactly one probe run is let through (a lease, so a probe whose worker died does not
+hold the breaker half-open for ever); its success closes the breaker, its failure re-opens it.
+
+The window: runs that succeeded and failed, and the durations of the successful ones (a
+log-scale histogram, so memory stays bounded however many runs there are), in time buckets over
+the last WINDOW; the success rate and the median duration are read from it."""
+
+import math
+from datetime import datetime, timedelta
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coord.models.durations import Duration
+
+BreakerStateName = Literal["closed", "open", "half_open"]
+DEFAULT_FAILURES = 5
+DEFAULT_RECOVERY = timedelta(seconds=30)
+PROBE_LEASE = timedelta(minutes=1)
+"""How long a granted probe holds the half-open breaker before another run may probe (its
+worker may have died). A probe that runs longer is not stopped; a second probe may start."""
+HALF_OPEN_RETRY = timedelta(seconds=2)
+"""When a run turned away while a probe is out may try again."""
+WINDOW = timedelta(minutes=5)
+"""The recent window of the success rate and the p50."""
+BUCKET = timedelta(seconds=30)
+"""The window's granularity: whole buckets leave it."""
+HISTOGRAM_BASE = 2 ** (1 / 8)
+"""Duration histogram bins grow by this factor (about 9%): the p50 is within about 4.5%."""
+MIN_DURATION_MS = 0.01
+MAX_TRANSITIONS = 20
+"""Breaker transitions kept, newest last (what the health monitor reads)."""
+
+
+class BreakerConfig(BaseModel):
+    """An agent declaration's `breaker:` (`{failures: 5, recovery: 30s}`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    """False: the agent's runs never consult the ledger (no breaker, no window stats)."""
+    failures: int = Field(default=DEFAULT_FAILURES, ge=1, le=10_000)
+    """Consecutive failures of retryable types that open the breaker."""
+    recovery: Duration = DEFAULT_RECOVERY
+    """How long the breaker stays open before a probe run may test the agent again."""
+
+
+def duration_bin(duration_ms: float) -> int:
+    """The histogram bin of a duration."""
+    return round(math.log(max(duration_ms, MIN_DURATION_MS), HISTOGRAM_BASE))
+
+
+def bin_duration(index: int) -> float:
+    """The duration a bin stands for (ms)."""
+    return float(HISTOGRAM_BASE**index)
+
+
+class RunStats(BaseModel):
+    """Runs counted by a worker since its last report (or in one bucket of the window)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    succeeded: int = Field(default=0, ge=0)
+    failed: int = Field(default=0, ge=0)
+    durations: dict[int, int] = Field(default_factory=dict)
+    """Successful runs' durations: histogram bin -> count."""
+
+    @property
+    def runs(self) -> int:
+        return self.succeeded + self.failed
+
+    def record(self, succeeded: bool, duration_ms: float) -> None:
+        if succeeded:
+            self.succeeded += 1
+            index = duration_bin(duration_ms)
+            self.durations[index] = self.durations.get(index, 0) + 1
+        else:
+            self.failed += 1
+
+    def merge(self, other: "RunStats") -> None:
+        self.succeeded += other.succeeded
+        self.failed += other.failed
+        for index, count in other.durations.items():
+            self.durations[index] = self.durations.get(index, 0) + count
+
+    def p50_ms(self) -> float | None:
+        """The median successful duration (the bin it falls in), None without successes."""
+        total = sum(self.durations.values())
+        seen = 0
+        for index in sorted(self.durations):
+            seen += self.durations[index]
+            if seen * 2 >= total:
+                return round(bin_duration(index), 1)
+        return None
+
+
+class WindowBucket(BaseModel):
+    start: datetime
+    stats: RunStats = Field(default_factory=RunStats)
+
+
+class BreakerTransition(BaseModel):
+    """One change of the breaker's state; `seq` grows by one per transition, so a reader tells
+    the ones it has not seen yet."""
+
+    seq: int
+    at: datetime
+    from_state: BreakerStateName
+    to_state: BreakerStateName
+    reason: str
+
+
+class AgentLedgerState(BaseModel):
+    """What the ledger query answers (and `read_ledgers` when an agent has no ledger: closed,
+    no runs)."""
+
+    agent_queue: str
+    breaker: BreakerStateName = "closed"
+    open_until: datetime | None = None
+    """When an open breaker lets a probe through."""
+    consecutive_failures: int = 0
+    failures_to_open: int = DEFAULT_FAILURES
+    recovery_s: float = DEFAULT_RECOVERY.total_seconds()
+    runs: int = 0
+    """Runs in the recent window (successes and failures; not the runs turned away)."""
+    succeeded: int = 0
+    failed: int = 0
+    success_rate: float | None = None
+    """None: no runs in the window."""
+    p50_ms: float | None = None
+    window_s: float = WINDOW.total_seconds()
+    transitions: list[BreakerTransition] = Field(default_factory=list)
+    as_of: datetime | None = None
+
+    def breaker_at(self, now: datetime) -> BreakerStateName:
+        """The state at `now`: an open breaker whose window has passed is half-open even if the
+        ledger has not said so yet."""
+        if self.breaker == "open" and self.open_until is not None and now >= self.open_until:
+            return "half_open"
+        return self.breaker
+
+
+class LedgerBook(BaseModel):
+    """The ledger's whole state, carried across continue-as-new. Every method takes `now`."""
+
+    agent_queue: str
+    config: BreakerConfig = Field(default_factory=BreakerConfig)
+    breaker: BreakerStateName = "closed"
+    consecutive_failures: int = 0
+    open_until: datetime | None = None
+    probe_until: datetime | None = None
+    """While half-open: when the granted probe's lease ends (None: no probe out)."""
+    buckets: list[WindowBucket] = Field(default_factory=list)
+    transitions: list[BreakerTransition] = Field(default_factory=list)
+    next_seq: int = 1
+    last_report: datetime | None = None
+
+    def configure(self, config: BreakerConfig) -> None:
+        """The reporting worker's declaration of the agent (the latest wins)."""
+        self.config = config
+
+    def tick(self, now: datetime) -> None:
+        """Moves an open breaker whose window passed to half-open; drops buckets past the
+        window."""
+        if self.breaker == "open" and self.open_until is not None and now >= self.open_until:
+            self._move("half_open", now, f"open for {self.config.recovery.total_seconds():g}s")
+            self.probe_until = None
+        self.buckets = [b for b in self.buckets if b.start + BUCKET > now - WINDOW]
+
+    def failed(self, failure_type: str, now: datetime, *, probe: bool = False) -> None:
+        """A run failed with a retryable type (the caller leaves out the others)."""
+        self.tick(now)
+        self.last_report = now
+        self.consecutive_failures += 1
+        if self.breaker == "half_open" and (probe or self.probe_until is None):
+            self._open(now, f"probe failed: {failure_type}")
+        elif self.breaker == "closed" and self.consecutive_failures >= self.config.failures:
+            streak = self.consecutive_failures
+            self._open(now, f"{streak} consecutive failures, last {failure_type}")
+
+    def succeeded(self, now: datetime, *, probe: bool = False) -> None:
+        """A run succeeded: the streak ends; a probe's success closes the breaker. A success
+        from a run started before the breaker opened does not close it (only a probe does)."""
+        self.tick(now)
+        self.last_report = now
+        self.consecutive_failures = 0
+        if self.breaker == "half_open" and (probe or self.probe_until is None):
+            self._move("closed", now, "probe succeeded")
+            self.probe_until = None
+
+    def claim_probe(self, now: datetime) -> bool:
+        """Whether the caller may run the one probe of a half-open breaker."""
+        self.tick(now)
+        self.last_report = now
+        if self.breaker != "half_open":
+            return False
+        if self.probe_until is not None and now < self.probe_until:
+            return False
+        self.probe_until = now + PROBE_LEASE
+        return True
+
+    def add_stats(self, stats: RunStats, now: datetime) -> None:
+        """A worker's batch of counted runs, into the bucket of `now`."""
+        self.tick(now)
+        self.last_report = now
+        start = _bucket_start(now)
+        if not self.buckets or self.buckets[-1].start != start:
+            self.buckets.append(WindowBucket(start=start))
+        self.buckets[-1].stats.merge(stats)
+
+    def next_wakeup(self) -> datetime | None:
+        """When the breaker changes by itself (an open one turns half-open)."""
+        return self.open_until if self.breaker == "open" else None
+
+    def quiet(self, now: datetime) -> bool:
+        """Nothing left to keep: breaker closed, no failure streak, an empty window."""
+        self.tick(now)
+        return self.breaker == "closed" and not self.consecutive_failures and not self.buckets
+
+    def state(self, now: datetime) -> AgentLedgerState:
+        window = RunStats()
+        for bucket in self.buckets:
+            if bucket.start + BUCKET > now - WINDOW:
+                window.merge(bucket.stats)
+        return AgentLedgerState(
+            agent_queue=self.agent_queue,
+            breaker=self.breaker,
+            open_until=self.open_until if self.breaker == "open" else None,
+            consecutive_failures=self.consecutive_failures,
+            failures_to_open=self.config.failures,
+            recovery_s=self.config.recovery.total_seconds(),
+            runs=window.runs,
+            succeeded=window.succeeded,
+            failed=window.failed,
+            success_rate=round(window.succeeded / window.runs, 4) if window.runs else None,
+            p50_ms=window.p50_ms(),
+            transitions=list(self.transitions),
+            as_of=now,
+        )
+
+    def _open(self, now: datetime, reason: str) -> None:
+        self._move("open", now, reason)
+        self.open_until = now + self.config.recovery
+        self.probe_until = None
+
+    def _move(self, to_state: BreakerStateName, now: datetime, reason: str) -> None:
+        self.transitions.append(
+            BreakerTransition(
+                seq=self.next_seq, at=now, from_state=self.breaker, to_state=to_state, reason=reason
+            )
+        )
+        self.transitions = self.transitions[-MAX_TRANSITIONS:]
+        self.next_seq += 1
+        self.breaker = to_state
+
+
+def _bucket_start(now: datetime) -> datetime:
+    seconds = BUCKET.total_seconds()
+    epoch = now.timestamp()
+    return datetime.fromtimestamp(epoch - epoch % seconds, now.tzinfo)
+
+
+class LedgerStart(BaseModel):
+    """The ledger's start input (and continue-as-new's, with the book carried)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_queue: str = Field(min_length=1)
+    config: BreakerConfig = Field(default_factory=BreakerConfig)
+    book: LedgerBook | None = None
+
+
+class OutcomeReport(BaseModel):
+    """A run's outcome that matters to the breaker: a failure of a retryable type, the success
+    that ends a failure streak, or a probe's outcome. Runs that go well while the breaker is
+    closed are not reported one by one (they are in the batched `StatsReport`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = ""
+    config: BreakerConfig = Field(default_factory=BreakerConfig)
+    succeeded: bool
+    failure_type: str | None = None
+    probe: bool = False
+
+
+class ProbeClaim(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = ""
+    config: BreakerConfig = Field(default_factory=BreakerConfig)
+
+
+class ProbeGrant(BaseModel):
+    granted: bool
+    state: AgentLedgerState
+
+
+class StatsReport(BaseModel):
+    """A worker's runs of the agent since its last report, sent every few seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker: str = ""
+    config: BreakerConfig = Field(default_factory=BreakerConfig)
+    stats: RunStats

@@ -1,0 +1,146 @@
+"""The `AgentLedger` entity workflow: one per agent queue, holding the agent's circuit breaker and
+its recent-window stats (`LedgerBook`, coord.models.agent_ledger), shared by every workflow that
+uses the agent. Workers start it with update-with-start when they first report, never users.
+
+Modelled on the safe-message-handlers sample: the state is built in `@workflow.init`, so the
+first update finds it; every handler is a plain function that changes the book without
+awaiting, so handlers never interleave and need no lock; malformed input is rejected by the
+validators (a rejected update leaves no trace in history, and nothing can fail the workflow
+task); before continuing as new (history bounded) the run waits for every handler to finish. A
+ledger with nothing to keep (breaker closed, no streak, empty window) ends after IDLE_END."""
+
+import contextlib
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.agent_ledger import (
+        AgentLedgerState,
+        LedgerBook,
+        LedgerStart,
+        OutcomeReport,
+        ProbeClaim,
+        ProbeGrant,
+        StatsReport,
+    )
+    from coord.models.contract import (
+        AGENT_LEDGER_WORKFLOW,
+        CLAIM_PROBE_UPDATE,
+        LEDGER_QUERY,
+        REPORT_OUTCOME_UPDATE,
+        REPORT_STATS_UPDATE,
+        FailureType,
+        failure,
+    )
+    from coord.models.specs import SpecError
+    from coord.workflows.common import NO_INPUT, PlainInput, decode_input
+
+IDLE_END = timedelta(hours=1)
+"""A ledger with nothing to keep ends after this long without reports; the next report starts
+it again."""
+MAX_HISTORY = 2000
+"""History events after which the ledger continues as new (reports arrive every few seconds)."""
+
+
+@workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
+class AgentLedger:
+    """Not sandboxed: it runs for as long as its agent is used, answering updates every few
+    seconds; it imports only pure models."""
+
+    @workflow.init
+    def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
+        self._start_error: str | None = None
+        self._woken = False
+        try:
+            start = decode_input(LedgerStart, raw_start, "ledger start")
+        except SpecError as error:
+            self._start_error = str(error)
+            start = LedgerStart(agent_queue=workflow.info().workflow_id)
+        self._book = start.book or LedgerBook(agent_queue=start.agent_queue, config=start.config)
+
+    @workflow.run
+    async def run(self, raw_start: PlainInput = NO_INPUT) -> AgentLedgerState:
+        if self._start_error is not None:
+            raise failure(FailureType.INVALID_INPUT, self._start_error, non_retryable=True)
+        while not self._idle_long_enough():
+            if self._history_full():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    LedgerStart(agent_queue=self._book.agent_queue, book=self._book)
+                )
+            await self._until_something_changes()
+        return self._book.state(workflow.now())
+
+    @workflow.query(name=LEDGER_QUERY)
+    def ledger(self) -> AgentLedgerState:
+        return self._book.state(workflow.now())
+
+    @workflow.update(name=REPORT_OUTCOME_UPDATE)
+    def report_outcome(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
+        report = decode_input(OutcomeReport, raw_report, "outcome report")
+        now = workflow.now()
+        self._book.configure(report.config)
+        if report.succeeded:
+            self._book.succeeded(now, probe=report.probe)
+        else:
+            self._book.failed(report.failure_type or "", now, probe=report.probe)
+        self._woken = True
+        return self._book.state(now)
+
+    @report_outcome.validator
+    def _valid_outcome(self, raw_report: PlainInput = NO_INPUT) -> None:
+        decode_input(OutcomeReport, raw_report, "outcome report")
+
+    @workflow.update(name=CLAIM_PROBE_UPDATE)
+    def claim_probe(self, raw_claim: PlainInput = NO_INPUT) -> ProbeGrant:
+        claim = decode_input(ProbeClaim, raw_claim, "probe claim")
+        now = workflow.now()
+        self._book.configure(claim.config)
+        granted = self._book.claim_probe(now)
+        self._woken = True
+        return ProbeGrant(granted=granted, state=self._book.state(now))
+
+    @claim_probe.validator
+    def _valid_claim(self, raw_claim: PlainInput = NO_INPUT) -> None:
+        decode_input(ProbeClaim, raw_claim, "probe claim")
+
+    @workflow.update(name=REPORT_STATS_UPDATE)
+    def report_stats(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
+        report = decode_input(StatsReport, raw_report, "stats report")
+        now = workflow.now()
+        self._book.configure(report.config)
+        self._book.add_stats(report.stats, now)
+        self._woken = True
+        return self._book.state(now)
+
+    @report_stats.validator
+    def _valid_stats(self, raw_report: PlainInput = NO_INPUT) -> None:
+        decode_input(StatsReport, raw_report, "stats report")
+
+    async def _until_something_changes(self) -> None:
+        """Until a report arrives, the open window ends, the history is full, or the idle
+        period ends; then the book is brought up to date."""
+        self._woken = False
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: self._woken or self._history_full(),
+                timeout=self._next_timeout(workflow.now()),
+            )
+        self._book.tick(workflow.now())
+
+    def _next_timeout(self, now: datetime) -> timedelta:
+        due = [IDLE_END]
+        if (wakeup := self._book.next_wakeup()) is not None:
+            due.append(wakeup - now)
+        return max(min(due), timedelta(milliseconds=1))
+
+    def _idle_long_enough(self) -> bool:
+        now = workflow.now()
+        since = self._book.last_report or workflow.info().start_time
+        return self._book.quiet(now) and now - since >= IDLE_END
+
+    def _history_full(self) -> bool:
+        info = workflow.info()
+        suggested = info.is_continue_as_new_suggested()
+        return suggested or info.get_current_history_length() > MAX_HISTORY
