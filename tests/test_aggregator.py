@@ -8,13 +8,13 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
+from coord.infra.signals import running
 from coord.models import contract
 from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
 from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot
 from coord.starter import api
 from coord.starter.api.aggregators import publish_to_aggregator
-from coord.starter.api.routing import running
 from coord.worker import build_worker
 from tests.agents import GatedAgents
 from tests.helpers import (

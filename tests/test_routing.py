@@ -5,9 +5,9 @@ import uuid
 
 from temporalio.client import Client
 
+from coord.infra.signals import signal_each
 from coord.models.dlq import DlqSelection
 from coord.starter import api
-from coord.starter.api.routing import signal_each
 from coord.worker import build_worker
 from tests.helpers import API, completed, phase1, routing_spec
 

@@ -4,6 +4,7 @@ spec's agents against a worker's registry before starting it (`check_agents`, th
 rule, which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live
 in the submodules, `routing` owning where an event goes."""
 
+from coord.infra.signals import Delivery
 from coord.models.agents import check_agents
 from coord.starter.api.aggregators import (
     aggregator_handle,
@@ -43,7 +44,7 @@ from coord.starter.api.plans import (
     plan_state,
     start_plan,
 )
-from coord.starter.api.routing import Delivery, broadcast, deliver
+from coord.starter.api.routing import broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
     correlation_events,

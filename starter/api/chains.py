@@ -22,6 +22,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.chain import (
@@ -36,7 +37,6 @@ from coord.starter.api.common import (
     Undeliverable,
     closed_with_result,
     ended_or_missing,
-    target_name,
     undeliverable,
 )
 from coord.workflows.chain import ReactiveChain

@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
+from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.dlq import DeadLetter
@@ -131,9 +132,3 @@ async def undeliverable(
     entry_id = await park_dead_letter(client, letter, queue)
     log.warning("event for an ended workflow parked", workflow_id=workflow_id, dead_letter=entry_id)
     return Undeliverable(f"{message}; parked as dead letter {entry_id}")
-
-
-def target_name(workflow_id: str) -> str:
-    if contract.is_chain_workflow_id(workflow_id):
-        return f"the chain for correlation id {contract.correlation_id_of_chain(workflow_id)!r}"
-    return workflow_id

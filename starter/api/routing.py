@@ -2,31 +2,17 @@
 running aggregator scoped to that correlation, or every running chain. Each target is signalled
 on its own, and the `Delivery` says which were reached and why each other was skipped."""
 
-from typing import Any
-
-from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from coord.infra.signals import Delivery, running, signal_each
 from coord.models import contract
 from coord.models.aggregator import AggregatorSpec
 from coord.models.chain import ChainSpec
 from coord.models.envelope import EventEnvelope
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.chains import publish
-from coord.starter.api.common import Undeliverable, target_name, undeliverable
-
-
-class Delivery(BaseModel):
-    """Where an event went: the targets reached, and why each other one was skipped."""
-
-    reached: list[str] = Field(default_factory=list)
-    skipped: list[str] = Field(default_factory=list)
-
-    def describe(self, reached: str | None = None) -> str:
-        """The targets reached (or `reached`, a shorter name for them), then those skipped."""
-        reached = ", ".join(self.reached) if reached is None else reached
-        return f"{reached} (skipped: {'; '.join(self.skipped)})" if self.skipped else reached
+from coord.starter.api.common import Undeliverable, undeliverable
 
 
 async def deliver(
@@ -69,30 +55,6 @@ async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
     if not delivery.reached:
         skipped = f" ({'; '.join(delivery.skipped)})" if delivery.skipped else ""
         raise Undeliverable(f"no running chain took event {envelope.event.id}{skipped}")
-    return delivery
-
-
-async def running(
-    client: Client, pattern: contract.Pattern, correlation_id: str | None = None
-) -> list[str]:
-    """The running workflows of a pattern (of one correlation), as visibility lists them now."""
-    query = f"{contract.pattern_clause(pattern)} AND ExecutionStatus = 'Running'"
-    if correlation_id is not None:
-        query += f" AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
-    return [execution.id async for execution in client.list_workflows(query)]
-
-
-async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, Any]) -> Delivery:
-    """Signal `event` to each workflow on its own: one that has ended (the visibility listing
-    is eventually consistent) is skipped and reported, never an obstacle to the others."""
-    delivery = Delivery()
-    for workflow_id in workflow_ids:
-        try:
-            await client.get_workflow_handle(workflow_id).signal(contract.EVENT_SIGNAL, raw)
-        except RPCError as error:
-            delivery.skipped.append(f"{target_name(workflow_id)}: {error.message}")
-        else:
-            delivery.reached.append(workflow_id)
     return delivery
 
 

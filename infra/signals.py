@@ -1,0 +1,54 @@
+"""Signalling running workflows from outside: which runs of a pattern are running now, and an
+`event` signal to each of several, one that has ended never an obstacle to the others. Shared by
+the Python API (delivering published events) and the worker's activities (the agent monitor
+delivering AgentHealth events)."""
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from coord.models import contract
+
+
+class Delivery(BaseModel):
+    """Where an event went: the targets reached, and why each other one was skipped."""
+
+    reached: list[str] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list)
+
+    def describe(self, reached: str | None = None) -> str:
+        """The targets reached (or `reached`, a shorter name for them), then those skipped."""
+        reached = ", ".join(self.reached) if reached is None else reached
+        return f"{reached} (skipped: {'; '.join(self.skipped)})" if self.skipped else reached
+
+
+async def running(
+    client: Client, pattern: contract.Pattern, correlation_id: str | None = None
+) -> list[str]:
+    """The running workflows of a pattern (of one correlation), as visibility lists them now."""
+    query = f"{contract.pattern_clause(pattern)} AND ExecutionStatus = 'Running'"
+    if correlation_id is not None:
+        query += f" AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
+    return [execution.id async for execution in client.list_workflows(query)]
+
+
+async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, Any]) -> Delivery:
+    """Signal `event` to each workflow on its own: one that has ended (the visibility listing
+    is eventually consistent) is skipped and reported, never an obstacle to the others."""
+    delivery = Delivery()
+    for workflow_id in workflow_ids:
+        try:
+            await client.get_workflow_handle(workflow_id).signal(contract.EVENT_SIGNAL, raw)
+        except RPCError as error:
+            delivery.skipped.append(f"{target_name(workflow_id)}: {error.message}")
+        else:
+            delivery.reached.append(workflow_id)
+    return delivery
+
+
+def target_name(workflow_id: str) -> str:
+    if contract.is_chain_workflow_id(workflow_id):
+        return f"the chain for correlation id {contract.correlation_id_of_chain(workflow_id)!r}"
+    return workflow_id
