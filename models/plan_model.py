@@ -212,9 +212,12 @@ class PlanModel(BaseModel):
         self._transition(task_id, TaskState.READY, now)
 
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
-        """The task's agent run of `round` got its slot and is scheduled: attempt 1."""
+        """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round
+        after the first is a fix, counted once it starts (a plan stopped while the fix waited
+        for its slot ran none)."""
         record = self._records[task_id]
         record.attempts += 1
+        record.fixes = round - 1
         record.started_at = record.started_at or now
         record.progress = record.progress_at = None
         self.runs[task_id] = RunSeen(round=round, attempt=1)

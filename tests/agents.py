@@ -4,7 +4,7 @@ registries of declared agents run through the real `run_agent` activity."""
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,11 +24,15 @@ from coord.models.envelope import EventEnvelope
 
 @dataclass
 class GatedAgents:
-    """Each agent waits until the test releases it, so a test can look at every stage."""
+    """Each agent waits until the test releases it, so a test can look at every stage. Once
+    released it answers `{"agent": name}`, or what `answers` gives for it; an agent in `failing`
+    fails instead."""
 
     names: Iterable[str] = tuple(FEATURE_DEPLOYMENT_AGENTS)
     started: dict[str, asyncio.Event] = field(default_factory=dict)
     released: dict[str, asyncio.Event] = field(default_factory=dict)
+    answers: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    failing: Collection[str] = ()
 
     def __post_init__(self) -> None:
         for name in self.names:
@@ -53,7 +57,9 @@ class GatedAgents:
                 activity.heartbeat()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.released[name].wait(), timeout=0.2)
-            return {"agent": name}
+            if name in self.failing:
+                raise ApplicationError(f"{name} failed", type="temporary_failure")
+            return self.answers.get(name, {"agent": name})
 
         return agent
 

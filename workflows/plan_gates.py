@@ -90,7 +90,6 @@ class GatedTaskRun(TaskRun):
     async def _gate_step(self, step: RunReview | RunVerification | RunFix) -> bool:
         """One round or fix; False when it ended the task."""
         if isinstance(step, RunFix):
-            self.model.record(self.task.id).fixes += 1
             return await self.run_agent(step.round, step.inputs()) is not None
         self._reviewing()
         if isinstance(step, RunReview):

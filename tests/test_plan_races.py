@@ -1,0 +1,354 @@
+"""The plan's races: a cancel, an update or a timer landing in the same workflow task as a task's
+outcome, and two outcomes in one task. Each is made deterministic as in test_saga_cancel: the
+workflow worker is stopped while the events are written to the history (the agents' workers run
+on), then a new, uncached one sees them all in one workflow task; every test checks from the
+history that it did, and that no workflow task failed."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeAlias
+
+import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from coord.models.contract import APPROVE_UPDATE
+from coord.models.plan import ApprovalDecision, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.starter.api.plans import plan_outcome
+from coord.worker import WorkerSet, build_worker
+from coord.workflows.plan import TaskGraph
+from tests.agents import GatedAgents
+from tests.helpers import task_failures, wait_until
+from tests.test_plan import run_agent_spans, start
+from tests.test_plan_gates import task_of
+from tests.test_saga_cancel import history_has, workflow_worker
+
+Order = Literal["cancel first", "completion first"]
+Event: TypeAlias = EventType.ValueType
+COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+FAILED = EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
+UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+NO_RETRY = {"max_retries": 0}
+
+
+def plan(name: str, *tasks: dict[str, Any], **fields: Any) -> PlanSpec:
+    return PlanSpec.model_validate(
+        {"plan_id": f"{name}-{uuid.uuid4().hex[:8]}", "tasks": list(tasks), **fields}
+    )
+
+
+def agent_workers(client: Client, task_queue: str, gates: GatedAgents) -> WorkerSet:
+    """The gated agents' workers only: the workflow worker comes and goes in each test."""
+    return build_worker(
+        client, task_queue, gates.registry().only(list(gates.names)), workflows=False
+    )
+
+
+@asynccontextmanager
+async def workflows_until(
+    client: Client, task_queue: str, ready: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[None]:
+    """A workflow worker runs the body, then until `ready()` returns, then stops: what the
+    history gets from then on waits for the next workflow worker."""
+    async with workflow_worker(client, task_queue):
+        yield
+        await ready()
+
+
+async def closed_activities(handle: WorkflowHandle[Any, Any], kind: Event) -> int:
+    return sum(event.event_type == kind for event in (await handle.fetch_history()).events)
+
+
+async def release(gates: GatedAgents, handle: WorkflowHandle[Any, Any], *agents: str) -> None:
+    """Lets the agents finish and waits until their outcomes are in the history."""
+    kind = FAILED if set(agents) <= set(gates.failing) else COMPLETED
+    before = await closed_activities(handle, kind)
+    for agent in agents:
+        gates.released[agent].set()
+    await wait_until(lambda: history_has(handle, kind, before + len(agents)))
+
+
+async def finish(
+    client: Client, task_queue: str, handle: WorkflowHandle[Any, Any]
+) -> tuple[PlanState, PlanState]:
+    """A new workflow worker ends the plan: its outcome (result, failure details or memo, as a
+    client reads it) and its full record (the `state` query, answered from the history)."""
+    async with workflow_worker(client, task_queue):
+        ended = await asyncio.wait_for(plan_outcome(handle), 60)
+        full = await handle.query(TaskGraph.state)
+    return ended, full
+
+
+async def assert_one_task_saw(handle: WorkflowHandle[Any, Any], *kinds: Event) -> None:
+    """The last events of these kinds reached the workflow in one workflow task (none started
+    between them), and no workflow task failed."""
+    events = [event.event_type for event in (await handle.fetch_history()).events]
+    at = sorted(delivered_at(events, kind) for kind in kinds)
+    between = events[at[0] : at[-1]]
+    assert TASK_STARTED not in between, [EventType.Name(kind) for kind in events]
+    assert await task_failures(handle) == []
+
+
+def delivered_at(events: Sequence[Event], kind: Event) -> int:
+    """Where the last event of `kind` reached the workflow. An update's acceptance is written
+    after the workflow task that carried it: it counts from that task's start."""
+    at = len(events) - 1 - list(events)[::-1].index(kind)
+    if kind == UPDATE_ACCEPTED:
+        at = max(i for i in range(at) if events[i] == TASK_STARTED)
+    return at
+
+
+def states(state: PlanState) -> dict[str, TaskState]:
+    return {task.id: task.state for task in state.tasks}
+
+
+def transitions(state: PlanState, task_id: str) -> list[TaskState]:
+    return [transition.state for transition in task_of(state, task_id).transitions]
+
+
+async def activity_ids(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    return sorted(activity_id for activity_id, _, _ in await run_agent_spans(handle))
+
+
+# --- A cancel with a task's outcome -----------------------------------------------------------
+
+
+async def cancel_and_release(
+    handle: WorkflowHandle[Any, Any], gates: GatedAgents, agent: str, order: Order
+) -> None:
+    if order == "cancel first":
+        await handle.cancel()
+        await release(gates, handle, agent)
+    else:
+        await release(gates, handle, agent)
+        await handle.cancel()
+
+
+@pytest.mark.parametrize("order", ["cancel first", "completion first"])
+async def test_a_cancel_landing_with_a_tasks_completion_keeps_its_success(
+    client: Client, task_queue: str, order: Order
+) -> None:
+    """`done` completes in the workflow task that carries the cancel: it is recorded succeeded
+    once (never replaced by cancelled, never counted twice), `running` is cancelled, and the
+    dependents of both never start."""
+    gates = GatedAgents(names=["finisher", "runner"])
+    spec = plan(
+        "race-cancel",
+        {"id": "done", "agent": "finisher"},
+        {"id": "running", "agent": "runner"},
+        {"id": "after-done", "agent": "finisher", "depends_on": ["done"]},
+        {"id": "after-running", "agent": "finisher", "depends_on": ["running"]},
+    )
+    async with agent_workers(client, task_queue, gates):
+
+        async def both_running() -> None:
+            await gates.wait_started("finisher")
+            await gates.wait_started("runner")
+
+        async with workflows_until(client, task_queue, both_running):
+            handle = await start(client, task_queue, spec)
+        await cancel_and_release(handle, gates, "finisher", order)
+        kept, full = await finish(client, task_queue, handle)
+    await assert_one_task_saw(handle, CANCEL_REQUESTED, COMPLETED)
+    for record in (kept, full):
+        assert record.status == PlanStatus.CANCELLED
+        assert states(record) == {
+            "done": TaskState.SUCCEEDED,
+            "running": TaskState.CANCELLED,
+            "after-done": TaskState.CANCELLED,
+            "after-running": TaskState.CANCELLED,
+        }
+        assert record.summary == "1 of 4 succeeded, 3 cancelled (plan cancelled)"
+    done = task_of(full, "done")
+    assert transitions(full, "done") == [
+        TaskState.PENDING,
+        TaskState.READY,
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
+    assert done.attempts == 1 and done.result == {"agent": "finisher"}
+    assert await activity_ids(handle) == ["done/run/1", "running/run/1"]
+
+
+@pytest.mark.parametrize("verdict", ["passed", "failed"])
+async def test_a_cancel_landing_with_a_review_verdict(
+    client: Client, task_queue: str, verdict: str
+) -> None:
+    """The reviewer's verdict and the cancel in one workflow task: the round is recorded; a
+    passing last stage makes the task succeed, a failing one leaves it cancelled with no fix
+    run started (and none counted)."""
+    passed = verdict == "passed"
+    gates = GatedAgents(
+        names=["coder", "reviewer"],
+        answers={"reviewer": {"passed": passed, "notes": "fine" if passed else "add tests"}},
+    )
+    gates.released["coder"].set()
+    spec = plan(
+        "race-review",
+        {
+            "id": "build",
+            "agent": "coder",
+            "review": {"reviewer": "reviewer", "stages": ["spec_compliance"]},
+        },
+        {"id": "after", "agent": "coder", "depends_on": ["build"]},
+    )
+    async with agent_workers(client, task_queue, gates):
+        async with workflows_until(client, task_queue, lambda: gates.wait_started("reviewer")):
+            handle = await start(client, task_queue, spec)
+        await cancel_and_release(handle, gates, "reviewer", "cancel first")
+        kept, full = await finish(client, task_queue, handle)
+    await assert_one_task_saw(handle, CANCEL_REQUESTED, COMPLETED)
+    build = task_of(full, "build")
+    assert [(r.stage, r.passed) for r in build.reviews] == [("spec_compliance", passed)]
+    assert build.result == {"agent": "coder"} and build.attempts == 1
+    assert states(kept) == states(full)
+    assert states(full) == {
+        "build": TaskState.SUCCEEDED if passed else TaskState.CANCELLED,
+        "after": TaskState.CANCELLED,
+    }
+    assert transitions(full, "build")[-2:] == [
+        TaskState.REVIEWING,
+        TaskState.SUCCEEDED if passed else TaskState.CANCELLED,
+    ]
+    assert build.fixes == 0
+    assert await activity_ids(handle) == ["build/review/spec_compliance/1", "build/run/1"]
+
+
+# --- Two failures with fail_fast --------------------------------------------------------------
+
+
+async def test_two_failures_in_one_task_with_fail_fast_fail_the_plan_once(
+    client: Client, task_queue: str
+) -> None:
+    """Both failures are recorded (neither lost to the stop the first one starts); the plan
+    names the first, cancels the task still running and fails once, with its report."""
+    gates = GatedAgents(
+        names=["breaker-1", "breaker-2", "runner"], failing=["breaker-1", "breaker-2"]
+    )
+    spec = plan(
+        "race-fail-fast",
+        {"id": "one", "agent": "breaker-1", "retry": NO_RETRY},
+        {"id": "two", "agent": "breaker-2", "retry": NO_RETRY},
+        {"id": "slow", "agent": "runner"},
+        {"id": "after", "agent": "runner", "depends_on": ["one"]},
+        fail_fast=True,
+    )
+    async with agent_workers(client, task_queue, gates):
+
+        async def all_running() -> None:
+            for agent in gates.names:
+                await gates.wait_started(agent)
+
+        async with workflows_until(client, task_queue, all_running):
+            handle = await start(client, task_queue, spec)
+        await release(gates, handle, "breaker-1", "breaker-2")
+        report, full = await finish(client, task_queue, handle)
+    events = [event.event_type for event in (await handle.fetch_history()).events]
+    first, second = [i for i, kind in enumerate(events) if kind == FAILED]
+    assert TASK_STARTED not in events[first:second]
+    assert await task_failures(handle) == []
+    assert report.status == full.status == PlanStatus.FAILED
+    assert states(report) == states(full)
+    assert states(full) == {
+        "one": TaskState.ERROR,
+        "two": TaskState.ERROR,
+        "slow": TaskState.CANCELLED,
+        "after": TaskState.SKIPPED,
+    }
+    assert report.summary == (
+        "0 of 4 succeeded, 2 error, 1 skipped, 1 cancelled (fail_fast: task one ended error)"
+    )
+    for task_id in ("one", "two"):
+        error = task_of(full, task_id).error
+        assert error is not None and error.type == "temporary_failure"
+
+
+# --- An approval with its timeout -------------------------------------------------------------
+
+
+async def admitted_update(
+    client: Client, handle: WorkflowHandle[Any, Any], request: dict[str, Any]
+) -> "asyncio.Task[Any]":
+    """Sends the `approve` update and returns once the server has admitted it (it then waits
+    for a workflow task to carry it); the returned task ends with the update's outcome."""
+    update_id = f"approve-{uuid.uuid4().hex[:8]}"
+    sent = asyncio.create_task(handle.execute_update(APPROVE_UPDATE, request, id=update_id))
+    execution = WorkflowExecution(workflow_id=handle.id)
+    poll = PollWorkflowExecutionUpdateRequest(
+        namespace=client.namespace,
+        update_ref=UpdateRef(workflow_execution=execution, update_id=update_id),
+        identity=client.identity,
+        wait_policy=WaitPolicy(lifecycle_stage=ADMITTED),
+    )
+
+    async def admitted() -> bool:
+        try:
+            await client.workflow_service.poll_workflow_execution_update(poll)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    await wait_until(admitted)
+    return sent
+
+
+@pytest.mark.parametrize("order", ["timer first", "update first"])
+async def test_an_approval_landing_with_its_timeout_wins_once(
+    client: Client, task_queue: str, order: str
+) -> None:
+    """The approval's timer fires and a person's decision arrives in one workflow task: the
+    decision counts (the workflow applies updates before timers), the record says who decided,
+    the client gets that decision, and the task runs once."""
+    gates = GatedAgents(names=["deployer"])
+    gates.released["deployer"].set()
+    spec = plan(
+        "race-approval",
+        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "2s"}},
+        {"id": "announce", "agent": "deployer", "depends_on": ["deploy"]},
+    )
+    approval = {"task": "deploy", "by": "alice", "reason": "just in time"}
+    async with agent_workers(client, task_queue, gates):
+
+        async def awaiting_approval() -> None:
+            async def waiting() -> bool:
+                state = await handle.query(TaskGraph.state)
+                return task_of(state, "deploy").state == TaskState.AWAITING_APPROVAL
+
+            await wait_until(waiting)
+
+        async with workflows_until(client, task_queue, awaiting_approval):
+            handle = await start(client, task_queue, spec)
+        fired = lambda: history_has(handle, TIMER_FIRED, 1)  # noqa: E731
+        if order == "timer first":
+            await wait_until(fired)
+            sent = await admitted_update(client, handle, approval)
+        else:
+            sent = await admitted_update(client, handle, approval)
+            await wait_until(fired)
+        state, _ = await finish(client, task_queue, handle)
+        decided = ApprovalDecision.model_validate(await sent)
+    await assert_one_task_saw(handle, TIMER_FIRED, UPDATE_ACCEPTED)
+    deploy = task_of(state, "deploy")
+    assert deploy.approval == decided
+    assert (decided.approved, decided.by, decided.reason) == (True, "alice", "just in time")
+    assert state.status == PlanStatus.COMPLETED
+    assert deploy.error is None and deploy.attempts == 1
+    assert transitions(state, "deploy") == [
+        TaskState.PENDING,
+        TaskState.AWAITING_APPROVAL,
+        TaskState.READY,
+        TaskState.RUNNING,
+        TaskState.SUCCEEDED,
+    ]
