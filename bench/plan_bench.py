@@ -41,10 +41,10 @@ from pydantic import BaseModel
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client
     from temporalio.worker import Replayer, Worker
 
+    from bench.layouts import Phases, phases, single_queue_client
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
@@ -56,22 +56,17 @@ with workflow.unsafe.imports_passed_through():
     from coord.worker import WORKFLOWS, build_worker
 
 BENCH_AGENT = "bench_task"
-ACTIVITY_CLOSED = frozenset(
-    {
-        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
-        EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
-        EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
-        EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
-    }
-)
 MAX_DEPENDENCIES = 3
 WARMUP_TASKS = 10
 PLAN_DEADLINE = 600.0
 """Seconds one plan may take before the bench gives up on it (instead of hanging)."""
 GOAL = 0.9
-PROJECT, BASELINE, SPLIT = "project", "baseline", "split"
-"""The sides: the project's TaskGraph; the hand-written workflow; the same with its activities
-on a task queue of their own, as the project sends each agent's runs to `agent-<name>`."""
+PROJECT, SINGLE, BASELINE, SPLIT = "project", "single", "baseline", "split"
+"""The sides: the project's TaskGraph, each agent's runs on the agent's own queue; the same with
+every agent run on the plan's own queue (the layout before agent queues); the hand-written
+workflow; the same with its activities on a task queue of their own, as the project sends each
+agent's runs to `agent-<name>`."""
+RATIOS = ((PROJECT, BASELINE, f"; goal >= {GOAL}x"), (PROJECT, SPLIT, ""), (SINGLE, BASELINE, ""))
 REPLAYS = 3
 
 
@@ -96,18 +91,6 @@ def longest_path(graph: Graph) -> int:
     for task, dependencies in graph.items():
         depth[task] = 1 + max((depth[d] for d in dependencies), default=0)
     return max(depth.values())
-
-
-async def peak_in_flight(client: Client, workflow_id: str) -> int:
-    """The most activities scheduled and not yet closed at once, from the run's history."""
-    in_flight = peak = 0
-    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            in_flight += 1
-            peak = max(peak, in_flight)
-        elif event.event_type in ACTIVITY_CLOSED:
-            in_flight -= 1
-    return peak
 
 
 def trivial_work(identity: str) -> dict[str, Any]:
@@ -230,13 +213,17 @@ class Measurement:
     round: int
     tasks: int
     seconds: float
-    peak_running: int
+    phases: Phases
     failure: str | None
     workflow_id: str
 
     @property
     def rate(self) -> float:
         return self.tasks / self.seconds
+
+    @property
+    def peak_running(self) -> int:
+        return self.phases.peak_running
 
 
 @dataclass(frozen=True)
@@ -259,8 +246,8 @@ async def measure(side: Side, round_: int, graph: Graph) -> Measurement:
         failure = f"{plan_id}: {type(error).__name__}: {error}"
     seconds = time.perf_counter() - started
     workflow_id = side.workflow_id(plan_id)
-    peak = await peak_in_flight(side.client, workflow_id)
-    return Measurement(side.name, round_, len(graph), seconds, peak, failure, workflow_id)
+    found = await phases(side.client, workflow_id)
+    return Measurement(side.name, round_, len(graph), seconds, found, failure, workflow_id)
 
 
 async def replay_cpu(side: Side, workflow_id: str, times: int = REPLAYS) -> float:
@@ -303,19 +290,22 @@ def report(header: list[str], results: list[Measurement]) -> None:
         print(f"{m.round:>5}  {m.side:<9}{m.seconds:>9.2f}{m.rate:>9.1f}{m.peak_running:>14}")
     rates = {side: side_rate(results, side) for side in dict.fromkeys(m.side for m in results)}
     print("; ".join(f"{side}: {rate:.1f} tasks/s" for side, rate in rates.items()), "(all rounds)")
-    for other, goal in ((BASELINE, f"; goal >= {GOAL}x"), (SPLIT, "")):
+    for side, other, goal in RATIOS:
         per_round = [
             p.rate / b.rate
             for p in results
-            if p.side == PROJECT
+            if p.side == side
             for b in results
             if b.side == other and b.round == p.round
         ]
         print(
-            f"{PROJECT}/{other}: {rates[PROJECT] / rates[other]:.2f}x "
+            f"{side}/{other}: {rates[side] / rates[other]:.2f}x "
             f"(per round {', '.join(f'{r:.2f}' for r in per_round)}; "
             f"median {statistics.median(per_round):.2f}x{goal})"
         )
+    print("where the time went, each side's last run (from its history):")
+    for side in rates:
+        print(f"  {side}: {[m for m in results if m.side == side][-1].phases.line()}")
 
 
 def failures(results: list[Measurement], cap: int) -> list[str]:
@@ -328,17 +318,20 @@ def failures(results: list[Measurement], cap: int) -> list[str]:
     return found
 
 
-async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
+async def bench(tasks: int, cap: int, rounds: int, seed: int, server_config: list[str]) -> int:
     graph = random_dag(tasks, seed)
     run_id = uuid.uuid4().hex[:8]
     project_queue, baseline_queue = f"bench-plan-{run_id}", f"bench-baseline-{run_id}"
-    split_queue = f"{baseline_queue}-activities"
-    async with bench_server() as (client, server):
+    single_queue, split_queue = f"bench-single-{run_id}", f"{baseline_queue}-activities"
+    dynamic_config = [arg for value in server_config for arg in ("--dynamic-config-value", value)]
+    async with bench_server(dynamic_config) as (client, server):
         project = project_side(client, project_queue, cap)
+        single = project_side(client, single_queue, cap)
         baseline = baseline_side(client, baseline_queue, cap)
         split = baseline_side(client, baseline_queue, cap, split_queue)
         sides = [
             Side(PROJECT, project, client, plan_workflow_id, list(WORKFLOWS)),
+            Side(SINGLE, single, client, plan_workflow_id, list(WORKFLOWS)),
             Side(BASELINE, baseline, client, str, [BaselineTaskGraph]),
             Side(SPLIT, split, client, str, [BaselineTaskGraph]),
         ]
@@ -350,19 +343,23 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int) -> int:
         )
         split_worker = Worker(client, task_queue=split_queue, activities=[baseline_task])
         project_worker = build_worker(client, project_queue, bench_registry())
-        async with project_worker, baseline_worker, split_worker:
+        single_worker = build_worker(single_queue_client(client), single_queue, bench_registry())
+        async with project_worker, single_worker, baseline_worker, split_worker:
             warm = [await measure(side, 0, random_dag(WARMUP_TASKS, seed)) for side in sides]
             results = await interleaved(sides, graph, rounds)
-        replays = {s.name: await replay_cpu(s, last_run(results, s.name)) for s in sides[:2]}
+        replays = {s.name: await replay_cpu(s, last_run(results, s.name)) for s in sides[1:3]}
     edges = sum(len(dependencies) for dependencies in graph.values())
     report(
         [
             f"Task graph: project TaskGraph vs hand-written temporalio workflow; cap {cap}",
+            f"{SINGLE}: the project with every agent run on the plan's own queue (the layout "
+            "before agent queues)",
             f"{SPLIT}: the hand-written workflow with its activities on a task queue of their "
             "own, as the project sends each agent's runs to its agent queue",
             f"graph: {tasks} tasks, {edges} dependencies (random DAG, seed {seed}, up to "
             f"{MAX_DEPENDENCIES} per task), longest path {longest_path(graph)} tasks",
-            f"server: {server}; CPUs: {os.cpu_count()}; rounds: {rounds}, interleaved "
+            f"server: {server}{''.join(f'; {value}' for value in server_config)}; "
+            f"CPUs: {os.cpu_count()}; rounds: {rounds}, interleaved "
             f"(the order rotates); warm-up: one {WARMUP_TASKS}-task plan per side",
         ],
         results,
@@ -383,10 +380,18 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=5, help="activities running at once, at most")
     parser.add_argument("--rounds", type=int, default=3, help="timed plans per side")
     parser.add_argument("--seed", type=int, default=3, help="the random graph's seed")
+    parser.add_argument(
+        "--server-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dynamic config value for the embedded dev server (repeatable)",
+    )
     args = parser.parse_args()
     if min(args.tasks, args.cap, args.rounds) < 1:
         parser.error("--tasks, --cap and --rounds must be at least 1")
-    exit_without_teardown(lambda: asyncio.run(bench(args.tasks, args.cap, args.rounds, args.seed)))
+    run = bench(args.tasks, args.cap, args.rounds, args.seed, args.server_config)
+    exit_without_teardown(lambda: asyncio.run(run))
 
 
 if __name__ == "__main__":
