@@ -29,7 +29,6 @@ import asyncio
 import hashlib
 import os
 import random
-import statistics
 import sys
 import time
 import uuid
@@ -45,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Replayer, Worker
 
     from bench.layouts import Phases, phases, single_queue_client
+    from bench.rounds import ratio_line, rotated
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
@@ -265,9 +265,7 @@ async def interleaved(sides: list[Side], graph: Graph, rounds: int) -> list[Meas
     """Round r runs every side once; the order rotates between rounds."""
     results = []
     for round_ in range(1, rounds + 1):
-        turn = (round_ - 1) % len(sides)
-        order = sides[turn:] + sides[:turn]
-        for side in order:
+        for side in rotated(sides, round_):
             results.append(await measure(side, round_, graph))
     return results
 
@@ -298,11 +296,7 @@ def report(header: list[str], results: list[Measurement]) -> None:
             for b in results
             if b.side == other and b.round == p.round
         ]
-        print(
-            f"{side}/{other}: {rates[side] / rates[other]:.2f}x "
-            f"(per round {', '.join(f'{r:.2f}' for r in per_round)}; "
-            f"median {statistics.median(per_round):.2f}x{goal})"
-        )
+        print(ratio_line(f"{side}/{other}", rates[side] / rates[other], per_round, goal))
     print("where the time went, each side's last run (from its history):")
     for side in rates:
         print(f"  {side}: {[m for m in results if m.side == side][-1].phases.line()}")

