@@ -172,7 +172,7 @@ def _agents_named(
         return named + [
             (f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)
         ]
-    return [(f"subscriptions[{i}].agent", s.agent) for i, s in enumerate(spec.subscriptions)]
+    return list(spec.agents_named())
 
 
 class AgentRequest(BaseModel):

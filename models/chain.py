@@ -15,6 +15,7 @@ from coord.models.graphs import Step, find_cycle, reach
 from coord.models.joins import JoinState, Slot
 from coord.models.retry import RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
+from coord.models.vote import VoteRules
 
 
 def _as_list(value: Any) -> Any:
@@ -38,7 +39,10 @@ class Publishes(BaseModel):
 class Subscription(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent: str = Field(min_length=1)
+    agent: str = ""
+    vote: VoteRules | None = None
+    """A consensus vote instead of an agent's run, the event's payload its proposal: decided
+    publishes `on_success`, rejected or no quorum `on_failure`, either with the ballots."""
     name: str = ""
     topic: str | None = None
     events: list[str] = Field(min_length=1, max_length=MAX_ITEMS)
@@ -64,8 +68,18 @@ class Subscription(BaseModel):
 
     @model_validator(mode="after")
     def _named(self) -> Self:
-        self.name = self.name or self.agent
+        if self.agent and self.vote is not None:
+            raise ValueError("give one of `agent` or `vote`, not both")
+        if not self.agent and self.vote is None:
+            raise ValueError("`agent` is required (or `vote`)")
+        self.name = self.name or self.agent or "vote"
         return self
+
+    def agents_named(self, place: str) -> list[tuple[str, str]]:
+        """The agents it runs (its agent, or its voters), with the field naming each."""
+        if self.vote is not None:
+            return [(f"{place}.vote.voters", voter) for voter in self.vote.voters]
+        return [(f"{place}.agent", self.agent)]
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)
@@ -116,6 +130,14 @@ class ChainSpec(BaseModel):
 
     def subscription(self, name: str) -> Subscription:
         return next(s for s in self.subscriptions if s.name == name)
+
+    def agents_named(self) -> list[tuple[str, str]]:
+        """Every agent the chain runs, with where it is named: what a pre-start check checks."""
+        return [
+            named
+            for i, subscription in enumerate(self.subscriptions)
+            for named in subscription.agents_named(f"subscriptions[{i}]")
+        ]
 
 
 def _place(index: int, subscription: Subscription) -> str:

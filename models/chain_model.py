@@ -6,6 +6,7 @@ the workflow (`coord.workflows.chain`) keeps only signals, activities, parking, 
 timers, continue-as-new and its details. Nothing here sends or waits: what is to be parked comes
 back as a `Parking`, for the workflow to send."""
 
+import hashlib
 import heapq
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,8 @@ from coord.models.contract import (
 from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope, Priority
 from coord.models.filters import evaluate
 from coord.models.sizes import json_size, newest_within, preview
+from coord.models.specs import MAX_NAME
+from coord.models.vote import VoteSpec, VoteState
 
 PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.HIGH: 1, Priority.NORMAL: 2, Priority.LOW: 3}
 TIMELINE_WINDOW = 200
@@ -298,6 +301,36 @@ class ChainModel(ChainCarry):
         for request in result.publish:
             self._publish(request.type, run, request.payload)
 
+    def vote_spec(self, run: AgentRun) -> VoteSpec:
+        """The vote a vote subscription's run holds, its trigger's payload the proposal: id
+        `<correlation_id>-<digest of the run's idempotency key>`, unique per run. Raises
+        SpecError when the payload is not a proposal a vote takes."""
+        subscription = self._spec.subscription(run.subscription)
+        assert subscription.vote is not None
+        key = run.idempotency_key or run.trigger.event.id
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        correlation_id = self.state.correlation_id
+        vote_id = f"{correlation_id[: MAX_NAME - len(digest) - 1]}-{digest}"
+        return VoteSpec.of(
+            vote_id,
+            subscription.vote,
+            run.trigger.payload,
+            correlation_id=correlation_id,
+            agents=self._spec.agents,
+        )
+
+    def vote_ended(self, run: AgentRun, vote: VoteState) -> None:
+        """Decided publishes the subscription's success events, rejected or no quorum its
+        failure event (with `error` saying how); each carries the vote's record, its ballots."""
+        publishes = self._spec.subscription(run.subscription).publishes
+        record = vote.model_dump(mode="json")
+        failure = vote.failure()
+        if failure is None:
+            for event_type in publishes.on_success:
+                self._publish(event_type, run, record)
+        elif publishes.on_failure:
+            self._publish(publishes.on_failure, run, {**record, "error": failure[1]})
+
     def can_dispatch(self) -> bool:
         """A run is queued, a slot is free and no alert holds the chain."""
         return (
@@ -516,7 +549,7 @@ class ChainModel(ChainCarry):
         )
         run = AgentRun(
             subscription=subscription.name,
-            agent=subscription.agent,
+            agent=subscription.agent or subscription.name,
             trigger=trigger,
             causes=causes,
             inputs=inputs or {},

@@ -2,10 +2,9 @@
 dependencies' results under `results`, is the proposal) and how the vote's outcome ends the task
 (decided: succeeded; rejected or no quorum: error, typed)."""
 
-from coord.models.contract import FailureType
 from coord.models.plan import VOTE_RESULTS_KEY, PlanTask, TaskError
 from coord.models.plan_model import PlanModel
-from coord.models.vote import VoteSpec, VoteState, VoteStatus
+from coord.models.vote import VoteSpec, VoteState
 
 
 def task_vote(model: PlanModel, task: PlanTask) -> VoteSpec:
@@ -26,9 +25,5 @@ def task_vote(model: PlanModel, task: PlanTask) -> VoteSpec:
 
 def vote_error(vote: VoteState) -> TaskError | None:
     """None for a decided vote; else the task's error, saying how the ballots fell."""
-    if vote.status == VoteStatus.DECIDED:
-        return None
-    kind = (
-        FailureType.VOTE_REJECTED if vote.status == VoteStatus.REJECTED else FailureType.NO_QUORUM
-    )
-    return TaskError(type=kind, message=f"vote {vote.status.value}: {vote.summary}")
+    failure = vote.failure()
+    return None if failure is None else TaskError(type=failure[0], message=failure[1])

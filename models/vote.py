@@ -19,7 +19,13 @@ from typing import Annotated, Any, NamedTuple, Self
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
-from coord.models.contract import Pattern, SearchValues, coordination_attributes, vote_workflow_id
+from coord.models.contract import (
+    FailureType,
+    Pattern,
+    SearchValues,
+    coordination_attributes,
+    vote_workflow_id,
+)
 from coord.models.durations import Duration
 from coord.models.joins import share_needed
 from coord.models.retry import RetryConfig
@@ -194,6 +200,18 @@ class VoteState(BaseModel):
 
     def ballot_of(self, voter: str) -> Ballot | None:
         return next((ballot for ballot in self.ballots if ballot.voter == voter), None)
+
+    def failure(self) -> tuple[FailureType, str] | None:
+        """None when decided; else how a plan task or chain subscription holding the vote
+        reports it: `vote_rejected` or `no_quorum`, with how the ballots fell."""
+        if self.status == VoteStatus.DECIDED:
+            return None
+        kind = (
+            FailureType.VOTE_REJECTED
+            if self.status == VoteStatus.REJECTED
+            else FailureType.NO_QUORUM
+        )
+        return kind, f"vote {self.status.value}: {self.summary}"
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

@@ -13,12 +13,13 @@ from temporalio.client import Client, WorkflowHandle
 
 from coord.models import contract
 from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.chain import ChainSpec, ChainState, TimelineEntry
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
 from coord.models.vote import Choice, VoteState, VoteStatus
 from coord.starter import api
 from coord.worker import build_worker
-from tests.helpers import eventually, task_failures
+from tests.helpers import event, eventually, task_failures
 from tests.test_vote import NO, YES, Voters
 
 VOTERS = ["alice", "bob", "carol"]
@@ -168,3 +169,79 @@ async def test_a_cancelled_plan_cancels_its_vote(client: Client, task_queue: str
     approve = next(task for task in state.tasks if task.id == "approve")
     assert approve.state == TaskState.CANCELLED
     assert vote.status == VoteStatus.CANCELLED and vote.cancelled == VOTERS
+
+
+# --- Votes from chains ------------------------------------------------------------------------
+
+
+def release_chain() -> ChainSpec:
+    return ChainSpec.model_validate(
+        {
+            "name": "release",
+            "triggers": ["BuildPassed"],
+            "subscriptions": [
+                {
+                    "name": "release-vote",
+                    "vote": {"voters": VOTERS, "retry": {"max_retries": 0}},
+                    "events": ["BuildPassed"],
+                    "publishes": {"on_success": "ReleaseApproved", "on_failure": "ReleaseRefused"},
+                }
+            ],
+        }
+    )
+
+
+async def chain_vote(
+    client: Client, task_queue: str, voters: Voters, expected: str
+) -> tuple[TimelineEntry, ChainState, str]:
+    """Publishes BuildPassed, waits for the vote's event (the only other in the timeline),
+    closes the chain: that event, the chain's final record and the chain's correlation id."""
+    correlation_id = f"rv-{uuid.uuid4().hex[:8]}"
+    build = event(correlation_id, "BuildPassed", release="1.4", window="tue")
+    async with build_worker(client, task_queue, with_builder(voters)):
+        await api.publish(client, build, spec=release_chain(), queue=task_queue)
+
+        found: list[TimelineEntry] = []
+
+        async def published() -> bool:
+            found[:] = await api.chain_timeline(client, correlation_id)
+            return expected in [entry.event for entry in found]
+
+        await eventually(published)
+        await api.close_chain(client, correlation_id)
+        state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+    assert voters.proposals["alice"] == {"release": "1.4", "window": "tue"}
+    assert [entry.event for entry in found] == ["BuildPassed", expected]
+    assert found[1].causation_id == build.event.id
+    return found[1], state, correlation_id
+
+
+async def test_a_chain_vote_decided_publishes_on_success_with_the_ballots(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": YES, "bob": YES, "carol": "hold"})
+    entry, state, correlation_id = await chain_vote(client, task_queue, voters, "ReleaseApproved")
+    vote = VoteState.model_validate(entry.payload)
+    assert vote.status == VoteStatus.DECIDED and vote.correlation_id == correlation_id
+    assert sorted((b.voter, b.choice) for b in vote.ballots) == [
+        ("alice", Choice.APPROVE),
+        ("bob", Choice.APPROVE),
+    ]
+    assert entry.agent == "/release-vote"
+    child = await api.vote_handle(client, vote.vote_id).describe()
+    parent = child.raw_description.workflow_execution_info.parent_execution
+    assert parent.workflow_id == contract.chain_workflow_id(correlation_id)
+    assert (state.events_seen, state.dead_lettered) == (2, 0)
+
+
+async def test_a_chain_vote_rejected_publishes_on_failure_with_the_ballots(
+    client: Client, task_queue: str
+) -> None:
+    voters = Voters({"alice": NO, "bob": NO, "carol": "hold"})
+    entry, state, _ = await chain_vote(client, task_queue, voters, "ReleaseRefused")
+    assert entry.payload["status"] == "rejected"
+    assert entry.payload["error"] == (
+        "vote rejected: 0 approve, 2 reject, 0 abstain of 3 voters; 2 approvals needed"
+    )
+    assert sorted(ballot["voter"] for ballot in entry.payload["ballots"]) == ["alice", "bob"]
+    assert (state.events_seen, state.dead_lettered) == (2, 0)

@@ -6,6 +6,9 @@ from typing import Any
 
 import pytest
 
+from coord.models.agents import AgentContext, AgentRegistry, check_agents
+from coord.models.chain import ChainSpec
+from coord.models.envelope import EventEnvelope
 from coord.models.joins import JoinState, Slot, share_needed
 from coord.models.plan import PlanSpec
 from coord.models.plan_model import PlanModel
@@ -257,3 +260,43 @@ def test_a_vote_tasks_proposal_is_its_input_and_its_dependencies_results() -> No
     assert (vote.needed, vote.deadline, vote.correlation_id) == (3, timedelta(minutes=2), "p")
     assert list(vote.agents) == ["a"]
     assert plan.record("approve").agent == "vote: a, b, c"
+
+
+# --- The `vote:` block of a chain subscription --------------------------------------------------
+
+
+def chain_with(subscription: dict[str, Any]) -> dict[str, Any]:
+    return {"name": "c", "triggers": ["A"], "subscriptions": [{"events": ["A"], **subscription}]}
+
+
+@pytest.mark.parametrize(
+    ("subscription", "message"),
+    [
+        ({"agent": "x", "vote": VOTE}, "subscriptions[0]: give one of `agent` or `vote`, not both"),
+        ({}, "subscriptions[0]: `agent` is required (or `vote`)"),
+        ({"vote": {"voters": ["a", "a"]}}, "subscriptions[0].vote: voters: each voter votes once"),
+        ({"vote": {**VOTE, "threshold": 2}}, "subscriptions[0].vote.threshold: Input should be"),
+    ],
+)
+def test_a_chain_vote_subscription_names_what_is_wrong(
+    subscription: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError) as raised:
+        parse_model(ChainSpec, chain_with(subscription), "chain.yaml")
+    assert str(raised.value).startswith(f"chain.yaml: {message}")
+
+
+async def abstain(event: EventEnvelope, context: AgentContext) -> None:
+    return None
+
+
+def test_a_chain_vote_subscriptions_voters_are_checked_as_its_agents() -> None:
+    spec = parse_model(ChainSpec, chain_with({"vote": VOTE}), "chain.yaml")
+    assert spec.subscriptions[0].name == "vote"
+    registry = AgentRegistry()
+    for name in ["a", "c"]:
+        registry.register(name)(abstain)
+    with pytest.raises(SpecError) as raised:
+        check_agents("chain.yaml", spec, registry)
+    assert str(raised.value).startswith("chain.yaml: subscriptions[0].vote.voters: ")
+    assert "'b'" in str(raised.value)

@@ -47,7 +47,9 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from coord.models.sizes import json_size
     from coord.models.specs import SpecError
+    from coord.models.vote import VoteState
     from coord.workflows.arguments import SurplusStartArguments
+    from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
@@ -413,7 +415,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def _dispatch(self) -> None:
         while self._pacing.dispatchable():
             seq, run = self._model.start_next()
-            asyncio.create_task(self._run_agent(seq, run))  # noqa: RUF006 - tracked in the model
+            voting = self._spec.subscription(run.subscription).vote is not None
+            run_work = self._run_vote if voting else self._run_agent
+            asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
         subscription = self._spec.subscription(run.subscription)
@@ -439,6 +443,27 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 )
                 return
             self._model.run_succeeded(run, result)
+        finally:
+            self._model.finish(seq)
+
+    async def _run_vote(self, seq: int, run: AgentRun) -> None:
+        """A vote subscription's run: a child `Vote` on the event's payload, counted as a run
+        (continue-as-new waits for it); its outcome is published. One that gives no outcome
+        (its proposal refused, failed, or cancelled on its own) is published as the failure
+        event and parked like a failed agent run, to be run again by a `rerun`."""
+        failed: tuple[str, str]
+        try:
+            self._model.run_started(run)
+            try:
+                outcome: VoteState = await hold_vote(self._model.vote_spec(run), run.subscription)
+            except SpecError as error:
+                failed = (FailureType.INVALID_PAYLOAD, str(error))
+            except VOTE_FAILED as error:
+                failed = vote_failure(error)
+            else:
+                self._model.vote_ended(run, outcome)
+                return
+            await park_letter(self._model.run_failed(run, *failed, 1))
         finally:
             self._model.finish(seq)
 

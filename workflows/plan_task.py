@@ -21,19 +21,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import (
-    ActivityError,
-    ChildWorkflowError,
-    FailureError,
-    WorkflowAlreadyStartedError,
-    is_cancelled_exception,
-)
+from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest, AgentResult
     from coord.models.contract import (
         RUN_AGENT_ACTIVITY,
-        VOTE_WORKFLOW,
         FailureType,
         failure_type_of,
     )
@@ -41,7 +34,8 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.plan_model import PlanModel
     from coord.models.plan_votes import task_vote, vote_error
     from coord.models.specs import SpecError
-    from coord.models.vote import VoteSpec, VoteState
+    from coord.models.vote import VoteState
+    from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import agent_dispatch, attempts
 
 AgentActivity = workflow.ActivityHandle[AgentResult]
@@ -135,31 +129,23 @@ class TaskRun:
         def start() -> Awaitable[VoteState]:
             self.model.run_started(self.task.id, workflow.now())
             self.changed()
-            return self.start_vote(vote)
+            return hold_vote(vote, self.task.id)
 
         try:
             outcome = await self.slotted(vote.workflow_id, start)
-        except (ChildWorkflowError, WorkflowAlreadyStartedError) as error:
+        except VOTE_FAILED as error:
             if is_cancelled_exception(error) and self.model.stopping is not None:
                 raise asyncio.CancelledError from error
-            self.model.run_failed(self.task.id, workflow.now(), vote_run_error(error), 1)
+            kind, message = vote_failure(error)
+            self.model.run_failed(
+                self.task.id, workflow.now(), TaskError(type=kind, message=message), 1
+            )
             return False
         self.model.record(self.task.id).result = outcome.model_dump(mode="json")
         failed = vote_error(outcome)
         if failed is not None:
             self.model.run_failed(self.task.id, workflow.now(), failed, 1)
         return failed is None
-
-    async def start_vote(self, vote: VoteSpec) -> VoteState:
-        outcome: VoteState = await workflow.execute_child_workflow(
-            VOTE_WORKFLOW,
-            vote.model_dump(mode="json"),
-            id=vote.workflow_id,
-            result_type=VoteState,
-            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-            static_summary=f"{self.task.id}: {vote.needed} of {len(vote.voters)} approvals decide",
-        )
-        return outcome
 
     def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
         """A `run_agent` activity of this task (its run, a review, a verifier) with the task's
@@ -203,15 +189,3 @@ def task_error(error: ActivityError) -> TaskError:
         innermost = innermost.__cause__
     message = innermost.message if isinstance(innermost, FailureError) else str(innermost)
     return TaskError(type=failure_type_of(error), message=message)
-
-
-def vote_run_error(error: ChildWorkflowError | WorkflowAlreadyStartedError) -> TaskError:
-    """How a vote task's vote failed to give an outcome: cancelled on its own, failed, or its id
-    taken by a vote still running."""
-    if is_cancelled_exception(error):
-        return TaskError(type=FailureType.CANCELLED, message="the vote was cancelled")
-    if isinstance(error, WorkflowAlreadyStartedError):
-        running = f"{error.workflow_id} is already running; cancel it or give the plan another id"
-        return TaskError(type=FailureType.TARGET_UNAVAILABLE, message=running)
-    cause = error.cause or error
-    return TaskError(type=failure_type_of(cause), message=str(cause))
