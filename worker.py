@@ -133,14 +133,19 @@ def build_worker(
 
 
 def agent_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
-    """One agent's worker: `run_agent` on the agent's queue, for that agent only."""
+    """One agent's worker: `run_agent` on the agent's queue, for that agent only, paced by its
+    declaration: `max_concurrent` is this worker's slot limit, `rate_limit` the server's limit
+    on the queue (one for all its workers)."""
     (agent,) = registry
+    declaration = registry.declarations.get(agent)
     return Worker(
         client,
         task_queue=agent_task_queue(agent, home),
         activities=[AgentActivities(registry).run_agent],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],
+        max_concurrent_activities=declaration.max_concurrent if declaration else None,
+        max_task_queue_activities_per_second=declaration.rate_limit if declaration else None,
     )
 
 

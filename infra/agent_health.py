@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
-from coord.models.health import AgentHealth, WorkerSeen, WorkerState
+from coord.models.health import AgentHealth, AgentPool, WorkerSeen, WorkerState
 
 WORKER_STATES: dict[int, WorkerState] = {
     WorkerStatus.WORKER_STATUS_RUNNING: "running",
@@ -116,6 +116,26 @@ async def _agent_row(
         kind=kind,
         backlog=stats.approximate_backlog_count,
         backlog_age_s=age.total_seconds() if age is not None else None,
+        pool=_pool(
+            [heartbeats[w.identity] for w in workers if w.identity in heartbeats and w.alive(now)],
+            stats.approximate_backlog_count,
+        ),
+    )
+
+
+def _pool(heartbeats: list[WorkerHeartbeat], waiting: int) -> AgentPool | None:
+    """The pool of the live workers whose heartbeats report their activity slots."""
+    slots = [
+        heartbeat.activity_task_slots_info
+        for heartbeat in heartbeats
+        if heartbeat.HasField("activity_task_slots_info")
+    ]
+    if not slots:
+        return None
+    return AgentPool(
+        in_use=sum(slot.current_used_slots for slot in slots),
+        free=sum(max(slot.current_available_slots, 0) for slot in slots),
+        waiting=waiting,
     )
 
 

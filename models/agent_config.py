@@ -32,6 +32,8 @@ MAX_CAPABILITY_NAME = 128
 Capability = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_CAPABILITY_NAME)]
 """A name like `sql`, `code-review` or `db:postgres`: what an agent can do, and what a step,
 subscription or task may ask for instead of naming an agent."""
+MAX_CONCURRENT = 10_000
+MAX_RATE_LIMIT = 100_000.0
 
 
 class AgentDeclarationBase(BaseModel):
@@ -42,6 +44,14 @@ class AgentDeclarationBase(BaseModel):
 
     capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
     """What this agent offers to runs that name a capability instead of an agent."""
+    max_concurrent: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT)
+    """The agent's pool: its runs at once on each worker serving it (that worker's activity slot
+    limit); none, the SDK's default (100). Temporal limits slots per worker, not per queue: k
+    workers serving the agent run up to k x max_concurrent, which `coord agents` shows as the
+    pool's size. Serve the agent from one worker to hold the total to max_concurrent."""
+    rate_limit: float | None = Field(default=None, gt=0, le=MAX_RATE_LIMIT)
+    """Runs started per second, across all workers serving the agent: the server's rate limit
+    on the agent's task queue (`max_task_queue_activities_per_second`); none, unlimited."""
 
 
 class PythonAgent(AgentDeclarationBase):

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coord.models.agent_config import AgentConfig, WorkerSettings
+from coord.models.agent_config import AgentConfig, AgentDeclarationBase, WorkerSettings
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
@@ -101,14 +101,20 @@ class AgentRegistry:
         self._agents: dict[str, AgentFn] = {}
         self.kinds: dict[str, str] = {}
         """Each agent's kind (`python` for one registered in code), shown by `coord agents`."""
+        self.declarations: dict[str, AgentDeclarationBase] = {}
+        """The declarations of agents from an agents file: their mesh fields (pool, rate)."""
         self.settings = settings or WorkerSettings()
 
-    def register(self, name: str, kind: str = "python") -> Callable[[AgentFn], AgentFn]:
+    def register(
+        self, name: str, kind: str = "python", declaration: AgentDeclarationBase | None = None
+    ) -> Callable[[AgentFn], AgentFn]:
         def add(fn: AgentFn) -> AgentFn:
             if name in self._agents:
                 raise ValueError(f"agent {name!r} is already registered")
             self._agents[name] = fn
             self.kinds[name] = kind
+            if declaration is not None:
+                self.declarations[name] = declaration
             return fn
 
         return add
@@ -120,7 +126,7 @@ class AgentRegistry:
         for name in names:
             if name not in self._agents:
                 raise SpecError(self.unknown(name))
-            subset.register(name, self.kinds[name])(self._agents[name])
+            subset.register(name, self.kinds[name], self.declarations.get(name))(self._agents[name])
         return subset
 
     def get(self, name: str) -> AgentFn:

@@ -40,6 +40,25 @@ class WorkerSeen(BaseModel):
         return self.last_seen is not None and now - self.last_seen <= timeout
 
 
+class AgentPool(BaseModel):
+    """An agent's pool (seed 003's resource pool status): the run slots of the live workers
+    serving it, as their last worker heartbeats (every 3 s) said, and the runs waiting on its
+    queue for a free one."""
+
+    in_use: int
+    free: int
+    waiting: int
+
+    @property
+    def size(self) -> int:
+        return self.in_use + self.free
+
+    @property
+    def free_share(self) -> float:
+        """The share of the pool free now (0 when it has no slots)."""
+        return self.free / self.size if self.size else 0.0
+
+
 class AgentHealth(BaseModel):
     """One row of `coord agents`."""
 
@@ -53,6 +72,8 @@ class AgentHealth(BaseModel):
     """Runs waiting on the queue for a worker (the server's approximate backlog count)."""
     backlog_age_s: float | None = None
     """How long the oldest waiting run has waited."""
+    pool: AgentPool | None = None
+    """None when no live worker reports its slots (no worker heartbeats)."""
 
     @classmethod
     def of(
@@ -65,6 +86,7 @@ class AgentHealth(BaseModel):
         kind: str | None = None,
         backlog: int = 0,
         backlog_age_s: float | None = None,
+        pool: AgentPool | None = None,
     ) -> "AgentHealth":
         """The row, its status from whether any of its workers is alive at `now`."""
         alive = any(worker.alive(now) for worker in workers)
@@ -76,4 +98,10 @@ class AgentHealth(BaseModel):
             workers=workers,
             backlog=backlog,
             backlog_age_s=backlog_age_s,
+            pool=pool,
         )
+
+    @property
+    def free_pool_share(self) -> float:
+        """The auction's resource availability: the pool's free share, 1.0 when unknown."""
+        return self.pool.free_share if self.pool is not None else 1.0

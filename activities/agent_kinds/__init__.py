@@ -69,7 +69,9 @@ def load_agents(path: Path, registry: AgentRegistry) -> AgentRegistry:
                 "without --demo-agents and COORD_DEMO_AGENTS to declare it yourself)"
             )
         try:
-            registry.register(name, config.kind)(agent_from_config(name, config, declared.worker))
+            registry.register(name, config.kind, config)(
+                agent_from_config(name, config, declared.worker)
+            )
         except SpecError as error:
             raise SpecError(f"{path}: {error}") from None
     return registry

@@ -17,7 +17,7 @@ from coord.starter.commands.common import AsJson, connect, runs_async, show_reco
 from coord.worker import default_registry
 
 app = typer.Typer()
-NOT_YET = "success rate, p50, breaker and pool: not measured yet"
+NOT_YET = "success rate, p50 and breaker: not measured yet"
 
 
 class AgentsReport(RootModel[list[AgentHealth]]):
@@ -47,7 +47,9 @@ async def agents(
 
 def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
     moment = now or datetime.now(UTC)
-    table = render.table("agent", "kind", "status", "workers (last seen)", "backlog", "queue")
+    table = render.table(
+        "agent", "kind", "status", "workers (last seen)", "backlog", "queue", "pool"
+    )
     for row in rows:
         table.add_row(
             row.agent,
@@ -56,6 +58,7 @@ def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
             _workers(row, moment),
             _backlog(row),
             row.task_queue,
+            _pool(row),
         )
     return Group(table, Text(f"({NOT_YET})", style="dim"))
 
@@ -68,6 +71,14 @@ def _workers(row: AgentHealth, now: datetime) -> str:
         stopped = f", {worker.state}" if worker.state in ("shutting_down", "shutdown") else ""
         seen.append(f"{worker.identity} ({ago}{stopped})")
     return "\n".join(seen) or "none"
+
+
+def _pool(row: AgentHealth) -> str:
+    """`2 in use, 0 free, 5 waiting`; `-` when no worker reports its slots."""
+    pool = row.pool
+    if pool is None:
+        return "-"
+    return f"{pool.in_use} in use, {pool.free} free, {pool.waiting} waiting"
 
 
 def _backlog(row: AgentHealth) -> str:

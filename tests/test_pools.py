@@ -1,0 +1,276 @@
+"""Pools, rate limits, priority and fairness (issue 14, seed 003's resource pool), on the real
+dev server: an agent's `max_concurrent` and `rate_limit` held by Temporal's own limits, the pool
+as `coord agents` shows it, one correlation flooding a shared agent queue without starving
+another, and idle workers taking the runs a slow one cannot (work stealing)."""
+
+import asyncio
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from coord.activities.agent_kinds import load_agents
+from coord.infra.agent_health import agents_health
+from coord.infra.task_dispatch import dispatch_order
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.chain import ChainSpec
+from coord.models.contract import agent_task_queue
+from coord.models.envelope import EventEnvelope, Priority
+from coord.models.health import AgentHealth, AgentPool
+from coord.models.task_priority import MAX_FAIRNESS_KEY_BYTES, fairness_key, task_priority
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import event, eventually
+from tests.workers import COORD, WorkerProcess, run, server_env
+
+
+@dataclass
+class AgentRuns:
+    """What the test agents below saw: how many ran at once, and each run's start."""
+
+    running: int = 0
+    peak: int = 0
+    started: list[tuple[float, str]] = field(default_factory=list)
+    """(monotonic time, correlation id) of each run's start, in order."""
+    done: int = 0
+
+
+RUNS = AgentRuns()
+
+
+async def counted(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """Counts the runs in progress at once, as the agent itself sees them."""
+    RUNS.running += 1
+    RUNS.peak = max(RUNS.peak, RUNS.running)
+    RUNS.started.append((time.monotonic(), envelope.event.correlation_id or ""))
+    try:
+        await asyncio.sleep(0.1)
+    finally:
+        RUNS.running -= 1
+        RUNS.done += 1
+    return {}
+
+
+def declared(tmp_path: Path, **declaration: Any) -> AgentRegistry:
+    """A registry with one agent `pooled` (the `counted` agent), declared as in an agents file
+    with `declaration`'s fields."""
+    agents_file = tmp_path / "agents.yaml"
+    config = {"kind": "python", "callable": f"{__name__}:counted", **declaration}
+    agents_file.write_text(json.dumps({"agents": {"pooled": config}}))
+    global RUNS
+    RUNS = AgentRuns()
+    return load_agents(agents_file, AgentRegistry())
+
+
+def flood_chain(agent: str, runs: int) -> ChainSpec:
+    """A chain that hands each `Work` event to `agent`, all at once (its own limit is no limit)."""
+    return ChainSpec.model_validate(
+        {
+            "name": "flood",
+            "triggers": ["Work"],
+            "alerts": None,
+            "max_concurrency": runs,
+            "subscriptions": [{"agent": agent, "events": "Work", "timeout": "2m"}],
+        }
+    )
+
+
+async def flood(client: Client, task_queue: str, agent: str, runs: int) -> str:
+    """Starts a chain and sends it `runs` events for `agent`; its correlation id."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    await api.start_chain(client, flood_chain(agent, runs), correlation_id, queue=task_queue)
+    for n in range(runs):
+        await api.publish(client, event(correlation_id, "Work", n=n))
+    return correlation_id
+
+
+async def runs_done(count: int, timeout: float = 60) -> None:
+    async def done() -> bool:
+        return RUNS.done >= count
+
+    await eventually(done, timeout)
+
+
+async def test_max_concurrent_2_is_never_exceeded_under_20_queued_runs(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    registry = declared(tmp_path, max_concurrent=2)
+    async with build_worker(client, task_queue, registry):
+        await flood(client, task_queue, "pooled", 20)
+        await runs_done(20)
+    assert RUNS.peak == 2, f"{RUNS.peak} runs at once"
+
+
+async def test_the_rate_limit_paces_run_starts_across_the_agents_queue(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    registry = declared(tmp_path, rate_limit=4)
+    async with build_worker(client, task_queue, registry):
+        await flood(client, task_queue, "pooled", 16)
+        await runs_done(16)
+    starts = [at for at, _ in RUNS.started]
+    span = starts[-1] - starts[0]
+    # Unlimited, 16 runs of 0.1 s start within a few tenths of a second of each other; at 4 a
+    # second, after the limiter's first burst, the last starts seconds after the first.
+    assert span >= 2, f"16 runs started within {span:.2f}s"
+    assert RUNS.peak > 1, "the limit is on starts, not on runs at once"
+
+
+async def test_a_correlation_flooding_a_shared_agent_does_not_starve_another(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    registry = declared(tmp_path, max_concurrent=1)
+    async with build_worker(client, task_queue, registry):
+        flooding = await flood(client, task_queue, "pooled", 30)
+
+        async def backlogged() -> bool:
+            return len(RUNS.started) >= 2
+
+        await eventually(backlogged)
+        before = len(RUNS.started)
+        other = await flood(client, task_queue, "pooled", 2)
+        await runs_done(32)
+    order = [correlation for _, correlation in RUNS.started]
+    assert Counter(order) == {flooding: 30, other: 2}
+    after = order[before:]
+    ahead = [
+        after[:i].count(flooding) for i, correlation in enumerate(after) if correlation == other
+    ]
+    # In arrival order the other correlation's runs would wait behind the 28 or so queued
+    # before them; the server takes turns between the two correlations' fairness keys instead.
+    assert max(ahead) <= 5, f"the other correlation's runs started after {ahead} flooding runs"
+
+
+def test_an_events_priority_and_partition_are_its_runs_task_priority_and_fairness_key() -> None:
+    urgent = EventEnvelope.new("Work", "/t", correlation_id="c-1", priority=Priority.CRITICAL)
+    assert task_priority(urgent, "wf").priority_key == 1
+    assert task_priority(urgent, "wf").fairness_key == "c-1"
+    plain = EventEnvelope.new("Work", "/t")
+    assert (task_priority(plain, "wf").priority_key, task_priority(plain, "wf").fairness_key) == (
+        3,
+        "wf",
+    ), "normal is the server's default; no correlation: the workflow's own turn"
+    tenant = EventEnvelope.new("Work", "/t", correlation_id="c-2")
+    tenant.routing.partition_key = "tenant-a"
+    assert task_priority(tenant, "wf").fairness_key == "tenant-a"
+    long_ids = {fairness_key("x" * 100 + tail) for tail in "ab"}
+    assert len(long_ids) == 2
+    assert all(len(key.encode()) <= MAX_FAIRNESS_KEY_BYTES for key in long_ids)
+
+
+def test_a_worker_says_what_the_server_does_with_priority_and_fairness() -> None:
+    assert dispatch_order("1.32.0").startswith("server 1.32.0 starts agent runs by priority, ")
+    assert "matching.enableFairness=true" in dispatch_order("1.32.0")
+    assert "only with matching.useNewMatcher=true" in dispatch_order("1.27.2")
+    assert "(version unknown)" in dispatch_order("")
+
+
+SHELL_AGENT = """\
+agents:
+  {name}:
+    kind: shell
+    argv: [sh, -c, 'echo $PPID >> "$RUNS"; {work}; echo {{}}']
+    env: {{RUNS: '{runs}'}}
+    max_concurrent: {max_concurrent}
+"""
+
+
+def shell_agent(path: Path, runs: Path, work: str, max_concurrent: int, name: str) -> Path:
+    """An agents file with one shell agent that appends its worker's pid to `runs`, then does
+    `work`."""
+    path.write_text(
+        SHELL_AGENT.format(name=name, runs=runs, work=work, max_concurrent=max_concurrent)
+    )
+    return path
+
+
+async def test_coord_agents_shows_the_pool_in_use_free_and_waiting(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    agents_file = shell_agent(
+        tmp_path / "agents.yaml",
+        tmp_path / "runs",
+        f"while [ ! -e {release} ]; do sleep 0.1; done",
+        max_concurrent=2,
+        name="held",
+    )
+    queue = agent_task_queue("held", task_queue)
+    worker = await WorkerProcess.start(
+        client,
+        task_queue,
+        tmp_path / "worker.log",
+        "--agents",
+        str(agents_file),
+        "--no-workflows",
+        polls=queue,
+    )
+    expected = AgentPool(in_use=2, free=0, waiting=3)
+    try:
+        async with build_worker(client, task_queue):
+            await flood(client, task_queue, "held", 5)
+
+            async def full() -> bool:
+                rows = await agents_health(client, {}, home=task_queue)
+                return any(row.agent == "held" and row.pool == expected for row in rows)
+
+            await eventually(full, timeout=30)
+            env = server_env(dev_env, task_queue)
+            code, out, err = await run(COORD, "agents", env=env)
+            json_code, json_out, _ = await run(COORD, "agents", "--json", env=env)
+            release.touch()
+    finally:
+        worker.stop()
+    assert (code, err, json_code) == (0, "", 0)
+    [line] = [line for line in out.splitlines() if line.startswith("held ")]
+    assert line.endswith("2 in use, 0 free, 3 waiting")
+    [row] = [AgentHealth.model_validate(r) for r in json.loads(json_out) if r["agent"] == "held"]
+    assert row.pool == expected and row.free_pool_share == 0.0
+
+
+async def test_idle_workers_take_the_runs_a_slow_worker_cannot(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Work stealing needs no code: each worker asks the agent's queue for a run only when it
+    has a free slot, so the fast ones take what the slow one would otherwise hold up."""
+    runs = tmp_path / "runs"
+    log = tmp_path / "workers.log"
+    queue = agent_task_queue("stealer", task_queue)
+    fast = shell_agent(tmp_path / "fast.yaml", runs, "true", max_concurrent=1, name="stealer")
+    slow = shell_agent(tmp_path / "slow.yaml", runs, "sleep 2", max_concurrent=1, name="stealer")
+    workers = []
+    try:
+        for agents_file in (slow, fast, fast):
+            workers.append(
+                await WorkerProcess.start(
+                    client,
+                    task_queue,
+                    log,
+                    "--agents",
+                    str(agents_file),
+                    "--no-workflows",
+                    polls=queue,
+                )
+            )
+        async with build_worker(client, task_queue):
+            await flood(client, task_queue, "stealer", 30)
+
+            async def all_ran() -> bool:
+                return runs.exists() and len(runs.read_text().split()) == 30
+
+            await eventually(all_ran, timeout=60)
+    finally:
+        for worker in workers:
+            worker.stop()
+    by_worker = Counter(int(pid) for pid in runs.read_text().split())
+    slow_pid, *fast_pids = (worker.process.pid for worker in workers)
+    assert set(by_worker) <= {slow_pid, *fast_pids}
+    assert by_worker[slow_pid] <= 5, f"the slow worker ran {by_worker[slow_pid]} of 30"
+    assert sum(by_worker[pid] for pid in fast_pids) >= 25
