@@ -33,6 +33,8 @@ T = TypeVar("T")
 DEAD_LETTER_PATCH = "dead-letter-queue"
 PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
 """A run whose input is invalid still parks the signals it rejected before it fails."""
+SIGNALS_RUN_TO_THE_END_PATCH = "external-signals-are-never-cancelled"
+"""A cancel never reaches a signal this workflow sent to another one (see `signal_if_running`)."""
 AGENT_QUEUES_PATCH = "agents-on-their-own-task-queues"
 """Runs after this patch dispatch a named agent's runs to the agent's own task queue, with a
 schedule-to-start limit; runs recorded before ran every agent on the workflow's queue."""
@@ -203,7 +205,19 @@ def upsert_search_attributes(values: contract.SearchValues) -> None:
 
 async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:
     """Signals another workflow; False when it does not run (never started, or ended), which
-    the sender treats as that workflow's business, never as its own failure."""
+    the sender treats as that workflow's business, never as its own failure.
+
+    A cancel of the awaiting task does not reach the signal: the SDK would send the signal's
+    cancel even when its outcome has already arrived in the same workflow task, and Core's
+    state machine fails that task (`Invalid transition in state machine`), which is how an
+    aggregator completing on its last event while its chain attach resolved got stuck."""
+    sending = _signal(workflow_id, signal, arg)
+    if workflow.patched(SIGNALS_RUN_TO_THE_END_PATCH):
+        return await asyncio.shield(sending)
+    return await sending
+
+
+async def _signal(workflow_id: str, signal: str, arg: Any) -> bool:
     try:
         await workflow.get_external_workflow_handle(workflow_id).signal(signal, arg)
     except ApplicationError:
