@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from coord.models.contract import FailureType
 from coord.models.durations import format_duration
@@ -40,6 +40,7 @@ from coord.models.plan import (
     TaskState,
     Verdict,
 )
+from coord.models.specs import describe_validation_error
 
 TIMEOUT_DECIDER = "timeout"
 """Who rejected a task nobody approved in time (`ApprovalDecision.by`)."""
@@ -170,7 +171,7 @@ def rejection_error(last: ReviewRound, budget: int) -> TaskError:
     )
     fixes = "fix" if budget == 1 else "fixes"
     message = f"{check} still failing after {budget} {fixes} (fix budget spent): {said}"
-    return TaskError(type=FailureType.REVIEW_REJECTED, message=_bounded(message))
+    return TaskError(type=FailureType.REVIEW_REJECTED, message=bounded(message))
 
 
 # --- Rounds and verdicts ----------------------------------------------------------------------
@@ -189,16 +190,17 @@ def reviewer_inputs(
 
 
 def parse_verdict(reviewer: str, answer: Any) -> Verdict:
-    """A reviewer's answer as a verdict. Agents answer `{"passed": bool, "notes": str}` (`notes`
-    may be left out, other keys are ignored); any other answer is a failed verdict whose notes
-    say what was wrong with it, so a confused reviewer never lets a result through."""
+    """A reviewer's answer as a verdict: that of a strict verdict (`verdict_problem` finds
+    nothing), or, in runs recorded before verdicts were strict, of a lenient one (`notes` may
+    be left out, other keys are ignored; anything else is a failed verdict whose notes say what
+    was wrong with it, so a confused reviewer never lets a result through)."""
     problem = _answer_problem(answer)
     if problem is not None:
         return Verdict(
-            reviewer=reviewer, passed=False, notes=_bounded(f"invalid verdict: {problem}")
+            reviewer=reviewer, passed=False, notes=bounded(f"invalid verdict: {problem}")
         )
     return Verdict(
-        reviewer=reviewer, passed=answer["passed"], notes=_bounded(answer.get("notes", ""))
+        reviewer=reviewer, passed=answer["passed"], notes=bounded(answer.get("notes", ""))
     )
 
 
@@ -214,9 +216,39 @@ def _answer_problem(answer: Any) -> str | None:
     return None
 
 
+class VerdictAnswer(BaseModel):
+    """A reviewer's answer as seed 004's review loop needs it: whether the result passed and,
+    when it did not, what to fix (a failed round sends these notes back to the task's agent:
+    "不通过 → Worker 修复 → 重新 review"). Strict: an unknown key is most likely a misspelt one
+    (`pass`, `note`) that would otherwise lose the verdict or its notes, and `passed` must be a
+    JSON boolean, not a string that looks like one."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    passed: bool
+    notes: str = Field(default="", validate_default=True)
+
+    @field_validator("notes")
+    @classmethod
+    def _failing_says_what_to_fix(cls, notes: str, info: ValidationInfo) -> str:
+        if info.data.get("passed") is False and not notes.strip():
+            raise ValueError("a failing verdict must say what to fix")
+        return notes
+
+
+def verdict_problem(answer: Any) -> str | None:
+    """Why the answer is not a strict verdict (`VerdictAnswer`), in one line naming the field;
+    None when it is one."""
+    try:
+        VerdictAnswer.model_validate(answer)
+    except ValidationError as error:
+        return describe_validation_error(error)
+    return None
+
+
 def failed_verdict(reviewer: str, reason: str) -> Verdict:
     """The verdict of a reviewer that could not answer at all (its run failed for good)."""
-    return Verdict(reviewer=reviewer, passed=False, notes=_bounded(f"reviewer failed: {reason}"))
+    return Verdict(reviewer=reviewer, passed=False, notes=bounded(f"reviewer failed: {reason}"))
 
 
 def review_round(step: RunReview, verdict: Verdict, at: datetime) -> ReviewRound:
@@ -230,7 +262,7 @@ def verification_round(
     return ReviewRound(kind="verify", round=step.round, verdicts=list(verdicts), at=at)
 
 
-def _bounded(text: str) -> str:
+def bounded(text: str) -> str:
     """At most MAX_NOTES characters, marking the cut."""
     if len(text) <= MAX_NOTES:
         return text
@@ -274,7 +306,7 @@ def rejection(decided: ApprovalDecision) -> TaskError:
     """The error of a task whose approval was refused (by a person or the clock)."""
     why = f": {decided.reason}" if decided.reason else ""
     by = "timed out" if decided.by == TIMEOUT_DECIDER else f"rejected by {decided.by}"
-    return TaskError(type=FailureType.APPROVAL_REJECTED, message=_bounded(f"approval {by}{why}"))
+    return TaskError(type=FailureType.APPROVAL_REJECTED, message=bounded(f"approval {by}{why}"))
 
 
 def waiting_for(task_id: str, gate: ApprovalGate, since: datetime) -> str:

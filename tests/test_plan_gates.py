@@ -230,31 +230,45 @@ async def test_a_spent_fix_budget_fails_the_task_and_skips_only_its_dependents(
     assert docs.state == TaskState.SUCCEEDED
 
 
-async def test_a_reviewer_answering_nonsense_is_a_failed_verdict_saying_why(
-    client: Client, task_queue: str
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({"verdict": "LGTM"}, "passed: Field required; verdict: Extra inputs are not permitted"),
+        ({"passed": True, "note": "fine"}, "note: Extra inputs are not permitted"),
+        ({"passed": False}, "notes: a failing verdict must say what to fix"),
+        ({"passed": "false", "notes": "no"}, "passed: Input should be a valid boolean"),
+    ],
+    ids=["nonsense", "unknown-key", "failing-without-notes", "passed-as-text"],
+)
+async def test_a_reviewer_answer_that_is_not_a_strict_verdict_is_an_invalid_payload(
+    client: Client, task_queue: str, answer: dict[str, Any], why: str
 ) -> None:
+    """The task ends error `invalid_payload` naming the field, its dependents skipped, with no
+    fix round (a fix cannot mend the reviewer); the round records a failed verdict saying why."""
     agents = GateAgents(reviewers=("verifier-b", "verifier-c"))
     agents_registry = agents.registry()
 
     @agents_registry.register("reviewer")
     async def confused(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        return {"verdict": "LGTM"}
+        return answer
 
     spec = plan(
         "review-invalid-verdict",
-        {
-            "id": "build",
-            "agent": "coder",
-            "review": {"reviewer": "reviewer", "stages": ["spec_compliance"], "fix_budget": 0},
-        },
+        {"id": "build", "agent": "coder", "review": {"reviewer": "reviewer"}},
+        {"id": "deploy", "agent": "worker", "depends_on": ["build"]},
     )
     async with build_worker(client, task_queue, agents_registry):
         state = await outcome(await start(client, task_queue, spec))
     build = task_of(state, "build")
     assert build.state == TaskState.ERROR
-    verdict = build.reviews[0].verdicts[0]
-    assert not verdict.passed
-    assert verdict.notes == "invalid verdict: `passed` is missing (got keys: verdict)"
+    assert build.error == TaskError(
+        type=FailureType.INVALID_PAYLOAD,
+        message=f"review spec_compliance by reviewer: invalid verdict: {why}",
+    )
+    assert rounds(build) == [("review", 1, "spec_compliance", [("reviewer", False)])]
+    assert build.reviews[0].verdicts[0].notes == f"invalid verdict: {why}"
+    assert build.fixes == 0 and len(agents.coder_inputs) == 1
+    assert task_of(state, "deploy").state == TaskState.SKIPPED
 
 
 async def test_a_result_stored_by_reference_reaches_the_reviewers_as_data(

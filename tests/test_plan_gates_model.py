@@ -41,6 +41,7 @@ from coord.models.plan_gates import (
     review_round,
     reviewer_inputs,
     timed_out,
+    verdict_problem,
     verification_round,
     waiting_for,
 )
@@ -245,6 +246,32 @@ def test_a_well_formed_answer_is_the_verdict() -> None:
 def test_anything_else_is_a_failed_verdict_saying_why(answer: Any, why: str) -> None:
     verdict = parse_verdict("rev", answer)
     assert verdict == Verdict(reviewer="rev", passed=False, notes=f"invalid verdict: {why}")
+
+
+@pytest.mark.parametrize(
+    "answer", [{"passed": True}, {"passed": True, "notes": ""}, {"passed": False, "notes": "x"}]
+)
+def test_a_strict_verdict_has_no_problem(answer: Any) -> None:
+    assert verdict_problem(answer) is None
+
+
+@pytest.mark.parametrize(
+    ("answer", "problem"),
+    [
+        ({"passed": True, "note": "fine"}, "note: Extra inputs are not permitted"),
+        ({"passed": True, "notes": "", "score": 9}, "score: Extra inputs are not permitted"),
+        ({"passed": False}, "notes: a failing verdict must say what to fix"),
+        ({"passed": False, "notes": " \n"}, "notes: a failing verdict must say what to fix"),
+        ({"passed": "true", "notes": "x"}, "passed: Input should be a valid boolean"),
+        ({"passed": 1}, "passed: Input should be a valid boolean"),
+        ({"passed": True, "notes": ["a"]}, "notes: Input should be a valid string"),
+        ({}, "passed: Field required"),
+        ("LGTM", "Input should be a valid dictionary or instance of VerdictAnswer"),
+    ],
+)
+def test_anything_else_is_a_problem_naming_the_field(answer: Any, problem: str) -> None:
+    """The strict check (`VerdictAnswer`): its one line is the task's `invalid_payload`."""
+    assert verdict_problem(answer) == problem
 
 
 def test_notes_are_bounded() -> None:

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         RunVerification,
         approval_problem,
         approval_required,
+        bounded,
         decision,
         failed_verdict,
         next_gate_step,
@@ -40,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         review_round,
         reviewer_inputs,
         timed_out,
+        verdict_problem,
         verification_round,
     )
     from coord.models.plan_model import PlanModel
@@ -47,7 +49,9 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.plan_task import AgentActivity, TaskRun, task_error
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
-"""A reviewer's verdict, and how its run failed when it could not answer at all."""
+"""A reviewer's verdict, and the task's error when the reviewer could not give one (its run
+failed for good, or its answer was not a verdict)."""
+STRICT_VERDICTS_PATCH = "plan-strict-verdicts"
 
 
 class GatedTaskRun(TaskRun):
@@ -128,15 +132,30 @@ class GatedTaskRun(TaskRun):
         def start() -> AgentActivity:
             return self.start_agent(request, activity_id, summary)
 
+        what = f"review {stage.value}" if stage is not None else "verification"
         try:
             answer = await self.slotted(activity_id, start)
         except ActivityError as error:
             failed = task_error(error)
             verdict = failed_verdict(reviewer, failed.message)
-            what = f"review {stage.value}" if stage is not None else "verification"
             failed.message = f"{what} by {reviewer} failed: {failed.message}"
             return verdict, failed
-        return parse_verdict(reviewer, answer.data), None
+        return _verdict(reviewer, answer.data, what)
+
+
+def _verdict(reviewer: str, answer: object, what: str) -> ReviewOutcome:
+    """The reviewer's answer as its verdict. An answer that is not a strict verdict (an unknown
+    key, `passed` not a boolean, a failing verdict without notes) is the reviewer's invalid
+    payload: a failed verdict saying why, and the task's error (a fix cannot mend a reviewer).
+    Runs recorded before the check made such an answer a failed (or passing) verdict only."""
+    problem = verdict_problem(answer)
+    if problem is None or not workflow.patched(STRICT_VERDICTS_PATCH):
+        return parse_verdict(reviewer, answer), None
+    invalid = f"invalid verdict: {problem}"
+    error = TaskError(
+        type=FailureType.INVALID_PAYLOAD, message=bounded(f"{what} by {reviewer}: {invalid}")
+    )
+    return Verdict(reviewer=reviewer, passed=False, notes=bounded(invalid)), error
 
 
 async def _all(reviews: list[Awaitable[ReviewOutcome]]) -> list[ReviewOutcome]:
