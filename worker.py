@@ -18,6 +18,7 @@ from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.routing import AgentRouter
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.task_dispatch import server_dispatch_order
@@ -166,6 +167,7 @@ def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Wo
             delivery.declared_agent,
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
+            AgentRouter(client, registry).choose_agent,
         ],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],

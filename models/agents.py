@@ -103,6 +103,10 @@ class AgentRegistry:
         """Each agent's kind (`python` for one registered in code), shown by `coord agents`."""
         self.declarations: dict[str, AgentDeclarationBase] = {}
         """The declarations of agents from an agents file: their mesh fields (pool, rate)."""
+        self.catalogue: dict[str, list[str]] = {}
+        """Every agent declared to this worker -> the capabilities it offers, including the
+        agents `only` leaves out: a run naming capabilities may go to an agent served on
+        another host (`choose_agent` picks from it)."""
         self.settings = settings or WorkerSettings()
 
     def register(
@@ -115,18 +119,21 @@ class AgentRegistry:
             self.kinds[name] = kind
             if declaration is not None:
                 self.declarations[name] = declaration
+            self.catalogue[name] = list(declaration.capabilities) if declaration else []
             return fn
 
         return add
 
     def only(self, names: Iterable[str]) -> "AgentRegistry":
-        """The same settings with just the agents named (`coord worker --only a,b`); a name
-        no agent answers to is a SpecError saying which agents there are."""
+        """The same settings with just the agents named (`coord worker --only a,b`), and the
+        whole catalogue; a name no agent answers to is a SpecError saying which agents there
+        are."""
         subset = AgentRegistry(self.settings)
         for name in names:
             if name not in self._agents:
                 raise SpecError(self.unknown(name))
             subset.register(name, self.kinds[name], self.declarations.get(name))(self._agents[name])
+        subset.catalogue = dict(self.catalogue)
         return subset
 
     def get(self, name: str) -> AgentFn:
@@ -158,7 +165,7 @@ def check_agents(
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
     kind the registry's settings allow. A SpecError names the first that is not."""
     for place, agent in _agents_named(spec):
-        if agent is None:
+        if not agent:  # none (a step without compensation), or picked by capability at run time
             continue
         if agent in spec.agents:
             if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):

@@ -7,6 +7,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.assignment import Assignment, Routed
 from coord.models.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.durations import Duration
 from coord.models.envelope import EventEnvelope, EventHeader, Priority, Routing
@@ -36,14 +37,16 @@ class Publishes(BaseModel):
         return [t for t in (self.on_start, *self.on_success, self.on_failure) if t]
 
 
-class Subscription(BaseModel):
+class Subscription(Routed):
     model_config = ConfigDict(extra="forbid")
 
     agent: str = ""
     vote: VoteRules | None = None
     """A consensus vote instead of an agent's run, the event's payload its proposal: decided
     publishes `on_success`, rejected or no quorum `on_failure`, either with the ballots."""
+    """The agent that runs, unless the subscription names capabilities (`Routed`)."""
     name: str = ""
+    """The agent's name by default (the capabilities, `+`-joined, for one naming those)."""
     topic: str | None = None
     events: list[str] = Field(min_length=1, max_length=MAX_ITEMS)
     join: Literal["any", "all"] = "any"
@@ -68,11 +71,11 @@ class Subscription(BaseModel):
 
     @model_validator(mode="after")
     def _named(self) -> Self:
-        if self.agent and self.vote is not None:
-            raise ValueError("give one of `agent` or `vote`, not both")
-        if not self.agent and self.vote is None:
-            raise ValueError("`agent` is required (or `vote`)")
-        self.name = self.name or self.agent or "vote"
+        if problem := self.doer_problem(self.agent, vote=self.vote is not None):
+            raise ValueError(problem)
+        route = self.route
+        capabilities = "+".join(route.capabilities) if route else ""
+        self.name = self.name or self.agent or capabilities or "vote"
         return self
 
     def agents_named(self, place: str) -> list[tuple[str, str]]:
@@ -304,6 +307,15 @@ class AgentRun(BaseModel):
     idempotency_key: str | None = None
 
 
+class RunAssignment(BaseModel):
+    """The agent picked for one run of a subscription that names capabilities, with the bids."""
+
+    subscription: str
+    event_id: str
+    """The event that triggered the run."""
+    assignment: Assignment
+
+
 class ChainState(BaseModel):
     """The chain's record. Its counts keep the accounting identity: every event received was
     handled, ignored as a duplicate or rejected (`received = events_seen + duplicates +
@@ -328,6 +340,8 @@ class ChainState(BaseModel):
     filter_errors: int = 0
     """Evaluations of a filter that failed on an event (which then did not match)."""
     last_filter_error: str | None = None
+    assignments: list[RunAssignment] = Field(default_factory=list)
+    """The latest runs picked by capability (a window: the newest ASSIGNMENT_WINDOW)."""
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 from pydantic import PrivateAttr
 
 from coord.models.agents import AgentRequest, AgentResult
+from coord.models.assignment import Assignment
 from coord.models.chain import (
     AgentRun,
     ChainCarry,
@@ -25,6 +26,7 @@ from coord.models.chain import (
     QueuedRun,
     RejectedEvent,
     RerunRequest,
+    RunAssignment,
     Subscription,
     TimelineEntry,
     replayed_inputs,
@@ -48,6 +50,7 @@ TIMELINE_BYTES = 8 * 1024 * 1024
 to the payload store by reference, but one run still holds it in memory and in its queries."""
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20
+ASSIGNMENT_WINDOW = 20
 
 Admission = Literal["recorded", "duplicate"]
 
@@ -272,6 +275,15 @@ class ChainModel(ChainCarry):
             inputs=run.inputs,
         )
 
+    def run_assigned(self, run: AgentRun, assignment: Assignment) -> None:
+        """A run of a subscription naming capabilities goes to the agent picked for it."""
+        run.agent = assignment.agent
+        picked = RunAssignment(
+            subscription=run.subscription, event_id=run.trigger.event.id, assignment=assignment
+        )
+        self.state.assignments.append(picked)
+        del self.state.assignments[:-ASSIGNMENT_WINDOW]
+
     def run_started(self, run: AgentRun) -> None:
         publishes = self._spec.subscription(run.subscription).publishes
         if publishes.on_start:
@@ -369,8 +381,8 @@ class ChainModel(ChainCarry):
                 FailureType.CHAIN_ENDED,
                 f"{run.agent} on {run.trigger.event.type} never ran: the chain ended "
                 f"{status} while it was queued",
-                target_agent=run.agent,
-                replay="run_agent",
+                target_agent=run.agent or run.subscription,
+                replay="run_agent" if run.agent else "rerun",
             )
             for run in queued
         ]
@@ -464,6 +476,12 @@ class ChainModel(ChainCarry):
             lines.append(f"**Queued runs:** {state.queued}")
         if state.rejected:
             lines.append(f"**Rejected events:** {len(state.rejected)}")
+        if state.assignments:
+            latest = state.assignments[-1]
+            lines.append(
+                f"**Last picked by capability:** {latest.subscription} ← {latest.event_id}: "
+                f"{latest.assignment.describe()}"
+            )
         return "\n\n".join(lines)
 
     def carry(self) -> ChainInput:

@@ -221,6 +221,9 @@ PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
 """Reads a plan's running activities' latest heartbeat details (progress, attempt, failure)."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
+CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
+"""Picks the agent for a run that names capabilities: candidates, their load and record, the
+strategy's winner (on the coordinator queue)."""
 
 # --- Memo keys --------------------------------------------------------------------------------
 
@@ -290,6 +293,8 @@ class FailureType(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     """The agent's circuit breaker is open: the run failed fast without calling the agent, and
     its next retry comes no earlier than the end of the open window (retryable)."""
+    NO_CAPABLE_AGENT = "no_capable_agent"
+    """A run naming capabilities instead of an agent found no declared agent offering them."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"

@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple, Self, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.assignment import Assignment, Routed
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
 from coord.models.durations import Duration
 from coord.models.envelope import Priority
@@ -114,7 +115,7 @@ class TeamMember(BaseModel):
     agent: str = Field(min_length=1, max_length=MAX_NAME)
 
 
-class PlanTask(BaseModel):
+class PlanTask(Routed):
     model_config = ConfigDict(extra="forbid")
 
     id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
@@ -142,13 +143,11 @@ class PlanTask(BaseModel):
 
     @model_validator(mode="after")
     def _one_doer(self) -> Self:
-        given = {"agent": bool(self.agent), "member": self.member is not None, "vote": self.vote}
-        doers = [name for name, doer in given.items() if doer]
-        if len(doers) > 1:
-            both = f"{doers[0]} and {doers[1]}"
-            raise ValueError(f"give one of `agent`, `member` or `vote`, not both {both}")
-        if not doers:
-            raise ValueError("`agent` is required (or `member`, naming one of `team`, or `vote`)")
+        problem = self.doer_problem(
+            self.agent, member=self.member is not None, vote=self.vote is not None
+        )
+        if problem:
+            raise ValueError(problem)
         if self.vote is not None:
             _check_vote_task(self)
         if len(set(self.depends_on)) != len(self.depends_on):
@@ -232,7 +231,7 @@ class PlanSpec(BaseModel):
         for i, task in enumerate(self.tasks):
             if task.vote is not None:
                 named += [(f"tasks[{i}].vote.voters", voter) for voter in task.vote.voters]
-            elif task.member is None:
+            elif task.member is None and task.route is None:
                 named.append((f"tasks[{i}].agent", task.agent))
             if task.review is not None:
                 named.append((f"tasks[{i}].review.reviewer", task.review.reviewer))
@@ -406,6 +405,8 @@ class TaskRecord(BaseModel):
     fixes: int = 0
     reviews: list[ReviewRound] = Field(default_factory=list)
     approval: ApprovalDecision | None = None
+    assignment: Assignment | None = None
+    """For a task naming capabilities: the agent picked (then `agent`), with the bids."""
     transitions: list[Transition] = Field(default_factory=list)
 
     @property

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, PrivateAttr
 
 from coord.models.agents import AgentRequest
+from coord.models.assignment import Assignment
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.plan import (
     ENDED_TASK_STATES,
@@ -211,6 +212,12 @@ class PlanModel(BaseModel):
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
         self._transition(task_id, TaskState.READY, now)
 
+    def task_assigned(self, task_id: str, assignment: Assignment) -> None:
+        """A task naming capabilities is done by the agent picked for it (every round)."""
+        record = self._records[task_id]
+        record.agent = assignment.agent
+        record.assignment = assignment
+
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
         """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round
         after the first is a fix, counted once it starts (a plan stopped while the fix waited
@@ -376,7 +383,7 @@ class PlanModel(BaseModel):
         """What `run_agent` gets for a task's run: the task's input as the event's payload,
         the results of its dependencies keyed by id (a reference where one was stored by
         reference), and what a round adds (`extra`: a fix round's review notes)."""
-        agent = self.spec.agent_of(task)
+        agent = self._records[task.id].agent
         inputs = {**self.dependency_results(task), **(extra or {})}
         key = f"{workflow_id}/{task.id}/{round}"
         request = self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
@@ -521,6 +528,9 @@ class PlanModel(BaseModel):
             lines.append(f"- **{task.task}** {task.state.value} {task.elapsed_s:.0f}s{doing}")
         if len(view.running) > DETAILS_RUNNING:
             lines.append(f"- and {len(view.running) - DETAILS_RUNNING} more")
+        picked = [f"{r.id}: {r.assignment.describe()}" for r in self.state.tasks if r.assignment]
+        if picked:
+            lines.append(f"**Picked by capability:** {'; '.join(picked[-DETAILS_RUNNING:])}")
         if view.waiting_for:
             lines.append(f"**Waiting for:** {'; '.join(view.waiting_for)}")
         if self.state.summary:

@@ -7,6 +7,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.assignment import Assignment, Routed
 from coord.models.chain import TimelineEntry
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, saga_workflow_id
 from coord.models.durations import Duration
@@ -14,11 +15,12 @@ from coord.models.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
 
 
-class SagaStep(BaseModel):
+class SagaStep(Routed):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     agent: str = Field(default="", max_length=MAX_NAME)
+    """The step's name by default, unless it names capabilities (`Routed`)."""
     compensation: str | None = None
     on_success: str = ""
     on_failure: str = ""
@@ -37,7 +39,10 @@ class SagaStep(BaseModel):
 
     @model_validator(mode="after")
     def _defaults_from_name(self) -> Self:
-        self.agent = self.agent or self.name
+        if self.route is None:
+            self.agent = self.agent or self.name
+        if problem := self.doer_problem(self.agent):  # never none: the name is the default
+            raise ValueError(problem)
         self.on_success = self.on_success or f"{self.name}Succeeded"
         self.on_failure = self.on_failure or f"{self.name}Failed"
         self.on_compensated = self.on_compensated or f"{self.name}Compensated"
@@ -132,6 +137,8 @@ class SagaState(BaseModel):
     failed_event: str | None = None
     failure_reason: str | None = None
     cancel: SagaCancel | None = None
+    assignments: dict[str, Assignment] = Field(default_factory=dict)
+    """The agent picked for each step that names capabilities, by step name, with the bids."""
     events: list[TimelineEntry] = Field(default_factory=list)
     """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
     compensation events), as rows of the seed's correlation table."""

@@ -3,6 +3,18 @@
 import pytest
 
 from coord.models.agent_config import MAX_CAPABILITIES, AgentsFile
+from coord.models.assignment import (
+    CandidateReading,
+    CapabilityRoute,
+    bid_of,
+    candidates,
+    capability_match,
+    choose,
+    no_candidate_message,
+)
+from coord.models.chain import ChainSpec
+from coord.models.plan import PlanSpec
+from coord.models.saga import SagaSpec
 from coord.models.specs import SpecError, parse_model
 
 
@@ -54,3 +66,168 @@ def test_a_bad_capability_is_named(capabilities: object, problem: str) -> None:
     with pytest.raises(SpecError) as error:
         parse_model(AgentsFile, agents_file(capabilities), "agents.yaml")
     assert problem in str(error.value)
+
+
+CATALOGUE = {
+    "db-1": ["sql", "postgres"],
+    "db-2": ["sql", "postgres", "backup"],
+    "web": ["http"],
+    "half": ["sql"],
+}
+
+
+def test_capability_match_is_the_share_of_what_is_required() -> None:
+    assert capability_match(["sql", "postgres"], ["sql", "postgres", "backup"]) == pytest.approx(
+        2 / 3
+    )
+    assert capability_match(["sql"], ["sql"]) == 1.0
+    assert capability_match([], ["sql"]) == 0.0
+
+
+def test_candidates_need_more_than_seventy_percent() -> None:
+    assert candidates(CATALOGUE, ["sql", "postgres"]) == {"db-1": 1.0, "db-2": 1.0}
+    # 3 of 4 is 0.75: in; 2 of 3 is 0.67: out
+    four = ["sql", "postgres", "backup", "replica"]
+    assert candidates(CATALOGUE, four) == {"db-2": 0.75}
+    assert candidates(CATALOGUE, ["sql", "postgres", "backup"]) == {"db-2": 1.0}
+    assert candidates(CATALOGUE, ["gpu"]) == {}
+    assert "agents offering some: db-1 (0.50), db-2 (0.50), half (0.50)" in (
+        no_candidate_message(CATALOGUE, ["sql", "gpu"])
+    )
+
+
+def reading(agent: str, **fields: object) -> CandidateReading:
+    return CandidateReading.model_validate(
+        {"agent": agent, "capability_match": 1.0, "healthy": True, "pollers": 1, **fields}
+    )
+
+
+def test_a_bid_weighs_match_load_history_and_pool_as_the_seed_does() -> None:
+    bid = bid_of(
+        reading("a", capability_match=0.75, backlog=2, pollers=2, success_rate=0.5, free_share=0.2)
+    )
+    # load: 1 run waiting per worker -> 1 / (1 + 1) = 0.5
+    assert bid.load == 0.5
+    assert bid.bid == pytest.approx(0.4 * 0.75 + 0.3 * 0.5 + 0.2 * 0.5 + 0.1 * 0.2)
+    unknown = bid_of(reading("b"))
+    assert (unknown.past_performance, unknown.resource_availability, unknown.bid) == (1.0, 1.0, 1.0)
+    unserved = bid_of(reading("c", healthy=False, pollers=0))
+    assert (unserved.load, unserved.backlog_per_poller) == (1.0, None)
+
+
+def test_least_loaded_takes_the_lowest_backlog_per_worker() -> None:
+    route = CapabilityRoute(capabilities=["sql"])
+    chosen = choose(
+        route,
+        [
+            reading("a", backlog=4, pollers=2),
+            reading("b", backlog=3, pollers=1),
+            reading("c", backlog=0, healthy=False, pollers=0),
+        ],
+    )
+    assert chosen is not None
+    assert chosen.agent == "a"
+    assert [b.agent for b in chosen.bids] == ["a", "b", "c"]
+
+
+def test_the_auction_takes_the_highest_bid() -> None:
+    route = CapabilityRoute(capabilities=["sql"], strategy="auction")
+    busy_but_reliable = reading("a", backlog=9, success_rate=1.0)
+    idle_but_failing = reading("b", backlog=0, success_rate=0.0)
+    chosen = choose(route, [busy_but_reliable, idle_but_failing])
+    assert chosen is not None
+    # a: 0.4 x 1 + 0.3 x (1 - 9/10) + 0.2 x 1 + 0.1 x 1 = 0.73; b: 0.4 + 0.3 x 1 + 0.2 x 0 + 0.1
+    assert [(b.agent, b.bid) for b in chosen.bids] == [("b", 0.8), ("a", 0.73)]
+    assert chosen.agent == "b"
+    assert chosen.describe() == "b (auction over sql: b 0.800, a 0.730)"
+
+
+def test_ties_go_by_name() -> None:
+    for strategy in ("least_loaded", "auction"):
+        route = CapabilityRoute(capabilities=["sql"], strategy=strategy)
+        chosen = choose(route, [reading("b"), reading("a"), reading("c")])
+        assert chosen is not None
+        assert chosen.agent == "a", strategy
+
+
+def test_a_candidate_with_a_worker_wins_over_one_without() -> None:
+    """A perfect bid on a queue no worker serves would only wait there."""
+    route = CapabilityRoute(capabilities=["sql", "x"], strategy="auction")
+    unserved = reading("a", healthy=False, pollers=0)
+    served = reading("b", capability_match=0.75, backlog=5, success_rate=0.2, free_share=0.0)
+    chosen = choose(route, [unserved, served])
+    assert chosen is not None
+    assert chosen.agent == "b"
+    assert choose(route, [unserved]) is not None
+    assert choose(route, []) is None
+
+
+def saga_step(**fields: object) -> dict[str, object]:
+    return {"saga_id": "s", "steps": [{"name": "load", **fields}]}
+
+
+def chain_with(**fields: object) -> dict[str, object]:
+    return {"name": "c", "triggers": ["Go"], "subscriptions": [{"events": ["Go"], **fields}]}
+
+
+def plan_with(**fields: object) -> dict[str, object]:
+    return {"plan_id": "p", "tasks": [{"id": "t", **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("model", "document", "problem"),
+    [
+        (
+            SagaSpec,
+            saga_step(agent="db", capability="sql"),
+            "saga.yaml: steps[0]: give one of `agent` or `capability`, not both agent and "
+            "capability",
+        ),
+        (
+            ChainSpec,
+            chain_with(),
+            "chain.yaml: subscriptions[0]: `agent` is required (or `vote`, `capability`)",
+        ),
+        (
+            ChainSpec,
+            chain_with(capability="sql", capabilities=["sql"]),
+            "chain.yaml: subscriptions[0]: give `capability` or `capabilities`, not both",
+        ),
+        (
+            PlanSpec,
+            plan_with(member="m", capabilities=["sql"]),
+            "plan.yaml: tasks[0]: give one of `agent`, `member`, `vote` or `capability`, not both "
+            "member and capability",
+        ),
+        (
+            PlanSpec,
+            plan_with(capability="sql", assignment="cheapest"),
+            "plan.yaml: tasks[0].assignment: Input should be 'least_loaded' or 'auction'",
+        ),
+        (
+            SagaSpec,
+            saga_step(capabilities=["sql", "no spaces"]),
+            "saga.yaml: steps[0].capabilities[1]: String should match pattern "
+            "'^[A-Za-z0-9][A-Za-z0-9._:-]*$'",
+        ),
+    ],
+)
+def test_a_run_names_an_agent_or_capabilities(
+    model: type[SagaSpec | ChainSpec | PlanSpec], document: dict[str, object], problem: str
+) -> None:
+    source = {SagaSpec: "saga.yaml", ChainSpec: "chain.yaml", PlanSpec: "plan.yaml"}[model]
+    with pytest.raises(SpecError) as error:
+        parse_model(model, document, source)
+    assert str(error.value) == problem
+
+
+def test_a_routed_run_names_no_agent() -> None:
+    saga = parse_model(SagaSpec, saga_step(capability="sql", assignment="auction"), "s")
+    assert (saga.steps[0].agent, saga.steps[0].route) == (
+        "",
+        CapabilityRoute(capabilities=["sql"], strategy="auction"),
+    )
+    chain = parse_model(ChainSpec, chain_with(capabilities=["sql", "pg"]), "c")
+    assert chain.subscriptions[0].name == "sql+pg"
+    plan = parse_model(PlanSpec, plan_with(capability="sql"), "p")
+    assert plan.agents_named() == []

@@ -216,7 +216,8 @@ VOTE = {"voters": ["a", "b", "c"]}
     [
         (
             {"agent": "x", "vote": VOTE},
-            "tasks[1]: give one of `agent`, `member` or `vote`, not both agent and vote",
+            "tasks[1]: give one of `agent`, `member`, `vote` or `capability`, not both agent and "
+            "vote",
         ),
         ({"vote": {"voters": []}}, "tasks[1].vote.voters: List should have at least 1 item"),
         ({"vote": {"voters": ["a", "a"]}}, "tasks[1].vote: voters: each voter votes once"),
@@ -272,8 +273,12 @@ def chain_with(subscription: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("subscription", "message"),
     [
-        ({"agent": "x", "vote": VOTE}, "subscriptions[0]: give one of `agent` or `vote`, not both"),
-        ({}, "subscriptions[0]: `agent` is required (or `vote`)"),
+        (
+            {"agent": "x", "vote": VOTE},
+            "subscriptions[0]: give one of `agent`, `vote` or `capability`, not both agent and "
+            "vote",
+        ),
+        ({}, "subscriptions[0]: `agent` is required (or `vote`, `capability`)"),
         ({"vote": {"voters": ["a", "a"]}}, "subscriptions[0].vote: voters: each voter votes once"),
         ({"vote": {**VOTE, "threshold": 2}}, "subscriptions[0].vote.threshold: Input should be"),
     ],

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         ChainState,
         ListenerId,
         RerunRequest,
+        Subscription,
         TimelineEntry,
     )
     from coord.models.chain_model import ChainModel, Parking, Rejection, standin_input
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         agent_dispatch,
+        assign_agent,
         attempts,
         decode_input,
         park,
@@ -423,9 +425,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         subscription = self._spec.subscription(run.subscription)
         retry_policy = subscription.retry.to_retry_policy()
         try:
-            self._model.run_started(run)
-            request = self._model.agent_request(run)
             try:
+                await self._assign(run, subscription)
+                self._model.run_started(run)
+                request = self._model.agent_request(run)
                 result: AgentResult = await workflow.execute_activity(
                     RUN_AGENT_ACTIVITY,
                     request,
@@ -466,6 +469,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             await park_letter(self._model.run_failed(run, *failed, 1))
         finally:
             self._model.finish(seq)
+
+    async def _assign(self, run: AgentRun, subscription: Subscription) -> None:
+        """A run of a subscription naming capabilities goes to the agent picked for it (before
+        its `on_start`, which names the agent); recorded in the chain's state."""
+        assignment = await assign_agent(subscription.route, subscription.name)
+        if assignment is not None:
+            self._model.run_assigned(run, assignment)
+            workflow.set_current_details(self._model.details())
 
     def _upsert_status(self) -> None:
         upsert_search_attributes(self._model.status_attributes())

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 with workflow.unsafe.imports_passed_through():
     from coord.models import contract
     from coord.models.agents import AgentRequest
+    from coord.models.assignment import Assignment, CapabilityRoute
     from coord.models.dlq import DeadLetter
     from coord.models.envelope import EventEnvelope
     from coord.models.specs import (
@@ -76,6 +77,32 @@ def _agent_queue(request: AgentRequest, schedule_to_start: timedelta) -> AgentDi
         "task_queue": contract.agent_task_queue(request.agent, home),
         "schedule_to_start_timeout": schedule_to_start,
     }
+
+
+CAPABILITY_ROUTING_PATCH = "runs-routed-by-capability"
+"""Runs after this patch may name capabilities instead of an agent (a spec field that did not
+exist before): they ask the coordinator's `choose_agent` which agent runs."""
+CHOOSE_AGENT_TIMEOUT = timedelta(seconds=30)
+CHOOSE_AGENT_RETRY = RetryPolicy(maximum_attempts=5)
+"""Reading the server may fail for a moment; `no_capable_agent` is not retried."""
+
+
+async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignment | None:
+    """The agent picked for a run that names capabilities (saga step, chain subscription, plan
+    task), with every candidate's bid, for the caller to record and dispatch `run_agent` to
+    (`agent_dispatch`); None for a run that names its agent. Raises the activity's error
+    (`no_capable_agent` when no declared agent offers enough) like a failed run."""
+    if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+        return None
+    assignment: Assignment = await workflow.execute_activity(
+        contract.CHOOSE_AGENT_ACTIVITY,
+        route,
+        result_type=Assignment,
+        start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
+        retry_policy=CHOOSE_AGENT_RETRY,
+        summary=f"choose agent: {summary}",
+    )
+    return assignment
 
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows.common import agent_dispatch, attempts
+    from coord.workflows.common import agent_dispatch, assign_agent, attempts
 
 AgentActivity = workflow.ActivityHandle[AgentResult]
 T = TypeVar("T")
@@ -91,12 +91,13 @@ class TaskRun:
         task = self.task
         retry_policy = task.retry.to_retry_policy()
 
-        def start() -> AgentActivity:
+        async def start() -> AgentResult:
+            await self.assign()
             request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
             self.model.run_started(task.id, workflow.now(), round)
             self.changed()
             summary = f"{task.id}: {task.summary or request.agent}"
-            return self.start_agent(request, run_activity_id(task.id, round), summary)
+            return await self.start_agent(request, run_activity_id(task.id, round), summary)
 
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
@@ -146,6 +147,16 @@ class TaskRun:
         if failed is not None:
             self.model.run_failed(self.task.id, workflow.now(), failed, 1)
         return failed is None
+
+    async def assign(self) -> None:
+        """A task naming capabilities gets its agent picked once, when its first run has a
+        slot (so the load read is current); its fix rounds go back to the same agent."""
+        if self.model.record(self.task.id).assignment is not None:
+            return
+        assignment = await assign_agent(self.task.route, self.task.id)
+        if assignment is not None:
+            self.model.task_assigned(self.task.id, assignment)
+            self.changed()
 
     def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
         """A `run_agent` activity of this task (its run, a review, a verifier) with the task's

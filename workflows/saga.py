@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         NO_INPUT,
         PlainInput,
         agent_dispatch,
+        assign_agent,
         attempts,
         decode_input,
         park,
@@ -145,17 +146,17 @@ class Saga:
             )
         self._publish_progress()
         retry = step.retry.until_success() if self._state.recovery == "forward" else step.retry
-        running = self._start_agent(
-            step.agent,
-            summary=step.name,
-            timeout=step.timeout,
-            retry=retry,
-            heartbeat_timeout=step.heartbeat_timeout,
-            schedule_to_start=step.schedule_to_start_timeout,
-            idempotency_key=self._idempotency_key(step),
-            inputs={"steps": self._results()},
-        )
         try:
+            running = self._start_agent(
+                await self._assigned(step),
+                summary=step.name,
+                timeout=step.timeout,
+                retry=retry,
+                heartbeat_timeout=step.heartbeat_timeout,
+                schedule_to_start=step.schedule_to_start_timeout,
+                idempotency_key=self._idempotency_key(step),
+                inputs={"steps": self._results()},
+            )
             result = await self._await_step(running)
         except asyncio.CancelledError:
             self._outcomes[step.name] = CANCELLED_STEP
@@ -173,6 +174,21 @@ class Saga:
             self._state.cancel.effect = "forward"
         if self._cancel_unwinds():
             raise asyncio.CancelledError
+
+    async def _assigned(self, step: SagaStep) -> str:
+        """The step's agent: the one it names, or the one picked for its capabilities (recorded
+        in `assignments` with the bids)."""
+        assignment = await assign_agent(step.route, step.name)
+        if assignment is None:
+            return step.agent
+        self._state.assignments[step.name] = assignment
+        self._publish_progress()
+        return assignment.agent
+
+    def _agent_of(self, step: SagaStep) -> str:
+        """Who ran the step: its agent, the one picked for it, or (none picked) its name."""
+        assigned = self._state.assignments.get(step.name)
+        return assigned.agent if assigned else step.agent or step.name
 
     async def _await_step(self, running: workflow.ActivityHandle[AgentResult]) -> AgentResult:
         """The step's result, whatever a cancel does meanwhile. A cancel is recorded when it
@@ -192,7 +208,7 @@ class Saga:
 
     def _step_completed(self, index: int, step: SagaStep, result: AgentResult) -> None:
         self._outcomes[step.name] = {"result": result.data}
-        completed = self._announce(step.on_success, f"/{step.agent}", result.data)
+        completed = self._announce(step.on_success, f"/{self._agent_of(step)}", result.data)
         self._state.completed_steps.append(
             CompletedStep(
                 step=index, name=step.name, event=step.on_success, event_id=completed.event.id
@@ -204,7 +220,7 @@ class Saga:
         failure = {"type": failure_type_of(error), "message": failure_message(error)}
         self._outcomes[step.name] = {"failure": failure}
         self._state.failed_event = step.on_failure
-        self._announce(step.on_failure, f"/{step.agent}", {"error": failure})
+        self._announce(step.on_failure, f"/{self._agent_of(step)}", {"error": failure})
 
     def _results(self) -> dict[str, Any]:
         """The results of the steps completed so far, by step name."""
@@ -451,6 +467,9 @@ def render_details(state: SagaState, spec: SagaSpec | None) -> str:
     done = ", ".join(f"{c.step}:{c.event}" for c in state.completed_steps) or "none"
     stack = ", ".join(e.compensate for e in reversed(state.compensation_stack)) or "empty"
     lines += [f"**Completed:** {done}", f"**Compensation stack (top first):** {stack}"]
+    if state.assignments:
+        picked = "; ".join(f"{step}: {a.describe()}" for step, a in state.assignments.items())
+        lines.append(f"**Picked by capability:** {picked}")
     if state.compensations:
         undone = ", ".join(f"{c.compensate} ({c.status})" for c in state.compensations)
         lines.append(f"**Compensations:** {undone}")
