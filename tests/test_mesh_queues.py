@@ -61,8 +61,9 @@ async def runs_by_agent(handle: WorkflowHandle[object, object]) -> dict[str, tup
                 scheduled[history_event.event_id] = (summary, scheduling.task_queue.name)
         elif history_event.HasField("activity_task_started_event_attributes"):
             start = history_event.activity_task_started_event_attributes
-            summary, queue = scheduled[start.scheduled_event_id]
-            started[summary] = (queue, start.identity)
+            if start.scheduled_event_id in scheduled:  # not another activity (choose_agent)
+                summary, queue = scheduled[start.scheduled_event_id]
+                started[summary] = (queue, start.identity)
     return started
 
 
