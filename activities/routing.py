@@ -11,7 +11,9 @@ from temporalio import activity
 from temporalio.client import Client
 
 from coord.infra.agent_health import candidates_health
+from coord.infra.ledgers import read_ledgers
 from coord.infra.logs import get_logger
+from coord.models.agent_ledger import AgentLedgerState
 from coord.models.agents import AgentRegistry
 from coord.models.assignment import (
     Assignment,
@@ -50,14 +52,18 @@ class AgentRouter:
         now = datetime.now(UTC)
         home = activity.info().task_queue
         rows = await candidates_health(self._client, matched, home=home, now=now)
-        return [_reading(row, matched[row.agent], now) for row in rows]
+        ledgers = await read_ledgers(self._client, [row.task_queue for row in rows])
+        return [_reading(row, ledgers[row.task_queue], matched[row.agent], now) for row in rows]
 
 
-def _reading(row: AgentHealth, match: float, now: datetime) -> CandidateReading:
+def _reading(
+    row: AgentHealth, ledger: AgentLedgerState, match: float, now: datetime
+) -> CandidateReading:
     return CandidateReading(
         agent=row.agent,
         capability_match=match,
         healthy=row.status == "healthy",
         backlog=row.backlog,
         pollers=sum(worker.alive(now) for worker in row.workers),
+        success_rate=ledger.success_rate,
     )

@@ -13,6 +13,8 @@ from temporalio.worker import Worker
 
 from coord.activities.agents import AgentActivities
 from coord.infra.agent_health import candidates_health
+from coord.infra.ledgers import LedgerClient
+from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, agent_task_queue
@@ -71,9 +73,7 @@ async def test_a_chain_subscription_naming_capabilities_runs_on_the_agent_offeri
     mesh_client: Client, task_queue: str
 ) -> None:
     client = mesh_client
-    registry = registry_of(
-        {"pg": ["sql", "postgres"], "mysql": ["sql", "mysql"], "web": ["http"]}
-    )
+    registry = registry_of({"pg": ["sql", "postgres"], "mysql": ["sql", "mysql"], "web": ["http"]})
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     selection = DlqSelection(correlation_id=correlation_id, status="parked")
     async with build_worker(client, task_queue, registry):
@@ -99,3 +99,90 @@ async def test_a_chain_subscription_naming_capabilities_runs_on_the_agent_offeri
     assert entry.failure_type == FailureType.NO_CAPABLE_AGENT
     assert entry.target_agent == "gpu"
     assert "no declared agent offers more than 70% of gpu" in entry.message
+
+
+def holding_saga(index: int) -> SagaSpec:
+    """A saga whose one step runs db-1, which holds every run until released."""
+    return SagaSpec.model_validate(
+        {
+            "saga_id": f"hold-{index}-{uuid.uuid4().hex[:8]}",
+            "steps": [{"name": "hold", "agent": "db-1", "schedule_to_start_timeout": "5m"}],
+        }
+    )
+
+
+def loaded_worker(client: Client, task_queue: str, registry: AgentRegistry) -> Worker:
+    """db-1's one worker, one run at a time: the runs after the first wait in its queue."""
+    return Worker(
+        client,
+        task_queue=agent_task_queue("db-1", task_queue),
+        activities=[AgentActivities(registry.only(["db-1"])).run_agent],
+        max_concurrent_activities=1,
+    )
+
+
+async def test_the_auction_and_least_loaded_pick_from_controlled_load_and_history(
+    mesh_client: Client, task_queue: str
+) -> None:
+    """db-1 has a backlog (one worker, busy, four runs waiting), db-2 a poor record (1 of 4
+    runs succeeded, as its ledger says), db-3 neither: the auction picks db-3 (db-1 would win
+    the tie by name on bids alone, db-2 too without its record); least_loaded, which weighs
+    backlog only, picks db-2 (before db-3 by name)."""
+    client = mesh_client
+    released = asyncio.Event()
+
+    async def holding(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        await released.wait()
+        return {}
+
+    registry = registry_of({"db-2": ["sql"], "db-3": ["sql"]})
+    registry.register("db-1", capabilities=["sql"])(holding)
+
+    async def db_1_backlog() -> bool:
+        rows = await candidates_health(client, ["db-1", "db-2", "db-3"], home=task_queue)
+        return rows[0].backlog >= 3 and all(row.status == "healthy" for row in rows)
+
+    auction = SagaSpec.model_validate(
+        {
+            "saga_id": f"auction-{uuid.uuid4().hex[:8]}",
+            "steps": [{"name": "query", "capability": "sql", "assignment": "auction"}],
+        }
+    )
+    least_loaded = PlanSpec.model_validate(
+        {"plan_id": f"ll-{uuid.uuid4().hex[:8]}", "tasks": [{"id": "report", "capability": "sql"}]}
+    )
+    async with build_worker(client, task_queue, registry, only=["db-2", "db-3"]):
+        for agent, stats in (
+            ("db-2", RunStats(succeeded=1, failed=3)),
+            ("db-3", RunStats(succeeded=4)),
+        ):
+            ledger = LedgerClient(
+                client, agent_task_queue(agent, task_queue), task_queue, BreakerConfig(), "test"
+            )
+            await ledger.stats(stats)
+        async with loaded_worker(client, task_queue, registry):
+            holds = [
+                await api.start_saga(client, holding_saga(i), queue=task_queue) for i in range(5)
+            ]
+            await eventually(db_1_backlog, timeout=60)
+            saga = await api.start_saga(client, auction, queue=task_queue)
+            sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
+            plan = await api.start_plan(client, least_loaded, queue=task_queue)
+            planned = await asyncio.wait_for(api.plan_outcome(plan), 60)
+            released.set()
+            await asyncio.wait_for(asyncio.gather(*(h.result() for h in holds)), 60)
+        runs = await runs_by_agent(saga)
+    assert sold.status == SagaStatus.COMPLETED
+    picked = sold.assignments["query"]
+    bids = {bid.agent: bid for bid in picked.bids}
+    assert picked.agent == "db-3"
+    assert [bid.agent for bid in picked.bids] == ["db-3", "db-2", "db-1"]
+    assert (bids["db-3"].bid, bids["db-2"].bid) == (1.0, 0.85)
+    assert bids["db-2"].past_performance == 0.25
+    assert bids["db-1"].backlog >= 3 and bids["db-1"].load >= 0.75
+    assert bids["db-1"].bid <= 0.775
+    assert runs["query"][0] == agent_task_queue("db-3", task_queue)
+    [task] = planned.tasks
+    assert (task.state, task.agent) == (TaskState.SUCCEEDED, "db-2")
+    assert task.assignment is not None and task.assignment.strategy == "least_loaded"
+    assert [bid.agent for bid in task.assignment.bids][:2] == ["db-2", "db-3"]
