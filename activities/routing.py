@@ -2,8 +2,8 @@
 
 The candidates come from the agents declared to this (coordinator) worker, all of them, also
 those served on other hosts (`AgentRegistry.catalogue`); what they weigh comes from the server
-(health, backlog, workers: the reads `coord agents` makes), each agent's ledger (success rate)
-and its pool (free share). The scoring is pure (`coord.models.assignment`)."""
+(health, backlog, workers and the pool's free share: the reads `coord agents` makes) and each
+agent's ledger (success rate). The scoring is pure (`coord.models.assignment`)."""
 
 from datetime import UTC, datetime
 
@@ -66,4 +66,5 @@ def _reading(
         backlog=row.backlog,
         pollers=sum(worker.alive(now) for worker in row.workers),
         success_rate=ledger.success_rate,
+        free_share=row.free_pool_share,
     )

@@ -14,6 +14,7 @@ from temporalio.worker import Worker
 from coord.activities.agents import AgentActivities
 from coord.infra.agent_health import candidates_health
 from coord.infra.ledgers import LedgerClient
+from coord.models.agent_config import AgentDeclarationBase
 from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
@@ -51,7 +52,9 @@ def answering(name: str) -> Any:
 def registry_of(capabilities: Mapping[str, list[str]]) -> AgentRegistry:
     registry = AgentRegistry()
     for name, offered in capabilities.items():
-        registry.register(name, capabilities=offered)(answering(name))
+        registry.register(name, declaration=AgentDeclarationBase(capabilities=offered))(
+            answering(name)
+        )
     return registry
 
 
@@ -136,7 +139,7 @@ async def test_the_auction_and_least_loaded_pick_from_controlled_load_and_histor
         return {}
 
     registry = registry_of({"db-2": ["sql"], "db-3": ["sql"]})
-    registry.register("db-1", capabilities=["sql"])(holding)
+    registry.register("db-1", declaration=AgentDeclarationBase(capabilities=["sql"]))(holding)
 
     async def db_1_backlog() -> bool:
         rows = await candidates_health(client, ["db-1", "db-2", "db-3"], home=task_queue)
