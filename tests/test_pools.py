@@ -37,8 +37,8 @@ class AgentRuns:
 
     running: int = 0
     peak: int = 0
-    started: list[tuple[float, str]] = field(default_factory=list)
-    """(monotonic time, correlation id) of each run's start, in order."""
+    started: list[tuple[float, str, int]] = field(default_factory=list)
+    """(monotonic time, correlation id, the event's `n`) of each run's start, in order."""
     done: int = 0
 
 
@@ -49,7 +49,8 @@ async def counted(envelope: EventEnvelope, context: AgentContext) -> Mapping[str
     """Counts the runs in progress at once, as the agent itself sees them."""
     RUNS.running += 1
     RUNS.peak = max(RUNS.peak, RUNS.running)
-    RUNS.started.append((time.monotonic(), envelope.event.correlation_id or ""))
+    started = (time.monotonic(), envelope.event.correlation_id or "", envelope.payload["n"])
+    RUNS.started.append(started)
     try:
         await asyncio.sleep(0.1)
     finally:
@@ -115,7 +116,7 @@ async def test_the_rate_limit_paces_run_starts_across_the_agents_queue(
     async with build_worker(client, task_queue, registry):
         await flood(client, task_queue, "pooled", 16)
         await runs_done(16)
-    starts = [at for at, _ in RUNS.started]
+    starts = [at for at, _, _ in RUNS.started]
     span = starts[-1] - starts[0]
     # Unlimited, 16 runs of 0.1 s start within a few tenths of a second of each other; at 4 a
     # second, after the limiter's first burst, the last starts seconds after the first.
@@ -137,7 +138,7 @@ async def test_a_correlation_flooding_a_shared_agent_does_not_starve_another(
         before = len(RUNS.started)
         other = await flood(client, task_queue, "pooled", 2)
         await runs_done(32)
-    order = [correlation for _, correlation in RUNS.started]
+    order = [correlation for _, correlation, _ in RUNS.started]
     assert Counter(order) == {flooding: 30, other: 2}
     after = order[before:]
     ahead = [
@@ -146,6 +147,24 @@ async def test_a_correlation_flooding_a_shared_agent_does_not_starve_another(
     # In arrival order the other correlation's runs would wait behind the 28 or so queued
     # before them; the server takes turns between the two correlations' fairness keys instead.
     assert max(ahead) <= 5, f"the other correlation's runs started after {ahead} flooding runs"
+
+
+async def test_a_critical_event_runs_before_the_normal_ones_queued_ahead_of_it(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    registry = declared(tmp_path, max_concurrent=1)
+    async with build_worker(client, task_queue, registry):
+        correlation_id = await flood(client, task_queue, "pooled", 20)
+
+        async def backlogged() -> bool:
+            return len(RUNS.started) >= 2
+
+        await eventually(backlogged)
+        before = len(RUNS.started)
+        await api.publish(client, event(correlation_id, "Work", priority=Priority.CRITICAL, n=-1))
+        await runs_done(21)
+    critical = next(i for i, (_, _, n) in enumerate(RUNS.started) if n == -1)
+    assert critical - before <= 3, f"{critical - before} runs queued before it started first"
 
 
 def test_an_events_priority_and_partition_are_its_runs_task_priority_and_fairness_key() -> None:
