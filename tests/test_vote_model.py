@@ -2,10 +2,12 @@
 outcome as soon as it is certain, abstentions, late ballots, the deadline, the spec's checks."""
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from coord.activities.agent_kinds import load_agents
 from coord.models.agents import AgentContext, AgentRegistry, check_agents
 from coord.models.chain import ChainSpec
 from coord.models.envelope import EventEnvelope
@@ -13,7 +15,7 @@ from coord.models.joins import JoinState, Slot, share_needed
 from coord.models.plan import PlanSpec
 from coord.models.plan_model import PlanModel
 from coord.models.plan_votes import task_vote
-from coord.models.specs import SpecError, parse_model
+from coord.models.specs import SpecError, load_spec, parse_model
 from coord.models.vote import Choice, VoteModel, VoteSpec, VoteStatus
 
 START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -305,3 +307,17 @@ def test_a_chain_vote_subscriptions_voters_are_checked_as_its_agents() -> None:
         check_agents("chain.yaml", spec, registry)
     assert str(raised.value).startswith("chain.yaml: subscriptions[0].vote.voters: ")
     assert "'b'" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("example", "model"),
+    [
+        ("release-vote.yaml", VoteSpec),
+        ("release-plan.yaml", PlanSpec),
+        ("release-chain.yaml", ChainSpec),
+    ],
+)
+def test_the_vote_examples_run_on_the_vote_agents(example: str, model: type[Any]) -> None:
+    examples = Path(__file__).parent.parent / "examples"
+    registry = load_agents(examples / "vote-agents.yaml", AgentRegistry())
+    check_agents(example, load_spec(model, examples / example), registry)
