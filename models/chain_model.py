@@ -315,11 +315,13 @@ class ChainModel(ChainCarry):
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:
         """The vote a vote subscription's run holds, its trigger's payload the proposal: id
-        `<correlation_id>-<digest of the run's idempotency key>`, unique per run. Raises
-        SpecError when the payload is not a proposal a vote takes."""
+        `<correlation_id>-<digest of the subscription and the trigger's event id>`, unique per
+        run (a rerun's trigger is a new event) and from the run's input alone, so a replay
+        elsewhere starts the same child. Raises SpecError when the payload is not a proposal a
+        vote takes."""
         subscription = self._spec.subscription(run.subscription)
         assert subscription.vote is not None
-        key = run.idempotency_key or run.trigger.event.id
+        key = f"{run.subscription}/{run.trigger.event.id}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:12]
         correlation_id = self.state.correlation_id
         vote_id = f"{correlation_id[: MAX_NAME - len(digest) - 1]}-{digest}"
