@@ -15,10 +15,16 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.contract import APPROVE_UPDATE
+from coord.models.contract import APPROVE_UPDATE, FailureType
 from coord.models.plan import ApprovalDecision, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.starter.api.plans import plan_outcome
 from coord.worker import WorkerSet, build_worker
@@ -180,6 +186,43 @@ async def test_a_cancel_landing_with_a_tasks_completion_keeps_its_success(
     assert await activity_ids(handle) == ["done/run/1", "running/run/1"]
 
 
+async def test_a_cancel_landing_with_a_tasks_failure_keeps_its_error(
+    client: Client, task_queue: str
+) -> None:
+    """`broken` fails for good in the workflow task that carries the cancel: it ends error (not
+    cancelled) and its dependent is skipped naming it; what waited or ran is cancelled."""
+    gates = GatedAgents(names=["breaker", "runner"], failing=["breaker"])
+    spec = plan(
+        "race-cancel-failure",
+        {"id": "broken", "agent": "breaker", "retry": NO_RETRY},
+        {"id": "running", "agent": "runner"},
+        {"id": "after-broken", "agent": "runner", "depends_on": ["broken"]},
+        {"id": "after-running", "agent": "runner", "depends_on": ["running"]},
+    )
+    async with agent_workers(client, task_queue, gates):
+
+        async def both_running() -> None:
+            await gates.wait_started("breaker")
+            await gates.wait_started("runner")
+
+        async with workflows_until(client, task_queue, both_running):
+            handle = await start(client, task_queue, spec)
+        await handle.cancel()
+        await release(gates, handle, "breaker")
+        kept, full = await finish(client, task_queue, handle)
+    await assert_one_task_saw(handle, CANCEL_REQUESTED, FAILED)
+    assert states(kept) == states(full)
+    assert states(full) == {
+        "broken": TaskState.ERROR,
+        "running": TaskState.CANCELLED,
+        "after-broken": TaskState.SKIPPED,
+        "after-running": TaskState.CANCELLED,
+    }
+    assert task_of(full, "after-broken").skipped_because == "broken"
+    assert kept.status == PlanStatus.CANCELLED
+    assert kept.summary == "0 of 4 succeeded, 1 error, 1 skipped, 2 cancelled (plan cancelled)"
+
+
 @pytest.mark.parametrize("verdict", ["passed", "failed"])
 async def test_a_cancel_landing_with_a_review_verdict(
     client: Client, task_queue: str, verdict: str
@@ -231,7 +274,8 @@ async def test_two_failures_in_one_task_with_fail_fast_fail_the_plan_once(
     client: Client, task_queue: str
 ) -> None:
     """Both failures are recorded (neither lost to the stop the first one starts); the plan
-    names the first, cancels the task still running and fails once, with its report."""
+    names the first in the history, cancels the task still running and fails once, with its
+    report."""
     gates = GatedAgents(
         names=["breaker-1", "breaker-2", "runner"], failing=["breaker-1", "breaker-2"]
     )
@@ -251,7 +295,8 @@ async def test_two_failures_in_one_task_with_fail_fast_fail_the_plan_once(
 
         async with workflows_until(client, task_queue, all_running):
             handle = await start(client, task_queue, spec)
-        await release(gates, handle, "breaker-1", "breaker-2")
+        await release(gates, handle, "breaker-1")
+        await release(gates, handle, "breaker-2")
         report, full = await finish(client, task_queue, handle)
     events = [event.event_type for event in (await handle.fetch_history()).events]
     first, second = [i for i, kind in enumerate(events) if kind == FAILED]
@@ -304,6 +349,14 @@ async def admitted_update(
     return sent
 
 
+async def awaiting_approval(handle: WorkflowHandle[Any, Any], task_id: str) -> None:
+    async def waiting() -> bool:
+        state = await handle.query(TaskGraph.state)
+        return task_of(state, task_id).state == TaskState.AWAITING_APPROVAL
+
+    await wait_until(waiting)
+
+
 @pytest.mark.parametrize("order", ["timer first", "update first"])
 async def test_an_approval_landing_with_its_timeout_wins_once(
     client: Client, task_queue: str, order: str
@@ -320,15 +373,7 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
     )
     approval = {"task": "deploy", "by": "alice", "reason": "just in time"}
     async with agent_workers(client, task_queue, gates):
-
-        async def awaiting_approval() -> None:
-            async def waiting() -> bool:
-                state = await handle.query(TaskGraph.state)
-                return task_of(state, "deploy").state == TaskState.AWAITING_APPROVAL
-
-            await wait_until(waiting)
-
-        async with workflows_until(client, task_queue, awaiting_approval):
+        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
             handle = await start(client, task_queue, spec)
         fired = lambda: history_has(handle, TIMER_FIRED, 1)  # noqa: E731
         if order == "timer first":
@@ -352,3 +397,101 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
         TaskState.RUNNING,
         TaskState.SUCCEEDED,
     ]
+
+
+async def test_two_decisions_in_one_task_the_first_counts_the_other_is_refused(
+    client: Client, task_queue: str
+) -> None:
+    """Two decisions reach the plan in one workflow task (the server picks their order): the
+    first is validated and applied before the other is validated, so the first counts and the
+    other is refused saying by whom (a refusal leaves no event), without failing the workflow
+    task. The record and the plan follow the one that counted."""
+    gates = GatedAgents(names=["deployer"])
+    gates.released["deployer"].set()
+    spec = plan("race-two-approvals", {"id": "deploy", "agent": "deployer", "approval": {}})
+    requests: list[dict[str, Any]] = [
+        {"task": "deploy", "by": "alice"},
+        {"task": "deploy", "by": "bob", "approve": False},
+    ]
+    async with agent_workers(client, task_queue, gates):
+        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
+            handle = await start(client, task_queue, spec)
+        sent = [await admitted_update(client, handle, request) for request in requests]
+        state, _ = await finish(client, task_queue, handle)
+        answers = await asyncio.gather(*sent, return_exceptions=True)
+    events = [event.event_type for event in (await handle.fetch_history()).events]
+    assert events.count(UPDATE_ACCEPTED) == 1
+    assert await task_failures(handle) == []
+    (decided,) = [ApprovalDecision.model_validate(a) for a in answers if isinstance(a, dict)]
+    (refused,) = [a for a in answers if isinstance(a, WorkflowUpdateFailedError)]
+    cause = refused.cause
+    verb = "approved" if decided.approved else "rejected"
+    assert isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_APPROVAL
+    assert cause.message == f"task: 'deploy' was already {verb} by {decided.by}"
+    deploy = task_of(state, "deploy")
+    assert deploy.approval == decided
+    expected = (TaskState.SUCCEEDED, 1) if decided.approved else (TaskState.ERROR, 0)
+    assert (deploy.state, deploy.attempts) == expected
+
+
+async def test_a_cancel_landing_with_a_decision_records_it_and_runs_nothing(
+    client: Client, task_queue: str
+) -> None:
+    """The decision is applied (updates come first) and its caller gets it; the approved task
+    takes its slot and asks for its run, and the cancel, applied next, cancels it before the
+    run reaches the server: the task ends cancelled and no agent ran."""
+    gates = GatedAgents(names=["deployer"])
+    gates.released["deployer"].set()
+    spec = plan("race-cancel-approval", {"id": "deploy", "agent": "deployer", "approval": {}})
+    async with agent_workers(client, task_queue, gates):
+        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
+            handle = await start(client, task_queue, spec)
+        sent = await admitted_update(client, handle, {"task": "deploy", "by": "alice"})
+        await handle.cancel()
+        kept, full = await finish(client, task_queue, handle)
+        decided = ApprovalDecision.model_validate(await sent)
+    await assert_one_task_saw(handle, CANCEL_REQUESTED, UPDATE_ACCEPTED)
+    assert kept.status == PlanStatus.CANCELLED
+    deploy = task_of(full, "deploy")
+    assert transitions(full, "deploy")[1:] == [
+        TaskState.AWAITING_APPROVAL,
+        TaskState.READY,
+        TaskState.RUNNING,
+        TaskState.CANCELLED,
+    ]
+    assert deploy.approval == decided and decided.by == "alice"
+    assert await activity_ids(handle) == []
+
+
+@pytest.mark.parametrize("order", ["cancel first", "completion first"])
+async def test_a_cancel_landing_with_a_fail_fast_failure_ends_the_run_cancelled(
+    client: Client, task_queue: str, order: Order
+) -> None:
+    """With fail_fast, the first failure and a cancel in one workflow task, in either order:
+    the failure is recorded and stops the plan (the summary says so), the rest is cancelled,
+    and the run ends cancelled (a person asked for it), not failed with plan_failed."""
+    gates = GatedAgents(names=["breaker", "runner"], failing=["breaker"])
+    spec = plan(
+        "race-cancel-fail-fast",
+        {"id": "broken", "agent": "breaker", "retry": NO_RETRY},
+        {"id": "slow", "agent": "runner"},
+        fail_fast=True,
+    )
+    async with agent_workers(client, task_queue, gates):
+
+        async def both_running() -> None:
+            await gates.wait_started("breaker")
+            await gates.wait_started("runner")
+
+        async with workflows_until(client, task_queue, both_running):
+            handle = await start(client, task_queue, spec)
+        await cancel_and_release(handle, gates, "breaker", order)
+        kept, full = await finish(client, task_queue, handle)
+    await assert_one_task_saw(handle, CANCEL_REQUESTED, FAILED)
+    assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+    assert kept.status == PlanStatus.CANCELLED
+    assert states(kept) == states(full)
+    assert states(full) == {"broken": TaskState.ERROR, "slow": TaskState.CANCELLED}
+    assert kept.summary == (
+        "0 of 2 succeeded, 1 error, 1 cancelled (fail_fast: task broken ended error)"
+    )
