@@ -66,6 +66,8 @@ class AgentHealth(BaseModel):
     task_queue: str
     kind: str | None = None
     """From the agents file or registry that declares it; None for one only found polling."""
+    capabilities: list[str] = Field(default_factory=list)
+    """What it offers to runs naming capabilities, as declared there (none when not declared)."""
     status: AgentStatus
     workers: list[WorkerSeen] = Field(default_factory=list)
     backlog: int = 0

@@ -2,7 +2,8 @@
 
 import pytest
 
-from coord.models.agent_config import MAX_CAPABILITIES, AgentsFile
+from coord.models.agent_config import MAX_CAPABILITIES, AgentDeclarationBase, AgentsFile
+from coord.models.agents import AgentRegistry
 from coord.models.assignment import (
     CandidateReading,
     CapabilityRoute,
@@ -231,3 +232,17 @@ def test_a_routed_run_names_no_agent() -> None:
     assert chain.subscriptions[0].name == "sql+pg"
     plan = parse_model(PlanSpec, plan_with(capability="sql"), "p")
     assert plan.agents_named() == []
+
+
+def test_a_worker_serving_some_agents_keeps_the_whole_catalogue() -> None:
+    """The coordinator worker on a host running `--only a` still routes to b, served elsewhere."""
+    registry = AgentRegistry()
+    for name, offered in (("a", ["sql"]), ("b", ["sql", "gpu"])):
+        registry.register(name, declaration=AgentDeclarationBase(capabilities=offered))(noop)
+    served = registry.only(["a"])
+    assert list(served) == ["a"]
+    assert served.catalogue == {"a": ["sql"], "b": ["sql", "gpu"]}
+
+
+async def noop(event: object, context: object) -> None:
+    return None

@@ -2,8 +2,10 @@
 go to the agent the coordinator picks (`choose_agent`), which is recorded with the bids."""
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +29,7 @@ from coord.starter import api
 from coord.worker import build_worker, worker_runtime
 from tests.helpers import event, eventually, parked
 from tests.test_mesh_queues import runs_by_agent
+from tests.workers import COORD, run, server_env
 
 
 @pytest.fixture
@@ -189,3 +192,30 @@ async def test_the_auction_and_least_loaded_pick_from_controlled_load_and_histor
     assert (task.state, task.agent) == (TaskState.SUCCEEDED, "db-2")
     assert task.assignment is not None and task.assignment.strategy == "least_loaded"
     assert [bid.agent for bid in task.assignment.bids][:2] == ["db-2", "db-3"]
+
+
+AGENTS_FILE = """\
+agents:
+  pg:
+    kind: shell
+    argv: [cat]
+    capabilities: [sql, postgres]
+  web:
+    kind: shell
+    argv: [cat]
+"""
+
+
+async def test_coord_agents_shows_what_each_agent_offers(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(AGENTS_FILE)
+    env = server_env(dev_env, task_queue)
+    code, out, err = await run(COORD, "agents", "--agents", str(agents_file), "--json", env=env)
+    assert (code, err) == (0, "")
+    offered = {row["agent"]: row["capabilities"] for row in json.loads(out)}
+    assert (offered["pg"], offered["web"]) == (["sql", "postgres"], [])
+    code, out, _ = await run(COORD, "agents", "--agents", str(agents_file), env=env)
+    [pg_line] = [line for line in out.splitlines() if line.startswith("pg ")]
+    assert code == 0 and "sql, postgres" in pg_line

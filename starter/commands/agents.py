@@ -41,19 +41,30 @@ async def agents(
     worker reports serving."""
     registry = default_registry(agents_file)
     client = await connect()
-    rows = await agents_health(client, registry.kinds, home=task_queue())
+    rows = [
+        row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})
+        for row in await agents_health(client, registry.kinds, home=task_queue())
+    ]
     show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
 
 
 def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
     moment = now or datetime.now(UTC)
     table = render.table(
-        "agent", "kind", "status", "workers (last seen)", "backlog", "queue", "pool"
+        "agent",
+        "kind",
+        "capabilities",
+        "status",
+        "workers (last seen)",
+        "backlog",
+        "queue",
+        "pool",
     )
     for row in rows:
         table.add_row(
             row.agent,
             row.kind or "-",
+            ", ".join(row.capabilities) or "-",
             render.status(row.status),
             _workers(row, moment),
             _backlog(row),
