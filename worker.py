@@ -9,10 +9,12 @@ from pathlib import Path
 from types import TracebackType
 
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from coord.activities.agent_kinds import load_agents
+from coord.activities.agent_monitor import AgentMonitorActivities
 from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
@@ -24,9 +26,14 @@ from coord.infra.logs import configure_logging, get_logger
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
-from coord.models.contract import agent_task_queue
+from coord.models.contract import (
+    AGENT_MONITOR_WORKFLOW,
+    agent_monitor_workflow_id,
+    agent_task_queue,
+)
 from coord.models.specs import SpecError
 from coord.workflows.agent_ledger import AgentLedger
+from coord.workflows.agent_monitor import AgentMonitor
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain
@@ -43,6 +50,7 @@ WORKFLOWS: Sequence[type] = (
     TaskGraph,
     Vote,
     AgentLedger,
+    AgentMonitor,
 )
 
 
@@ -155,6 +163,7 @@ def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Wo
     inline (and for runs recorded before agents had queues of their own)."""
     activities = AgentActivities(registry)
     delivery = Delivery(client)
+    monitor = AgentMonitorActivities(client)
     return Worker(
         client,
         task_queue=home,
@@ -168,9 +177,24 @@ def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Wo
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
             AgentRouter(client, registry).choose_agent,
+            monitor.read_agent_health,
+            monitor.publish_agent_health,
         ],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],
+    )
+
+
+async def start_agent_monitor(client: Client, home: str) -> None:
+    """The deployment's agent monitor (AgentHealth events), started by every worker serving its
+    workflows: the first start wins, later ones find it running (USE_EXISTING), and one that
+    ended (terminated, say) is started anew."""
+    await client.start_workflow(
+        AGENT_MONITOR_WORKFLOW,
+        id=agent_monitor_workflow_id(home),
+        task_queue=home,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
     )
 
 
@@ -201,6 +225,8 @@ async def run_worker(
     settings = ConnectionSettings.load()
     client = await settings.connect(worker_runtime())
     worker = build_worker(client, registry=registry, workflows=workflows)
+    if workflows:
+        await start_agent_monitor(client, worker.task_queue)
     log = get_logger("worker")
     log.info(
         "worker started",

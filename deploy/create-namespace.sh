@@ -1,7 +1,8 @@
 #!/bin/sh
 # One-shot job of docker-compose.yml, run in temporalio/admin-tools: waits until the server at
 # TEMPORAL_ADDRESS serves, creates TEMPORAL_NAMESPACE when missing and registers each name in
-# SEARCH_ATTRIBUTES on it as a Keyword search attribute. Safe to run again.
+# SEARCH_ATTRIBUTES on it (`Name` is a Keyword search attribute, `Name:Type` one of that type, such
+# as `CoordAgents:KeywordList`). Safe to run again.
 # Servers cache namespace metadata for a few seconds, so after registering new attributes the job
 # waits SETTLE_SECONDS before it exits and the workers (which depend on it) start.
 set -eu
@@ -39,15 +40,15 @@ ensure_namespace() {
     temporal operator namespace create --address "$ADDRESS" -n "$NAMESPACE"
 }
 
-# ensure_search_attribute <name>: create it as Keyword, tolerating "already exists".
+# ensure_search_attribute <name> <type>: create it, tolerating "already exists".
 ensure_search_attribute() {
   if temporal operator search-attribute list --address "$ADDRESS" -n "$NAMESPACE" 2>/dev/null |
     grep -qw "$1"; then
     return 0
   fi
   if out=$(temporal operator search-attribute create --address "$ADDRESS" -n "$NAMESPACE" \
-    --name "$1" --type Keyword 2>&1); then
-    echo "registered search attribute $1 (Keyword)"
+    --name "$1" --type "$2" 2>&1); then
+    echo "registered search attribute $1 ($2)"
     created="$created $1"
     return 0
   fi
@@ -60,8 +61,11 @@ ensure_search_attribute() {
 
 retry "Temporal at $ADDRESS" serving
 retry "namespace $NAMESPACE" ensure_namespace
-for name in $SEARCH_ATTRIBUTES; do
-  retry "search attribute $name" ensure_search_attribute "$name"
+for entry in $SEARCH_ATTRIBUTES; do
+  name=${entry%%:*}
+  type=Keyword
+  case $entry in *:*) type=${entry#*:} ;; esac
+  retry "search attribute $name" ensure_search_attribute "$name" "$type"
 done
 if [ -n "$created" ]; then
   echo "letting the server pick up the new search attributes ($SETTLE s)"

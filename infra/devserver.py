@@ -146,17 +146,16 @@ async def register_search_attributes(client: Client) -> list[str]:
         if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server
             raise
         known = set()
-    missing = [key.name for key in contract.SEARCH_ATTRIBUTES if key.name not in known]
+    missing = {
+        key.name: IndexedValueType.ValueType(key.indexed_value_type)
+        for key in contract.SEARCH_ATTRIBUTES
+        if key.name not in known
+    }
     if missing:
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(
-                namespace=client.namespace,
-                search_attributes={
-                    name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in missing
-                },
-            )
+            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
         )
-    return missing
+    return list(missing)
 
 
 async def _listening(address: str) -> bool:

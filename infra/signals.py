@@ -3,6 +3,7 @@
 the Python API (delivering published events) and the worker's activities (the agent monitor
 delivering AgentHealth events)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -25,12 +26,18 @@ class Delivery(BaseModel):
 
 
 async def running(
-    client: Client, pattern: contract.Pattern, correlation_id: str | None = None
+    client: Client,
+    pattern: contract.Pattern,
+    correlation_id: str | None = None,
+    *,
+    where: Sequence[str] = (),
 ) -> list[str]:
-    """The running workflows of a pattern (of one correlation), as visibility lists them now."""
+    """The running workflows of a pattern (of one correlation, and matching the clauses
+    `where`), as visibility lists them now."""
     query = f"{contract.pattern_clause(pattern)} AND ExecutionStatus = 'Running'"
     if correlation_id is not None:
         query += f" AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
+    query += "".join(f" AND {clause}" for clause in where)
     return [execution.id async for execution in client.list_workflows(query)]
 
 

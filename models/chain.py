@@ -142,6 +142,11 @@ class ChainSpec(BaseModel):
             for named in subscription.agents_named(f"subscriptions[{i}]")
         ]
 
+    def served_agents(self) -> list[str]:
+        """The agents it runs (subscriptions' agents and voters) on their own queues, not
+        declared inline: served by workers whose health the chain is told of (AgentHealth)."""
+        return [agent for _, agent in self.agents_named() if agent not in self.agents]
+
 
 def _place(index: int, subscription: Subscription) -> str:
     return f"subscriptions[{index}] ({subscription.name})"

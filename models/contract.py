@@ -10,6 +10,7 @@ The pure layer: this module imports no worker or workflow code (only `temporalio
 
 import hashlib
 import re
+from collections.abc import Iterable
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Final
@@ -43,11 +44,17 @@ def agent_task_queue(agent: str, home: str = DEFAULT_TASK_QUEUE) -> str:
     changed so, or cut to the bound, gets a digest of the original, so two agents never share
     a queue."""
     prefix = agent_queue_prefix(home)
-    safe = _QUEUE_NAME_UNSAFE.sub("_", agent)
-    if safe == agent and len(prefix) + len(agent) <= MAX_TASK_QUEUE_NAME:
-        return prefix + agent
-    digest = "~" + hashlib.sha256(agent.encode()).hexdigest()[:12]
-    return prefix + safe[: MAX_TASK_QUEUE_NAME - len(prefix) - len(digest)] + digest
+    return prefix + _safe_name(agent, MAX_TASK_QUEUE_NAME - len(prefix))
+
+
+def _safe_name(name: str, room: int) -> str:
+    """`name` if it is made of safe characters and fits `room`; else its safe characters cut
+    to fit with a digest of the original, so two names never come out the same."""
+    safe = _QUEUE_NAME_UNSAFE.sub("_", name)
+    if safe == name and len(name) <= room:
+        return name
+    digest = "~" + hashlib.sha256(name.encode()).hexdigest()[:12]
+    return safe[: room - len(digest)] + digest
 
 
 def agent_of_queue(queue: str, home: str = DEFAULT_TASK_QUEUE) -> str | None:
@@ -64,6 +71,7 @@ AGGREGATOR_WORKFLOW: Final = "Aggregator"
 DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
 PLAN_WORKFLOW: Final = "TaskGraph"
 VOTE_WORKFLOW: Final = "Vote"
+AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
 
 
@@ -86,6 +94,7 @@ AGGREGATOR_ID_PREFIX: Final = "aggregator-"
 DEAD_LETTER_ID_PREFIX: Final = "dlq-"
 PLAN_ID_PREFIX: Final = "plan-"
 VOTE_ID_PREFIX: Final = "vote-"
+AGENT_MONITOR_ID_PREFIX: Final = "agent-monitor-"
 
 
 def saga_workflow_id(saga_id: str) -> str:
@@ -164,6 +173,11 @@ def as_vote_workflow_id(name: str) -> str:
     return name if name.startswith(VOTE_ID_PREFIX) else VOTE_ID_PREFIX + name
 
 
+def agent_monitor_workflow_id(home: str = DEFAULT_TASK_QUEUE) -> str:
+    """A deployment (named by its coordinator queue) has one agent monitor."""
+    return AGENT_MONITOR_ID_PREFIX + home
+
+
 # --- Signals, queries, updates ----------------------------------------------------------------
 
 EVENT_SIGNAL: Final = "event"
@@ -224,6 +238,18 @@ WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 """Picks the agent for a run that names capabilities: candidates, their load and record, the
 strategy's winner (on the coordinator queue)."""
+READ_AGENT_HEALTH_ACTIVITY: Final = "read_agent_health"
+"""Reads the health of a deployment's agents from the server (the agent monitor's reading)."""
+PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"
+"""Delivers an AgentHealth event to the running chains whose subscriptions use the agent."""
+
+# --- Events the product publishes -------------------------------------------------------------
+
+AGENT_HEALTH_EVENT: Final = "AgentHealthEvent"
+"""The seed's system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
+or unreachable, or its circuit breaker changed state. Chains subscribe to it like any event."""
+AGENT_HEALTH_TOPIC: Final = "agents.health"
+AGENT_MONITOR_SOURCE: Final = "/agent-monitor"
 
 # --- Memo keys --------------------------------------------------------------------------------
 
@@ -252,8 +278,24 @@ TOPIC = SearchAttributeKey.for_keyword("CoordTopic")
 """A dead letter's failure type and the type and topic of the event it holds, so the queue is
 filtered and counted by visibility (`CoordPattern = 'dlq' AND CoordFailureType = 'timeout'`)."""
 
-SEARCH_ATTRIBUTES = (CORRELATION_ID, COORD_PATTERN, COORD_STATUS, FAILURE_TYPE, EVENT_TYPE, TOPIC)
+AGENTS = SearchAttributeKey.for_keyword_list("CoordAgents")
+"""The agents a chain's subscriptions name (`agent_search_values`), so the agent monitor finds
+the chains to tell when one of them changes health (`agent_clause`)."""
+
+SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
+    CORRELATION_ID,
+    COORD_PATTERN,
+    COORD_STATUS,
+    FAILURE_TYPE,
+    EVENT_TYPE,
+    TOPIC,
+    AGENTS,
+)
 """Every custom search attribute; every server the project starts registers them."""
+MAX_AGENT_SEARCH_VALUE: Final = 64
+AGENTS_SEARCH_BUDGET: Final = 1024
+"""Bytes of agent names one run's `CoordAgents` holds at most: the server fails a workflow whose
+search attribute value passes 2 KB (`limit.searchAttributeSizeLimit`), whatever its spec says."""
 
 SearchValues = dict[SearchAttributeKey[str], str]
 
@@ -261,6 +303,30 @@ SearchValues = dict[SearchAttributeKey[str], str]
 def coordination_attributes(*, correlation_id: str, pattern: Pattern, status: str) -> SearchValues:
     """What every saga, chain and aggregator run is found by in the UI."""
     return {CORRELATION_ID: correlation_id, COORD_PATTERN: pattern.value, COORD_STATUS: status}
+
+
+def agent_search_value(agent: str) -> str:
+    """How `CoordAgents` spells an agent: its name when short and made of plain characters
+    (letters, digits, `.@:+-_`), else a bounded safe form with a digest, which also keeps
+    quotes out of visibility queries."""
+    return _safe_name(agent, MAX_AGENT_SEARCH_VALUE)
+
+
+def agent_search_values(agents: Iterable[str]) -> list[str]:
+    """A run's `CoordAgents`: its agents' search values in order, as many as fit the budget."""
+    values: list[str] = []
+    size = 0
+    for value in sorted({agent_search_value(agent) for agent in agents}):
+        size += len(value.encode())
+        if size > AGENTS_SEARCH_BUDGET:
+            break
+        values.append(value)
+    return values
+
+
+def agent_clause(agent: str) -> str:
+    """The visibility query clause selecting the runs whose `CoordAgents` names `agent`."""
+    return f"{AGENTS.name} = '{agent_search_value(agent)}'"
 
 
 def as_start_attributes(values: SearchValues) -> TypedSearchAttributes:

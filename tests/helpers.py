@@ -35,10 +35,12 @@ def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
     )
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], timeout: float = 30, interval: float = 0.05
+) -> None:
     async def poll() -> None:
         while not await check():
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(interval)
 
     await asyncio.wait_for(poll(), timeout)
 

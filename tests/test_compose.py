@@ -20,6 +20,7 @@ SEARCH_ATTRIBUTES = (
     "CoordFailureType",
     "CoordEventType",
     "CoordTopic",
+    "CoordAgents",
 )
 
 

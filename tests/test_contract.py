@@ -20,6 +20,7 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
+from coord.activities.agent_monitor import AgentMonitorActivities
 from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
@@ -28,6 +29,7 @@ from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
 from coord.workflows.agent_ledger import AgentLedger
+from coord.workflows.agent_monitor import AgentMonitor
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain import ReactiveChain
 from coord.workflows.dlq import DeadLetterEntry
@@ -42,6 +44,7 @@ WIRE_NAMES = {
     contract.AGGREGATOR_WORKFLOW: "Aggregator",
     contract.DEAD_LETTER_WORKFLOW: "DeadLetterEntry",
     contract.VOTE_WORKFLOW: "Vote",
+    contract.AGENT_MONITOR_WORKFLOW: "AgentMonitor",
     contract.EVENT_SIGNAL: "event",
     contract.CHAIN_EVENT_SIGNAL: "chain_event",
     contract.RERUN_SIGNAL: "rerun",
@@ -58,6 +61,9 @@ WIRE_NAMES = {
     contract.REDELIVER_ACTIVITY: "redeliver",
     contract.DECLARED_AGENT_ACTIVITY: "declared_agent",
     contract.CHAIN_EVENTS_ACTIVITY: "chain_events",
+    contract.READ_AGENT_HEALTH_ACTIVITY: "read_agent_health",
+    contract.PUBLISH_AGENT_HEALTH_ACTIVITY: "publish_agent_health",
+    contract.AGENT_HEALTH_EVENT: "AgentHealthEvent",
     contract.SAGA_RECORD_MEMO: "saga_state",
     contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
     contract.DEAD_LETTER_SUMMARY_MEMO: "summary",
@@ -80,6 +86,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         "CoordFailureType",
         "CoordEventType",
         "CoordTopic",
+        "CoordAgents",
     ]
 
 
@@ -122,6 +129,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {contract.APPROVE_UPDATE},
         ),
         (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
+        (AgentMonitor, contract.AGENT_MONITOR_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
         (
             AgentLedger,
             contract.AGENT_LEDGER_WORKFLOW,
@@ -154,6 +162,8 @@ def test_workflows_are_registered_under_the_contracts_names(
         (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
         (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
         (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
+        (AgentMonitorActivities.read_agent_health, contract.READ_AGENT_HEALTH_ACTIVITY),
+        (AgentMonitorActivities.publish_agent_health, contract.PUBLISH_AGENT_HEALTH_ACTIVITY),
     ],
 )
 def test_activities_are_registered_under_the_contracts_names(
@@ -179,6 +189,7 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert contract.as_vote_workflow_id("release-7") == "vote-release-7"
     assert contract.as_vote_workflow_id("vote-release-7") == "vote-release-7"
     assert contract.agent_ledger_workflow_id("agent-x") == "ledger-agent-x"
+    assert contract.agent_monitor_workflow_id("coordinator") == "agent-monitor-coordinator"
 
 
 def test_pattern_clause_and_coordination_attributes() -> None:

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.chain_model import ChainModel, Parking, Rejection, standin_input
     from coord.models.contract import (
+        AGENTS,
         ATTACH_SIGNAL,
         CHAIN_EVENT_SIGNAL,
         CHAIN_WORKFLOW,
@@ -41,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
+        agent_search_values,
         failure,
         failure_message,
         failure_type_of,
@@ -71,6 +73,8 @@ PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
 SETTLE_PATCH = "chain-await-every-send"
 FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
+AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
+"""Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
 EVENTS_PER_TASK = 100
 EVENT_BYTES_PER_TASK = 512 * 1024
 """What one workflow task handles at most. Each event may send commands (forwards to listeners,
@@ -305,6 +309,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
+        if workflow.patched(AGENTS_ATTRIBUTE_PATCH):
+            agents = agent_search_values(self._spec.served_agents())
+            workflow.upsert_search_attributes([AGENTS.value_set(agents)])
         while not self._model.finished(self._outbound.count):
             if not await self._take_turn():
                 break

@@ -1,0 +1,214 @@
+"""AgentHealth events (issue 14) on the real dev server: the deployment's `AgentMonitor` reads its
+agents' health every few seconds and publishes each transition (a worker gone or back, the
+circuit breaker moving) into the running chains whose subscriptions use the agent, where a
+subscription reacts to it like to any event."""
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from coord.infra.ledgers import LedgerClient
+from coord.models.agent_ledger import BreakerConfig
+from coord.models.agent_monitor import READ_INTERVAL, AgentMonitorState
+from coord.models.chain import ChainSpec, TimelineEntry
+from coord.models.contract import (
+    AGENT_HEALTH_EVENT,
+    AGENT_MONITOR_WORKFLOW,
+    STATE_QUERY,
+    agent_monitor_workflow_id,
+    agent_task_queue,
+)
+from coord.starter import api
+from coord.worker import build_worker, start_agent_monitor
+from coord.workflows.agent_monitor import HISTORY_BUDGET
+from tests.helpers import eventually
+from tests.workers import WorkerProcess
+
+AGENT = "python-pro"
+SERVED_HERE = "backend-architect"
+WATCH = ChainSpec.model_validate(
+    {
+        "name": "health-watch",
+        "triggers": ["Kickoff", AGENT_HEALTH_EVENT],
+        "alerts": None,
+        "subscriptions": [
+            {"agent": AGENT, "events": "Kickoff"},
+            {
+                "agent": SERVED_HERE,
+                "name": "page-on-call",
+                "events": AGENT_HEALTH_EVENT,
+                "filter": f'payload.agent == "{AGENT}" && payload.status == "unreachable"',
+                "publishes": {"on_success": "OnCallPaged"},
+            },
+        ],
+    }
+)
+BYSTANDER = ChainSpec.model_validate(
+    {
+        "name": "bystander",
+        "triggers": ["Kickoff"],
+        "alerts": None,
+        "subscriptions": [{"agent": SERVED_HERE, "events": "Kickoff"}],
+    }
+)
+WORKER_ARGS = ("--only", AGENT, "--no-workflows")
+
+
+async def health_events(client: Client, correlation_id: str) -> list[dict[str, Any]]:
+    """The payloads of the AgentHealth events the correlation's chain has recorded, in order."""
+    timeline = await api.chain_timeline(client, correlation_id)
+    return [entry.payload for entry in timeline if entry.event == AGENT_HEALTH_EVENT]
+
+
+async def recorded(client: Client, correlation_id: str, event_type: str) -> list[TimelineEntry]:
+    timeline = await api.chain_timeline(client, correlation_id)
+    return [entry for entry in timeline if entry.event == event_type]
+
+
+async def monitor_knows(handle: WorkflowHandle[Any, Any], agent: str, status: str) -> bool:
+    state = await handle.query(STATE_QUERY, result_type=AgentMonitorState)
+    known = state.agents.get(agent)
+    return known is not None and known.status == status
+
+
+async def agent_health_worker(client: Client, task_queue: str, log: Path) -> WorkerProcess:
+    """A `coord worker` process serving only the agent (it heartbeats, as deployed)."""
+    queue = agent_task_queue(AGENT, task_queue)
+    return await WorkerProcess.start(client, task_queue, log, *WORKER_ARGS, polls=queue)
+
+
+async def started_watch(client: Client, task_queue: str) -> tuple[str, str]:
+    """A chain using the agent and one that does not; their correlation ids."""
+    watch, bystander = f"watch-{uuid.uuid4().hex[:8]}", f"bystander-{uuid.uuid4().hex[:8]}"
+    await api.start_chain(client, WATCH, watch, queue=task_queue)
+    await api.start_chain(client, BYSTANDER, bystander, queue=task_queue)
+    return watch, bystander
+
+
+async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_and_healthy_again(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "workers.log"
+    first = await agent_health_worker(client, task_queue, log)
+    second: WorkerProcess | None = None
+    monitor = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
+    try:
+        async with build_worker(client, task_queue, only=[SERVED_HERE]):
+            watch, bystander = await started_watch(client, task_queue)
+            await start_agent_monitor(client, task_queue)
+            await start_agent_monitor(client, task_queue)  # a second worker finds it running
+            await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)
+
+            first.kill()
+            killed = time.monotonic()
+            await eventually(lambda: has_event(client, watch, "unreachable"), 30, 0.25)
+            took = time.monotonic() - killed
+            assert took <= 15, f"the unreachable event came {took:.1f}s after the kill"
+            [paged] = await wait_recorded(client, watch, "OnCallPaged")
+            [down] = await health_events(client, watch)
+            assert (down["agent"], down["aspect"], down["previous"]) == (AGENT, "worker", "healthy")
+            assert "no worker seen" in down["reason"]
+
+            second = await agent_health_worker(client, task_queue, log)
+            await eventually(lambda: has_event(client, watch, "healthy"), 30, 0.25)
+            up = (await health_events(client, watch))[-1]
+            assert (up["previous"], up["status"]) == ("unreachable", "healthy")
+            assert second.identity in up["reason"]
+            assert await health_events(client, bystander) == [], "it does not use the agent"
+            assert len(await recorded(client, watch, "OnCallPaged")) == 1, "only on unreachable"
+            assert paged.causation_id is not None
+            assert (await monitor.describe()).workflow_type == AGENT_MONITOR_WORKFLOW
+            await close_chains(client, watch, bystander)
+    finally:
+        await monitor.terminate()
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+async def test_breaker_transitions_are_events_in_order_in_the_chains_using_the_agent(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    worker = await agent_health_worker(client, task_queue, tmp_path / "workers.log")
+    monitor = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
+    config = BreakerConfig(failures=2, recovery=timedelta(seconds=1))
+    ledger = LedgerClient(client, agent_task_queue(AGENT, task_queue), task_queue, config, "t")
+    try:
+        async with build_worker(client, task_queue, only=[SERVED_HERE]):
+            watch, bystander = await started_watch(client, task_queue)
+            await start_agent_monitor(client, task_queue)
+            await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)
+
+            await ledger.outcome(False, failure_type="temporary_failure")
+            assert (await ledger.outcome(False, failure_type="temporary_failure")).breaker == "open"
+            await asyncio.sleep(1)  # the recovery timeout, then one probe
+            assert (await ledger.claim_probe()).granted
+            assert (await ledger.outcome(True, probe=True)).breaker == "closed"
+
+            async def three_breaker_events() -> bool:
+                events = await health_events(client, watch)
+                return len([e for e in events if e["aspect"] == "breaker"]) >= 3
+
+            await eventually(three_breaker_events, 30, 0.25)
+            events = await health_events(client, watch)
+            assert [(e["aspect"], e["previous"], e["status"]) for e in events] == [
+                ("breaker", "closed", "open"),
+                ("breaker", "open", "half_open"),
+                ("breaker", "half_open", "closed"),
+            ]
+            await close_chains(client, watch, bystander)
+    finally:
+        await monitor.terminate()
+        worker.stop()
+
+
+async def close_chains(client: Client, *correlation_ids: str) -> None:
+    for correlation_id in correlation_ids:
+        await api.close_chain(client, correlation_id)
+        await api.chain_handle(client, correlation_id).result()
+
+
+async def has_event(client: Client, correlation_id: str, status: str) -> bool:
+    return any(event["status"] == status for event in await health_events(client, correlation_id))
+
+
+async def wait_recorded(
+    client: Client, correlation_id: str, event_type: str
+) -> list[TimelineEntry]:
+    async def seen() -> bool:
+        return bool(await recorded(client, correlation_id, event_type))
+
+    await eventually(seen, 30, 0.25)
+    return await recorded(client, correlation_id, event_type)
+
+
+async def test_the_monitor_continues_as_new_with_its_state(
+    time_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """Its history stays bounded: after HISTORY_BUDGET events it continues as new, and the next
+    run goes on from the state the last one had (here, its count of readings)."""
+    client = time_env.client
+    handle = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
+    async with build_worker(client, task_queue, only=[]):
+        await start_agent_monitor(client, task_queue)
+        first = (await handle.describe()).run_id
+
+        async def continued() -> bool:
+            await time_env.sleep(READ_INTERVAL * 10)
+            return (await handle.describe()).run_id != first
+
+        await eventually(continued, 60, 0)
+        ended = client.get_workflow_handle(handle.id, run_id=first)
+        before = await ended.query(STATE_QUERY, result_type=AgentMonitorState)
+        history = await ended.fetch_history()
+        assert len(history.events) <= HISTORY_BUDGET + 20
+        assert before.readings > 10
+        now = await handle.query(STATE_QUERY, result_type=AgentMonitorState)
+        assert now.readings >= before.readings
+        await handle.terminate()
