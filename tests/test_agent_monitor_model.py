@@ -148,10 +148,11 @@ def test_a_chain_names_the_agents_its_subscriptions_run_on_their_own_queues() ->
                 {"agent": "python-pro", "events": "Kickoff"},
                 {"agent": "inline", "events": "Kickoff"},
                 {"agent": "pager", "events": AGENT_HEALTH_EVENT},
+                {"vote": {"voters": ["v1", "v2", "v3"]}, "events": "Kickoff"},
             ],
         }
     )
-    assert spec.served_agents() == ["python-pro", "pager"]
+    assert spec.served_agents() == ["python-pro", "pager", "v1", "v2", "v3"]
 
 
 def test_coord_agents_values_are_bounded_distinct_and_quote_free() -> None:
