@@ -143,9 +143,10 @@ class ChainSpec(BaseModel):
         ]
 
     def served_agents(self) -> list[str]:
-        """The agents it runs (subscriptions' agents and voters) on their own queues, not
-        declared inline: served by workers whose health the chain is told of (AgentHealth)."""
-        return [agent for _, agent in self.agents_named() if agent not in self.agents]
+        """The agents it names (subscriptions' agents and voters; not those picked by capability)
+        that run on their own queues, not declared inline: served by workers whose health the
+        chain is told of (AgentHealth events)."""
+        return [agent for _, agent in self.agents_named() if agent and agent not in self.agents]
 
 
 def _place(index: int, subscription: Subscription) -> str:

@@ -6,6 +6,7 @@ subscription reacts to it like to any event."""
 import asyncio
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient
+from coord.models.agent_config import AgentDeclarationBase
 from coord.models.agent_ledger import BreakerConfig
 from coord.models.agent_monitor import READ_INTERVAL, AgentMonitorState
-from coord.models.chain import ChainSpec, TimelineEntry
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.chain import ChainSpec, Subscription, TimelineEntry
 from coord.models.contract import (
     AGENT_HEALTH_EVENT,
     AGENT_MONITOR_WORKFLOW,
@@ -24,10 +27,11 @@ from coord.models.contract import (
     agent_monitor_workflow_id,
     agent_task_queue,
 )
+from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker, start_agent_monitor
 from coord.workflows.agent_monitor import HISTORY_BUDGET
-from tests.helpers import eventually
+from tests.helpers import event, eventually
 from tests.workers import WorkerProcess
 
 AGENT = "python-pro"
@@ -49,6 +53,16 @@ WATCH = ChainSpec.model_validate(
         ],
     }
 )
+ROUTED_WATCH = WATCH.model_copy(
+    update={
+        "name": "routed-health-watch",
+        "subscriptions": [
+            Subscription.model_validate({"capability": "python", "events": "Kickoff"}),
+            WATCH.subscription("page-on-call"),
+        ],
+    }
+)
+"""The agent is picked at run time, by capability: the chain learns its health once it picked it."""
 BYSTANDER = ChainSpec.model_validate(
     {
         "name": "bystander",
@@ -83,24 +97,50 @@ async def agent_health_worker(client: Client, task_queue: str, log: Path) -> Wor
     return await WorkerProcess.start(client, task_queue, log, *WORKER_ARGS, polls=queue)
 
 
-async def started_watch(client: Client, task_queue: str) -> tuple[str, str]:
+async def started_watch(
+    client: Client, task_queue: str, spec: ChainSpec = WATCH
+) -> tuple[str, str]:
     """A chain using the agent and one that does not; their correlation ids."""
     watch, bystander = f"watch-{uuid.uuid4().hex[:8]}", f"bystander-{uuid.uuid4().hex[:8]}"
-    await api.start_chain(client, WATCH, watch, queue=task_queue)
+    await api.start_chain(client, spec, watch, queue=task_queue)
     await api.start_chain(client, BYSTANDER, bystander, queue=task_queue)
     return watch, bystander
+
+
+async def answering(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    return {"handled": event.event.type}
+
+
+def coordinator_registry() -> AgentRegistry:
+    """What the in-process coordinator worker knows: the agent offering `python` (served by
+    the worker process), and the agent it serves itself."""
+    registry = AgentRegistry()
+    python = AgentDeclarationBase(capabilities=["python"])
+    registry.register(AGENT, declaration=python)(answering)
+    registry.register(SERVED_HERE)(answering)
+    return registry
+
+
+async def picked(client: Client, correlation_id: str, agent: str) -> bool:
+    """Whether the chain picked `agent` for a run, and that run has ended."""
+    state = await api.chain_state(client, correlation_id)
+    chosen = [each.assignment.agent for each in state.assignments]
+    return chosen == [agent] and not state.running and not state.queued
 
 
 async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_and_healthy_again(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
+    """The chain picked the agent by capability (a run routed to it): it is told all the same."""
     log = tmp_path / "workers.log"
     first = await agent_health_worker(client, task_queue, log)
     second: WorkerProcess | None = None
     monitor = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
     try:
-        async with build_worker(client, task_queue, only=[SERVED_HERE]):
-            watch, bystander = await started_watch(client, task_queue)
+        async with build_worker(client, task_queue, coordinator_registry(), only=[SERVED_HERE]):
+            watch, bystander = await started_watch(client, task_queue, ROUTED_WATCH)
+            await api.publish(client, event(watch, "Kickoff"))
+            await eventually(lambda: picked(client, watch, AGENT), 30, 0.25)
             await start_agent_monitor(client, task_queue)
             await start_agent_monitor(client, task_queue)  # a second worker finds it running
             await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)

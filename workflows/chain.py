@@ -300,6 +300,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._outbound = Outbound(self._model)
         self._pacing = RunPacing(self._model, self._outbound)
         self._intake = Intake(self._model, self._outbound)
+        self._announced: list[str] | None = None
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
@@ -309,9 +310,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._upsert_status()
-        if workflow.patched(AGENTS_ATTRIBUTE_PATCH):
-            agents = agent_search_values(self._spec.served_agents())
-            workflow.upsert_search_attributes([AGENTS.value_set(agents)])
+        self._announce_agents()
         while not self._model.finished(self._outbound.count):
             if not await self._take_turn():
                 break
@@ -484,6 +483,19 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if assignment is not None:
             self._model.run_assigned(run, assignment)
             workflow.set_current_details(self._model.details())
+            self._announce_agents()
+
+    def _announce_agents(self) -> None:
+        """`CoordAgents`, where the agent monitor finds the chains to tell of an agent's health:
+        the agents its subscriptions name, and those recently picked for its runs by capability
+        (upserted when one is new). Runs recorded before named none."""
+        if not workflow.patched(AGENTS_ATTRIBUTE_PATCH):
+            return
+        picked = [each.assignment.agent for each in self._model.state.assignments]
+        agents = agent_search_values([*self._spec.served_agents(), *picked])
+        if agents != self._announced:
+            self._announced = agents
+            workflow.upsert_search_attributes([AGENTS.value_set(agents)])
 
     def _upsert_status(self) -> None:
         upsert_search_attributes(self._model.status_attributes())
