@@ -70,3 +70,56 @@ async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
         (TaskState.RUNNING, 2),
         (TaskState.SUCCEEDED, None),
     ]
+
+
+async def test_a_worker_killed_mid_review_the_next_one_finishes_the_gate(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The worker dies while the reviewer judges round 1: the next worker reviews it again
+    (a retry of the same review, not a new round), fixes the task once with the notes, and
+    passes both stages; each review round is recorded once."""
+    inject = {"reject": ["reviewer"], "slow": {"reviewer": 2}}
+    gate_heartbeat = {"heartbeat_timeout": "2s", "timeout": "30s"}
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": f"kill-review-{uuid.uuid4().hex[:8]}",
+            "tasks": [
+                {
+                    "id": "fix",
+                    "agent": "developer",
+                    "review": {"reviewer": "reviewer"},
+                    "input": {"inject": inject},
+                    **gate_heartbeat,
+                },
+                {"id": "after", "agent": "code-analyzer", "depends_on": ["fix"], **gate_heartbeat},
+            ],
+        }
+    )
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        handle = await client.start_workflow(
+            TaskGraph.run, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
+        )
+        await wait_running(client, handle, "fix review spec_compliance #1")
+        first.kill()
+    async with worker_process(client, task_queue, log):
+        state = await asyncio.wait_for(handle.result(), 90)
+    assert state.status == PlanStatus.COMPLETED
+    assert await completed_activities(client, handle) == Counter(
+        {
+            "fix: developer": 2,
+            "fix review spec_compliance #1": 1,
+            "fix review spec_compliance #2": 1,
+            "fix review code_quality #2": 1,
+            "after: code-analyzer": 1,
+        }
+    )
+    fix = next(task for task in state.tasks if task.id == "fix")
+    assert fix.fixes == 1
+    assert [(r.round, r.stage, r.passed) for r in fix.reviews] == [
+        (1, "spec_compliance", False),
+        (2, "spec_compliance", True),
+        (2, "code_quality", True),
+    ]
+    assert fix.result is not None
+    assert fix.result["fixed"] == ["the null-check fix has no regression test"]
