@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from coord.activities.agent_kinds import load_agents
 from coord.activities.agent_monitor import AgentMonitorActivities
 from coord.activities.agents import AgentActivities
+from coord.activities.breakers import Breakers
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
@@ -86,10 +87,13 @@ class WorkerSet:
     `shutdown()`): the coordinator queue's, unless told not to, and one per agent it serves,
     polling the agent's own queue."""
 
-    def __init__(self, workers: Sequence[Worker], task_queue: str) -> None:
+    def __init__(
+        self, workers: Sequence[Worker], task_queue: str, breakers: Breakers | None = None
+    ) -> None:
         if not workers:
             raise SpecError("nothing to serve: no agents, and --no-workflows")
         self.workers = list(workers)
+        self._breakers = breakers
         self.task_queue = task_queue
         """The coordinator queue, which names the deployment's agent queues."""
         self._running: asyncio.Task[None] | None = None
@@ -105,6 +109,8 @@ class WorkerSet:
                 group.create_task(worker.run())
 
     async def shutdown(self) -> None:
+        if self._breakers is not None:
+            await self._breakers.close()  # while the ledgers' workflows are still served
         await asyncio.gather(*(worker.shutdown() for worker in self.workers))
 
     async def __aenter__(self) -> "WorkerSet":
@@ -136,12 +142,15 @@ def build_worker(
     if only is not None:
         registry = registry.only(only)
     home = queue or task_queue()
-    workers = [coordinator_worker(client, home, registry)] if workflows else []
-    workers += [agent_worker(client, home, registry.only([name])) for name in registry]
-    return WorkerSet(workers, home)
+    breakers = Breakers(client, home, registry)
+    workers = [coordinator_worker(client, home, registry, breakers)] if workflows else []
+    workers += [agent_worker(client, home, registry.only([name]), breakers) for name in registry]
+    return WorkerSet(workers, home, breakers)
 
 
-def agent_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
+def agent_worker(
+    client: Client, home: str, registry: AgentRegistry, breakers: Breakers | None = None
+) -> Worker:
     """One agent's worker: `run_agent` on the agent's queue, for that agent only, paced by its
     declaration: `max_concurrent` is this worker's slot limit, `rate_limit` the server's limit
     on the queue (one for all its workers)."""
@@ -150,7 +159,7 @@ def agent_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
     return Worker(
         client,
         task_queue=agent_task_queue(agent, home),
-        activities=[AgentActivities(registry).run_agent],
+        activities=[AgentActivities(registry, breakers).run_agent],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],
         max_concurrent_activities=declaration.max_concurrent if declaration else None,
@@ -158,10 +167,12 @@ def agent_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
     )
 
 
-def coordinator_worker(client: Client, home: str, registry: AgentRegistry) -> Worker:
+def coordinator_worker(
+    client: Client, home: str, registry: AgentRegistry, breakers: Breakers | None = None
+) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own)."""
-    activities = AgentActivities(registry)
+    activities = AgentActivities(registry, breakers)
     delivery = Delivery(client)
     monitor = AgentMonitorActivities(client)
     return Worker(

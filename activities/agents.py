@@ -4,6 +4,7 @@ Workflows never call agent code directly: they ask `run_agent` to run an agent b
 the declaration a spec carries inline), so one activity serves every kind of agent."""
 
 import asyncio
+import contextlib
 import contextvars
 import time
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from coord.activities.agent_kinds import agent_from_config
+from coord.activities.breakers import Breakers
 from coord.activities.result_refs import ResultStore
 from coord.models.agent_config import AgentConfig
 from coord.models.agents import (
@@ -42,9 +44,11 @@ def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> A
 
 
 class AgentActivities:
-    def __init__(self, registry: AgentRegistry) -> None:
+    def __init__(self, registry: AgentRegistry, breakers: Breakers | None = None) -> None:
+        """`breakers`: the agents' circuit breakers (none: runs are not watched)."""
         self._registry = registry
         self._results = ResultStore()
+        self._breakers = breakers
 
     @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
@@ -55,8 +59,13 @@ class AgentActivities:
         )
         started = time.monotonic()
         try:
-            agent = resolve(self._registry, request.agent, request.config)
-            output = await agent(request.event, await self._context(request, info))
+            async with self._watching(request):
+                agent = resolve(self._registry, request.agent, request.config)
+                output = await agent(request.event, await self._context(request, info))
+        except ApplicationError as error:
+            if error.type == FailureType.CIRCUIT_OPEN:
+                raise  # the breaker's own: retryable whatever the step's retry_on says
+            raise _classified(error, request.retry_on, info.attempt) from error
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error
         duration_ms = (time.monotonic() - started) * 1000
@@ -69,6 +78,11 @@ class AgentActivities:
                 non_retryable=True,
             ) from None
         return await self._results.kept(result, request.result_limit)
+
+    def _watching(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._breakers is None:
+            return contextlib.nullcontext()
+        return self._breakers.watching(request)
 
     async def _context(self, request: AgentRequest, info: activity.Info) -> AgentContext:
         """What the agent is told of its run; inputs stored by reference arrive as their data."""

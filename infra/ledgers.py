@@ -3,7 +3,9 @@ workflow: `read_ledgers` for `coord agents`, routing and the health monitor; `Le
 the workers that report runs. An agent without a running ledger reads as closed, with no runs."""
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -34,7 +36,7 @@ R = TypeVar("R", bound=BaseModel)
 
 
 async def read_ledger(client: Client, agent_queue: str) -> AgentLedgerState:
-    """The ledger of one agent queue; closed with no runs when it has none running."""
+    """The ledger of one agent queue as of now; closed with no runs when it has none running."""
     handle = client.get_workflow_handle(agent_ledger_workflow_id(agent_queue))
     try:
         state: AgentLedgerState = await handle.query(
@@ -48,7 +50,7 @@ async def read_ledger(client: Client, agent_queue: str) -> AgentLedgerState:
         if error.status == RPCStatusCode.NOT_FOUND:
             return AgentLedgerState(agent_queue=agent_queue)
         raise
-    return state
+    return state.at(datetime.now(UTC))
 
 
 async def read_ledgers(client: Client, queues: Iterable[str]) -> dict[str, AgentLedgerState]:
@@ -103,7 +105,14 @@ class LedgerClient:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"ledger of {self.agent_queue}",
         )
-        result: R = await self._client.execute_update_with_start_workflow(
-            update, arg, start_workflow_operation=start, result_type=result_type
-        )
+        try:
+            result: R = await self._client.execute_update_with_start_workflow(
+                update, arg, start_workflow_operation=start, result_type=result_type
+            )
+        except BaseException:
+            # The SDK hands a failed start to the operation too; reading it there keeps asyncio
+            # from reporting it as never retrieved (it is done by now: no wait).
+            with contextlib.suppress(BaseException):
+                await start.workflow_handle()
+            raise
         return result

@@ -8,6 +8,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
+from coord.models.agent_ledger import BreakerConfig
 from coord.models.durations import Duration
 from coord.models.specs import IDENTIFIER
 
@@ -52,6 +53,8 @@ class AgentDeclarationBase(BaseModel):
     rate_limit: float | None = Field(default=None, gt=0, le=MAX_RATE_LIMIT)
     """Runs started per second, across all workers serving the agent: the server's rate limit
     on the agent's task queue (`max_task_queue_activities_per_second`); none, unlimited."""
+    breaker: BreakerConfig = Field(default_factory=BreakerConfig)
+    """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
 
 
 class PythonAgent(AgentDeclarationBase):

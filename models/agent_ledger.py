@@ -136,7 +136,30 @@ class AgentLedgerState(BaseModel):
     p50_ms: float | None = None
     window_s: float = WINDOW.total_seconds()
     transitions: list[BreakerTransition] = Field(default_factory=list)
+    window: list[WindowBucket] = Field(default_factory=list)
+    """The window's buckets, so a reader counts them at its own `now` (`at`)."""
     as_of: datetime | None = None
+
+    def at(self, now: datetime) -> "AgentLedgerState":
+        """The state as of `now`: the window's counts without the buckets that have left it,
+        and an open breaker whose window has passed half-open. The ledger sets no timers (it
+        changes only when told something), so whoever reads it brings it up to date."""
+        window = [b for b in self.window if b.start + BUCKET > now - WINDOW]
+        stats = RunStats()
+        for bucket in window:
+            stats.merge(bucket.stats)
+        return self.model_copy(
+            update={
+                "breaker": self.breaker_at(now),
+                "runs": stats.runs,
+                "succeeded": stats.succeeded,
+                "failed": stats.failed,
+                "success_rate": round(stats.succeeded / stats.runs, 4) if stats.runs else None,
+                "p50_ms": stats.p50_ms(),
+                "window": window,
+                "as_of": now,
+            }
+        )
 
     def breaker_at(self, now: datetime) -> BreakerStateName:
         """The state at `now`: an open breaker whose window has passed is half-open even if the
@@ -169,7 +192,8 @@ class LedgerBook(BaseModel):
         """Moves an open breaker whose window passed to half-open; drops buckets past the
         window."""
         if self.breaker == "open" and self.open_until is not None and now >= self.open_until:
-            self._move("half_open", now, f"open for {self.config.recovery.total_seconds():g}s")
+            recovery = self.config.recovery.total_seconds()
+            self._move("half_open", self.open_until, f"open for {recovery:g}s")
             self.probe_until = None
         self.buckets = [b for b in self.buckets if b.start + BUCKET > now - WINDOW]
 
@@ -214,20 +238,7 @@ class LedgerBook(BaseModel):
             self.buckets.append(WindowBucket(start=start))
         self.buckets[-1].stats.merge(stats)
 
-    def next_wakeup(self) -> datetime | None:
-        """When the breaker changes by itself (an open one turns half-open)."""
-        return self.open_until if self.breaker == "open" else None
-
-    def quiet(self, now: datetime) -> bool:
-        """Nothing left to keep: breaker closed, no failure streak, an empty window."""
-        self.tick(now)
-        return self.breaker == "closed" and not self.consecutive_failures and not self.buckets
-
     def state(self, now: datetime) -> AgentLedgerState:
-        window = RunStats()
-        for bucket in self.buckets:
-            if bucket.start + BUCKET > now - WINDOW:
-                window.merge(bucket.stats)
         return AgentLedgerState(
             agent_queue=self.agent_queue,
             breaker=self.breaker,
@@ -235,14 +246,9 @@ class LedgerBook(BaseModel):
             consecutive_failures=self.consecutive_failures,
             failures_to_open=self.config.failures,
             recovery_s=self.config.recovery.total_seconds(),
-            runs=window.runs,
-            succeeded=window.succeeded,
-            failed=window.failed,
-            success_rate=round(window.succeeded / window.runs, 4) if window.runs else None,
-            p50_ms=window.p50_ms(),
             transitions=list(self.transitions),
-            as_of=now,
-        )
+            window=list(self.buckets),
+        ).at(now)
 
     def _open(self, now: datetime, reason: str) -> None:
         self._move("open", now, reason)

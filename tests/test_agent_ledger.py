@@ -3,16 +3,34 @@ first report (update-with-start), read by `read_ledgers`, and the circuit breake
 see it through `run_agent`."""
 
 import uuid
-from datetime import timedelta
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from temporalio.client import Client
 
 from coord.infra.ledgers import LedgerClient, read_ledgers
-from coord.models.agent_ledger import BreakerConfig, RunStats, duration_bin
-from coord.models.contract import agent_ledger_workflow_id, agent_task_queue
+from coord.models.agent_config import PythonAgent
+from coord.models.agent_ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.contract import (
+    FailureType,
+    agent_ledger_workflow_id,
+    agent_task_queue,
+    failure,
+)
+from coord.models.envelope import EventEnvelope
+from coord.models.retry import RetryConfig
+from coord.models.vote import Ballot, Choice, VoteSpec
+from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
+from tests.helpers import eventually
+
+SLACK = timedelta(milliseconds=100)
+"""Clock resolution between the worker and the server (one machine)."""
 
 
 async def test_the_ledger_is_started_by_the_first_report_and_read_by_queue(
@@ -57,3 +75,90 @@ async def test_the_ledger_continues_as_new_with_its_book_when_its_history_grows(
     assert first.consecutive_failures == state.consecutive_failures == 1
     assert state.runs == CONTINUE_AS_NEW_AFTER // 2
     assert state.p50_ms == pytest.approx(5, rel=0.05)
+
+
+@dataclass
+class FlakyAgent:
+    """A voter whose endpoint is down while `failing`; it counts every call it gets."""
+
+    failing: bool = True
+    calls: list[datetime] = field(default_factory=list)
+
+    async def __call__(self, event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+        self.calls.append(datetime.now(UTC))
+        if self.failing:
+            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down")
+        return {"approve": True, "reason": "up again"}
+
+
+def flaky_registry(name: str, agent: FlakyAgent, breaker: BreakerConfig) -> AgentRegistry:
+    registry = AgentRegistry()
+    declaration = PythonAgent(kind="python", callable="tests.agents:unused", breaker=breaker)
+    registry.register(name, "python", declaration)(agent)
+    return registry
+
+
+async def ballot_of(client: Client, queue: str, voter: str, **retry: Any) -> Ballot:
+    """One vote with one voter: its ballot says how the voter's run ended."""
+    spec = VoteSpec(
+        vote_id=f"breaker-{uuid.uuid4().hex[:8]}",
+        proposal={"release": 7},
+        voters=[voter],
+        retry=RetryConfig.model_validate({"max_retries": 0, **retry}),
+    )
+    state = await api.vote_outcome(await api.start_vote(client, spec, queue=queue))
+    (ballot,) = state.ballots
+    return ballot
+
+
+async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and_closes(
+    client: Client, task_queue: str
+) -> None:
+    name = f"flaky-{uuid.uuid4().hex[:8]}"
+    agent = FlakyAgent()
+    queue = agent_task_queue(name, task_queue)
+    breaker = BreakerConfig(failures=5, recovery=timedelta(seconds=2))
+
+    async def ledger() -> AgentLedgerState:
+        return (await read_ledgers(client, [queue]))[queue]
+
+    async def until_half_open() -> None:
+        await eventually(lambda: _is(ledger(), "half_open"))
+
+    async with build_worker(client, task_queue, flaky_registry(name, agent, breaker)):
+        for _ in range(5):
+            assert (await ballot_of(client, task_queue, name)).reason.startswith(
+                "temporary_failure"
+            )
+        opened = await ledger()
+        assert (opened.breaker, opened.consecutive_failures) == ("open", 5)
+        for _ in range(3):
+            assert (await ballot_of(client, task_queue, name)).reason.startswith("circuit_open")
+        assert len(agent.calls) == 5, "no agent call while the breaker is open"
+        assert opened.open_until is not None and datetime.now(UTC) < opened.open_until
+
+        await until_half_open()
+        probe = await ballot_of(client, task_queue, name)
+        assert probe.reason.startswith("temporary_failure") and len(agent.calls) == 6
+        reopened = await ledger()
+        assert reopened.breaker == "open" and reopened.open_until is not None
+
+        agent.failing = False
+        retried = await ballot_of(
+            client, task_queue, name, max_retries=1, initial_delay=timedelta(milliseconds=100)
+        )
+        assert retried.choice == Choice.APPROVE and len(agent.calls) == 7
+        assert agent.calls[-1] >= reopened.open_until - SLACK, "retried after the open window"
+        closed = await ledger()
+    assert closed.breaker == "closed" and closed.consecutive_failures == 0
+    assert [(t.from_state, t.to_state) for t in closed.transitions] == [
+        ("closed", "open"),
+        ("open", "half_open"),
+        ("half_open", "open"),
+        ("open", "half_open"),
+        ("half_open", "closed"),
+    ]
+
+
+async def _is(state: Awaitable[AgentLedgerState], breaker: str) -> bool:
+    return (await state).breaker == breaker

@@ -4,7 +4,9 @@ machine of issue 14 and the recent window's success rate and p50."""
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
+from coord.models.agent_config import AgentsFile
 from coord.models.agent_ledger import (
     BUCKET,
     PROBE_LEASE,
@@ -13,6 +15,7 @@ from coord.models.agent_ledger import (
     BreakerConfig,
     LedgerBook,
     RunStats,
+    duration_bin,
 )
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -53,9 +56,9 @@ def test_an_open_breaker_turns_half_open_after_the_recovery_timeout() -> None:
     assert ledger.state(later).breaker == "open"
     assert ledger.state(later).breaker_at(T0 + timedelta(seconds=30)) == "half_open"
     assert not ledger.claim_probe(later), "no probe while open"
-    ledger.tick(T0 + timedelta(seconds=30))
+    ledger.tick(T0 + timedelta(seconds=45))
     assert ledger.breaker == "half_open"
-    assert ledger.next_wakeup() is None
+    assert ledger.transitions[-1].at == T0 + timedelta(seconds=30), "when it happened"
 
 
 def test_half_open_lets_exactly_one_probe_through_and_its_success_closes() -> None:
@@ -117,10 +120,8 @@ def test_window_success_rate_and_p50_forget_runs_older_than_the_window() -> None
     assert ledger.state(T0 + BUCKET).runs == 8
     gone = T0 + WINDOW + 2 * BUCKET
     ledger.tick(gone)
-    assert ledger.state(gone) == AgentLedgerState(
-        agent_queue="agent-flaky", transitions=[], as_of=gone
-    )
-    assert ledger.quiet(gone)
+    assert ledger.state(gone) == AgentLedgerState(agent_queue="agent-flaky", as_of=gone)
+    assert ledger.buckets == []
 
 
 def test_memory_stays_bounded_however_many_runs() -> None:
@@ -140,3 +141,35 @@ def test_memory_stays_bounded_however_many_runs() -> None:
         ledger.succeeded(at, probe=True)
     assert len(ledger.transitions) == 20
     assert ledger.transitions[-1].seq == 300
+
+
+def test_a_reader_brings_a_state_up_to_its_own_time() -> None:
+    """The ledger sets no timers: a state read later says what holds then."""
+    ledger = opened(book())
+    ledger.add_stats(RunStats(succeeded=3, durations={duration_bin(8): 3}), T0)
+    read = ledger.state(T0)
+    assert (read.breaker, read.runs) == ("open", 3)
+    later = read.at(T0 + timedelta(seconds=31))
+    assert (later.breaker, later.runs) == ("half_open", 3)
+    assert later.p50_ms == pytest.approx(8, rel=0.05)
+    assert read.at(T0 + WINDOW + BUCKET).runs == 0
+
+
+def test_breaker_config_from_an_agents_file() -> None:
+    declared = AgentsFile.model_validate(
+        {
+            "agents": {
+                "flaky": {
+                    "kind": "http",
+                    "url": "http://localhost:1/",
+                    "breaker": {"failures": 3, "recovery": "5s"},
+                }
+            }
+        }
+    )
+    breaker = declared.agents["flaky"].breaker
+    assert (breaker.failures, breaker.recovery) == (3, timedelta(seconds=5))
+    with pytest.raises(ValidationError, match=r"breaker\.failures"):
+        AgentsFile.model_validate(
+            {"agents": {"x": {"kind": "shell", "argv": ["true"], "breaker": {"failures": 0}}}}
+        )

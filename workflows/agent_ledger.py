@@ -6,11 +6,12 @@ Modelled on the safe-message-handlers sample: the state is built in `@workflow.i
 first update finds it; every handler is a plain function that changes the book without
 awaiting, so handlers never interleave and need no lock; malformed input is rejected by the
 validators (a rejected update leaves no trace in history, and nothing can fail the workflow
-task); before continuing as new (history bounded) the run waits for every handler to finish. A
-ledger with nothing to keep (breaker closed, no streak, empty window) ends after IDLE_END."""
+task); before continuing as new (history bounded) the run waits for every handler to finish.
 
-import contextlib
-from datetime import datetime, timedelta
+It sets no timers: the breaker and the window change only when a worker reports, and readers
+bring the state up to their own time (`AgentLedgerState.at`: an open breaker past its window is
+half-open, old buckets leave the window). So a ledger costs nothing while its agent is idle, and
+never wakes on a queue whose workers are gone."""
 
 from temporalio import workflow
 
@@ -36,9 +37,6 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.specs import SpecError
     from coord.workflows.common import NO_INPUT, PlainInput, decode_input
 
-IDLE_END = timedelta(hours=1)
-"""A ledger with nothing to keep ends after this long without reports; the next report starts
-it again."""
 MAX_HISTORY = 2000
 """History events after which the ledger continues as new (reports arrive every few seconds)."""
 
@@ -51,7 +49,6 @@ class AgentLedger:
     @workflow.init
     def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
         self._start_error: str | None = None
-        self._woken = False
         try:
             start = decode_input(LedgerStart, raw_start, "ledger start")
         except SpecError as error:
@@ -63,14 +60,9 @@ class AgentLedger:
     async def run(self, raw_start: PlainInput = NO_INPUT) -> AgentLedgerState:
         if self._start_error is not None:
             raise failure(FailureType.INVALID_INPUT, self._start_error, non_retryable=True)
-        while not self._idle_long_enough():
-            if self._history_full():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(
-                    LedgerStart(agent_queue=self._book.agent_queue, book=self._book)
-                )
-            await self._until_something_changes()
-        return self._book.state(workflow.now())
+        await workflow.wait_condition(self._history_full)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(LedgerStart(agent_queue=self._book.agent_queue, book=self._book))
 
     @workflow.query(name=LEDGER_QUERY)
     def ledger(self) -> AgentLedgerState:
@@ -85,7 +77,6 @@ class AgentLedger:
             self._book.succeeded(now, probe=report.probe)
         else:
             self._book.failed(report.failure_type or "", now, probe=report.probe)
-        self._woken = True
         return self._book.state(now)
 
     @report_outcome.validator
@@ -98,7 +89,6 @@ class AgentLedger:
         now = workflow.now()
         self._book.configure(claim.config)
         granted = self._book.claim_probe(now)
-        self._woken = True
         return ProbeGrant(granted=granted, state=self._book.state(now))
 
     @claim_probe.validator
@@ -111,34 +101,11 @@ class AgentLedger:
         now = workflow.now()
         self._book.configure(report.config)
         self._book.add_stats(report.stats, now)
-        self._woken = True
         return self._book.state(now)
 
     @report_stats.validator
     def _valid_stats(self, raw_report: PlainInput = NO_INPUT) -> None:
         decode_input(StatsReport, raw_report, "stats report")
-
-    async def _until_something_changes(self) -> None:
-        """Until a report arrives, the open window ends, the history is full, or the idle
-        period ends; then the book is brought up to date."""
-        self._woken = False
-        with contextlib.suppress(TimeoutError):
-            await workflow.wait_condition(
-                lambda: self._woken or self._history_full(),
-                timeout=self._next_timeout(workflow.now()),
-            )
-        self._book.tick(workflow.now())
-
-    def _next_timeout(self, now: datetime) -> timedelta:
-        due = [IDLE_END]
-        if (wakeup := self._book.next_wakeup()) is not None:
-            due.append(wakeup - now)
-        return max(min(due), timedelta(milliseconds=1))
-
-    def _idle_long_enough(self) -> bool:
-        now = workflow.now()
-        since = self._book.last_report or workflow.info().start_time
-        return self._book.quiet(now) and now - since >= IDLE_END
 
     def _history_full(self) -> bool:
         info = workflow.info()
