@@ -28,36 +28,23 @@ from coord.models.contract import (
     agent_task_queue,
 )
 from coord.models.envelope import EventEnvelope
+from coord.models.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker, start_agent_monitor
 from coord.workflows.agent_monitor import HISTORY_BUDGET
+from tests.conftest import ROOT
 from tests.helpers import event, eventually
 from tests.workers import WorkerProcess
 
 AGENT = "python-pro"
 SERVED_HERE = "backend-architect"
-WATCH = ChainSpec.model_validate(
-    {
-        "name": "health-watch",
-        "triggers": ["Kickoff", AGENT_HEALTH_EVENT],
-        "alerts": None,
-        "subscriptions": [
-            {"agent": AGENT, "events": "Kickoff"},
-            {
-                "agent": SERVED_HERE,
-                "name": "page-on-call",
-                "events": AGENT_HEALTH_EVENT,
-                "filter": f'payload.agent == "{AGENT}" && payload.status == "unreachable"',
-                "publishes": {"on_success": "OnCallPaged"},
-            },
-        ],
-    }
-)
+WATCH = ChainSpec.model_validate(read_document(ROOT / "examples" / "agent-health-chain.yaml"))
+"""Names the agent, and pages on-call when it turns unreachable."""
 ROUTED_WATCH = WATCH.model_copy(
     update={
         "name": "routed-health-watch",
         "subscriptions": [
-            Subscription.model_validate({"capability": "python", "events": "Kickoff"}),
+            Subscription.model_validate({"capability": "python", "events": "UserStoryApproved"}),
             WATCH.subscription("page-on-call"),
         ],
     }
@@ -139,7 +126,7 @@ async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_an
     try:
         async with build_worker(client, task_queue, coordinator_registry(), only=[SERVED_HERE]):
             watch, bystander = await started_watch(client, task_queue, ROUTED_WATCH)
-            await api.publish(client, event(watch, "Kickoff"))
+            await api.publish(client, event(watch, "UserStoryApproved"))
             await eventually(lambda: picked(client, watch, AGENT), 30, 0.25)
             await start_agent_monitor(client, task_queue)
             await start_agent_monitor(client, task_queue)  # a second worker finds it running
