@@ -41,10 +41,10 @@ class Subscription(Routed):
     model_config = ConfigDict(extra="forbid")
 
     agent: str = ""
+    """The agent that runs, unless the subscription names capabilities (`Routed`)."""
     vote: VoteRules | None = None
     """A consensus vote instead of an agent's run, the event's payload its proposal: decided
     publishes `on_success`, rejected or no quorum `on_failure`, either with the ballots."""
-    """The agent that runs, unless the subscription names capabilities (`Routed`)."""
     name: str = ""
     """The agent's name by default (the capabilities, `+`-joined, for one naming those)."""
     topic: str | None = None
