@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from coord.models.agent_config import AgentConfig, AgentDeclarationBase, WorkerSettings
+from coord.models.assignment import Routed, candidates, no_candidate_message
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
@@ -163,7 +164,9 @@ def check_agents(
 ) -> None:
     """Agents are checked where a spec enters, by the rule the worker runs them by (the
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
-    kind the registry's settings allow. A SpecError names the first that is not."""
+    kind the registry's settings allow, capabilities asked for are offered (the rule of
+    `choose_agent`). A SpecError names the first that is not."""
+    _check_routes(source, spec, registry)
     for place, agent in _agents_named(spec):
         if not agent:  # none (a step without compensation), or picked by capability at run time
             continue
@@ -172,6 +175,25 @@ def check_agents(
                 raise SpecError(f"{source}: agents.{agent}: {refusal}")
         elif agent not in registry:
             raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
+
+
+def _check_routes(
+    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
+) -> None:
+    """Every item naming capabilities has a candidate among the registry's agents."""
+    items: list[tuple[str, Routed]] = []
+    if isinstance(spec, SagaSpec):
+        items = [(f"steps[{i}]", step) for i, step in enumerate(spec.steps)]
+    elif isinstance(spec, ChainSpec):
+        items = [(f"subscriptions[{i}]", sub) for i, sub in enumerate(spec.subscriptions)]
+    elif isinstance(spec, PlanSpec):
+        items = [(f"tasks[{i}]", task) for i, task in enumerate(spec.tasks)]
+    for place, item in items:
+        route = item.route
+        if route is not None and not candidates(registry.catalogue, route.capabilities):
+            field = "capability" if item.capability is not None else "capabilities"
+            problem = no_candidate_message(registry.catalogue, route.capabilities)
+            raise SpecError(f"{source}: {place}.{field}: {problem}")
 
 
 def _agents_named(

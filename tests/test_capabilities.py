@@ -3,7 +3,7 @@
 import pytest
 
 from coord.models.agent_config import MAX_CAPABILITIES, AgentDeclarationBase, AgentsFile
-from coord.models.agents import AgentRegistry
+from coord.models.agents import AgentRegistry, check_agents
 from coord.models.assignment import (
     CandidateReading,
     CapabilityRoute,
@@ -246,3 +246,16 @@ def test_a_worker_serving_some_agents_keeps_the_whole_catalogue() -> None:
 
 async def noop(event: object, context: object) -> None:
     return None
+
+
+def test_the_pre_start_check_wants_an_agent_offering_what_is_asked() -> None:
+    registry = AgentRegistry()
+    registry.register("pg", declaration=AgentDeclarationBase(capabilities=["sql"]))(noop)
+    check_agents("saga.yaml", parse_model(SagaSpec, saga_step(capability="sql"), "s"), registry)
+    chain = parse_model(ChainSpec, chain_with(capabilities=["sql", "gpu"]), "c")
+    with pytest.raises(SpecError) as error:
+        check_agents("chain.yaml", chain, registry)
+    assert str(error.value) == (
+        "chain.yaml: subscriptions[0].capabilities: no declared agent offers more than 70% of "
+        "sql, gpu; agents offering some: pg (0.50)"
+    )
