@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from coord.models.agent_ledger import AgentLedgerState, BreakerStateName
+
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """Seed 002's `HeartbeatMonitor(timeout=10)`: a worker not seen for this long is gone."""
 
@@ -76,6 +78,13 @@ class AgentHealth(BaseModel):
     """How long the oldest waiting run has waited."""
     pool: AgentPool | None = None
     """None when no live worker reports its slots (no worker heartbeats)."""
+    breaker: BreakerStateName = "closed"
+    """Its circuit breaker, from its ledger (closed when it has none)."""
+    open_until: datetime | None = None
+    runs: int = 0
+    """Runs in the ledger's recent window (success rate and p50 are over these)."""
+    success_rate: float | None = None
+    p50_ms: float | None = None
 
     @classmethod
     def of(
@@ -101,6 +110,18 @@ class AgentHealth(BaseModel):
             backlog=backlog,
             backlog_age_s=backlog_age_s,
             pool=pool,
+        )
+
+    def with_ledger(self, ledger: AgentLedgerState) -> "AgentHealth":
+        """The row with its ledger's breaker and recent-window stats."""
+        return self.model_copy(
+            update={
+                "breaker": ledger.breaker,
+                "open_until": ledger.open_until if ledger.breaker == "open" else None,
+                "runs": ledger.runs,
+                "success_rate": ledger.success_rate,
+                "p50_ms": ledger.p50_ms,
+            }
         )
 
     @property

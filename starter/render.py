@@ -45,6 +45,9 @@ STATUS_STYLES = {
     "error": "red",
     "skipped": "dim",
     "cancelled": "dim",
+    "closed": "green",
+    "half_open": "yellow",
+    "open": "red",
 }
 ACTIVE_TASK_STATES = (TaskState.RUNNING, TaskState.REVIEWING)
 

@@ -2,14 +2,17 @@
 first report (update-with-start), read by `read_ledgers`, and the circuit breaker as workflows
 see it through `run_agent`."""
 
+import json
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient, read_ledgers
 from coord.models.agent_config import PythonAgent
@@ -22,12 +25,15 @@ from coord.models.contract import (
     failure,
 )
 from coord.models.envelope import EventEnvelope
+from coord.models.health import AgentHealth
 from coord.models.retry import RetryConfig
 from coord.models.vote import Ballot, Choice, VoteSpec
-from coord.starter import api
+from coord.starter import api, render
+from coord.starter.commands.agents import agents_view
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import eventually
+from tests.workers import COORD, run, server_env
 
 SLACK = timedelta(milliseconds=100)
 """Clock resolution between the worker and the server (one machine)."""
@@ -112,8 +118,9 @@ async def ballot_of(client: Client, queue: str, voter: str, **retry: Any) -> Bal
 
 
 async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and_closes(
-    client: Client, task_queue: str
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
+    client = dev_env.client
     name = f"flaky-{uuid.uuid4().hex[:8]}"
     agent = FlakyAgent()
     queue = agent_task_queue(name, task_queue)
@@ -150,7 +157,10 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
         assert retried.choice == Choice.APPROVE and len(agent.calls) == 7
         assert agent.calls[-1] >= reopened.open_until - SLACK, "retried after the open window"
         closed = await ledger()
+        shown = await coord_agents_row(dev_env, task_queue, tmp_path, name, runs=7)
     assert closed.breaker == "closed" and closed.consecutive_failures == 0
+    assert (shown["breaker"], shown["success_rate"]) == ("closed", round(1 / 7, 4))
+    assert shown["p50_ms"] is not None, "the window's p50 of the one successful run"
     assert [(t.from_state, t.to_state) for t in closed.transitions] == [
         ("closed", "open"),
         ("open", "half_open"),
@@ -162,3 +172,41 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
 
 async def _is(state: Awaitable[AgentLedgerState], breaker: str) -> bool:
     return (await state).breaker == breaker
+
+
+async def coord_agents_row(
+    env: WorkflowEnvironment, task_queue: str, tmp_path: Path, agent: str, *, runs: int
+) -> dict[str, Any]:
+    """The agent's row of `coord agents --json`, once the workers' batches count `runs`. The CLI
+    is told of the agent by an agents file (a worker built in a test reports its queues only
+    every minute)."""
+    row: dict[str, Any] = {}
+    declared = tmp_path / "agents.yaml"
+    declared.write_text(f"agents:\n  {agent}: {{kind: shell, argv: [cat]}}\n")
+    command = ["agents", "--agents", str(declared), "--json"]
+
+    async def counted() -> bool:
+        nonlocal row
+        code, out, err = await run(COORD, *command, env=server_env(env, task_queue))
+        assert (code, err) == (0, "")
+        row = next(r for r in json.loads(out) if r["agent"] == agent)
+        return bool(row["runs"] == runs)
+
+    await eventually(counted)
+    return row
+
+
+def test_coord_agents_shows_success_p50_and_breaker() -> None:
+    now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    row = AgentHealth(agent="flaky", task_queue="agent-flaky", status="healthy")
+    ledger = AgentLedgerState(
+        agent_queue="agent-flaky",
+        breaker="open",
+        open_until=now + timedelta(seconds=12),
+        runs=50,
+        success_rate=0.9,
+        p50_ms=41.2,
+    )
+    text = render.plain(agents_view([row.with_ledger(ledger)], now))
+    assert "90% of 50" in text and "41.2 ms" in text and "open (12s left)" in text
+    assert "closed" in render.plain(agents_view([row], now)), "no ledger: closed"

@@ -10,14 +10,17 @@ from rich.console import Group
 from rich.text import Text
 
 from coord.infra.agent_health import agents_health
+from coord.infra.ledgers import read_ledgers
 from coord.infra.temporal import task_queue
+from coord.models.agent_ledger import WINDOW
+from coord.models.durations import format_duration
 from coord.models.health import AgentHealth
 from coord.starter import render
 from coord.starter.commands.common import AsJson, connect, runs_async, show_record
 from coord.worker import default_registry
 
 app = typer.Typer()
-NOT_YET = "success rate, p50 and breaker: not measured yet"
+WINDOW_TEXT = format_duration(WINDOW)
 
 
 class AgentsReport(RootModel[list[AgentHealth]]):
@@ -45,6 +48,8 @@ async def agents(
         row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})
         for row in await agents_health(client, registry.kinds, home=task_queue())
     ]
+    ledgers = await read_ledgers(client, [row.task_queue for row in rows])
+    rows = [row.with_ledger(ledgers[row.task_queue]) for row in rows]
     show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
 
 
@@ -59,6 +64,9 @@ def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
         "backlog",
         "queue",
         "pool",
+        "success",
+        "p50",
+        "breaker",
     )
     for row in rows:
         table.add_row(
@@ -70,8 +78,11 @@ def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
             _backlog(row),
             row.task_queue,
             _pool(row),
+            _success(row),
+            f"{row.p50_ms:g} ms" if row.p50_ms is not None else "-",
+            _breaker(row, moment),
         )
-    return Group(table, Text(f"({NOT_YET})", style="dim"))
+    return Group(table, Text(f"(success and p50: the last {WINDOW_TEXT} of runs)", style="dim"))
 
 
 def _workers(row: AgentHealth, now: datetime) -> str:
@@ -90,6 +101,21 @@ def _pool(row: AgentHealth) -> str:
     if pool is None:
         return "-"
     return f"{pool.in_use} in use, {pool.free} free, {pool.waiting} waiting"
+
+
+def _success(row: AgentHealth) -> str:
+    """`98% of 50`; `-` without runs in the window."""
+    if row.success_rate is None:
+        return "-"
+    return f"{row.success_rate:.0%} of {row.runs}"
+
+
+def _breaker(row: AgentHealth, now: datetime) -> Text:
+    """`closed`, `half_open`, or `open (12s left)`."""
+    if row.breaker == "open" and row.open_until is not None:
+        left = max((row.open_until - now).total_seconds(), 0)
+        return render.status("open", f"open ({left:.0f}s left)")
+    return render.status(row.breaker)
 
 
 def _backlog(row: AgentHealth) -> str:
