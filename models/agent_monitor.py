@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from coord.models.agent_ledger import AgentLedgerState, BreakerTransition
+from coord.models.agent_ledger import AgentLedgerState, BreakerStateName, BreakerTransition
 from coord.models.contract import AGENT_HEALTH_EVENT, AGENT_HEALTH_TOPIC, AGENT_MONITOR_SOURCE
 from coord.models.envelope import EventEnvelope
 from coord.models.health import HEARTBEAT_TIMEOUT, AgentHealth, AgentStatus
@@ -35,6 +35,9 @@ class AgentReading(BaseModel):
     status: AgentStatus
     reason: str
     """Why it has this status, in words: the worker seen, or since when none was."""
+    breaker: BreakerStateName = "closed"
+    """Its breaker's state at the reading (an open one past its window is half-open)."""
+    breaker_reason: str = ""
     breaker_seq: int = 0
     """The sequence number of its breaker's latest transition (0: none yet)."""
     breaker_transitions: list[BreakerTransition] = Field(default_factory=list)
@@ -46,14 +49,20 @@ class AgentReading(BaseModel):
     ) -> "AgentReading":
         """From its `coord agents` row and its ledger; `seen` is the breaker transition the
         monitor has published up to (None: a new agent, whose past is not news)."""
-        latest = max((transition.seq for transition in ledger.transitions), default=0)
-        news = [t for t in ledger.transitions if seen is not None and t.seq > seen]
+        latest = ledger.transitions[-1] if ledger.transitions else None
+        breaker = ledger.breaker_at(now)
         return cls(
             agent=row.agent,
             status=row.status,
             reason=_reason(row, now),
-            breaker_seq=latest,
-            breaker_transitions=news,
+            breaker=breaker,
+            breaker_reason=latest.reason
+            if latest and latest.to_state == breaker
+            else f"open for {ledger.recovery_s:g}s, the next run is the probe",
+            breaker_seq=latest.seq if latest else 0,
+            breaker_transitions=[
+                t for t in ledger.transitions if seen is not None and t.seq > seen
+            ],
         )
 
 
@@ -106,11 +115,49 @@ class HealthTransition(BaseModel):
 
 
 class AgentKnown(BaseModel):
+    """What the chains using an agent were last told of it (or, for a new agent, its baseline)."""
+
     status: AgentStatus
     since: datetime
     """When it was first read with this status."""
+    breaker: BreakerStateName = "closed"
     breaker_seq: int = 0
-    """Its breaker's latest transition published (or, for a new agent, already past)."""
+    """Its breaker's latest logged transition published (or, for a new agent, already past)."""
+
+    def worker_moves(self, agent: AgentReading, at: datetime) -> list[HealthTransition]:
+        if agent.status == self.status:
+            return []
+        move = HealthTransition(
+            agent=agent.agent,
+            aspect="worker",
+            previous=self.status,
+            status=agent.status,
+            reason=agent.reason,
+            time=at,
+        )
+        self.status, self.since = agent.status, at
+        return [move]
+
+    def breaker_moves(self, agent: AgentReading, at: datetime) -> list[HealthTransition]:
+        """The ledger's new transitions, in order, then the move its state made by time alone
+        (open to half-open when the open window passed: the ledger sets no timers, so it logs
+        that move only when next told something, and then it is not news again)."""
+        moves: list[HealthTransition] = []
+        for logged in agent.breaker_transitions:
+            if logged.to_state != self.breaker:
+                moves.append(
+                    _breaker_move(
+                        agent.agent, logged.from_state, logged.to_state, logged.reason, logged.at
+                    )
+                )
+                self.breaker = logged.to_state
+        if agent.breaker != self.breaker:
+            moves.append(
+                _breaker_move(agent.agent, self.breaker, agent.breaker, agent.breaker_reason, at)
+            )
+            self.breaker = agent.breaker
+        self.breaker_seq = agent.breaker_seq
+        return moves
 
 
 class HealthPublication(BaseModel):
@@ -138,11 +185,16 @@ class AgentMonitorState(BaseModel):
         read = {agent.agent: agent for agent in reading.agents}
         for name, agent in read.items():
             known = self.agents.get(name)
-            if known is not None:
-                transitions += _transitions(agent, known, reading.at)
-            if known is None or known.status != agent.status:
-                known = self.agents[name] = AgentKnown(status=agent.status, since=reading.at)
-            known.breaker_seq = agent.breaker_seq
+            if known is None:
+                self.agents[name] = AgentKnown(
+                    status=agent.status,
+                    since=reading.at,
+                    breaker=agent.breaker,
+                    breaker_seq=agent.breaker_seq,
+                )
+                continue
+            transitions += known.worker_moves(agent, reading.at)
+            transitions += known.breaker_moves(agent, reading.at)
         for name in set(self.agents) - set(read):
             del self.agents[name]
         self.readings += 1
@@ -161,25 +213,9 @@ class AgentMonitorState(BaseModel):
         }
 
 
-def _transitions(agent: AgentReading, known: AgentKnown, at: datetime) -> list[HealthTransition]:
-    """Its worker transition, if its status changed, then its breaker's new transitions."""
-    worker = HealthTransition(
-        agent=agent.agent,
-        aspect="worker",
-        previous=known.status,
-        status=agent.status,
-        reason=agent.reason,
-        time=at,
+def _breaker_move(
+    agent: str, previous: BreakerStateName, status: BreakerStateName, reason: str, at: datetime
+) -> HealthTransition:
+    return HealthTransition(
+        agent=agent, aspect="breaker", previous=previous, status=status, reason=reason, time=at
     )
-    breaker = [
-        HealthTransition(
-            agent=agent.agent,
-            aspect="breaker",
-            previous=transition.from_state,
-            status=transition.to_state,
-            reason=transition.reason,
-            time=transition.at,
-        )
-        for transition in agent.breaker_transitions
-    ]
-    return [worker, *breaker] if known.status != agent.status else breaker

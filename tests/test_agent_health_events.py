@@ -3,7 +3,6 @@ agents' health every few seconds and publishes each transition (a worker gone or
 circuit breaker moving) into the running chains whose subscriptions use the agent, where a
 subscription reacts to it like to any event."""
 
-import asyncio
 import time
 import uuid
 from collections.abc import Mapping
@@ -174,15 +173,13 @@ async def test_breaker_transitions_are_events_in_order_in_the_chains_using_the_a
 
             await ledger.outcome(False, failure_type="temporary_failure")
             assert (await ledger.outcome(False, failure_type="temporary_failure")).breaker == "open"
-            await asyncio.sleep(1)  # the recovery timeout, then one probe
+            # past the recovery timeout the breaker is half-open, before any run claims the
+            # probe (the ledger logs that move only then): published once all the same
+            await eventually(lambda: breaker_events(client, watch, 2), 30, 0.25)
             assert (await ledger.claim_probe()).granted
             assert (await ledger.outcome(True, probe=True)).breaker == "closed"
-
-            async def three_breaker_events() -> bool:
-                events = await health_events(client, watch)
-                return len([e for e in events if e["aspect"] == "breaker"]) >= 3
-
-            await eventually(three_breaker_events, 30, 0.25)
+            await eventually(lambda: breaker_events(client, watch, 3), 30, 0.25)
+            await readings_later(monitor, 2)  # and nothing more comes
             events = await health_events(client, watch)
             assert [(e["aspect"], e["previous"], e["status"]) for e in events] == [
                 ("breaker", "closed", "open"),
@@ -199,6 +196,26 @@ async def close_chains(client: Client, *correlation_ids: str) -> None:
     for correlation_id in correlation_ids:
         await api.close_chain(client, correlation_id)
         await api.chain_handle(client, correlation_id).result()
+
+
+async def readings_later(handle: WorkflowHandle[Any, Any], count: int) -> None:
+    """Until the monitor has read `count` more times (and published what those showed)."""
+
+    async def readings() -> int:
+        state: AgentMonitorState = await handle.query(STATE_QUERY, result_type=AgentMonitorState)
+        return state.readings
+
+    before = await readings()
+
+    async def read() -> bool:
+        return await readings() >= before + count
+
+    await eventually(read, 30, 0.25)
+
+
+async def breaker_events(client: Client, correlation_id: str, count: int) -> bool:
+    events = await health_events(client, correlation_id)
+    return len([event for event in events if event["aspect"] == "breaker"]) >= count
 
 
 async def has_event(client: Client, correlation_id: str, status: str) -> bool:

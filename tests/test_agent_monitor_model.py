@@ -87,26 +87,48 @@ def test_breaker_transitions_after_the_one_published_are_news_a_new_agents_past_
     row = AgentHealth.of("a", queue, [], T0)
     ledger = AgentLedgerState(
         agent_queue=queue,
-        breaker="closed",
+        breaker="half_open",
         transitions=[moved(1, "closed", "open"), moved(2, "open", "half_open")],
     )
     new = AgentReading.of(row, T0, ledger, None)
-    assert (new.breaker_seq, new.breaker_transitions) == (2, [])
-    known = AgentReading.of(row, T0, ledger, 1)
-    assert [t.seq for t in known.breaker_transitions] == [2]
+    assert (new.breaker, new.breaker_seq, new.breaker_transitions) == ("half_open", 2, [])
+    assert [t.seq for t in AgentReading.of(row, T0, ledger, 1).breaker_transitions] == [2]
 
     state = AgentMonitorState()
-    state.observe(reading(T0, agent("a", "healthy", breaker_seq=2)))
+    assert state.observe(reading(T0, new)) == []
     assert state.watched(T0) == {"a": 2}
     ledger.transitions += [moved(3, "half_open", "closed"), moved(4, "closed", "open")]
-    news = AgentReading.of(row, T0, ledger, state.watched(T0)["a"])
-    transitions = state.observe(reading(T0, news))
+    ledger.breaker = "open"
+    transitions = state.observe(reading(T0, AgentReading.of(row, T0, ledger, 2)))
     assert [(t.aspect, t.previous, t.status, t.reason) for t in transitions] == [
-        ("worker", "healthy", "unreachable", "no worker serves agent-a (heartbeat timeout 10 s)"),
         ("breaker", "half_open", "closed", "3"),
         ("breaker", "closed", "open", "4"),
     ]
     assert state.watched(T0) == {"a": 4}
+
+
+def test_an_open_window_passing_is_news_once_though_the_ledger_logs_it_later() -> None:
+    """The ledger sets no timers: past its open window a breaker reads half-open before the
+    ledger logs the move (when a run claims the probe); the chains hear of it once."""
+    queue = "agent-a"
+    row = AgentHealth.of("a", queue, [], T0)
+    ledger = AgentLedgerState(
+        agent_queue=queue,
+        breaker="open",
+        open_until=T0 + timedelta(seconds=30),
+        transitions=[moved(1, "closed", "open")],
+    )
+    state = AgentMonitorState()
+    state.observe(reading(T0, AgentReading.of(row, T0, ledger, None)))
+    later = T0 + timedelta(seconds=31)
+    [half_open] = state.observe(reading(later, AgentReading.of(row, later, ledger, 1)))
+    assert (half_open.previous, half_open.status, half_open.time) == ("open", "half_open", later)
+    assert half_open.reason == "open for 30s, the next run is the probe"
+    assert state.observe(reading(later, AgentReading.of(row, later, ledger, 1))) == []
+    ledger.transitions += [moved(2, "open", "half_open"), moved(3, "half_open", "closed")]
+    ledger.breaker, ledger.open_until = "closed", None
+    [closed] = state.observe(reading(later, AgentReading.of(row, later, ledger, 1)))
+    assert (closed.previous, closed.status, closed.reason) == ("half_open", "closed", "3")
 
 
 def test_an_agent_unreachable_for_long_is_no_longer_asked_about_then_forgotten() -> None:
