@@ -10,7 +10,13 @@ from temporalio.runtime import Runtime
 
 from coord.infra.devserver import local_temporal
 from coord.starter.commands.common import runs_async
-from coord.worker import build_worker, default_registry, run_worker, worker_runtime
+from coord.worker import (
+    build_worker,
+    default_registry,
+    run_worker,
+    start_agent_monitor,
+    worker_runtime,
+)
 
 app = typer.Typer()
 DemoAgents = Annotated[
@@ -53,6 +59,10 @@ async def dev(demo_agents: DemoAgents = False) -> None:
     """Run server and worker together for local work."""
     Runtime.set_default(worker_runtime(), error_if_already_set=False)
     registry = default_registry(demo_agents=demo_agents)
-    async with local_temporal() as (client, where), build_worker(client, registry=registry):
+    async with (
+        local_temporal() as (client, where),
+        build_worker(client, registry=registry) as worker,
+    ):
+        await start_agent_monitor(client, worker.task_queue)
         typer.echo(f"worker running against {where}; Ctrl-C to stop")
         await asyncio.Event().wait()
