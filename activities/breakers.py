@@ -33,6 +33,8 @@ from coord.models.contract import (
 
 REFRESH_INTERVAL = 1.0
 """Seconds a worker trusts its view of a ledger before it queries again."""
+MAX_STALE = 5.0
+"""Seconds after which runs wait for the view's refresh instead of going on with it."""
 STATS_INTERVAL = 2.0
 """Seconds between a worker's batched stats reports of an agent."""
 LEDGER_TIMEOUT = 5.0
@@ -125,11 +127,16 @@ class AgentBreaker:
             )
 
     async def _current(self) -> AgentLedgerState:
-        """The view, refreshed (once for all runs waiting on it) when older than a second."""
-        if time.monotonic() - self._read_at >= REFRESH_INTERVAL:
+        """The view, refreshed (once for all runs) when older than REFRESH_INTERVAL. Runs wait
+        for the refresh only when the view is older than MAX_STALE (or was never read): in the
+        steady state they go on with a view at most a refresh old, and no run waits on a
+        query."""
+        age = time.monotonic() - self._read_at
+        if age >= REFRESH_INTERVAL:
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.create_task(self._reread())
-            await asyncio.shield(self._refresh)
+            if age >= MAX_STALE:
+                await asyncio.shield(self._refresh)
         return self._view
 
     async def _reread(self) -> None:
