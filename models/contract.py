@@ -249,7 +249,9 @@ AGENT_HEALTH_EVENT: Final = "AgentHealthEvent"
 """The seed's system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
 or unreachable, or its circuit breaker changed state. Chains subscribe to it like any event."""
 AGENT_HEALTH_TOPIC: Final = "agents.health"
+"""Its topic: a subscription without a topic, or with this one, takes it."""
 AGENT_MONITOR_SOURCE: Final = "/agent-monitor"
+"""Its source (the agent column of `coord events`): the deployment's `AgentMonitor`."""
 
 # --- Memo keys --------------------------------------------------------------------------------
 
