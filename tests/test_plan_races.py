@@ -25,14 +25,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.contract import APPROVE_UPDATE, FailureType
-from coord.models.plan import ApprovalDecision, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan import ApprovalDecision, PlanState, PlanStatus, TaskState
 from coord.starter.api.plans import plan_outcome
 from coord.worker import WorkerSet, build_worker
 from coord.workflows.plan import TaskGraph
 from tests.agents import GatedAgents
 from tests.helpers import task_failures, wait_until
 from tests.test_plan import run_agent_spans, start
-from tests.test_plan_gates import task_of
+from tests.test_plan_gates import plan, task_of
 from tests.test_saga_cancel import history_has, workflow_worker
 
 Order = Literal["cancel first", "completion first"]
@@ -45,12 +45,6 @@ UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 NO_RETRY = {"max_retries": 0}
-
-
-def plan(name: str, *tasks: dict[str, Any], **fields: Any) -> PlanSpec:
-    return PlanSpec.model_validate(
-        {"plan_id": f"{name}-{uuid.uuid4().hex[:8]}", "tasks": list(tasks), **fields}
-    )
 
 
 def agent_workers(client: Client, task_queue: str, gates: GatedAgents) -> WorkerSet:
