@@ -38,7 +38,7 @@ class CapabilityRoute(BaseModel):
 class Routed(BaseModel):
     """The fields a saga step, chain subscription or plan task gets to name its agent by
     capability: `capability: X` or `capabilities: [X, Y]` (not both), and `assignment:`, the
-    strategy. The item's own validator says that it names an agent or capabilities (`routing`)."""
+    strategy. The item's own validator asks `doer_problem` whether it names exactly one doer."""
 
     capability: Capability | None = None
     capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
