@@ -145,14 +145,13 @@ async def measure(setup: Setup, side: str, runs: int, round_: int) -> Measuremen
 
 
 async def ledger_events(client: Client, agent_queue: str) -> int:
-    """The history events of the agent's ledger, every run of it (it continues as new)."""
+    """The history events of the agent's ledger, over all its runs (it continues as new):
+    visibility has the closed runs' lengths, the running one is described."""
     workflow_id = agent_ledger_workflow_id(agent_queue)
-    return sum(
-        [
-            execution.history_length
-            async for execution in client.list_workflows(f"WorkflowId = '{workflow_id}'")
-        ]
-    )
+    closed = f"WorkflowId = '{workflow_id}' AND ExecutionStatus != 'Running'"
+    total = sum([execution.history_length async for execution in client.list_workflows(closed)])
+    running = await client.get_workflow_handle(workflow_id).describe()
+    return total + running.raw_description.workflow_execution_info.history_length
 
 
 def report(header: list[str], results: list[Measurement], ledger_events: int, warmup: int) -> None:
