@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         failure,
     )
     from coord.models.specs import SpecError
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import NO_INPUT, PlainInput, decode_input
 
 MAX_HISTORY = 2000
@@ -42,7 +43,7 @@ MAX_HISTORY = 2000
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
-class AgentLedger:
+class AgentLedger(metaclass=SurplusStartArguments):
     """Not sandboxed: it runs for as long as its agent is used, answering updates every few
     seconds; it imports only pure models."""
 
