@@ -491,4 +491,6 @@ async def test_inline_compensation_agent_is_replayed_as_its_saga_declared_it(
 def test_compose_registers_every_search_attribute() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     setup = compose["services"]["temporal-create-namespace"]["environment"]
-    assert setup["SEARCH_ATTRIBUTES"].split() == [key.name for key in contract.SEARCH_ATTRIBUTES]
+    names = [entry.partition(":")[0] for entry in setup["SEARCH_ATTRIBUTES"].split()]
+    assert names == [key.name for key in contract.SEARCH_ATTRIBUTES]
+    assert "CoordAgents:KeywordList" in setup["SEARCH_ATTRIBUTES"].split()

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
         failure_message,
     )
     from coord.models.specs import SpecError
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import NO_INPUT, PlainInput, decode_input
 
 READ_TIMEOUT = timedelta(seconds=5)
@@ -47,7 +48,7 @@ lost the run from its cache replays at most this much."""
 
 
 @workflow.defn(name=AGENT_MONITOR_WORKFLOW)
-class AgentMonitor:
+class AgentMonitor(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_state: PlainInput = NO_INPUT) -> None:
         """Started without input (a fresh monitor), or with the state a previous run carried."""
