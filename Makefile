@@ -46,6 +46,8 @@ bench: $(INSTALLED)
 	$(BIN)/python -m bench.chain_bench
 	$(BIN)/python -m bench.aggregator_bench
 	$(BIN)/python -m bench.plan_bench
+	$(BIN)/python -m bench.breaker_bench
+	$(BIN)/python -m bench.dispatch_bench
 
 clean:
 	rm -rf $(VENV) .temporal *.egg-info
