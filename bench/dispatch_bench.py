@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.layouts import phases
-from bench.server import bench_server, dynamic_config_args
+from bench.server import add_server_config_option, bench_server, dynamic_config_args
 
 HOPS = 60
 
@@ -72,13 +72,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hops", type=int, default=HOPS)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--server-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a dev-server dynamic-config value, after the project's own",
-    )
+    add_server_config_option(parser)
     args = parser.parse_args()
     asyncio.run(bench(args.hops, args.rounds, args.server_config))
 

@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
 
     from bench.layouts import Phases, phases, single_queue_client
     from bench.rounds import ratio_line, rotated
-    from bench.server import bench_server, dynamic_config_args
+    from bench.server import add_server_config_option, bench_server, dynamic_config_args
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
     from coord.models.contract import plan_workflow_id
@@ -373,13 +373,7 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=5, help="activities running at once, at most")
     parser.add_argument("--rounds", type=int, default=3, help="timed plans per side")
     parser.add_argument("--seed", type=int, default=3, help="the random graph's seed")
-    parser.add_argument(
-        "--server-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a dynamic config value for the embedded dev server, after its own (repeatable)",
-    )
+    add_server_config_option(parser)
     args = parser.parse_args()
     if min(args.tasks, args.cap, args.rounds) < 1:
         parser.error("--tasks, --cap and --rounds must be at least 1")

