@@ -24,6 +24,7 @@ from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.routing import AgentRouter
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
+from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
@@ -237,6 +238,7 @@ async def run_worker(
     client = await settings.connect(worker_runtime())
     worker = build_worker(client, registry=registry, workflows=workflows)
     if workflows:
+        await require_search_attributes(client)
         await start_agent_monitor(client, worker.task_queue)
     log = get_logger("worker")
     log.info(

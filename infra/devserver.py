@@ -10,13 +10,7 @@ from contextlib import asynccontextmanager
 from importlib import metadata
 from pathlib import Path
 
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.payload_store import data_converter
@@ -140,30 +134,6 @@ async def embedded_server(
         yield env
     finally:
         await env.shutdown()
-
-
-async def register_search_attributes(client: Client) -> list[str]:
-    """For servers started without `--search-attribute` (a plain `temporal server start-dev`,
-    the time-skipping test server): adds the missing ones, returns their names."""
-    try:
-        existing = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-        known = set(existing.custom_attributes)
-    except RPCError as error:
-        if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server
-            raise
-        known = set()
-    missing = {
-        key.name: IndexedValueType.ValueType(key.indexed_value_type)
-        for key in contract.SEARCH_ATTRIBUTES
-        if key.name not in known
-    }
-    if missing:
-        await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
-        )
-    return list(missing)
 
 
 async def _listening(address: str) -> bool:

@@ -11,6 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.devserver import PortInUse, ServerBinaryError
 from coord.infra.payload_store import PayloadStoreError
+from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
 from coord.models.contract import failure_message
 from coord.models.specs import SpecError, describe_validation_error
@@ -86,6 +87,7 @@ PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((NotFound,), ExitCode.NOT_FOUND),
     ((NoWorker,), ExitCode.NO_WORKER),
     ((ServerUnreachable,), ExitCode.UNREACHABLE),
+    ((SetupNeeded,), ExitCode.SETUP_NEEDED),
     ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
     ((SpecError, Undeliverable, PayloadStoreError), ExitCode.REFUSED),
 )

@@ -13,9 +13,10 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra import devserver
-from coord.infra.devserver import installed_binary, register_search_attributes
+from coord.infra.devserver import installed_binary
 from coord.infra.logs import configure_logging
 from coord.infra.payload_store import STORE_ENV, data_converter
+from coord.infra.search_attributes import register_search_attributes
 from coord.models.saga import SagaSpec
 from coord.models.specs import read_document
 

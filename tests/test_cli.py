@@ -16,6 +16,7 @@ from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import installed_binary
 from coord.models.aggregator import AggregatorSpec
 from coord.models.chain import ChainState, TimelineEntry
+from coord.models.contract import SEARCH_ATTRIBUTES
 from coord.models.dlq import DeadLetter
 from coord.models.envelope import EventEnvelope
 from coord.models.saga import SagaState, SagaStatus
@@ -430,6 +431,7 @@ async def test_a_plain_dev_server_asks_for_coord_setup(tmp_path: Path) -> None:
     try:
         await eventually(lambda: answers(f"127.0.0.1:{port}"), 60)
         code, _, refused = await run(*start, env=env)
+        code_worker, _, worker_refused = await run(COORD, "worker", env=env)
         code_setup, registered, _ = await run(COORD, "setup", env=env)
         code_again, again, _ = await run(COORD, "setup", env=env)
         await eventually(lambda: starts(start, env), 60)
@@ -441,6 +443,13 @@ async def test_a_plain_dev_server_asks_for_coord_setup(tmp_path: Path) -> None:
         r"error: the server does not know the search attribute \w+; register the project's "
         r"search attributes once with `coord setup`\n",
         refused,
+    )
+    # A worker would see its workflows' tasks fail on the search attributes they upsert.
+    assert code_worker == ExitCode.SETUP_NEEDED
+    missing = ", ".join(key.name for key in SEARCH_ATTRIBUTES)
+    assert worker_refused == (
+        f"error: the server does not know the search attributes {missing}; register the "
+        "project's search attributes once with `coord setup`\n"
     )
     assert code_setup == 0 and registered.startswith(f"search attributes on 127.0.0.1:{port}")
     assert "CoordPattern" in registered

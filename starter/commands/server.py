@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from coord.infra.devserver import embedded_server, register_search_attributes
+from coord.infra.devserver import embedded_server
+from coord.infra.search_attributes import register_search_attributes
 from coord.starter.commands.common import connect, runs_async
 
 app = typer.Typer()
