@@ -22,8 +22,8 @@ def release(version: str) -> tuple[int, int] | None:
 def dispatch_order(version: str) -> str:
     """The line a worker logs about the server at `version` (as GetSystemInfo reports it)."""
     fairness = (
-        "by correlation only with matching.enableFairness=true (`coord server` and the tests' "
-        "dev server set it), else in arrival order within a priority"
+        "by correlation only with matching.enableFairness=true (`coord server`, the compose "
+        "stack and the tests' dev server set it), else in arrival order within a priority"
     )
     found = release(version)
     if found is not None and found >= PRIORITY_BY_DEFAULT_SINCE:

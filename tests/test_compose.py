@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from coord.infra.devserver import TASK_DISPATCH_CONFIG
 from coord.models import contract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,3 +62,14 @@ def test_search_attributes_match_the_workflows() -> None:
 def test_no_deprecated_auto_setup_image() -> None:
     images = {name: str(service.get("image", "")) for name, service in services().items()}
     assert not {name: image for name, image in images.items() if "auto-setup" in image}
+
+
+def test_server_dispatches_tasks_as_the_embedded_one() -> None:
+    """Fairness, priority and task loading are the server's: the compose server is configured
+    as every dev server the project starts."""
+    server = services()["temporal"]
+    path = Path(server["environment"]["DYNAMIC_CONFIG_FILE_PATH"])
+    host_dir, mounted, _ = server["volumes"][0].split(":")
+    config = yaml.safe_load((ROOT / host_dir / path.relative_to(mounted)).read_text())
+    embedded = dict(value.split("=") for value in TASK_DISPATCH_CONFIG[1::2])
+    assert {key: str(config[key][0]["value"]).lower() for key in embedded} == embedded
