@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from coord.models.agents import AgentContext
@@ -15,6 +15,7 @@ from coord.models.dlq import DlqSelection
 from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
+from coord.workflows.chain import RUN_HISTORY_BUDGET
 from tests.agents import GatedAgents
 from tests.helpers import alerting_spec, event, eventually, routing_spec
 
@@ -104,6 +105,11 @@ async def test_a_resolving_event_that_looks_like_an_alert_does_not_pause(
 async def test_one_slow_agent_does_not_hold_dispatch_while_continue_as_new_waits(
     client: Client, task_queue: str
 ) -> None:
+    """Continue-as-new is due at RUN_HISTORY_BUDGET events and waits for the slow agent;
+    fast runs go on meanwhile. (From twice the budget on the run holds new events back for the
+    next one, by design: the test stays below it by running one fast event at a time, about
+    ten history events each; 120 at once crossed it or not depending on how the worker
+    batched them.)"""
     gates = GatedAgents(names=["slow"])
     registry = gates.registry()
     done: list[str] = []
@@ -130,20 +136,29 @@ async def test_one_slow_agent_does_not_hold_dispatch_while_continue_as_new_waits
         handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
         await api.publish(client, event(correlation_id, "Slow"))
         await gates.wait_started("slow")
-        for n in range(120):
+
+        async def run_fast(n: int) -> None:
             await api.publish(client, event(correlation_id, "Fast", n=n))
 
-        async def all_fast_runs_done() -> bool:
-            return len(done) == 120
+            async def ran() -> bool:
+                return len(done) == n + 1
 
-        await eventually(all_fast_runs_done, timeout=60)
+            await eventually(ran)
+
+        while (await handle.describe()).history_length < RUN_HISTORY_BUDGET:
+            await run_fast(len(done))
+        for _ in range(10):  # continue-as-new is due, and waits for the slow agent
+            await run_fast(len(done))
+        current = await handle.describe()  # the first run
+        assert current.status == WorkflowExecutionStatus.RUNNING, "continued as new too early"
+        assert current.history_length < 2 * RUN_HISTORY_BUDGET, "the test meant to stay below"
         assert not gates.released["slow"].is_set(), "ran while the slow agent was still running"
         gates.released["slow"].set()
         await api.close_chain(client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 60)
     runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
     assert len(runs) > 1, "the chain continued as new once the slow agent was done"
-    assert state.events_seen == 121 and state.queued == 0
+    assert state.events_seen == len(done) + 1 and state.queued == 0
 
 
 def notice(correlation_id: str, caused_by: str) -> EventEnvelope:
