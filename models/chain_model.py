@@ -372,22 +372,24 @@ class ChainModel(ChainCarry):
 
     def take_queued(self) -> list[Parking]:
         """The runs a chain that ended (paused) never started, in queue order, parked so an
-        operator can run them from the dead-letter queue."""
+        operator can run them from the dead-letter queue: a run of a named agent runs it again;
+        a vote's or a capability's run (no agent of its own yet) is a `rerun` of its
+        subscription."""
         queued = [entry.run for entry in sorted(self.queue)]
         self.queue.clear()
         self.state.dead_lettered += len(queued)
-        status = self.state.status.value
-        return [
-            self._run_parking(
-                run,
-                FailureType.CHAIN_ENDED,
-                f"{run.agent} on {run.trigger.event.type} never ran: the chain ended "
-                f"{status} while it was queued",
-                target_agent=run.agent or run.subscription,
-                replay="run_agent" if run.agent else "rerun",
-            )
-            for run in queued
-        ]
+        return [self._never_ran(run) for run in queued]
+
+    def _never_ran(self, run: AgentRun) -> Parking:
+        agent = self._spec.subscription(run.subscription).agent
+        return self._run_parking(
+            run,
+            FailureType.CHAIN_ENDED,
+            f"{run.agent} on {run.trigger.event.type} never ran: the chain ended "
+            f"{self.state.status.value} while it was queued",
+            target_agent=agent or run.subscription,
+            replay="run_agent" if agent else "rerun",
+        )
 
     def _run_parking(
         self,

@@ -297,6 +297,27 @@ def test_queued_runs_of_an_ended_chain_are_parked_in_queue_order() -> None:
     assert model.state.dead_lettered == 2 and not model.queue
 
 
+def test_queued_runs_without_an_agent_of_their_own_are_parked_as_reruns() -> None:
+    """A vote's or a capability's run names no agent a replay could run: it is parked as a
+    `rerun` of its subscription (the chain decides again, while it runs)."""
+    model = new_model(
+        subscriptions=[
+            {"agent": "planner", "events": "Approved"},
+            {"name": "approve", "events": "Approved", "vote": {"voters": ["a", "b", "c"]}},
+            {"capability": "sql", "events": "Approved"},
+        ],
+        terminal_event=None,
+    )
+    take(model, event("Alert", topic="project.alerts", severity="high"))
+    take(model, event("Approved"))
+    assert model.close_idle()
+    model.end()
+    letters = {letter.details.get("target_agent"): letter for letter in model.take_queued()}
+    replays = {agent: letter.details.get("replay") for agent, letter in letters.items()}
+    assert replays == {"planner": "run_agent", "approve": "rerun", "sql": "rerun"}
+    assert letters["approve"].message.startswith("approve on Approved never ran")
+
+
 def test_the_chain_finishes_after_its_terminal_event_once_idle() -> None:
     model = new_model()
     take(model, event("Approved"))
