@@ -407,6 +407,8 @@ class TaskRecord(BaseModel):
     approval: ApprovalDecision | None = None
     assignment: Assignment | None = None
     """For a task naming capabilities: the agent picked (then `agent`), with the bids."""
+    ended_as: str | None = None
+    """How it ended, in words, where its result is a record of its own (a vote's)."""
     transitions: list[Transition] = Field(default_factory=list)
 
     @property

@@ -116,6 +116,8 @@ def outcome(record: TaskRecord) -> str:
         return f"cancelled: {reasons[-1]}" if reasons else "cancelled"
     if record.error is not None:
         return excerpt(f"{record.error.type}: {record.error.message}")
+    if record.ended_as is not None:
+        return excerpt(record.ended_as)
     if record.result_ref is not None:
         ref = record.result_ref
         return f"stored by reference: sha256 {ref.sha256[:12]}… ({ref.bytes} bytes)"

@@ -16,6 +16,7 @@ from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, ChainState, TimelineEntry
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan_report import outcome
 from coord.models.vote import Choice, VoteState, VoteStatus
 from coord.starter import api
 from coord.worker import build_worker
@@ -92,6 +93,7 @@ async def test_a_decided_vote_task_succeeds_with_its_record_and_its_dependents_r
         ("bob", Choice.APPROVE),
     ]
     assert vote.cancelled == ["carol"]
+    assert outcome(approve) == f"vote decided: {vote.summary}", "in words, not the record's JSON"
     ship = next(task for task in state.tasks if task.id == "ship")
     assert ship.result is not None and ship.result["inputs"]["approve"] == approve.result
     child = await client.get_workflow_handle(f"vote-{spec.plan_id}-approve").describe()

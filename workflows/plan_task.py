@@ -142,7 +142,9 @@ class TaskRun:
                 self.task.id, workflow.now(), TaskError(type=kind, message=message), 1
             )
             return False
-        self.model.record(self.task.id).result = outcome.model_dump(mode="json")
+        record = self.model.record(self.task.id)
+        record.result = outcome.model_dump(mode="json")
+        record.ended_as = f"vote {outcome.status.value}: {outcome.summary}"
         failed = vote_error(outcome)
         if failed is not None:
             self.model.run_failed(self.task.id, workflow.now(), failed, 1)
