@@ -51,6 +51,12 @@ async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
     return await devserver.start_dev_server(extra_args=["--dynamic-config-value", dynamic_config])
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` run first: one left for the end keeps a test process busy while
+    the other has nothing left to take."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await start_dev_server(f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}")

@@ -9,6 +9,7 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -51,6 +52,7 @@ async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
     )
 
 
+@pytest.mark.slow
 async def test_saga_start_wait_state_and_cancel(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:
@@ -470,6 +472,7 @@ async def starts(argv: tuple[str, ...], env: dict[str, str]) -> bool:
     return code == 0
 
 
+@pytest.mark.slow
 async def test_coord_dlq_list_show_replay_and_archive(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:

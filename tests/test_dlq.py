@@ -380,6 +380,7 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
     assert "rm-everything" in unknown.replays[-1].outcome, unknown.replays
 
 
+@pytest.mark.slow
 async def test_accounting_identity_holds_under_a_mix_of_1000_events(
     client: Client, task_queue: str
 ) -> None:

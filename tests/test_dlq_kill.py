@@ -8,6 +8,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -50,6 +51,7 @@ async def statuses(client: Client, entry_ids: list[str]) -> Counter[str]:
     return found
 
 
+@pytest.mark.slow
 async def test_a_bulk_replay_killed_midway_replays_each_entry_once(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

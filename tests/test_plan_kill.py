@@ -6,6 +6,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from coord.models.plan import PlanSpec, PlanStatus, TaskState
@@ -72,6 +73,7 @@ async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
     ]
 
 
+@pytest.mark.slow
 async def test_a_worker_killed_mid_review_the_next_one_finishes_the_gate(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

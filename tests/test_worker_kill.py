@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
@@ -88,6 +89,7 @@ async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
     assert completed == Counter({step.name: 1 for step in spec.steps})
 
 
+@pytest.mark.slow
 async def test_a_worker_killed_mid_compensation_each_compensation_completes_once(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
@@ -113,6 +115,7 @@ async def test_a_worker_killed_mid_compensation_each_compensation_completes_once
     assert completed["compensate: RemoveFromStaging"] == 1
 
 
+@pytest.mark.slow
 async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
