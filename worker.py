@@ -21,6 +21,7 @@ from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.pools import AgentPools
 from coord.activities.routing import AgentRouter
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
@@ -144,36 +145,48 @@ def build_worker(
         registry = registry.only(only)
     home = queue or task_queue()
     breakers = Breakers(client, home, registry)
-    workers = [coordinator_worker(client, home, registry, breakers)] if workflows else []
-    workers += [agent_worker(client, home, registry.only([name]), breakers) for name in registry]
+    pools = AgentPools(client, home, registry)
+    workers = [coordinator_worker(client, home, registry, breakers, pools)] if workflows else []
+    workers += [
+        agent_worker(client, home, registry.only([name]), breakers, pools) for name in registry
+    ]
     return WorkerSet(workers, home, breakers)
 
 
 def agent_worker(
-    client: Client, home: str, registry: AgentRegistry, breakers: Breakers | None = None
+    client: Client,
+    home: str,
+    registry: AgentRegistry,
+    breakers: Breakers | None = None,
+    pools: AgentPools | None = None,
 ) -> Worker:
     """One agent's worker: `run_agent` on the agent's queue, for that agent only, paced by its
-    declaration: `max_concurrent` is this worker's slot limit, `rate_limit` the server's limit
-    on the queue (one for all its workers)."""
+    declaration: its slot limit (`max_concurrent_per_worker`, else `max_concurrent`), the pool
+    across all its workers through `pools` (permits from the agent's ledger), and `rate_limit`
+    the server's limit on the queue (one for all its workers)."""
     (agent,) = registry
     declaration = registry.declarations.get(agent)
     return Worker(
         client,
         task_queue=agent_task_queue(agent, home),
-        activities=[AgentActivities(registry, breakers).run_agent],
+        activities=[AgentActivities(registry, breakers, pools).run_agent],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         interceptors=[SurplusArguments()],
-        max_concurrent_activities=declaration.max_concurrent if declaration else None,
+        max_concurrent_activities=declaration.worker_slots if declaration else None,
         max_task_queue_activities_per_second=declaration.rate_limit if declaration else None,
     )
 
 
 def coordinator_worker(
-    client: Client, home: str, registry: AgentRegistry, breakers: Breakers | None = None
+    client: Client,
+    home: str,
+    registry: AgentRegistry,
+    breakers: Breakers | None = None,
+    pools: AgentPools | None = None,
 ) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own)."""
-    activities = AgentActivities(registry, breakers)
+    activities = AgentActivities(registry, breakers, pools)
     delivery = Delivery(client)
     monitor = AgentMonitorActivities(client)
     return Worker(

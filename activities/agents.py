@@ -16,6 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from coord.activities.agent_kinds import agent_from_config
 from coord.activities.breakers import Breakers
+from coord.activities.pools import AgentPools
 from coord.activities.result_refs import ResultStore
 from coord.models.agent_config import AgentConfig
 from coord.models.agents import (
@@ -43,12 +44,23 @@ def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> A
         raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
 
 
+GATE_FAILURES = frozenset({FailureType.CIRCUIT_OPEN, FailureType.POOL_FULL})
+"""Raised before the agent is called (breaker, pool): retryable whatever a step's retry_on says."""
+
+
 class AgentActivities:
-    def __init__(self, registry: AgentRegistry, breakers: Breakers | None = None) -> None:
-        """`breakers`: the agents' circuit breakers (none: runs are not watched)."""
+    def __init__(
+        self,
+        registry: AgentRegistry,
+        breakers: Breakers | None = None,
+        pools: AgentPools | None = None,
+    ) -> None:
+        """`breakers`: the agents' circuit breakers (none: runs are not watched); `pools`: the
+        pools of agents declaring max_concurrent (none: only the worker's slots limit them)."""
         self._registry = registry
         self._results = ResultStore()
         self._breakers = breakers
+        self._pools = pools
 
     @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
@@ -57,14 +69,14 @@ class AgentActivities:
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
-        started = time.monotonic()
         try:
-            async with self._watching(request):
+            async with self._pooled(request), self._watching(request):
+                started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 agent = resolve(self._registry, request.agent, request.config)
                 output = await agent(request.event, await self._context(request, info))
         except ApplicationError as error:
-            if error.type == FailureType.CIRCUIT_OPEN:
-                raise  # the breaker's own: retryable whatever the step's retry_on says
+            if error.type in GATE_FAILURES:
+                raise  # the breaker's or the pool's own: the agent was not called
             raise _classified(error, request.retry_on, info.attempt) from error
         except Exception as error:
             raise _classified(error, request.retry_on, info.attempt) from error
@@ -78,6 +90,11 @@ class AgentActivities:
                 non_retryable=True,
             ) from None
         return await self._results.kept(result, request.result_limit)
+
+    def _pooled(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._pools is None:
+            return contextlib.nullcontext()
+        return self._pools.holding(request)
 
     def _watching(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
         if self._breakers is None:

@@ -66,5 +66,5 @@ def _reading(
         backlog=row.backlog,
         pollers=sum(worker.alive(now) for worker in row.workers),
         success_rate=ledger.success_rate,
-        free_share=row.free_pool_share,
+        free_share=row.with_ledger(ledger).free_pool_share,
     )

@@ -18,15 +18,19 @@ from coord.models.agent_ledger import (
     BreakerConfig,
     LedgerStart,
     OutcomeReport,
+    PermitGrant,
+    PermitRequest,
     ProbeClaim,
     ProbeGrant,
     RunStats,
     StatsReport,
 )
 from coord.models.contract import (
+    ACQUIRE_PERMIT_UPDATE,
     AGENT_LEDGER_WORKFLOW,
     CLAIM_PROBE_UPDATE,
     LEDGER_QUERY,
+    RELEASE_PERMIT_UPDATE,
     REPORT_OUTCOME_UPDATE,
     REPORT_STATS_UPDATE,
     agent_ledger_workflow_id,
@@ -95,6 +99,17 @@ class LedgerClient:
     async def stats(self, stats: RunStats) -> AgentLedgerState:
         report = StatsReport(worker=self._worker, config=self._config, stats=stats)
         return await self._update(REPORT_STATS_UPDATE, report, AgentLedgerState)
+
+    async def acquire_permit(self, run: str, size: int, lease_s: float) -> PermitGrant:
+        """One of the pool's permits for `run`, or not granted after waiting its turn up to
+        POOL_WAIT (ask again to keep the turn)."""
+        request = PermitRequest(run=run, worker=self._worker, size=size, lease_s=lease_s)
+        return await self._update(ACQUIRE_PERMIT_UPDATE, request, PermitGrant)
+
+    async def release_permit(self, run: str) -> PermitGrant:
+        """Gives `run`'s permit back, or its place in the line; answers the pool after."""
+        request = PermitRequest(run=run, worker=self._worker)
+        return await self._update(RELEASE_PERMIT_UPDATE, request, PermitGrant)
 
     async def _update(self, update: str, arg: Any, result_type: type[R]) -> R:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(

@@ -46,15 +46,23 @@ class AgentDeclarationBase(BaseModel):
     capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
     """What this agent offers to runs that name a capability instead of an agent."""
     max_concurrent: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT)
-    """The agent's pool: its runs at once on each worker serving it (that worker's activity slot
-    limit); none, the SDK's default (100). Temporal limits slots per worker, not per queue: k
-    workers serving the agent run up to k x max_concurrent, which `coord agents` shows as the
-    pool's size. Serve the agent from one worker to hold the total to max_concurrent."""
+    """The agent's pool: its runs at once across every worker serving it. Each worker takes at
+    most this many runs of it (its activity slot limit, unless `max_concurrent_per_worker`
+    says otherwise), and each run holds one of the pool's permits, granted by the agent's
+    ledger, while it calls the agent; none: no pool, only the worker's slots (SDK default 100)."""
+    max_concurrent_per_worker: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT)
+    """The runs of it one worker takes at once (its activity slot limit); none: max_concurrent.
+    Lower it to spread the pool over several workers."""
     rate_limit: float | None = Field(default=None, gt=0, le=MAX_RATE_LIMIT)
     """Runs started per second, across all workers serving the agent: the server's rate limit
     on the agent's task queue (`max_task_queue_activities_per_second`); none, unlimited."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
+
+    @property
+    def worker_slots(self) -> int | None:
+        """One worker's slot limit for it: the first line of its pool."""
+        return self.max_concurrent_per_worker or self.max_concurrent
 
 
 class PythonAgent(AgentDeclarationBase):

@@ -9,7 +9,12 @@ hold the breaker half-open for ever); its success closes the breaker, its failur
 
 The window: runs that succeeded and failed, and the durations of the successful ones (a
 log-scale histogram, so memory stays bounded however many runs there are), in time buckets over
-the last WINDOW; the success rate and the median duration are read from it."""
+the last WINDOW; the success rate and the median duration are read from it.
+
+The pool (seed 003's resource pool, for an agent declaring `max_concurrent`): permits to run,
+at most `size` out at once across every worker serving the agent. A permit is a lease (a run
+whose worker died gives its permit back when the lease ends); a run asking while none is free
+waits its turn, first come first served, for a bounded time (`PermitPool`)."""
 
 import math
 from datetime import datetime, timedelta
@@ -36,6 +41,11 @@ HISTOGRAM_BASE = 2 ** (1 / 8)
 MIN_DURATION_MS = 0.01
 MAX_TRANSITIONS = 20
 """Breaker transitions kept, newest last (what the health monitor reads)."""
+POOL_WAIT = timedelta(seconds=2)
+"""How long one request for a permit waits in the ledger for a free one before it is answered
+`not granted` (the worker then heartbeats its run and asks again, keeping its turn)."""
+KEEP_PLACE = POOL_WAIT
+"""How long a run answered `not granted` keeps its place in line (and counts as waiting)."""
 
 
 class BreakerConfig(BaseModel):
@@ -116,6 +126,120 @@ class BreakerTransition(BaseModel):
     reason: str
 
 
+class Permit(BaseModel):
+    """A run's permit to call the agent, until its lease ends."""
+
+    run: str
+    """The run attempt holding it (workflow, run, activity and attempt)."""
+    worker: str = ""
+    until: datetime
+
+
+class PoolWaiter(BaseModel):
+    """A run attempt waiting for a permit, in arrival order."""
+
+    run: str
+    worker: str = ""
+    lease_s: float
+    """How long its permit will last once granted (the rest of its start-to-close limit)."""
+    asking: bool = True
+    """Its request is waiting for an answer; only asking runs are granted a permit (one that
+    is not listening might never take it)."""
+    answer_at: datetime
+    """When its request is answered `not granted` if no permit came."""
+    until: datetime
+    """When it leaves the line unless it asks again (KEEP_PLACE after its answer)."""
+
+
+class PoolState(BaseModel):
+    """The pool as every worker shares it: `coord agents`' in use / free / waiting."""
+
+    size: int
+    in_use: int
+    waiting: int
+    """Runs waiting in the ledger for a permit (not those still on the agent's queue)."""
+
+    @property
+    def free(self) -> int:
+        return max(self.size - self.in_use, 0)
+
+
+class PermitPool(BaseModel):
+    """Permit accounting for an agent's `max_concurrent` across all its workers. Every method
+    takes `now`; leases and waits that have ended are dropped as time is brought up to date
+    (`expire`), which the ledger does on every message and at `next_deadline`."""
+
+    size: int | None = None
+    """The agent's max_concurrent, as the latest worker asking declared it (None: no pool)."""
+    permits: list[Permit] = Field(default_factory=list)
+    waiters: list[PoolWaiter] = Field(default_factory=list)
+
+    def acquire(
+        self, run: str, size: int, lease_s: float, now: datetime, *, worker: str = ""
+    ) -> bool:
+        """Whether `run` holds a permit now; else it waits in line, its request answered at
+        the latest POOL_WAIT later. A run asking again keeps its place; a holder is told it
+        holds (its lease unchanged)."""
+        self.size = size
+        self.expire(now)
+        if self.holds(run):
+            return True
+        answer_at = now + POOL_WAIT
+        waiter = next((w for w in self.waiters if w.run == run), None)
+        if waiter is None:
+            waiter = PoolWaiter(run=run, worker=worker, lease_s=lease_s, answer_at=now, until=now)
+            self.waiters.append(waiter)
+        waiter.asking, waiter.lease_s = True, lease_s
+        waiter.answer_at, waiter.until = answer_at, answer_at + KEEP_PLACE
+        self._grant(now)
+        return self.holds(run)
+
+    def release(self, run: str, now: datetime) -> None:
+        """`run` is done with its permit, or leaves the line; the next waiter gets it."""
+        self.permits = [p for p in self.permits if p.run != run]
+        self.waiters = [w for w in self.waiters if w.run != run]
+        self.expire(now)
+
+    def expire(self, now: datetime) -> None:
+        """Ends the leases, requests and places in line whose time has come, and grants the
+        freed permits in turn."""
+        self.permits = [p for p in self.permits if p.until > now]
+        self.waiters = [w for w in self.waiters if w.until > now]
+        for waiter in self.waiters:
+            waiter.asking = waiter.asking and waiter.answer_at > now
+        self._grant(now)
+
+    def holds(self, run: str) -> bool:
+        return any(p.run == run for p in self.permits)
+
+    def asking(self, run: str) -> bool:
+        """Whether `run`'s request waits for its answer."""
+        return any(w.run == run and w.asking for w in self.waiters)
+
+    def next_deadline(self) -> datetime | None:
+        """When a lease, a request or a place in line ends next (None: nothing out)."""
+        ends = [p.until for p in self.permits]
+        ends += [w.answer_at if w.asking else w.until for w in self.waiters]
+        return min(ends, default=None)
+
+    def state(self, now: datetime) -> PoolState | None:
+        """The pool as of `now` (None for an agent that declares no max_concurrent)."""
+        if self.size is None:
+            return None
+        in_use = sum(1 for p in self.permits if p.until > now)
+        waiting = sum(1 for w in self.waiters if w.until > now)
+        return PoolState(size=self.size, in_use=in_use, waiting=waiting)
+
+    def _grant(self, now: datetime) -> None:
+        """Free permits to the asking waiters, first come first served."""
+        for waiter in [w for w in self.waiters if w.asking]:
+            if len(self.permits) >= (self.size or 0):
+                return
+            self.waiters.remove(waiter)
+            until = now + timedelta(seconds=waiter.lease_s)
+            self.permits.append(Permit(run=waiter.run, worker=waiter.worker, until=until))
+
+
 class AgentLedgerState(BaseModel):
     """What the ledger query answers (and `read_ledgers` when an agent has no ledger: closed,
     no runs)."""
@@ -138,6 +262,8 @@ class AgentLedgerState(BaseModel):
     transitions: list[BreakerTransition] = Field(default_factory=list)
     window: list[WindowBucket] = Field(default_factory=list)
     """The window's buckets, so a reader counts them at its own `now` (`at`)."""
+    pool: PoolState | None = None
+    """Its pool across all workers, for an agent declaring max_concurrent."""
     as_of: datetime | None = None
 
     def at(self, now: datetime) -> "AgentLedgerState":
@@ -183,6 +309,7 @@ class LedgerBook(BaseModel):
     transitions: list[BreakerTransition] = Field(default_factory=list)
     next_seq: int = 1
     last_report: datetime | None = None
+    pool: PermitPool = Field(default_factory=PermitPool)
 
     def configure(self, config: BreakerConfig) -> None:
         """The reporting worker's declaration of the agent (the latest wins)."""
@@ -248,6 +375,7 @@ class LedgerBook(BaseModel):
             recovery_s=self.config.recovery.total_seconds(),
             transitions=list(self.transitions),
             window=list(self.buckets),
+            pool=self.pool.state(now),
         ).at(now)
 
     def _open(self, now: datetime, reason: str) -> None:
@@ -316,3 +444,20 @@ class StatsReport(BaseModel):
     worker: str = ""
     config: BreakerConfig = Field(default_factory=BreakerConfig)
     stats: RunStats
+
+
+class PermitRequest(BaseModel):
+    """A run attempt asking its agent's ledger for a permit (or, released, giving it back)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run: str = Field(min_length=1)
+    worker: str = ""
+    size: int = Field(default=1, ge=1)
+    """The agent's max_concurrent as the asking worker declares it."""
+    lease_s: float = Field(default=60.0, gt=0)
+
+
+class PermitGrant(BaseModel):
+    granted: bool
+    pool: PoolState | None = None

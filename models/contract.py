@@ -218,6 +218,11 @@ CLAIM_PROBE_UPDATE: Final = "claim_probe"
 """A worker asks a half-open breaker's ledger for its one probe run."""
 REPORT_STATS_UPDATE: Final = "report_stats"
 """A worker's batch of counted runs of an agent, every few seconds, to its ledger."""
+ACQUIRE_PERMIT_UPDATE: Final = "acquire_permit"
+"""A run of an agent declaring max_concurrent asks its ledger for one of the pool's permits
+(waiting a bounded time for one); answers whether it was granted."""
+RELEASE_PERMIT_UPDATE: Final = "release_permit"
+"""A run gives its pool permit back (or stops waiting for one)."""
 
 # --- Activities -------------------------------------------------------------------------------
 
@@ -361,6 +366,9 @@ class FailureType(StrEnum):
     CIRCUIT_OPEN = "circuit_open"
     """The agent's circuit breaker is open: the run failed fast without calling the agent, and
     its next retry comes no earlier than the end of the open window (retryable)."""
+    POOL_FULL = "pool_full"
+    """The agent's pool (max_concurrent across all its workers) had no permit free for the
+    run within its wait: the agent was not called; retried after a spread delay (retryable)."""
     NO_CAPABLE_AGENT = "no_capable_agent"
     """A run naming capabilities instead of an agent found no declared agent offering them."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
@@ -419,6 +427,7 @@ RETRY_LATER: Final = frozenset(
         FailureType.TARGET_UNAVAILABLE,
         FailureType.AGENT_UNAVAILABLE,
         FailureType.CIRCUIT_OPEN,
+        FailureType.POOL_FULL,
     }
 )
 FIX_AND_REPLAY: Final = frozenset(

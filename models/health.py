@@ -43,9 +43,11 @@ class WorkerSeen(BaseModel):
 
 
 class AgentPool(BaseModel):
-    """An agent's pool (seed 003's resource pool status): the run slots of the live workers
-    serving it, as their last worker heartbeats (every 3 s) said, and the runs waiting on its
-    queue for a free one."""
+    """An agent's pool (seed 003's resource pool status). For an agent declaring
+    max_concurrent, its ledger's permits across all its workers (`with_ledger`); otherwise the
+    run slots of the live workers serving it, as their last worker heartbeats (every 3 s) said.
+    Waiting: the runs on its queue that no worker has taken yet, and those taken that wait in
+    the ledger for a permit."""
 
     in_use: int
     free: int
@@ -113,9 +115,11 @@ class AgentHealth(BaseModel):
         )
 
     def with_ledger(self, ledger: AgentLedgerState) -> "AgentHealth":
-        """The row with its ledger's breaker and recent-window stats."""
+        """The row with its ledger's breaker, recent-window stats and, for an agent declaring
+        max_concurrent, its pool across all workers."""
         return self.model_copy(
             update={
+                "pool": self._pool_across_workers(ledger),
                 "breaker": ledger.breaker,
                 "open_until": ledger.open_until if ledger.breaker == "open" else None,
                 "runs": ledger.runs,
@@ -123,6 +127,13 @@ class AgentHealth(BaseModel):
                 "p50_ms": ledger.p50_ms,
             }
         )
+
+    def _pool_across_workers(self, ledger: AgentLedgerState) -> AgentPool | None:
+        """The ledger's pool, when the agent declares one; else the workers' slots."""
+        if ledger.pool is None:
+            return self.pool
+        waiting = self.backlog + ledger.pool.waiting
+        return AgentPool(in_use=ledger.pool.in_use, free=ledger.pool.free, waiting=waiting)
 
     @property
     def free_pool_share(self) -> float:

@@ -8,7 +8,8 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.agent_kinds import load_agents
 from coord.infra.agent_health import agents_health
+from coord.infra.ledgers import read_ledger
 from coord.infra.task_dispatch import dispatch_order
+from coord.models.agent_ledger import PoolState
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
 from coord.models.contract import agent_task_queue
@@ -70,23 +73,26 @@ def declared(tmp_path: Path, **declaration: Any) -> AgentRegistry:
     return load_agents(agents_file, AgentRegistry())
 
 
-def flood_chain(agent: str, runs: int) -> ChainSpec:
-    """A chain that hands each `Work` event to `agent`, all at once (its own limit is no limit)."""
+def flood_chain(agent: str, runs: int, **subscription: Any) -> ChainSpec:
+    """A chain that hands each `Work` event to `agent`, all at once (its own limit is no limit),
+    its subscription's fields overridden by `subscription`."""
+    fields = {"agent": agent, "events": "Work", "timeout": "2m", **subscription}
     return ChainSpec.model_validate(
         {
             "name": "flood",
             "triggers": ["Work"],
             "alerts": None,
             "max_concurrency": runs,
-            "subscriptions": [{"agent": agent, "events": "Work", "timeout": "2m"}],
+            "subscriptions": [fields],
         }
     )
 
 
-async def flood(client: Client, task_queue: str, agent: str, runs: int) -> str:
+async def flood(client: Client, task_queue: str, agent: str, runs: int, **subscription: Any) -> str:
     """Starts a chain and sends it `runs` events for `agent`; its correlation id."""
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    await api.start_chain(client, flood_chain(agent, runs), correlation_id, queue=task_queue)
+    spec = flood_chain(agent, runs, **subscription)
+    await api.start_chain(client, spec, correlation_id, queue=task_queue)
     for n in range(runs):
         await api.publish(client, event(correlation_id, "Work", n=n))
     return correlation_id
@@ -195,58 +201,182 @@ SHELL_AGENT = """\
 agents:
   {name}:
     kind: shell
-    argv: [sh, -c, 'echo $PPID >> "$RUNS"; {work}; echo {{}}']
+    argv: [sh, -c, 'echo "+ $PPID" >> "$RUNS"; {work}; echo "- $PPID" >> "$RUNS"; echo {{}}']
     env: {{RUNS: '{runs}'}}
-    max_concurrent: {max_concurrent}
+    {limit}
 """
 
 
-def shell_agent(path: Path, runs: Path, work: str, max_concurrent: int, name: str) -> Path:
-    """An agents file with one shell agent that appends its worker's pid to `runs`, then does
-    `work`."""
-    path.write_text(
-        SHELL_AGENT.format(name=name, runs=runs, work=work, max_concurrent=max_concurrent)
-    )
+def shell_agent(path: Path, runs: Path, work: str, limit: str, name: str) -> Path:
+    """An agents file with one shell agent, paced by `limit` (its declaration's line, such as
+    `max_concurrent: 2`), that appends `+ PID` to `runs` (its worker's pid) when it starts,
+    does `work`, and appends `- PID` when it ends. Each line is one append: the file orders
+    the starts and ends of every worker's runs as they happened."""
+    path.write_text(SHELL_AGENT.format(name=name, runs=runs, work=work, limit=limit))
     return path
+
+
+def run_log(runs: Path) -> list[tuple[str, int]]:
+    """The (`+` or `-`, worker pid) lines the shell agents appended."""
+    if not runs.exists():
+        return []
+    return [
+        (sign, int(pid)) for sign, pid in (line.split() for line in runs.read_text().splitlines())
+    ]
+
+
+def most_at_once(log: list[tuple[str, int]]) -> int:
+    """The most runs in progress at once, from the agents' own log."""
+    running = peak = 0
+    for sign, _ in log:
+        running += 1 if sign == "+" else -1
+        peak = max(peak, running)
+    return peak
+
+
+def ended_by_worker(log: list[tuple[str, int]]) -> Counter[int]:
+    return Counter(pid for sign, pid in log if sign == "-")
+
+
+def started_by(log: list[tuple[str, int]], pid: int) -> int:
+    return log.count(("+", pid))
+
+
+def pool_shows(client: Client, queue: str, expected: PoolState) -> Callable[[], Awaitable[bool]]:
+    """Whether the agent's ledger shows its pool as `expected` (a condition to wait for)."""
+
+    async def shows() -> bool:
+        return (await read_ledger(client, queue)).pool == expected
+
+    return shows
+
+
+@asynccontextmanager
+async def serving(
+    client: Client, task_queue: str, log: Path, agent_queue: str, *agents_files: Path
+) -> AsyncIterator[list[WorkerProcess]]:
+    """One `coord worker --no-workflows` process per agents file, each polling `agent_queue`
+    when the block starts, all gone when it ends."""
+    workers: list[WorkerProcess] = []
+    try:
+        for agents_file in agents_files:
+            args = ("--agents", str(agents_file), "--no-workflows")
+            workers.append(
+                await WorkerProcess.start(client, task_queue, log, *args, polls=agent_queue)
+            )
+        yield workers
+    finally:
+        # Off the event loop: the test's own worker serves the ledgers they report to as they
+        # shut down.
+        await asyncio.gather(*(asyncio.to_thread(worker.stop) for worker in workers))
+
+
+async def test_max_concurrent_2_holds_across_two_workers_serving_the_agent(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Each worker would run two at once (its slot limit); the ledger's permits hold the two
+    of them together to two."""
+    runs = tmp_path / "runs"
+    agents_file = shell_agent(
+        tmp_path / "agents.yaml", runs, "sleep 0.2", "max_concurrent: 2", name="shared"
+    )
+    queue = agent_task_queue("shared", task_queue)
+    log = tmp_path / "workers.log"
+    agent_workers = serving(client, task_queue, log, queue, agents_file, agents_file)
+    async with build_worker(client, task_queue), agent_workers as workers:
+        await flood(client, task_queue, "shared", 20)
+
+        async def all_ended() -> bool:
+            return sum(ended_by_worker(run_log(runs)).values()) == 20
+
+        await eventually(all_ended, timeout=60)
+        await eventually(pool_shows(client, queue, PoolState(size=2, in_use=0, waiting=0)))
+    ran = run_log(runs)
+    assert most_at_once(ran) == 2, f"{most_at_once(ran)} runs at once across both workers"
+    by_worker = ended_by_worker(ran)
+    assert set(by_worker) == {worker.process.pid for worker in workers}, by_worker
+
+
+async def test_a_killed_workers_permits_come_back_when_their_leases_end(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A worker SIGKILLed while its two runs hold both permits cannot give them back: the
+    leases (the runs' 4 s start-to-close limit, plus slack) end on their own, and the other
+    worker runs everything, the killed runs' retries too."""
+    runs = tmp_path / "runs"
+    log = tmp_path / "workers.log"
+    queue = agent_task_queue("leased", task_queue)
+    limit = "max_concurrent: 2"
+    hanging = shell_agent(tmp_path / "hang.yaml", runs, "sleep 60", limit, name="leased")
+    quick = shell_agent(tmp_path / "quick.yaml", runs, "sleep 0.1", limit, name="leased")
+    retry = {"max_retries": 20, "initial_delay": "200ms", "max_delay": "1s"}
+    doomed_worker = serving(client, task_queue, log, queue, hanging)
+    async with build_worker(client, task_queue), doomed_worker as [doomed]:
+        await flood(client, task_queue, "leased", 10, timeout="4s", retry=retry)
+
+        async def both_permits_held() -> bool:
+            return started_by(run_log(runs), doomed.process.pid) == 2
+
+        await eventually(both_permits_held)
+        held_at = time.monotonic()
+        doomed.kill()
+        async with serving(client, task_queue, log, queue, quick) as [survivor]:
+            pool_meanwhile = (await read_ledger(client, queue)).pool
+
+            async def survivor_started() -> bool:
+                return started_by(run_log(runs), survivor.process.pid) > 0
+
+            await eventually(survivor_started)
+            first_start = time.monotonic() - held_at
+
+            async def all_ended() -> bool:
+                return ended_by_worker(run_log(runs))[survivor.process.pid] == 10
+
+            await eventually(all_ended, timeout=60)
+            await eventually(pool_shows(client, queue, PoolState(size=2, in_use=0, waiting=0)))
+    assert pool_meanwhile is not None and pool_meanwhile.in_use == 2, pool_meanwhile
+    assert first_start >= 4, f"the survivor ran {first_start:.1f}s after the kill: no lease ended"
+    assert ended_by_worker(run_log(runs)) == {survivor.process.pid: 10}
+    assert most_at_once([line for line in run_log(runs) if line[1] != doomed.process.pid]) <= 2
 
 
 async def test_coord_agents_shows_the_pool_in_use_free_and_waiting(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     release = tmp_path / "release"
+    runs = tmp_path / "runs"
     agents_file = shell_agent(
         tmp_path / "agents.yaml",
-        tmp_path / "runs",
+        runs,
         f"while [ ! -e {release} ]; do sleep 0.1; done",
-        max_concurrent=2,
+        "max_concurrent: 2",
         name="held",
     )
     queue = agent_task_queue("held", task_queue)
-    worker = await WorkerProcess.start(
-        client,
-        task_queue,
-        tmp_path / "worker.log",
-        "--agents",
-        str(agents_file),
-        "--no-workflows",
-        polls=queue,
-    )
+    # Each of the two workers takes two runs (its slots): two hold the pool's permits, two
+    # wait in the ledger for one, the fifth waits on the queue.
     expected = AgentPool(in_use=2, free=0, waiting=3)
-    try:
-        async with build_worker(client, task_queue):
-            await flood(client, task_queue, "held", 5)
+    agent_workers = serving(
+        client, task_queue, tmp_path / "workers.log", queue, agents_file, agents_file
+    )
+    async with build_worker(client, task_queue), agent_workers:
+        await flood(client, task_queue, "held", 5)
 
-            async def full() -> bool:
-                rows = await agents_health(client, {}, home=task_queue)
-                return any(row.agent == "held" and row.pool == expected for row in rows)
+        async def full() -> bool:
+            rows = await agents_health(client, {"held": "shell"}, home=task_queue)
+            [row] = [row for row in rows if row.agent == "held"]
+            return row.with_ledger(await read_ledger(client, queue)).pool == expected
 
-            await eventually(full, timeout=30)
-            env = server_env(dev_env, task_queue)
-            code, out, err = await run(COORD, "agents", env=env)
-            json_code, json_out, _ = await run(COORD, "agents", "--json", env=env)
-            release.touch()
-    finally:
-        worker.stop()
+        await eventually(full, timeout=30)
+        env = server_env(dev_env, task_queue)
+        code, out, err = await run(COORD, "agents", env=env)
+        json_code, json_out, _ = await run(COORD, "agents", "--json", env=env)
+        release.touch()
+
+        async def all_ended() -> bool:
+            return sum(ended_by_worker(run_log(runs)).values()) == 5
+
+        await eventually(all_ended)
     assert (code, err, json_code) == (0, "", 0)
     [line] = [line for line in out.splitlines() if line.startswith("held ")]
     assert "2 in use, 0 free, 3 waiting" in [cell.strip() for cell in line.split("|")]
@@ -262,33 +392,18 @@ async def test_idle_workers_take_the_runs_a_slow_worker_cannot(
     runs = tmp_path / "runs"
     log = tmp_path / "workers.log"
     queue = agent_task_queue("stealer", task_queue)
-    fast = shell_agent(tmp_path / "fast.yaml", runs, "true", max_concurrent=1, name="stealer")
-    slow = shell_agent(tmp_path / "slow.yaml", runs, "sleep 2", max_concurrent=1, name="stealer")
-    workers = []
-    try:
-        for agents_file in (slow, fast, fast):
-            workers.append(
-                await WorkerProcess.start(
-                    client,
-                    task_queue,
-                    log,
-                    "--agents",
-                    str(agents_file),
-                    "--no-workflows",
-                    polls=queue,
-                )
-            )
-        async with build_worker(client, task_queue):
-            await flood(client, task_queue, "stealer", 30)
+    one_at_a_time = "max_concurrent_per_worker: 1"
+    fast = shell_agent(tmp_path / "fast.yaml", runs, "true", one_at_a_time, name="stealer")
+    slow = shell_agent(tmp_path / "slow.yaml", runs, "sleep 2", one_at_a_time, name="stealer")
+    agent_workers = serving(client, task_queue, log, queue, slow, fast, fast)
+    async with build_worker(client, task_queue), agent_workers as workers:
+        await flood(client, task_queue, "stealer", 30)
 
-            async def all_ran() -> bool:
-                return runs.exists() and len(runs.read_text().split()) == 30
+        async def all_ran() -> bool:
+            return sum(ended_by_worker(run_log(runs)).values()) == 30
 
-            await eventually(all_ran, timeout=60)
-    finally:
-        for worker in workers:
-            worker.stop()
-    by_worker = Counter(int(pid) for pid in runs.read_text().split())
+        await eventually(all_ran, timeout=60)
+    by_worker = ended_by_worker(run_log(runs))
     slow_pid, *fast_pids = (worker.process.pid for worker in workers)
     assert set(by_worker) <= {slow_pid, *fast_pids}
     assert by_worker[slow_pid] <= 5, f"the slow worker ran {by_worker[slow_pid]} of 30"

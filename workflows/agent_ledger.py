@@ -8,10 +8,18 @@ awaiting, so handlers never interleave and need no lock; malformed input is reje
 validators (a rejected update leaves no trace in history, and nothing can fail the workflow
 task); before continuing as new (history bounded) the run waits for every handler to finish.
 
-It sets no timers: the breaker and the window change only when a worker reports, and readers
+The breaker and the window set no timers: they change only when a worker reports, and readers
 bring the state up to their own time (`AgentLedgerState.at`: an open breaker past its window is
 half-open, old buckets leave the window). So a ledger costs nothing while its agent is idle, and
-never wakes on a queue whose workers are gone."""
+never wakes on a queue whose workers are gone.
+
+The pool (an agent declaring max_concurrent) is the one exception: while permits are out or
+runs wait for one, the ledger wakes when the next lease or wait ends (one timer, restarted only
+for an earlier end), so a run whose worker died gives its permit to the next waiter even when
+no other message comes. A request for a permit is an update that waits (boundedly) for one."""
+
+from collections.abc import Callable
+from datetime import timedelta
 
 from temporalio import workflow
 
@@ -21,14 +29,18 @@ with workflow.unsafe.imports_passed_through():
         LedgerBook,
         LedgerStart,
         OutcomeReport,
+        PermitGrant,
+        PermitRequest,
         ProbeClaim,
         ProbeGrant,
         StatsReport,
     )
     from coord.models.contract import (
+        ACQUIRE_PERMIT_UPDATE,
         AGENT_LEDGER_WORKFLOW,
         CLAIM_PROBE_UPDATE,
         LEDGER_QUERY,
+        RELEASE_PERMIT_UPDATE,
         REPORT_OUTCOME_UPDATE,
         REPORT_STATS_UPDATE,
         FailureType,
@@ -38,8 +50,12 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import NO_INPUT, PlainInput, decode_input
 
+MIN_TIMER = timedelta(milliseconds=1)
 MAX_HISTORY = 2000
 """History events after which the ledger continues as new (reports arrive every few seconds)."""
+PERMIT_POOL_PATCH = "ledger-permit-pool"
+"""Runs after this patch keep the pool's leases and waits on time (a timer at the next end);
+runs recorded before waited only for their history to fill."""
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
@@ -61,8 +77,12 @@ class AgentLedger(metaclass=SurplusStartArguments):
     async def run(self, raw_start: PlainInput = NO_INPUT) -> AgentLedgerState:
         if self._start_error is not None:
             raise failure(FailureType.INVALID_INPUT, self._start_error, non_retryable=True)
-        await workflow.wait_condition(self._history_full)
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        if workflow.patched(PERMIT_POOL_PATCH):
+            await self._pool_on_time_until(self._history_full)
+            await self._pool_on_time_until(workflow.all_handlers_finished)
+        else:
+            await workflow.wait_condition(self._history_full)
+            await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(LedgerStart(agent_queue=self._book.agent_queue, book=self._book))
 
     @workflow.query(name=LEDGER_QUERY)
@@ -107,6 +127,60 @@ class AgentLedger(metaclass=SurplusStartArguments):
     @report_stats.validator
     def _valid_stats(self, raw_report: PlainInput = NO_INPUT) -> None:
         decode_input(StatsReport, raw_report, "stats report")
+
+    @workflow.update(name=ACQUIRE_PERMIT_UPDATE)
+    async def acquire_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
+        """Granted at once when a permit is free and nobody waits before; else waits its turn
+        up to POOL_WAIT (not when the history is full: the ledger is about to continue as new)
+        and answers whether it got one."""
+        request = decode_input(PermitRequest, raw_request, "permit request")
+        pool = self._book.pool
+        now = workflow.now()
+        granted = pool.acquire(
+            request.run, request.size, request.lease_s, now, worker=request.worker
+        )
+        if not granted and self._history_full():
+            pool.release(request.run, now)
+        elif not granted:
+            await workflow.wait_condition(lambda: not pool.asking(request.run))
+        return PermitGrant(granted=pool.holds(request.run), pool=pool.state(workflow.now()))
+
+    @acquire_permit.validator
+    def _valid_acquire(self, raw_request: PlainInput = NO_INPUT) -> None:
+        decode_input(PermitRequest, raw_request, "permit request")
+
+    @workflow.update(name=RELEASE_PERMIT_UPDATE)
+    def release_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
+        request = decode_input(PermitRequest, raw_request, "permit release")
+        now = workflow.now()
+        self._book.pool.release(request.run, now)
+        return PermitGrant(granted=False, pool=self._book.pool.state(now))
+
+    @release_permit.validator
+    def _valid_release(self, raw_request: PlainInput = NO_INPUT) -> None:
+        decode_input(PermitRequest, raw_request, "permit release")
+
+    async def _pool_on_time_until(self, done: Callable[[], bool]) -> None:
+        """Until `done`, brings the pool up to date whenever its next lease or wait ends (also
+        while waiting for the handlers to finish: a waiting request ends only so)."""
+        while not done():
+            await self._pool_on_time(done)
+
+    async def _pool_on_time(self, done: Callable[[], bool]) -> None:
+        """Until `done` or the pool's next lease or wait ends (then brought up to date); a new
+        earlier end restarts the wait, a later one does not."""
+        pool = self._book.pool
+        deadline = pool.next_deadline()
+
+        def woken() -> bool:
+            end = pool.next_deadline()
+            return (end is not None and (deadline is None or end < deadline)) or done()
+
+        timeout = None if deadline is None else max(deadline - workflow.now(), MIN_TIMER)
+        try:
+            await workflow.wait_condition(woken, timeout=timeout)
+        except TimeoutError:
+            pool.expire(workflow.now())
 
     def _history_full(self) -> bool:
         info = workflow.info()

@@ -1,0 +1,159 @@
+"""The pool around `run_agent` (seed 003's resource pool): an agent declaring `max_concurrent`
+runs at most that many times at once across every worker serving it.
+
+Each worker's slot limit (its `max_concurrent_activities`) is the first line: a worker never
+takes more runs of the agent than the pool holds. Across workers, a run takes one of the pool's
+permits from the agent's ledger (the `AgentLedger` workflow) before the agent is called, and
+gives it back after. The permit is a lease for the rest of the run's start-to-close limit, so a
+worker killed while holding one gives it back when the server gives up on its run anyway.
+
+A run that finds no permit free waits its turn in the ledger (first come, first served),
+heartbeating, for at most POOL_PATIENCE (and half its time limit); then it fails `pool_full`
+without calling the agent, retried after a spread delay. Agents without `max_concurrent` cost
+nothing here: no message to any ledger."""
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from coord.infra.ledgers import LedgerClient
+from coord.infra.logs import get_logger
+from coord.models.agent_ledger import POOL_WAIT, BreakerConfig, PoolState
+from coord.models.agents import AgentRegistry, AgentRequest
+from coord.models.contract import FailureType, agent_task_queue, failure
+
+POOL_PATIENCE = timedelta(seconds=30)
+"""The longest a run waits for a permit, holding its worker slot, before it fails pool_full."""
+POOL_RETRY = timedelta(seconds=2)
+"""About when a run turned away with pool_full is retried: spread over 0.5x to 1.5x of it, so
+runs turned away together do not come back together."""
+LEASE_SLACK = timedelta(seconds=2)
+"""Added to a permit's lease beyond the run's own time limit (clocks, messages in flight)."""
+DEFAULT_LEASE = timedelta(minutes=5)
+"""A permit's lease for a run with no start-to-close limit."""
+ASK_TIMEOUT = POOL_WAIT + timedelta(seconds=10)
+"""How long one request to the ledger may take before the run counts it unreachable."""
+
+log = get_logger("pool")
+
+
+def run_key(info: activity.Info) -> str:
+    """The run attempt a permit is for: a retry of the same run is another attempt."""
+    return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}#{info.attempt}"
+
+
+def time_left(info: activity.Info, now: datetime) -> timedelta:
+    """What remains of the run's start-to-close limit (DEFAULT_LEASE without one)."""
+    if info.start_to_close_timeout is None:
+        return DEFAULT_LEASE
+    return max(info.started_time + info.start_to_close_timeout - now, timedelta(0))
+
+
+def pool_full(agent: str, size: int, waited: timedelta, pool: PoolState | None) -> ApplicationError:
+    waiting = f", {pool.waiting} runs waiting" if pool is not None else ""
+    return failure(
+        FailureType.POOL_FULL,
+        f"agent {agent!r}: all {size} permits of its pool in use across its workers for "
+        f"{waited.total_seconds():g}s{waiting}; the run did not call the agent",
+        non_retryable=False,
+        retry_after=POOL_RETRY * random.uniform(0.5, 1.5),
+    )
+
+
+class AgentPools:
+    """The pools of the agents a worker declares with max_concurrent, against the ledgers of the
+    deployment named by its coordinator queue `home`."""
+
+    def __init__(self, client: Client, home: str, registry: AgentRegistry) -> None:
+        self._client = client
+        self._home = home
+        self._registry = registry
+
+    def holding(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
+        """A permit of the request's agent's pool around its run; nothing for an agent without
+        max_concurrent, or declared inline (no queue, no ledger, of its own)."""
+        size = self._size(request)
+        if size is None:
+            return contextlib.nullcontext()
+        return self._permit(request.agent, size)
+
+    def _size(self, request: AgentRequest) -> int | None:
+        if request.config is not None or request.agent not in self._registry:
+            return None
+        declaration = self._registry.declarations.get(request.agent)
+        return declaration.max_concurrent if declaration is not None else None
+
+    @contextlib.asynccontextmanager
+    async def _permit(self, agent: str, size: int) -> AsyncIterator[None]:
+        ledger = self._ledger(agent)
+        run = run_key(activity.info())
+        try:
+            await self._acquire(ledger, agent, run, size)
+        except BaseException:
+            await _release(ledger, run)  # leaves the line (a retry is another attempt)
+            raise
+        try:
+            yield
+        finally:
+            await _release(ledger, run)
+
+    async def _acquire(self, ledger: LedgerClient, agent: str, run: str, size: int) -> None:
+        info = activity.info()
+        started = datetime.now(UTC)
+        patience = min(POOL_PATIENCE, time_left(info, started) / 2)
+        while True:
+            lease = time_left(info, datetime.now(UTC)) + LEASE_SLACK
+            try:
+                grant = await asyncio.wait_for(
+                    ledger.acquire_permit(run, size, lease.total_seconds()),
+                    ASK_TIMEOUT.total_seconds(),
+                )
+            except Exception as error:  # any failure to be answered: the run does not go on
+                raise ledger_unreachable(agent, error) from None
+            if grant.granted:
+                return
+            activity.heartbeat()
+            waited = datetime.now(UTC) - started
+            if waited >= patience:
+                raise pool_full(agent, size, waited, grant.pool)
+
+    def _ledger(self, agent: str) -> LedgerClient:
+        declaration = self._registry.declarations.get(agent)
+        config = declaration.breaker if declaration is not None else BreakerConfig()
+        queue = agent_task_queue(agent, self._home)
+        return LedgerClient(self._client, queue, self._home, config, self._client.identity)
+
+
+def ledger_unreachable(agent: str, error: BaseException) -> ApplicationError:
+    """No answer from the ledger: the run does not go on without a permit (the pool is a
+    limit the agent's resources need), it is retried like a full pool."""
+    log.warning("agent ledger unreachable for a permit", agent=agent, error=repr(error))
+    return failure(
+        FailureType.POOL_FULL,
+        f"agent {agent!r}: its ledger did not grant a pool permit ({error!r}); the run did not "
+        "call the agent",
+        non_retryable=False,
+        retry_after=POOL_RETRY * random.uniform(0.5, 1.5),
+    )
+
+
+async def _release(ledger: LedgerClient, run: str) -> None:
+    """Gives the permit back, waiting a bounded time for the ledger's answer; the release goes
+    on if this run is cancelled meanwhile. When the ledger cannot be reached, the lease ends on
+    its own."""
+    releasing = asyncio.ensure_future(ledger.release_permit(run))
+    releasing.add_done_callback(_log_failed_release)
+    await asyncio.wait({releasing}, timeout=ASK_TIMEOUT.total_seconds())
+
+
+def _log_failed_release(releasing: "asyncio.Future[Any]") -> None:
+    error = None if releasing.cancelled() else releasing.exception()
+    if releasing.cancelled() or error is not None:
+        log.warning("agent ledger unreachable for a release; its lease will end", error=repr(error))
