@@ -15,9 +15,10 @@ nothing here: no message to any ledger."""
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.client import Client
@@ -39,8 +40,12 @@ LEASE_SLACK = timedelta(seconds=2)
 DEFAULT_LEASE = timedelta(minutes=5)
 """A permit's lease for a run with no start-to-close limit."""
 ASK_TIMEOUT = POOL_WAIT + timedelta(seconds=10)
-"""How long one request to the ledger may take before the run counts it unreachable."""
+"""How long one request to the ledger may take, asked again while it fails, before the run
+counts the ledger unreachable."""
+REASK_PAUSE = 0.2
+"""Seconds before a request is sent again after a failure or an immediate `not granted`."""
 
+T = TypeVar("T")
 log = get_logger("pool")
 
 
@@ -110,11 +115,9 @@ class AgentPools:
         patience = min(POOL_PATIENCE, time_left(info, started) / 2)
         while True:
             lease = time_left(info, datetime.now(UTC)) + LEASE_SLACK
+            asked = time.monotonic()
             try:
-                grant = await asyncio.wait_for(
-                    ledger.acquire_permit(run, size, lease.total_seconds()),
-                    ASK_TIMEOUT.total_seconds(),
-                )
+                grant = await answered(ledger.acquire_permit, run, size, lease.total_seconds())
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
             if grant.granted:
@@ -123,6 +126,8 @@ class AgentPools:
             waited = datetime.now(UTC) - started
             if waited >= patience:
                 raise pool_full(agent, size, waited, grant.pool)
+            if time.monotonic() - asked < REASK_PAUSE:
+                await asyncio.sleep(REASK_PAUSE)  # answered at once: the ledger is moving on
 
     def _ledger(self, agent: str) -> LedgerClient:
         declaration = self._registry.declarations.get(agent)
@@ -144,11 +149,25 @@ def ledger_unreachable(agent: str, error: BaseException) -> ApplicationError:
     )
 
 
+async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """The ledger's answer to `ask(*args)`, asked again while it fails (the ledger refuses
+    messages for a moment while it continues as new), for at most ASK_TIMEOUT. Asking again
+    is safe: requests and releases name their run attempt."""
+    deadline = time.monotonic() + ASK_TIMEOUT.total_seconds()
+    while True:
+        try:
+            return await asyncio.wait_for(ask(*args), deadline - time.monotonic())
+        except Exception:
+            if time.monotonic() + REASK_PAUSE >= deadline:
+                raise
+        await asyncio.sleep(REASK_PAUSE)
+
+
 async def _release(ledger: LedgerClient, run: str) -> None:
     """Gives the permit back, waiting a bounded time for the ledger's answer; the release goes
     on if this run is cancelled meanwhile. When the ledger cannot be reached, the lease ends on
     its own."""
-    releasing = asyncio.ensure_future(ledger.release_permit(run))
+    releasing = asyncio.ensure_future(answered(ledger.release_permit, run))
     releasing.add_done_callback(_log_failed_release)
     await asyncio.wait({releasing}, timeout=ASK_TIMEOUT.total_seconds())
 

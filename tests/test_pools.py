@@ -18,18 +18,20 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.agent_kinds import load_agents
+from coord.activities.pools import answered
 from coord.infra.agent_health import agents_health
-from coord.infra.ledgers import read_ledger
+from coord.infra.ledgers import LedgerClient, read_ledger
 from coord.infra.task_dispatch import dispatch_order
-from coord.models.agent_ledger import PoolState
+from coord.models.agent_ledger import BreakerConfig, PoolState
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
-from coord.models.contract import agent_task_queue
+from coord.models.contract import agent_ledger_workflow_id, agent_task_queue
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.health import AgentHealth, AgentPool
 from coord.models.task_priority import MAX_FAIRNESS_KEY_BYTES, fairness_key, task_priority
 from coord.starter import api
 from coord.worker import build_worker
+from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import event, eventually
 from tests.workers import COORD, WorkerProcess, run, server_env
 
@@ -338,6 +340,25 @@ async def test_a_killed_workers_permits_come_back_when_their_leases_end(
     assert first_start >= 4, f"the survivor ran {first_start:.1f}s after the kill: no lease ended"
     assert ended_by_worker(run_log(runs)) == {survivor.process.pid: 10}
     assert most_at_once([line for line in run_log(runs) if line[1] != doomed.process.pid]) <= 2
+
+
+async def test_the_pools_permits_are_carried_across_the_ledgers_continue_as_new(
+    client: Client, task_queue: str
+) -> None:
+    queue = agent_task_queue(f"carried-{uuid.uuid4().hex[:8]}", task_queue)
+    ledger = LedgerClient(client, queue, task_queue, BreakerConfig(), "test")
+    handle = client.get_workflow_handle(agent_ledger_workflow_id(queue))
+    async with build_worker(client, task_queue):
+        assert (await answered(ledger.acquire_permit, "kept", 2, 60.0)).granted
+        first_run = (await handle.describe()).run_id
+        for _ in range(CONTINUE_AS_NEW_AFTER // 4):
+            await answered(ledger.acquire_permit, "passing", 2, 60.0)
+            await answered(ledger.release_permit, "passing")
+        assert (await handle.describe()).run_id != first_run, "continued as new"
+        assert (await read_ledger(client, queue)).pool == PoolState(size=2, in_use=1, waiting=0)
+        assert (await answered(ledger.acquire_permit, "second", 2, 60.0)).granted
+        third = await answered(ledger.acquire_permit, "third", 2, 60.0)
+    assert not third.granted, "the permit kept before continuing as new still counts"
 
 
 async def test_coord_agents_shows_the_pool_in_use_free_and_waiting(
