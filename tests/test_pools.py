@@ -350,6 +350,11 @@ async def test_the_pools_permits_are_carried_across_the_ledgers_continue_as_new(
     handle = client.get_workflow_handle(agent_ledger_workflow_id(queue))
     async with build_worker(client, task_queue):
         assert (await answered(ledger.acquire_permit, "kept", 2, 60.0)).granted
+        assert (await answered(ledger.acquire_permit, "other", 2, 60.0)).granted
+        waited = await answered(ledger.acquire_permit, "waiter", 2, 60.0)
+        assert not waited.granted and waited.pool == PoolState(size=2, in_use=2, waiting=1)
+        await answered(ledger.release_permit, "waiter")  # what a run turned away does
+        await answered(ledger.release_permit, "other")
         first_run = (await handle.describe()).run_id
         for _ in range(CONTINUE_AS_NEW_AFTER // 4):
             await answered(ledger.acquire_permit, "passing", 2, 60.0)
