@@ -73,6 +73,8 @@ WIRE_NAMES = {
     contract.REPORT_OUTCOME_UPDATE: "report_outcome",
     contract.CLAIM_PROBE_UPDATE: "claim_probe",
     contract.REPORT_STATS_UPDATE: "report_stats",
+    contract.ACQUIRE_PERMIT_UPDATE: "acquire_permit",
+    contract.RELEASE_PERMIT_UPDATE: "release_permit",
 }
 
 
@@ -139,6 +141,8 @@ def test_wire_names_are_the_recorded_strings() -> None:
                 contract.REPORT_OUTCOME_UPDATE,
                 contract.CLAIM_PROBE_UPDATE,
                 contract.REPORT_STATS_UPDATE,
+                contract.ACQUIRE_PERMIT_UPDATE,
+                contract.RELEASE_PERMIT_UPDATE,
             },
         ),
     ],
