@@ -24,7 +24,9 @@ from coord.starter.commands import (
 )
 
 app = typer.Typer(
-    no_args_is_help=True, help="Event Coordinator: durable event coordination on Temporal."
+    no_args_is_help=True,
+    help="Event Coordinator: durable event coordination on Temporal.",
+    rich_markup_mode="markdown",
 )
 for commands in (server, worker, demo, events, agents):
     app.add_typer(commands.app)

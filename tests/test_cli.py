@@ -43,6 +43,13 @@ async def test_invalid_spec_is_one_line_naming_file_field_and_problem(tmp_path: 
     )
 
 
+async def test_help_lists_each_command_in_flowing_lines() -> None:
+    """A docstring's own line breaks used to break the command list into ragged lines."""
+    code, out, _ = await run(COORD, "--help", env={"COLUMNS": "100", "NO_COLOR": "1"})
+    assert code == 0
+    assert "namespace; coord server and the compose stack do it themselves" in out
+
+
 async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
     code, _, err = await run(COORD, "saga", "state", "x", env={"TEMPORAL_ADDRESS": "127.0.0.1:1"})
     assert code == ExitCode.UNREACHABLE
