@@ -92,8 +92,7 @@ class AgentPools:
     def _size(self, request: AgentRequest) -> int | None:
         if request.config is not None or request.agent not in self._registry:
             return None
-        declaration = self._registry.declarations.get(request.agent)
-        return declaration.max_concurrent if declaration is not None else None
+        return self._registry.max_concurrent(request.agent)
 
     @contextlib.asynccontextmanager
     async def _permit(self, agent: str, size: int) -> AsyncIterator[None]:

@@ -137,6 +137,11 @@ class AgentRegistry:
         subset.catalogue = dict(self.catalogue)
         return subset
 
+    def max_concurrent(self, name: str) -> int | None:
+        """The pool size (across all workers) `name` is declared with; None: no pool."""
+        declaration = self.declarations.get(name)
+        return declaration.max_concurrent if declaration is not None else None
+
     def get(self, name: str) -> AgentFn:
         try:
             return self._agents[name]

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from coord.models.agent_ledger import AgentLedgerState, BreakerStateName
+from coord.models.agent_ledger import AgentLedgerState, BreakerStateName, PoolState
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 """Seed 002's `HeartbeatMonitor(timeout=10)`: a worker not seen for this long is gone."""
@@ -114,12 +114,15 @@ class AgentHealth(BaseModel):
             pool=pool,
         )
 
-    def with_ledger(self, ledger: AgentLedgerState) -> "AgentHealth":
+    def with_ledger(
+        self, ledger: AgentLedgerState, max_concurrent: int | None = None
+    ) -> "AgentHealth":
         """The row with its ledger's breaker, recent-window stats and, for an agent declaring
-        max_concurrent, its pool across all workers."""
+        max_concurrent, its pool across all workers (`max_concurrent`: as declared to the
+        reader, for a pool whose ledger has granted no permit yet)."""
         return self.model_copy(
             update={
-                "pool": self._pool_across_workers(ledger),
+                "pool": self._pool_across_workers(ledger, max_concurrent),
                 "breaker": ledger.breaker,
                 "open_until": ledger.open_until if ledger.breaker == "open" else None,
                 "runs": ledger.runs,
@@ -128,12 +131,16 @@ class AgentHealth(BaseModel):
             }
         )
 
-    def _pool_across_workers(self, ledger: AgentLedgerState) -> AgentPool | None:
+    def _pool_across_workers(
+        self, ledger: AgentLedgerState, max_concurrent: int | None
+    ) -> AgentPool | None:
         """The ledger's pool, when the agent declares one; else the workers' slots."""
-        if ledger.pool is None:
+        pool = ledger.pool
+        if pool is None and max_concurrent is not None:
+            pool = PoolState(size=max_concurrent, in_use=0, waiting=0)
+        if pool is None:
             return self.pool
-        waiting = self.backlog + ledger.pool.waiting
-        return AgentPool(in_use=ledger.pool.in_use, free=ledger.pool.free, waiting=waiting)
+        return AgentPool(in_use=pool.in_use, free=pool.free, waiting=self.backlog + pool.waiting)
 
     @property
     def free_pool_share(self) -> float:

@@ -111,8 +111,10 @@ def test_coord_agents_pool_is_the_ledgers_across_workers_with_the_queues_backlog
         "x", "agent-x", [], T0, backlog=4, pool=AgentPool(in_use=4, free=0, waiting=4)
     )
     assert row.with_ledger(book.state(T0)).pool == AgentPool(in_use=2, free=0, waiting=5)
-    no_pool = LedgerBook(agent_queue="agent-x").state(T0)
-    assert row.with_ledger(no_pool).pool == row.pool, "no max_concurrent: the workers' slots"
+    no_permit_yet = LedgerBook(agent_queue="agent-x").state(T0)
+    assert row.with_ledger(no_permit_yet).pool == row.pool, "no max_concurrent: the workers' slots"
+    declared = row.with_ledger(no_permit_yet, max_concurrent=2).pool
+    assert declared == AgentPool(in_use=0, free=2, waiting=4), "declared, no run yet"
 
 
 def test_max_concurrent_per_worker_is_the_slot_limit_else_max_concurrent() -> None:

@@ -49,7 +49,9 @@ async def agents(
         for row in await agents_health(client, registry.kinds, home=task_queue())
     ]
     ledgers = await read_ledgers(client, [row.task_queue for row in rows])
-    rows = [row.with_ledger(ledgers[row.task_queue]) for row in rows]
+    rows = [
+        row.with_ledger(ledgers[row.task_queue], registry.max_concurrent(row.agent)) for row in rows
+    ]
     show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
 
 
