@@ -59,6 +59,11 @@ def _rank(request: SlotRequest) -> tuple[int, int, int]:
     return request.rank
 
 
+def _elapsed(record: TaskRecord, now: datetime) -> float:
+    """Seconds since the task started, to a tenth, as the progress view gives them."""
+    return round((now - (record.started_at or now)).total_seconds(), 1)
+
+
 class RunSeen(BaseModel):
     round: int
     attempt: int
@@ -92,6 +97,8 @@ class PlanModel(BaseModel):
     _watched: dict[str, None] = PrivateAttr()
     """The tasks the progress view lists (running, under review, awaiting approval), kept as
     they change so that publishing the details after each change does not walk every task."""
+    _assigned: dict[str, None] = PrivateAttr()
+    """The tasks whose agent was picked by capability (the details list them)."""
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
@@ -137,6 +144,7 @@ class PlanModel(BaseModel):
         ]
         self._counts = Counter(record.state for record in self.state.tasks)
         self._watched = {r.id: None for r in self.state.tasks if r.state in WATCHED_STATES}
+        self._assigned = {r.id: None for r in self.state.tasks if r.assignment is not None}
 
     # --- What may start -------------------------------------------------------------------
 
@@ -172,13 +180,14 @@ class PlanModel(BaseModel):
         insort(self.waiting, SlotRequest(key=key, task=task_id, rank=rank), key=_rank)
 
     def holds_slot(self, key: str) -> bool:
-        """Whether the activity has its slot, free slots granted first. Granting waits for
-        this question (a workflow's wait condition, asked once the workflow step has run
-        everything it could) and for the tasks that became startable to be launched, so that
-        every request of the step is ranked together: a critical task gets the slot before a
-        low one that merely asked earlier in the same step. Asked of every waiting request
-        at every step, so it answers from public fields first (pydantic's private attributes
-        are slow to read)."""
+        """Whether the activity has its slot, free slots granted first (how runs recorded
+        before the workflow granted slots itself wait: one wait condition per request).
+        Granting waits for this question (a workflow's wait condition, asked once the
+        workflow step has run everything it could) and for the tasks that became startable to
+        be launched, so that every request of the step is ranked together: a critical task
+        gets the slot before a low one that merely asked earlier in the same step. Asked of
+        every waiting request at every step, so it answers from public fields first
+        (pydantic's private attributes are slow to read)."""
         holders = self.holders
         if key in holders:
             return True
@@ -187,6 +196,12 @@ class PlanModel(BaseModel):
         self.grant()
         return key in self.holders
 
+    def grantable(self) -> bool:
+        """Whether `grant` would give a slot now: a request waits, a slot is free, and no task
+        waits to be launched (its request is ranked with the others once it has asked)."""
+        waiting = bool(self.waiting) and len(self.holders) < self.spec.max_workers
+        return waiting and not self.has_startable()
+
     def release_slot(self, key: str) -> None:
         """The activity closed (or never started): its slot is free for the next grant."""
         if key in self.holders:
@@ -194,13 +209,15 @@ class PlanModel(BaseModel):
         else:
             self.waiting = [request for request in self.waiting if request.key != key]
 
-    def grant(self) -> None:
-        """Free slots to the waiting requests ranked first."""
+    def grant(self) -> list[str]:
+        """Free slots to the waiting requests ranked first; returns their keys, in rank order."""
         free = self.spec.max_workers - len(self.holders)
         if free <= 0 or not self.waiting:
-            return
+            return []
         granted, self.waiting = self.waiting[:free], self.waiting[free:]
-        self.holders += [request.key for request in granted]
+        keys = [request.key for request in granted]
+        self.holders += keys
+        return keys
 
     # --- A task's way through the states --------------------------------------------------
 
@@ -217,6 +234,7 @@ class PlanModel(BaseModel):
         record = self._records[task_id]
         record.agent = assignment.agent
         record.assignment = assignment
+        self._assigned[task_id] = None
 
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
         """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round
@@ -483,11 +501,10 @@ class PlanModel(BaseModel):
                 task=record.id,
                 state=record.state,
                 summary=record.progress,
-                elapsed_s=round((now - (record.started_at or now)).total_seconds(), 1),
+                elapsed_s=_elapsed(record, now),
                 started_at=record.started_at,
             )
-            for record in self._watched_records()
-            if record.state in ACTIVE_STATES
+            for record in self._active_records()
         ]
         return PlanProgress(
             plan_id=self.state.plan_id,
@@ -500,6 +517,15 @@ class PlanModel(BaseModel):
     def _watched_records(self) -> list[TaskRecord]:
         """The watched tasks' records, in declaration order."""
         return [self._records[t] for t in sorted(self._watched, key=self._index.__getitem__)]
+
+    def _active_records(self) -> list[TaskRecord]:
+        """The records of the tasks running or under review, in declaration order."""
+        return [record for record in self._watched_records() if record.state in ACTIVE_STATES]
+
+    def _assigned_records(self) -> list[TaskRecord]:
+        """The records of the tasks whose agent was picked by capability, in declaration
+        order."""
+        return [self._records[t] for t in sorted(self._assigned, key=self._index.__getitem__)]
 
     def waiting_for(self) -> list[str]:
         """What the plan waits for besides running agents: people, and free worker slots."""
@@ -519,20 +545,25 @@ class PlanModel(BaseModel):
         return waiting_for(record.id, gate, since) if gate else f"approval of {record.id}"
 
     def details(self, now: datetime) -> str:
-        """The plan as the Temporal UI shows it in 'current details' (markdown)."""
-        view = self.progress(now)
-        counts = ", ".join(f"{n} {state.value}" for state, n in view.counts.items())
-        lines = [f"**Status:** {view.status.value} ({counts})"]
-        for task in view.running[:DETAILS_RUNNING]:
-            doing = f": {task.summary}" if task.summary else ""
-            lines.append(f"- **{task.task}** {task.state.value} {task.elapsed_s:.0f}s{doing}")
-        if len(view.running) > DETAILS_RUNNING:
-            lines.append(f"- and {len(view.running) - DETAILS_RUNNING} more")
-        picked = [f"{r.id}: {r.assignment.describe()}" for r in self.state.tasks if r.assignment]
+        """The plan as the Temporal UI shows it in 'current details' (markdown): what the
+        `progress` query says, rendered from the record directly (the workflow renders it at
+        every step, so it builds no models and walks only the tasks it lists)."""
+        counts = ", ".join(f"{n} {state.value}" for state, n in self.counts().items())
+        lines = [f"**Status:** {self.state.status.value} ({counts})"]
+        running = self._active_records()
+        for record in running[:DETAILS_RUNNING]:
+            doing = f": {record.progress}" if record.progress else ""
+            elapsed = _elapsed(record, now)
+            lines.append(f"- **{record.id}** {record.state.value} {elapsed:.0f}s{doing}")
+        if len(running) > DETAILS_RUNNING:
+            lines.append(f"- and {len(running) - DETAILS_RUNNING} more")
+        assigned = self._assigned_records()
+        picked = [f"{r.id}: {r.assignment.describe()}" for r in assigned if r.assignment]
         if picked:
             lines.append(f"**Picked by capability:** {'; '.join(picked[-DETAILS_RUNNING:])}")
-        if view.waiting_for:
-            lines.append(f"**Waiting for:** {'; '.join(view.waiting_for)}")
+        waiting_for = self.waiting_for()
+        if waiting_for:
+            lines.append(f"**Waiting for:** {'; '.join(waiting_for)}")
         if self.state.summary:
             lines.append(f"**Summary:** {self.state.summary}")
         return "\n\n".join(lines)

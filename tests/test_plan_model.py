@@ -115,6 +115,32 @@ def test_no_slot_is_granted_while_tasks_wait_to_be_launched() -> None:
     assert not plan.holds_slot("low/run/1") and plan.holds_slot("next/run/1")
 
 
+def test_grantable_says_when_the_plan_would_grant_a_slot() -> None:
+    """How the workflow grants (runs after the `plan-slots-granted-by-the-plan` patch): only
+    with a request waiting, a slot free, and no task left to launch; `grant` names the
+    requests it served, in rank order."""
+    plan = model(
+        {"id": "first"},
+        {"id": "low", "priority": "low"},
+        {"id": "next", "depends_on": ["first"], "priority": "critical"},
+        max_workers=1,
+    )
+    assert not plan.grantable()
+    started(plan)
+    plan.request_slot("low/run/1", "low")
+    plan.request_slot("first/run/1", "first")
+    assert plan.grantable()
+    assert plan.grant() == ["first/run/1"]
+    assert not plan.grantable() and plan.grant() == []
+    plan.release_slot("first/run/1")
+    succeed(plan, "first")
+    assert not plan.grantable()
+    assert started(plan) == ["next"]
+    assert plan.grantable()
+    plan.request_slot("next/run/1", "next")
+    assert plan.grant() == ["next/run/1"]
+
+
 def test_a_request_given_up_while_waiting_leaves_the_queue() -> None:
     plan = model({"id": "a"}, {"id": "b"}, max_workers=1)
     started(plan)

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows.plan_gates import GatedTaskRun, apply_approval, checked_approval
     from coord.workflows.plan_scratchpad import Scratchpad
+    from coord.workflows.plan_task import SLOTS_GRANTED_BY_THE_PLAN_PATCH, WorkerSlots
 
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
@@ -80,6 +81,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         model = self._model
         if model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
+        self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
         self._upsert_status()
         self._publish()
         self._scratchpad = Scratchpad(model.spec, model.state)
@@ -140,16 +143,21 @@ class TaskGraph(metaclass=SurplusStartArguments):
         return self._model
 
     async def _run_tasks(self, model: PlanModel) -> None:
-        """Starts each task once its dependencies have succeeded, until every task has ended
-        or the plan stops (`fail_fast`)."""
+        """Starts each task once its dependencies have succeeded, and grants the worker slots
+        once the tasks it started have asked for theirs, until every task has ended or the
+        plan stops (`fail_fast`)."""
 
         def moved() -> bool:
             stopped = model.stopping is not None or self._bug is not None
-            return model.has_startable() or model.finished() or stopped
+            startable = model.has_startable() or model.finished() or stopped
+            return startable or self._slots.grantable()
 
         while True:
-            for task in model.take_startable():
+            launched = model.take_startable()
+            for task in launched:
                 self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
+            if not launched:
+                self._slots.grant()
             if self._bug is not None:
                 raise self._bug
             if model.finished() or model.stopping is not None:
@@ -161,14 +169,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
         bug, raised by the run so the workflow task fails (visible, retried once a fixed
         worker runs it) instead of the plan waiting forever for a task that cannot end."""
         try:
-            await self._task(model, task).run()
+            await self._task(task).run()
         except Exception as error:
             self._bug = error
             return
         self._scratchpad.task_ended(model.record(task.id))
 
-    def _task(self, model: PlanModel, task: PlanTask) -> GatedTaskRun:
-        return GatedTaskRun(model, task, workflow.info().workflow_id, self._publish)
+    def _task(self, task: PlanTask) -> GatedTaskRun:
+        return GatedTaskRun(self._slots, task, workflow.info().workflow_id, self._publish)
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome

@@ -41,14 +41,61 @@ with workflow.unsafe.imports_passed_through():
 AgentActivity = workflow.ActivityHandle[AgentResult]
 T = TypeVar("T")
 
+SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
+"""Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
+grants the slot; runs recorded before wait with one wait condition per request."""
+
+
+class WorkerSlots:
+    """The plan's worker slots as its agent activities wait for them (`PlanModel` decides who
+    gets one). A condition per waiting request is re-checked at every workflow step, which
+    cost a 200-task plan thousands of checks; so the plan's own loop grants the slots (one
+    condition, `grantable`) and resolves each granted request's future, in rank order.
+    `by_the_plan` is False for runs recorded before (the un-patched way)."""
+
+    def __init__(self, model: PlanModel, *, by_the_plan: bool) -> None:
+        self.model = model
+        self.by_the_plan = by_the_plan
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+
+    async def acquire(self, key: str, task_id: str) -> None:
+        """Asks for a slot for the activity `key` and waits until it is granted."""
+        self.model.request_slot(key, task_id)
+        if not self.by_the_plan:
+            await workflow.wait_condition(lambda: self.model.holds_slot(key))
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self._waiting[key] = granted
+        try:
+            await granted
+        finally:
+            del self._waiting[key]
+
+    def grantable(self) -> bool:
+        return self.by_the_plan and self.model.grantable()
+
+    def grant(self) -> None:
+        """Free slots to the requests ranked first; each one's activity starts next."""
+        if not self.by_the_plan:
+            return
+        for key in self.model.grant():
+            granted = self._waiting[key]
+            if not granted.done():
+                granted.set_result(None)
+
 
 class TaskRun:
     """One task's run through the states; the workflow starts one per task and awaits it."""
 
     def __init__(
-        self, model: PlanModel, task: PlanTask, workflow_id: str, changed: Callable[[], None]
+        self,
+        slots: WorkerSlots,
+        task: PlanTask,
+        workflow_id: str,
+        changed: Callable[[], None],
     ) -> None:
-        self.model = model
+        self.slots = slots
+        self.model = slots.model
         self.task = task
         self.workflow_id = workflow_id
         self.changed = changed
@@ -182,9 +229,8 @@ class TaskRun:
         activity raises CancelledError."""
         if self.model.stopping is not None:
             raise asyncio.CancelledError
-        self.model.request_slot(key, self.task.id)
         try:
-            await workflow.wait_condition(lambda: self.model.holds_slot(key))
+            await self.slots.acquire(key, self.task.id)
             return await start()
         except ActivityError as error:
             if is_cancelled_exception(error):
