@@ -88,6 +88,10 @@ class AgentBreaker:
         started = time.monotonic()
         try:
             yield
+        except asyncio.CancelledError:
+            if probe:  # else the half-open breaker would wait for the probe's lease to end
+                await self._report(self._ledger.probe_abandoned())
+            raise
         except Exception as error:
             await self._finished(error, probe, started)
             raise

@@ -92,6 +92,12 @@ class LedgerClient:
         )
         return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
 
+    async def probe_abandoned(self) -> AgentLedgerState:
+        report = OutcomeReport(
+            worker=self._worker, config=self._config, succeeded=False, probe=True, abandoned=True
+        )
+        return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
+
     async def claim_probe(self) -> ProbeGrant:
         claim = ProbeClaim(worker=self._worker, config=self._config)
         return await self._update(CLAIM_PROBE_UPDATE, claim, ProbeGrant)

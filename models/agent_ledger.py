@@ -345,6 +345,14 @@ class LedgerBook(BaseModel):
             self._move("closed", now, "probe succeeded")
             self.probe_until = None
 
+    def probe_abandoned(self, now: datetime) -> None:
+        """The probe ended without an outcome (cancelled): the half-open breaker lets another
+        probe through at once, not at the end of the abandoned one's lease."""
+        self.tick(now)
+        self.last_report = now
+        if self.breaker == "half_open":
+            self.probe_until = None
+
     def claim_probe(self, now: datetime) -> bool:
         """Whether the caller may run the one probe of a half-open breaker."""
         self.tick(now)
@@ -422,6 +430,8 @@ class OutcomeReport(BaseModel):
     succeeded: bool
     failure_type: str | None = None
     probe: bool = False
+    abandoned: bool = False
+    """The probe ended without an outcome (cancelled): says nothing of the agent."""
 
 
 class ProbeClaim(BaseModel):

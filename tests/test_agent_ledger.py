@@ -2,7 +2,9 @@
 first report (update-with-start), read by `read_ledgers`, and the circuit breaker as workflows
 see it through `run_agent`."""
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
@@ -11,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient, read_ledgers
 from coord.models.agent_config import PythonAgent
 from coord.models.agent_ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
-from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.contract import (
     FailureType,
     agent_ledger_workflow_id,
@@ -97,7 +100,7 @@ class FlakyAgent:
         return {"approve": True, "reason": "up again"}
 
 
-def flaky_registry(name: str, agent: FlakyAgent, breaker: BreakerConfig) -> AgentRegistry:
+def flaky_registry(name: str, agent: AgentFn, breaker: BreakerConfig) -> AgentRegistry:
     registry = AgentRegistry()
     declaration = PythonAgent(kind="python", callable="tests.agents:unused", breaker=breaker)
     registry.register(name, "python", declaration)(agent)
@@ -168,6 +171,62 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
         ("open", "half_open"),
         ("half_open", "closed"),
     ]
+
+
+@dataclass
+class ProbeHangs:
+    """Down for its first call; its second (the probe) hangs until cancelled; then up."""
+
+    calls: int = 0
+    probing: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls == 1:
+            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down")
+        if self.calls == 2:
+            self.probing.set()
+            try:
+                while True:
+                    activity.heartbeat()
+                    await asyncio.sleep(0.1)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return {"approve": True, "reason": "up again"}
+
+
+async def test_a_cancelled_probe_lets_the_next_run_probe_at_once(
+    client: Client, task_queue: str
+) -> None:
+    """Without an outcome, the probe's lease (a minute) would keep the breaker half-open and
+    every run failing fast with circuit_open."""
+    name = f"hangs-{uuid.uuid4().hex[:8]}"
+    agent = ProbeHangs()
+    queue = agent_task_queue(name, task_queue)
+    breaker = BreakerConfig(failures=1, recovery=timedelta(seconds=1))
+    registry = flaky_registry(name, agent, breaker)
+    async with build_worker(client, task_queue, registry):
+        assert (await ballot_of(client, task_queue, name)).reason.startswith("temporary_failure")
+        await eventually(lambda: _is(read_ledger(client, queue), "half_open"))
+        probe = VoteSpec(vote_id=f"probe-{uuid.uuid4().hex[:8]}", proposal={}, voters=[name])
+        handle = await api.start_vote(client, probe, queue=task_queue)
+        await asyncio.wait_for(agent.probing.wait(), 30)
+        await handle.cancel()
+        await asyncio.wait_for(agent.cancelled.wait(), 30)
+        cancelled_at = time.monotonic()
+        # A run asking before the ledger heard of the cancel is turned away for 2 s: retried.
+        retried = await ballot_of(client, task_queue, name, max_retries=3)
+        waited = time.monotonic() - cancelled_at
+        closed = await read_ledger(client, queue)
+    assert retried.choice == Choice.APPROVE and agent.calls == 3, retried.reason
+    assert waited < 30, "probed again at once, not at the end of the abandoned probe's lease"
+    assert closed.breaker == "closed"
+
+
+async def read_ledger(client: Client, queue: str) -> AgentLedgerState:
+    return (await read_ledgers(client, [queue]))[queue]
 
 
 async def _is(state: Awaitable[AgentLedgerState], breaker: str) -> bool:

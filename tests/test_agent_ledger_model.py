@@ -105,6 +105,15 @@ def test_a_probe_whose_worker_vanished_loses_its_lease() -> None:
     assert ledger.claim_probe(probing + PROBE_LEASE)
 
 
+def test_an_abandoned_probe_lets_the_next_one_through_at_once() -> None:
+    ledger = opened(book())
+    probing = T0 + timedelta(seconds=31)
+    assert ledger.claim_probe(probing)
+    ledger.probe_abandoned(probing + timedelta(seconds=1))
+    assert (ledger.breaker, ledger.consecutive_failures) == ("half_open", 5), "no outcome"
+    assert ledger.claim_probe(probing + timedelta(seconds=2))
+
+
 def test_window_success_rate_and_p50_forget_runs_older_than_the_window() -> None:
     ledger = book()
     batch = RunStats()

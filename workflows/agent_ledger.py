@@ -94,7 +94,9 @@ class AgentLedger(metaclass=SurplusStartArguments):
         report = decode_input(OutcomeReport, raw_report, "outcome report")
         now = workflow.now()
         self._book.configure(report.config)
-        if report.succeeded:
+        if report.abandoned:
+            self._book.probe_abandoned(now)
+        elif report.succeeded:
             self._book.succeeded(now, probe=report.probe)
         else:
             self._book.failed(report.failure_type or "", now, probe=report.probe)
