@@ -36,9 +36,13 @@ POOL_RETRY = timedelta(seconds=2)
 """About when a run turned away with pool_full is retried: spread over 0.5x to 1.5x of it, so
 runs turned away together do not come back together."""
 LEASE_SLACK = timedelta(seconds=2)
-"""Added to a permit's lease beyond the run's own time limit (clocks, messages in flight)."""
-DEFAULT_LEASE = timedelta(minutes=5)
-"""A permit's lease for a run with no start-to-close limit."""
+"""Added to a permit's lease (clocks, messages in flight)."""
+RENEWED_LEASE = timedelta(minutes=1)
+"""A permit's lease, renewed while its run goes on; a run with a heartbeat timeout has that
+instead (at least MIN_LEASE), so its permit outlives a dead worker no longer than the run does
+on the server. Never beyond the run's start-to-close limit."""
+MIN_LEASE = timedelta(seconds=2)
+RENEWALS_PER_LEASE = 3
 ASK_TIMEOUT = POOL_WAIT + timedelta(seconds=10)
 """How long one request to the ledger may take, asked again while it fails, before the run
 counts the ledger unreachable."""
@@ -54,11 +58,25 @@ def run_key(info: activity.Info) -> str:
     return f"{info.workflow_id}/{info.workflow_run_id}/{info.activity_id}#{info.attempt}"
 
 
-def time_left(info: activity.Info, now: datetime) -> timedelta:
-    """What remains of the run's start-to-close limit (DEFAULT_LEASE without one)."""
+def time_left(info: activity.Info, now: datetime) -> timedelta | None:
+    """What remains of the run's start-to-close limit (None without one)."""
     if info.start_to_close_timeout is None:
-        return DEFAULT_LEASE
+        return None
     return max(info.started_time + info.start_to_close_timeout - now, timedelta(0))
+
+
+def lease_span(info: activity.Info) -> timedelta:
+    """How long a permit lasts between renewals: the run's heartbeat timeout, else
+    RENEWED_LEASE."""
+    return max(info.heartbeat_timeout or RENEWED_LEASE, MIN_LEASE)
+
+
+def lease(info: activity.Info, now: datetime) -> timedelta:
+    """The lease to ask for at `now`: a span, or what remains of the run's time limit if less,
+    plus LEASE_SLACK."""
+    span = lease_span(info)
+    left = time_left(info, now)
+    return min(span, left if left is not None else span) + LEASE_SLACK
 
 
 def pool_full(agent: str, size: int, waited: timedelta, pool: PoolState | None) -> ApplicationError:
@@ -103,20 +121,23 @@ class AgentPools:
         except BaseException:
             await _release(ledger, run)  # leaves the line (a retry is another attempt)
             raise
+        renewing = asyncio.create_task(_renew(ledger, run, size))
         try:
             yield
         finally:
+            renewing.cancel()
             await _release(ledger, run)
 
     async def _acquire(self, ledger: LedgerClient, agent: str, run: str, size: int) -> None:
         info = activity.info()
         started = datetime.now(UTC)
-        patience = min(POOL_PATIENCE, time_left(info, started) / 2)
+        left = time_left(info, started)
+        patience = min(POOL_PATIENCE, left / 2) if left is not None else POOL_PATIENCE
         while True:
-            lease = time_left(info, datetime.now(UTC)) + LEASE_SLACK
+            leased = lease(info, datetime.now(UTC)).total_seconds()
             asked = time.monotonic()
             try:
-                grant = await answered(ledger.acquire_permit, run, size, lease.total_seconds())
+                grant = await answered(ledger.acquire_permit, run, size, leased)
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
             if grant.granted:
@@ -160,6 +181,24 @@ async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
             if time.monotonic() + REASK_PAUSE >= deadline:
                 raise
         await asyncio.sleep(REASK_PAUSE)
+
+
+async def _renew(ledger: LedgerClient, run: str, size: int) -> None:
+    """While the run goes on, asks for its permit again every third of its lease: a holder is
+    granted at once, its lease running from now. When the worker dies the renewals stop and
+    the lease ends on its own."""
+    info = activity.info()
+    every = lease_span(info).total_seconds() / RENEWALS_PER_LEASE
+    while True:
+        await asyncio.sleep(every)
+        leased = lease(info, datetime.now(UTC)).total_seconds()
+        try:
+            grant = await answered(ledger.acquire_permit, run, size, leased)
+        except Exception as error:
+            log.warning("agent ledger unreachable for a lease renewal", run=run, error=repr(error))
+            continue
+        if not grant.granted:
+            log.warning("a run's permit lapsed before its renewal; it runs on", run=run)
 
 
 async def _release(ledger: LedgerClient, run: str) -> None:

@@ -178,11 +178,13 @@ class PermitPool(BaseModel):
         self, run: str, size: int, lease_s: float, now: datetime, *, worker: str = ""
     ) -> bool:
         """Whether `run` holds a permit now; else it waits in line, its request answered at
-        the latest POOL_WAIT later. A run asking again keeps its place; a holder is told it
-        holds (its lease unchanged)."""
+        the latest POOL_WAIT later. A run asking again keeps its place; a holder asking again
+        renews its lease (`lease_s` from now)."""
         self.size = size
         self.expire(now)
-        if self.holds(run):
+        held = next((p for p in self.permits if p.run == run), None)
+        if held is not None:
+            held.until = now + timedelta(seconds=lease_s)  # renewed
             return True
         answer_at = now + POOL_WAIT
         waiter = next((w for w in self.waiters if w.run == run), None)

@@ -44,6 +44,16 @@ def test_a_lease_ends_on_its_own_and_its_permit_goes_to_the_next_waiter() -> Non
     assert pool.permits[0].until == at(5 + LEASE), "the new lease runs from its grant"
 
 
+def test_a_holder_asking_again_renews_its_lease() -> None:
+    pool = PermitPool()
+    assert pool.acquire("long run", 1, 5.0, T0)
+    assert pool.acquire("long run", 1, 5.0, at(4))
+    pool.expire(at(6))
+    assert pool.holds("long run"), "renewed at 4 s: until 9 s"
+    pool.expire(at(9))
+    assert not pool.holds("long run")
+
+
 def test_a_request_is_answered_in_bounded_time_and_asking_again_keeps_the_place() -> None:
     pool = PermitPool()
     pool.acquire("holder", 1, LEASE, T0)
