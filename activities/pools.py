@@ -126,6 +126,7 @@ class AgentPools:
             yield
         finally:
             renewing.cancel()
+            await asyncio.wait({renewing})  # not raising: its cancel is not this run's
             await _release(ledger, run)
 
     async def _acquire(self, ledger: LedgerClient, agent: str, run: str, size: int) -> None:
