@@ -25,7 +25,12 @@ from coord.infra.task_dispatch import dispatch_order
 from coord.models.agent_ledger import BreakerConfig, PoolState
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
-from coord.models.contract import agent_ledger_workflow_id, agent_task_queue
+from coord.models.contract import (
+    ACQUIRE_PERMIT_UPDATE,
+    REPORT_STATS_UPDATE,
+    agent_ledger_workflow_id,
+    agent_task_queue,
+)
 from coord.models.envelope import EventEnvelope, Priority
 from coord.models.health import AgentHealth, AgentPool
 from coord.models.task_priority import MAX_FAIRNESS_KEY_BYTES, fairness_key, task_priority
@@ -100,6 +105,16 @@ async def flood(client: Client, task_queue: str, agent: str, runs: int, **subscr
     return correlation_id
 
 
+async def ledger_updates(client: Client, agent_queue: str) -> list[str]:
+    """The names of the updates the agent's ledger accepted, in order."""
+    handle = client.get_workflow_handle(agent_ledger_workflow_id(agent_queue))
+    return [
+        event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
+        for event in (await handle.fetch_history()).events
+        if event.HasField("workflow_execution_update_accepted_event_attributes")
+    ]
+
+
 async def runs_done(count: int, timeout: float = 60) -> None:
     async def done() -> bool:
         return RUNS.done >= count
@@ -124,6 +139,9 @@ async def test_the_rate_limit_paces_run_starts_across_the_agents_queue(
     async with build_worker(client, task_queue, registry):
         await flood(client, task_queue, "pooled", 16)
         await runs_done(16)
+    updates = await ledger_updates(client, agent_task_queue("pooled", task_queue))
+    assert REPORT_STATS_UPDATE in updates, "the breaker's batched stats"
+    assert ACQUIRE_PERMIT_UPDATE not in updates, "no max_concurrent: no permit asked"
     starts = [at for at, _, _ in RUNS.started]
     span = starts[-1] - starts[0]
     # Unlimited, 16 runs of 0.1 s start within a few tenths of a second of each other; at 4 a
