@@ -1,11 +1,11 @@
 """The pool around `run_agent` (seed 003's resource pool): an agent declaring `max_concurrent`
 runs at most that many times at once across every worker serving it.
 
-Each worker's slot limit (its `max_concurrent_activities`) is the first line: a worker never
-takes more runs of the agent than the pool holds. Across workers, a run takes one of the pool's
-permits from the agent's ledger (the `AgentLedger` workflow) before the agent is called, and
-gives it back after. The permit is a lease for the rest of the run's start-to-close limit, so a
-worker killed while holding one gives it back when the server gives up on its run anyway.
+Each worker's slot limit (its `max_concurrent_activities`) is the first line: a worker takes
+no more runs of the agent than its slots. Across workers, a run takes one of the pool's permits
+from the agent's ledger (the `AgentLedger` workflow) before the agent is called, and gives it
+back after. The permit is a lease the run renews while it goes on, so a worker killed while
+holding one cannot keep it: the renewals stop and the lease ends (`lease`).
 
 A run that finds no permit free waits its turn in the ledger (first come, first served),
 heartbeating, for at most POOL_PATIENCE (and half its time limit); then it fails `pool_full`
@@ -81,10 +81,25 @@ def lease(info: activity.Info, now: datetime) -> timedelta:
 
 def pool_full(agent: str, size: int, waited: timedelta, pool: PoolState | None) -> ApplicationError:
     waiting = f", {pool.waiting} runs waiting" if pool is not None else ""
+    return turned_away(
+        agent,
+        f"all {size} permits of its pool in use across its workers for "
+        f"{waited.total_seconds():g}s{waiting}",
+    )
+
+
+def ledger_unreachable(agent: str, error: BaseException) -> ApplicationError:
+    """No answer from the ledger: the run does not go on without a permit (the pool is a
+    limit the agent's resources need), it is retried like a full pool."""
+    log.warning("agent ledger unreachable for a permit", agent=agent, error=repr(error))
+    return turned_away(agent, f"its ledger did not grant a pool permit ({error!r})")
+
+
+def turned_away(agent: str, why: str) -> ApplicationError:
+    """`pool_full`: the agent was not called; retried after about POOL_RETRY."""
     return failure(
         FailureType.POOL_FULL,
-        f"agent {agent!r}: all {size} permits of its pool in use across its workers for "
-        f"{waited.total_seconds():g}s{waiting}; the run did not call the agent",
+        f"agent {agent!r}: {why}; the run did not call the agent",
         non_retryable=False,
         retry_after=POOL_RETRY * random.uniform(0.5, 1.5),
     )
@@ -155,19 +170,6 @@ class AgentPools:
         config = declaration.breaker if declaration is not None else BreakerConfig()
         queue = agent_task_queue(agent, self._home)
         return LedgerClient(self._client, queue, self._home, config, self._client.identity)
-
-
-def ledger_unreachable(agent: str, error: BaseException) -> ApplicationError:
-    """No answer from the ledger: the run does not go on without a permit (the pool is a
-    limit the agent's resources need), it is retried like a full pool."""
-    log.warning("agent ledger unreachable for a permit", agent=agent, error=repr(error))
-    return failure(
-        FailureType.POOL_FULL,
-        f"agent {agent!r}: its ledger did not grant a pool permit ({error!r}); the run did not "
-        "call the agent",
-        non_retryable=False,
-        retry_after=POOL_RETRY * random.uniform(0.5, 1.5),
-    )
 
 
 async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
