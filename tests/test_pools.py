@@ -275,15 +275,18 @@ def pool_shows(client: Client, queue: str, expected: PoolState) -> Callable[[], 
 async def serving(
     client: Client, task_queue: str, log: Path, agent_queue: str, *agents_files: Path
 ) -> AsyncIterator[list[WorkerProcess]]:
-    """One `coord worker --no-workflows` process per agents file, each polling `agent_queue`
-    when the block starts, all gone when it ends."""
-    workers: list[WorkerProcess] = []
+    """One `coord worker --no-workflows` process per agents file (in their order), started
+    together, each polling `agent_queue` when the block starts; all gone when it ends."""
+    args = [("--agents", str(agents_file), "--no-workflows") for agents_file in agents_files]
+    started = await asyncio.gather(
+        *(WorkerProcess.start(client, task_queue, log, *a, polls=agent_queue) for a in args),
+        return_exceptions=True,
+    )
+    workers = [worker for worker in started if isinstance(worker, WorkerProcess)]
     try:
-        for agents_file in agents_files:
-            args = ("--agents", str(agents_file), "--no-workflows")
-            workers.append(
-                await WorkerProcess.start(client, task_queue, log, *args, polls=agent_queue)
-            )
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
         yield workers
     finally:
         # Off the event loop: the test's own worker serves the ledgers they report to as they
