@@ -38,10 +38,14 @@ async def missing_search_attributes(client: Client) -> dict[str, IndexedValueTyp
     existing = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
+    return _lacking(set(existing.custom_attributes))
+
+
+def _lacking(known: set[str]) -> dict[str, IndexedValueType.ValueType]:
     return {
         key.name: IndexedValueType.ValueType(key.indexed_value_type)
         for key in contract.SEARCH_ATTRIBUTES
-        if key.name not in existing.custom_attributes
+        if key.name not in known
     }
 
 
@@ -53,10 +57,7 @@ async def register_search_attributes(client: Client) -> list[str]:
     except RPCError as error:
         if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server
             raise
-        missing = {
-            key.name: IndexedValueType.ValueType(key.indexed_value_type)
-            for key in contract.SEARCH_ATTRIBUTES
-        }
+        missing = _lacking(set())
     if missing:
         await client.operator_service.add_search_attributes(
             AddSearchAttributesRequest(namespace=client.namespace, search_attributes=missing)
