@@ -211,7 +211,11 @@ class VoteState(BaseModel):
             if self.status == VoteStatus.REJECTED
             else FailureType.NO_QUORUM
         )
-        return kind, f"vote {self.status.value}: {self.summary}"
+        return kind, self.outcome_line()
+
+    def outcome_line(self) -> str:
+        """How the vote ended, in words: `vote decided: 2 approve, 0 reject, ...`."""
+        return f"vote {self.status.value}: {self.summary}"
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

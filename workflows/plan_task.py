@@ -191,7 +191,7 @@ class TaskRun:
             return False
         record = self.model.record(self.task.id)
         record.result = outcome.model_dump(mode="json")
-        record.ended_as = f"vote {outcome.status.value}: {outcome.summary}"
+        record.ended_as = outcome.outcome_line()
         failed = vote_error(outcome)
         if failed is not None:
             self.model.run_failed(self.task.id, workflow.now(), failed, 1)
