@@ -54,9 +54,17 @@ PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
 """The progress reader is best effort: a read that fails is skipped, the next one comes."""
 
 
-@workflow.defn(name=PLAN_WORKFLOW)
+@workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
 class TaskGraph(metaclass=SurplusStartArguments):
-    """A plan's Temporal side; its result is the final record (the seed's final report)."""
+    """A plan's Temporal side; its result is the final record (the seed's final report).
+
+    Not sandboxed, as the chain, the ledger and the dead-letter entry: the sandbox cost a plan
+    about 15% of its throughput (`bench/plan_bench.py`). Every payload of a workflow task is
+    visited three times and each visit runs code inside the sandbox to pick its serialization
+    context, four entries per agent run and its summary, besides the activations themselves.
+    The code touches only the workflow API and pure models (imported passed-through, so the
+    sandbox never re-imported them anyway); what keeps it deterministic is the replay of its
+    recorded histories (`tests/test_replay.py`)."""
 
     @workflow.init
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
