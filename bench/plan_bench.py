@@ -11,17 +11,20 @@ one activity per task with the same timeout and retry policy, each task given th
 tasks it depends on, and every activity does the same trivial work (a small dict holding a hash
 of its identity). The baseline is what a team would write with temporalio alone: one coroutine
 per task that waits for its dependencies, then takes one of `cap` slots of an `asyncio.Semaphore`
-for its activity. The project sends each agent's runs to that agent's own task queue (served by
-the workers that declare it), so a third side, `split`, is the hand-written workflow with its
-activities on a queue of their own: the difference between `baseline` and `split` is what that
-deployment choice costs any workflow, the one between `split` and `project` what the project's
-own code costs. The rounds are interleaved (the order rotates), after one untimed warm-up plan
-per side, and each plan is timed from its start request to its result. Each run's history gives
-the most activities in flight at once (scheduled and not closed), so the report shows that every
-side held the cap; each side's last run is replayed from its history to measure its workflow
-code's CPU alone. What the ratio prices is what the project adds: the spec check, the state
-machine and its record, priorities, progress reading, search attributes and details, and the
-agent queues.
+for its activity, on the workflow's own queue. The project runs in both layouts a plan offers
+(`dispatch`): `project`, the default, sends each agent's runs to that agent's own task queue
+(served by the workers that declare it), and `single` (`dispatch: coordinator`) keeps them on the
+plan's own queue, as the baseline does. A fourth side, `split`, is the hand-written workflow with
+its activities on a queue of their own. So each layout is compared with the hand-written workflow
+in the same layout (`single/baseline`, `project/split`: what the project's own code costs, the
+goal's two ratios), and `project/baseline` and `split/baseline` show what the agent queues cost.
+The rounds are interleaved (the order rotates), after one untimed warm-up plan per side, and
+each plan is timed from its start request to its result. Each run's history gives the most
+activities in flight at once (scheduled and not closed), so the report shows that every side
+held the cap; the last runs of `single` and `baseline` are replayed from their histories to
+measure their workflow code's CPU alone. What a same-layout ratio prices is what the project
+adds: the spec check, the state machine and its record, priorities and fairness keys, progress
+reading, search attributes, details and activity summaries.
 """
 
 import argparse
@@ -43,14 +46,14 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Replayer, Worker
 
-    from bench.layouts import Phases, phases, single_queue_client
+    from bench.layouts import Phases, phases
     from bench.rounds import ratio_line, rotated
     from bench.server import add_server_config_option, bench_server, dynamic_config_args
     from coord.infra.process import exit_without_teardown
     from coord.models.agents import AgentContext, AgentRegistry
     from coord.models.contract import plan_workflow_id
     from coord.models.envelope import EventEnvelope
-    from coord.models.plan import DEFAULT_TASK_TIMEOUT, PlanSpec, PlanStatus
+    from coord.models.plan import DEFAULT_TASK_TIMEOUT, Dispatch, PlanSpec, PlanStatus
     from coord.models.retry import RetryConfig
     from coord.starter import api
     from coord.worker import WORKFLOWS, build_worker
@@ -62,11 +65,17 @@ PLAN_DEADLINE = 600.0
 """Seconds one plan may take before the bench gives up on it (instead of hanging)."""
 GOAL = 0.9
 PROJECT, SINGLE, BASELINE, SPLIT = "project", "single", "baseline", "split"
-"""The sides: the project's TaskGraph, each agent's runs on the agent's own queue; the same with
-every agent run on the plan's own queue (the layout before agent queues); the hand-written
-workflow; the same with its activities on a task queue of their own, as the project sends each
-agent's runs to `agent-<name>`."""
-RATIOS = ((PROJECT, BASELINE, f"; goal >= {GOAL}x"), (PROJECT, SPLIT, ""), (SINGLE, BASELINE, ""))
+"""The sides: the project's TaskGraph, each agent's runs on the agent's own queue (`dispatch:
+agent_queues`, the default); the same with every agent run on the plan's own queue (`dispatch:
+coordinator`); the hand-written workflow; the same with its activities on a task queue of their
+own, as the project sends each agent's runs to `agent-<name>`."""
+SAME_LAYOUT = f"; same layout, goal >= {GOAL}x"
+RATIOS = (
+    (SINGLE, BASELINE, SAME_LAYOUT),
+    (PROJECT, SPLIT, SAME_LAYOUT),
+    (PROJECT, BASELINE, "; with the agent queues' cost"),
+    (SPLIT, BASELINE, "; the agent queues' cost alone"),
+)
 REPLAYS = 3
 
 
@@ -169,18 +178,19 @@ def bench_registry() -> AgentRegistry:
     return registry
 
 
-def plan_spec(plan_id: str, graph: Graph, cap: int) -> PlanSpec:
+def plan_spec(plan_id: str, graph: Graph, cap: int, dispatch: Dispatch) -> PlanSpec:
     tasks = [
         {"id": task, "agent": BENCH_AGENT, "depends_on": dependencies}
         for task, dependencies in graph.items()
     ]
-    return PlanSpec.model_validate({"plan_id": plan_id, "max_workers": cap, "tasks": tasks})
+    fields = {"plan_id": plan_id, "max_workers": cap, "dispatch": dispatch, "tasks": tasks}
+    return PlanSpec.model_validate(fields)
 
 
-def project_side(client: Client, queue: str, cap: int) -> RunPlan:
+def project_side(client: Client, queue: str, cap: int, dispatch: Dispatch) -> RunPlan:
     async def run_plan(plan_id: str, graph: Graph) -> str | None:
         # As `coord plan start` does: static summary and details, search attributes.
-        spec = plan_spec(plan_id, graph, cap)
+        spec = plan_spec(plan_id, graph, cap, dispatch)
         state = await api.plan_outcome(await api.start_plan(client, spec, queue=queue))
         if state.status == PlanStatus.COMPLETED:
             return None
@@ -318,8 +328,8 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int, server_config: lis
     project_queue, baseline_queue = f"bench-plan-{run_id}", f"bench-baseline-{run_id}"
     single_queue, split_queue = f"bench-single-{run_id}", f"{baseline_queue}-activities"
     async with bench_server(dynamic_config_args(server_config)) as (client, server):
-        project = project_side(client, project_queue, cap)
-        single = project_side(client, single_queue, cap)
+        project = project_side(client, project_queue, cap, Dispatch.AGENT_QUEUES)
+        single = project_side(client, single_queue, cap, Dispatch.COORDINATOR)
         baseline = baseline_side(client, baseline_queue, cap)
         split = baseline_side(client, baseline_queue, cap, split_queue)
         sides = [
@@ -336,7 +346,7 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int, server_config: lis
         )
         split_worker = Worker(client, task_queue=split_queue, activities=[baseline_task])
         project_worker = build_worker(client, project_queue, bench_registry())
-        single_worker = build_worker(single_queue_client(client), single_queue, bench_registry())
+        single_worker = build_worker(client, single_queue, bench_registry())
         async with project_worker, single_worker, baseline_worker, split_worker:
             warm = [await measure(side, 0, random_dag(WARMUP_TASKS, seed)) for side in sides]
             results = await interleaved(sides, graph, rounds)
@@ -345,8 +355,8 @@ async def bench(tasks: int, cap: int, rounds: int, seed: int, server_config: lis
     report(
         [
             f"Task graph: project TaskGraph vs hand-written temporalio workflow; cap {cap}",
-            f"{SINGLE}: the project with every agent run on the plan's own queue (the layout "
-            "before agent queues)",
+            f"{SINGLE}: the project with every agent run on the plan's own queue "
+            "(`dispatch: coordinator`), as the hand-written workflow's",
             f"{SPLIT}: the hand-written workflow with its activities on a task queue of their "
             "own, as the project sends each agent's runs to its agent queue",
             f"graph: {tasks} tasks, {edges} dependencies (random DAG, seed {seed}, up to "

@@ -50,6 +50,13 @@ def relative_path(path: str) -> str:
     return path
 
 
+class Dispatch(StrEnum):
+    """Where a plan sends its agent runs (`PlanSpec.dispatch`)."""
+
+    AGENT_QUEUES = "agent_queues"
+    COORDINATOR = "coordinator"
+
+
 class ReviewStage(StrEnum):
     """Seed 004's two-stage review, in its order: the spec first, then quality."""
 
@@ -190,6 +197,14 @@ class PlanSpec(BaseModel):
     """A directory, relative to the worker's scratchpad root (the worker decides where plans may
     write), where the plan writes the seed's layout: `<plan_id>/task-plan.md`,
     `worker-results/<task>.json`, `final-report.md`."""
+    dispatch: Dispatch = Dispatch.AGENT_QUEUES
+    """Where the agent runs (tasks, reviews, verifiers) go. `agent_queues`: each agent's own task
+    queue, served by every worker that declares the agent (`coord worker --only`), paced by its
+    `rate_limit` and `max_concurrent_per_worker`, failing `agent_unavailable` when no worker
+    takes a run. `coordinator`: the plan's own queue, where the worker running the plan takes
+    each run with the workflow task that scheduled it (eager: no hop through the server's
+    queues, the fast path); every coordinator worker must then serve the plan's agents, and a
+    run is paced by `max_workers`, the agent's pool (`max_concurrent`) and its breaker only."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     team: dict[str, TeamMember] = Field(default_factory=dict)

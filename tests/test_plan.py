@@ -152,6 +152,27 @@ async def test_the_cap_holds_from_the_history(client: Client, task_queue: str) -
     assert most_at_once(spans) == 5
 
 
+async def run_agent_queues(handle: WorkflowHandle[Any, Any]) -> set[str]:
+    return {
+        event.activity_task_scheduled_event_attributes.task_queue.name
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and event.activity_task_scheduled_event_attributes.activity_type.name == "run_agent"
+    }
+
+
+@pytest.mark.parametrize(
+    ("dispatch", "queue"), [("agent_queues", "{home}/agent-work"), ("coordinator", "{home}")]
+)
+async def test_dispatch_sends_the_agent_runs_to_the_agents_queue_or_the_plans_own(
+    client: Client, task_queue: str, dispatch: str, queue: str
+) -> None:
+    spec = plan({"id": "a"}, {"id": "b", "depends_on": ["a"]}, dispatch=dispatch)
+    state, handle = await run_plan(client, task_queue, spec, PlanAgents())
+    assert state.summary == "2 of 2 succeeded"
+    assert await run_agent_queues(handle) == {queue.format(home=task_queue)}
+
+
 async def test_a_diamond_runs_in_dependency_order_and_passes_results_by_id(
     client: Client, task_queue: str
 ) -> None:

@@ -25,6 +25,13 @@ def test_defaults_come_from_the_seeds() -> None:
     assert spec.progress_interval.total_seconds() == 30
     assert spec.name == spec.correlation_id == "p1"
     assert spec.workflow_id == "plan-p1"
+    assert spec.dispatch == "agent_queues"
+
+
+def test_an_unknown_dispatch_names_the_field_and_the_choices() -> None:
+    assert problem(plan({"id": "a", "agent": "x"}, dispatch="eager")) == (
+        "plan.yaml: dispatch: Input should be 'agent_queues' or 'coordinator'"
+    )
 
 
 def test_a_cycle_is_rejected_with_its_path() -> None:

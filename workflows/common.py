@@ -52,18 +52,21 @@ class AgentDispatch(TypedDict, total=False):
     priority: Priority
 
 
-def agent_dispatch(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
+def agent_dispatch(
+    request: AgentRequest, schedule_to_start: timedelta, *, agent_queue: bool = True
+) -> AgentDispatch:
     """Where every workflow sends a `run_agent` (`start_activity(..., **agent_dispatch(...))`).
 
     A named agent runs on its own task queue (`agent_task_queue`, next to this workflow's
     queue), served by whichever workers declare it; if none takes the run within
     `schedule_to_start` it fails `agent_unavailable`. An agent declared inline by the spec
     stays on this workflow's queue: any coordinator worker that allows its kind can run it, and
-    no worker declares it to poll a queue of its own.
+    no worker declares it to poll a queue of its own. So does every run when `agent_queue` is
+    False (a plan's `dispatch: coordinator`), handed over eagerly to the worker scheduling it.
 
     Either way the run waits its turn by its event's priority and its correlation's fairness
     key (`task_priority`), where the server orders tasks so."""
-    dispatch = _agent_queue(request, schedule_to_start)
+    dispatch = _agent_queue(request, schedule_to_start) if agent_queue else AgentDispatch()
     if workflow.patched(AGENT_RUN_PRIORITY_PATCH):
         dispatch["priority"] = task_priority(request.event, workflow.info().workflow_id)
     return dispatch

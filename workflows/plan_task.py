@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure_type_of,
     )
-    from coord.models.plan import PlanTask, TaskError, run_activity_id
+    from coord.models.plan import Dispatch, PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
     from coord.models.plan_votes import task_vote, vote_error
     from coord.models.specs import SpecError
@@ -220,7 +220,11 @@ class TaskRun:
             retry_policy=self.task.retry.to_retry_policy(),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
-            **agent_dispatch(request, self.task.schedule_to_start_timeout),
+            **agent_dispatch(
+                request,
+                self.task.schedule_to_start_timeout,
+                agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
+            ),
         )
 
     async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
