@@ -173,6 +173,18 @@ async def test_dispatch_sends_the_agent_runs_to_the_agents_queue_or_the_plans_ow
     assert await run_agent_queues(handle) == {queue.format(home=task_queue)}
 
 
+async def test_a_coordinator_dispatched_run_of_an_agent_its_worker_lacks_fails_unknown_agent(
+    client: Client, task_queue: str
+) -> None:
+    spec = plan({"id": "a", "agent": "absent"}, {"id": "b"}, dispatch="coordinator")
+    state, _ = await run_plan(client, task_queue, spec, PlanAgents())
+    record = {task.id: task for task in state.tasks}
+    error = record["a"].error
+    assert error is not None and error.type == "unknown_agent"
+    assert "unknown agent 'absent'" in error.message
+    assert record["b"].state == TaskState.SUCCEEDED
+
+
 async def test_a_diamond_runs_in_dependency_order_and_passes_results_by_id(
     client: Client, task_queue: str
 ) -> None:
