@@ -123,6 +123,27 @@ async def test_a_flood_faster_than_the_worker_loses_nothing_and_queries_stay_ans
     assert await runs(client, f"chain-{correlation_id}") >= EVENTS // SIGNALS_PER_RUN
 
 
+async def test_a_close_sent_to_a_full_run_reaches_the_run_it_continues_as(
+    flood_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close meeting a run at the server's limit of signals (the flood test's once did:
+    `exceeded workflow execution limit for signal events`) waits, as a publish does, and goes
+    to the run the chain continues as."""
+    monkeypatch.setenv(SIGNALS_PER_RUN_ENV, str(SIGNALS_PER_RUN))
+    client = flood_env.client
+    queue, correlation_id = f"tq-{uuid.uuid4()}", f"full-{uuid.uuid4().hex[:8]}"
+    await api.start_chain(client, flood_spec(), correlation_id, queue=queue)
+    await publish_all(client, correlation_id, SIGNALS_PER_RUN)  # no worker yet: the run is full
+    closing = asyncio.create_task(api.close_chain(client, correlation_id))
+    async with build_worker(client, queue, flood_registry()):
+        await asyncio.wait_for(closing, 60)
+        state: ChainState = await asyncio.wait_for(
+            api.chain_handle(client, correlation_id).result(), 60
+        )
+    assert state.events_seen == SIGNALS_PER_RUN
+    assert await runs(client, f"chain-{correlation_id}") == 2
+
+
 async def publish_all(client: Client, correlation_id: str, count: int) -> None:
     numbers = iter(range(count))
 

@@ -102,10 +102,15 @@ def refused_for_now(error: BaseException) -> bool:
     return full or error.status == RPCStatusCode.RESOURCE_EXHAUSTED
 
 
-async def with_backpressure(send: Callable[[], Awaitable[None]], correlation_id: str) -> None:
+async def with_backpressure(
+    send: Callable[[], Awaitable[None]],
+    correlation_id: str,
+    what: str = "the event",
+    again: str = "nothing was delivered or parked: publish it again",
+) -> None:
     """Sends, and while the server refuses for now, waits (backing off, with jitter, so many
     publishers do not come back at once) and sends again, to the new run, for at most
-    `PUBLISH_PATIENCE`; then says so with `ChainBusy`."""
+    `PUBLISH_PATIENCE`; then says so with `ChainBusy` (`what` was refused; `again`)."""
     retrying = AsyncRetrying(
         retry=retry_if_exception(refused_for_now),
         wait=wait_random_exponential(multiplier=0.05, max=2),
@@ -120,9 +125,9 @@ async def with_backpressure(send: Callable[[], Awaitable[None]], correlation_id:
         if not refused_for_now(error):
             raise
         raise ChainBusy(
-            f"the chain for correlation id {correlation_id!r} refused the event for "
+            f"the chain for correlation id {correlation_id!r} refused {what} for "
             f"{PUBLISH_PATIENCE.total_seconds():.0f}s while continuing as new ({error.message}); "
-            "nothing was delivered or parked: publish it again"
+            f"{again}"
         ) from None
 
 
@@ -199,9 +204,17 @@ async def chain_running(client: Client, correlation_id: str) -> bool:
 
 
 async def close_chain(client: Client, correlation_id: str) -> None:
+    """A run that is full or closing is waited for, as a publish is: the close goes to the run
+    it continues as (`with_backpressure`)."""
     handle = chain_handle(client, correlation_id)
-    try:
+
+    async def send() -> None:
         await handle.signal(ReactiveChain.close)
+
+    try:
+        await with_backpressure(
+            send, correlation_id, "the close", "it is still open: close it again"
+        )
     except RPCError as error:
         name = target_name(handle.id)
         raise await ended_or_missing(handle, name, "nothing to close", error) from None
