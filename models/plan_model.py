@@ -248,6 +248,13 @@ class PlanModel(BaseModel):
         self.runs[task_id] = RunSeen(round=round, attempt=1)
         self._transition(task_id, TaskState.RUNNING, now, attempt=1)
 
+    def run_unsent(self, task_id: str, round: int) -> None:
+        """The run of `round` was cancelled in the workflow task that scheduled it, so it never
+        reached the server: not an attempt, nor a fix."""
+        record = self._records[task_id]
+        record.attempts = max(0, record.attempts - 1)
+        record.fixes = max(0, round - 2)
+
     def activity_seen(self, seen: ActivityProgress, now: datetime) -> bool:
         """What the progress reader saw of one of the plan's pending activities: its agent's
         latest summary and, for the task's current run, its attempt and last failure. A read is

@@ -284,3 +284,16 @@ def test_a_late_read_of_a_run_that_has_ended_changes_nothing() -> None:
     assert plan.record("a").progress == "Fixing null check"
     for other in ["b/run/1", "local-activity-1"]:
         assert not plan.activity_seen(seen(other, "x"), T1)
+
+
+def test_a_run_that_never_reached_the_server_is_no_attempt_nor_fix() -> None:
+    plan = model({"id": "a"})
+    started(plan)
+    plan.task_ready("a", T0)
+    plan.run_started("a", T0)
+    plan.run_started("a", T0, round=2)
+    assert (plan.record("a").attempts, plan.record("a").fixes) == (2, 1)
+    plan.run_unsent("a", 2)
+    assert (plan.record("a").attempts, plan.record("a").fixes) == (1, 0)
+    plan.run_unsent("a", 1)
+    assert (plan.record("a").attempts, plan.record("a").fixes) == (0, 0)

@@ -454,6 +454,7 @@ async def test_a_cancel_landing_with_a_decision_records_it_and_runs_nothing(
         TaskState.CANCELLED,
     ]
     assert deploy.approval == decided and decided.by == "alice"
+    assert deploy.attempts == 0  # the run never reached the server
     assert await activity_ids(handle) == []
 
 

@@ -41,6 +41,9 @@ with workflow.unsafe.imports_passed_through():
 AgentActivity = workflow.ActivityHandle[AgentResult]
 T = TypeVar("T")
 
+UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
+"""Runs after this patch take back the attempt of a run cancelled before it reached the server
+(`PlanModel.run_unsent`); runs recorded before counted it."""
 SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
 """Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
 grants the slot; runs recorded before wait with one wait condition per request."""
@@ -148,6 +151,10 @@ class TaskRun:
 
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
+        except asyncio.CancelledError as cancelled:
+            if never_scheduled(cancelled) and workflow.patched(UNSENT_RUN_PATCH):
+                self.model.run_unsent(task.id, round)
+            raise
         except ActivityError as error:
             failed = task_error(error)
             self.model.run_failed(task.id, workflow.now(), failed, attempts(error, retry_policy))
@@ -242,6 +249,12 @@ class TaskRun:
             raise
         finally:
             self.model.release_slot(key)
+
+
+def never_scheduled(cancelled: asyncio.CancelledError) -> bool:
+    """Whether the cancel came from an activity cancelled before the server scheduled it."""
+    cause = cancelled.__cause__
+    return isinstance(cause, ActivityError) and cause.scheduled_event_id == 0
 
 
 def task_error(error: ActivityError) -> TaskError:
