@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from coord.models.durations import format_duration
 from coord.models.plan import (
     ApprovalDecision,
+    Dispatch,
     PlanSpec,
     PlanState,
     PlanTask,
@@ -36,6 +37,10 @@ EXCERPT = 300
 ON_FAILURE = {
     True: "cancel the rest and fail the plan (fail_fast)",
     False: "skip the failed task's dependents, run the rest",
+}
+AGENT_RUNS = {
+    Dispatch.AGENT_QUEUES: "on each agent's own task queue",
+    Dispatch.COORDINATOR: "on the plan's own task queue (dispatch: coordinator)",
 }
 
 
@@ -157,6 +162,7 @@ def task_plan_markdown(spec: PlanSpec) -> str:
     lines += [
         f"- tasks: {len(spec.tasks)}; at most {spec.max_workers} running at once",
         f"- on a failure: {ON_FAILURE[spec.fail_fast]}",
+        f"- agent runs: {AGENT_RUNS[spec.dispatch]}",
         "",
         "## Tasks",
         "",

@@ -67,6 +67,7 @@ def test_the_task_plan_shows_every_task_its_agent_dependencies_and_gates() -> No
     markdown = task_plan_markdown(SPEC)
     assert markdown.startswith("# Task plan: Ship | it (p1)\n\nSeed 003's shape\n")
     assert "at most 2 running at once" in markdown
+    assert "- agent runs: on each agent's own task queue\n" in markdown
     rows = {row[0]: row for row in table_rows(markdown, "Task")}
     assert rows["join"][1:4] == ["z", "build, docs", "normal"]
     assert rows["build"][-1] == "Build it"
