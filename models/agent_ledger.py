@@ -170,18 +170,33 @@ class PermitPool(BaseModel):
     (`expire`), which the ledger does on every message and at `next_deadline`."""
 
     size: int | None = None
-    """The agent's max_concurrent, as the latest worker asking declared it (None: no pool)."""
+    """The agent's max_concurrent (None: no pool): the smallest that the workers taking part
+    (holding a permit or waiting for one) declare, so that none of their declarations is
+    exceeded; for runs recorded before `smallest` (a ledger patch), the latest request's."""
+    declared: dict[str, int] = Field(default_factory=dict)
+    """Each worker's max_concurrent as its latest request says, while it takes part."""
     permits: list[Permit] = Field(default_factory=list)
     waiters: list[PoolWaiter] = Field(default_factory=list)
 
     def acquire(
-        self, run: str, size: int, lease_s: float, now: datetime, *, worker: str = ""
+        self,
+        run: str,
+        size: int,
+        lease_s: float,
+        now: datetime,
+        *,
+        worker: str = "",
+        smallest: bool = True,
     ) -> bool:
         """Whether `run` holds a permit now; else it waits in line, its request answered at
         the latest POOL_WAIT later. A run asking again keeps its place; a holder asking again
-        renews its lease (`lease_s` from now)."""
-        self.size = size
-        self.expire(now)
+        renews its lease (`lease_s` from now). `smallest`: the pool's size is the smallest
+        declared (see `size`)."""
+        if smallest:
+            self.declared[worker] = size
+        else:
+            self.size = size
+        self.expire(now, asking=worker)
         held = next((p for p in self.permits if p.run == run), None)
         if held is not None:
             held.until = now + timedelta(seconds=lease_s)  # renewed
@@ -202,14 +217,27 @@ class PermitPool(BaseModel):
         self.waiters = [w for w in self.waiters if w.run != run]
         self.expire(now)
 
-    def expire(self, now: datetime) -> None:
+    def expire(self, now: datetime, *, asking: str | None = None) -> None:
         """Ends the leases, requests and places in line whose time has come, and grants the
-        freed permits in turn."""
+        freed permits in turn (`asking`: the worker whose request is being taken)."""
         self.permits = [p for p in self.permits if p.until > now]
         self.waiters = [w for w in self.waiters if w.until > now]
         for waiter in self.waiters:
             waiter.asking = waiter.asking and waiter.answer_at > now
+        self._resize(asking)
         self._grant(now)
+
+    def _resize(self, asking: str | None) -> None:
+        """Forgets the declarations of workers no longer taking part; the size is the smallest
+        of the others (unchanged once none is left, or without declarations)."""
+        if not self.declared:
+            return
+        taking_part = {p.worker for p in self.permits} | {w.worker for w in self.waiters}
+        if asking is not None:
+            taking_part.add(asking)
+        self.declared = {w: n for w, n in self.declared.items() if w in taking_part}
+        if self.declared:
+            self.size = min(self.declared.values())
 
     def holds(self, run: str) -> bool:
         return any(p.run == run for p in self.permits)

@@ -143,3 +143,23 @@ def test_max_concurrent_per_worker_is_the_slot_limit_else_max_concurrent() -> No
         }
     ).agents
     assert [agents[name].worker_slots for name in ("spread", "pooled", "free")] == [1, 2, None]
+
+
+def test_workers_declaring_different_sizes_get_the_smallest_while_they_take_part() -> None:
+    pool = PermitPool()
+    assert pool.acquire("a1", 5, LEASE, T0, worker="wide")
+    assert pool.acquire("b1", 2, LEASE, T0, worker="narrow")
+    assert not pool.acquire("a2", 5, LEASE, T0, worker="wide"), "narrow's 2 holds for all"
+    assert pool.state(T0) == PoolState(size=2, in_use=2, waiting=1)
+    pool.release("b1", at(1))
+    assert pool.holds("a2"), "narrow's permit goes to the next in line"
+    assert pool.state(at(1)) == PoolState(size=5, in_use=2, waiting=0), "narrow left"
+    assert pool.acquire("a3", 5, LEASE, at(1), worker="wide")
+
+
+def test_the_latest_request_sizes_the_pool_for_runs_recorded_before_the_patch() -> None:
+    pool = PermitPool()
+    assert pool.acquire("a1", 5, LEASE, T0, worker="wide", smallest=False)
+    assert pool.acquire("b1", 2, LEASE, T0, worker="narrow", smallest=False)
+    assert pool.acquire("a2", 5, LEASE, T0, worker="wide", smallest=False)
+    assert pool.state(T0) == PoolState(size=5, in_use=3, waiting=0)

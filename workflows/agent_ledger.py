@@ -56,6 +56,9 @@ MAX_HISTORY = 2000
 PERMIT_POOL_PATCH = "ledger-permit-pool"
 """Runs after this patch keep the pool's leases and waits on time (a timer at the next end);
 runs recorded before waited only for their history to fill."""
+SMALLEST_POOL_PATCH = "ledger-pool-smallest-declaration"
+"""Runs after this patch size the pool by the smallest max_concurrent of the workers taking part
+(`PermitPool.size`); runs recorded before took the latest request's."""
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
@@ -139,7 +142,12 @@ class AgentLedger(metaclass=SurplusStartArguments):
         pool = self._book.pool
         now = workflow.now()
         granted = pool.acquire(
-            request.run, request.size, request.lease_s, now, worker=request.worker
+            request.run,
+            request.size,
+            request.lease_s,
+            now,
+            worker=request.worker,
+            smallest=workflow.patched(SMALLEST_POOL_PATCH),
         )
         if not granted and self._history_full():
             pool.release(request.run, now)
