@@ -132,6 +132,34 @@ async def test_max_concurrent_2_is_never_exceeded_under_20_queued_runs(
     assert RUNS.peak == 2, f"{RUNS.peak} runs at once"
 
 
+async def test_workers_declaring_different_pools_share_the_smallest(
+    client: Client, task_queue: str
+) -> None:
+    """Two workers declaring max_concurrent 3 and 1 for one agent, through its ledger: while
+    the narrow one takes part (here a run of its own asking, again and again, as a waiting run
+    does) the pool is 1; once it has left, 3 again."""
+    queue = agent_task_queue(f"mixed-{uuid.uuid4().hex[:8]}", task_queue)
+    wide = LedgerClient(client, queue, task_queue, BreakerConfig(), "wide")
+    narrow = LedgerClient(client, queue, task_queue, BreakerConfig(), "narrow")
+
+    async def narrow_run() -> None:
+        while not (await answered(narrow.acquire_permit, "n1", 1, 60.0)).granted:
+            pass
+
+    async with build_worker(client, task_queue):
+        assert (await answered(wide.acquire_permit, "w1", 3, 60.0)).granted
+        waiting = asyncio.create_task(narrow_run())
+        await eventually(pool_shows(client, queue, PoolState(size=1, in_use=1, waiting=1)))
+        refused = await answered(wide.acquire_permit, "w2", 3, 60.0)
+        assert not refused.granted, "a second would exceed the narrow worker's 1"
+        await answered(wide.release_permit, "w2")
+        await answered(wide.release_permit, "w1")
+        await asyncio.wait_for(waiting, 30)
+        await answered(narrow.release_permit, "n1")
+        again = await answered(wide.acquire_permit, "w3", 3, 60.0)
+        assert again.granted and again.pool == PoolState(size=3, in_use=1, waiting=0)
+
+
 async def test_the_rate_limit_paces_run_starts_across_the_agents_queue(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
