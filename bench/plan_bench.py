@@ -16,8 +16,8 @@ for its activity, on the workflow's own queue. The project runs in both layouts 
 (served by the workers that declare it), and `single` (`dispatch: coordinator`) keeps them on the
 plan's own queue, as the baseline does. A fourth side, `split`, is the hand-written workflow with
 its activities on a queue of their own. So each layout is compared with the hand-written workflow
-in the same layout (`single/baseline`, `project/split`: what the project's own code costs, the
-goal's two ratios), and `project/baseline` and `split/baseline` show what the agent queues cost.
+in the same layout (`single/baseline`, the goal's ratio, and `project/split`: what the project's
+own code costs), and `project/baseline` and `split/baseline` show what the agent queues cost.
 The rounds are interleaved (the order rotates), after one untimed warm-up plan per side, and
 each plan is timed from its start request to its result. Each run's history gives the most
 activities in flight at once (scheduled and not closed), so the report shows that every side
@@ -69,10 +69,9 @@ PROJECT, SINGLE, BASELINE, SPLIT = "project", "single", "baseline", "split"
 agent_queues`, the default); the same with every agent run on the plan's own queue (`dispatch:
 coordinator`); the hand-written workflow; the same with its activities on a task queue of their
 own, as the project sends each agent's runs to `agent-<name>`."""
-SAME_LAYOUT = f"; same layout, goal >= {GOAL}x"
 RATIOS = (
-    (SINGLE, BASELINE, SAME_LAYOUT),
-    (PROJECT, SPLIT, SAME_LAYOUT),
+    (SINGLE, BASELINE, f"; one queue each, goal >= {GOAL}x"),
+    (PROJECT, SPLIT, "; agent queues each"),
     (PROJECT, BASELINE, "; with the agent queues' cost"),
     (SPLIT, BASELINE, "; the agent queues' cost alone"),
 )
