@@ -61,7 +61,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
     Not sandboxed, as the chain, the ledger and the dead-letter entry: the sandbox cost a plan
     about 15% of its throughput (`bench/plan_bench.py`). Every payload of a workflow task is
     visited three times and each visit runs code inside the sandbox to pick its serialization
-    context, four entries per agent run and its summary, besides the activations themselves.
+    context: four entries for each payload, an agent run's input and its summary alike, besides
+    the activations themselves.
     The code touches only the workflow API and pure models (imported passed-through, so the
     sandbox never re-imported them anyway); what keeps it deterministic is the replay of its
     recorded histories (`tests/test_replay.py`)."""
