@@ -243,6 +243,9 @@ WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 """Picks the agent for a run that names capabilities: candidates, their load and record, the
 strategy's winner (on the coordinator queue)."""
+CHOOSE_AGENTS_ACTIVITY: Final = "choose_agents"
+"""Picks the agents for the runs a workflow starts together (a plan's wave), each pick seeing
+the ones before it."""
 READ_AGENT_HEALTH_ACTIVITY: Final = "read_agent_health"
 """Reads the health of a deployment's agents from the server (the agent monitor's reading)."""
 PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"

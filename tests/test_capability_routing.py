@@ -4,12 +4,16 @@ go to the agent the coordinator picks (`choose_agent`), which is recorded with t
 import asyncio
 import json
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client
+from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -20,7 +24,8 @@ from coord.models.agent_config import AgentDeclarationBase
 from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec
-from coord.models.contract import FailureType, agent_task_queue
+from coord.models.assignment import Assignment, CapabilityRoute
+from coord.models.contract import CHOOSE_AGENT_ACTIVITY, FailureType, agent_task_queue
 from coord.models.dlq import DlqSelection
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import PlanSpec, TaskState
@@ -219,3 +224,158 @@ async def test_coord_agents_shows_what_each_agent_offers(
     code, out, _ = await run(COORD, "agents", "--agents", str(agents_file), env=env)
     [pg_line] = [line for line in out.splitlines() if line.startswith("pg ")]
     assert code == 0 and "sql, postgres" in pg_line
+
+
+async def served(client: Client, task_queue: str, agents: list[str]) -> bool:
+    """Whether every one of `agents` has a live worker, as the router reads them."""
+    rows = await candidates_health(client, agents, home=task_queue)
+    return all(row.status == "healthy" for row in rows)
+
+
+def wave(strategy: str, tasks: int) -> PlanSpec:
+    """A plan whose tasks all ask for `sql` and start together (one wave)."""
+    return PlanSpec.model_validate(
+        {
+            "plan_id": f"wave-{strategy}-{uuid.uuid4().hex[:8]}",
+            "max_workers": tasks,
+            "tasks": [
+                {"id": f"q{i}", "capability": "sql", "assignment": strategy} for i in range(tasks)
+            ],
+        }
+    )
+
+
+@pytest.mark.parametrize("strategy", ["least_loaded", "auction"])
+async def test_a_wave_of_runs_asking_one_capability_spreads_over_the_idle_agents(
+    mesh_client: Client, task_queue: str, strategy: str
+) -> None:
+    """Six tasks of one wave among three idle agents: two each. Picked one by one, each read
+    the same idle agents and all went to the same one."""
+    client = mesh_client
+    agents = ["db-1", "db-2", "db-3"]
+    registry = registry_of(dict.fromkeys(agents, ["sql"]))
+    async with build_worker(client, task_queue, registry):
+        await eventually(lambda: served(client, task_queue, agents), timeout=30)
+        plan = await api.start_plan(client, wave(strategy, 6), queue=task_queue)
+        outcome = await asyncio.wait_for(api.plan_outcome(plan), 60)
+        history = await plan.fetch_history()
+    assert all(task.state == TaskState.SUCCEEDED for task in outcome.tasks)
+    assert Counter(task.agent for task in outcome.tasks) == dict.fromkeys(agents, 2)
+    chosen = [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in chosen]
+    assert types.count("choose_agents") == 1, "the wave's picks are made together"
+
+
+async def test_a_run_in_progress_counts_as_load(mesh_client: Client, task_queue: str) -> None:
+    """db-1 is running a run and has none waiting, db-2 is idle: both strategies pick db-2
+    (on backlog alone they tie, and the tie went to db-1 by name)."""
+    client = mesh_client
+    released = asyncio.Event()
+
+    async def holding(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        await released.wait()
+        return {}
+
+    registry = registry_of({"db-2": ["sql"]})
+    registry.register("db-1", declaration=AgentDeclarationBase(capabilities=["sql"]))(holding)
+
+    async def db_1_busy() -> bool:
+        rows = await candidates_health(client, ["db-1", "db-2"], home=task_queue)
+        busy = rows[0].pool is not None and rows[0].pool.in_use == 1 and rows[0].backlog == 0
+        return busy and all(row.status == "healthy" for row in rows)
+
+    auction = SagaSpec.model_validate(
+        {
+            "saga_id": f"auction-{uuid.uuid4().hex[:8]}",
+            "steps": [{"name": "query", "capability": "sql", "assignment": "auction"}],
+        }
+    )
+    async with build_worker(client, task_queue, registry):
+        hold = await api.start_saga(client, holding_saga(0), queue=task_queue)
+        await eventually(db_1_busy, timeout=60)
+        saga = await api.start_saga(client, auction, queue=task_queue)
+        sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
+        plan = await api.start_plan(client, wave("least_loaded", 1), queue=task_queue)
+        planned = await asyncio.wait_for(api.plan_outcome(plan), 60)
+        released.set()
+        await asyncio.wait_for(hold.result(), 60)
+    picked = sold.assignments["query"]
+    assert picked.agent == "db-2"
+    busy = {bid.agent: bid for bid in picked.bids}["db-1"]
+    assert (busy.running, busy.backlog, busy.load) == (1, 0, 0.5)
+    [task] = planned.tasks
+    assert task.agent == "db-2"
+    assert task.assignment is not None
+    assert [bid.work_per_poller for bid in task.assignment.bids] == [0.0, 1.0]
+
+
+@workflow.defn(name="RouteOnce", sandboxed=False)
+class RouteOnce:
+    """Asks the coordinator of queue `home` to pick for `route`, as a workflow routing a run
+    again would (with the agents it rules out)."""
+
+    @workflow.run
+    async def run(self, home: str, route: CapabilityRoute) -> Assignment:
+        assignment: Assignment = await workflow.execute_activity(
+            CHOOSE_AGENT_ACTIVITY,
+            route,
+            result_type=Assignment,
+            task_queue=home,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+        return assignment
+
+
+async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_excludes(
+    mesh_client: Client, task_queue: str
+) -> None:
+    """db-1 has the best record but its breaker is open, db-2 has no worker, db-3 and db-4 are
+    served with a middling record: both strategies pick db-3 or db-4 (db-1 won the auction on
+    its record and least_loaded by name). A route excluding the one picked gets the other."""
+    client = mesh_client
+    agents = ["db-1", "db-2", "db-3", "db-4"]
+    registry = registry_of(dict.fromkeys(agents, ["sql"]))
+    recovery = BreakerConfig(recovery=timedelta(minutes=10))
+    records = {"db-1": RunStats(succeeded=100), "db-3": RunStats(succeeded=1, failed=1)}
+    records["db-4"] = records["db-3"]
+    for agent, stats in records.items():
+        queue = agent_task_queue(agent, task_queue)
+        ledger = LedgerClient(client, queue, task_queue, recovery, "test")
+        await ledger.stats(stats)
+        failures = recovery.failures if agent == "db-1" else 0
+        for _ in range(failures):
+            await ledger.outcome(False, failure_type="temporary_failure")
+    auction = SagaSpec.model_validate(
+        {
+            "saga_id": f"auction-{uuid.uuid4().hex[:8]}",
+            "steps": [{"name": "query", "capability": "sql", "assignment": "auction"}],
+        }
+    )
+    routing_queue = f"{task_queue}-routing"
+    async with (
+        build_worker(client, task_queue, registry, only=["db-1", "db-3", "db-4"]),
+        Worker(client, task_queue=routing_queue, workflows=[RouteOnce]),
+    ):
+        await eventually(lambda: served(client, task_queue, ["db-1", "db-3", "db-4"]), 30)
+        saga = await api.start_saga(client, auction, queue=task_queue)
+        sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
+        plan = await api.start_plan(client, wave("least_loaded", 1), queue=task_queue)
+        planned = await asyncio.wait_for(api.plan_outcome(plan), 60)
+        first = sold.assignments["query"].agent
+        again = await client.execute_workflow(
+            RouteOnce.run,
+            args=[task_queue, CapabilityRoute(capabilities=["sql"], exclude=[first])],
+            id=f"route-{uuid.uuid4().hex[:8]}",
+            task_queue=routing_queue,
+        )
+    assert sold.status == SagaStatus.COMPLETED
+    assert first in {"db-3", "db-4"}
+    bids = {bid.agent: bid for bid in sold.assignments["query"].bids}
+    assert (bids["db-1"].breaker, bids["db-1"].available) == ("open", False)
+    assert (bids["db-2"].healthy, bids["db-2"].available) == (False, False)
+    assert bids["db-1"].bid > bids[first].bid, "its record alone would have won"
+    [task] = planned.tasks
+    assert task.agent in {"db-3", "db-4"}
+    assert again.agent == ({"db-3", "db-4"} - {first}).pop()
+    assert first not in [bid.agent for bid in again.bids]

@@ -25,6 +25,7 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.routing import AgentRouter
 from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
@@ -168,6 +169,8 @@ def test_workflows_are_registered_under_the_contracts_names(
         (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
         (AgentMonitorActivities.read_agent_health, contract.READ_AGENT_HEALTH_ACTIVITY),
         (AgentMonitorActivities.publish_agent_health, contract.PUBLISH_AGENT_HEALTH_ACTIVITY),
+        (AgentRouter.choose_agent, contract.CHOOSE_AGENT_ACTIVITY),
+        (AgentRouter.choose_agents, contract.CHOOSE_AGENTS_ACTIVITY),
     ],
 )
 def test_activities_are_registered_under_the_contracts_names(

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
+        AgentPicker,
         PlainInput,
         decode_input,
         uncancellable,
@@ -76,6 +77,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._publishing = False
         self._bug: Exception | None = None
+        self._picker = AgentPicker()
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -185,7 +187,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._scratchpad.task_ended(model.record(task.id))
 
     def _task(self, task: PlanTask) -> GatedTaskRun:
-        return GatedTaskRun(self._slots, task, workflow.info().workflow_id, self._publish)
+        info = workflow.info()
+        return GatedTaskRun(self._slots, task, info.workflow_id, self._publish, self._picker)
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome
