@@ -374,6 +374,10 @@ class FailureType(StrEnum):
     run within its wait: the agent was not called; retried after a spread delay (retryable)."""
     NO_CAPABLE_AGENT = "no_capable_agent"
     """A run naming capabilities instead of an agent found no declared agent offering them."""
+    AGENT_BLOCKED = "agent_blocked"
+    """An `async def` python agent blocked its event loop (one of its own) past its
+    `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
+    async agent is in its code and would block again, each attempt leaving a thread stuck."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
