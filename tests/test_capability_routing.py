@@ -23,8 +23,8 @@ from coord.infra.ledgers import LedgerClient
 from coord.models.agent_config import AgentDeclarationBase
 from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec
 from coord.models.assignment import Assignment, CapabilityRoute
+from coord.models.chain import ChainSpec
 from coord.models.contract import CHOOSE_AGENT_ACTIVITY, FailureType, agent_task_queue
 from coord.models.dlq import DlqSelection
 from coord.models.envelope import EventEnvelope
@@ -253,7 +253,7 @@ async def test_a_wave_of_runs_asking_one_capability_spreads_over_the_idle_agents
     the same idle agents and all went to the same one."""
     client = mesh_client
     agents = ["db-1", "db-2", "db-3"]
-    registry = registry_of(dict.fromkeys(agents, ["sql"]))
+    registry = registry_of({agent: ["sql"] for agent in agents})
     async with build_worker(client, task_queue, registry):
         await eventually(lambda: served(client, task_queue, agents), timeout=30)
         plan = await api.start_plan(client, wave(strategy, 6), queue=task_queue)
@@ -335,7 +335,7 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
     its record and least_loaded by name). A route excluding the one picked gets the other."""
     client = mesh_client
     agents = ["db-1", "db-2", "db-3", "db-4"]
-    registry = registry_of(dict.fromkeys(agents, ["sql"]))
+    registry = registry_of({agent: ["sql"] for agent in agents})
     recovery = BreakerConfig(recovery=timedelta(minutes=10))
     records = {"db-1": RunStats(succeeded=100), "db-3": RunStats(succeeded=1, failed=1)}
     records["db-4"] = records["db-3"]

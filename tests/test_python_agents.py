@@ -145,7 +145,7 @@ async def cleaning_up(event: EventEnvelope, context: AgentContext) -> Mapping[st
 async def test_a_cancel_reaches_the_agent_and_waits_for_its_cleanup() -> None:
     agent = python_agent("agent", PythonAgent(kind="python", callable=f"{__name__}:cleaning_up"))
     context = AgentContext(agent="agent", attempt=1, idempotency_key="k")
-    running = asyncio.create_task(agent(EventEnvelope.new("Work", "/test"), context))
+    running = asyncio.ensure_future(agent(EventEnvelope.new("Work", "/test"), context))
     await asyncio.sleep(0.3)
     running.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from coord.models.agent_config import PythonAgent
 from coord.models.agents import AgentContext, AgentFn
@@ -26,6 +26,7 @@ from coord.models.specs import SpecError
 
 T = TypeVar("T")
 Output = Mapping[str, Any] | None
+AsyncAgent = Callable[[EventEnvelope, AgentContext], Coroutine[Any, Any, Output]]
 
 TURN = 0.1
 """Seconds between two marks of the agent's loop turning (a timer on that loop)."""
@@ -37,7 +38,7 @@ def python_agent(name: str, config: PythonAgent) -> AgentFn:
     """Resolved when the file is loaded, so a wrong path stops the worker, not a run."""
     target = _imported(name, config.callable)
     if asyncio.iscoroutinefunction(target):
-        return partial(_on_own_loop, target, config.blocked_after)
+        return partial(_on_own_loop, cast(AsyncAgent, target), config.blocked_after)
     return partial(_in_thread, target)
 
 
@@ -63,7 +64,7 @@ async def _in_thread(
 
 
 async def _on_own_loop(
-    target: AgentFn, blocked_after: timedelta, event: EventEnvelope, context: AgentContext
+    target: AsyncAgent, blocked_after: timedelta, event: EventEnvelope, context: AgentContext
 ) -> Output:
     """An `async def` agent's run on a loop of its own (`OwnLoop`), watched: `agent_blocked`
     once that loop has not turned for `blocked_after`. A cancel of the run is handed to the
@@ -127,10 +128,8 @@ class OwnLoop:
 
     def cancel(self) -> None:
         """Asks the agent's coroutine to stop, when its loop next turns."""
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the coroutine ended
             self._loop.call_soon_threadsafe(self._cancel_main)
-        except RuntimeError:  # the loop has closed: the coroutine has ended
-            pass
 
     def _serve(
         self,
@@ -172,10 +171,8 @@ class OwnLoop:
 
 
 def _hand_over(caller: asyncio.AbstractEventLoop, settle: Callable[[], None]) -> None:
-    try:
+    with contextlib.suppress(RuntimeError):  # the worker's loop has closed: nobody waits
         caller.call_soon_threadsafe(settle)
-    except RuntimeError:  # the worker's loop has closed: nobody waits for the run any more
-        pass
 
 
 def _succeed(ending: "asyncio.Future[T]", result: T) -> None:
