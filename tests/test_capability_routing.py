@@ -136,9 +136,9 @@ async def test_the_auction_and_least_loaded_pick_from_controlled_load_and_histor
     mesh_client: Client, task_queue: str
 ) -> None:
     """db-1 has a backlog (one worker, busy, four runs waiting), db-2 a poor record (1 of 4
-    runs succeeded, as its ledger says), db-3 neither: the auction picks db-3 (db-1 would win
-    the tie by name on bids alone, db-2 too without its record); least_loaded, which weighs
-    backlog only, picks db-2 (before db-3 by name)."""
+    runs succeeded, as its ledger says), db-3 neither: the auction picks db-3 (db-1 would tie
+    on bids without its load, db-2 too without its record); least_loaded, which weighs load
+    only, picks db-2 (tied with db-3, which the router picked last)."""
     client = mesh_client
     released = asyncio.Event()
 
@@ -309,6 +309,21 @@ async def test_a_run_in_progress_counts_as_load(mesh_client: Client, task_queue:
     assert [bid.work_per_poller for bid in task.assignment.bids] == [0.0, 1.0]
 
 
+async def open_db_1_with_the_best_record(client: Client, task_queue: str) -> None:
+    """db-1: 100 runs succeeded, then 5 failures that open its breaker for 10 minutes; db-3
+    and db-4: 1 of 2 runs succeeded (the ledgers run on the coordinator queue's worker)."""
+    recovery = BreakerConfig(recovery=timedelta(minutes=10))
+    records = {"db-1": RunStats(succeeded=100), "db-3": RunStats(succeeded=1, failed=1)}
+    records["db-4"] = records["db-3"]
+    for agent, stats in records.items():
+        queue = agent_task_queue(agent, task_queue)
+        ledger = LedgerClient(client, queue, task_queue, recovery, "test")
+        await ledger.stats(stats)
+        failures = recovery.failures if agent == "db-1" else 0
+        for _ in range(failures):
+            await ledger.outcome(False, failure_type="temporary_failure")
+
+
 @workflow.defn(name="RouteOnce", sandboxed=False)
 class RouteOnce:
     """Asks the coordinator of queue `home` to pick for `route`, as a workflow routing a run
@@ -336,16 +351,6 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
     client = mesh_client
     agents = ["db-1", "db-2", "db-3", "db-4"]
     registry = registry_of({agent: ["sql"] for agent in agents})
-    recovery = BreakerConfig(recovery=timedelta(minutes=10))
-    records = {"db-1": RunStats(succeeded=100), "db-3": RunStats(succeeded=1, failed=1)}
-    records["db-4"] = records["db-3"]
-    for agent, stats in records.items():
-        queue = agent_task_queue(agent, task_queue)
-        ledger = LedgerClient(client, queue, task_queue, recovery, "test")
-        await ledger.stats(stats)
-        failures = recovery.failures if agent == "db-1" else 0
-        for _ in range(failures):
-            await ledger.outcome(False, failure_type="temporary_failure")
     auction = SagaSpec.model_validate(
         {
             "saga_id": f"auction-{uuid.uuid4().hex[:8]}",
@@ -357,6 +362,7 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
         build_worker(client, task_queue, registry, only=["db-1", "db-3", "db-4"]),
         Worker(client, task_queue=routing_queue, workflows=[RouteOnce]),
     ):
+        await open_db_1_with_the_best_record(client, task_queue)
         await eventually(lambda: served(client, task_queue, ["db-1", "db-3", "db-4"]), 30)
         saga = await api.start_saga(client, auction, queue=task_queue)
         sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
@@ -370,6 +376,7 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
             args=[task_queue, CapabilityRoute(capabilities=["sql"], exclude=[first])],
             id=f"route-{uuid.uuid4().hex[:8]}",
             task_queue=routing_queue,
+            execution_timeout=timedelta(seconds=60),
         )
     assert sold.status == SagaStatus.COMPLETED
     bids = {bid.agent: bid for bid in sold.assignments["query"].bids}
