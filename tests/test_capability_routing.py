@@ -232,6 +232,32 @@ async def served(client: Client, task_queue: str, agents: list[str]) -> bool:
     return all(row.status == "healthy" for row in rows)
 
 
+async def saga_pick(client: Client, saga_id: str, step: str) -> Assignment:
+    """The agent picked for the saga's step, once it has one (whether its run ends or not)."""
+
+    async def picked() -> bool:
+        return step in (await api.saga_state(client, saga_id)).assignments
+
+    await eventually(picked, timeout=30)
+    return (await api.saga_state(client, saga_id)).assignments[step]
+
+
+async def plan_pick(client: Client, plan_id: str, task_id: str) -> Assignment:
+    """The agent picked for the plan's task, once it has one (whether its run ends or not)."""
+
+    async def assigned() -> Assignment | None:
+        [task] = [t for t in (await api.plan_state(client, plan_id)).tasks if t.id == task_id]
+        return task.assignment
+
+    async def picked() -> bool:
+        return await assigned() is not None
+
+    await eventually(picked, timeout=30)
+    assignment = await assigned()
+    assert assignment is not None
+    return assignment
+
+
 def wave(strategy: str, tasks: int) -> PlanSpec:
     """A plan whose tasks all ask for `sql` and start together (one wave)."""
     return PlanSpec.model_validate(
@@ -268,7 +294,8 @@ async def test_a_wave_of_runs_asking_one_capability_spreads_over_the_idle_agents
 
 async def test_a_run_in_progress_counts_as_load(mesh_client: Client, task_queue: str) -> None:
     """db-1 is running a run and has none waiting, db-2 is idle: both strategies pick db-2
-    (on backlog alone they tie, and the tie went to db-1 by name)."""
+    (least_loaded weighed backlog alone, a tie that went to db-1 by name; the auction weighed
+    the run only as 1% less of db-1's free slots)."""
     client = mesh_client
     released = asyncio.Event()
 
@@ -294,14 +321,17 @@ async def test_a_run_in_progress_counts_as_load(mesh_client: Client, task_queue:
         hold = await api.start_saga(client, holding_saga(0), queue=task_queue)
         await eventually(db_1_busy, timeout=60)
         saga = await api.start_saga(client, auction, queue=task_queue)
+        picked = await saga_pick(client, auction.saga_id, "query")
+        assert picked.agent == "db-2", picked.describe()
         sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
-        plan = await api.start_plan(client, wave("least_loaded", 1), queue=task_queue)
+        spec = wave("least_loaded", 1)
+        plan = await api.start_plan(client, spec, queue=task_queue)
+        planned_pick = await plan_pick(client, spec.plan_id, "q0")
+        assert planned_pick.agent == "db-2", planned_pick.describe()
         planned = await asyncio.wait_for(api.plan_outcome(plan), 60)
         released.set()
         await asyncio.wait_for(hold.result(), 60)
-    picked = sold.assignments["query"]
-    assert picked.agent == "db-2"
-    busy = {bid.agent: bid for bid in picked.bids}["db-1"]
+    busy = {bid.agent: bid for bid in sold.assignments["query"].bids}["db-1"]
     assert (busy.running, busy.backlog, busy.load) == (1, 0, 0.5)
     [task] = planned.tasks
     assert task.agent == "db-2"
@@ -365,9 +395,10 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
         await open_db_1_with_the_best_record(client, task_queue)
         await eventually(lambda: served(client, task_queue, ["db-1", "db-3", "db-4"]), 30)
         saga = await api.start_saga(client, auction, queue=task_queue)
+        picked = await saga_pick(client, auction.saga_id, "query")
+        assert picked.agent in {"db-3", "db-4"}, picked.describe()
         sold = await asyncio.wait_for(api.saga_outcome(saga), 60)
-        first = sold.assignments["query"].agent
-        assert first in {"db-3", "db-4"}, sold.assignments["query"].describe()
+        first = picked.agent
         plan = await api.start_plan(client, wave("least_loaded", 1), queue=task_queue)
         [task] = (await asyncio.wait_for(api.plan_outcome(plan), 60)).tasks
         assert task.agent in {"db-3", "db-4"}
