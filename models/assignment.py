@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, Self
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -153,9 +154,12 @@ class Bid(BaseModel):
     running: int = 0
     picked: int = 0
     pollers: int
-    work_per_poller: float | None = None
+    work_per_poller: float | None = Field(
+        default=None, validation_alias=AliasChoices("work_per_poller", "backlog_per_poller")
+    )
     """`least_loaded`'s score (lowest wins): backlog + running + picked, per live worker; None
-    without a worker seen alive."""
+    without a worker seen alive. Records made before running runs and picks counted hold the
+    backlog alone, as `backlog_per_poller`."""
     load: float
     """In [0, 1]: `w / (1 + w)` of the work per poller `w`; 1 without a healthy worker."""
     past_performance: float

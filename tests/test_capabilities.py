@@ -7,6 +7,7 @@ from coord.models.agent_config import MAX_CAPABILITIES, AgentDeclarationBase, Ag
 from coord.models.agents import AgentRegistry, check_agents
 from coord.models.assignment import (
     MAX_EXCLUDED,
+    Assignment,
     Bid,
     CandidateReading,
     CapabilityRoute,
@@ -264,7 +265,14 @@ def test_a_bid_recorded_before_running_and_breakers_were_weighed_still_reads() -
         "bid": 1.0,
     }
     bid = Bid.model_validate(old)
-    assert (bid.available, bid.running, bid.breaker) == (True, 0, "closed")
+    assert (bid.available, bid.running, bid.breaker, bid.work_per_poller) == (
+        True,
+        0,
+        "closed",
+        0.0,
+    )
+    old_choice = Assignment(capabilities=["sql"], strategy="least_loaded", agent="a", bids=[bid])
+    assert old_choice.describe() == "a (least_loaded over sql: a work/worker 0)"
 
 
 def test_a_candidate_with_a_worker_wins_over_one_without() -> None:
