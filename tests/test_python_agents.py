@@ -117,7 +117,11 @@ async def test_an_awaiting_agent_runs_on_a_loop_and_thread_of_its_own() -> None:
     assert result.data == {"slept": True, "attempt": 1}
     assert AWAITED["thread"] != threading.get_ident()
     assert AWAITED["loop"] is not asyncio.get_running_loop()
-    assert AWAITED["loop"].is_closed()
+
+    async def closed() -> bool:  # right after it handed its result over
+        return bool(AWAITED["loop"].is_closed())
+
+    await eventually(closed, timeout=10)
     assert AWAITED["workflow"] == "test"
 
 
