@@ -13,6 +13,7 @@ from typing import Any, Literal, NamedTuple, Self, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.agent_runs import RunDetour
 from coord.models.assignment import Assignment, Routed
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
 from coord.models.durations import Duration
@@ -422,6 +423,8 @@ class TaskRecord(BaseModel):
     approval: ApprovalDecision | None = None
     assignment: Assignment | None = None
     """For a task naming capabilities: the agent picked (then `agent`), with the bids."""
+    detours: list[RunDetour] = Field(default_factory=list)
+    """Its runs that waited for their agent (breaker open, pool full) or went elsewhere."""
     ended_as: str | None = None
     """How it ended, in words, where its result is a record of its own (a vote's)."""
     transitions: list[Transition] = Field(default_factory=list)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
+from coord.models.agent_runs import RunDetour, kept
 from coord.models.agents import AgentRequest
 from coord.models.assignment import Assignment
 from coord.models.envelope import EventEnvelope, Priority
@@ -235,6 +236,18 @@ class PlanModel(BaseModel):
         record.agent = assignment.agent
         record.assignment = assignment
         self._assigned[task_id] = None
+
+    def task_detoured(
+        self, task_id: str, detour: RunDetour, assignment: Assignment | None
+    ) -> None:
+        """A run of the task that waited for its agent or went elsewhere; a task whose run went
+        to another agent is done by it from then on (its fix rounds too)."""
+        record = self._records[task_id]
+        record.detours = kept(record.detours, detour)
+        if assignment is not None:
+            self.task_assigned(task_id, assignment)
+        elif detour.to_agent is not None:
+            record.agent = detour.to_agent
 
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
         """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round

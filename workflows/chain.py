@@ -10,6 +10,7 @@ chain decides is in `ChainModel` (coord.models.chain_model); this module is its 
 import asyncio
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -18,7 +19,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentResult
+    from coord.models.agent_runs import RunDetour
+    from coord.models.assignment import Assignment
     from coord.models.chain import (
         AgentRun,
         ChainInput,
@@ -38,7 +40,6 @@ with workflow.unsafe.imports_passed_through():
         DETACH_SIGNAL,
         EVENT_SIGNAL,
         RERUN_SIGNAL,
-        RUN_AGENT_ACTIVITY,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
@@ -51,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.sizes import json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
+    from coord.workflows.agent_runs import RunSettings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
@@ -58,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
-        agent_dispatch,
         assign_agent,
         attempts,
         decode_input,
@@ -435,16 +436,18 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
-                result: AgentResult = await workflow.execute_activity(
-                    RUN_AGENT_ACTIVITY,
-                    request,
-                    result_type=AgentResult,
-                    start_to_close_timeout=subscription.timeout,
-                    heartbeat_timeout=subscription.heartbeat_timeout,
-                    retry_policy=retry_policy,
+                settings = RunSettings(
                     summary=f"{run.agent} ← {run.trigger.event.type}",
-                    **agent_dispatch(request, subscription.schedule_to_start_timeout),
+                    retry=subscription.retry,
+                    start_to_close=subscription.timeout,
+                    schedule_to_close=subscription.schedule_to_close_timeout,
+                    heartbeat_timeout=subscription.heartbeat_timeout,
+                    schedule_to_start=subscription.schedule_to_start_timeout,
+                    route=subscription.route,
+                    fallback=subscription.fallback,
+                    inline_agents=self._spec.agents,
                 )
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
             except ActivityError as error:
                 failed = (failure_type_of(error), failure_message(error))
                 await park_letter(
@@ -454,6 +457,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._model.run_succeeded(run, result)
         finally:
             self._model.finish(seq)
+
+    def _detoured(self, run: AgentRun, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run that waited for its agent or went elsewhere: in the chain's record; a run
+        that went to another agent publishes as that agent."""
+        self._model.run_detoured(run, detour, assignment)
+        workflow.set_current_details(self._model.details())
+        if assignment is not None:
+            self._announce_agents()
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a child `Vote` on the event's payload, counted as a run

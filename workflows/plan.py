@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.plan_model import PlanModel
     from coord.models.specs import SpecError
+    from coord.workflows.agent_runs import outcomes_landed
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
@@ -191,7 +192,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome
         they reached first) and every task still waiting. An outcome that arrived in the same
         workflow task as the cancel is recorded first, never replaced by `cancelled`."""
-        await asyncio.sleep(0)
+        await outcomes_landed()
         model.stop(reason)
         running = [run for run in self._runs.values() if not run.done()]
         for run in running:

@@ -24,21 +24,20 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models.agent_runs import RunDetour
     from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.contract import (
-        RUN_AGENT_ACTIVITY,
-        FailureType,
-        failure_type_of,
-    )
+    from coord.models.assignment import Assignment
+    from coord.models.contract import FailureType, failure_type_of
     from coord.models.plan import Dispatch, PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
     from coord.models.plan_votes import task_vote, vote_error
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
+    from coord.workflows.agent_runs import RunSettings, start_agent_run
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows.common import agent_dispatch, assign_agent, attempts
+    from coord.workflows.common import assign_agent, attempts
 
-AgentActivity = workflow.ActivityHandle[AgentResult]
+AgentActivity = asyncio.Task[AgentResult]
 T = TypeVar("T")
 
 UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
@@ -147,7 +146,8 @@ class TaskRun:
             self.model.run_started(task.id, workflow.now(), round)
             self.changed()
             summary = f"{task.id}: {task.summary or request.agent}"
-            return await self.start_agent(request, run_activity_id(task.id, round), summary)
+            activity_id = run_activity_id(task.id, round)
+            return await self.start_agent(request, activity_id, summary, own=True)
 
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
@@ -214,25 +214,33 @@ class TaskRun:
             self.model.task_assigned(self.task.id, assignment)
             self.changed()
 
-    def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
-        """A `run_agent` activity of this task (its run, a review, a verifier) with the task's
-        timeouts and retry policy."""
-        return workflow.start_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
-            activity_id=activity_id,
-            start_to_close_timeout=self.task.timeout,
-            heartbeat_timeout=self.task.heartbeat_timeout,
-            retry_policy=self.task.retry.to_retry_policy(),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    def start_agent(
+        self, request: AgentRequest, activity_id: str, summary: str, *, own: bool = False
+    ) -> AgentActivity:
+        """A `run_agent` activity of this task (its run, `own`, or a review, a verifier) with
+        the task's timeouts and retry policy; the task's own run may go to the next capable
+        agent or its fallback when its agent cannot serve it."""
+        task = self.task
+        settings = RunSettings(
             summary=summary,
-            **agent_dispatch(
-                request,
-                self.task.schedule_to_start_timeout,
-                agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
-            ),
+            retry=task.retry,
+            start_to_close=task.timeout,
+            schedule_to_close=task.schedule_to_close_timeout,
+            heartbeat_timeout=task.heartbeat_timeout,
+            schedule_to_start=task.schedule_to_start_timeout,
+            cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            activity_id=activity_id,
+            agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
+            route=task.route if own else None,
+            fallback=task.fallback if own else None,
+            inline_agents=self.model.spec.agents,
         )
+        return start_agent_run(request, settings, self.detoured)
+
+    def detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run of this task that waited for its agent or went elsewhere: in its record."""
+        self.model.task_detoured(self.task.id, detour, assignment)
+        self.changed()
 
     async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
         """Waits for a worker slot, starts the activity or child (`start`, once the slot is

@@ -14,7 +14,6 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest, AgentResult
     from coord.models.contract import (
-        RUN_AGENT_ACTIVITY,
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
@@ -26,18 +25,23 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.envelope import EventEnvelope
     from coord.models.specs import SpecError
     from coord.models.vote import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
+    from coord.workflows.agent_runs import (
+        AGENT_RUN_GATES_PATCH,
+        RunSettings,
+        outcomes_landed,
+        start_agent_run,
+    )
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PlainInput,
-        agent_dispatch,
         decode_input,
         uncancellable,
         upsert_search_attributes,
     )
     from coord.workflows.plan_task import task_error
 
-VoterRun = workflow.ActivityHandle[AgentResult]
+VoterRun = asyncio.Task[AgentResult]
 
 
 @workflow.defn(name=VOTE_WORKFLOW)
@@ -69,6 +73,8 @@ class Vote(metaclass=SurplusStartArguments):
         try:
             await self._until_over(model)
         except asyncio.CancelledError:
+            if workflow.patched(AGENT_RUN_GATES_PATCH):
+                await outcomes_landed()
             if not model.over:  # an outcome taken in the same workflow task stands
                 await self._cancelled(model, runs, ballots)
                 raise
@@ -125,17 +131,15 @@ class Vote(metaclass=SurplusStartArguments):
             idempotency_key=f"{info.workflow_id}/{info.first_execution_run_id}/{voter}",
             inputs={"vote": {"vote_id": spec.vote_id, "needed": spec.needed}},
         )
-        return workflow.start_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
-            schedule_to_close_timeout=spec.timeout,
-            heartbeat_timeout=spec.heartbeat_timeout,
-            retry_policy=spec.retry.to_retry_policy(),
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+        settings = RunSettings(
             summary=f"ballot: {voter}",
-            **agent_dispatch(request, spec.schedule_to_start_timeout),
+            retry=spec.retry,
+            schedule_to_close=spec.timeout,
+            heartbeat_timeout=spec.heartbeat_timeout,
+            schedule_to_start=spec.schedule_to_start_timeout,
+            inline_agents=spec.agents,
         )
+        return start_agent_run(request, settings)
 
     async def _ballot(self, model: VoteModel, voter: str, run: VoterRun) -> None:
         """The voter's run to its end, as a ballot (or as cancelled); never raises."""
