@@ -4,12 +4,13 @@ then picks one of the declared agents offering enough of them, by a strategy. Pu
 (health, backlog, history, pool) come from the `choose_agent` activity."""
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from coord.models.agent_config import MAX_CAPABILITIES, Capability
 from coord.models.durations import Duration
+from coord.models.specs import MAX_NAME
 
 MATCH_THRESHOLD = 0.7
 """Seed 002's `capability_match > 0.7`: an agent offering less of what is asked is no candidate."""
@@ -59,7 +60,15 @@ class FallbackRoute(BaseModel):
         return CapabilityRoute(capabilities=asked, strategy=self.assignment)
 
 
-Fallback = str | FallbackRoute
+def _fallback_kind(value: object) -> str:
+    return "agent" if isinstance(value, str) else "capabilities"
+
+
+Fallback = Annotated[
+    Annotated[str, Tag("agent"), Field(min_length=1, max_length=MAX_NAME)]
+    | Annotated[FallbackRoute, Tag("capabilities")],
+    Discriminator(_fallback_kind),
+]
 """A run's `fallback:`: an agent's name, or `{capability: X}` / `{capabilities: [X, Y]}`."""
 
 
