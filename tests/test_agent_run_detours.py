@@ -112,7 +112,8 @@ async def test_a_pooled_agent_queues_plan_tasks_instead_of_failing_them(
         handle = await api.start_plan(client, spec, queue=task_queue)
         state: PlanState = await asyncio.wait_for(api.plan_outcome(handle), 120)
     records = {task.id: task for task in state.tasks}
-    assert {task: r.state for task, r in records.items()} == {f"t{t}": TaskState.SUCCEEDED for t in "abc"}
+    succeeded = {f"t{n}": TaskState.SUCCEEDED for n in "abc"}
+    assert {task: record.state for task, record in records.items()} == succeeded
     assert CALLS.peak == 1 and CALLS.attempts == [1, 1, 1]
     waited = [d for r in records.values() for d in r.detours]
     assert waited and {(d.reason, d.action) for d in waited} == {("pool_full", "waited")}
