@@ -22,7 +22,15 @@ from coord.models.saga import SagaSpec
 from coord.models.specs import SpecError, parse_model
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
-BACKOFF = {"initial": timedelta(seconds=1), "coefficient": 2.0, "maximum": timedelta(seconds=30)}
+def delay(attempt: int, jitter: RetryJitter) -> timedelta:
+    """The delay after `attempt` under a 1 s, doubling, 30 s capped backoff."""
+    return retry_delay(
+        attempt,
+        jitter,
+        initial=timedelta(seconds=1),
+        coefficient=2.0,
+        maximum=timedelta(seconds=30),
+    )
 
 
 def test_a_refused_attempt_is_not_spent_and_the_next_execution_has_the_rest() -> None:
@@ -87,7 +95,7 @@ def test_detours_are_a_bounded_window() -> None:
 
 
 def test_no_jitter_is_the_policys_backoff() -> None:
-    delays = [retry_delay(n, RetryJitter(kind="none"), **BACKOFF) for n in range(1, 8)]
+    delays = [delay(n, RetryJitter(kind="none")) for n in range(1, 8)]
     assert [d.total_seconds() for d in delays] == [1, 2, 4, 8, 16, 30, 30]
 
 
@@ -95,16 +103,16 @@ def test_no_jitter_is_the_policys_backoff() -> None:
 def test_jitter_stays_within_the_backoff_and_is_the_same_for_a_seed(kind: str) -> None:
     jitter = RetryJitter.model_validate({"kind": kind, "seed": 42})
     for attempt in range(1, 10):
-        delay = retry_delay(attempt, jitter, **BACKOFF)
-        assert timedelta(0) <= delay <= timedelta(seconds=30)
-        assert delay == retry_delay(attempt, jitter, **BACKOFF)
+        drawn = delay(attempt, jitter)
+        assert timedelta(0) <= drawn <= timedelta(seconds=30)
+        assert drawn == delay(attempt, jitter)
     full = RetryJitter(kind="full", seed=42)
-    assert retry_delay(3, full, **BACKOFF) <= timedelta(seconds=4)
+    assert delay(3, full) <= timedelta(seconds=4)
 
 
 def test_runs_failing_together_come_back_apart() -> None:
     """A hundred runs retrying their first failure at once, each with its own seed."""
-    delays = {retry_delay(1, RetryJitter(seed=seed), **BACKOFF) for seed in range(100)}
+    delays = {delay(1, RetryJitter(seed=seed)) for seed in range(100)}
     assert len(delays) == 100
     assert min(delays) < timedelta(seconds=0.2) and max(delays) > timedelta(seconds=0.8)
 
