@@ -228,3 +228,81 @@ def gc_env(
         "COORD_AGENTS": str(agents),
         "COORD_RETENTION_DEAD_LETTERS": f"{DEAD_LETTERS_SECONDS}s",
     }
+
+
+async def test_the_workers_sweep_removes_what_a_deleted_workflow_stored_and_keeps_the_rest(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = tmp_path / "store"
+    for name, value in {
+        "COORD_PAYLOAD_STORE": str(store),
+        "COORD_GC_EVERY": "1s",
+        "COORD_RETENTION_PAYLOADS": "1h",
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = await store_client(dev_env, str(store))
+    worker = await WorkerProcess.start(client, task_queue, tmp_path / "worker.log")
+    try:
+        running = await chain_with_big_event(client, task_queue, close=False)
+        deleted = await chain_with_big_event(client, task_queue, close=True)
+        kept, gone = owned_by(store, f"chain-{running}"), owned_by(store, f"chain-{deleted}")
+        await delete_workflow(client, f"chain-{deleted}")
+        set_back(store)
+        await eventually(lambda: asyncio.to_thread(lambda: not gone & objects(store)), 60)
+        assert kept <= objects(store)
+        timeline = await api.chain_timeline(client, running)
+        assert timeline[0].payload["blob"].startswith(running)
+        await api.publish(client, approved(running))
+        state = await asyncio.wait_for(api.chain_handle(client, running).result(), 60)
+        assert state.status == ChainStatus.COMPLETED
+        assert kept <= objects(store)
+    finally:
+        worker.stop()
+    assert "gc sweep" in (tmp_path / "worker.log").read_text()
+
+
+async def bucket_keys(bucket: str) -> set[str]:
+    async with aioboto3.Session().client("s3") as s3:
+        listed = await s3.list_objects_v2(Bucket=bucket)
+    return {item["Key"] for item in listed.get("Contents", [])}
+
+
+async def test_gc_in_an_s3_bucket_removes_only_what_nothing_refers_to(
+    dev_env: WorkflowEnvironment,
+    task_queue: str,
+    s3_server: str,  # noqa: F811  (the fixture)
+) -> None:
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.create_bucket(Bucket=s3_server)
+    location = f"s3://{s3_server}"
+    client = await store_client(dev_env, location)
+    results = StoredPayloads(PayloadStoreSettings(location, DEFAULT_THRESHOLD))
+    async with build_worker(client, task_queue):
+        running = await chain_with_big_event(client, task_queue, close=False)
+        deleted = await chain_with_big_event(client, task_queue, close=True)
+        await delete_workflow(client, f"chain-{deleted}")
+        never = OwnerMark(workflow_id="never-started", namespace=client.namespace, kind="results")
+        holder = never.model_copy(update={"workflow_id": f"chain-{running}"})
+        orphan = await results.put(payload("orphan result"), never)
+        held = await results.put(payload("held result"), holder)
+        keys = await bucket_keys(s3_server)
+        await asyncio.sleep(2)  # the clock: everything stored is now past the 1s retention
+        env = {
+            "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+            "COORD_TASK_QUEUE": task_queue,
+            "COORD_PAYLOAD_STORE": location,
+            "COORD_RETENTION_PAYLOADS": "1s",
+            "COORD_RETENTION_RESULTS": "1s",
+        }
+        code, report = await coord_gc(env)
+        gone = {key for key in keys if f"/wi/chain-{deleted}/" in key}
+        gone |= {key for key in keys if orphan in key}
+        assert code == 0
+        assert gone and {name for _, name in by_action(report, "removed")} <= gone
+        assert await bucket_keys(s3_server) == keys - gone
+        assert (await results.get(held)).data == payload("held result").data
+        timeline = await api.chain_timeline(client, running)
+        assert timeline[0].payload["blob"].startswith(running)
+        await api.publish(client, approved(running))
+        state = await asyncio.wait_for(api.chain_handle(client, running).result(), 60)
+        assert state.status == ChainStatus.COMPLETED
