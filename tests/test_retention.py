@@ -36,7 +36,6 @@ from tests.test_large_payloads import s3_server  # noqa: F401  (the moto server 
 from tests.workers import COORD, WorkerProcess, run
 
 
-
 def big_event(correlation_id: str, marker: str) -> EventEnvelope:
     """An event over the store's threshold, so it is stored by reference (its content unique)."""
     blob = marker + "z" * DEFAULT_THRESHOLD
