@@ -81,6 +81,8 @@ class AgentBreaker:
         self._flush: asyncio.Task[None] | None = None
         self._urgent = asyncio.Event()
         """The batch holds a failure that counts: send it now."""
+        self._batch_sent: asyncio.Future[None] | None = None
+        """Done when the batch being counted has been sent (or could not be)."""
         self._closed = False
 
     @contextlib.asynccontextmanager
@@ -140,13 +142,24 @@ class AgentBreaker:
         )
 
     async def _ended(self, verdict: Verdict, probe: str | None, started: float) -> None:
-        """Counts the run into the batch (sent at once for a failure that counts) and reports
-        a probe's outcome as it comes."""
+        """Counts the run into the batch and reports a probe's outcome as it comes. A failure
+        that counts is sent at once, and the run ends once the ledger has it: its retry, and
+        every run here, then see the breaker it may have opened."""
         if verdict.ended != "abandoned":
             self._stats.record(verdict, (time.monotonic() - started) * 1000)
+            sent = self._sending()
             self._schedule_flush(urgent=verdict.counted)
+            if verdict.counted and probe is None and not self._closed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(sent), LEDGER_TIMEOUT)
         if probe is not None:
             await self._report(self._ledger.probe_ended(probe, verdict))
+
+    def _sending(self) -> "asyncio.Future[None]":
+        """Done when the batch now being counted has been sent."""
+        if self._batch_sent is None:
+            self._batch_sent = asyncio.get_running_loop().create_future()
+        return self._batch_sent
 
     async def _current(self) -> AgentLedgerState:
         """The view, refreshed (once for all runs) when older than REFRESH_INTERVAL. Runs wait
@@ -190,8 +203,13 @@ class AgentBreaker:
 
     async def _send_stats(self) -> None:
         batch, self._stats = self._stats, RunStats()
-        if batch.runs:
-            await self._report(self._ledger.stats(batch))
+        sent, self._batch_sent = self._batch_sent, None
+        try:
+            if batch.runs:
+                await self._report(self._ledger.stats(batch))
+        finally:
+            if sent is not None and not sent.done():
+                sent.set_result(None)
 
     async def close(self) -> None:
         """Sends what is counted now; runs ending later are not reported (the worker is

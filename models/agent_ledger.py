@@ -106,9 +106,8 @@ class RunStats(BaseModel):
     reasons: Reasons = Field(default_factory=dict)
     """Those failures by reason (health reason, else failure type)."""
     streak: int = Field(default=0, ge=0)
-    """Counted failures in a row at the end of these runs."""
-    streak_ended: bool = False
-    """One of these runs was not a counted failure: any streak before them ended."""
+    """Counted failures in a row at the end of these runs (a run here that was not one ended
+    any streak before them)."""
 
     @field_validator("durations")
     @classmethod
@@ -123,6 +122,10 @@ class RunStats(BaseModel):
     @property
     def runs(self) -> int:
         return self.succeeded + self.failed
+
+    def continued_streak(self, before: int) -> int:
+        """The streak after these runs, `before` them: continued if they all counted."""
+        return self.streak + (before if self.runs == self.counted else 0)
 
     def record(self, verdict: Verdict, duration_ms: float) -> None:
         """One run that ended (an abandoned one is not counted)."""
@@ -139,7 +142,7 @@ class RunStats(BaseModel):
             self.streak += 1
             self.reasons = merged_reasons(self.reasons, {verdict.reason: 1})
         else:
-            self.streak, self.streak_ended = 0, True
+            self.streak = 0
 
     def merge(self, other: "RunStats") -> None:
         """`other`'s runs, which ended after these."""
@@ -147,10 +150,9 @@ class RunStats(BaseModel):
         self.failed += other.failed
         for index, count in other.durations.items():
             self.durations[index] = self.durations.get(index, 0) + count
+        self.streak = other.continued_streak(self.streak)
         self.counted += other.counted
         self.reasons = merged_reasons(self.reasons, other.reasons)
-        self.streak = other.streak + (0 if other.streak_ended else self.streak)
-        self.streak_ended = self.streak_ended or other.streak_ended
 
     def p50_ms(self) -> float | None:
         """The median successful duration (the bin it falls in), None without successes."""
@@ -529,8 +531,7 @@ class LedgerBook(BaseModel):
         if self.breaker != "closed":
             return
         self.calls.add(stats.runs, stats.counted, stats.reasons, now, self.config.window)
-        streak = self.consecutive_failures
-        self.consecutive_failures = stats.streak + (0 if stats.streak_ended else streak)
+        self.consecutive_failures = stats.continued_streak(self.consecutive_failures)
         reason = self._streak_opens() or self.calls.opens(self.config, now)
         if reason is not None:
             self._open(now, reason)

@@ -130,7 +130,7 @@ def test_the_sdks_cancellation_details_say_why_a_run_was_cancelled(
     assert cancel_cause(details) == cause
 
 
-def test_a_batch_carries_the_streak_at_its_end_and_whether_it_broke_one() -> None:
+def test_a_batch_carries_the_streak_at_its_end() -> None:
     failed = Verdict(ended="failed", counted=True, reason="timeout")
     own = Verdict(ended="failed", counted=False, reason="temporary_failure")
     first, second, third = RunStats(), RunStats(), RunStats()
@@ -140,16 +140,16 @@ def test_a_batch_carries_the_streak_at_its_end_and_whether_it_broke_one() -> Non
         second.record(verdict, 1.0)
     for verdict in (failed, own, failed, failed):
         third.record(verdict, 1.0)
-    assert (first.streak, first.streak_ended) == (2, False)
+    assert (first.streak, first.continued_streak(4)) == (2, 6)
     first.merge(second)
-    assert (first.streak, first.streak_ended, first.counted) == (3, False, 3)
+    assert (first.streak, first.counted) == (3, 3)
     first.merge(third)
-    assert (first.streak, first.streak_ended, first.counted, first.failed) == (2, True, 6, 7)
-    assert first.reasons == {"timeout": 6}
-    abandoned = RunStats()
-    abandoned.record(ABANDONED, 1.0)
-    abandoned.record(SUCCEEDED, 1.0)
-    assert (abandoned.runs, abandoned.streak_ended) == (1, True)
+    assert (first.streak, first.counted, first.failed) == (2, 6, 7)
+    assert (first.continued_streak(4), first.reasons) == (2, {"timeout": 6})
+    healthy = RunStats()
+    healthy.record(ABANDONED, 1.0)
+    healthy.record(SUCCEEDED, 1.0)
+    assert (healthy.runs, healthy.continued_streak(4)) == (1, 0), "a success ends a streak"
 
 
 def test_the_reasons_counted_stay_bounded_however_many_failure_types() -> None:
