@@ -217,6 +217,12 @@ class PoolWaiter(BaseModel):
     """When it leaves the line unless it asks again (KEEP_PLACE after its answer)."""
 
 
+def lease_end(now: datetime, lease_s: float) -> datetime:
+    """When a permit leased at `now` for `lease_s` seconds ends (what a permit request's
+    validator computes too: a lease too long for a date is refused, not applied)."""
+    return now + timedelta(seconds=lease_s)
+
+
 class PoolState(BaseModel):
     """The pool as every worker shares it: `coord agents`' in use / free / waiting."""
 
@@ -265,7 +271,7 @@ class PermitPool(BaseModel):
         self.expire(now, asking=worker)
         held = next((p for p in self.permits if p.run == run), None)
         if held is not None:
-            held.until = now + timedelta(seconds=lease_s)  # renewed
+            held.until = lease_end(now, lease_s)  # renewed
             return True
         answer_at = now + POOL_WAIT
         waiter = next((w for w in self.waiters if w.run == run), None)
@@ -332,7 +338,7 @@ class PermitPool(BaseModel):
             if len(self.permits) >= (self.size or 0):
                 return
             self.waiters.remove(waiter)
-            until = now + timedelta(seconds=waiter.lease_s)
+            until = lease_end(now, waiter.lease_s)
             self.permits.append(Permit(run=waiter.run, worker=waiter.worker, until=until))
 
 

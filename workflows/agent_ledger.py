@@ -37,10 +37,12 @@ with workflow.unsafe.imports_passed_through():
         LedgerStart,
         OutcomeReport,
         PermitGrant,
+        PermitPool,
         PermitRequest,
         ProbeClaim,
         ProbeGrant,
         StatsReport,
+        lease_end,
     )
     from coord.models.contract import (
         ACQUIRE_PERMIT_UPDATE,
@@ -137,10 +139,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
     @acquire_permit.validator
     def _valid_acquire(self, raw_request: PlainInput = NO_INPUT) -> None:
         request = decode_input(PermitRequest, raw_request, "permit request")
-        pool = _draft(self._book).pool
-        now = workflow.now()
-        pool.acquire(request.run, request.size, request.lease_s, now, worker=request.worker)
-        pool.state(now)
+        lease_end(workflow.now(), request.lease_s)
 
     async def _acquire(self, raw_request: PlainInput) -> PermitGrant:
         request = decode_input(PermitRequest, raw_request, "permit request")
@@ -166,7 +165,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
 
     @release_permit.validator
     def _valid_release(self, raw_request: PlainInput = NO_INPUT) -> None:
-        _release(_draft(self._book), raw_request)
+        decode_input(PermitRequest, raw_request, "permit release")
 
     async def _pool_on_time_until(self, done: Callable[[], bool]) -> None:
         """Until `done`, brings the pool up to date whenever its next lease or wait ends (also
@@ -227,9 +226,11 @@ def _release(book: LedgerBook, raw_request: PlainInput) -> PermitGrant:
 
 
 def _draft(book: LedgerBook) -> LedgerBook:
-    """A copy of the book for a validator to apply the update to, as its handler will: an
-    update whose handler would raise is refused before it is accepted."""
-    return book.model_copy(deep=True)
+    """A copy of the book for a validator to apply a breaker update to, as its handler will:
+    an update whose handler would raise is refused before it is accepted. Without the pool,
+    which breaker updates do not change (and whose requests' validators compute their lease
+    ends instead: a pool with many runs waiting costs more to copy)."""
+    return book.model_copy(update={"pool": PermitPool()}).model_copy(deep=True)
 
 
 def _refusing(what: str, handle: Callable[[], R]) -> R:
