@@ -115,7 +115,9 @@ class BreakerConfig(BaseModel):
     @classmethod
     def _not_the_gates(cls, value: list[str]) -> list[str]:
         if gates := sorted(GATE_TYPES.intersection(value)):
-            raise ValueError(f"{', '.join(gates)}: raised before the agent is called, never its")
+            raise ValueError(
+                f"{', '.join(gates)}: raised before the agent is called, never a failure of it"
+            )
         return value
 
     def counts(self, failure_type: str, health: str | None) -> bool:
