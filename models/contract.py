@@ -8,6 +8,7 @@ each is spelled here once and everything else refers to it.
 The pure layer: this module imports no worker or workflow code (only `temporalio.common` and
 `temporalio.exceptions`), so clients, activities, workflows and models all import it."""
 
+import builtins
 import hashlib
 import re
 from collections.abc import Iterable
@@ -445,16 +446,40 @@ def dlq_action(failure_type: str) -> str:
     return "Investigate"
 
 
+class Health(StrEnum):
+    """Why an agent's failure says the agent itself is unhealthy, beside its failure type: the
+    agent kinds mark such failures (`failure(..., health=...)`) so that the circuit breaker
+    tells them from the failures an agent declares as its outcome, without another failure
+    type (a 503 and a python agent's own `temporary_failure` are both `temporary_failure`)."""
+
+    TIMEOUT = "timeout"
+    """No answer in time (the kind's own `timeout`, or Temporal's start-to-close/heartbeat)."""
+    CONNECTION = "connection"
+    """The endpoint could not be reached (refused, reset, DNS)."""
+    HTTP_5XX = "http_5xx"
+    HTTP_429 = "http_429"
+    SIGNAL = "signal"
+    """A shell agent killed by a signal (out of memory, say)."""
+
+
+HEALTH_DETAIL: Final = "health"
+"""The key of the failure detail carrying its `Health` reason."""
+
+
 def failure(
     kind: str,
     message: str,
     *details: Any,
     non_retryable: bool | None = None,
     retry_after: timedelta | None = None,
+    health: Health | None = None,
 ) -> ApplicationError:
     """The one way the product raises a typed failure (`details` travel with it, such as a
     saga's final record). Not retried when `non_retryable` says so, or by default when its type
-    is one retrying cannot fix."""
+    is one retrying cannot fix. `health`: why it says the agent is unhealthy (one more detail,
+    read by `health_of`)."""
+    if health is not None:
+        details = (*details, {HEALTH_DETAIL: health.value})
     return ApplicationError(
         message,
         *details,
@@ -478,6 +503,26 @@ def failure_type_of(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return FailureType.TIMEOUT
     return type(error).__name__
+
+
+def health_of(error: BaseException) -> str | None:
+    """The `Health` reason an agent's failure carries (`failure(..., health=...)`); for what a
+    python agent raised as is, a builtin `TimeoutError` is `timeout` and a `ConnectionError`
+    (refused, reset, broken pipe) `connection`; else None."""
+    if isinstance(error, ApplicationError):
+        return next(
+            (
+                str(detail[HEALTH_DETAIL])
+                for detail in error.details
+                if isinstance(detail, dict) and HEALTH_DETAIL in detail
+            ),
+            None,
+        )
+    if isinstance(error, builtins.TimeoutError):
+        return Health.TIMEOUT
+    if isinstance(error, ConnectionError):
+        return Health.CONNECTION
+    return None
 
 
 def failure_message(error: BaseException) -> str:
