@@ -120,10 +120,23 @@ def correlation_id_of_chain(workflow_id: str) -> str:
     return workflow_id.removeprefix(CHAIN_ID_PREFIX)
 
 
+ID_PART_SEPARATOR: Final = "~"
+"""Joins the two user-chosen parts of an id built from two (a plan and its task, an aggregator
+and its correlation). No identifier holds it (`coord.models.specs.IDENTIFIER`), so the pair is
+read back one way only: plan `a-b` with task `c` is `a-b~c`, plan `a` with task `b-c` is
+`a~b-c`, and neither is any single identifier."""
+
+
+def scoped_id(outer: str, inner: str) -> str:
+    """The id of `inner` within `outer` (both identifiers), unambiguous (`ID_PART_SEPARATOR`)."""
+    return f"{outer}{ID_PART_SEPARATOR}{inner}"
+
+
 def aggregator_workflow_id(aggregator_id: str, correlation_id: str | None = None) -> str:
-    """One aggregator per spec, or per spec and correlation when it is scoped to one."""
-    suffix = f"-{correlation_id}" if correlation_id else ""
-    return f"{AGGREGATOR_ID_PREFIX}{aggregator_id}{suffix}"
+    """One aggregator per spec, or per spec and correlation when it is scoped to one
+    (`aggregator-<aggregator_id>~<correlation_id>`)."""
+    scoped = scoped_id(aggregator_id, correlation_id) if correlation_id else aggregator_id
+    return AGGREGATOR_ID_PREFIX + scoped
 
 
 def as_aggregator_workflow_id(name: str) -> str:

@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.assignment import Assignment, Routed
-from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
+from coord.models.contract import (
+    Pattern,
+    SearchValues,
+    coordination_attributes,
+    plan_workflow_id,
+    scoped_id,
+)
 from coord.models.durations import Duration
 from coord.models.envelope import Priority
 from coord.models.graphs import find_cycle
@@ -236,9 +242,11 @@ class PlanSpec(BaseModel):
             return f"vote: {', '.join(task.vote.voters)}"
         return self.team[task.member].agent if task.member is not None else task.agent
 
-    def vote_id(self, task: PlanTask) -> str:
-        """The vote a vote task runs: workflow `vote-<plan_id>-<task_id>`."""
-        return f"{self.plan_id}-{task.id}"
+    def vote_id(self, task: PlanTask, *, scoped: bool = True) -> str:
+        """The vote a vote task runs: `<plan_id>~<task_id>` (workflow `vote-<plan_id>~<task_id>`),
+        which no other plan's task shares. Runs recorded before (`scoped` False) joined the two
+        with `-`, so plan `a-b`'s task `c` and plan `a`'s task `b-c` held the same vote."""
+        return scoped_id(self.plan_id, task.id) if scoped else f"{self.plan_id}-{task.id}"
 
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
@@ -281,7 +289,7 @@ def _check_vote_ids(spec: PlanSpec) -> None:
     for i, task in enumerate(spec.tasks):
         if task.vote is not None and len(spec.vote_id(task)) > MAX_NAME:
             raise ValueError(
-                f"tasks[{i}].id: the vote id `<plan_id>-<task_id>` would be longer than "
+                f"tasks[{i}].id: the vote id `<plan_id>~<task_id>` would be longer than "
                 f"{MAX_NAME} characters; shorten the plan id or the task id"
             )
 

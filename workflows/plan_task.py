@@ -47,6 +47,10 @@ UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
 SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
 """Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
 grants the slot; runs recorded before wait with one wait condition per request."""
+SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
+"""Runs after this patch start a vote task's vote as `vote-<plan_id>~<task_id>`, which no other
+plan's task shares; runs recorded before started `vote-<plan_id>-<task_id>` (plan `a-b`'s task
+`c` and plan `a`'s task `b-c` collided), and keep that id on replay."""
 
 
 class WorkerSlots:
@@ -175,7 +179,7 @@ class TaskRun:
         task's result; rejected, no quorum, or a vote that failed or was cancelled on its own
         (`coord vote cancel`) is the task's error, its dependents skipped."""
         try:
-            vote = task_vote(self.model, self.task)
+            vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
         except SpecError as error:
             invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
             self.model.task_error(self.task.id, workflow.now(), invalid)
