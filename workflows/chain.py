@@ -9,7 +9,6 @@ chain decides is in `ChainModel` (coord.models.chain_model); this module is its 
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -48,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.sizes import json_size
+    from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
     from coord.workflows.arguments import SurplusStartArguments
@@ -66,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         signal_if_running,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import NEXT_TASK
 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
@@ -76,12 +76,10 @@ DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
 EVENTS_PER_TASK = 100
-EVENT_BYTES_PER_TASK = 512 * 1024
-"""What one workflow task handles at most. Each event may send commands (forwards to listeners,
-parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
-a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
-takes a few ms an event)."""
-NEXT_TASK = timedelta(milliseconds=1)
+"""What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
+Each event may send commands (forwards to listeners, parking) whose payloads travel together in
+the task's completion, which the server caps at 4 MB; a long task holds queries back, and one
+past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."""
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
 that lost the run from its cache (a restart; a task the server failed because more than 100
@@ -114,17 +112,17 @@ class RunPacing:
         take: Callable[[], EventEnvelope | None],
     ) -> bool:
         """Handles the waiting events (`take` gives the next, None for a signal that did not
-        decode), up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one workflow task;
+        decode), up to `EVENTS_PER_TASK` and a workflow task's `ByteBudget` of payloads;
         returns whether some were left for the next task."""
-        handled = size = 0
+        handled, budget = 0, ByteBudget()
         while self._model.waiting() and not self.holding_events():
-            full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
+            full = handled >= EVENTS_PER_TASK or budget.full()
             if full and workflow.patched(FLOOD_PATCH):
                 return True
             handled += 1
             envelope = take()
             if envelope is not None:
-                size += json_size(envelope.payload)
+                budget.spend(json_size(envelope.payload))
                 handle(envelope)
         return False
 

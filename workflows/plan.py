@@ -45,9 +45,14 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import FanOut
     from coord.workflows.plan_gates import GatedTaskRun, apply_approval, checked_approval
     from coord.workflows.plan_scratchpad import Scratchpad
-    from coord.workflows.plan_task import SLOTS_GRANTED_BY_THE_PLAN_PATCH, WorkerSlots
+    from coord.workflows.plan_task import (
+        FAN_OUT_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+        WorkerSlots,
+    )
 
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
@@ -92,9 +97,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
         self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
+        self._fan_out = FanOut(FAN_OUT_PATCH)
         self._upsert_status()
         self._publish()
-        self._scratchpad = Scratchpad(model.spec, model.state)
+        self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
         watcher = asyncio.create_task(self._watch_progress(model))
         try:
@@ -185,7 +191,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._scratchpad.task_ended(model.record(task.id))
 
     def _task(self, task: PlanTask) -> GatedTaskRun:
-        return GatedTaskRun(self._slots, task, workflow.info().workflow_id, self._publish)
+        workflow_id = workflow.info().workflow_id
+        return GatedTaskRun(self._slots, task, workflow_id, self._publish, self._fan_out)
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome

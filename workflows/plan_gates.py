@@ -45,8 +45,9 @@ with workflow.unsafe.imports_passed_through():
         verification_round,
     )
     from coord.models.plan_model import PlanModel
+    from coord.models.sizes import json_size
     from coord.workflows.common import InvalidInput, PlainInput, decode_input
-    from coord.workflows.plan_task import AgentActivity, TaskRun, task_error
+    from coord.workflows.plan_task import TaskRun, task_error
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
 """A reviewer's verdict, and the task's error when the reviewer could not give one (its run
@@ -129,8 +130,9 @@ class GatedTaskRun(TaskRun):
         inputs = reviewer_inputs(task.id, self.model.result_input(task.id), stage)
         request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
 
-        def start() -> AgentActivity:
-            return self.start_agent(request, activity_id, summary)
+        async def start() -> AgentResult:
+            await self.fan_out.room(json_size(request))
+            return await self.start_agent(request, activity_id, summary)
 
         what = f"review {stage.value}" if stage is not None else "verification"
         try:

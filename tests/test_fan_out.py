@@ -1,0 +1,105 @@
+"""Fan-outs within a byte budget per workflow task, on the real dev server: a plan's wave of forty
+tasks with 110 KB inputs and a vote of forty voters on a 110 KB proposal. Each 110 KB payload
+stays under the payload store's threshold, so it travels inline; forty of them in one workflow
+task are 4.4 MB, which the server refuses (the run is terminated, with no record). Paced, each
+workflow task schedules at most the budget (`BYTES_PER_WORKFLOW_TASK`) and both complete with
+their record."""
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from coord.infra.payload_store import DEFAULT_THRESHOLD
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec, PlanStatus, TaskState
+from coord.models.sizes import BYTES_PER_WORKFLOW_TASK
+from coord.models.vote import Choice, VoteSpec, VoteStatus
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import task_failures
+
+WIDTH = 40
+PADDING = "x" * (110 * 1024)
+VOTERS = [f"voter-{i}" for i in range(WIDTH)]
+
+
+def agents() -> AgentRegistry:
+    """`worker` answers with the index of its task; every voter approves."""
+    registry = AgentRegistry()
+
+    @registry.register("worker")
+    async def worker(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"i": event.payload["i"]}
+
+    async def approve(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"approve": True, "reason": f"read {len(event.payload['padding'])} bytes"}
+
+    for voter in VOTERS:
+        registry.register(voter)(approve)
+    return registry
+
+
+async def scheduled_bytes_per_task(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """The input bytes of the activities each workflow task scheduled, task by task."""
+    per_task: Counter[int] = Counter()
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled = event.activity_task_scheduled_event_attributes
+            per_task[scheduled.workflow_task_completed_event_id] += scheduled.input.ByteSize()
+    return [per_task[task] for task in sorted(per_task)]
+
+
+def within_the_budget(per_task: list[int]) -> None:
+    assert PADDING.__len__() < DEFAULT_THRESHOLD, "each payload travels inline"
+    assert sum(per_task) > 4 * 1024 * 1024, "more than the server takes in one workflow task"
+    one = len(PADDING) + 2048
+    assert max(per_task) <= BYTES_PER_WORKFLOW_TASK + one, per_task
+
+
+async def test_a_wave_of_forty_tasks_with_110_kb_inputs_is_paced_and_completes(
+    client: Client, task_queue: str
+) -> None:
+    tasks = [
+        {"id": f"t{i}", "agent": "worker", "input": {"i": i, "padding": PADDING}}
+        for i in range(WIDTH)
+    ]
+    spec = PlanSpec.model_validate(
+        {"plan_id": f"wide-{uuid.uuid4().hex[:8]}", "max_workers": WIDTH, "tasks": tasks}
+    )
+    async with build_worker(client, task_queue, agents(), only=["worker"]):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 120)
+        per_task = await scheduled_bytes_per_task(handle)
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    assert [task.result for task in state.tasks] == [{"i": i} for i in range(WIDTH)]
+    assert all(task.state == TaskState.SUCCEEDED for task in state.tasks)
+    within_the_budget(per_task)
+    assert await task_failures(handle) == []
+
+
+async def test_a_vote_of_forty_voters_on_a_110_kb_proposal_is_paced_and_decided(
+    client: Client, task_queue: str
+) -> None:
+    spec = VoteSpec.model_validate(
+        {
+            "vote_id": f"wide-{uuid.uuid4().hex[:8]}",
+            "proposal": {"padding": PADDING},
+            "voters": VOTERS,
+            "at_least": WIDTH,
+        }
+    )
+    async with build_worker(client, task_queue, agents(), only=VOTERS):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.vote_outcome(handle), 120)
+        per_task = await scheduled_bytes_per_task(handle)
+    assert state.status == VoteStatus.DECIDED, state.summary
+    assert sorted(ballot.voter for ballot in state.ballots) == sorted(VOTERS)
+    assert {ballot.choice for ballot in state.ballots} == {Choice.APPROVE}
+    within_the_budget(per_task)
+    assert await task_failures(handle) == []
