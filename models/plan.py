@@ -5,6 +5,7 @@ The spec is checked whole before anything runs (unknown dependencies, repeated i
 their path), so a plan that starts can always finish. The record follows each task through the
 seed 003 state machine and is the seed's final report once the plan ends."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import PurePosixPath
@@ -33,7 +34,8 @@ DEFAULT_MAX_WORKERS = 5
 DEFAULT_TASK_TIMEOUT = timedelta(seconds=300)
 """Seed 004: a worker times out after 300 seconds by default."""
 DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=30)
-"""Seed 004: the coordinator looks at its workers' progress every 30 seconds."""
+"""Seed 004: the coordinator looks at its workers' progress every 30 seconds (plans started
+before the reader looked only when asked)."""
 DEFAULT_FIX_BUDGET = 3
 MAX_NOTES = 4096
 """Characters of a reviewer's notes kept in the record and passed to the fix round."""
@@ -196,6 +198,10 @@ class PlanSpec(BaseModel):
     fail_fast: bool = False
     """Cancel everything at the first task that fails for good, and fail the plan (typed)."""
     progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL
+    """How often plans started before progress was read on demand poll their agents' progress
+    (they still do, until they end). A plan started since never polls: whoever asks reads its
+    agents' words from the server (`coord plan state`), so its history does not grow with its
+    age; the field is still accepted, and ignored."""
     result_limit: int = Field(default=DEFAULT_RESULT_LIMIT, ge=0, le=2**31)
     """A task result larger than this (JSON bytes) goes to the payload store; dependents' agents
     still receive the data, history and the record only its reference."""
@@ -563,3 +569,58 @@ def parse_activity_id(activity_id: str) -> ActivityKey | None:
     if not known or (kind == "run") == bool(of):
         return None
     return ActivityKey(task, cast(ActivityKind, kind), int(number), of)
+
+
+def current_activity(record: TaskRecord, key: ActivityKey) -> bool:
+    """Whether the activity `key` is the task's current one: the run of its current round while
+    it runs, a reviewer or verifier while it is reviewed. A pending activity read a moment late
+    may be one that has ended since (a run before its fix, a review before the next stage)."""
+    if key.kind == "run":
+        return record.state == TaskState.RUNNING and key.round == record.fixes + 1
+    return record.state == TaskState.REVIEWING
+
+
+def _current_attempt(record: TaskRecord) -> int:
+    """The attempt the record shows its current run at (its latest `running` transition's)."""
+    running = (t for t in reversed(record.transitions) if t.state == TaskState.RUNNING)
+    return next((t.attempt or 1 for t in running), 1)
+
+
+def as_seen(state: PlanState, seen: Sequence[ActivityProgress]) -> PlanState:
+    """The record with what its running agents say now (`seen`: the server's pending activities,
+    read when someone asks): each current activity's progress summary, and the attempts a run
+    retried since its record last moved. The plan's own record gets the retries when the run
+    ends, and no progress: it never polls, so its history grows with its work, not its age."""
+    records = {record.id: record for record in state.tasks}
+    updates: dict[str, TaskRecord] = {}
+    for item in seen:
+        key = parse_activity_id(item.activity_id)
+        record = records.get(key.task) if key is not None else None
+        if key is None or record is None or not current_activity(record, key):
+            continue
+        retried = max(0, item.attempt - _current_attempt(record)) if key.kind == "run" else 0
+        progress = item.progress or record.progress
+        updates[record.id] = record.model_copy(
+            update={"progress": progress, "attempts": record.attempts + retried}
+        )
+    if not updates:
+        return state
+    tasks = [updates.get(record.id, record) for record in state.tasks]
+    return state.model_copy(update={"tasks": tasks})
+
+
+def progress_as_seen(progress: PlanProgress, seen: Sequence[ActivityProgress]) -> PlanProgress:
+    """The `progress` query's answer with what its running agents say now (`seen`, as above):
+    a running task's run's summary, a task under review its reviewer's."""
+    said: dict[tuple[str, bool], str] = {}
+    for item in seen:
+        key = parse_activity_id(item.activity_id)
+        if key is not None and item.progress:
+            said[(key.task, key.kind == "run")] = item.progress
+    running = [
+        task.model_copy(
+            update={"summary": said.get((task.task, task.state == TaskState.RUNNING), task.summary)}
+        )
+        for task in progress.running
+    ]
+    return progress.model_copy(update={"running": running})

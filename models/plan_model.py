@@ -34,6 +34,7 @@ from coord.models.plan import (
     TaskState,
     Transition,
     counts_line,
+    current_activity,
     parse_activity_id,
 )
 from coord.models.plan_gates import waiting_for
@@ -256,20 +257,19 @@ class PlanModel(BaseModel):
         record.fixes = max(0, round - 2)
 
     def activity_seen(self, seen: ActivityProgress, now: datetime) -> bool:
-        """What the progress reader saw of one of the plan's pending activities: its agent's
-        latest summary and, for the task's current run, its attempt and last failure. A read is
-        a moment late (the plan went on while the server was asked): what it says of a run or
-        a review that has ended since is not recorded. Returns whether the record changed."""
+        """What the progress reader saw of one of the plan's pending activities, for the plans
+        that poll it (started before they stopped): its agent's latest summary and, for the
+        task's current run, its attempt and last failure. A read is a moment late (the plan went
+        on while the server was asked): what it says of a run or a review that has ended since
+        is not recorded. Returns whether the record changed."""
         key = parse_activity_id(seen.activity_id)
         if key is None or key.task not in self._records:
             return False
         record = self._records[key.task]
-        if key.kind != "run":
-            current = record.state == TaskState.REVIEWING
-            return current and self._progress_seen(record, seen.progress, now)
-        run = self.runs.get(key.task)
-        if record.state != TaskState.RUNNING or run is None or run.round != key.round:
+        if not current_activity(record, key):
             return False
+        if key.kind != "run":
+            return self._progress_seen(record, seen.progress, now)
         retried = self.retries_seen(key.task, seen.attempt, seen.last_failure, now)
         return self._progress_seen(record, seen.progress, now) or retried
 

@@ -4,7 +4,8 @@ under a worker cap, each task started as soon as its dependencies have succeeded
 What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
 outcome) is in `PlanModel` (coord.models.plan_model); one task's lifecycle is `TaskRun`
 (coord.workflows.plan_task). This module is the Temporal side: the start input, the loop that
-starts tasks, the progress reader, cancellation, queries, search attributes, details and memo.
+starts tasks, cancellation, queries, search attributes, details and memo (and the progress
+polling of runs recorded before it was left to whoever asks).
 """
 
 import asyncio
@@ -54,6 +55,11 @@ with workflow.unsafe.imports_passed_through():
         WorkerSlots,
     )
 
+PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
+"""Runs after this patch never read their agents' progress themselves: whoever asks reads it from
+the server (`coord.infra.activity_progress`), so the history grows with the plan's work, not
+with its age. Runs recorded before read it every `progress_interval` (a timer and a local
+activity each time, about five history events a second at 1s) and go on doing so."""
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
 """The progress reader is best effort: a read that fails is skipped, the next one comes."""
@@ -102,14 +108,16 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._publish()
         self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
-        watcher = asyncio.create_task(self._watch_progress(model))
+        polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
+        watcher = asyncio.create_task(self._watch_progress(model)) if polling else None
         try:
             await self._run_tasks(model)
         except asyncio.CancelledError:
             await self._cancelled(model)
             raise
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
         return await self._ended(model)
 
     async def _cancelled(self, model: PlanModel) -> None:
@@ -223,8 +231,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
         return state
 
     async def _watch_progress(self, model: PlanModel) -> None:
-        """Every `progress_interval` while tasks run, reads their activities' heartbeat
-        details (the agents' progress summaries, attempts and last failures) into the record."""
+        """Runs recorded before `PROGRESS_ON_DEMAND_PATCH`: every `progress_interval` while
+        tasks run, reads their activities' heartbeat details (the agents' progress summaries,
+        attempts and last failures) into the record."""
         interval = model.spec.progress_interval
         while True:
             await workflow.wait_condition(model.running)

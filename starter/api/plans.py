@@ -15,9 +15,18 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from coord.infra.activity_progress import pending_progress
 from coord.infra.temporal import task_queue
 from coord.models import contract
-from coord.models.plan import ApprovalRequest, PlanProgress, PlanSpec, PlanState
+from coord.models.plan import (
+    ApprovalRequest,
+    PlanProgress,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    as_seen,
+    progress_as_seen,
+)
 from coord.models.plan_report import task_plan_markdown
 from coord.starter.api.common import (
     Conflict,
@@ -89,22 +98,33 @@ async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 
 
 async def plan_state(client: Client, plan: str) -> PlanState:
-    return await plan_record(plan_handle(client, plan))
+    """The record; a running plan's with what its agents say now (their progress summaries and
+    attempts, read from the server's pending activities: the plan itself never polls them)."""
+    handle = plan_handle(client, plan)
+    state = await plan_record(handle)
+    if state.status != PlanStatus.RUNNING:
+        return state
+    return as_seen(state, await pending_progress(client, handle.id))
 
 
 async def plan_progress(client: Client, plan: str) -> PlanProgress:
-    """Running tasks with their agents' latest summaries and elapsed time, counts by state, and
-    what the plan waits for (a running plan only: it is the workflow's query)."""
+    """Running tasks with their agents' latest summaries (read from the server's pending
+    activities as the answer is made) and elapsed time, counts by state, and what the plan
+    waits for (a running plan only: the counts are the workflow's query)."""
     handle = plan_handle(client, plan)
     try:
-        progress: PlanProgress = await handle.query(
-            contract.PROGRESS_QUERY, result_type=PlanProgress
-        )
-        return progress
+        return await live_progress(client, handle)
     except RPCError as error:
         raise await ended_or_missing(
             handle, f"plan {plan!r}", "it reports no progress", error
         ) from None
+
+
+async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> PlanProgress:
+    """The plan's `progress` query, its running tasks' summaries as their agents say them now
+    (RPCError when the plan cannot answer)."""
+    progress: PlanProgress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 
 async def approve_task(
