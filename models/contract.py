@@ -253,6 +253,9 @@ CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
 """Reads a plan's running activities' latest heartbeat details (progress, attempt, failure), for
 the plans that poll them (started before plans stopped polling)."""
+UPDATE_CALLER_ACTIVITY: Final = "update_caller"
+"""Reads who sent a workflow update (the client identity the server recorded with it) from the
+run's history: the author of a plan's approval."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
@@ -412,6 +415,9 @@ class FailureType(StrEnum):
     """A task's review or verification still failing when its fix budget is spent."""
     APPROVAL_REJECTED = "approval_rejected"
     """A person rejected a task, or nobody approved it in time."""
+    APPROVAL_REFUSED = "approval_refused"
+    """A decision refused once its caller was known: not one of the task's approvers, a `by`
+    that is not the caller's identity, or no identity to read (the task keeps waiting)."""
     INVALID_APPROVAL = "invalid_approval"
     """An approval naming no waiting task, or malformed."""
     DEPENDENCY_FAILED = "dependency_failed"

@@ -9,9 +9,17 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any, Literal, NamedTuple, Self, cast
+from typing import Annotated, Any, Literal, NamedTuple, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.assignment import Assignment, Routed
@@ -112,13 +120,33 @@ class DualVerification(BaseModel):
         return self
 
 
+TIMEOUT_DECIDER = "timeout"
+"""Who rejected a task nobody approved in time (`ApprovalDecision.by`): the timer's name alone,
+never a caller's."""
+MAX_REFUSED = 20
+"""Refused decisions a task's record keeps (the latest)."""
+
+
+def _not_the_timer(name: str | None) -> str | None:
+    if name == TIMEOUT_DECIDER:
+        raise ValueError(f"{name!r} is reserved for the approval's timer")
+    return name
+
+
+Decider = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_not_the_timer)]
+"""Who decides: a Temporal client's identity (`coord` sends `$COORD_IDENTITY`, else user@host;
+the Temporal CLI its `--identity`)."""
+
+
 class ApprovalGate(BaseModel):
-    """The task waits, before it runs, for a person's approve or reject; a timeout rejects."""
+    """The task waits, before it runs, for a person's approve or reject; a timeout rejects.
+    `approvers` names the client identities that may decide (anyone, when not given)."""
 
     model_config = ConfigDict(extra="forbid")
 
     required: bool = True
     timeout: Duration = timedelta(days=1)
+    approvers: list[Decider] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
 
 
 class TeamMember(BaseModel):
@@ -363,22 +391,45 @@ class ReviewRound(BaseModel):
 
 class ApprovalRequest(BaseModel):
     """An approve or reject for a waiting task (the `approve` update), from `coord plan
-    approve` or the Temporal CLI."""
+    approve` or the Temporal CLI. Who decides is the caller's client identity, which the
+    server records with the update; `by`, when given, must be that identity (it is checked,
+    never taken as is), and `timeout` is the timer's alone."""
 
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(min_length=1, max_length=MAX_NAME)
     approve: bool = True
-    by: str = Field(min_length=1, max_length=MAX_NAME)
+    by: Decider | None = None
     reason: str = Field(default="", max_length=MAX_NOTES)
 
 
 class ApprovalDecision(BaseModel):
     approved: bool
     by: str
-    """Who decided; `timeout` when nobody did in time."""
+    """Who decided: the caller's client identity (runs recorded before identities were read
+    took the request's `by`); `timeout` when nobody did in time."""
     reason: str = ""
     at: datetime
+
+
+class RefusedDecision(BaseModel):
+    """A decision the plan accepted to look at and refused once it knew who asked (not one of
+    the task's approvers, say): the task kept waiting."""
+
+    by: str
+    """The caller's client identity, as the server recorded it (empty when it could not be
+    read)."""
+    approve: bool
+    at: datetime
+    problem: str
+
+
+class UpdateCaller(BaseModel):
+    """Which update's caller to look up in a run's history (`update_caller`)."""
+
+    workflow_id: str
+    run_id: str
+    update_id: str
 
 
 RESULT_REF_KEY = "result_ref"
@@ -434,6 +485,8 @@ class TaskRecord(BaseModel):
     fixes: int = 0
     reviews: list[ReviewRound] = Field(default_factory=list)
     approval: ApprovalDecision | None = None
+    refused: list[RefusedDecision] = Field(default_factory=list, max_length=MAX_REFUSED)
+    """Decisions refused once their caller was known (the latest `MAX_REFUSED`)."""
     assignment: Assignment | None = None
     """For a task naming capabilities: the agent picked (then `agent`), with the bids."""
     ended_as: str | None = None

@@ -100,6 +100,10 @@ class PlanModel(BaseModel):
     they change so that publishing the details after each change does not walk every task."""
     _assigned: dict[str, None] = PrivateAttr()
     """The tasks whose agent was picked by capability (the details list them)."""
+    _deciding: set[str] = PrivateAttr(default_factory=set)
+    """Tasks with a decision whose caller is being read (one at a time per task)."""
+    _closed: set[str] = PrivateAttr(default_factory=set)
+    """Tasks whose approval timer fired while a decision was being checked: no other is taken."""
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
@@ -225,6 +229,27 @@ class PlanModel(BaseModel):
     def task_awaiting_approval(self, task_id: str, now: datetime) -> None:
         """Its dependencies succeeded; a person must approve it before it asks for a slot."""
         self._transition(task_id, TaskState.AWAITING_APPROVAL, now)
+
+    def checking_decision(self, task_id: str, checking: bool) -> None:
+        """A decision for the task is being checked (its caller read), or no longer is."""
+        if checking:
+            self._deciding.add(task_id)
+        else:
+            self._deciding.discard(task_id)
+
+    def deciding(self, task_id: str) -> bool:
+        return task_id in self._deciding
+
+    def checking_decisions(self) -> bool:
+        """Some decision is being checked."""
+        return bool(self._deciding)
+
+    def close_approval(self, task_id: str) -> None:
+        """The task's timer fired while a decision was being checked: it waits for that one."""
+        self._closed.add(task_id)
+
+    def approval_closed(self, task_id: str) -> bool:
+        return task_id in self._closed
 
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""

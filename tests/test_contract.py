@@ -26,6 +26,7 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.update_callers import UpdateCallers
 from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
@@ -65,6 +66,7 @@ WIRE_NAMES = {
     contract.CHAIN_EVENTS_ACTIVITY: "chain_events",
     contract.READ_AGENT_HEALTH_ACTIVITY: "read_agent_health",
     contract.PUBLISH_AGENT_HEALTH_ACTIVITY: "publish_agent_health",
+    contract.UPDATE_CALLER_ACTIVITY: "update_caller",
     contract.AGENT_HEALTH_EVENT: "AgentHealthEvent",
     contract.SAGA_RECORD_MEMO: "saga_state",
     contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
@@ -168,6 +170,7 @@ def test_workflows_are_registered_under_the_contracts_names(
         (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
         (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
         (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
+        (UpdateCallers.update_caller, contract.UPDATE_CALLER_ACTIVITY),
         (AgentMonitorActivities.read_agent_health, contract.READ_AGENT_HEALTH_ACTIVITY),
         (AgentMonitorActivities.publish_agent_health, contract.PUBLISH_AGENT_HEALTH_ACTIVITY),
     ],

@@ -47,7 +47,13 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows.fan_out import FanOut
-    from coord.workflows.plan_gates import GatedTaskRun, apply_approval, checked_approval
+    from coord.workflows.plan_gates import (
+        APPROVER_IDENTITY_PATCH,
+        GatedTaskRun,
+        apply_approval,
+        checked_approval,
+        decide_approval,
+    )
     from coord.workflows.plan_scratchpad import Scratchpad
     from coord.workflows.plan_task import (
         FAN_OUT_PATCH,
@@ -121,7 +127,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
         return await self._ended(model)
 
     async def _cancelled(self, model: PlanModel) -> None:
-        """The run was cancelled: its tasks are, and it keeps its record in the memo."""
+        """The run was cancelled: its tasks are, and it keeps its record in the memo. A
+        decision accepted before the cancel is checked and recorded first (it came first)."""
+        if model.checking_decisions():
+            await uncancellable(workflow.wait_condition(lambda: not model.checking_decisions()))
         await uncancellable(self._stop(model, "plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
@@ -151,10 +160,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
-        """Approve or reject a task waiting for a person (`ApprovalRequest`). Raw on purpose,
-        so a malformed request is refused by the validator in one line naming the field. Never
-        awaits, so two decisions cannot interleave: the first applied counts."""
-        return apply_approval(self._model, raw, self._publish)
+        """Approve or reject a task waiting for a person (`ApprovalRequest`), by the caller's
+        client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
+        by the validator in one line naming the field."""
+        if not workflow.patched(APPROVER_IDENTITY_PATCH):
+            return apply_approval(self._model, raw, self._publish)
+        return await decide_approval(self._model, raw, self._publish)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:

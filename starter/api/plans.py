@@ -19,6 +19,7 @@ from coord.infra.activity_progress import pending_progress
 from coord.infra.temporal import task_queue
 from coord.models import contract
 from coord.models.plan import (
+    ApprovalDecision,
     ApprovalRequest,
     PlanProgress,
     PlanSpec,
@@ -129,14 +130,19 @@ async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> Pla
 
 async def approve_task(
     client: Client, plan: str, request: ApprovalRequest, *, answer_time: timedelta = ANSWER_TIME
-) -> None:
-    """Approve or reject a task waiting for a person. The workflow refuses (one line, naming the
-    field) a task that is not one of the plan's or is not waiting for approval; NoWorker when no
-    worker took the decision up within `answer_time`."""
+) -> ApprovalDecision:
+    """Approve or reject a task waiting for a person, as `client`'s identity (the decision's
+    author, which the plan reads from what the server recorded). The workflow refuses (one
+    line, naming the field) a task that is not one of the plan's or is not waiting for
+    approval, and a caller the task's approvers do not name (`approval_refused`); NoWorker when
+    no worker took the decision up within `answer_time`."""
     handle = plan_handle(client, plan)
     try:
-        await handle.execute_update(
-            contract.APPROVE_UPDATE, request.model_dump(mode="json"), rpc_timeout=answer_time
+        decided: ApprovalDecision = await handle.execute_update(
+            contract.APPROVE_UPDATE,
+            request.model_dump(mode="json", exclude_none=True),
+            rpc_timeout=answer_time,
+            result_type=ApprovalDecision,
         )
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise NoWorker(
@@ -147,6 +153,7 @@ async def approve_task(
         raise await ended_or_missing(
             handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
         ) from None
+    return decided
 
 
 async def cancel_plan(client: Client, plan: str) -> None:
