@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         signal_if_running,
         upsert_search_attributes,
     )
-    from coord.workflows.fan_out import NEXT_TASK
+    from coord.workflows.fan_out import NEXT_TASK, FanOut
 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
@@ -75,6 +75,11 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
+"""Runs after it start their agent runs and votes and forward to their listeners within a byte
+budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
+forty listeners, could be more than the server takes in one task. Runs recorded before sent
+them all at once."""
 EVENTS_PER_TASK = 100
 """What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
 Each event may send commands (forwards to listeners, parking) whose payloads travel together in
@@ -174,6 +179,9 @@ class Outbound:
     def __init__(self, model: ChainModel) -> None:
         self._model = model
         self.count = 0
+        self.fan_out = FanOut(FAN_OUT_PATCH)
+        """The chain's budget per workflow task: its forwards, agent runs and votes wait for
+        it."""
 
     def park(self, letter: Parking) -> None:
         self._start(park_letter(letter))
@@ -207,7 +215,9 @@ class Outbound:
 
     async def _forward(self, listener: str, envelope: EventEnvelope, signal: str) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
-        if not await signal_if_running(listener, signal, envelope.model_dump(mode="json")):
+        event = envelope.model_dump(mode="json")
+        await self.fan_out.room(json_size(event))
+        if not await signal_if_running(listener, signal, event):
             self._model.detach(listener)
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
@@ -433,6 +443,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
+                await self._outbound.fan_out.room(json_size(request))
                 result: AgentResult = await workflow.execute_activity(
                     RUN_AGENT_ACTIVITY,
                     request,
@@ -462,7 +473,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             self._model.run_started(run)
             try:
-                outcome: VoteState = await hold_vote(self._model.vote_spec(run), run.subscription)
+                vote = self._model.vote_spec(run)
+                await self._outbound.fan_out.room(json_size(vote))
+                outcome: VoteState = await hold_vote(vote, run.subscription)
             except SpecError as error:
                 failed = (FailureType.INVALID_PAYLOAD, str(error))
             except VOTE_FAILED as error:
