@@ -43,7 +43,7 @@ from coord.models.plan import (
     TaskState,
     Verdict,
 )
-from coord.models.specs import describe_validation_error
+from coord.models.specs import MAX_NAME, describe_validation_error
 
 REVIEW_NOTES_INPUT = "review_notes"
 """The input key under which a fix round's agent receives the notes it has to address."""
@@ -323,7 +323,8 @@ def refuse(
     record: TaskRecord, request: ApprovalRequest, caller: str | None, problem: str, at: datetime
 ) -> None:
     """Records a refused decision in the task's record (the latest `MAX_REFUSED` kept)."""
-    refused = RefusedDecision(by=caller or "", approve=request.approve, at=at, problem=problem)
+    by = (caller or "")[:MAX_NAME]
+    refused = RefusedDecision(by=by, approve=request.approve, at=at, problem=bounded(problem))
     record.refused = [*record.refused, refused][-MAX_REFUSED:]
 
 
