@@ -24,6 +24,7 @@ from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.pools import AgentPools
 from coord.activities.routing import AgentRouter
 from coord.activities.scratchpad import ScratchpadWriter
+from coord.activities.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
@@ -202,6 +203,7 @@ def coordinator_worker(
             delivery.declared_agent,
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
+            UpdateCallers(client).update_caller,
             AgentRouter(client, registry).choose_agent,
             monitor.read_agent_health,
             monitor.publish_agent_health,

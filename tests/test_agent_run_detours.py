@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from coord.activities.agent_kinds import load_agents
 from coord.infra.ledgers import LedgerClient
-from coord.models.agent_ledger import BreakerConfig
+from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agent_runs import retry_delay
 from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.contract import FailureType, agent_task_queue
@@ -123,7 +123,7 @@ async def test_a_pooled_agent_queues_plan_tasks_instead_of_failing_them(
 async def test_an_open_breaker_delays_a_step_without_spending_its_attempts(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    """The breaker is opened for 3 s by two failures its ledger was told of; a step with no
+    """The breaker is opened for 3 s by two timeouts in a row its ledger was told of; a step with no
     retries sent meanwhile waits for it, then runs once and completes."""
     registry = declared(
         tmp_path, guarded={"fn": "slow", "breaker": {"failures": 2, "recovery": "3s"}}
@@ -133,8 +133,8 @@ async def test_an_open_breaker_delays_a_step_without_spending_its_attempts(
     ledger = LedgerClient(client, queue, task_queue, config, worker="test")
     spec = saga({"name": "deploy", "agent": "guarded", "retry": {"max_retries": 0}})
     async with build_worker(client, task_queue, registry):  # serves the ledger's workflow too
-        for _ in range(2):
-            await ledger.outcome(False, failure_type=FailureType.TIMEOUT)
+        timeouts = {FailureType.TIMEOUT.value: 2}
+        await ledger.stats(RunStats(failed=2, counted=2, streak=2, reasons=timeouts))
         assert (await ledger.read()).breaker == "open"
         state = await run_saga(client, task_queue, spec)
     assert state.status == SagaStatus.COMPLETED, state.failure_reason

@@ -18,7 +18,7 @@ Each detour (waited, rerouted, fell back) is told to the caller, which keeps it 
 record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH)."""
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.retry import RetryConfig
+    from coord.models.sizes import json_size
     from coord.workflows.common import agent_dispatch, assign_agent, uncancellable
 
 AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
@@ -79,6 +80,9 @@ class RunSettings:
     fallback: Fallback | None = None
     inline_agents: Mapping[str, AgentConfig] = field(default_factory=dict)
     """The spec's own agent declarations, for a run that goes to another agent."""
+    room: Callable[[int], Awaitable[None]] | None = None
+    """The caller's budget per workflow task (`FanOut.room`), which a run sent again waits for
+    as the first execution did: many runs waiting at one gate come back together."""
 
 
 def start_agent_run(
@@ -143,6 +147,8 @@ class _AgentRun:
             except ActivityError as error:
                 if not await self._recovered(error):
                     raise
+            if self.settings.room is not None:
+                await self.settings.room(json_size(self.request))
             execution = self.execute()
 
     def execute(self) -> workflow.ActivityHandle[AgentResult]:

@@ -9,7 +9,6 @@ chain decides is in `ChainModel` (coord.models.chain_model); this module is its 
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -49,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.sizes import json_size
+    from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
     from coord.workflows.agent_runs import RunSettings, start_agent_run
@@ -67,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         signal_if_running,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import NEXT_TASK, FanOut
 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
@@ -76,13 +76,16 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
+"""Runs after it start their agent runs and votes and forward to their listeners within a byte
+budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
+forty listeners, could be more than the server takes in one task. Runs recorded before sent
+them all at once."""
 EVENTS_PER_TASK = 100
-EVENT_BYTES_PER_TASK = 512 * 1024
-"""What one workflow task handles at most. Each event may send commands (forwards to listeners,
-parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
-a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
-takes a few ms an event)."""
-NEXT_TASK = timedelta(milliseconds=1)
+"""What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
+Each event may send commands (forwards to listeners, parking) whose payloads travel together in
+the task's completion, which the server caps at 4 MB; a long task holds queries back, and one
+past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."""
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
 that lost the run from its cache (a restart; a task the server failed because more than 100
@@ -115,17 +118,17 @@ class RunPacing:
         take: Callable[[], EventEnvelope | None],
     ) -> bool:
         """Handles the waiting events (`take` gives the next, None for a signal that did not
-        decode), up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one workflow task;
+        decode), up to `EVENTS_PER_TASK` and a workflow task's `ByteBudget` of payloads;
         returns whether some were left for the next task."""
-        handled = size = 0
+        handled, budget = 0, ByteBudget()
         while self._model.waiting() and not self.holding_events():
-            full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
+            full = handled >= EVENTS_PER_TASK or budget.full()
             if full and workflow.patched(FLOOD_PATCH):
                 return True
             handled += 1
             envelope = take()
             if envelope is not None:
-                size += json_size(envelope.payload)
+                budget.spend(json_size(envelope.payload))
                 handle(envelope)
         return False
 
@@ -177,6 +180,9 @@ class Outbound:
     def __init__(self, model: ChainModel) -> None:
         self._model = model
         self.count = 0
+        self.fan_out = FanOut(FAN_OUT_PATCH)
+        """The chain's budget per workflow task: its forwards, agent runs and votes wait for
+        it."""
 
     def park(self, letter: Parking) -> None:
         self._start(park_letter(letter))
@@ -210,7 +216,9 @@ class Outbound:
 
     async def _forward(self, listener: str, envelope: EventEnvelope, signal: str) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
-        if not await signal_if_running(listener, signal, envelope.model_dump(mode="json")):
+        event = envelope.model_dump(mode="json")
+        await self.fan_out.room(json_size(event))
+        if not await signal_if_running(listener, signal, event):
             self._model.detach(listener)
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
@@ -436,6 +444,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
+                await self._outbound.fan_out.room(json_size(request))
                 settings = RunSettings(
                     summary=f"{run.agent} ← {run.trigger.event.type}",
                     retry=subscription.retry,
@@ -446,6 +455,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                     route=subscription.route,
                     fallback=subscription.fallback,
                     inline_agents=self._spec.agents,
+                    room=self._outbound.fan_out.room,
                 )
                 result = await start_agent_run(request, settings, partial(self._detoured, run))
             except ActivityError as error:
@@ -475,7 +485,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             self._model.run_started(run)
             try:
-                outcome: VoteState = await hold_vote(self._model.vote_spec(run), run.subscription)
+                vote = self._model.vote_spec(run)
+                await self._outbound.fan_out.room(json_size(vote))
+                outcome: VoteState = await hold_vote(vote, run.subscription)
             except SpecError as error:
                 failed = (FailureType.INVALID_PAYLOAD, str(error))
             except VOTE_FAILED as error:
