@@ -114,13 +114,17 @@ def flaky_registry(name: str, agent: AgentFn, breaker: BreakerConfig) -> AgentRe
     return registry
 
 
-async def ballot_of(client: Client, queue: str, voter: str, **retry: Any) -> Ballot:
-    """One vote with one voter: its ballot says how the voter's run ended."""
+async def ballot_of(
+    client: Client, queue: str, voter: str, within: timedelta | None = None, **retry: Any
+) -> Ballot:
+    """One vote with one voter: its ballot says how the voter's run ended (`within`: the
+    voter's whole time, past which a run waiting at an open breaker fails `circuit_open`)."""
     spec = VoteSpec(
         vote_id=f"breaker-{uuid.uuid4().hex[:8]}",
         proposal={"release": 7},
         voters=[voter],
         retry=RetryConfig.model_validate({"max_retries": 0, **retry}),
+        **({"timeout": within} if within is not None else {}),
     )
     state = await api.vote_outcome(await api.start_vote(client, spec, queue=queue))
     (ballot,) = state.ballots
@@ -149,8 +153,9 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
             )
         opened = await ledger()
         assert (opened.breaker, opened.consecutive_failures) == ("open", 5)
-        for _ in range(3):
-            assert (await ballot_of(client, task_queue, name)).reason.startswith("circuit_open")
+        for _ in range(3):  # each would wait for the open window's end, longer than it has
+            refused = await ballot_of(client, task_queue, name, within=timedelta(seconds=1))
+            assert refused.reason.startswith("circuit_open")
         assert len(agent.calls) == 5, "no agent call while the breaker is open"
         assert opened.open_until is not None and datetime.now(UTC) < opened.open_until
 
