@@ -10,20 +10,24 @@ the router picked least recently. An agent that cannot take a run now (no live w
 breaker open) is picked only when no candidate can."""
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    Tag,
     model_serializer,
     model_validator,
 )
 
 from coord.models.agent_config import MAX_CAPABILITIES, Capability
 from coord.models.agent_ledger import BreakerStateName
+from coord.models.durations import Duration
+from coord.models.specs import MAX_NAME
 
 MATCH_THRESHOLD = 0.7
 """Seed 002's `capability_match > 0.7`: an agent offering less of what is asked is no candidate."""
@@ -51,8 +55,8 @@ class CapabilityRoute(BaseModel):
     capabilities: list[Capability] = Field(min_length=1, max_length=MAX_CAPABILITIES)
     strategy: Strategy = "least_loaded"
     exclude: list[str] = Field(default_factory=list, max_length=MAX_EXCLUDED)
-    """Agents not to pick, whatever they offer: e.g. to route a run again after its first pick
-    turned out unreachable or behind an open breaker."""
+    """Agents not to pick, whatever they offer: those a run already found unable to take it
+    (routed again after its pick turned out unreachable or behind an open breaker)."""
 
     @model_serializer(mode="wrap")
     def _without_empty_exclude(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -62,6 +66,39 @@ class CapabilityRoute(BaseModel):
         if not self.exclude:
             data.pop("exclude", None)
         return data
+
+
+class FallbackRoute(BaseModel):
+    """A fallback naming capabilities instead of an agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capability: Capability | None = None
+    capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
+    assignment: Strategy = "least_loaded"
+
+    @model_validator(mode="after")
+    def _one_way_to_say_it(self) -> Self:
+        if (self.capability is None) == (not self.capabilities):
+            raise ValueError("a fallback names `capability` or `capabilities` (one of them)")
+        return self
+
+    @property
+    def route(self) -> CapabilityRoute:
+        asked = [self.capability] if self.capability is not None else self.capabilities
+        return CapabilityRoute(capabilities=asked, strategy=self.assignment)
+
+
+def _fallback_kind(value: object) -> str:
+    return "agent" if isinstance(value, str) else "capabilities"
+
+
+Fallback = Annotated[
+    Annotated[str, Tag("agent"), Field(min_length=1, max_length=MAX_NAME)]
+    | Annotated[FallbackRoute, Tag("capabilities")],
+    Discriminator(_fallback_kind),
+]
+"""A run's `fallback:`: an agent's name, or `{capability: X}` / `{capabilities: [X, Y]}`."""
 
 
 class Routed(BaseModel):
@@ -74,6 +111,12 @@ class Routed(BaseModel):
     assignment: Strategy = "least_loaded"
     """How an agent is picked among those offering the capabilities: `least_loaded` (the least
     work per live worker: runs waiting, running, just picked) or `auction` (seed 002's bids)."""
+    fallback: Fallback | None = None
+    """Where the run goes when its agent cannot take it (breaker open, no worker, timed out):
+    another agent, or capabilities (`coord.models.agent_runs`)."""
+    schedule_to_close_timeout: Duration | None = None
+    """The run's whole time, its retries and its waits for an open breaker or a full pool
+    included; without it, those waits end after `agent_runs.DEFAULT_AGENT_WAIT`."""
 
     @model_validator(mode="after")
     def _one_way_to_say_it(self) -> Self:

@@ -340,18 +340,20 @@ async def test_a_run_in_progress_counts_as_load(mesh_client: Client, task_queue:
 
 
 async def open_db_1_with_the_best_record(client: Client, task_queue: str) -> None:
-    """db-1: 100 runs succeeded, then 5 failures that open its breaker for 10 minutes; db-3
-    and db-4: 1 of 2 runs succeeded (the ledgers run on the coordinator queue's worker)."""
-    recovery = BreakerConfig(recovery=timedelta(minutes=10))
-    records = {"db-1": RunStats(succeeded=100), "db-3": RunStats(succeeded=1, failed=1)}
-    records["db-4"] = records["db-3"]
-    for agent, stats in records.items():
-        queue = agent_task_queue(agent, task_queue)
-        ledger = LedgerClient(client, queue, task_queue, recovery, "test")
-        await ledger.stats(stats)
-        failures = recovery.failures if agent == "db-1" else 0
-        for _ in range(failures):
-            await ledger.outcome(False, failure_type="temporary_failure")
+    """db-1: 100 runs succeeded, then 5 failures in a row that open its breaker for 10 minutes;
+    db-3 and db-4: 1 of 2 runs succeeded (the ledgers run on the coordinator queue's worker)."""
+    config = BreakerConfig(consecutive=5, recovery=timedelta(minutes=10))
+    down = RunStats(failed=5, counted=5, reasons={"connection": 5}, streak=5)
+    records = {
+        "db-1": [RunStats(succeeded=100), down],
+        "db-3": [RunStats(succeeded=1, failed=1)],
+        "db-4": [RunStats(succeeded=1, failed=1)],
+    }
+    for agent, reports in records.items():
+        ledger = LedgerClient(client, agent_task_queue(agent, task_queue), task_queue, config, "t")
+        for stats in reports:
+            state = await ledger.stats(stats)
+        assert (state.breaker == "open") == (agent == "db-1")
 
 
 @workflow.defn(name="RouteOnce", sandboxed=False)

@@ -9,7 +9,7 @@ chain decides is in `ChainModel` (coord.models.chain_model); this module is its 
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -18,7 +18,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentResult
+    from coord.models.agent_runs import RunDetour
+    from coord.models.assignment import Assignment
     from coord.models.chain import (
         AgentRun,
         ChainInput,
@@ -38,7 +39,6 @@ with workflow.unsafe.imports_passed_through():
         DETACH_SIGNAL,
         EVENT_SIGNAL,
         RERUN_SIGNAL,
-        RUN_AGENT_ACTIVITY,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
@@ -48,9 +48,10 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.sizes import json_size
+    from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
+    from coord.workflows.agent_runs import RunSettings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
@@ -58,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
-        agent_dispatch,
         assign_agent,
         attempts,
         decode_input,
@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         signal_if_running,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import NEXT_TASK, FanOut
 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
@@ -75,13 +76,16 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
+"""Runs after it start their agent runs and votes and forward to their listeners within a byte
+budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
+forty listeners, could be more than the server takes in one task. Runs recorded before sent
+them all at once."""
 EVENTS_PER_TASK = 100
-EVENT_BYTES_PER_TASK = 512 * 1024
-"""What one workflow task handles at most. Each event may send commands (forwards to listeners,
-parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
-a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
-takes a few ms an event)."""
-NEXT_TASK = timedelta(milliseconds=1)
+"""What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
+Each event may send commands (forwards to listeners, parking) whose payloads travel together in
+the task's completion, which the server caps at 4 MB; a long task holds queries back, and one
+past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."""
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
 that lost the run from its cache (a restart; a task the server failed because more than 100
@@ -114,17 +118,17 @@ class RunPacing:
         take: Callable[[], EventEnvelope | None],
     ) -> bool:
         """Handles the waiting events (`take` gives the next, None for a signal that did not
-        decode), up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one workflow task;
+        decode), up to `EVENTS_PER_TASK` and a workflow task's `ByteBudget` of payloads;
         returns whether some were left for the next task."""
-        handled = size = 0
+        handled, budget = 0, ByteBudget()
         while self._model.waiting() and not self.holding_events():
-            full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
+            full = handled >= EVENTS_PER_TASK or budget.full()
             if full and workflow.patched(FLOOD_PATCH):
                 return True
             handled += 1
             envelope = take()
             if envelope is not None:
-                size += json_size(envelope.payload)
+                budget.spend(json_size(envelope.payload))
                 handle(envelope)
         return False
 
@@ -176,6 +180,9 @@ class Outbound:
     def __init__(self, model: ChainModel) -> None:
         self._model = model
         self.count = 0
+        self.fan_out = FanOut(FAN_OUT_PATCH)
+        """The chain's budget per workflow task: its forwards, agent runs and votes wait for
+        it."""
 
     def park(self, letter: Parking) -> None:
         self._start(park_letter(letter))
@@ -209,7 +216,9 @@ class Outbound:
 
     async def _forward(self, listener: str, envelope: EventEnvelope, signal: str) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
-        if not await signal_if_running(listener, signal, envelope.model_dump(mode="json")):
+        event = envelope.model_dump(mode="json")
+        await self.fan_out.room(json_size(event))
+        if not await signal_if_running(listener, signal, event):
             self._model.detach(listener)
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
@@ -435,16 +444,20 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
-                result: AgentResult = await workflow.execute_activity(
-                    RUN_AGENT_ACTIVITY,
-                    request,
-                    result_type=AgentResult,
-                    start_to_close_timeout=subscription.timeout,
-                    heartbeat_timeout=subscription.heartbeat_timeout,
-                    retry_policy=retry_policy,
+                await self._outbound.fan_out.room(json_size(request))
+                settings = RunSettings(
                     summary=f"{run.agent} ← {run.trigger.event.type}",
-                    **agent_dispatch(request, subscription.schedule_to_start_timeout),
+                    retry=subscription.retry,
+                    start_to_close=subscription.timeout,
+                    schedule_to_close=subscription.schedule_to_close_timeout,
+                    heartbeat_timeout=subscription.heartbeat_timeout,
+                    schedule_to_start=subscription.schedule_to_start_timeout,
+                    route=subscription.route,
+                    fallback=subscription.fallback,
+                    inline_agents=self._spec.agents,
+                    room=self._outbound.fan_out.room,
                 )
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
             except ActivityError as error:
                 failed = (failure_type_of(error), failure_message(error))
                 await park_letter(
@@ -455,6 +468,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         finally:
             self._model.finish(seq)
 
+    def _detoured(self, run: AgentRun, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run that waited for its agent or went elsewhere: in the chain's record; a run
+        that went to another agent publishes as that agent."""
+        self._model.run_detoured(run, detour, assignment)
+        workflow.set_current_details(self._model.details())
+        if assignment is not None:
+            self._announce_agents()
+
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a child `Vote` on the event's payload, counted as a run
         (continue-as-new waits for it); its outcome is published. One that gives no outcome
@@ -464,7 +485,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         try:
             self._model.run_started(run)
             try:
-                outcome: VoteState = await hold_vote(self._model.vote_spec(run), run.subscription)
+                vote = self._model.vote_spec(run)
+                await self._outbound.fan_out.room(json_size(vote))
+                outcome: VoteState = await hold_vote(vote, run.subscription)
             except SpecError as error:
                 failed = (FailureType.INVALID_PAYLOAD, str(error))
             except VOTE_FAILED as error:
