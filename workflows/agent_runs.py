@@ -21,6 +21,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any, Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -83,6 +84,36 @@ class RunSettings:
     room: Callable[[int], Awaitable[None]] | None = None
     """The caller's budget per workflow task (`FanOut.room`), which a run sent again waits for
     as the first execution did: many runs waiting at one gate come back together."""
+
+
+class DeclaredRun(Protocol):
+    """What a saga step, a chain subscription and a plan task each declare about their runs."""
+
+    timeout: timedelta
+    heartbeat_timeout: timedelta | None
+    schedule_to_start_timeout: timedelta
+    schedule_to_close_timeout: timedelta | None
+    retry: RetryConfig
+    fallback: Fallback | None
+
+    @property
+    def route(self) -> CapabilityRoute | None: ...
+
+
+def declared_settings(item: DeclaredRun, summary: str, **others: Any) -> RunSettings:
+    """The run settings `item` declares (its timeouts, retry policy, route and fallback), with
+    the caller's `others` (any other RunSettings field, or one of these overridden)."""
+    declared = RunSettings(
+        summary=summary,
+        retry=item.retry,
+        start_to_close=item.timeout,
+        schedule_to_close=item.schedule_to_close_timeout,
+        heartbeat_timeout=item.heartbeat_timeout,
+        schedule_to_start=item.schedule_to_start_timeout,
+        route=item.route,
+        fallback=item.fallback,
+    )
+    return replace(declared, **others)
 
 
 def start_agent_run(

@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
-    from coord.workflows.agent_runs import RunSettings, start_agent_run
+    from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
@@ -445,15 +445,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
                 await self._outbound.fan_out.room(json_size(request))
-                settings = RunSettings(
-                    summary=f"{run.agent} ← {run.trigger.event.type}",
-                    retry=subscription.retry,
-                    start_to_close=subscription.timeout,
-                    schedule_to_close=subscription.schedule_to_close_timeout,
-                    heartbeat_timeout=subscription.heartbeat_timeout,
-                    schedule_to_start=subscription.schedule_to_start_timeout,
-                    route=subscription.route,
-                    fallback=subscription.fallback,
+                settings = declared_settings(
+                    subscription,
+                    f"{run.agent} ← {run.trigger.event.type}",
                     inline_agents=self._spec.agents,
                     room=self._outbound.fan_out.room,
                 )

@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.sizes import json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
-    from coord.workflows.agent_runs import RunSettings, start_agent_run
+    from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import AgentPicker, attempts
     from coord.workflows.fan_out import FanOut
@@ -241,13 +241,9 @@ class TaskRun:
         the task's timeouts and retry policy; the task's own run may go to the next capable
         agent or its fallback when its agent cannot serve it."""
         task = self.task
-        settings = RunSettings(
-            summary=summary,
-            retry=task.retry,
-            start_to_close=task.timeout,
-            schedule_to_close=task.schedule_to_close_timeout,
-            heartbeat_timeout=task.heartbeat_timeout,
-            schedule_to_start=task.schedule_to_start_timeout,
+        settings = declared_settings(
+            task,
+            summary,
             cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=activity_id,
             agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,

@@ -43,7 +43,12 @@ with workflow.unsafe.imports_passed_through():
         StackEntry,
     )
     from coord.models.specs import SpecError
-    from coord.workflows.agent_runs import RunSettings, outcomes_landed, start_agent_run
+    from coord.workflows.agent_runs import (
+        RunSettings,
+        declared_settings,
+        outcomes_landed,
+        start_agent_run,
+    )
     from coord.workflows.common import (
         DEAD_LETTER_PATCH,
         NO_INPUT,
@@ -152,16 +157,11 @@ class Saga:
         try:
             running = self._start_agent(
                 await self._assigned(step),
-                RunSettings(
-                    summary=step.name,
+                declared_settings(
+                    step,
+                    step.name,
                     retry=retry,
-                    start_to_close=step.timeout,
-                    schedule_to_close=step.schedule_to_close_timeout,
-                    heartbeat_timeout=step.heartbeat_timeout,
-                    schedule_to_start=step.schedule_to_start_timeout,
                     cancellation=WAIT_FOR_CANCEL,
-                    route=step.route,
-                    fallback=step.fallback,
                     inline_agents=self._spec_agents(),
                 ),
                 step=step.name,
