@@ -4,10 +4,12 @@ against the embedded dev server, a self-hosted cluster or Temporal Cloud."""
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
+from temporalio.service import RetryConfig
 
 from coord.infra.payload_store import data_converter
 from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
@@ -26,6 +28,25 @@ def ui_url() -> str:
 
 class ServerUnreachable(RuntimeError):
     pass
+
+
+OUTAGE_TOLERANCE = timedelta(minutes=10)
+"""How long a worker keeps trying to tell the server what it did (a run's result or failure,
+its heartbeats, a workflow task's completion) while the server cannot be reached."""
+WORKER_RETRY_INTERVAL = timedelta(seconds=2)
+"""The longest pause between two of those tries: a worker's results reach a restarted server
+within this, before the server's own timeouts move on without them where that can be won."""
+WORKER_RETRY = RetryConfig(
+    max_interval_millis=int(WORKER_RETRY_INTERVAL / timedelta(milliseconds=1)),
+    max_elapsed_time_millis=int(OUTAGE_TOLERANCE / timedelta(milliseconds=1)),
+    max_retries=int(OUTAGE_TOLERANCE / WORKER_RETRY_INTERVAL) + 20,
+)
+"""The connection of a process running workers. The SDK's default gives up on a call after
+10 s, and a run that finished during a longer outage then had its result dropped: the server
+knew it only by its time limit (5 minutes by default) or heartbeat timeout, and ran the agent
+again on a retry. A call a caller stops waiting for (a ledger's 5 s) is abandoned, not retried
+on: the patience is only for calls someone still waits on. Commands a person runs keep the
+default, so they say at once that the server is down."""
 
 
 @dataclass(frozen=True)
@@ -49,10 +70,16 @@ class ConnectionSettings:
     def namespace(self) -> str:
         return self.config.get("namespace", "default")
 
-    async def connect(self, runtime: Runtime | None = None) -> Client:
+    async def connect(
+        self, runtime: Runtime | None = None, *, retry: RetryConfig | None = None
+    ) -> Client:
+        """`retry`: how the client's calls are retried while the server cannot be reached
+        (WORKER_RETRY for workers; the SDK's default, 10 s, when None)."""
         try:
             config: ClientConnectConfig = {**self.config, "target_host": self.address}
-            return await Client.connect(**config, data_converter=data_converter(), runtime=runtime)
+            return await Client.connect(
+                **config, data_converter=data_converter(), runtime=runtime, retry_config=retry
+            )
         except RuntimeError:
             # The SDK's message is the Rust transport's error chain: no help to a user.
             raise ServerUnreachable(
