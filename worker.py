@@ -24,6 +24,7 @@ from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.pools import AgentPools
 from coord.activities.reports import ReportKeeper
 from coord.activities.routing import AgentRouter
+from coord.activities.run_tally import TallyCarrier
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
@@ -167,8 +168,8 @@ def build_worker(
 
 def interceptors(keeper: ReportKeeper | None) -> list[Interceptor]:
     """A worker's interceptors: its process's report keeper first (outermost), so that it sees
-    the heartbeat details as they are sent."""
-    return [*([keeper] if keeper else []), SurplusArguments()]
+    the heartbeat details as they are sent, with the run's tally the carrier adds."""
+    return [*([keeper] if keeper else []), TallyCarrier(), SurplusArguments()]
 
 
 def agent_worker(

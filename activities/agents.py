@@ -18,6 +18,7 @@ from coord.activities.agent_kinds import agent_from_config
 from coord.activities.breakers import Breakers
 from coord.activities.pools import AgentPools
 from coord.activities.result_refs import ResultStore
+from coord.activities.run_tally import RunCounter
 from coord.models.agent_config import AgentConfig
 from coord.models.agents import (
     AgentContext,
@@ -69,6 +70,7 @@ class AgentActivities:
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
+        counter = RunCounter(request.agent, request.budget)
         try:
             async with self._pooled(request), self._watching(request):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
@@ -76,10 +78,11 @@ class AgentActivities:
                 output = await agent(request.event, await self._context(request, info))
         except ApplicationError as error:
             if error.type in GATE_FAILURES:
+                counter.turned_away()
                 raise  # the breaker's or the pool's own: the agent was not called
-            raise _classified(error, request.retry_on, info.attempt) from error
+            raise counter.failed(_classified(error, request.retry_on, info.attempt)) from error
         except Exception as error:
-            raise _classified(error, request.retry_on, info.attempt) from error
+            raise counter.failed(_classified(error, request.retry_on, info.attempt)) from error
         duration_ms = (time.monotonic() - started) * 1000
         try:
             result = AgentResult.from_output(request.agent, output, duration_ms, info.attempt)

@@ -31,22 +31,21 @@ class ServerUnreachable(RuntimeError):
 
 
 OUTAGE_TOLERANCE = timedelta(minutes=10)
-"""How long a worker keeps trying to tell the server what it did (a run's result or failure,
-its heartbeats, a workflow task's completion) while the server cannot be reached."""
+"""How long a worker process keeps trying to reach the server for what its activities ask of
+it (a signal, a query, a run's report sent again) while the server cannot be reached."""
 WORKER_RETRY_INTERVAL = timedelta(seconds=2)
-"""The longest pause between two of those tries: a worker's results reach a restarted server
-within this, before the server's own timeouts move on without them where that can be won."""
+"""The longest pause between two of those tries, so they land soon after the server is back."""
 WORKER_RETRY = RetryConfig(
     max_interval_millis=int(WORKER_RETRY_INTERVAL / timedelta(milliseconds=1)),
     max_elapsed_time_millis=int(OUTAGE_TOLERANCE / timedelta(milliseconds=1)),
     max_retries=int(OUTAGE_TOLERANCE / WORKER_RETRY_INTERVAL) + 20,
 )
-"""The connection of a process running workers. The SDK's default gives up on a call after
-10 s, and a run that finished during a longer outage then had its result dropped: the server
-knew it only by its time limit (5 minutes by default) or heartbeat timeout, and ran the agent
-again on a retry. A call a caller stops waiting for (a ledger's 5 s) is abandoned, not retried
-on: the patience is only for calls someone still waits on. Commands a person runs keep the
-default, so they say at once that the server is down."""
+"""The connection of a process running workers: an activity's own call to the server waits an
+outage out instead of failing after the SDK's default 10 s (and spending a retry of its run). A
+call its caller stops waiting for (a ledger's 5 s) is abandoned, not retried on. The SDK's own
+calls for its workers (polls, reports, heartbeats) keep the SDK's settings, whatever these say:
+activities/reports.py sends again what they drop. Commands a person runs keep the default, so
+they say at once that the server is down."""
 
 
 @dataclass(frozen=True)

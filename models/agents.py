@@ -17,6 +17,7 @@ from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import MAX_PROGRESS, PlanSpec, ResultReference
+from coord.models.retry import RunBudget
 from coord.models.saga import SagaSpec
 from coord.models.specs import JsonObject, SpecError
 from coord.models.vote import VoteSpec
@@ -235,6 +236,10 @@ class AgentRequest(BaseModel):
     result_limit: int | None = Field(default=None, ge=0)
     """When the result's data is larger than this (JSON bytes), it goes to the payload store
     and the result carries only its `reference`."""
+    budget: RunBudget | None = None
+    """The run's retries, counted by its worker (the server then sets no attempt limit): only
+    the agent's own failures spend them, not attempts a server outage or a dead worker lost.
+    None: the server's retry policy counts every attempt."""
 
 
 class PublishRequest(BaseModel):

@@ -1,0 +1,119 @@
+"""How a run's attempts ended, counted by its workers so that only the agent's own failures
+spend the step's retries (a request with a `budget`; models/retry.py).
+
+The server counts every attempt alike, and ends one by a timeout when no worker reports it: the
+attempts in flight when the server restarts after an outage (their heartbeat timeouts ran on its
+clock while it was down) and those of a worker that died. Counted by the server, each of those
+spent a retry of the step's, as an agent failure does. So a run that carries its budget has no
+attempt limit on the server; its worker keeps a tally (`RunTally`) of the agent's failures and
+of the gates' refusals in the last of every heartbeat's details, which the server hands to the
+next attempt even when it timed the last one out. The worker fails the run for good when the
+agent failed once more than `max_retries`, or when too many attempts ended without a report."""
+
+import contextvars
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    Interceptor,
+)
+
+from coord.models.contract import FailureType, failure
+from coord.models.retry import RunBudget, RunTally, backoff
+
+
+@dataclass
+class _Carried:
+    """The running attempt's tally, and the details its agent last sent (sent again with a new
+    tally, so that what it last said is not erased)."""
+
+    tally: RunTally
+    details: tuple[Any, ...] = ()
+
+
+_carried: contextvars.ContextVar[_Carried | None] = contextvars.ContextVar(
+    "run_tally", default=None
+)
+
+
+class TallyCarrier(Interceptor):
+    """Adds the running attempt's tally to every heartbeat of a run that counts its retries,
+    whoever sends it (the agent through its context, `activity.heartbeat()`, a pool's wait)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _CarryingInbound(next)
+
+
+class _CarryingInbound(ActivityInboundInterceptor):
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        super().init(_CarryingOutbound(outbound))
+
+
+class _CarryingOutbound(ActivityOutboundInterceptor):
+    def heartbeat(self, *details: Any) -> None:
+        carried = _carried.get()
+        if carried is None:
+            super().heartbeat(*details)
+            return
+        carried.details = details
+        super().heartbeat(*details, carried.tally.as_detail())
+
+
+class RunCounter:
+    """One attempt's view of its run's tally (nothing to count for a request without a budget:
+    the server's attempt limit holds, as before runs counted their own)."""
+
+    def __init__(self, agent: str, budget: RunBudget | None) -> None:
+        self._agent = agent
+        self._budget = budget
+        self._carried: _Carried | None = None
+        if budget is not None:
+            info = activity.info()
+            self._carried = _Carried(RunTally.carried_in(info.heartbeat_details))
+            _carried.set(self._carried)
+            self._refuse_if_lost_too_often(budget, self._carried.tally, info.attempt)
+
+    def _refuse_if_lost_too_often(self, budget: RunBudget, tally: RunTally, attempt: int) -> None:
+        if budget.lost_too_often(tally, attempt):
+            raise failure(
+                FailureType.TIMEOUT,
+                f"agent {self._agent!r}: the run ended {tally.lost(attempt)} times without a "
+                "report from its worker (the server timed it out: the worker died or could not "
+                "reach the server, or the agent stopped heartbeating)",
+                {"attempt": attempt},
+                non_retryable=True,
+            )
+
+    def turned_away(self) -> None:
+        """A gate (breaker, pool) refused the run before its agent was called."""
+        self._count(lambda tally: tally.refused())
+
+    def failed(self, error: ApplicationError) -> ApplicationError:
+        """The agent failed: counted, and not retried once the budget is spent. The retry comes
+        after the step's backoff for that many failures."""
+        tally = self._count(lambda tally: tally.failed())
+        if tally is None or self._budget is None:
+            return error
+        policy = activity.info().retry_policy
+        delay = error.next_retry_delay or (backoff(policy, tally.failures) if policy else None)
+        return failure(
+            error.type or FailureType.TEMPORARY_FAILURE,
+            error.message,
+            *error.details,
+            non_retryable=error.non_retryable or self._budget.spent(tally),
+            retry_after=delay,
+        )
+
+    def _count(self, step: Callable[[RunTally], RunTally]) -> RunTally | None:
+        """The tally after `step`, sent at once: the SDK sends a failing attempt's last
+        heartbeat before its failure, so the next attempt finds it."""
+        if self._carried is None:
+            return None
+        self._carried.tally = step(self._carried.tally)
+        activity.heartbeat(*self._carried.details)
+        return self._carried.tally
