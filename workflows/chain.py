@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         agent_dispatch,
         assign_agent,
         attempts,
+        counted_retries,
         decode_input,
         park,
         signal_if_running,
@@ -434,14 +435,16 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             try:
                 await self._assign(run, subscription)
                 self._model.run_started(run)
-                request = self._model.agent_request(run)
+                request, counted = counted_retries(
+                    self._model.agent_request(run), subscription.retry
+                )
                 result: AgentResult = await workflow.execute_activity(
                     RUN_AGENT_ACTIVITY,
                     request,
                     result_type=AgentResult,
                     start_to_close_timeout=subscription.timeout,
                     heartbeat_timeout=subscription.heartbeat_timeout,
-                    retry_policy=retry_policy,
+                    retry_policy=counted,
                     summary=f"{run.agent} ← {run.trigger.event.type}",
                     **agent_dispatch(request, subscription.schedule_to_start_timeout),
                 )

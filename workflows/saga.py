@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         agent_dispatch,
         assign_agent,
         attempts,
+        counted_retries,
         decode_input,
         park,
         signal_chain,
@@ -363,13 +364,16 @@ class Saga:
     ) -> workflow.ActivityHandle[AgentResult]:
         """Every step and compensation is a command event handed to `run_agent`."""
         command = self._event(f"{agent}Command", payload=self._spec_input())
-        request = AgentRequest(
-            agent=agent,
-            event=command,
-            retry_on=retry.retry_on,
-            config=self._spec_agents().get(agent),
-            idempotency_key=idempotency_key,
-            inputs=inputs,
+        request, retry_policy = counted_retries(
+            AgentRequest(
+                agent=agent,
+                event=command,
+                retry_on=retry.retry_on,
+                config=self._spec_agents().get(agent),
+                idempotency_key=idempotency_key,
+                inputs=inputs,
+            ),
+            retry,
         )
         return workflow.start_activity(
             RUN_AGENT_ACTIVITY,
@@ -377,7 +381,7 @@ class Saga:
             result_type=AgentResult,
             start_to_close_timeout=timeout,
             heartbeat_timeout=heartbeat_timeout,
-            retry_policy=retry.to_retry_policy(),
+            retry_policy=retry_policy,
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=summary,
             **agent_dispatch(request, schedule_to_start),
