@@ -75,7 +75,8 @@ class AgentActivities:
             async with self._pooled(request), self._watching(request):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 agent = resolve(self._registry, request.agent, request.config)
-                output = await agent(request.event, await self._context(request, info))
+                context = await self._context(request, info)
+                output = await counter.within_time_limit(agent(request.event, context))
         except ApplicationError as error:
             if error.type in GATE_FAILURES:
                 counter.turned_away()

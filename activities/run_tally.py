@@ -10,10 +10,12 @@ of the gates' refusals in the last of every heartbeat's details, which the serve
 next attempt even when it timed the last one out. The worker fails the run for good when the
 agent failed once more than `max_retries`, or when too many attempts ended without a report."""
 
+import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -24,7 +26,9 @@ from temporalio.worker import (
 )
 
 from coord.models.contract import FailureType, failure
-from coord.models.retry import RunBudget, RunTally, backoff
+from coord.models.retry import RunBudget, RunTally, agent_time_limit, backoff
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -88,6 +92,28 @@ class RunCounter:
                 {"attempt": attempt},
                 non_retryable=True,
             )
+
+    async def within_time_limit(self, call: Awaitable[T]) -> T:
+        """The agent's call, ended as the agent's own `timeout` a little before the run's time
+        limit: the server would end it as a lost attempt, which spends no retry of the step's.
+        A heartbeat timeout stays the server's to measure: the worker heartbeats for agents
+        that run long (shell, llm), so it means the worker, not the agent, went silent."""
+        info = activity.info()
+        if self._budget is None or info.start_to_close_timeout is None:
+            return await call
+        ends = info.started_time + agent_time_limit(info.start_to_close_timeout)
+        limit = asyncio.timeout((ends - datetime.now(UTC)).total_seconds())
+        try:
+            async with limit:
+                return await call
+        except TimeoutError:
+            if not limit.expired():
+                raise  # the agent's own
+        raise failure(
+            FailureType.TIMEOUT,
+            f"agent {self._agent!r} ran past the run's time limit of "
+            f"{info.start_to_close_timeout.total_seconds():g}s",
+        )
 
     def turned_away(self) -> None:
         """A gate (breaker, pool) refused the run before its agent was called."""

@@ -89,6 +89,17 @@ class RunBudget(BaseModel):
         return self.lost_runs is not None and tally.lost(attempt) > self.lost_runs
 
 
+TIME_LIMIT_MARGIN = timedelta(seconds=1)
+
+
+def agent_time_limit(limit: timedelta) -> timedelta:
+    """How long a run's worker lets its agent go on within the run's start-to-close `limit`:
+    a little less (TIME_LIMIT_MARGIN, or a tenth of a short limit), so that an agent running past
+    it is reported as its own `timeout` before the server's clock ends the attempt as one lost
+    without a report."""
+    return limit - min(TIME_LIMIT_MARGIN, limit / 10)
+
+
 TALLY_DETAIL = "run_tally"
 
 
