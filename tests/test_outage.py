@@ -135,7 +135,7 @@ async def test_runs_in_flight_outlive_a_server_outage(
             saga_ends = [api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
             chain_ends = [api.chain_handle(client, c).result() for c in chains]
             ended = await ended_within(ENDED_AFTER_RESTART, *saga_ends, *chain_ends)
-        assert ended == ["completed"] * len(ended)
+        assert ended == ["completed"] * len(ended), " ".join(ended)
         saga_states = [await api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
         assert all(not s.compensations for s in saga_states)
         chain_states = [await api.chain_handle(client, c).result() for c in chains]
@@ -166,6 +166,6 @@ async def test_twenty_sagas_outlive_a_worker_killed_twice(
         second.kill()
     async with worker_process(client, task_queue, log):
         ended = await ended_within(180, *map(api.saga_outcome, handles))
-    assert ended == ["completed"] * len(sagas)
+    assert ended == ["completed"] * len(sagas), " ".join(ended)
     for handle in handles:
         assert max(await attempts_started(handle)) == 3, handle.id
