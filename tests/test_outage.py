@@ -17,10 +17,14 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
+from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, ChainState
-from coord.models.saga import SagaSpec, SagaState
+from coord.models.envelope import EventEnvelope
+from coord.models.retry import LOST_RUNS_ALLOWED
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
 from coord.models.specs import read_document
 from coord.starter import api
+from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT
 from tests.helpers import USER_STORY, approved, eventually
 from tests.outages import OwnDevServer
@@ -169,3 +173,28 @@ async def test_twenty_sagas_outlive_a_worker_killed_twice(
     assert ended == ["completed"] * len(sagas), " ".join(ended)
     for handle in handles:
         assert max(await attempts_started(handle)) == 3, handle.id
+
+
+async def test_a_run_lost_again_and_again_fails_timeout_after_six_losses(
+    client: Client, task_queue: str
+) -> None:
+    """Attempts lost without a report spend none of the step's retries, but not without end: an
+    agent that says nothing for longer than its heartbeat timeout (as a dead worker would) is
+    given LOST_RUNS_ALLOWED more goes, then the worker fails the run `timeout`."""
+    silent = AgentRegistry()
+
+    @silent.register("Silent")
+    async def _(event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+        await asyncio.sleep(3)
+        return {}
+
+    fast = {"max_retries": 3, "initial_delay": "100ms", "max_delay": "100ms"}
+    step = {"name": "Silent", "heartbeat_timeout": "1s", "timeout": "10s", "retry": fast}
+    spec = SagaSpec.model_validate({"saga_id": f"lost-{uuid.uuid4().hex[:8]}", "steps": [step]})
+    async with build_worker(client, task_queue, silent):
+        state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        handle = api.saga_handle(client, spec.saga_id)
+        started = await attempts_started(handle)
+    assert state.status == SagaStatus.COMPENSATED
+    assert max(started) == LOST_RUNS_ALLOWED + 2
+    assert "ended 6 times without a report from its worker" in (state.failure_reason or "")
