@@ -11,7 +11,7 @@ from types import TracebackType
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.runtime import Runtime, TelemetryConfig
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
 from coord.activities.agent_kinds import load_agents
 from coord.activities.agent_monitor import AgentMonitorActivities
@@ -22,14 +22,16 @@ from coord.activities.delivery import Delivery
 from coord.activities.demo import register_demo_agents
 from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.pools import AgentPools
+from coord.activities.reports import ReportKeeper
 from coord.activities.routing import AgentRouter
+from coord.activities.run_tally import TallyCarrier
 from coord.activities.scratchpad import ScratchpadWriter
 from coord.activities.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
-from coord.infra.temporal import ConnectionSettings, task_queue
+from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
 from coord.models.agents import AgentRegistry
 from coord.models.contract import (
     AGENT_MONITOR_WORKFLOW,
@@ -92,12 +94,17 @@ class WorkerSet:
     polling the agent's own queue."""
 
     def __init__(
-        self, workers: Sequence[Worker], task_queue: str, breakers: Breakers | None = None
+        self,
+        workers: Sequence[Worker],
+        task_queue: str,
+        breakers: Breakers | None = None,
+        keeper: ReportKeeper | None = None,
     ) -> None:
         if not workers:
             raise SpecError("nothing to serve: no agents, and --no-workflows")
         self.workers = list(workers)
         self._breakers = breakers
+        self._keeper = keeper
         self.task_queue = task_queue
         """The coordinator queue, which names the deployment's agent queues."""
         self._running: asyncio.Task[None] | None = None
@@ -116,6 +123,8 @@ class WorkerSet:
         if self._breakers is not None:
             await self._breakers.close()  # while the ledgers' workflows are still served
         await asyncio.gather(*(worker.shutdown() for worker in self.workers))
+        if self._keeper is not None:
+            await self._keeper.close()
 
     async def __aenter__(self) -> "WorkerSet":
         self._running = asyncio.create_task(self.run())
@@ -148,11 +157,21 @@ def build_worker(
     home = queue or task_queue()
     breakers = Breakers(client, home, registry)
     pools = AgentPools(client, home, registry)
-    workers = [coordinator_worker(client, home, registry, breakers, pools)] if workflows else []
+    keeper = ReportKeeper(client)
+    workers = (
+        [coordinator_worker(client, home, registry, breakers, pools, keeper)] if workflows else []
+    )
     workers += [
-        agent_worker(client, home, registry.only([name]), breakers, pools) for name in registry
+        agent_worker(client, home, registry.only([name]), breakers, pools, keeper)
+        for name in registry
     ]
-    return WorkerSet(workers, home, breakers)
+    return WorkerSet(workers, home, breakers, keeper)
+
+
+def interceptors(keeper: ReportKeeper | None) -> list[Interceptor]:
+    """A worker's interceptors: its process's report keeper first (outermost), so that it sees
+    the heartbeat details as they are sent, with the run's tally the carrier adds."""
+    return [*([keeper] if keeper else []), TallyCarrier(), SurplusArguments()]
 
 
 def agent_worker(
@@ -161,6 +180,7 @@ def agent_worker(
     registry: AgentRegistry,
     breakers: Breakers | None = None,
     pools: AgentPools | None = None,
+    keeper: ReportKeeper | None = None,
 ) -> Worker:
     """One agent's worker: `run_agent` on the agent's queue, for that agent only, paced by its
     declaration: its slot limit (`max_concurrent_per_worker`, else `max_concurrent`), the pool
@@ -173,7 +193,7 @@ def agent_worker(
         task_queue=agent_task_queue(agent, home),
         activities=[AgentActivities(registry, breakers, pools).run_agent],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        interceptors=[SurplusArguments()],
+        interceptors=interceptors(keeper),
         max_concurrent_activities=declaration.worker_slots if declaration else None,
         max_task_queue_activities_per_second=declaration.rate_limit if declaration else None,
     )
@@ -185,6 +205,7 @@ def coordinator_worker(
     registry: AgentRegistry,
     breakers: Breakers | None = None,
     pools: AgentPools | None = None,
+    keeper: ReportKeeper | None = None,
 ) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own)."""
@@ -207,11 +228,12 @@ def coordinator_worker(
             UpdateCallers(client).update_caller,
             router.choose_agent,
             router.choose_agents,
+            router.agent_served,
             monitor.read_agent_health,
             monitor.publish_agent_health,
         ],
         default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        interceptors=[SurplusArguments()],
+        interceptors=interceptors(keeper),
     )
 
 
@@ -254,7 +276,7 @@ async def run_worker(
         registry = served_only(registry, only)
     collection, sweeping = options_for(registry.settings, task_queue())
     settings = ConnectionSettings.load()
-    client = await settings.connect(worker_runtime())
+    client = await settings.connect(worker_runtime(), retry=WORKER_RETRY)
     worker = build_worker(client, registry=registry, workflows=workflows)
     if workflows:
         await require_search_attributes(client)

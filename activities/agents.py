@@ -19,8 +19,9 @@ from coord.activities.agent_kinds import agent_from_config
 from coord.activities.breakers import Breakers
 from coord.activities.pools import AgentPools
 from coord.activities.result_refs import ResultStore
+from coord.activities.run_tally import RunCounter
 from coord.models.agent_config import AgentConfig
-from coord.models.agent_runs import GATE_FAILURES, GateRefusal, retry_delay
+from coord.models.agent_runs import GATE_FAILURES, NO_JITTER, GateRefusal, retry_delay
 from coord.models.agents import (
     AgentContext,
     AgentFn,
@@ -62,7 +63,8 @@ class AgentActivities:
 
     @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
-        attempt = request.attempts_before + activity.info().attempt
+        counter = RunCounter(request.agent, request.budget, before=request.attempts_before)
+        attempt = counter.attempt
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
@@ -71,15 +73,18 @@ class AgentActivities:
             async with self._pooled(request), self._watching(request):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 agent = resolve(self._registry, request.agent, request.config)
-                output = await agent(request.event, await self._context(request, attempt))
+                output = await counter.within_time_limit(
+                    agent(request.event, await self._context(request, attempt))
+                )
         except ApplicationError as error:
             if error.type not in GATE_FAILURES:
-                raise _classified(error, request, attempt) from error
-            if not request.gates_return:  # the breaker's or the pool's: nothing was called
-                raise
-            raise _gate_refusal(error, attempt) from None
+                raise counter.failed(_classified(error, request, attempt)) from error
+            if request.gates_return:  # the breaker's or the pool's: nothing was called
+                raise _gate_refusal(error, attempt) from None
+            counter.turned_away()
+            raise
         except Exception as error:
-            raise _classified(error, request, attempt) from error
+            raise counter.failed(_classified(error, request, attempt)) from error
         duration_ms = (time.monotonic() - started) * 1000
         try:
             result = AgentResult.from_output(request.agent, output, duration_ms, attempt)
@@ -156,14 +161,16 @@ def _classified(error: Exception, request: AgentRequest, attempt: int) -> Applic
 
 
 def _jittered(request: AgentRequest, attempt: int) -> timedelta | None:
-    """The delay before the retry of failed attempt `attempt` under the request's jitter; None
-    (the policy's own) without jitter or a retry policy."""
+    """The delay before the retry of failed attempt `attempt` (the run's, not the server's:
+    attempts a gate turned away or an outage lost are not counted), by the policy's backoff
+    spread by the request's jitter; None (the server's own) for a request that neither counts
+    its attempts nor asks for jitter."""
     policy = activity.info().retry_policy
-    if request.jitter is None or policy is None:
+    if policy is None or (request.jitter is None and request.budget is None):
         return None
     return retry_delay(
         attempt,
-        request.jitter,
+        request.jitter or NO_JITTER,
         initial=policy.initial_interval,
         coefficient=policy.backoff_coefficient,
         maximum=policy.maximum_interval,

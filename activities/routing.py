@@ -7,9 +7,11 @@ those served on other hosts (`AgentRegistry.catalogue`); what they weigh comes f
 agent's ledger (breaker, success rate, pool). The scoring is pure (`coord.models.assignment`);
 the router remembers its own picks (`RecentPicks`), so ties take turns."""
 
+import asyncio
 import random
+import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.client import Client
@@ -28,6 +30,7 @@ from coord.models.assignment import (
     route_candidates,
 )
 from coord.models.contract import (
+    AGENT_SERVED_ACTIVITY,
     CHOOSE_AGENT_ACTIVITY,
     CHOOSE_AGENTS_ACTIVITY,
     FailureType,
@@ -36,6 +39,8 @@ from coord.models.contract import (
 from coord.models.health import AgentHealth
 
 log = get_logger("routing")
+SERVED_PATIENCE = timedelta(seconds=15)
+SERVED_POLL = 1.0
 
 
 class AgentRouter:
@@ -61,6 +66,19 @@ class AgentRouter:
         it (`choose_each`), from one reading; None for a route without a candidate (the
         workflow asks `choose_agent` for it alone, which fails it `no_capable_agent`)."""
         return await self._picks(routes)
+
+    @activity.defn(name=AGENT_SERVED_ACTIVITY)
+    async def agent_served(self, agent: str) -> bool:
+        """Whether a live worker serves `agent`'s queue now, or within SERVED_PATIENCE: after a
+        server restart, workers take some seconds to poll again."""
+        home = activity.info().task_queue
+        deadline = time.monotonic() + SERVED_PATIENCE.total_seconds()
+        while True:
+            (row,) = await candidates_health(self._client, [agent], home=home)
+            if row.status == "healthy" or time.monotonic() >= deadline:
+                return row.status == "healthy"
+            activity.heartbeat()
+            await asyncio.sleep(SERVED_POLL)
 
     async def _picks(self, routes: Sequence[CapabilityRoute]) -> list[Assignment | None]:
         catalogue = self._registry.catalogue

@@ -6,10 +6,12 @@ import getpass
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
+from temporalio.service import RetryConfig
 
 from coord.infra.payload_store import data_converter
 from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
@@ -46,6 +48,24 @@ class ServerUnreachable(RuntimeError):
     pass
 
 
+OUTAGE_TOLERANCE = timedelta(minutes=10)
+"""How long a worker process keeps trying to reach the server for what its activities ask of
+it (a signal, a query, a run's report sent again) while the server cannot be reached."""
+WORKER_RETRY_INTERVAL = timedelta(seconds=2)
+"""The longest pause between two of those tries, so they land soon after the server is back."""
+WORKER_RETRY = RetryConfig(
+    max_interval_millis=int(WORKER_RETRY_INTERVAL / timedelta(milliseconds=1)),
+    max_elapsed_time_millis=int(OUTAGE_TOLERANCE / timedelta(milliseconds=1)),
+    max_retries=int(OUTAGE_TOLERANCE / WORKER_RETRY_INTERVAL) + 20,
+)
+"""The connection of a process running workers: an activity's own call to the server waits an
+outage out instead of failing after the SDK's default 10 s (and spending a retry of its run). A
+call its caller stops waiting for (a ledger's 5 s) is abandoned, not retried on. The SDK's own
+calls for its workers (polls, reports, heartbeats) keep the SDK's settings, whatever these say:
+activities/reports.py sends again what they drop. Commands a person runs keep the default, so
+they say at once that the server is down."""
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     config: ClientConnectConfig
@@ -67,13 +87,24 @@ class ConnectionSettings:
     def namespace(self) -> str:
         return self.config.get("namespace", "default")
 
-    async def connect(self, runtime: Runtime | None = None, identity: str | None = None) -> Client:
+    async def connect(
+        self,
+        runtime: Runtime | None = None,
+        identity: str | None = None,
+        *,
+        retry: RetryConfig | None = None,
+    ) -> Client:
         """A client of the server; `identity` is what the server records as its caller (the
-        SDK's default, pid@host, when not given)."""
+        SDK's default, pid@host, when not given); `retry`: how its calls are retried while the
+        server cannot be reached (WORKER_RETRY for workers; the SDK's default, 10 s, when None)."""
         config: ClientConnectConfig = {**self.config, "target_host": self.address}
         try:
             return await Client.connect(
-                **config, identity=identity, data_converter=data_converter(), runtime=runtime
+                **config,
+                identity=identity,
+                data_converter=data_converter(),
+                runtime=runtime,
+                retry_config=retry,
             )
         except RuntimeError:
             # The SDK's message is the Rust transport's error chain: no help to a user.

@@ -44,6 +44,9 @@ MAX_DETOURS = 20
 """Detours kept per run record, newest last."""
 
 Jitter = Literal["full", "decorrelated", "none"]
+DetourAction = Literal["waited", "rerouted", "fell_back", "resent"]
+"""What a run did instead of simply running: waited at a gate, went to the next capable agent or
+to its fallback, or was sent again once a worker served its agent again."""
 
 
 class RetryJitter(BaseModel):
@@ -54,6 +57,9 @@ class RetryJitter(BaseModel):
 
     kind: Jitter = "full"
     seed: int = 0
+
+
+NO_JITTER = RetryJitter(kind="none")
 
 
 class GateRefusal(BaseModel):
@@ -88,7 +94,7 @@ class RunDetour(BaseModel):
     """The agent that could not take the run."""
     reason: str
     """The failure type that turned it away (`circuit_open`, `pool_full`, ...)."""
-    action: Literal["waited", "rerouted", "fell_back"]
+    action: DetourAction
     to_agent: str | None = None
     """Where the run went instead (rerouted, fell back)."""
     waited_s: float | None = None
@@ -98,6 +104,8 @@ class RunDetour(BaseModel):
         where = f"{self.run}: " if self.run else ""
         if self.action == "waited":
             return f"{where}{self.agent} {self.reason}, waited {self.waited_s or 0:g}s"
+        if self.action == "resent":
+            return f"{where}{self.agent} {self.reason}, sent again (a worker serves it again)"
         verb = "rerouted" if self.action == "rerouted" else "fell back"
         return f"{where}{self.agent} {self.reason}, {verb} to {self.to_agent}"
 
@@ -117,7 +125,7 @@ def kept(detours: list[RunDetour], detour: RunDetour) -> list[RunDetour]:
     return [*detours, detour][-MAX_DETOURS:]
 
 
-class RunBudget(BaseModel):
+class RunAllowance(BaseModel):
     """A run's business attempts across the activity executions its waits split it into."""
 
     maximum: int
@@ -129,7 +137,7 @@ class RunBudget(BaseModel):
     @classmethod
     def starting(
         cls, maximum: int, now: datetime, schedule_to_close: timedelta | None
-    ) -> "RunBudget":
+    ) -> "RunAllowance":
         return cls(maximum=maximum, deadline=now + (schedule_to_close or DEFAULT_AGENT_WAIT))
 
     def refused(self, refusal: GateRefusal) -> None:

@@ -18,6 +18,7 @@ from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import MAX_PROGRESS, PlanSpec, ResultReference
+from coord.models.retry import RunBudget
 from coord.models.saga import SagaSpec
 from coord.models.specs import MAX_COUNT, JsonObject, SpecError
 from coord.models.vote import VoteSpec
@@ -245,6 +246,10 @@ class AgentRequest(BaseModel):
     agent's `attempt`, and the failures' attempt counts, go on from there."""
     jitter: RetryJitter | None = None
     """How the worker spreads the delay before each retry (None: the policy's backoff)."""
+    budget: RunBudget | None = None
+    """The run's retries, counted by its worker (the server then sets no attempt limit): only
+    the agent's own failures spend them, not attempts a server outage or a dead worker lost.
+    None: the server's retry policy counts every attempt."""
 
 
 class PublishRequest(BaseModel):

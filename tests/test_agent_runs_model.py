@@ -11,7 +11,7 @@ from coord.models.agent_runs import (
     MAX_DETOURS,
     GateRefusal,
     RetryJitter,
-    RunBudget,
+    RunAllowance,
     RunDetour,
     gate_delay,
     kept,
@@ -34,7 +34,7 @@ def delay(attempt: int, jitter: RetryJitter) -> timedelta:
 
 
 def test_a_refused_attempt_is_not_spent_and_the_next_execution_has_the_rest() -> None:
-    budget = RunBudget.starting(4, NOW, None)
+    budget = RunAllowance.starting(4, NOW, None)
     assert budget.remaining == 4
     budget.refused(GateRefusal(attempt=3))  # attempts 1 and 2 failed, 3 was turned away
     assert (budget.spent, budget.remaining) == (2, 2)
@@ -43,14 +43,14 @@ def test_a_refused_attempt_is_not_spent_and_the_next_execution_has_the_rest() ->
 
 
 def test_an_unlimited_policy_stays_unlimited() -> None:
-    budget = RunBudget.starting(0, NOW, None)
+    budget = RunAllowance.starting(0, NOW, None)
     budget.refused(GateRefusal(attempt=7))
     assert budget.remaining == 0
 
 
 def test_waits_are_bounded_by_schedule_to_close_else_the_default() -> None:
-    assert RunBudget.starting(3, NOW, None).time_left(NOW) == DEFAULT_AGENT_WAIT
-    bounded = RunBudget.starting(3, NOW, timedelta(seconds=90))
+    assert RunAllowance.starting(3, NOW, None).time_left(NOW) == DEFAULT_AGENT_WAIT
+    bounded = RunAllowance.starting(3, NOW, timedelta(seconds=90))
     assert bounded.time_left(NOW + timedelta(seconds=60)) == timedelta(seconds=30)
     assert bounded.time_left(NOW + timedelta(hours=1)) == timedelta(0)
 

@@ -32,23 +32,30 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.agent_runs import (
         GATE_FAILURES,
         GO_ELSEWHERE,
+        DetourAction,
         GateRefusal,
         RetryJitter,
-        RunBudget,
+        RunAllowance,
         RunDetour,
         gate_delay,
     )
     from coord.models.agents import AgentRequest, AgentResult
     from coord.models.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.contract import (
+        AGENT_SERVED_ACTIVITY,
         RUN_AGENT_ACTIVITY,
         FailureType,
         failure_message,
         failure_type_of,
     )
-    from coord.models.retry import RetryConfig
+    from coord.models.retry import LOST_RUNS_ALLOWED, RetryConfig
     from coord.models.sizes import json_size
-    from coord.workflows.common import agent_dispatch, assign_agent, uncancellable
+    from coord.workflows.common import (
+        agent_dispatch,
+        assign_agent,
+        counted_retries,
+        uncancellable,
+    )
 
 AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
 """Runs after this patch take breaker and pool refusals back in the workflow (waiting without
@@ -56,6 +63,8 @@ spending attempts), go elsewhere when the agent cannot serve them, and spread re
 runs recorded before let Temporal retry refusals like failures."""
 
 MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
+SERVED_CHECK_TIMEOUT = timedelta(seconds=30)
+SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
 """What an execution sent again late in its run's time gets at least (Temporal refuses zero)."""
 
 Detoured = Callable[[RunDetour, Assignment | None], None]
@@ -154,7 +163,7 @@ class _AgentRun:
         self.settings = settings
         self.on_detour = on_detour
         self.policy = settings.retry.to_retry_policy()
-        self.budget = RunBudget.starting(
+        self.allowance = RunAllowance.starting(
             self.policy.maximum_attempts, workflow.now(), settings.schedule_to_close
         )
         jitter = settings.retry.jitter
@@ -167,6 +176,8 @@ class _AgentRun:
         )
         self.tried = [request.agent]
         self.fallback_taken = settings.fallback is None
+        self.unserved = 0
+        """Times the run was sent again after no worker took it (`_served_again`)."""
 
     async def result(self, first: workflow.ActivityHandle[AgentResult]) -> AgentResult:
         """The run's result. The first execution is started by the caller, in its own step of
@@ -183,51 +194,61 @@ class _AgentRun:
             execution = self.execute()
 
     def execute(self) -> workflow.ActivityHandle[AgentResult]:
-        """One activity execution of the run, with the attempts and time it has left."""
-        self.request.attempts_before = self.budget.spent
-        policy = RetryPolicy(
-            initial_interval=self.policy.initial_interval,
-            backoff_coefficient=self.policy.backoff_coefficient,
-            maximum_interval=self.policy.maximum_interval,
-            maximum_attempts=self.budget.remaining,
-            non_retryable_error_types=self.policy.non_retryable_error_types,
-        )
+        """One activity execution of the run, with the attempts and time it has left: its
+        worker counts the agent's failures on from those of the executions before
+        (`counted_retries`), or, for runs recorded before workers counted, the server does."""
+        sent = self.request.model_copy(update={"attempts_before": self.allowance.spent})
+        request, policy = counted_retries(sent, self.settings.retry)
+        if policy.maximum_attempts:
+            policy = replace(policy, maximum_attempts=self.allowance.remaining)
         settings = self.settings
         if settings.schedule_to_close is not None:
-            left = self.budget.time_left(workflow.now())
+            left = self.allowance.time_left(workflow.now())
             settings = replace(settings, schedule_to_close=max(left, MIN_SCHEDULE_TO_CLOSE))
-        return _start(self.request, settings, policy)
+        return _start(request, settings, policy)
 
     async def _recovered(self, error: ActivityError) -> bool:
         """Whether the run goes on after `error`: elsewhere, or after a wait at a gate."""
         kind = failure_type_of(error)
         refusal = _refusal(error) if kind in GATE_FAILURES else None
         if refusal is not None:
-            self.budget.refused(refusal)
+            self.allowance.refused(refusal)
         bounded = self.settings.schedule_to_close is not None
-        has_time = not bounded or self.budget.time_left(workflow.now()) > timedelta(0)
+        has_time = not bounded or self.allowance.time_left(workflow.now()) > timedelta(0)
         if kind in GO_ELSEWHERE and has_time and await self._went_elsewhere(kind, error):
             return True
+        if kind == FailureType.AGENT_UNAVAILABLE and has_time:
+            return await self._served_again(error)
         if refusal is None:
             return False
         delay = gate_delay(refusal, workflow.random().random())
-        if delay > self.budget.time_left(workflow.now()):
+        if delay > self.allowance.time_left(workflow.now()):
             return False
         await self._wait(kind, delay, error)
         return True
 
+    async def _served_again(self, error: ActivityError) -> bool:
+        """A run no worker took in time is sent again when a worker serves its agent now (or
+        within a few seconds): it waited out a server outage or a worker's restart, which is
+        no fault of the agent's; at most LOST_RUNS_ALLOWED times."""
+        if self.unserved >= LOST_RUNS_ALLOWED:
+            return False
+        self.unserved += 1
+        served: bool = await workflow.execute_activity(
+            AGENT_SERVED_ACTIVITY,
+            self.request.agent,
+            result_type=bool,
+            start_to_close_timeout=SERVED_CHECK_TIMEOUT,
+            heartbeat_timeout=SERVED_CHECK_HEARTBEAT,
+            summary=f"is {self.request.agent} served again?",
+        )
+        if served:
+            self._tell(_detour(self.request.agent, FailureType.AGENT_UNAVAILABLE, "resent", error))
+        return served
+
     async def _wait(self, kind: str, delay: timedelta, error: ActivityError) -> None:
         agent = self.request.agent
-        self._tell(
-            RunDetour(
-                at=workflow.now(),
-                agent=agent,
-                reason=kind,
-                action="waited",
-                waited_s=round(delay.total_seconds(), 3),
-                message=failure_message(error),
-            )
-        )
+        self._tell(_detour(agent, kind, "waited", error, waited_s=delay.total_seconds()))
         await workflow.sleep(delay, summary=f"{agent}: {kind}, waiting to run again")
 
     async def _went_elsewhere(self, kind: str, error: ActivityError) -> bool:
@@ -236,35 +257,26 @@ class _AgentRun:
         agent, assignment, action = await self._next_agent()
         if agent is None:
             return False
-        detour = RunDetour(
-            at=workflow.now(),
-            agent=self.request.agent,
-            reason=kind,
-            action=action,
-            to_agent=agent,
-            message=failure_message(error),
-        )
-        self._tell(detour, assignment)
+        self._tell(_detour(self.request.agent, kind, action, error, to_agent=agent), assignment)
         self.tried.append(agent)
-        self.budget.spent = 0  # another agent: the attempts were the other one's
+        self.allowance.spent = 0  # another agent: the attempts were the other one's
         self.request = self.request.model_copy(
             update={"agent": agent, "config": self.settings.inline_agents.get(agent)}
         )
         return True
 
-    async def _next_agent(self) -> tuple[str | None, Assignment | None, str]:
+    async def _next_agent(self) -> tuple[str | None, Assignment | None, DetourAction]:
+        """The next capable agent not tried yet, else the fallback (once); None: nowhere."""
         if self.settings.route is not None:
             assignment = await self._pick(self.settings.route)
             if assignment is not None:
                 return assignment.agent, assignment, "rerouted"
-        if self.fallback_taken:
-            return None, None, ""
+        fallback = None if self.fallback_taken else self.settings.fallback
         self.fallback_taken = True
-        fallback = self.settings.fallback
         if isinstance(fallback, FallbackRoute):
             assignment = await self._pick(fallback.route)
-            return (assignment.agent, assignment, "fell_back") if assignment else (None, None, "")
-        return (fallback, None, "fell_back") if fallback not in self.tried else (None, None, "")
+            return (assignment.agent if assignment else None), assignment, "fell_back"
+        return (fallback if fallback not in self.tried else None), None, "fell_back"
 
     async def _pick(self, route: CapabilityRoute) -> Assignment | None:
         """The capable agent picked among those not tried yet; None when there is none."""
@@ -309,6 +321,26 @@ async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResu
             if execution.done():
                 return execution.result()
             execution.cancel()
+
+
+def _detour(
+    agent: str,
+    reason: str,
+    action: DetourAction,
+    error: ActivityError,
+    *,
+    to_agent: str | None = None,
+    waited_s: float | None = None,
+) -> RunDetour:
+    return RunDetour(
+        at=workflow.now(),
+        agent=agent,
+        reason=reason,
+        action=action,
+        to_agent=to_agent,
+        waited_s=None if waited_s is None else round(waited_s, 3),
+        message=failure_message(error),
+    )
 
 
 def _refusal(error: ActivityError) -> GateRefusal:

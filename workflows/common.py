@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.assignment import Assignment, CapabilityRoute
     from coord.models.dlq import DeadLetter
     from coord.models.envelope import EventEnvelope
+    from coord.models.retry import RetryConfig
     from coord.models.specs import (
         MAX_JSON_DEPTH,
         SpecError,
@@ -42,6 +43,24 @@ schedule-to-start limit; runs recorded before ran every agent on the workflow's 
 AGENT_RUN_PRIORITY_PATCH = "agent-runs-by-priority-and-fairness"
 """Runs after this patch give each `run_agent` the task priority of its event and the fairness
 key of its correlation (models/task_priority.py); runs recorded before set neither."""
+
+
+COUNTED_RETRIES_PATCH = "agent-runs-count-their-own-retries"
+"""Runs after this patch hand a `run_agent` its retry budget (`AgentRequest.budget`) and set no
+attempt limit on the server: its worker counts the agent's own failures against `max_retries`,
+so the attempts a server outage or a dead worker cost spend none of them. Runs recorded before
+let the server count every attempt."""
+
+
+def counted_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentRequest, RetryPolicy]:
+    """The request and the server's retry policy of a `run_agent` retried by `retry`:
+    `start_activity(..., request, retry_policy=policy)` with `request, policy =
+    counted_retries(request, retry)`, wherever a step's, subscription's or task's agent runs.
+    The policy's backoff and non-retryable types are `retry`'s; the budget travels in the
+    request (activities/run_tally.py counts it)."""
+    if not workflow.patched(COUNTED_RETRIES_PATCH):
+        return request, retry.to_retry_policy()
+    return request.model_copy(update={"budget": retry.budget()}), retry.to_counted_policy()
 
 
 class AgentDispatch(TypedDict, total=False):

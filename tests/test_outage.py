@@ -1,0 +1,200 @@
+"""Server and worker outages cost the runs in flight nothing: a dev server SIGTERMed, SIGKILLed
+or away for a minute, with sagas and chains running on it, and a worker SIGKILLed twice under
+twenty sagas. Every step allows no retry (or one, for the worker kills), so a single attempt the
+outage cost the agent would fail it; half of them heartbeat (the server times those out when it
+comes back, as their worker had said nothing for longer), the other half do not (their reports
+reach the restarted server, and no agent runs twice). The outage tests start and kill a dev
+server of their own; the file takes about five minutes."""
+
+import asyncio
+import signal
+import uuid
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.chain import ChainSpec, ChainState
+from coord.models.envelope import EventEnvelope
+from coord.models.retry import LOST_RUNS_ALLOWED
+from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.specs import read_document
+from coord.starter import api
+from coord.worker import build_worker
+from tests.conftest import FEATURE_DEPLOYMENT
+from tests.helpers import USER_STORY, approved, eventually
+from tests.outages import OwnDevServer
+from tests.workers import worker_process
+
+SLOW_STEPS = {
+    "BuildArtifact": 3,
+    "RunTests": 3,
+    "DeployToStaging": 6,
+    "RunE2ETests": 3,
+    "DeployToProduction": 3,
+}
+SLOW_CHAIN = {
+    "backend-architect": 4,
+    "ux-designer": 4,
+    "test-engineer": 2,
+    "python-pro": 3,
+    "database-specialist": 3,
+    "frontend-specialist": 3,
+}
+HEARTBEATING = {"heartbeat_timeout": "2s"}
+QUIET: dict[str, Any] = {}
+ENDED_AFTER_RESTART = 120
+"""Seconds the runs may take to end once the server is back; without the worker's reports sent
+again, one that finished during the outage waits for its 5-minute time limit."""
+
+
+def saga(
+    step: dict[str, Any], retries: int = 0, slow: Mapping[str, float] = SLOW_STEPS
+) -> SagaSpec:
+    """The seed's saga, every step with `step`'s fields and `retries` retries, slow agents."""
+    data = read_document(FEATURE_DEPLOYMENT)
+    data["saga_id"] = f"outage-{uuid.uuid4().hex[:8]}"
+    for each in data["steps"]:
+        each.update(step, retry={"max_retries": retries, "initial_delay": "200ms"})
+    data["input"] = {**data["input"], "inject": {"slow": dict(slow)}}
+    return SagaSpec.model_validate(data)
+
+
+def chain(subscription: dict[str, Any]) -> ChainSpec:
+    """The user-story chain, every subscription with `subscription`'s fields and no retry."""
+    data = read_document(USER_STORY)
+    for each in data["subscriptions"]:
+        each.update(subscription, retry={"max_retries": 0})
+    return ChainSpec.model_validate(data)
+
+
+async def in_flight(handle: WorkflowHandle[Any, Any], attempt: int = 1) -> bool:
+    """A worker has started one of its agent runs (at least at `attempt`)."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(
+        p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED and p.attempt >= attempt
+        for p in pending
+    )
+
+
+async def all_in_flight(handles: list[WorkflowHandle[Any, Any]], attempt: int = 1) -> bool:
+    return all(await asyncio.gather(*(in_flight(h, attempt) for h in handles)))
+
+
+async def ended_within(timeout: float, *outcomes: Awaitable[SagaState | ChainState]) -> list[str]:
+    """How each run ended (its status), or `running` when it had not within `timeout`."""
+    waiting = [asyncio.ensure_future(outcome) for outcome in outcomes]
+    await asyncio.wait(waiting, timeout=timeout)
+    for still in waiting:
+        still.cancel()
+    return [_ended(each) for each in waiting]
+
+
+def _ended(outcome: "asyncio.Future[SagaState | ChainState]") -> str:
+    if not outcome.done() or outcome.cancelled():
+        return "running"
+    error = outcome.exception()
+    return repr(error) if error is not None else str(outcome.result().status)
+
+
+async def attempts_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    return [
+        event.activity_task_started_event_attributes.attempt
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "away"),
+    [(signal.SIGTERM, 15), (signal.SIGKILL, 15), (signal.SIGKILL, 60)],
+    ids=["sigterm", "sigkill", "60s-outage"],
+)
+async def test_runs_in_flight_outlive_a_server_outage(
+    tmp_path: Path, how: signal.Signals, away: float
+) -> None:
+    server = OwnDevServer(tmp_path / "server.db", tmp_path / "server.log")
+    client = await server.start()
+    queue = f"tq-{uuid.uuid4()}"
+    sagas = [saga(HEARTBEATING) for _ in range(6)] + [saga(QUIET) for _ in range(6)]
+    chains = {f"outage-{uuid.uuid4().hex[:8]}": chain(kind) for kind in (HEARTBEATING, QUIET)}
+    try:
+        async with worker_process(client, queue, tmp_path / "worker.log"):
+            handles: list[WorkflowHandle[Any, Any]] = [
+                await api.start_saga(client, spec, queue=queue) for spec in sagas
+            ]
+            for correlation_id, spec in chains.items():
+                await api.start_chain(client, spec, correlation_id, queue=queue)
+                await api.publish(client, approved(correlation_id, inject={"slow": SLOW_CHAIN}))
+                handles.append(api.chain_handle(client, correlation_id))
+            await eventually(lambda: all_in_flight(handles), timeout=60, interval=0.2)
+            server.stop(how)
+            await asyncio.sleep(away)  # the outage itself
+            client = await server.start()
+            saga_ends = [api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
+            chain_ends = [api.chain_handle(client, c).result() for c in chains]
+            ended = await ended_within(ENDED_AFTER_RESTART, *saga_ends, *chain_ends)
+        assert ended == ["completed"] * len(ended), " ".join(ended)
+        saga_states = [await api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
+        assert all(not s.compensations for s in saga_states)
+        chain_states = [await api.chain_handle(client, c).result() for c in chains]
+        assert all(c.dead_lettered == 0 for c in chain_states)
+        quiet = [api.saga_handle(client, s.saga_id) for s in sagas[6:]]
+        for handle in quiet:  # their reports reached the server: no agent ran twice
+            assert set(await attempts_started(handle)) == {1}, handle.id
+    finally:
+        server.stop(signal.SIGKILL)
+
+
+@pytest.mark.slow
+async def test_twenty_sagas_outlive_a_worker_killed_twice(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Each kill loses the run every saga has in flight; the second kill comes once every saga
+    runs its lost step's second attempt, the last its step's one retry allows when the server
+    counts attempts."""
+    slow = dict.fromkeys(SLOW_STEPS, 5)
+    sagas = [saga(HEARTBEATING, retries=1, slow=slow) for _ in range(20)]
+    log = tmp_path / "workers.log"
+    async with worker_process(client, task_queue, log) as first:
+        handles = [await api.start_saga(client, spec, queue=task_queue) for spec in sagas]
+        await eventually(lambda: all_in_flight(handles), timeout=60, interval=0.2)
+        first.kill()
+    async with worker_process(client, task_queue, log) as second:
+        await eventually(lambda: all_in_flight(handles, attempt=2), timeout=60, interval=0.2)
+        second.kill()
+    async with worker_process(client, task_queue, log):
+        ended = await ended_within(180, *map(api.saga_outcome, handles))
+    assert ended == ["completed"] * len(sagas), " ".join(ended)
+    for handle in handles:
+        assert max(await attempts_started(handle)) == 3, handle.id
+
+
+async def test_a_run_lost_again_and_again_fails_timeout_after_six_losses(
+    client: Client, task_queue: str
+) -> None:
+    """Attempts lost without a report spend none of the step's retries, but not without end: an
+    agent that says nothing for longer than its heartbeat timeout (as a dead worker would) is
+    given LOST_RUNS_ALLOWED more goes, then the worker fails the run `timeout`."""
+    silent = AgentRegistry()
+
+    @silent.register("Silent")
+    async def _(event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+        await asyncio.sleep(3)
+        return {}
+
+    fast = {"max_retries": 3, "initial_delay": "100ms", "max_delay": "100ms"}
+    step = {"name": "Silent", "heartbeat_timeout": "1s", "timeout": "10s", "retry": fast}
+    spec = SagaSpec.model_validate({"saga_id": f"lost-{uuid.uuid4().hex[:8]}", "steps": [step]})
+    async with build_worker(client, task_queue, silent):
+        state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        handle = api.saga_handle(client, spec.saga_id)
+        started = await attempts_started(handle)
+    assert state.status == SagaStatus.COMPENSATED
+    assert max(started) == LOST_RUNS_ALLOWED + 2
+    assert "ended 6 times without a report from its worker" in (state.failure_reason or "")
