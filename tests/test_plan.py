@@ -27,6 +27,7 @@ from coord.models.plan import (
     TaskState,
 )
 from coord.models.plan_model import PlanModel
+from coord.models.retry import agent_time_limit
 from coord.starter import api
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
@@ -362,8 +363,8 @@ async def test_a_task_past_its_timeout_ends_error_and_skips_its_dependents(
     record = {task.id: task for task in state.tasks}
     error = record["stuck"].error
     assert error is not None and error.type == "timeout"
-    duration = record["stuck"].duration
-    assert duration is not None and duration >= timedelta(seconds=1)
+    duration = record["stuck"].duration  # the worker ends the agent a little before the server
+    assert duration is not None and duration >= agent_time_limit(timedelta(seconds=1))
     assert (record["after"].state, record["after"].skipped_because) == (TaskState.SKIPPED, "stuck")
     assert state.summary == "1 of 3 succeeded, 1 error, 1 skipped"
 

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from coord.models import contract
 from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.envelope import EventEnvelope
+from coord.models.retry import LOST_RUNS_ALLOWED
 from coord.models.vote import VOTE_REQUESTED, Choice, VoteSpec, VoteState, VoteStatus
 from coord.starter import api
 from coord.starter.exits import ExitCode
@@ -186,14 +187,17 @@ async def test_two_rejections_reject_early_and_cancel_the_third_run(
 async def test_a_faulty_voter_abstains_and_the_others_decide(
     client: Client, task_queue: str, fault: str
 ) -> None:
-    """`sleep` sends no heartbeat: the heartbeat timeout ends its run long before its timeout;
-    `absent` has no worker polling its queue: its run is never started."""
+    """`sleep` sends no heartbeat: the heartbeat timeout ends each attempt long before its
+    timeout, and the server ending an attempt no worker reported spends no retry of the voter's,
+    but a run lost that often fails `timeout`; `absent` has no worker polling its queue: its
+    run is never started."""
     voters = Voters({"alice": fault, "bob": YES, "carol": YES}, gated={"bob", "carol"})
     spec = vote(
         ["alice", "bob", "carol"],
         timeout="1m",
         heartbeat_timeout="1s",
         schedule_to_start_timeout="1s",
+        retry={"max_retries": 0, "initial_delay": "100ms", "max_delay": "100ms"},
     )
     async with build_worker(client, task_queue, voters.registry()):
         handle = await api.start_vote(client, spec, queue=task_queue)
@@ -206,7 +210,9 @@ async def test_a_faulty_voter_abstains_and_the_others_decide(
     assert abstained is not None and abstained.choice == Choice.ABSTAIN
     expected = {
         "fail": "temporary_failure: the model endpoint is down",
-        "sleep": "timeout: activity Heartbeat timeout",
+        "sleep": f"timeout: agent 'alice': the run ended {LOST_RUNS_ALLOWED + 1} times without a "
+        "report from its worker (the server timed it out: the worker died or could not reach "
+        "the server, or the agent stopped heartbeating)",
         "absent": "agent_unavailable: activity ScheduleToStart timeout",
     }
     assert abstained.reason == expected[fault]
