@@ -24,17 +24,39 @@ def _as_list(value: Any) -> Any:
 
 
 class Publishes(BaseModel):
+    """The event types a subscription declares: those the chain publishes around each run
+    (`on_start`, `on_success`, `on_failure`) and those its agent may publish itself, by its
+    result's `publish` (`events`). A list (`publishes: [TypeA, TypeB]`) is `events` alone."""
+
     model_config = ConfigDict(extra="forbid")
 
     on_start: str | None = None
     on_success: list[str] = Field(default_factory=list)
     on_failure: str | None = None
+    events: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    """The types the agent may publish besides the three above. Unset, the agent's own
+    declaration decides (`AgentResult.may_publish`); set (`[]` included), the agent publishes
+    only the types this subscription declares, and those its declaration allows."""
 
     _one_or_many = field_validator("on_success", mode="before")(_as_list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_list_is_events(cls, value: Any) -> Any:
+        return {"events": value} if isinstance(value, list) else value
+
     @property
     def all(self) -> list[str]:
-        return [t for t in (self.on_start, *self.on_success, self.on_failure) if t]
+        declared = (self.on_start, *self.on_success, self.on_failure, *(self.events or []))
+        return [t for t in declared if t]
+
+    def allowed(self, by_agent: list[str] | None) -> set[str] | None:
+        """The event types a run's agent may publish itself, given what its declaration allows
+        (`by_agent`, None: no restriction of its own); None: any type, as before the rule (a
+        python, shell or http agent with neither list declared)."""
+        if self.events is None and by_agent is None:
+            return None
+        return {*self.all, *(by_agent or [])}
 
 
 class Subscription(Routed):
@@ -73,6 +95,10 @@ class Subscription(Routed):
     def _named(self) -> Self:
         if problem := self.doer_problem(self.agent, vote=self.vote is not None):
             raise ValueError(problem)
+        if self.vote is not None and self.publishes.events is not None:
+            raise ValueError(
+                "publishes.events: a vote publishes only its on_success and on_failure events"
+            )
         route = self.route
         capabilities = "+".join(route.capabilities) if route else ""
         self.name = self.name or self.agent or capabilities or "vote"

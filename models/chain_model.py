@@ -8,6 +8,7 @@ back as a `Parking`, for the workflow to send."""
 
 import hashlib
 import heapq
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypedDict
@@ -249,8 +250,14 @@ class ChainModel(ChainCarry):
 
     def _publish(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> None:
         """An event an agent run publishes joins the inbox, caused by the run's trigger."""
+        envelope = self._published(event_type, run, payload)
+        if len(run.causes) > 1:
+            self.joined_causes[envelope.event.id] = run.causes
+        self.inbox.append(envelope)
+
+    def _published(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> EventEnvelope:
         trigger = run.trigger
-        envelope = EventEnvelope.new(
+        return EventEnvelope.new(
             event_type,
             f"/{run.agent}",
             payload=payload,
@@ -259,9 +266,6 @@ class ChainModel(ChainCarry):
             topic=self._spec.subscription(run.subscription).topic or trigger.routing.topic,
             priority=trigger.routing.priority,
         )
-        if len(run.causes) > 1:
-            self.joined_causes[envelope.event.id] = run.causes
-        self.inbox.append(envelope)
 
     def agent_request(self, run: AgentRun) -> AgentRequest:
         """What the `run_agent` activity gets for a run."""
@@ -305,13 +309,47 @@ class ChainModel(ChainCarry):
             replay="rerun",
         )
 
-    def run_succeeded(self, run: AgentRun, result: AgentResult) -> None:
+    def run_succeeded(
+        self, run: AgentRun, result: AgentResult, refused: Collection[str] = ()
+    ) -> list[tuple[Rejection, EventEnvelope]]:
         """The subscription's success events carry the result's data; the agent's own
-        publications follow."""
+        publications follow, but those of a `refused` type (`refused_types`), which come back
+        as rejections for the workflow to record and park. Agent output is data: a
+        prompt-injected model cannot make the chain publish what its subscription does not
+        declare. (Runs recorded before the rule refuse nothing.)"""
         for event_type in self._spec.subscription(run.subscription).publishes.on_success:
             self._publish(event_type, run, result.data)
+        rejections = []
         for request in result.publish:
-            self._publish(request.type, run, request.payload)
+            if request.type not in refused:
+                self._publish(request.type, run, request.payload)
+                continue
+            envelope = self._published(request.type, run, request.payload)
+            rejections.append((self._not_allowed(run, result, envelope), envelope))
+        return rejections
+
+    def refused_types(self, run: AgentRun, result: AgentResult) -> set[str]:
+        """The types among the agent's own publications that it may not publish: neither its
+        subscription's `publishes` nor its declaration (`result.may_publish`) names them."""
+        publishes = self._spec.subscription(run.subscription).publishes
+        allowed = publishes.allowed(result.may_publish)
+        if allowed is None:
+            return set()
+        return {request.type for request in result.publish} - allowed
+
+    def _not_allowed(
+        self, run: AgentRun, result: AgentResult, envelope: EventEnvelope
+    ) -> Rejection:
+        subscription = self._spec.subscription(run.subscription)
+        allowed = sorted(subscription.publishes.allowed(result.may_publish) or [])
+        return Rejection(
+            FailureType.PUBLISH_NOT_ALLOWED,
+            f"event {envelope.event.id}: {run.agent} (subscription {run.subscription}) may not "
+            f"publish {envelope.event.type}; it may publish {', '.join(allowed) or 'nothing'} "
+            "(declare the type in the subscription's `publishes.events` or the agent's "
+            "`publishes`)",
+            self.depth(envelope),
+        )
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:
         """The vote a vote subscription's run holds, its trigger's payload the proposal: id

@@ -386,6 +386,10 @@ class FailureType(StrEnum):
     CHAIN_CLOSING = "chain_closing"
     FOREIGN_CORRELATION = "foreign_correlation"
     CAUSATION_LOOP = "causation_loop"
+    PUBLISH_NOT_ALLOWED = "publish_not_allowed"
+    """An event a chain's agent asked to publish (its result's `publish`) of a type neither
+    its subscription's `publishes` nor its own declaration allows: refused, recorded in the
+    chain's record and parked with the event, never published."""
     # How a saga ends when it does not complete.
     SAGA_FAILED = "saga_failed"
     SAGA_COMPENSATED = "saga_compensated"

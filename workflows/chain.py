@@ -75,6 +75,9 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
+"""Runs after it refuse, record and park an agent's publication of a type neither its
+subscription's `publishes` nor its declaration allows; runs recorded before published it."""
 EVENTS_PER_TASK = 100
 EVENT_BYTES_PER_TASK = 512 * 1024
 """What one workflow task handles at most. Each event may send commands (forwards to listeners,
@@ -451,9 +454,18 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                     self._model.run_failed(run, *failed, attempts(error, retry_policy))
                 )
                 return
-            self._model.run_succeeded(run, result)
+            self._succeeded(run, result)
         finally:
             self._model.finish(seq)
+
+    def _succeeded(self, run: AgentRun, result: AgentResult) -> None:
+        """The run's events published, and the agent's publications of a type it may not
+        publish refused: recorded in the chain's record and parked (`publish_not_allowed`)."""
+        refused = self._model.refused_types(run, result)
+        if refused and not workflow.patched(PUBLISH_RULE_PATCH):
+            refused = set()
+        for rejection, envelope in self._model.run_succeeded(run, result, refused):
+            self._outbound.reject(rejection, envelope=envelope)
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a child `Vote` on the event's payload, counted as a run
