@@ -420,6 +420,9 @@ class ChainCarry(BaseModel):
     """`event` signals not decoded yet, after the inbox: the JSON text each carried. The next run
     validates them a bounded number a workflow task, as this one would have: validating
     thousands at continue-as-new would hold one activation for seconds."""
+    in_flight: dict[int, AgentRun] = Field(default_factory=dict)
+    """Runs handed to a `ChainRun` of their own, by their queue number, whose outcome has not
+    come back yet: it comes to whichever run of the chain is current (`run_outcome`)."""
 
 
 SERVER_SIGNALS_PER_RUN = 10_000

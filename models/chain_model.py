@@ -97,7 +97,11 @@ class ChainModel(ChainCarry):
     _signals_per_run: int = PrivateAttr()
     _timeline_bytes: int = PrivateAttr()
     _running: dict[int, AgentRun] = PrivateAttr()
-    """Runs started, by their queue number; never carried (a run continues when none runs)."""
+    """Runs started here, by their queue number, not handed over: never carried (the run
+    continues as new when none is left)."""
+    _unconfirmed: set[int] = PrivateAttr()
+    """Runs handed over whose `ChainRun` has not been confirmed started: continue-as-new waits
+    for those too, so a start that fails is still this run's to handle."""
 
     @classmethod
     def begin(cls, chain_input: ChainInput, workflow_id: str) -> "ChainModel":
@@ -120,6 +124,7 @@ class ChainModel(ChainCarry):
         model._signals_per_run = chain_input.signals_per_run
         model._timeline_bytes = sum(json_size(entry.payload) for entry in model.timeline)
         model._running = {}
+        model._unconfirmed = set()
         return model
 
     def admit(self, envelope: EventEnvelope) -> Admission | Rejection:
@@ -384,10 +389,11 @@ class ChainModel(ChainCarry):
             self._publish(publishes.on_failure, run, {**record, "error": failure[1]})
 
     def can_dispatch(self) -> bool:
-        """A run is queued, a slot is free and no alert holds the chain."""
+        """A run is queued, a slot is free (runs in flight hold theirs) and no alert holds the
+        chain."""
         return (
             bool(self.queue)
-            and len(self._running) < self._spec.max_concurrency
+            and len(self._running) + len(self.in_flight) < self._spec.max_concurrency
             and self.state.status != ChainStatus.PAUSED
         )
 
@@ -398,7 +404,22 @@ class ChainModel(ChainCarry):
         return queued.seq, queued.run
 
     def finish(self, seq: int) -> None:
-        del self._running[seq]
+        """The run is done here: ended, or handed over."""
+        self._running.pop(seq, None)
+
+    def hand_over(self, seq: int) -> None:
+        """The run goes to a `ChainRun` of its own: in flight (carried across continue-as-new)
+        from now, its outcome awaited by signal; unconfirmed until its start is."""
+        self.in_flight[seq] = self._running.pop(seq)
+        self._unconfirmed.add(seq)
+
+    def confirmed(self, seq: int) -> None:
+        self._unconfirmed.discard(seq)
+
+    def landed(self, seq: int) -> AgentRun | None:
+        """The run in flight an outcome names, no longer in flight; None for none (an outcome
+        that came already, or that no run of this chain sent)."""
+        return self.in_flight.pop(seq, None)
 
     @property
     def signals_per_run(self) -> int:
@@ -406,7 +427,8 @@ class ChainModel(ChainCarry):
 
     @property
     def running(self) -> bool:
-        return bool(self._running)
+        """Runs this run holds: continue-as-new waits for them (not for runs in flight)."""
+        return bool(self._running or self._unconfirmed)
 
     def take_queued(self) -> list[Parking]:
         """The runs a chain that ended (paused) never started, in queue order, parked so an
@@ -463,7 +485,7 @@ class ChainModel(ChainCarry):
 
     def close_idle(self) -> bool:
         """The idle timeout ends a chain with nothing running."""
-        if self._running:
+        if self.running or self.in_flight:
             return False
         self.state.status = ChainStatus.IDLE_CLOSED
         return True
@@ -477,7 +499,7 @@ class ChainModel(ChainCarry):
         paused chain that was closed leaves its queued runs to be parked)."""
         if self.state.status == ChainStatus.IDLE_CLOSED:
             return True
-        idle = not self._running and not self.waiting() and not outbound
+        idle = not self.running and not self.in_flight and not self.waiting() and not outbound
         stuck = self.state.status == ChainStatus.PAUSED
         if self.closing:
             return idle and (not self.queue or stuck)
@@ -495,7 +517,10 @@ class ChainModel(ChainCarry):
         """The chain's record as its `state` query answers."""
         return self.state.model_copy(
             update={
-                "running": [f"{r.agent} ← {r.trigger.event.type}" for r in self._running.values()],
+                "running": [
+                    f"{r.agent} ← {r.trigger.event.type}"
+                    for r in [*self._running.values(), *self.in_flight.values()]
+                ],
                 "waiting": self._waiting(),
                 "queued": len(self.queue),
                 "listeners": list(self.listeners),

@@ -73,6 +73,8 @@ PLAN_WORKFLOW: Final = "TaskGraph"
 VOTE_WORKFLOW: Final = "Vote"
 AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
+CHAIN_RUN_WORKFLOW: Final = "ChainRun"
+"""One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
 
 
 class Pattern(StrEnum):
@@ -109,6 +111,11 @@ def saga_id_of(workflow_id: str) -> str:
 def chain_workflow_id(correlation_id: str) -> str:
     """A correlation has at most one chain: its workflow id is the correlation id's."""
     return CHAIN_ID_PREFIX + correlation_id
+
+
+def chain_run_workflow_id(chain_workflow_id: str, seq: int) -> str:
+    """A chain's run `seq` (its queue number, unique across the chain's continue-as-new)."""
+    return f"{chain_workflow_id}/run-{seq}"
 
 
 def is_chain_workflow_id(workflow_id: str) -> bool:
@@ -193,6 +200,8 @@ DETACH_SIGNAL: Final = "detach"
 """A finished aggregator asks its chain to forward nothing more (with its id)."""
 CLOSE_SIGNAL: Final = "close"
 """A chain accepts no more events, finishes what it started, and ends."""
+RUN_OUTCOME_SIGNAL: Final = "run_outcome"
+"""A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
 
 STATE_QUERY: Final = "state"
 """A saga's, chain's or aggregator's current record."""
@@ -378,6 +387,8 @@ class FailureType(StrEnum):
     INVALID_RERUN = "invalid_rerun"
     INVALID_ATTACH = "invalid_attach"
     INVALID_DETACH = "invalid_detach"
+    INVALID_RUN_OUTCOME = "invalid_run_outcome"
+    """A `run_outcome` signal that does not validate, or names no run the chain has in flight."""
     INVALID_DEAD_LETTER = "invalid_dead_letter"
     # An event its target cannot handle any more, or should not.
     TARGET_ENDED = "target_ended"

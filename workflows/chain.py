@@ -2,9 +2,27 @@
 
 Events arrive as `event` signals (plain JSON envelopes). Each is deduplicated, checked, logged in
 order, matched against the subscriptions (topic, type, CEL filter, join) and may queue agent runs.
-Runs execute as `run_agent` activities up to the spec's concurrency limit; their results are
-published back into the chain as new events, caused by the event that triggered them. What the
-chain decides is in `ChainModel` (coord.models.chain_model); this module is its Temporal side.
+Runs start up to the spec's concurrency limit; their results are published back into the chain
+as new events, caused by the event that triggered them. What the chain decides is in
+`ChainModel` (coord.models.chain_model); this module is its Temporal side.
+
+Why each run is a workflow of its own (`ChainRun`, coord.workflows.chain_run). A chain
+continues as new when its history reaches its budget, and an activity cannot cross that: a
+chain that ran `run_agent` itself had to wait for its slowest agent, and from twice its budget
+on it held its queue and its new events until that agent was done (29 of 150 queued runs waited
+as long as one slow agent). Keeping on dispatching within a margin below Temporal's hard limits
+would only move the wall: the history, its replays and the signals per run grow for as long as
+the agent runs. So the chain hands each run, once its agent is picked and its `on_start`
+published, to a `ChainRun` started with `ParentClosePolicy.ABANDON`: it runs `run_agent` (or
+holds the vote) with the subscription's timeouts and retries and signals the outcome to the
+chain's workflow id (`run_outcome`), which reaches whichever run is current. The chain keeps
+the run in flight (`ChainCarry.in_flight`, carried across continue-as-new) until its outcome
+comes, so nothing is lost; the outcome names the run by its queue number, so an outcome taken
+once is refused the second time, and each `ChainRun` has an id of its own
+(`<chain id>/run-<n>`), so nothing runs twice. Continue-as-new waits only for the runs whose
+`ChainRun` has not been confirmed started, and once it is due the queue waits for the next
+run. Runs recorded before the `chain-runs-in-workflows-of-their-own` patch ran their agents
+here, as they did.
 """
 
 import asyncio
@@ -15,10 +33,10 @@ from typing import Any
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentResult
+    from coord.models.agents import AgentRequest, AgentResult
     from coord.models.chain import (
         AgentRun,
         ChainInput,
@@ -29,36 +47,36 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
     )
     from coord.models.chain_model import ChainModel, Parking, Rejection, standin_input
+    from coord.models.chain_run import ChainRunInput, RunOutcome
     from coord.models.contract import (
         AGENTS,
         ATTACH_SIGNAL,
         CHAIN_EVENT_SIGNAL,
+        CHAIN_RUN_WORKFLOW,
         CHAIN_WORKFLOW,
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
         RERUN_SIGNAL,
-        RUN_AGENT_ACTIVITY,
+        RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
         agent_search_values,
+        chain_run_workflow_id,
         failure,
-        failure_message,
-        failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from coord.models.sizes import json_size
     from coord.models.specs import SpecError
-    from coord.models.vote import VoteState
+    from coord.models.vote import VoteSpec
     from coord.workflows.arguments import SurplusStartArguments
-    from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
+    from coord.workflows.chain_run import agent_outcome, run_failure, vote_outcome
     from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
-        agent_dispatch,
         assign_agent,
         attempts,
         decode_input,
@@ -75,6 +93,10 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+HAND_OVER_PATCH = "chain-runs-in-workflows-of-their-own"
+"""Runs after it hand each agent run and vote to a `ChainRun` of its own, which reports its
+outcome by signal, and continue as new without waiting for them (carrying them in flight);
+runs recorded before ran them here and waited for the slowest before continuing."""
 PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
 """Runs after it refuse, record and park an agent's publication of a type neither its
 subscription's `publishes` nor its declaration allows; runs recorded before published it."""
@@ -102,6 +124,9 @@ class RunPacing:
         self._outbound = outbound
         self.keep_dispatching = False
         """Set once the run starts: whether it dispatches while continue-as-new is due."""
+        self.hands_over = False
+        """Set once the run starts: whether its runs go to `ChainRun`s of their own (then the
+        queue waits for the next run once continue-as-new is due)."""
 
     def has_work(self) -> bool:
         return (
@@ -158,10 +183,14 @@ class RunPacing:
         return overdue and workflow.patched(FLOOD_PATCH)
 
     def _may_dispatch_before_continuing(self) -> bool:
-        """Continue-as-new waits for the running agents; one slow agent must not hold the
-        queue meanwhile, so dispatch goes on until the run holds new events back."""
+        """Once continue-as-new is due, the queued runs go to the next run, which this one
+        starts as soon as the runs it is starting are handed over: it never waits for an agent.
+        (Runs recorded before waited for their running agents, and dispatched meanwhile, until
+        they held new events back, so that one slow agent did not hold the queue.)"""
         if not self._continue_as_new_due():
             return True
+        if self.hands_over:
+            return False
         return self.keep_dispatching and not self.holding_events()
 
 
@@ -312,6 +341,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await workflow.wait_condition(lambda: not self._outbound.count)
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
+        self._pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
         self._upsert_status()
         self._announce_agents()
         while not self._model.finished(self._outbound.count):
@@ -400,6 +430,26 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._outbound.reject(Rejection(invalid, str(error)), raw=error.raw)
         return None
 
+    @workflow.signal(name=RUN_OUTCOME_SIGNAL)
+    def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
+        """A run handed to a `ChainRun` is over (this run or an earlier one of the chain handed
+        it over): its outcome is taken as a run's here would be. One naming no run in flight
+        (sent twice, or by someone else) is rejected and parked."""
+        try:
+            outcome = decode_input(RunOutcome, raw, RUN_OUTCOME_SIGNAL)
+        except InvalidInput as error:
+            rejection = Rejection(FailureType.INVALID_RUN_OUTCOME, str(error))
+            self._outbound.reject(rejection, raw=error.raw)
+            return
+        run = self._model.landed(outcome.seq)
+        if run is None:
+            reason = f"{RUN_OUTCOME_SIGNAL}: no run {outcome.seq} is in flight"
+            rejection = Rejection(FailureType.INVALID_RUN_OUTCOME, reason)
+            self._outbound.reject(rejection, raw=outcome.model_dump(mode="json"))
+            return
+        if letter := self._outcome(run, outcome):
+            self._outbound.park(letter)
+
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
         """Accept no more events; finish the work already started or queued, then end."""
@@ -431,32 +481,109 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
+        """The agent picked (by capability), its `on_start` published, then the run handed to a
+        `ChainRun` (runs recorded before ran `run_agent` here)."""
         subscription = self._spec.subscription(run.subscription)
-        retry_policy = subscription.retry.to_retry_policy()
         try:
             try:
                 await self._assign(run, subscription)
-                self._model.run_started(run)
-                request = self._model.agent_request(run)
-                result: AgentResult = await workflow.execute_activity(
-                    RUN_AGENT_ACTIVITY,
-                    request,
-                    result_type=AgentResult,
-                    start_to_close_timeout=subscription.timeout,
-                    heartbeat_timeout=subscription.heartbeat_timeout,
-                    retry_policy=retry_policy,
-                    summary=f"{run.agent} ← {run.trigger.event.type}",
-                    **agent_dispatch(request, subscription.schedule_to_start_timeout),
-                )
             except ActivityError as error:
-                failed = (failure_type_of(error), failure_message(error))
-                await park_letter(
-                    self._model.run_failed(run, *failed, attempts(error, retry_policy))
+                retry_policy = subscription.retry.to_retry_policy()
+                failed = run_failure(error, attempts(error, retry_policy))
+                letter = self._model.run_failed(
+                    run, failed.failure_type, failed.message, failed.attempts
                 )
+                await park_letter(letter)
                 return
-            self._succeeded(run, result)
+            self._model.run_started(run)
+            request = self._model.agent_request(run)
+            summary = f"{run.agent} ← {run.trigger.event.type}"
+            if self._pacing.hands_over:
+                handed = self._run_input(seq, subscription, summary, request=request)
+                await self._hand_over(seq, handed)
+                return
+            await self._land(run, await agent_outcome(seq, subscription, request, summary))
         finally:
             self._model.finish(seq)
+
+    async def _run_vote(self, seq: int, run: AgentRun) -> None:
+        """A vote subscription's run: a `Vote` on the event's payload, counted as a run, handed
+        to a `ChainRun` (runs recorded before held it here); its outcome is published. One that
+        gives no outcome (its proposal refused, failed, or cancelled on its own) is published
+        as the failure event and parked like a failed agent run, to be run again by a
+        `rerun`."""
+        try:
+            self._model.run_started(run)
+            try:
+                vote = self._model.vote_spec(run)
+            except SpecError as error:
+                failed = self._model.run_failed(run, FailureType.INVALID_PAYLOAD, str(error), 1)
+                await park_letter(failed)
+                return
+            if self._pacing.hands_over:
+                subscription = self._spec.subscription(run.subscription)
+                handed = self._run_input(seq, subscription, run.subscription, vote=vote)
+                await self._hand_over(seq, handed)
+                return
+            await self._land(run, await vote_outcome(seq, vote, run.subscription))
+        finally:
+            self._model.finish(seq)
+
+    def _run_input(
+        self,
+        seq: int,
+        subscription: Subscription,
+        summary: str,
+        *,
+        request: AgentRequest | None = None,
+        vote: VoteSpec | None = None,
+    ) -> ChainRunInput:
+        return ChainRunInput(
+            chain_id=workflow.info().workflow_id,
+            seq=seq,
+            subscription=subscription,
+            summary=summary,
+            request=request,
+            vote=vote,
+        )
+
+    async def _hand_over(self, seq: int, run_input: ChainRunInput) -> None:
+        """The run goes to a `ChainRun` (abandoned when this run closes, so it outlives a
+        continue-as-new), in flight from now; continue-as-new waits only for its start. A
+        `ChainRun` of this number already running (a chain reset) is the same run: its outcome
+        will come."""
+        self._model.hand_over(seq)
+        try:
+            await workflow.start_child_workflow(
+                CHAIN_RUN_WORKFLOW,
+                run_input.model_dump(mode="json"),
+                id=chain_run_workflow_id(run_input.chain_id, seq),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=run_input.summary,
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.warning("chain run already started", extra={"seq": seq})
+        finally:
+            self._model.confirmed(seq)
+
+    async def _land(self, run: AgentRun, outcome: RunOutcome) -> None:
+        """A run that ran here: its outcome taken, a failure parked before the run ends."""
+        if letter := self._outcome(run, outcome):
+            await park_letter(letter)
+
+    def _outcome(self, run: AgentRun, outcome: RunOutcome) -> Parking | None:
+        """A run's outcome taken: its events published (a vote's record too); a failure is
+        published as its failure event and comes back to be parked, to be run again by a
+        `rerun`."""
+        if outcome.result is not None:
+            self._succeeded(run, outcome.result)
+            return None
+        if outcome.vote is not None:
+            self._model.vote_ended(run, outcome.vote)
+            return None
+        failed = outcome.failure
+        assert failed is not None  # RunOutcome holds exactly one
+        return self._model.run_failed(run, failed.failure_type, failed.message, failed.attempts)
 
     def _succeeded(self, run: AgentRun, result: AgentResult) -> None:
         """The run's events published, and the agent's publications of a type it may not
@@ -466,27 +593,6 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             refused = set()
         for rejection, envelope in self._model.run_succeeded(run, result, refused):
             self._outbound.reject(rejection, envelope=envelope)
-
-    async def _run_vote(self, seq: int, run: AgentRun) -> None:
-        """A vote subscription's run: a child `Vote` on the event's payload, counted as a run
-        (continue-as-new waits for it); its outcome is published. One that gives no outcome
-        (its proposal refused, failed, or cancelled on its own) is published as the failure
-        event and parked like a failed agent run, to be run again by a `rerun`."""
-        failed: tuple[str, str]
-        try:
-            self._model.run_started(run)
-            try:
-                outcome: VoteState = await hold_vote(self._model.vote_spec(run), run.subscription)
-            except SpecError as error:
-                failed = (FailureType.INVALID_PAYLOAD, str(error))
-            except VOTE_FAILED as error:
-                failed = vote_failure(error)
-            else:
-                self._model.vote_ended(run, outcome)
-                return
-            await park_letter(self._model.run_failed(run, *failed, 1))
-        finally:
-            self._model.finish(seq)
 
     async def _assign(self, run: AgentRun, subscription: Subscription) -> None:
         """A run of a subscription naming capabilities goes to the agent picked for it (before

@@ -1,0 +1,123 @@
+"""A chain's run as a workflow of its own, `ChainRun`: it runs the subscription's agent (the
+`run_agent` activity) or holds its vote, then signals the outcome to the chain by the chain's
+workflow id (`run_outcome`). It is started with `ParentClosePolicy.ABANDON`, so it outlives
+the chain's run: a chain near its history budget continues as new without waiting for a slow
+agent, carrying the run as in flight, and the outcome reaches whichever run is current then.
+
+`agent_outcome` and `vote_outcome` are the run itself, shared with the chain's runs recorded
+before runs had workflows of their own (which ran them inside the chain)."""
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.chain import Subscription
+    from coord.models.chain_run import ChainRunInput, RunFailure, RunOutcome
+    from coord.models.contract import (
+        CHAIN_RUN_WORKFLOW,
+        RUN_AGENT_ACTIVITY,
+        RUN_OUTCOME_SIGNAL,
+        FailureType,
+        failure,
+        failure_message,
+        failure_type_of,
+    )
+    from coord.models.vote import VoteSpec, VoteState
+    from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
+    from coord.workflows.common import (
+        NO_INPUT,
+        InvalidInput,
+        PlainInput,
+        agent_dispatch,
+        attempts,
+        decode_input,
+    )
+
+SIGNAL_LIMIT_MESSAGE = "signal limit"
+"""What a signal refused by the server's limit of signals per run says (Core: "The per-workflow
+signal limit was exceeded"): the chain is about to continue as new, so the outcome is sent
+again, to the new run."""
+REPORT_RETRY = timedelta(seconds=1)
+REPORT_RETRY_MAX = timedelta(seconds=30)
+
+
+async def agent_outcome(
+    seq: int, subscription: Subscription, request: AgentRequest, summary: str
+) -> RunOutcome:
+    """The subscription's agent run by `run_agent`: its result, or how it failed for good."""
+    retry_policy = subscription.retry.to_retry_policy()
+    try:
+        result: AgentResult = await workflow.execute_activity(
+            RUN_AGENT_ACTIVITY,
+            request,
+            result_type=AgentResult,
+            start_to_close_timeout=subscription.timeout,
+            heartbeat_timeout=subscription.heartbeat_timeout,
+            retry_policy=retry_policy,
+            summary=summary,
+            **agent_dispatch(request, subscription.schedule_to_start_timeout),
+        )
+    except ActivityError as error:
+        return RunOutcome(seq=seq, failure=run_failure(error, attempts(error, retry_policy)))
+    return RunOutcome(seq=seq, result=result)
+
+
+def run_failure(error: ActivityError, attempt_count: int) -> RunFailure:
+    return RunFailure(
+        failure_type=failure_type_of(error), message=failure_message(error), attempts=attempt_count
+    )
+
+
+async def vote_outcome(seq: int, vote: VoteSpec, summary: str) -> RunOutcome:
+    """A vote subscription's run: the child `Vote`'s record, or why it gave no outcome."""
+    try:
+        state: VoteState = await hold_vote(vote, summary)
+    except VOTE_FAILED as error:
+        kind, message = vote_failure(error)
+        return RunOutcome(seq=seq, failure=RunFailure(failure_type=kind, message=message))
+    return RunOutcome(seq=seq, vote=state)
+
+
+@workflow.defn(name=CHAIN_RUN_WORKFLOW, sandboxed=False)
+class ChainRun:
+    """Not sandboxed, as the chain: one is started for every run of every chain, and the sandbox
+    costs each its own module imports. The code touches only the workflow API and its models."""
+
+    @workflow.run
+    async def run(self, raw_input: PlainInput = NO_INPUT) -> RunOutcome:
+        try:
+            run_input = decode_input(ChainRunInput, raw_input, "chain run input")
+        except InvalidInput as error:
+            raise failure(FailureType.INVALID_INPUT, str(error), non_retryable=True) from None
+        if run_input.vote is not None:
+            outcome = await vote_outcome(run_input.seq, run_input.vote, run_input.subscription.name)
+        else:
+            assert run_input.request is not None
+            outcome = await agent_outcome(
+                run_input.seq, run_input.subscription, run_input.request, run_input.summary
+            )
+        await report(run_input.chain_id, outcome)
+        return outcome
+
+
+async def report(chain_id: str, outcome: RunOutcome) -> None:
+    """Signals the outcome to the chain's current run. Refused at the server's limit of signals
+    per run, it is sent again (the chain continues as new at a fraction of that limit); a chain
+    that no longer runs (terminated from outside) keeps nothing: the outcome stays this
+    workflow's result."""
+    delay = REPORT_RETRY
+    while True:
+        try:
+            await workflow.get_external_workflow_handle(chain_id).signal(
+                RUN_OUTCOME_SIGNAL, outcome.model_dump(mode="json")
+            )
+            return
+        except ApplicationError as error:
+            if SIGNAL_LIMIT_MESSAGE not in str(error).lower():
+                workflow.logger.warning("the chain did not take the run's outcome: %s", error)
+                return
+        await workflow.sleep(delay, summary="the chain is full: report again")
+        delay = min(delay * 2, REPORT_RETRY_MAX)
