@@ -4,6 +4,9 @@ alerts, accounting and the carry across continue-as-new."""
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
 from coord.models.agents import AgentResult, PublishRequest
 from coord.models.chain import ChainInput, ChainSpec, ChainStatus, RerunRequest
 from coord.models.chain_model import (
@@ -14,6 +17,7 @@ from coord.models.chain_model import (
     Parking,
     Rejection,
 )
+from coord.models.chain_run import RunFailure, RunOutcome
 from coord.models.envelope import EventEnvelope, Priority
 
 WORKFLOW_ID = "chain-c1"
@@ -434,3 +438,32 @@ def test_the_status_attributes_follow_the_pause() -> None:
     model = new_model()
     take(model, event("Alert", topic="project.alerts", severity="high"))
     assert set(model.status_attributes().values()) == {"c1", "chain", "paused"}
+
+
+def test_a_run_handed_over_is_carried_in_flight_and_taken_once() -> None:
+    model = new_model(max_concurrency=1)
+    take(model, event("Approved"))
+    take(model, event("Approved"))
+    seq, run = model.start_next()
+    model.hand_over(seq)
+    assert model.running, "continue-as-new waits until the ChainRun is confirmed started"
+    model.confirmed(seq)
+    model.finish(seq)
+    assert not model.running, "a run in flight does not hold continue-as-new"
+    assert not model.can_dispatch(), "but it keeps its slot"
+    assert model.snapshot().running == ["planner ← Approved"]
+    assert not model.finished(0) and not model.close_idle()
+    carried = ChainModel.begin(
+        ChainInput.model_validate(model.carry().model_dump(mode="json")), WORKFLOW_ID
+    )
+    assert carried.in_flight == {seq: run} and carried.snapshot().running == ["planner ← Approved"]
+    assert carried.landed(seq) == run
+    assert carried.landed(seq) is None, "an outcome is taken once"
+    assert carried.can_dispatch()
+
+
+def test_a_run_outcome_is_exactly_one_of_result_vote_or_failure() -> None:
+    assert RunOutcome(seq=3, failure=RunFailure(failure_type="timeout", message="late")).failure
+    for given in ({}, {"result": {"agent": "a"}, "failure": {"failure_type": "x", "message": ""}}):
+        with pytest.raises(ValidationError, match="exactly one of result, vote or failure"):
+            RunOutcome.model_validate({"seq": 3, **given})

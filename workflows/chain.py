@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         agent_search_values,
         chain_run_workflow_id,
+        chain_workflow_id,
         failure,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
@@ -538,8 +539,11 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         request: AgentRequest | None = None,
         vote: VoteSpec | None = None,
     ) -> ChainRunInput:
+        """What the run's `ChainRun` starts with. The chain's id comes from its correlation id
+        (its input), not from where the run executes, so that its commands (the `ChainRun`'s
+        id) are the same wherever its history is replayed."""
         return ChainRunInput(
-            chain_id=workflow.info().workflow_id,
+            chain_id=chain_workflow_id(self._model.state.correlation_id),
             seq=seq,
             subscription=subscription,
             summary=summary,

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.vote import VoteSpec, VoteState
+    from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
         NO_INPUT,
@@ -82,20 +83,29 @@ async def vote_outcome(seq: int, vote: VoteSpec, summary: str) -> RunOutcome:
 
 
 @workflow.defn(name=CHAIN_RUN_WORKFLOW, sandboxed=False)
-class ChainRun:
+class ChainRun(metaclass=SurplusStartArguments):
     """Not sandboxed, as the chain: one is started for every run of every chain, and the sandbox
     costs each its own module imports. The code touches only the workflow API and its models."""
 
+    @workflow.init
+    def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
+        """Only chains start it; an input that does not validate fails the run, not its tasks."""
+        self._input: ChainRunInput | None = None
+        self._input_error = ""
+        try:
+            self._input = decode_input(ChainRunInput, raw_input, "chain run input")
+        except InvalidInput as error:
+            self._input_error = str(error)
+
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> RunOutcome:
-        try:
-            run_input = decode_input(ChainRunInput, raw_input, "chain run input")
-        except InvalidInput as error:
-            raise failure(FailureType.INVALID_INPUT, str(error), non_retryable=True) from None
+        run_input = self._input
+        if run_input is None:
+            raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         if run_input.vote is not None:
             outcome = await vote_outcome(run_input.seq, run_input.vote, run_input.subscription.name)
         else:
-            assert run_input.request is not None
+            assert run_input.request is not None  # ChainRunInput holds exactly one
             outcome = await agent_outcome(
                 run_input.seq, run_input.subscription, run_input.request, run_input.summary
             )
