@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz histories bench clean
+.PHONY: setup demo test lint fuzz soak histories bench clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ lint: $(INSTALLED)
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)
 	$(BIN)/pytest tests/test_fuzz.py -m fuzz_heavy -q
+
+# Hundreds of sagas at once, some failing by their own input, one agent down for a while (a few
+# minutes on two cores): what `make test` leaves out.
+soak: $(INSTALLED)
+	$(BIN)/pytest tests/test_soak.py -m soak -s -q
 
 # Record more histories for the replay tests: those of the runs these tests close are added;
 # the ones recorded before stay, since they are what runs started by older code look like.

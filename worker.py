@@ -24,6 +24,8 @@ from coord.activities.plan_progress import PlanProgressReader
 from coord.activities.pools import AgentPools
 from coord.activities.routing import AgentRouter
 from coord.activities.scratchpad import ScratchpadWriter
+from coord.activities.update_callers import UpdateCallers
+from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
@@ -203,6 +205,7 @@ def coordinator_worker(
             delivery.declared_agent,
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
+            UpdateCallers(client).update_caller,
             AgentRouter(client, registry).choose_agent,
             monitor.read_agent_health,
             monitor.publish_agent_health,
@@ -249,6 +252,7 @@ async def run_worker(
     registry = default_registry(agents_file, demo_agents=demo_agents)
     if only is not None:
         registry = served_only(registry, only)
+    collection, sweeping = options_for(registry.settings, task_queue())
     settings = ConnectionSettings.load()
     client = await settings.connect(worker_runtime())
     worker = build_worker(client, registry=registry, workflows=workflows)
@@ -263,7 +267,16 @@ async def run_worker(
         inline_agents=registry.settings.inline_agents,
     )
     log.info("task dispatch", order=await server_dispatch_order(client))
-    await worker.run()
+    sweeper = None
+    if workflows and sweeping.every is not None:
+        # The periodic collection (README "Retention"), beside the worker, stopping with it.
+        log.info("gc sweep", every=str(sweeping.every))
+        sweeper = asyncio.create_task(sweep_forever(client, collection, sweeping.every))
+    try:
+        await worker.run()
+    finally:
+        if sweeper is not None:
+            sweeper.cancel()
 
 
 def main() -> None:

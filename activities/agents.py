@@ -8,6 +8,7 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +20,7 @@ from coord.activities.breakers import Breakers
 from coord.activities.pools import AgentPools
 from coord.activities.result_refs import ResultStore
 from coord.models.agent_config import AgentConfig
+from coord.models.agent_runs import GATE_FAILURES, GateRefusal, retry_delay
 from coord.models.agents import (
     AgentContext,
     AgentFn,
@@ -44,10 +46,6 @@ def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> A
         raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
 
 
-GATE_FAILURES = frozenset({FailureType.CIRCUIT_OPEN, FailureType.POOL_FULL})
-"""Raised before the agent is called (breaker, pool): retryable whatever a step's retry_on says."""
-
-
 class AgentActivities:
     def __init__(
         self,
@@ -64,7 +62,7 @@ class AgentActivities:
 
     @activity.defn(name=RUN_AGENT_ACTIVITY)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
-        info = activity.info()
+        attempt = request.attempts_before + activity.info().attempt
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
@@ -73,18 +71,20 @@ class AgentActivities:
             async with self._pooled(request), self._watching(request):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 agent = resolve(self._registry, request.agent, request.config)
-                output = await agent(request.event, await self._context(request, info))
+                output = await agent(request.event, await self._context(request, attempt))
         except ApplicationError as error:
-            if error.type in GATE_FAILURES:
-                raise  # the breaker's or the pool's own: the agent was not called
-            raise _classified(error, request.retry_on, info.attempt) from error
+            if error.type not in GATE_FAILURES:
+                raise _classified(error, request, attempt) from error
+            if not request.gates_return:  # the breaker's or the pool's: nothing was called
+                raise
+            raise _gate_refusal(error, attempt) from None
         except Exception as error:
-            raise _classified(error, request.retry_on, info.attempt) from error
+            raise _classified(error, request, attempt) from error
         duration_ms = (time.monotonic() - started) * 1000
         try:
             may_publish = self._registry.publishes_allowed(request.agent, request.config)
             result = AgentResult.from_output(
-                request.agent, output, duration_ms, info.attempt, may_publish=may_publish
+                request.agent, output, duration_ms, attempt, may_publish=may_publish
             )
         except ValidationError as error:
             raise failure(
@@ -104,11 +104,12 @@ class AgentActivities:
             return contextlib.nullcontext()
         return self._breakers.watching(request)
 
-    async def _context(self, request: AgentRequest, info: activity.Info) -> AgentContext:
+    async def _context(self, request: AgentRequest, attempt: int) -> AgentContext:
         """What the agent is told of its run; inputs stored by reference arrive as their data."""
+        info = activity.info()
         return AgentContext(
             agent=request.agent,
-            attempt=info.attempt,
+            attempt=attempt,
             idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
             inputs=await self._results.resolved(request.inputs),
             reporter=ProgressReporter(_heartbeat_from_any_thread()),
@@ -137,10 +138,13 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _classified(error: Exception, retry_on: list[str], attempt: int) -> ApplicationError:
+def _classified(error: Exception, request: AgentRequest, attempt: int) -> ApplicationError:
     """A typed failure carrying its attempt (for the dead-letter queue), with the seed's
-    `retry_on` applied: a failure type outside a non-empty list is not retried."""
+    `retry_on` applied (a failure type outside a non-empty list is not retried), and the delay
+    before its retry: the agent's own (Retry-After), else the policy's backoff spread by the
+    request's jitter."""
     failure_type = failure_type_of(error)
+    retry_on = request.retry_on
     if isinstance(error, ApplicationError):
         non_retryable, delay, message = error.non_retryable, error.next_retry_delay, error.message
     else:
@@ -150,5 +154,28 @@ def _classified(error: Exception, retry_on: list[str], attempt: int) -> Applicat
         message,
         {"attempt": attempt},
         non_retryable=non_retryable or bool(retry_on and failure_type not in retry_on),
-        retry_after=delay,
+        retry_after=delay or _jittered(request, attempt),
     )
+
+
+def _jittered(request: AgentRequest, attempt: int) -> timedelta | None:
+    """The delay before the retry of failed attempt `attempt` under the request's jitter; None
+    (the policy's own) without jitter or a retry policy."""
+    policy = activity.info().retry_policy
+    if request.jitter is None or policy is None:
+        return None
+    return retry_delay(
+        attempt,
+        request.jitter,
+        initial=policy.initial_interval,
+        coefficient=policy.backoff_coefficient,
+        maximum=policy.maximum_interval,
+    )
+
+
+def _gate_refusal(error: ApplicationError, attempt: int) -> ApplicationError:
+    """A breaker's or pool's refusal handed back to the workflow at once (not retried here):
+    the workflow waits or sends the run elsewhere, and this attempt is not one of the run's."""
+    delay = error.next_retry_delay or timedelta(seconds=1)
+    refusal = GateRefusal(attempt=attempt, retry_after_s=delay.total_seconds())
+    return failure(error.type or "", error.message, refusal.model_dump(), non_retryable=True)

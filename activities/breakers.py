@@ -3,11 +3,12 @@ ledger (the `AgentLedger` workflow), refreshed by query about once a second.
 
 While the view says open, a run fails fast with `circuit_open` without calling the agent (its
 next retry at the end of the open window); when the window has passed, the run asks the ledger
-for the one probe. Runs that go well while the breaker is closed cost no message of their own:
-they are counted here and sent in one batch every STATS_INTERVAL. Only what changes the breaker
-is reported as it happens: a failure of a retryable type, the success that ends a failure
-streak, a probe's outcome. The ledger being unreachable never fails a run: the breaker then lets
-runs through (and the miss is logged)."""
+for one of the probes. Each run that ends is judged by the breaker's rules (coord.models.breaker:
+does its failure count against the agent?), a run Temporal timed out included (the SDK's
+cancellation details tell it from a cancel), and counted into a batch sent every STATS_INTERVAL,
+or at once when it holds a failure that counts (one report in flight at a time, however many
+runs fail). Probes report how they ended as they end. The ledger being unreachable never fails a
+run: the breaker then lets runs through (and the miss is logged)."""
 
 import asyncio
 import contextlib
@@ -16,19 +17,28 @@ from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from coord.activities.pools import run_key
 from coord.infra.ledgers import LedgerClient
 from coord.infra.logs import get_logger
 from coord.models.agent_ledger import HALF_OPEN_RETRY, AgentLedgerState, BreakerConfig, RunStats
 from coord.models.agents import AgentRegistry, AgentRequest
+from coord.models.breaker import (
+    SUCCEEDED,
+    CancelCause,
+    Verdict,
+    cancel_verdict,
+    failure_verdict,
+)
 from coord.models.contract import (
-    NOT_RETRYABLE,
     FailureType,
     agent_task_queue,
     failure,
     failure_type_of,
+    health_of,
 )
 
 REFRESH_INTERVAL = 1.0
@@ -45,18 +55,8 @@ T = TypeVar("T")
 log = get_logger("breaker")
 
 
-def counts_against_breaker(error: BaseException) -> bool:
-    """A failure of a retryable type, as the agent raised it (before a step's `retry_on`):
-    what retrying cannot fix (bad input, no authorization) says nothing about the agent's
-    health, and `circuit_open` is the breaker's own."""
-    failure_type = failure_type_of(error)
-    if isinstance(error, ApplicationError) and error.non_retryable:
-        return False
-    return failure_type not in NOT_RETRYABLE and failure_type != FailureType.CIRCUIT_OPEN
-
-
 def circuit_open(agent: str, retry_after: timedelta, until: datetime | None) -> ApplicationError:
-    when = f" until {until:%H:%M:%S} UTC" if until else " (a probe run is testing it)"
+    when = f" until {until:%H:%M:%S} UTC" if until else " (probe runs are testing it)"
     return failure(
         FailureType.CIRCUIT_OPEN,
         f"agent {agent!r}: circuit breaker open{when}; the run did not call the agent",
@@ -66,69 +66,100 @@ def circuit_open(agent: str, retry_after: timedelta, until: datetime | None) -> 
 
 
 class AgentBreaker:
-    """One agent's breaker on this worker: the view, the probe, the reports, the batch."""
+    """One agent's breaker on this worker: the view, the probes, the reports, the batch."""
 
-    def __init__(self, agent: str, ledger: LedgerClient) -> None:
+    def __init__(self, agent: str, ledger: LedgerClient, config: BreakerConfig) -> None:
         self.agent = agent
         self._ledger = ledger
+        self._config = config
         self._view = AgentLedgerState(agent_queue=ledger.agent_queue)
         self._read_at = float("-inf")
         self._denied_until = float("-inf")
-        """While another run holds the probe, runs here fail fast without asking again."""
+        """While other runs hold every probe, runs here fail fast without asking again."""
         self._refresh: asyncio.Task[None] | None = None
         self._stats = RunStats()
         self._flush: asyncio.Task[None] | None = None
+        self._urgent = asyncio.Event()
+        """The batch holds a failure that counts: send it now."""
+        self._batch_sent: asyncio.Future[None] | None = None
+        """Done when the batch being counted has been sent (or could not be)."""
         self._closed = False
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[None]:
-        """Around one run of the agent: fails fast while open, takes the probe when due,
-        records the outcome."""
+        """Around one run of the agent: fails fast while open, takes a probe when due, judges
+        and records how the run ended."""
         probe = await self._admit()
         started = time.monotonic()
         try:
             yield
         except asyncio.CancelledError:
-            if probe:  # else the half-open breaker would wait for the probe's lease to end
-                await self._report(self._ledger.probe_abandoned())
+            await self._ended(self._cancel_verdict(), probe, started)
             raise
         except Exception as error:
-            await self._finished(error, probe, started)
+            verdict = failure_verdict(self._config, failure_type_of(error), health_of(error))
+            await self._ended(verdict, probe, started)
             raise
-        await self._finished(None, probe, started)
+        await self._ended(SUCCEEDED, probe, started)
 
-    async def _admit(self) -> bool:
-        """Whether the run is the probe; raises circuit_open when it may not run."""
+    async def _admit(self) -> str | None:
+        """The run's key when it is a probe, else None; raises circuit_open when it may not
+        run."""
         view = await self._current()
         now = datetime.now(UTC)
         state = view.breaker_at(now)
         if state == "closed":
-            return False
+            return None
         if state == "open" and view.open_until is not None:
             raise circuit_open(self.agent, view.open_until - now, view.open_until)
         if time.monotonic() < self._denied_until:
             raise circuit_open(self.agent, HALF_OPEN_RETRY, None)
-        grant = await self._quietly(self._ledger.claim_probe())
+        return await self._claim_probe(run_key(activity.info()), now)
+
+    async def _claim_probe(self, run: str, now: datetime) -> str | None:
+        grant = await self._quietly(self._ledger.claim_probe(run))
         if grant is None:
-            return False
+            return None
         self._seen(grant.state)
-        if grant.granted or grant.state.breaker == "closed":
-            return grant.granted
+        if grant.granted:
+            return run
+        if grant.state.breaker == "closed":
+            return None
         until = grant.state.open_until
         if until is None:
             self._denied_until = time.monotonic() + HALF_OPEN_RETRY.total_seconds()
         raise circuit_open(self.agent, until - now if until else HALF_OPEN_RETRY, until)
 
-    async def _finished(self, error: Exception | None, probe: bool, started: float) -> None:
-        self._stats.record(error is None, (time.monotonic() - started) * 1000)
-        self._schedule_flush()
-        if error is None:
-            if probe or self._view.consecutive_failures:
-                await self._report(self._ledger.outcome(True, probe=probe))
-        elif probe or counts_against_breaker(error):
-            await self._report(
-                self._ledger.outcome(False, failure_type=failure_type_of(error), probe=probe)
-            )
+    def _cancel_verdict(self) -> Verdict:
+        """A cancelled run: timed out by Temporal (a failure of the agent), or abandoned."""
+        info = activity.info()
+        return cancel_verdict(
+            self._config,
+            cancel_cause(activity.cancellation_details()),
+            datetime.now(UTC) - info.started_time,
+            info.start_to_close_timeout,
+            info.heartbeat_timeout,
+        )
+
+    async def _ended(self, verdict: Verdict, probe: str | None, started: float) -> None:
+        """Counts the run into the batch and reports a probe's outcome as it comes. A failure
+        that counts is sent at once, and the run ends once the ledger has it: its retry, and
+        every run here, then see the breaker it may have opened."""
+        if verdict.ended != "abandoned":
+            self._stats.record(verdict, (time.monotonic() - started) * 1000)
+            sent = self._sending()
+            self._schedule_flush(urgent=verdict.counted)
+            if verdict.counted and probe is None and not self._closed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(sent), LEDGER_TIMEOUT)
+        if probe is not None:
+            await self._report(self._ledger.probe_ended(probe, verdict))
+
+    def _sending(self) -> "asyncio.Future[None]":
+        """Done when the batch now being counted has been sent."""
+        if self._batch_sent is None:
+            self._batch_sent = asyncio.get_running_loop().create_future()
+        return self._batch_sent
 
     async def _current(self) -> AgentLedgerState:
         """The view, refreshed (once for all runs) when older than REFRESH_INTERVAL. Runs wait
@@ -155,18 +186,30 @@ class AgentBreaker:
         self._view = state
         self._read_at = time.monotonic()
 
-    def _schedule_flush(self) -> None:
+    def _schedule_flush(self, *, urgent: bool) -> None:
+        if urgent:
+            self._urgent.set()
         if not self._closed and (self._flush is None or self._flush.done()):
-            self._flush = asyncio.create_task(self._flush_later())
+            self._flush = asyncio.create_task(self._flushing())
 
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(STATS_INTERVAL)
-        await self._send_stats()
+    async def _flushing(self) -> None:
+        """Sends the batch every STATS_INTERVAL while runs end, at once when it holds a failure
+        that counts; one report at a time (runs ending meanwhile go in the next)."""
+        while self._stats.runs:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._urgent.wait(), STATS_INTERVAL)
+            self._urgent.clear()
+            await self._send_stats()
 
     async def _send_stats(self) -> None:
         batch, self._stats = self._stats, RunStats()
-        if batch.runs:
-            await self._report(self._ledger.stats(batch))
+        sent, self._batch_sent = self._batch_sent, None
+        try:
+            if batch.runs:
+                await self._report(self._ledger.stats(batch))
+        finally:
+            if sent is not None and not sent.done():
+                sent.set_result(None)
 
     async def close(self) -> None:
         """Sends what is counted now; runs ending later are not reported (the worker is
@@ -174,7 +217,7 @@ class AgentBreaker:
         self._closed = True
         if self._flush is not None and not self._flush.done():
             self._flush.cancel()
-            await self._send_stats()
+        await self._send_stats()
 
     async def _quietly(self, message: Awaitable[T]) -> T | None:
         """The ledger's answer, or None (logged) when it cannot be had in time."""
@@ -190,6 +233,18 @@ class AgentBreaker:
         self._read_at = time.monotonic()  # do not ask again for every run meanwhile
         log.warning("agent ledger unreachable", agent=self.agent, error=_outcome(asked))
         return None
+
+
+def cancel_cause(details: activity.ActivityCancellationDetails | None) -> CancelCause:
+    """What the SDK says of a run's cancel, as the breaker's rules read it: a worker shutting
+    down, or a caller cancelling, pausing or resetting the run, is no failure of the agent."""
+    if details is None or details.worker_shutdown or details.cancel_requested:
+        return "abandoned"
+    if details.paused or details.reset:
+        return "abandoned"
+    if details.timed_out:
+        return "timed_out"
+    return "gone" if details.not_found else "abandoned"
 
 
 def _read_outcome(task: "asyncio.Future[Any]") -> None:
@@ -223,7 +278,7 @@ class Breakers:
         if agent not in self._breakers:
             config = self._config(agent)
             self._breakers[agent] = (
-                AgentBreaker(agent, self._ledger(agent, config)) if config.enabled else None
+                AgentBreaker(agent, self._ledger(agent, config), config) if config.enabled else None
             )
         return self._breakers[agent]
 

@@ -32,6 +32,11 @@ from coord.models.contract import FailureType, agent_task_queue, failure
 
 POOL_PATIENCE = timedelta(seconds=30)
 """The longest a run waits for a permit, holding its worker slot, before it fails pool_full."""
+PATIENCE_SHARE = 4
+"""A run whose workflow takes its refusals back (`AgentRequest.gates_return`) waits here at
+most a quarter of its time limit: the rest is the agent's. Its workflow then sends it again
+soon enough that it keeps its place in line (RETURNED_RETRY, within the ledger's KEEP_PLACE)."""
+RETURNED_RETRY = timedelta(milliseconds=500)
 POOL_RETRY = timedelta(seconds=2)
 """About when a run turned away with pool_full is retried: spread over 0.5x to 1.5x of it, so
 runs turned away together do not come back together."""
@@ -79,12 +84,19 @@ def lease(info: activity.Info, now: datetime) -> timedelta:
     return min(span, left if left is not None else span) + LEASE_SLACK
 
 
-def pool_full(agent: str, size: int, waited: timedelta, pool: PoolState | None) -> ApplicationError:
+def pool_full(
+    agent: str,
+    size: int,
+    waited: timedelta,
+    pool: PoolState | None,
+    retry_after: timedelta | None = None,
+) -> ApplicationError:
     waiting = f", {pool.waiting} runs waiting" if pool is not None else ""
     return turned_away(
         agent,
         f"all {size} permits of its pool in use across its workers for "
         f"{waited.total_seconds():g}s{waiting}",
+        retry_after,
     )
 
 
@@ -95,13 +107,14 @@ def ledger_unreachable(agent: str, error: BaseException) -> ApplicationError:
     return turned_away(agent, f"its ledger did not grant a pool permit ({error!r})")
 
 
-def turned_away(agent: str, why: str) -> ApplicationError:
-    """`pool_full`: the agent was not called; retried after about POOL_RETRY."""
+def turned_away(agent: str, why: str, retry_after: timedelta | None = None) -> ApplicationError:
+    """`pool_full`: the agent was not called; retried after `retry_after`, else about
+    POOL_RETRY."""
     return failure(
         FailureType.POOL_FULL,
         f"agent {agent!r}: {why}; the run did not call the agent",
         non_retryable=False,
-        retry_after=POOL_RETRY * random.uniform(0.5, 1.5),
+        retry_after=retry_after or POOL_RETRY * random.uniform(0.5, 1.5),
     )
 
 
@@ -120,7 +133,8 @@ class AgentPools:
         size = self._size(request)
         if size is None:
             return contextlib.nullcontext()
-        return self._permit(request.agent, size)
+        share = PATIENCE_SHARE if request.gates_return else 2
+        return self._permit(request.agent, size, share)
 
     def _size(self, request: AgentRequest) -> int | None:
         if request.config is not None or request.agent not in self._registry:
@@ -128,11 +142,11 @@ class AgentPools:
         return self._registry.max_concurrent(request.agent)
 
     @contextlib.asynccontextmanager
-    async def _permit(self, agent: str, size: int) -> AsyncIterator[None]:
+    async def _permit(self, agent: str, size: int, share: int) -> AsyncIterator[None]:
         ledger = self._ledger(agent)
         run = run_key(activity.info())
         try:
-            await self._acquire(ledger, agent, run, size)
+            await self._acquire(ledger, agent, run, size, share)
         except BaseException:
             await _release(ledger, run)  # leaves the line (a retry is another attempt)
             raise
@@ -144,24 +158,31 @@ class AgentPools:
             await asyncio.wait({renewing})  # not raising: its cancel is not this run's
             await _release(ledger, run)
 
-    async def _acquire(self, ledger: LedgerClient, agent: str, run: str, size: int) -> None:
+    async def _acquire(
+        self, ledger: LedgerClient, agent: str, run: str, size: int, share: int
+    ) -> None:
+        """A permit for `run`, waiting in line at most POOL_PATIENCE and 1/`share` of the run's
+        time limit; then `pool_full`."""
         info = activity.info()
         started = datetime.now(UTC)
         left = time_left(info, started)
-        patience = min(POOL_PATIENCE, left / 2) if left is not None else POOL_PATIENCE
+        patience = min(POOL_PATIENCE, left / share) if left is not None else POOL_PATIENCE
         while True:
             leased = lease(info, datetime.now(UTC)).total_seconds()
             asked = time.monotonic()
+            remaining = (patience - (datetime.now(UTC) - started)).total_seconds()
             try:
-                grant = await answered(ledger.acquire_permit, run, size, leased)
+                grant = await _within(remaining, answered(ledger.acquire_permit, run, size, leased))
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
-            if grant.granted:
+            if grant is not None and grant.granted:
                 return
             activity.heartbeat()
             waited = datetime.now(UTC) - started
             if waited >= patience:
-                raise pool_full(agent, size, waited, grant.pool)
+                pool = grant.pool if grant is not None else None
+                again = RETURNED_RETRY if share == PATIENCE_SHARE else None
+                raise pool_full(agent, size, waited, pool, again)
             if time.monotonic() - asked < REASK_PAUSE:
                 await asyncio.sleep(REASK_PAUSE)  # answered at once: the ledger is moving on
 
@@ -170,6 +191,15 @@ class AgentPools:
         config = declaration.breaker if declaration is not None else BreakerConfig()
         queue = agent_task_queue(agent, self._home)
         return LedgerClient(self._client, queue, self._home, config, self._client.identity)
+
+
+async def _within(seconds: float, asking: Awaitable[T]) -> T | None:
+    """`asking`'s answer, or None when it takes longer than `seconds` (the run's patience ends
+    first; a permit granted meanwhile is given back with the run's release)."""
+    try:
+        return await asyncio.wait_for(asking, max(seconds, REASK_PAUSE))
+    except TimeoutError:
+        return None
 
 
 async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:

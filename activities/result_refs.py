@@ -9,13 +9,25 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Any
 
+from temporalio import activity
 from temporalio.converter import JSONPlainPayloadConverter
 
 from coord.infra.payload_store import PayloadUnavailable, StoredPayloads
 from coord.models.agents import AgentResult, ResultReference
 from coord.models.contract import FailureType, failure
+from coord.models.retention import OwnerMark
 
 JSON = JSONPlainPayloadConverter()
+
+
+def owner() -> OwnerMark | None:
+    """The workflow whose agent run stores the result: its record is what points to it."""
+    if not activity.in_activity() or not activity.info().workflow_id:
+        return None
+    info = activity.info()
+    return OwnerMark(
+        workflow_id=info.workflow_id or "", namespace=info.namespace, kind="results"
+    )
 
 
 class ResultStore:
@@ -35,7 +47,7 @@ class ResultStore:
         if len(payload.data) <= limit:
             return result
         reference = ResultReference(
-            sha256=await self._payloads.put(payload), bytes=len(payload.data)
+            sha256=await self._payloads.put(payload, owner()), bytes=len(payload.data)
         )
         return result.model_copy(update={"data": {}, "reference": reference})
 

@@ -25,6 +25,7 @@ from coord.models.agent_ledger import (
     RunStats,
     StatsReport,
 )
+from coord.models.breaker import Verdict
 from coord.models.contract import (
     ACQUIRE_PERMIT_UPDATE,
     AGENT_LEDGER_WORKFLOW,
@@ -80,27 +81,24 @@ class LedgerClient:
     async def read(self) -> AgentLedgerState:
         return await read_ledger(self._client, self.agent_queue)
 
-    async def outcome(
-        self, succeeded: bool, *, failure_type: str | None = None, probe: bool = False
-    ) -> AgentLedgerState:
+    async def claim_probe(self, run: str) -> ProbeGrant:
+        """Whether `run` (a run attempt) may probe the half-open breaker."""
+        claim = ProbeClaim(worker=self._worker, config=self._config, run=run)
+        return await self._update(CLAIM_PROBE_UPDATE, claim, ProbeGrant)
+
+    async def probe_ended(self, run: str, verdict: Verdict) -> AgentLedgerState:
+        """How the probe `run` ended: succeeded, failed (counted or not), or abandoned."""
         report = OutcomeReport(
             worker=self._worker,
             config=self._config,
-            succeeded=succeeded,
-            failure_type=failure_type,
-            probe=probe,
+            run=run,
+            succeeded=verdict.ended == "succeeded",
+            counted=verdict.counted,
+            reason=verdict.reason,
+            probe=True,
+            abandoned=verdict.ended == "abandoned",
         )
         return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
-
-    async def probe_abandoned(self) -> AgentLedgerState:
-        report = OutcomeReport(
-            worker=self._worker, config=self._config, succeeded=False, probe=True, abandoned=True
-        )
-        return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
-
-    async def claim_probe(self) -> ProbeGrant:
-        claim = ProbeClaim(worker=self._worker, config=self._config)
-        return await self._update(CLAIM_PROBE_UPDATE, claim, ProbeGrant)
 
     async def stats(self, stats: RunStats) -> AgentLedgerState:
         report = StatsReport(worker=self._worker, config=self._config, stats=stats)

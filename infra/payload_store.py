@@ -16,6 +16,13 @@ one machine), or an S3-compatible bucket: `COORD_PAYLOAD_STORE=s3://BUCKET` with
 installed (`pip install 'event-coordinator[s3]'`; endpoint and credentials from the usual
 `AWS_*` variables). `COORD_PAYLOAD_THRESHOLD` sets the threshold in bytes. Objects are named by
 the SHA-256 of their content, so a retried write is harmless and equal payloads share one object.
+
+Each write also records its owner, the workflow it was stored for (the SDK names it: the workflow
+started, signalled or running), as a small mark beside the object (`<digest>.owners/` in the
+directory, `coord/owners/<digest>/` in a bucket for objects whose key does not name it already),
+so `coord gc` can tell which objects nothing refers to any more (infra/store_gc.py). The mark is
+written before the object is looked for, which is what lets a collection run that removes an
+object notice a writer that came meanwhile and put it back.
 """
 
 import asyncio
@@ -38,10 +45,12 @@ from temporalio.converter import (
     StorageDriverClaim,
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
 )
 
 from coord.infra.logs import get_logger
-from coord.infra.s3_store import s3_driver
+from coord.infra.s3_store import put_owner_mark, s3_driver
+from coord.models.retention import OwnerMark
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
@@ -50,6 +59,7 @@ DEFAULT_THRESHOLD = 128 * 1024
 """Well under the server's 2 MB per payload, so a task that carries several stays under 4 MB."""
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+OWNERS_SUFFIX = ".owners"
 log = get_logger("coord.payloads")
 
 
@@ -77,9 +87,35 @@ def unavailable(digest: str, reason: str) -> Payload:
     return payload
 
 
+def owner_of(context: StorageDriverStoreContext) -> OwnerMark | None:
+    """The workflow a payload is stored for, when the SDK names one."""
+    target = context.target
+    if isinstance(target, StorageDriverWorkflowInfo) and target.id:
+        return OwnerMark(workflow_id=target.id, namespace=target.namespace)
+    return None
+
+
+def mark_name(owner: OwnerMark) -> str:
+    """A mark's file or key name: fixed length whatever the workflow id (which the mark holds)."""
+    identity = f"{owner.namespace}\0{owner.workflow_id}\0{owner.kind}".encode()
+    return hashlib.sha256(identity).hexdigest()[:32] + ".json"
+
+
+def mark_text(owner: OwnerMark) -> str:
+    return owner.model_dump_json(exclude={"marked_at"})
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Written beside, then renamed over: concurrent writers never expose a partial file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
 class DirectoryDriver(StorageDriver):
     """Payloads as files named by their SHA-256, written atomically (a rename), so concurrent
-    writers of the same payload never expose a partial file."""
+    writers of the same payload never expose a partial file; each owner's mark beside them."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -90,25 +126,30 @@ class DirectoryDriver(StorageDriver):
     def _path(self, digest: str) -> Path:
         return self.root / digest[:2] / digest
 
+    def owners_dir(self, digest: str) -> Path:
+        return self.root / digest[:2] / f"{digest}{OWNERS_SUFFIX}"
+
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
     ) -> list[StorageDriverClaim]:
-        return [await asyncio.to_thread(self._write, payload) for payload in payloads]
+        owner = owner_of(context)
+        return [await asyncio.to_thread(self.write, payload, owner) for payload in payloads]
 
     async def retrieve(
         self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
     ) -> list[Payload]:
         return [await asyncio.to_thread(self._read, claim) for claim in claims]
 
-    def _write(self, payload: Payload) -> StorageDriverClaim:
+    def write(self, payload: Payload, owner: OwnerMark | None) -> StorageDriverClaim:
+        """The owner's mark first (refreshing its time), then the object if it is not there."""
         data = payload.SerializeToString(deterministic=True)
         digest = hashlib.sha256(data).hexdigest()
+        if owner is not None:
+            marks = self.owners_dir(digest)
+            atomic_write(marks / mark_name(owner), mark_text(owner).encode())
         path = self._path(digest)
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{digest}.{uuid.uuid4().hex}.partial")
-            partial.write_bytes(data)
-            partial.replace(path)
+            atomic_write(path, data)
         return StorageDriverClaim(claim_data={"sha256": digest})
 
     def _read(self, claim: StorageDriverClaim) -> Payload:
@@ -168,9 +209,20 @@ class StoredPayloads:
         self._settings = settings or PayloadStoreSettings.load()
         self._driver = self._settings.driver()
 
-    async def put(self, payload: Payload) -> str:
+    async def put(self, payload: Payload, owner: OwnerMark | None = None) -> str:
+        """Stored with `owner` marked as holding it (the workflow whose record will point to it)."""
+        if isinstance(self._driver, DirectoryDriver):
+            claim = await asyncio.to_thread(self._driver.write, payload, owner)
+            return claim.claim_data["sha256"]
+        if owner is not None:
+            digest = hashlib.sha256(payload.SerializeToString()).hexdigest()
+            await put_owner_mark(self._bucket, digest, mark_name(owner), mark_text(owner))
         [claim] = await self._driver.store(StorageDriverStoreContext(), [payload])
-        return claim.claim_data.get("sha256") or claim.claim_data["hash_value"]
+        return claim.claim_data["hash_value"]
+
+    @property
+    def _bucket(self) -> str:
+        return self._settings.location.removeprefix("s3://").strip("/")
 
     async def get(self, digest: str) -> Payload:
         """Raises PayloadUnavailable when the store does not hold it (any more)."""
@@ -180,7 +232,7 @@ class StoredPayloads:
             raise PayloadUnavailable(digest, "not a SHA-256 reference")
         claim = StorageDriverClaim(
             claim_data={
-                "bucket": self._settings.location.removeprefix("s3://").strip("/"),
+                "bucket": self._bucket,
                 "key": f"v0/d/sha256/{digest}",  # the SDK's S3 key for a store with no target
                 "hash_algorithm": "sha256",
                 "hash_value": digest,

@@ -3,6 +3,7 @@ Used when `COORD_PAYLOAD_STORE` names a bucket; aioboto3 comes with the `s3` ext
 imported only then, so this module imports without it."""
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
@@ -43,3 +44,67 @@ def _adapter(s3: Any) -> S3StorageDriverClient:
 def s3_driver(bucket: str) -> S3StorageDriver:
     """Raises ImportError without the `s3` extra."""
     return S3StorageDriver(client=SessionS3Client(), bucket=bucket)
+
+
+OWNERS_PREFIX = "coord/owners/"
+"""Where the owners of objects whose key does not name them are marked: `<prefix><digest>/`."""
+
+
+async def put_owner_mark(bucket: str, digest: str, name: str, text: str) -> None:
+    """Marks (or marks again, refreshing its time) an owner of the object `digest`."""
+    async with _session().client("s3") as s3:
+        key = f"{OWNERS_PREFIX}{digest}/{name}"
+        await s3.put_object(Bucket=bucket, Key=key, Body=text.encode())
+
+
+def _session() -> Any:
+    import aioboto3
+
+    return aioboto3.Session()
+
+
+class BucketListing:
+    """What `coord gc` reads and removes in a bucket: keys page by page, an object's owner marks,
+    and removal that keeps the object's content until the removal is decided for good."""
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+        self._session = _session()
+
+    async def keys(
+        self, prefix: str, after: str | None, limit: int
+    ) -> tuple[list[tuple[str, datetime]], bool]:
+        """Up to `limit` keys under `prefix` after `after` (with their times), and whether more
+        remain; the server's pages are 1,000 keys at most."""
+        found: list[tuple[str, datetime]] = []
+        start = after or ""
+        async with self._session.client("s3") as s3:
+            while len(found) < limit:
+                page = await s3.list_objects_v2(
+                    Bucket=self.bucket,
+                    Prefix=prefix,
+                    StartAfter=start,
+                    MaxKeys=min(1000, limit - len(found)),
+                )
+                contents = page.get("Contents", [])
+                found += [(item["Key"], item["LastModified"]) for item in contents]
+                if not page.get("IsTruncated") or not contents:
+                    return found, bool(page.get("IsTruncated"))
+                start = contents[-1]["Key"]
+        return found, True
+
+    async def read(self, key: str) -> bytes:
+        async with self._session.client("s3") as s3:
+            response = await s3.get_object(Bucket=self.bucket, Key=key)
+            body: bytes = await response["Body"].read()
+            return body
+
+    async def delete(self, key: str) -> None:
+        async with self._session.client("s3") as s3:
+            await s3.delete_object(Bucket=self.bucket, Key=key)
+
+    async def copy(self, source: str, target: str) -> None:
+        async with self._session.client("s3") as s3:
+            await s3.copy_object(
+                Bucket=self.bucket, Key=target, CopySource={"Bucket": self.bucket, "Key": source}
+            )

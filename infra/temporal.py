@@ -2,7 +2,9 @@
 TEMPORAL_NAMESPACE, TLS and API-key settings (and config-file profiles), so the same code runs
 against the embedded dev server, a self-hosted cluster or Temporal Cloud."""
 
+import getpass
 import os
+import socket
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -14,6 +16,22 @@ from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"
+IDENTITY_ENV = "COORD_IDENTITY"
+"""Who the `coord` CLI is to the server (its client identity): recorded with what it sends, and
+the author of a plan approval it sends."""
+
+
+def client_identity() -> str:
+    """`$COORD_IDENTITY`, else the user and the host (`ann@build-7`): the SDK's own default,
+    the process id and host, says nothing of who asks."""
+    return os.environ.get(IDENTITY_ENV) or f"{_user()}@{socket.gethostname()}"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or the password database
+        return f"uid-{os.getuid()}"
 
 
 def task_queue() -> str:
@@ -49,10 +67,14 @@ class ConnectionSettings:
     def namespace(self) -> str:
         return self.config.get("namespace", "default")
 
-    async def connect(self, runtime: Runtime | None = None) -> Client:
+    async def connect(self, runtime: Runtime | None = None, identity: str | None = None) -> Client:
+        """A client of the server; `identity` is what the server records as its caller (the
+        SDK's default, pid@host, when not given)."""
+        config: ClientConnectConfig = {**self.config, "target_host": self.address}
         try:
-            config: ClientConnectConfig = {**self.config, "target_host": self.address}
-            return await Client.connect(**config, data_converter=data_converter(), runtime=runtime)
+            return await Client.connect(
+                **config, identity=identity, data_converter=data_converter(), runtime=runtime
+            )
         except RuntimeError:
             # The SDK's message is the Rust transport's error chain: no help to a user.
             raise ServerUnreachable(

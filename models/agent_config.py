@@ -10,6 +10,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, mo
 
 from coord.models.agent_ledger import BreakerConfig
 from coord.models.durations import Duration
+from coord.models.retention import GcSettings, RetentionSettings
 from coord.models.specs import IDENTIFIER
 
 SYSEXITS_DATA_ERRORS = [2, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 76, 77, 78]
@@ -183,6 +184,11 @@ class WorkerSettings(BaseModel):
     scratchpad_root: str | None = None
     """The directory under which plans write their scratchpads (`scratchpad: DIR` in a plan is
     relative to it); none by default, and then a plan's scratchpad writes are refused."""
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    """How long stored payloads, results, dead letters and scratchpads are kept (README
+    "Retention"); `COORD_RETENTION_<KIND>` overrides one."""
+    gc: GcSettings = Field(default_factory=GcSettings)
+    """The worker's periodic sweep of what has outlived its retention; off by default."""
 
     @model_validator(mode="after")
     def _secrets_stay_out_of_children(self) -> Self:

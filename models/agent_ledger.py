@@ -1,37 +1,55 @@
-"""An agent's ledger: its circuit breaker (seed 003) and its recent-window run stats, shared by
-every workflow that uses the agent. Pure: the `AgentLedger` entity workflow holds one
-`LedgerBook` per agent queue; workers read it (`AgentLedgerState`) and report to it.
+"""An agent's ledger: its circuit breaker and its recent-window run stats, shared by every
+workflow that uses the agent. Pure: the `AgentLedger` entity workflow holds one `LedgerBook` per
+agent queue; workers read it (`AgentLedgerState`) and report to it.
 
-The breaker: `closed` until `failures` consecutive failures of retryable types (default 5);
-then `open` for `recovery` (default 30 s), while runs fail fast with `circuit_open`; then
-`half_open`: exactly one probe run is let through (a lease, so a probe whose worker died does not
-hold the breaker half-open for ever); its success closes the breaker, its failure re-opens it.
+The breaker's rules (what counts, when it opens, its probes) are coord.models.breaker's. Workers
+send the runs that ended in batches (`RunStats`, every few seconds, at once when one holds a
+failure that counts); the ledger adds them to the closed breaker's window (`CallWindow`) and
+opens it when the window's failure rate (or a streak, if declared) says so. Open for `recovery`,
+while runs fail fast with `circuit_open`; then `half_open`: `probes` runs are let through, each a
+lease, and report how they ended (`OutcomeReport`).
 
-The window: runs that succeeded and failed, and the durations of the successful ones (a
+The stats window: runs that succeeded and failed, and the durations of the successful ones (a
 log-scale histogram, so memory stays bounded however many runs there are), in time buckets over
 the last WINDOW; the success rate and the median duration are read from it.
 
 The pool (seed 003's resource pool, for an agent declaring `max_concurrent`): permits to run,
 at most `size` out at once across every worker serving the agent. A permit is a lease (a run
 whose worker died gives its permit back when the lease ends); a run asking while none is free
-waits its turn, first come first served, for a bounded time (`PermitPool`)."""
+waits its turn, first come first served, for a bounded time (`PermitPool`).
+
+Every message is bounded (counts, names, leases, durations), so that whatever validates can be
+applied: the ledger's handlers never fail its workflow task."""
 
 import math
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coord.models.durations import Duration
+from coord.models.breaker import (
+    ABANDONED,
+    DEFAULT_FAILURE_RATE,
+    DEFAULT_MIN_CALLS,
+    DEFAULT_PROBES,
+    DEFAULT_RECOVERY,
+    DEFAULT_WINDOW,
+    MAX_NAME,
+    SUCCEEDED,
+    CallSlice,
+    CallWindow,
+    Probes,
+    Reasons,
+    Verdict,
+    merged_reasons,
+    window_slices,
+    window_totals,
+)
+from coord.models.breaker import BreakerConfig as BreakerConfig
 
 BreakerStateName = Literal["closed", "open", "half_open"]
-DEFAULT_FAILURES = 5
-DEFAULT_RECOVERY = timedelta(seconds=30)
-PROBE_LEASE = timedelta(minutes=1)
-"""How long a granted probe holds the half-open breaker before another run may probe (its
-worker may have died). A probe that runs longer is not stopped; a second probe may start."""
 HALF_OPEN_RETRY = timedelta(seconds=2)
-"""When a run turned away while a probe is out may try again."""
+"""When a run turned away while every probe is out may try again."""
 WINDOW = timedelta(minutes=5)
 """The recent window of the success rate and the p50."""
 BUCKET = timedelta(seconds=30)
@@ -39,6 +57,8 @@ BUCKET = timedelta(seconds=30)
 HISTOGRAM_BASE = 2 ** (1 / 8)
 """Duration histogram bins grow by this factor (about 9%): the p50 is within about 4.5%."""
 MIN_DURATION_MS = 0.01
+MAX_DURATION_MS = 1e10
+"""Durations are counted between these (longer: in the last bin, about 116 days)."""
 MAX_TRANSITIONS = 20
 """Breaker transitions kept, newest last (what the health monitor reads)."""
 POOL_WAIT = timedelta(seconds=2)
@@ -46,24 +66,25 @@ POOL_WAIT = timedelta(seconds=2)
 `not granted` (the worker then heartbeats its run and asks again, keeping its turn)."""
 KEEP_PLACE = POOL_WAIT
 """How long a run answered `not granted` keeps its place in line (and counts as waiting)."""
+MAX_LEASE = timedelta(days=7)
+"""The longest permit lease a request may ask for (a run renews its lease every minute or so)."""
+MAX_POOL_SIZE = 100_000
+MAX_BATCH_RUNS = 10_000_000
+"""Runs one stats report may count (a worker reports every few seconds)."""
+MAX_ID = 1000
+"""Characters of a worker identity, run attempt or agent queue in a message."""
 
-
-class BreakerConfig(BaseModel):
-    """An agent declaration's `breaker:` (`{failures: 5, recovery: 30s}`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    """False: the agent's runs never consult the ledger (no breaker, no window stats)."""
-    failures: int = Field(default=DEFAULT_FAILURES, ge=1, le=10_000)
-    """Consecutive failures of retryable types that open the breaker."""
-    recovery: Duration = DEFAULT_RECOVERY
-    """How long the breaker stays open before a probe run may test the agent again."""
+Identity = Annotated[str, Field(max_length=MAX_ID)]
 
 
 def duration_bin(duration_ms: float) -> int:
-    """The histogram bin of a duration."""
-    return round(math.log(max(duration_ms, MIN_DURATION_MS), HISTOGRAM_BASE))
+    """The histogram bin of a duration (MIN_DURATION_MS to MAX_DURATION_MS)."""
+    bounded = min(max(duration_ms, MIN_DURATION_MS), MAX_DURATION_MS)
+    return round(math.log(bounded, HISTOGRAM_BASE))
+
+
+MIN_BIN = duration_bin(MIN_DURATION_MS)
+MAX_BIN = duration_bin(MAX_DURATION_MS)
 
 
 def bin_duration(index: int) -> float:
@@ -78,26 +99,60 @@ class RunStats(BaseModel):
 
     succeeded: int = Field(default=0, ge=0)
     failed: int = Field(default=0, ge=0)
-    durations: dict[int, int] = Field(default_factory=dict)
-    """Successful runs' durations: histogram bin -> count."""
+    durations: dict[int, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    """Successful runs' durations: histogram bin (MIN_BIN to MAX_BIN) -> count."""
+    counted: int = Field(default=0, ge=0)
+    """The failures that count against the breaker (of `failed`)."""
+    reasons: Reasons = Field(default_factory=dict)
+    """Those failures by reason (health reason, else failure type)."""
+    streak: int = Field(default=0, ge=0)
+    """Counted failures in a row at the end of these runs (a run here that was not one ended
+    any streak before them)."""
+
+    @field_validator("durations")
+    @classmethod
+    def _bins_in_range(cls, durations: dict[int, int]) -> dict[int, int]:
+        """A bin outside the range (from a report, say) is counted in the nearest one."""
+        bounded: dict[int, int] = {}
+        for index, count in durations.items():
+            key = min(max(index, MIN_BIN), MAX_BIN)
+            bounded[key] = bounded.get(key, 0) + count
+        return bounded
 
     @property
     def runs(self) -> int:
         return self.succeeded + self.failed
 
-    def record(self, succeeded: bool, duration_ms: float) -> None:
-        if succeeded:
+    def continued_streak(self, before: int) -> int:
+        """The streak after these runs, `before` them: continued if they all counted."""
+        return self.streak + (before if self.runs == self.counted else 0)
+
+    def record(self, verdict: Verdict, duration_ms: float) -> None:
+        """One run that ended (an abandoned one is not counted)."""
+        if verdict.ended == "abandoned":
+            return
+        if verdict.ended == "succeeded":
             self.succeeded += 1
             index = duration_bin(duration_ms)
             self.durations[index] = self.durations.get(index, 0) + 1
         else:
             self.failed += 1
+        if verdict.counted:
+            self.counted += 1
+            self.streak += 1
+            self.reasons = merged_reasons(self.reasons, {verdict.reason: 1})
+        else:
+            self.streak = 0
 
     def merge(self, other: "RunStats") -> None:
+        """`other`'s runs, which ended after these."""
         self.succeeded += other.succeeded
         self.failed += other.failed
         for index, count in other.durations.items():
             self.durations[index] = self.durations.get(index, 0) + count
+        self.streak = other.continued_streak(self.streak)
+        self.counted += other.counted
+        self.reasons = merged_reasons(self.reasons, other.reasons)
 
     def p50_ms(self) -> float | None:
         """The median successful duration (the bin it falls in), None without successes."""
@@ -108,6 +163,17 @@ class RunStats(BaseModel):
             if seen * 2 >= total:
                 return round(bin_duration(index), 1)
         return None
+
+    def counts(self) -> list[int]:
+        """Every count it holds (for bounding a report)."""
+        return [
+            self.succeeded,
+            self.failed,
+            self.counted,
+            self.streak,
+            sum(self.durations.values()),
+            sum(self.reasons.values()),
+        ]
 
 
 class WindowBucket(BaseModel):
@@ -149,6 +215,12 @@ class PoolWaiter(BaseModel):
     """When its request is answered `not granted` if no permit came."""
     until: datetime
     """When it leaves the line unless it asks again (KEEP_PLACE after its answer)."""
+
+
+def lease_end(now: datetime, lease_s: float) -> datetime:
+    """When a permit leased at `now` for `lease_s` seconds ends (what a permit request's
+    validator computes too: a lease too long for a date is refused, not applied)."""
+    return now + timedelta(seconds=lease_s)
 
 
 class PoolState(BaseModel):
@@ -199,7 +271,7 @@ class PermitPool(BaseModel):
         self.expire(now, asking=worker)
         held = next((p for p in self.permits if p.run == run), None)
         if held is not None:
-            held.until = now + timedelta(seconds=lease_s)  # renewed
+            held.until = lease_end(now, lease_s)  # renewed
             return True
         answer_at = now + POOL_WAIT
         waiter = next((w for w in self.waiters if w.run == run), None)
@@ -266,7 +338,7 @@ class PermitPool(BaseModel):
             if len(self.permits) >= (self.size or 0):
                 return
             self.waiters.remove(waiter)
-            until = now + timedelta(seconds=waiter.lease_s)
+            until = lease_end(now, waiter.lease_s)
             self.permits.append(Permit(run=waiter.run, worker=waiter.worker, until=until))
 
 
@@ -277,10 +349,26 @@ class AgentLedgerState(BaseModel):
     agent_queue: str
     breaker: BreakerStateName = "closed"
     open_until: datetime | None = None
-    """When an open breaker lets a probe through."""
-    consecutive_failures: int = 0
-    failures_to_open: int = DEFAULT_FAILURES
+    """When an open breaker lets probes through."""
     recovery_s: float = DEFAULT_RECOVERY.total_seconds()
+    breaker_window_s: float = DEFAULT_WINDOW.total_seconds()
+    min_calls: int = DEFAULT_MIN_CALLS
+    failure_rate_to_open: float = DEFAULT_FAILURE_RATE
+    breaker_calls: int = 0
+    """Runs that ended in the breaker's window since it last closed (closed breaker only)."""
+    breaker_failures: int = 0
+    """Those failing in a way that counts against the breaker."""
+    breaker_failure_rate: float | None = None
+    """None: no runs in the breaker's window."""
+    breaker_reasons: dict[str, int] = Field(default_factory=dict)
+    """The counted failures by reason (`timeout`, `http_5xx`, ...)."""
+    consecutive_failures: int = 0
+    consecutive_to_open: int | None = None
+    """The declared streak that opens the breaker (None: the failure rate alone)."""
+    probes: int = DEFAULT_PROBES
+    probes_out: int = 0
+    probes_succeeded: int = 0
+    """A half-open breaker's probes running and succeeded; it closes when `probes` succeeded."""
     runs: int = 0
     """Runs in the recent window (successes and failures; not the runs turned away)."""
     succeeded: int = 0
@@ -292,21 +380,30 @@ class AgentLedgerState(BaseModel):
     transitions: list[BreakerTransition] = Field(default_factory=list)
     window: list[WindowBucket] = Field(default_factory=list)
     """The window's buckets, so a reader counts them at its own `now` (`at`)."""
+    calls: list[CallSlice] = Field(default_factory=list)
+    """The breaker window's slices, likewise."""
     pool: PoolState | None = None
     """Its pool across all workers, for an agent declaring max_concurrent."""
     as_of: datetime | None = None
 
     def at(self, now: datetime) -> "AgentLedgerState":
-        """The state as of `now`: the window's counts without the buckets that have left it,
-        and an open breaker whose window has passed half-open. The ledger sets no timers (it
-        changes only when told something), so whoever reads it brings it up to date."""
+        """The state as of `now`: the windows' counts without what has left them, and an open
+        breaker whose window has passed half-open. The ledger sets no timers (it changes only
+        when told something), so whoever reads it brings it up to date."""
         window = [b for b in self.window if b.start + BUCKET > now - WINDOW]
         stats = RunStats()
         for bucket in window:
             stats.merge(bucket.stats)
+        span = timedelta(seconds=self.breaker_window_s)
+        calls = window_totals(self.calls, now, span)
         return self.model_copy(
             update={
                 "breaker": self.breaker_at(now),
+                "calls": window_slices(self.calls, now, span),
+                "breaker_calls": calls.calls,
+                "breaker_failures": calls.failures,
+                "breaker_failure_rate": calls.failure_rate,
+                "breaker_reasons": calls.reasons,
                 "runs": stats.runs,
                 "succeeded": stats.succeeded,
                 "failed": stats.failed,
@@ -326,20 +423,35 @@ class AgentLedgerState(BaseModel):
 
 
 class LedgerBook(BaseModel):
-    """The ledger's whole state, carried across continue-as-new. Every method takes `now`."""
+    """The ledger's whole state, carried across continue-as-new (books recorded by older code
+    read with defaults for what they lack). Every method takes `now`."""
 
     agent_queue: str
     config: BreakerConfig = Field(default_factory=BreakerConfig)
     breaker: BreakerStateName = "closed"
     consecutive_failures: int = 0
     open_until: datetime | None = None
-    probe_until: datetime | None = None
-    """While half-open: when the granted probe's lease ends (None: no probe out)."""
+    calls: CallWindow = Field(default_factory=CallWindow)
+    """The closed breaker's window."""
+    probes: Probes = Field(default_factory=Probes)
+    """The half-open breaker's probes."""
     buckets: list[WindowBucket] = Field(default_factory=list)
     transitions: list[BreakerTransition] = Field(default_factory=list)
     next_seq: int = 1
     last_report: datetime | None = None
     pool: PermitPool = Field(default_factory=PermitPool)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_probe_books(cls, data: Any) -> Any:
+        """A book recorded when a half-open breaker had one probe kept its lease's end as
+        `probe_until`: the lease of an unnamed probe now."""
+        if isinstance(data, dict) and "probe_until" in data:
+            data = dict(data)
+            until = data.pop("probe_until")
+            if until is not None and "probes" not in data:
+                data["probes"] = {"out": [{"run": "", "until": until}]}
+        return data
 
     def configure(self, config: BreakerConfig) -> None:
         """The reporting worker's declaration of the agent (the latest wins)."""
@@ -351,75 +463,103 @@ class LedgerBook(BaseModel):
         if self.breaker == "open" and self.open_until is not None and now >= self.open_until:
             recovery = self.config.recovery.total_seconds()
             self._move("half_open", self.open_until, f"open for {recovery:g}s")
-            self.probe_until = None
+            self.probes.clear()
         self.buckets = [b for b in self.buckets if b.start + BUCKET > now - WINDOW]
 
-    def failed(self, failure_type: str, now: datetime, *, probe: bool = False) -> None:
-        """A run failed with a retryable type (the caller leaves out the others)."""
-        self.tick(now)
-        self.last_report = now
-        self.consecutive_failures += 1
-        if self.breaker == "half_open" and (probe or self.probe_until is None):
-            self._open(now, f"probe failed: {failure_type}")
-        elif self.breaker == "closed" and self.consecutive_failures >= self.config.failures:
-            streak = self.consecutive_failures
-            self._open(now, f"{streak} consecutive failures, last {failure_type}")
-
-    def succeeded(self, now: datetime, *, probe: bool = False) -> None:
-        """A run succeeded: the streak ends; a probe's success closes the breaker. A success
-        from a run started before the breaker opened does not close it (only a probe does)."""
-        self.tick(now)
-        self.last_report = now
-        self.consecutive_failures = 0
-        if self.breaker == "half_open" and (probe or self.probe_until is None):
-            self._move("closed", now, "probe succeeded")
-            self.probe_until = None
-
-    def probe_abandoned(self, now: datetime) -> None:
-        """The probe ended without an outcome (cancelled): the half-open breaker lets another
-        probe through at once, not at the end of the abandoned one's lease."""
-        self.tick(now)
-        self.last_report = now
-        if self.breaker == "half_open":
-            self.probe_until = None
-
-    def claim_probe(self, now: datetime) -> bool:
-        """Whether the caller may run the one probe of a half-open breaker."""
-        self.tick(now)
-        self.last_report = now
-        if self.breaker != "half_open":
-            return False
-        if self.probe_until is not None and now < self.probe_until:
-            return False
-        self.probe_until = now + PROBE_LEASE
-        return True
-
     def add_stats(self, stats: RunStats, now: datetime) -> None:
-        """A worker's batch of counted runs, into the bucket of `now`."""
-        self.tick(now)
-        self.last_report = now
+        """A worker's batch of runs that ended, into the bucket of `now`; a closed breaker
+        judges them."""
+        self._heard(now)
         start = _bucket_start(now)
         if not self.buckets or self.buckets[-1].start != start:
             self.buckets.append(WindowBucket(start=start))
         self.buckets[-1].stats.merge(stats)
+        self._judge(stats, now)
+
+    def claim_probe(self, run: str, now: datetime) -> bool:
+        """Whether `run` may probe the half-open breaker (`Probes.claim`)."""
+        self._heard(now)
+        return self.breaker == "half_open" and self.probes.claim(run, now, self.config.probes)
+
+    def probe_ended(self, run: str, verdict: Verdict, now: datetime) -> None:
+        """A probe's outcome: its success counts towards closing, a counted failure re-opens;
+        a failure that does not count, or an abandoned probe, frees its place."""
+        self._heard(now)
+        if self.breaker != "half_open":
+            return
+        self.probes.release(run)
+        if verdict.ended == "succeeded":
+            self.probes.succeeded += 1
+            if self.probes.succeeded >= self.config.probes:
+                self._close(now, f"{self.probes.succeeded} probes succeeded")
+        elif verdict.counted:
+            self._open(now, f"probe failed: {verdict.reason}")
+
+    def report_outcome(self, report: "OutcomeReport", now: datetime) -> None:
+        self.configure(report.config)
+        if report.probe:
+            self.probe_ended(report.run, report.verdict(), now)
+            return
+        # From a worker before batched failures: one run (its batch counts it too).
+        self._heard(now)
+        run = RunStats()
+        run.record(report.verdict(), 0)
+        self._judge(run, now)
 
     def state(self, now: datetime) -> AgentLedgerState:
+        config = self.config
         return AgentLedgerState(
             agent_queue=self.agent_queue,
             breaker=self.breaker,
             open_until=self.open_until if self.breaker == "open" else None,
+            recovery_s=config.recovery.total_seconds(),
+            breaker_window_s=config.window.total_seconds(),
+            min_calls=config.min_calls,
+            failure_rate_to_open=config.failure_rate,
             consecutive_failures=self.consecutive_failures,
-            failures_to_open=self.config.failures,
-            recovery_s=self.config.recovery.total_seconds(),
+            consecutive_to_open=config.consecutive,
+            probes=config.probes,
+            probes_out=sum(1 for p in self.probes.out if p.until > now),
+            probes_succeeded=self.probes.succeeded,
             transitions=list(self.transitions),
             window=list(self.buckets),
+            calls=list(self.calls.slices),
             pool=self.pool.state(now),
         ).at(now)
+
+    def _heard(self, now: datetime) -> None:
+        self.tick(now)
+        self.last_report = now
+
+    def _judge(self, stats: RunStats, now: datetime) -> None:
+        """The closed breaker's rules on runs that ended: the window's failure rate, and the
+        streak when declared."""
+        if self.breaker != "closed":
+            return
+        self.calls.add(stats.runs, stats.counted, stats.reasons, now, self.config.window)
+        self.consecutive_failures = stats.continued_streak(self.consecutive_failures)
+        reason = self._streak_opens() or self.calls.opens(self.config, now)
+        if reason is not None:
+            self._open(now, reason)
+
+    def _streak_opens(self) -> str | None:
+        """Why the declared streak opens the breaker, or None."""
+        wanted, streak = self.config.consecutive, self.consecutive_failures
+        if wanted is None or streak < wanted:
+            return None
+        return f"{streak} consecutive failures"
 
     def _open(self, now: datetime, reason: str) -> None:
         self._move("open", now, reason)
         self.open_until = now + self.config.recovery
-        self.probe_until = None
+        self.probes.clear()
+        self.calls.clear()
+
+    def _close(self, now: datetime, reason: str) -> None:
+        self._move("closed", now, reason)
+        self.consecutive_failures = 0
+        self.probes.clear()
+        self.calls.clear()
 
     def _move(self, to_state: BreakerStateName, now: datetime, reason: str) -> None:
         self.transitions.append(
@@ -443,32 +583,51 @@ class LedgerStart(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    agent_queue: str = Field(min_length=1)
+    agent_queue: str = Field(min_length=1, max_length=MAX_ID)
     config: BreakerConfig = Field(default_factory=BreakerConfig)
     book: LedgerBook | None = None
 
 
 class OutcomeReport(BaseModel):
-    """A run's outcome that matters to the breaker: a failure of a retryable type, the success
-    that ends a failure streak, or a probe's outcome. Runs that go well while the breaker is
-    closed are not reported one by one (they are in the batched `StatsReport`)."""
+    """A probe's outcome (a worker before batched failures also reported failures and the
+    success ending a streak this way, with `probe` false)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    worker: str = ""
+    worker: Identity = ""
     config: BreakerConfig = Field(default_factory=BreakerConfig)
+    run: Identity = ""
+    """The probe's run attempt, as it claimed the probe."""
     succeeded: bool
-    failure_type: str | None = None
+    failure_type: str | None = Field(default=None, max_length=MAX_NAME)
+    counted: bool | None = None
+    """Whether the failure counts against the breaker (None: from a worker before the counting
+    rules, which reported only failures that counted)."""
+    reason: str = Field(default="", max_length=MAX_NAME)
+    """The failure's health reason, else its type."""
     probe: bool = False
     abandoned: bool = False
     """The probe ended without an outcome (cancelled): says nothing of the agent."""
+
+    def verdict(self) -> Verdict:
+        if self.abandoned:
+            return ABANDONED
+        if self.succeeded:
+            return SUCCEEDED
+        return Verdict(
+            ended="failed",
+            counted=self.counted is not False,
+            reason=self.reason or self.failure_type or "",
+        )
 
 
 class ProbeClaim(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    worker: str = ""
+    worker: Identity = ""
     config: BreakerConfig = Field(default_factory=BreakerConfig)
+    run: Identity = ""
+    """The run attempt asking to probe ("" from workers that did not name it)."""
 
 
 class ProbeGrant(BaseModel):
@@ -477,13 +636,20 @@ class ProbeGrant(BaseModel):
 
 
 class StatsReport(BaseModel):
-    """A worker's runs of the agent since its last report, sent every few seconds."""
+    """A worker's runs of the agent since its last report, sent every few seconds (at once when
+    they hold a failure that counts)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    worker: str = ""
+    worker: Identity = ""
     config: BreakerConfig = Field(default_factory=BreakerConfig)
     stats: RunStats
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        if max(self.stats.counts()) > MAX_BATCH_RUNS:
+            raise ValueError(f"stats: at most {MAX_BATCH_RUNS} runs per report")
+        return self
 
 
 class PermitRequest(BaseModel):
@@ -491,11 +657,11 @@ class PermitRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    run: str = Field(min_length=1)
-    worker: str = ""
-    size: int = Field(default=1, ge=1)
+    run: Identity = Field(min_length=1)
+    worker: Identity = ""
+    size: int = Field(default=1, ge=1, le=MAX_POOL_SIZE)
     """The agent's max_concurrent as the asking worker declares it."""
-    lease_s: float = Field(default=60.0, gt=0)
+    lease_s: float = Field(default=60.0, gt=0, le=MAX_LEASE.total_seconds())
 
 
 class PermitGrant(BaseModel):

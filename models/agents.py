@@ -17,13 +17,14 @@ from coord.models.agent_config import (
     WorkerSettings,
     publishes_allowed,
 )
+from coord.models.agent_runs import RetryJitter
 from coord.models.assignment import Routed, candidates, no_candidate_message
 from coord.models.chain import ChainSpec
 from coord.models.contract import FailureType, failure
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import MAX_PROGRESS, PlanSpec, ResultReference
 from coord.models.saga import SagaSpec
-from coord.models.specs import JsonObject, SpecError
+from coord.models.specs import MAX_COUNT, JsonObject, SpecError
 from coord.models.vote import VoteSpec
 
 __all__ = [
@@ -247,6 +248,15 @@ class AgentRequest(BaseModel):
     result_limit: int | None = Field(default=None, ge=0)
     """When the result's data is larger than this (JSON bytes), it goes to the payload store
     and the result carries only its `reference`."""
+    gates_return: bool = False
+    """True: a refusal made before the agent is called (`circuit_open`, `pool_full`) comes back
+    to the workflow at once, never retried by Temporal, and the workflow waits or sends the run
+    elsewhere without spending its attempts (`coord.models.agent_runs`)."""
+    attempts_before: int = Field(default=0, ge=0, le=MAX_COUNT)
+    """Attempts the run spent in earlier activity executions (before a gate refusal): the
+    agent's `attempt`, and the failures' attempt counts, go on from there."""
+    jitter: RetryJitter | None = None
+    """How the worker spreads the delay before each retry (None: the policy's backoff)."""
 
 
 class PublishRequest(BaseModel):

@@ -4,11 +4,13 @@ then picks one of the declared agents offering enough of them, by a strategy. Pu
 (health, backlog, history, pool) come from the `choose_agent` activity."""
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from coord.models.agent_config import MAX_CAPABILITIES, Capability
+from coord.models.durations import Duration
+from coord.models.specs import MAX_NAME
 
 MATCH_THRESHOLD = 0.7
 """Seed 002's `capability_match > 0.7`: an agent offering less of what is asked is no candidate."""
@@ -33,6 +35,41 @@ class CapabilityRoute(BaseModel):
 
     capabilities: list[Capability] = Field(min_length=1, max_length=MAX_CAPABILITIES)
     strategy: Strategy = "least_loaded"
+    exclude: list[str] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
+    """Agents not to pick: those a run already found unable to take it (routed again)."""
+
+
+class FallbackRoute(BaseModel):
+    """A fallback naming capabilities instead of an agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    capability: Capability | None = None
+    capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
+    assignment: Strategy = "least_loaded"
+
+    @model_validator(mode="after")
+    def _one_way_to_say_it(self) -> Self:
+        if (self.capability is None) == (not self.capabilities):
+            raise ValueError("a fallback names `capability` or `capabilities` (one of them)")
+        return self
+
+    @property
+    def route(self) -> CapabilityRoute:
+        asked = [self.capability] if self.capability is not None else self.capabilities
+        return CapabilityRoute(capabilities=asked, strategy=self.assignment)
+
+
+def _fallback_kind(value: object) -> str:
+    return "agent" if isinstance(value, str) else "capabilities"
+
+
+Fallback = Annotated[
+    Annotated[str, Tag("agent"), Field(min_length=1, max_length=MAX_NAME)]
+    | Annotated[FallbackRoute, Tag("capabilities")],
+    Discriminator(_fallback_kind),
+]
+"""A run's `fallback:`: an agent's name, or `{capability: X}` / `{capabilities: [X, Y]}`."""
 
 
 class Routed(BaseModel):
@@ -45,6 +82,12 @@ class Routed(BaseModel):
     assignment: Strategy = "least_loaded"
     """How an agent is picked among those offering the capabilities: `least_loaded` (the lowest
     backlog per healthy worker) or `auction` (seed 002's bids)."""
+    fallback: Fallback | None = None
+    """Where the run goes when its agent cannot take it (breaker open, no worker, timed out):
+    another agent, or capabilities (`coord.models.agent_runs`)."""
+    schedule_to_close_timeout: Duration | None = None
+    """The run's whole time, its retries and its waits for an open breaker or a full pool
+    included; without it, those waits end after `agent_runs.DEFAULT_AGENT_WAIT`."""
 
     @model_validator(mode="after")
     def _one_way_to_say_it(self) -> Self:

@@ -7,6 +7,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.agent_runs import RunDetour
 from coord.models.assignment import Assignment, Routed
 from coord.models.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.durations import Duration
@@ -374,6 +375,9 @@ class ChainState(BaseModel):
     last_filter_error: str | None = None
     assignments: list[RunAssignment] = Field(default_factory=list)
     """The latest runs picked by capability (a window: the newest ASSIGNMENT_WINDOW)."""
+    detours: list[RunDetour] = Field(default_factory=list)
+    """The latest runs that waited for their agent or went elsewhere (`run`: subscription and
+    triggering event), newest last."""
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import PrivateAttr
 
+from coord.models.agent_runs import RunDetour, kept
 from coord.models.agents import AgentRequest, AgentResult
 from coord.models.assignment import Assignment
 from coord.models.chain import (
@@ -293,6 +294,18 @@ class ChainModel(ChainCarry):
         self.state.assignments.append(picked)
         del self.state.assignments[:-ASSIGNMENT_WINDOW]
 
+    def run_detoured(
+        self, run: AgentRun, detour: RunDetour, assignment: Assignment | None
+    ) -> None:
+        """A run that waited for its agent or went elsewhere (kept in `detours`); one that went
+        to another agent runs, and publishes, as that agent."""
+        label = f"{run.subscription} ← {run.trigger.event.id}"
+        self.state.detours = kept(self.state.detours, detour.model_copy(update={"run": label}))
+        if assignment is not None:
+            self.run_assigned(run, assignment)
+        elif detour.to_agent is not None:
+            run.agent = detour.to_agent
+
     def run_started(self, run: AgentRun) -> None:
         publishes = self._spec.subscription(run.subscription).publishes
         if publishes.on_start:
@@ -549,6 +562,8 @@ class ChainModel(ChainCarry):
                 f"**Last picked by capability:** {latest.subscription} ← {latest.event_id}: "
                 f"{latest.assignment.describe()}"
             )
+        if state.detours:
+            lines.append(f"**Last detour:** {state.detours[-1].describe()}")
         return "\n\n".join(lines)
 
     def carry(self) -> ChainInput:

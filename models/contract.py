@@ -8,6 +8,7 @@ each is spelled here once and everything else refers to it.
 The pure layer: this module imports no worker or workflow code (only `temporalio.common` and
 `temporalio.exceptions`), so clients, activities, workflows and models all import it."""
 
+import builtins
 import hashlib
 import re
 from collections.abc import Iterable
@@ -127,10 +128,23 @@ def correlation_id_of_chain(workflow_id: str) -> str:
     return workflow_id.removeprefix(CHAIN_ID_PREFIX)
 
 
+ID_PART_SEPARATOR: Final = "~"
+"""Joins the two user-chosen parts of an id built from two (a plan and its task, an aggregator
+and its correlation). No identifier holds it (`coord.models.specs.IDENTIFIER`), so the pair is
+read back one way only: plan `a-b` with task `c` is `a-b~c`, plan `a` with task `b-c` is
+`a~b-c`, and neither is any single identifier."""
+
+
+def scoped_id(outer: str, inner: str) -> str:
+    """The id of `inner` within `outer` (both identifiers), unambiguous (`ID_PART_SEPARATOR`)."""
+    return f"{outer}{ID_PART_SEPARATOR}{inner}"
+
+
 def aggregator_workflow_id(aggregator_id: str, correlation_id: str | None = None) -> str:
-    """One aggregator per spec, or per spec and correlation when it is scoped to one."""
-    suffix = f"-{correlation_id}" if correlation_id else ""
-    return f"{AGGREGATOR_ID_PREFIX}{aggregator_id}{suffix}"
+    """One aggregator per spec, or per spec and correlation when it is scoped to one
+    (`aggregator-<aggregator_id>~<correlation_id>`)."""
+    scoped = scoped_id(aggregator_id, correlation_id) if correlation_id else aggregator_id
+    return AGGREGATOR_ID_PREFIX + scoped
 
 
 def as_aggregator_workflow_id(name: str) -> str:
@@ -210,7 +224,8 @@ TIMELINE_QUERY: Final = "timeline"
 ENTRY_QUERY: Final = "entry"
 """A dead-letter entry's whole record."""
 PROGRESS_QUERY: Final = "progress"
-"""A plan's running tasks with their latest progress summary and elapsed time, and its counts."""
+"""A plan's running tasks with their elapsed time, and its counts (their agents' latest words
+are read from the server by whoever asks; plans started before polled them into it)."""
 LEDGER_QUERY: Final = "ledger"
 """An agent ledger's breaker state and recent-window stats (AgentLedgerState)."""
 
@@ -246,7 +261,11 @@ DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
 CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 """Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
 PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
-"""Reads a plan's running activities' latest heartbeat details (progress, attempt, failure)."""
+"""Reads a plan's running activities' latest heartbeat details (progress, attempt, failure), for
+the plans that poll them (started before plans stopped polling)."""
+UPDATE_CALLER_ACTIVITY: Final = "update_caller"
+"""Reads who sent a workflow update (the client identity the server recorded with it) from the
+run's history: the author of a plan's approval."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
@@ -412,6 +431,9 @@ class FailureType(StrEnum):
     """A task's review or verification still failing when its fix budget is spent."""
     APPROVAL_REJECTED = "approval_rejected"
     """A person rejected a task, or nobody approved it in time."""
+    APPROVAL_REFUSED = "approval_refused"
+    """A decision refused once its caller was known: not one of the task's approvers, a `by`
+    that is not the caller's identity, or no identity to read (the task keeps waiting)."""
     INVALID_APPROVAL = "invalid_approval"
     """An approval naming no waiting task, or malformed."""
     DEPENDENCY_FAILED = "dependency_failed"
@@ -460,16 +482,40 @@ def dlq_action(failure_type: str) -> str:
     return "Investigate"
 
 
+class Health(StrEnum):
+    """Why an agent's failure says the agent itself is unhealthy, beside its failure type: the
+    agent kinds mark such failures (`failure(..., health=...)`) so that the circuit breaker
+    tells them from the failures an agent declares as its outcome, without another failure
+    type (a 503 and a python agent's own `temporary_failure` are both `temporary_failure`)."""
+
+    TIMEOUT = "timeout"
+    """No answer in time (the kind's own `timeout`, or Temporal's start-to-close/heartbeat)."""
+    CONNECTION = "connection"
+    """The endpoint could not be reached (refused, reset, DNS)."""
+    HTTP_5XX = "http_5xx"
+    HTTP_429 = "http_429"
+    SIGNAL = "signal"
+    """A shell agent killed by a signal (out of memory, say)."""
+
+
+HEALTH_DETAIL: Final = "health"
+"""The key of the failure detail carrying its `Health` reason."""
+
+
 def failure(
     kind: str,
     message: str,
     *details: Any,
     non_retryable: bool | None = None,
     retry_after: timedelta | None = None,
+    health: Health | None = None,
 ) -> ApplicationError:
     """The one way the product raises a typed failure (`details` travel with it, such as a
     saga's final record). Not retried when `non_retryable` says so, or by default when its type
-    is one retrying cannot fix."""
+    is one retrying cannot fix. `health`: why it says the agent is unhealthy (one more detail,
+    read by `health_of`)."""
+    if health is not None:
+        details = (*details, {HEALTH_DETAIL: health.value})
     return ApplicationError(
         message,
         *details,
@@ -493,6 +539,26 @@ def failure_type_of(error: BaseException) -> str:
     if isinstance(error, TimeoutError):
         return FailureType.TIMEOUT
     return type(error).__name__
+
+
+def health_of(error: BaseException) -> str | None:
+    """The `Health` reason an agent's failure carries (`failure(..., health=...)`); for what a
+    python agent raised as is, a builtin `TimeoutError` is `timeout` and a `ConnectionError`
+    (refused, reset, broken pipe) `connection`; else None."""
+    if isinstance(error, ApplicationError):
+        return next(
+            (
+                str(detail[HEALTH_DETAIL])
+                for detail in error.details
+                if isinstance(detail, dict) and HEALTH_DETAIL in detail
+            ),
+            None,
+        )
+    if isinstance(error, builtins.TimeoutError):
+        return Health.TIMEOUT
+    if isinstance(error, ConnectionError):
+        return Health.CONNECTION
+    return None
 
 
 def failure_message(error: BaseException) -> str:

@@ -83,6 +83,15 @@ class AgentHealth(BaseModel):
     breaker: BreakerStateName = "closed"
     """Its circuit breaker, from its ledger (closed when it has none)."""
     open_until: datetime | None = None
+    breaker_calls: int = 0
+    """Runs in the closed breaker's window (since it closed) ..."""
+    breaker_failure_rate: float | None = None
+    """... the share of them failing in a way that counts (None: no runs) ..."""
+    breaker_reasons: dict[str, int] = Field(default_factory=dict)
+    """... and those failures by reason (`timeout`, `http_5xx`, ...)."""
+    probes: int = 0
+    probes_succeeded: int = 0
+    """A half-open breaker's probes to succeed, and those that have."""
     runs: int = 0
     """Runs in the ledger's recent window (success rate and p50 are over these)."""
     success_rate: float | None = None
@@ -125,6 +134,11 @@ class AgentHealth(BaseModel):
                 "pool": self._pool_across_workers(ledger, max_concurrent),
                 "breaker": ledger.breaker,
                 "open_until": ledger.open_until if ledger.breaker == "open" else None,
+                "breaker_calls": ledger.breaker_calls,
+                "breaker_failure_rate": ledger.breaker_failure_rate,
+                "breaker_reasons": ledger.breaker_reasons,
+                "probes": ledger.probes,
+                "probes_succeeded": ledger.probes_succeeded,
                 "runs": ledger.runs,
                 "success_rate": ledger.success_rate,
                 "p50_ms": ledger.p50_ms,

@@ -5,16 +5,32 @@ The spec is checked whole before anything runs (unknown dependencies, repeated i
 their path), so a plan that starts can always finish. The record follows each task through the
 seed 003 state machine and is the seed's final report once the plan ends."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Any, Literal, NamedTuple, Self, cast
+from typing import Annotated, Any, Literal, NamedTuple, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.agent_runs import RunDetour
 from coord.models.assignment import Assignment, Routed
-from coord.models.contract import Pattern, SearchValues, coordination_attributes, plan_workflow_id
+from coord.models.contract import (
+    Pattern,
+    SearchValues,
+    coordination_attributes,
+    plan_workflow_id,
+    scoped_id,
+)
 from coord.models.durations import Duration
 from coord.models.envelope import Priority
 from coord.models.graphs import find_cycle
@@ -27,7 +43,8 @@ DEFAULT_MAX_WORKERS = 5
 DEFAULT_TASK_TIMEOUT = timedelta(seconds=300)
 """Seed 004: a worker times out after 300 seconds by default."""
 DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=30)
-"""Seed 004: the coordinator looks at its workers' progress every 30 seconds."""
+"""Seed 004: the coordinator looks at its workers' progress every 30 seconds (plans started
+before the reader looked only when asked)."""
 DEFAULT_FIX_BUDGET = 3
 MAX_NOTES = 4096
 """Characters of a reviewer's notes kept in the record and passed to the fix round."""
@@ -104,13 +121,33 @@ class DualVerification(BaseModel):
         return self
 
 
+TIMEOUT_DECIDER = "timeout"
+"""Who rejected a task nobody approved in time (`ApprovalDecision.by`): the timer's name alone,
+never a caller's."""
+MAX_REFUSED = 20
+"""Refused decisions a task's record keeps (the latest)."""
+
+
+def _not_the_timer(name: str | None) -> str | None:
+    if name == TIMEOUT_DECIDER:
+        raise ValueError(f"{name!r} is reserved for the approval's timer")
+    return name
+
+
+Decider = Annotated[str, Field(min_length=1, max_length=MAX_NAME), AfterValidator(_not_the_timer)]
+"""Who decides: a Temporal client's identity (`coord` sends `$COORD_IDENTITY`, else user@host;
+the Temporal CLI its `--identity`)."""
+
+
 class ApprovalGate(BaseModel):
-    """The task waits, before it runs, for a person's approve or reject; a timeout rejects."""
+    """The task waits, before it runs, for a person's approve or reject; a timeout rejects.
+    `approvers` names the client identities that may decide (anyone, when not given)."""
 
     model_config = ConfigDict(extra="forbid")
 
     required: bool = True
     timeout: Duration = timedelta(days=1)
+    approvers: list[Decider] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
 
 
 class TeamMember(BaseModel):
@@ -190,6 +227,10 @@ class PlanSpec(BaseModel):
     fail_fast: bool = False
     """Cancel everything at the first task that fails for good, and fail the plan (typed)."""
     progress_interval: Duration = DEFAULT_PROGRESS_INTERVAL
+    """How often plans started before progress was read on demand poll their agents' progress
+    (they still do, until they end). A plan started since never polls: whoever asks reads its
+    agents' words from the server (`coord plan state`), so its history does not grow with its
+    age; the field is still accepted, and ignored."""
     result_limit: int = Field(default=DEFAULT_RESULT_LIMIT, ge=0, le=2**31)
     """A task result larger than this (JSON bytes) goes to the payload store; dependents' agents
     still receive the data, history and the record only its reference."""
@@ -236,9 +277,11 @@ class PlanSpec(BaseModel):
             return f"vote: {', '.join(task.vote.voters)}"
         return self.team[task.member].agent if task.member is not None else task.agent
 
-    def vote_id(self, task: PlanTask) -> str:
-        """The vote a vote task runs: workflow `vote-<plan_id>-<task_id>`."""
-        return f"{self.plan_id}-{task.id}"
+    def vote_id(self, task: PlanTask, *, scoped: bool = True) -> str:
+        """The vote a vote task runs: `<plan_id>~<task_id>` (workflow `vote-<plan_id>~<task_id>`),
+        which no other plan's task shares. Runs recorded before (`scoped` False) joined the two
+        with `-`, so plan `a-b`'s task `c` and plan `a`'s task `b-c` held the same vote."""
+        return scoped_id(self.plan_id, task.id) if scoped else f"{self.plan_id}-{task.id}"
 
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
@@ -281,7 +324,7 @@ def _check_vote_ids(spec: PlanSpec) -> None:
     for i, task in enumerate(spec.tasks):
         if task.vote is not None and len(spec.vote_id(task)) > MAX_NAME:
             raise ValueError(
-                f"tasks[{i}].id: the vote id `<plan_id>-<task_id>` would be longer than "
+                f"tasks[{i}].id: the vote id `<plan_id>~<task_id>` would be longer than "
                 f"{MAX_NAME} characters; shorten the plan id or the task id"
             )
 
@@ -349,22 +392,45 @@ class ReviewRound(BaseModel):
 
 class ApprovalRequest(BaseModel):
     """An approve or reject for a waiting task (the `approve` update), from `coord plan
-    approve` or the Temporal CLI."""
+    approve` or the Temporal CLI. Who decides is the caller's client identity, which the
+    server records with the update; `by`, when given, must be that identity (it is checked,
+    never taken as is), and `timeout` is the timer's alone."""
 
     model_config = ConfigDict(extra="forbid")
 
     task: str = Field(min_length=1, max_length=MAX_NAME)
     approve: bool = True
-    by: str = Field(min_length=1, max_length=MAX_NAME)
+    by: Decider | None = None
     reason: str = Field(default="", max_length=MAX_NOTES)
 
 
 class ApprovalDecision(BaseModel):
     approved: bool
     by: str
-    """Who decided; `timeout` when nobody did in time."""
+    """Who decided: the caller's client identity (runs recorded before identities were read
+    took the request's `by`); `timeout` when nobody did in time."""
     reason: str = ""
     at: datetime
+
+
+class RefusedDecision(BaseModel):
+    """A decision the plan accepted to look at and refused once it knew who asked (not one of
+    the task's approvers, say): the task kept waiting."""
+
+    by: str
+    """The caller's client identity, as the server recorded it (empty when it could not be
+    read)."""
+    approve: bool
+    at: datetime
+    problem: str
+
+
+class UpdateCaller(BaseModel):
+    """Which update's caller to look up in a run's history (`update_caller`)."""
+
+    workflow_id: str
+    run_id: str
+    update_id: str
 
 
 RESULT_REF_KEY = "result_ref"
@@ -420,8 +486,12 @@ class TaskRecord(BaseModel):
     fixes: int = 0
     reviews: list[ReviewRound] = Field(default_factory=list)
     approval: ApprovalDecision | None = None
+    refused: list[RefusedDecision] = Field(default_factory=list, max_length=MAX_REFUSED)
+    """Decisions refused once their caller was known (the latest `MAX_REFUSED`)."""
     assignment: Assignment | None = None
     """For a task naming capabilities: the agent picked (then `agent`), with the bids."""
+    detours: list[RunDetour] = Field(default_factory=list)
+    """Its runs that waited for their agent (breaker open, pool full) or went elsewhere."""
     ended_as: str | None = None
     """How it ended, in words, where its result is a record of its own (a vote's)."""
     transitions: list[Transition] = Field(default_factory=list)
@@ -555,3 +625,58 @@ def parse_activity_id(activity_id: str) -> ActivityKey | None:
     if not known or (kind == "run") == bool(of):
         return None
     return ActivityKey(task, cast(ActivityKind, kind), int(number), of)
+
+
+def current_activity(record: TaskRecord, key: ActivityKey) -> bool:
+    """Whether the activity `key` is the task's current one: the run of its current round while
+    it runs, a reviewer or verifier while it is reviewed. A pending activity read a moment late
+    may be one that has ended since (a run before its fix, a review before the next stage)."""
+    if key.kind == "run":
+        return record.state == TaskState.RUNNING and key.round == record.fixes + 1
+    return record.state == TaskState.REVIEWING
+
+
+def _current_attempt(record: TaskRecord) -> int:
+    """The attempt the record shows its current run at (its latest `running` transition's)."""
+    running = (t for t in reversed(record.transitions) if t.state == TaskState.RUNNING)
+    return next((t.attempt or 1 for t in running), 1)
+
+
+def as_seen(state: PlanState, seen: Sequence[ActivityProgress]) -> PlanState:
+    """The record with what its running agents say now (`seen`: the server's pending activities,
+    read when someone asks): each current activity's progress summary, and the attempts a run
+    retried since its record last moved. The plan's own record gets the retries when the run
+    ends, and no progress: it never polls, so its history grows with its work, not its age."""
+    records = {record.id: record for record in state.tasks}
+    updates: dict[str, TaskRecord] = {}
+    for item in seen:
+        key = parse_activity_id(item.activity_id)
+        record = records.get(key.task) if key is not None else None
+        if key is None or record is None or not current_activity(record, key):
+            continue
+        retried = max(0, item.attempt - _current_attempt(record)) if key.kind == "run" else 0
+        progress = item.progress or record.progress
+        updates[record.id] = record.model_copy(
+            update={"progress": progress, "attempts": record.attempts + retried}
+        )
+    if not updates:
+        return state
+    tasks = [updates.get(record.id, record) for record in state.tasks]
+    return state.model_copy(update={"tasks": tasks})
+
+
+def progress_as_seen(progress: PlanProgress, seen: Sequence[ActivityProgress]) -> PlanProgress:
+    """The `progress` query's answer with what its running agents say now (`seen`, as above):
+    a running task's run's summary, a task under review its reviewer's."""
+    said: dict[tuple[str, bool], str] = {}
+    for item in seen:
+        key = parse_activity_id(item.activity_id)
+        if key is not None and item.progress:
+            said[(key.task, key.kind == "run")] = item.progress
+    running = [
+        task.model_copy(
+            update={"summary": said.get((task.task, task.state == TaskState.RUNNING), task.summary)}
+        )
+        for task in progress.running
+    ]
+    return progress.model_copy(update={"running": running})

@@ -28,11 +28,14 @@ from coord.models.contract import FailureType
 from coord.models.durations import format_duration
 from coord.models.plan import (
     MAX_NOTES,
+    MAX_REFUSED,
+    TIMEOUT_DECIDER,
     ApprovalDecision,
     ApprovalGate,
     ApprovalRequest,
     PlanState,
     PlanTask,
+    RefusedDecision,
     ReviewRound,
     ReviewStage,
     TaskError,
@@ -40,10 +43,8 @@ from coord.models.plan import (
     TaskState,
     Verdict,
 )
-from coord.models.specs import describe_validation_error
+from coord.models.specs import MAX_NAME, describe_validation_error
 
-TIMEOUT_DECIDER = "timeout"
-"""Who rejected a task nobody approved in time (`ApprovalDecision.by`)."""
 REVIEW_NOTES_INPUT = "review_notes"
 """The input key under which a fix round's agent receives the notes it has to address."""
 
@@ -292,8 +293,46 @@ def approval_problem(request: ApprovalRequest, state: PlanState) -> str | None:
     return None
 
 
-def decision(request: ApprovalRequest, at: datetime) -> ApprovalDecision:
-    return ApprovalDecision(approved=request.approve, by=request.by, reason=request.reason, at=at)
+def busy_problem(task_id: str, *, deciding: bool, closed: bool) -> str | None:
+    """Why a decision for `task_id` cannot be taken up now, besides the record: another one is
+    being checked (one at a time, so the first accepted is the first decided), or the task's
+    timer fired while it was (the timer waits for it, and for no later one)."""
+    if closed:
+        return f"task: {task_id!r} timed out waiting for approval"
+    if deciding:
+        return f"task: {task_id!r} has a decision being checked; ask again if it is refused"
+    return None
+
+
+def caller_problem(request: ApprovalRequest, gate: ApprovalGate, caller: str | None) -> str | None:
+    """Why the caller of `request` may not decide (one line), or None. `caller` is its client
+    identity as the server recorded it with the update (None: it could not be read)."""
+    if not caller:
+        return "who asks is unknown: the caller's identity could not be read"
+    if caller == TIMEOUT_DECIDER:
+        return f"by: {caller!r} is reserved for the approval's timer; ask under another identity"
+    if request.by is not None and request.by != caller:
+        return f"by: {request.by!r} is not the caller's identity ({caller!r})"
+    if gate.approvers is not None and caller not in gate.approvers:
+        approvers = ", ".join(gate.approvers)
+        return f"by: {caller!r} is not one of the task's approvers ({approvers})"
+    return None
+
+
+def refuse(
+    record: TaskRecord, request: ApprovalRequest, caller: str | None, problem: str, at: datetime
+) -> None:
+    """Records a refused decision in the task's record (the latest `MAX_REFUSED` kept)."""
+    by = (caller or "")[:MAX_NAME]
+    refused = RefusedDecision(by=by, approve=request.approve, at=at, problem=bounded(problem))
+    record.refused = [*record.refused, refused][-MAX_REFUSED:]
+
+
+def decision(request: ApprovalRequest, at: datetime, by: str | None = None) -> ApprovalDecision:
+    """The decision `request` makes, by its caller (`by`; runs recorded before identities were
+    read took the request's own `by`)."""
+    decider = by or request.by or ""
+    return ApprovalDecision(approved=request.approve, by=decider, reason=request.reason, at=at)
 
 
 def timed_out(gate: ApprovalGate, at: datetime) -> ApprovalDecision:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, PrivateAttr
 
+from coord.models.agent_runs import RunDetour, kept
 from coord.models.agents import AgentRequest
 from coord.models.assignment import Assignment
 from coord.models.envelope import EventEnvelope, Priority
@@ -34,6 +35,7 @@ from coord.models.plan import (
     TaskState,
     Transition,
     counts_line,
+    current_activity,
     parse_activity_id,
 )
 from coord.models.plan_gates import waiting_for
@@ -99,6 +101,10 @@ class PlanModel(BaseModel):
     they change so that publishing the details after each change does not walk every task."""
     _assigned: dict[str, None] = PrivateAttr()
     """The tasks whose agent was picked by capability (the details list them)."""
+    _deciding: set[str] = PrivateAttr(default_factory=set)
+    """Tasks with a decision whose caller is being read (one at a time per task)."""
+    _closed: set[str] = PrivateAttr(default_factory=set)
+    """Tasks whose approval timer fired while a decision was being checked: no other is taken."""
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
@@ -225,6 +231,27 @@ class PlanModel(BaseModel):
         """Its dependencies succeeded; a person must approve it before it asks for a slot."""
         self._transition(task_id, TaskState.AWAITING_APPROVAL, now)
 
+    def checking_decision(self, task_id: str, checking: bool) -> None:
+        """A decision for the task is being checked (its caller read), or no longer is."""
+        if checking:
+            self._deciding.add(task_id)
+        else:
+            self._deciding.discard(task_id)
+
+    def deciding(self, task_id: str) -> bool:
+        return task_id in self._deciding
+
+    def checking_decisions(self) -> bool:
+        """Some decision is being checked."""
+        return bool(self._deciding)
+
+    def close_approval(self, task_id: str) -> None:
+        """The task's timer fired while a decision was being checked: it waits for that one."""
+        self._closed.add(task_id)
+
+    def approval_closed(self, task_id: str) -> bool:
+        return task_id in self._closed
+
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
         self._transition(task_id, TaskState.READY, now)
@@ -235,6 +262,18 @@ class PlanModel(BaseModel):
         record.agent = assignment.agent
         record.assignment = assignment
         self._assigned[task_id] = None
+
+    def task_detoured(
+        self, task_id: str, detour: RunDetour, assignment: Assignment | None
+    ) -> None:
+        """A run of the task that waited for its agent or went elsewhere; a task whose run went
+        to another agent is done by it from then on (its fix rounds too)."""
+        record = self._records[task_id]
+        record.detours = kept(record.detours, detour)
+        if assignment is not None:
+            self.task_assigned(task_id, assignment)
+        elif detour.to_agent is not None:
+            record.agent = detour.to_agent
 
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
         """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round
@@ -256,20 +295,19 @@ class PlanModel(BaseModel):
         record.fixes = max(0, round - 2)
 
     def activity_seen(self, seen: ActivityProgress, now: datetime) -> bool:
-        """What the progress reader saw of one of the plan's pending activities: its agent's
-        latest summary and, for the task's current run, its attempt and last failure. A read is
-        a moment late (the plan went on while the server was asked): what it says of a run or
-        a review that has ended since is not recorded. Returns whether the record changed."""
+        """What the progress reader saw of one of the plan's pending activities, for the plans
+        that poll it (started before they stopped): its agent's latest summary and, for the
+        task's current run, its attempt and last failure. A read is a moment late (the plan went
+        on while the server was asked): what it says of a run or a review that has ended since
+        is not recorded. Returns whether the record changed."""
         key = parse_activity_id(seen.activity_id)
         if key is None or key.task not in self._records:
             return False
         record = self._records[key.task]
-        if key.kind != "run":
-            current = record.state == TaskState.REVIEWING
-            return current and self._progress_seen(record, seen.progress, now)
-        run = self.runs.get(key.task)
-        if record.state != TaskState.RUNNING or run is None or run.round != key.round:
+        if not current_activity(record, key):
             return False
+        if key.kind != "run":
+            return self._progress_seen(record, seen.progress, now)
         retried = self.retries_seen(key.task, seen.attempt, seen.last_failure, now)
         return self._progress_seen(record, seen.progress, now) or retried
 

@@ -7,15 +7,16 @@ from coord.models.plan_model import PlanModel
 from coord.models.vote import VoteSpec, VoteState
 
 
-def task_vote(model: PlanModel, task: PlanTask) -> VoteSpec:
-    """The spec of the vote `task` runs (workflow `vote-<plan_id>-<task_id>`). A dependency's
-    result stored by reference is in the proposal as its reference. Raises SpecError when the
-    proposal is not one a vote takes (nested too deep)."""
+def task_vote(model: PlanModel, task: PlanTask, *, scoped: bool = True) -> VoteSpec:
+    """The spec of the vote `task` runs (workflow `vote-<plan_id>~<task_id>`; `scoped` False:
+    the id runs recorded before gave it). A dependency's result stored by reference is in the
+    proposal as its reference. Raises SpecError when the proposal is not one a vote takes
+    (nested too deep)."""
     assert task.vote is not None
     results = model.dependency_results(task)
     proposal = {**task.input, **({VOTE_RESULTS_KEY: results} if results else {})}
     return VoteSpec.of(
-        model.spec.vote_id(task),
+        model.spec.vote_id(task, scoped=scoped),
         task.vote,
         proposal,
         correlation_id=model.spec.correlation_id,

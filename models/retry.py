@@ -6,6 +6,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from temporalio.common import RetryPolicy
 
+from coord.models.agent_runs import Jitter
 from coord.models.contract import NOT_RETRYABLE
 from coord.models.durations import Duration
 from coord.models.specs import MAX_COUNT
@@ -25,6 +26,10 @@ class RetryConfig(BaseModel):
     no_retry_on: list[str] = Field(
         default_factory=lambda: [kind.value for kind in sorted(NOT_RETRYABLE)]
     )
+    jitter: Jitter = "full"
+    """How the delay before each retry is spread: `full` (uniform up to the backoff, the
+    default: runs failing together come back apart), `decorrelated`, or `none` (the backoff
+    exactly)."""
 
     @model_validator(mode="after")
     def _delays_ordered(self) -> Self:

@@ -7,6 +7,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.agent_config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.agent_runs import RunDetour
 from coord.models.assignment import Assignment, Routed
 from coord.models.chain import TimelineEntry
 from coord.models.contract import Pattern, SearchValues, coordination_attributes, saga_workflow_id
@@ -139,6 +140,9 @@ class SagaState(BaseModel):
     cancel: SagaCancel | None = None
     assignments: dict[str, Assignment] = Field(default_factory=dict)
     """The agent picked for each step that names capabilities, by step name, with the bids."""
+    detours: list[RunDetour] = Field(default_factory=list)
+    """Runs that waited for their agent (breaker open, pool full) or went elsewhere (routed
+    again, fell back), by step (`run`), newest last."""
     events: list[TimelineEntry] = Field(default_factory=list)
     """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
     compensation events), as rows of the seed's correlation table."""

@@ -3,6 +3,7 @@ rows are bounded in bytes as well as in rows, and records that only describe a p
 a preview of it (the value itself is in the dead-letter queue)."""
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pydantic_core
@@ -10,6 +11,12 @@ import pydantic_core
 T = TypeVar("T")
 
 PREVIEW_BYTES = 1024
+BYTES_PER_WORKFLOW_TASK = 512 * 1024
+"""Payload bytes one workflow task sends at most in what it takes on or fans out (a chain's
+events, a plan's agent runs, a vote's ballots, ...). The server refuses a workflow task whose
+commands add up to more than 4 MB and terminates the run; a payload alone stays under the
+payload store's threshold (128 KiB) or goes by reference, so several fit, with room left for
+the rest of the task."""
 
 
 def json_size(value: Any) -> int:
@@ -38,3 +45,21 @@ def newest_within(
             break
         kept.append(row)
     return kept[::-1]
+
+
+@dataclass
+class ByteBudget:
+    """Bytes spent against a limit, for one workflow task. The first item always fits (alone,
+    it is what the server takes alone); the next only within the limit."""
+
+    limit: int = BYTES_PER_WORKFLOW_TASK
+    spent: int = 0
+
+    def full(self) -> bool:
+        return self.spent >= self.limit
+
+    def fits(self, size: int) -> bool:
+        return self.spent == 0 or self.spent + size <= self.limit
+
+    def spend(self, size: int) -> None:
+        self.spent += size

@@ -11,7 +11,10 @@ from pydantic import AfterValidator, BaseModel, ValidationError
 M = TypeVar("M", bound=BaseModel)
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
-"""What saga, step, chain and aggregator ids may look like (they become workflow ids)."""
+"""What saga, step, chain and aggregator ids may look like (they become workflow ids). Never
+`~`, which joins two of them into one id (`coord.models.contract.scoped_id`)."""
+SCOPED_IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(~[A-Za-z0-9][A-Za-z0-9._:-]*)?$"
+"""An identifier, or two joined by `~` (a plan task's vote: `<plan_id>~<task_id>`)."""
 
 
 class SpecError(ValueError):

@@ -29,7 +29,13 @@ from coord.models.contract import (
 from coord.models.durations import Duration
 from coord.models.joins import share_needed
 from coord.models.retry import RetryConfig
-from coord.models.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject, parse_model
+from coord.models.specs import (
+    MAX_ITEMS,
+    MAX_NAME,
+    SCOPED_IDENTIFIER,
+    JsonObject,
+    parse_model,
+)
 
 DEFAULT_THRESHOLD = 0.67
 """Seed 002: a proposal passes with two thirds of the voters, tolerating up to a third faulty."""
@@ -86,7 +92,8 @@ class VoteRules(BaseModel):
 
 
 class VoteSpec(VoteRules):
-    vote_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    vote_id: str = Field(pattern=SCOPED_IDENTIFIER, max_length=MAX_NAME)
+    """An identifier; a plan task's vote is `<plan_id>~<task_id>` (`PlanSpec.vote_id`)."""
     description: str = ""
     correlation_id: str = Field(default="", max_length=MAX_NAME)
     proposal: JsonObject

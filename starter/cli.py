@@ -16,6 +16,7 @@ from coord.starter.commands import (
     demo,
     dlq,
     events,
+    gc,
     plan,
     saga,
     server,
@@ -28,7 +29,7 @@ app = typer.Typer(
     help="Event Coordinator: durable event coordination on Temporal.",
     rich_markup_mode="markdown",
 )
-for commands in (server, worker, demo, events, agents):
+for commands in (server, worker, demo, events, agents, gc):
     app.add_typer(commands.app)
 app.add_typer(saga.app, name="saga")
 app.add_typer(chain.app, name="chain")

@@ -44,6 +44,9 @@ class ExitCode(IntEnum):
     VOTE_NOT_DECIDED = 11
     """`vote start --wait`: the vote ended rejected, without quorum, or cancelled (its ballots
     are printed)."""
+    GC_INCOMPLETE = 12
+    """`coord gc`: something that had outlived its retention could not be removed (a dead
+    letter no worker archived, a deletion the server refused); each is listed with why."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130

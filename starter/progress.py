@@ -15,9 +15,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from coord.models import contract
-from coord.models.plan import PlanProgress
 from coord.starter.api.common import NoWorker
+from coord.starter.api.plans import live_progress
 
 R = TypeVar("R")
 
@@ -100,7 +99,7 @@ async def saga_attempts(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
 async def plan_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each running task's state and its agent's latest progress summary, what the plan waits
     for, and retries (the history, for the tasks' names, only read when one is retrying)."""
-    progress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    progress = await live_progress(client, handle)
     seen: list[Sighting] = []
     for task in progress.running:
         line = f"{task.task}: {task.state}" + (f", {task.summary}" if task.summary else "")

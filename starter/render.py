@@ -210,7 +210,7 @@ def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) 
     lines += [f"Waiting for {what}" for what in waiting_for]
     if TaskState.AWAITING_APPROVAL in state.counts():
         lines.append(
-            f"Decide with `coord plan approve {state.plan_id} TASK --by NAME` "
+            f"Decide with `coord plan approve {state.plan_id} TASK` "
             "(`--reject --reason TEXT` to reject)"
         )
     if state.scratchpad_error:

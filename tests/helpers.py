@@ -242,6 +242,18 @@ def failing_at(step: str, **extra: Any) -> SagaSpec:
     return spec
 
 
+async def connected_as(client: Client, identity: str) -> Client:
+    """A client of `client`'s server whose identity (what the server records as the caller of
+    what it sends: the author of a plan approval) is `identity`."""
+    config = client.service_client.config
+    return await Client.connect(
+        config.target_host,
+        namespace=client.namespace,
+        identity=identity,
+        data_converter=client.data_converter,
+    )
+
+
 async def wait_until(predicate: Callable[[], Any], timeout: float = 20) -> None:
     async def poll() -> None:
         while not await predicate():

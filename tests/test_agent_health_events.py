@@ -15,9 +15,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient
 from coord.models.agent_config import AgentDeclarationBase
-from coord.models.agent_ledger import BreakerConfig
+from coord.models.agent_ledger import BreakerConfig, RunStats
 from coord.models.agent_monitor import READ_INTERVAL, AgentMonitorState
 from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.breaker import SUCCEEDED
 from coord.models.chain import ChainSpec, Subscription, TimelineEntry
 from coord.models.contract import (
     AGENT_HEALTH_EVENT,
@@ -163,7 +164,7 @@ async def test_breaker_transitions_are_events_in_order_in_the_chains_using_the_a
 ) -> None:
     worker = await agent_health_worker(client, task_queue, tmp_path / "workers.log")
     monitor = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
-    config = BreakerConfig(failures=2, recovery=timedelta(seconds=1))
+    config = BreakerConfig(min_calls=2, recovery=timedelta(seconds=1), probes=1)
     ledger = LedgerClient(client, agent_task_queue(AGENT, task_queue), task_queue, config, "t")
     try:
         async with build_worker(client, task_queue, only=[SERVED_HERE]):
@@ -171,13 +172,13 @@ async def test_breaker_transitions_are_events_in_order_in_the_chains_using_the_a
             await start_agent_monitor(client, task_queue)
             await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)
 
-            await ledger.outcome(False, failure_type="temporary_failure")
-            assert (await ledger.outcome(False, failure_type="temporary_failure")).breaker == "open"
+            down = RunStats(failed=2, counted=2, reasons={"connection": 2})
+            assert (await ledger.stats(down)).breaker == "open"
             # past the recovery timeout the breaker is half-open, before any run claims the
             # probe (the ledger logs that move only then): published once all the same
             await eventually(lambda: breaker_events(client, watch, 2), 30, 0.25)
-            assert (await ledger.claim_probe()).granted
-            assert (await ledger.outcome(True, probe=True)).breaker == "closed"
+            assert (await ledger.claim_probe("probe")).granted
+            assert (await ledger.probe_ended("probe", SUCCEEDED)).breaker == "closed"
             await eventually(lambda: breaker_events(client, watch, 3), 30, 0.25)
             await readings_later(monitor, 2)  # and nothing more comes
             events = await health_events(client, watch)

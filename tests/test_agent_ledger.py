@@ -21,8 +21,10 @@ from coord.infra.ledgers import LedgerClient, read_ledgers
 from coord.models.agent_config import PythonAgent
 from coord.models.agent_ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
 from coord.models.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.breaker import SUCCEEDED, failure_verdict
 from coord.models.contract import (
     FailureType,
+    Health,
     agent_ledger_workflow_id,
     agent_task_queue,
     failure,
@@ -46,22 +48,24 @@ async def test_the_ledger_is_started_by_the_first_report_and_read_by_queue(
     client: Client, task_queue: str
 ) -> None:
     queue = agent_task_queue(f"flaky-{uuid.uuid4().hex[:8]}", task_queue)
-    config = BreakerConfig(failures=2, recovery=timedelta(seconds=1))
+    config = BreakerConfig(min_calls=4, recovery=timedelta(seconds=1))
     ledger = LedgerClient(client, queue, task_queue, config, worker="test")
     unknown = agent_task_queue("never-ran", task_queue)
     async with build_worker(client, task_queue):
         before = await read_ledgers(client, [queue, unknown])
         assert before[queue].breaker == "closed" and before[queue].runs == 0
         stats = RunStats()
-        stats.record(True, 12.0)
-        stats.record(False, 3.0)
-        assert (await ledger.stats(stats)).runs == 2
-        await ledger.outcome(False, failure_type="temporary_failure")
-        state = await ledger.outcome(False, failure_type="temporary_failure")
+        stats.record(SUCCEEDED, 12.0)
+        stats.record(failure_verdict(config, "temporary_failure", None), 3.0)
+        counted = await ledger.stats(stats)
+        assert (counted.runs, counted.breaker_calls, counted.breaker_failures) == (2, 2, 0)
+        down = RunStats(failed=2, counted=2, reasons={"connection": 2})
+        state = await ledger.stats(down)
         assert state.breaker == "open" and state.open_until is not None
-        assert not (await ledger.claim_probe()).granted
+        assert not (await ledger.claim_probe("a-run")).granted
         read = (await read_ledgers(client, [queue, unknown]))[queue]
-        assert (read.breaker, read.success_rate) == ("open", 0.5)
+        assert (read.breaker, read.success_rate) == ("open", 0.25)
+        assert read.transitions[-1].reason == "2 of 4 calls failed in 1m (50%): connection 2"
         assert read.p50_ms == pytest.approx(12, rel=0.05)
         assert (await read_ledgers(client, [unknown]))[unknown].breaker == "closed"
         description = await client.get_workflow_handle(agent_ledger_workflow_id(queue)).describe()
@@ -72,17 +76,20 @@ async def test_the_ledger_continues_as_new_with_its_book_when_its_history_grows(
     client: Client, task_queue: str
 ) -> None:
     queue = agent_task_queue(f"busy-{uuid.uuid4().hex[:8]}", task_queue)
-    ledger = LedgerClient(client, queue, task_queue, BreakerConfig(), worker="test")
+    config = BreakerConfig(window=timedelta(hours=1), min_calls=100_000)
+    ledger = LedgerClient(client, queue, task_queue, config, worker="test")
     handle = client.get_workflow_handle(agent_ledger_workflow_id(queue))
+    reports = CONTINUE_AS_NEW_AFTER // 2
     async with build_worker(client, task_queue):
-        first = await ledger.outcome(False, failure_type="timeout")
+        first = await ledger.stats(RunStats(failed=1, counted=1, streak=1, reasons={"timeout": 1}))
         first_run = (await handle.describe()).run_id
-        for _ in range(CONTINUE_AS_NEW_AFTER // 2):
+        for _ in range(reports):
             await ledger.stats(RunStats(succeeded=1, durations={duration_bin(5.0): 1}))
         state = await ledger.read()
         assert (await handle.describe()).run_id != first_run, "continued as new"
-    assert first.consecutive_failures == state.consecutive_failures == 1
-    assert state.runs == CONTINUE_AS_NEW_AFTER // 2
+    assert first.consecutive_failures == 1 and state.consecutive_failures == 0
+    assert (state.breaker_calls, state.breaker_reasons) == (reports + 1, {"timeout": 1})
+    assert state.runs == reports + 1
     assert state.p50_ms == pytest.approx(5, rel=0.05)
 
 
@@ -96,7 +103,7 @@ class FlakyAgent:
     async def __call__(self, event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
         self.calls.append(datetime.now(UTC))
         if self.failing:
-            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down")
+            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down", health=Health.CONNECTION)
         return {"approve": True, "reason": "up again"}
 
 
@@ -107,13 +114,17 @@ def flaky_registry(name: str, agent: AgentFn, breaker: BreakerConfig) -> AgentRe
     return registry
 
 
-async def ballot_of(client: Client, queue: str, voter: str, **retry: Any) -> Ballot:
-    """One vote with one voter: its ballot says how the voter's run ended."""
+async def ballot_of(
+    client: Client, queue: str, voter: str, within: timedelta | None = None, **retry: Any
+) -> Ballot:
+    """One vote with one voter: its ballot says how the voter's run ended (`within`: the
+    voter's whole time, past which a run waiting at an open breaker fails `circuit_open`)."""
     spec = VoteSpec(
         vote_id=f"breaker-{uuid.uuid4().hex[:8]}",
         proposal={"release": 7},
         voters=[voter],
         retry=RetryConfig.model_validate({"max_retries": 0, **retry}),
+        **({"timeout": within} if within is not None else {}),
     )
     state = await api.vote_outcome(await api.start_vote(client, spec, queue=queue))
     (ballot,) = state.ballots
@@ -127,7 +138,7 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
     name = f"flaky-{uuid.uuid4().hex[:8]}"
     agent = FlakyAgent()
     queue = agent_task_queue(name, task_queue)
-    breaker = BreakerConfig(failures=5, recovery=timedelta(seconds=2))
+    breaker = BreakerConfig(consecutive=5, recovery=timedelta(seconds=2), probes=1)
 
     async def ledger() -> AgentLedgerState:
         return (await read_ledgers(client, [queue]))[queue]
@@ -142,8 +153,9 @@ async def test_the_breaker_opens_fails_fast_without_calling_the_agent_probes_and
             )
         opened = await ledger()
         assert (opened.breaker, opened.consecutive_failures) == ("open", 5)
-        for _ in range(3):
-            assert (await ballot_of(client, task_queue, name)).reason.startswith("circuit_open")
+        for _ in range(3):  # each would wait for the open window's end, longer than it has
+            refused = await ballot_of(client, task_queue, name, within=timedelta(seconds=1))
+            assert refused.reason.startswith("circuit_open")
         assert len(agent.calls) == 5, "no agent call while the breaker is open"
         assert opened.open_until is not None and datetime.now(UTC) < opened.open_until
 
@@ -184,7 +196,7 @@ class ProbeHangs:
     async def __call__(self, event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
         self.calls += 1
         if self.calls == 1:
-            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down")
+            raise failure(FailureType.TEMPORARY_FAILURE, "endpoint down", health=Health.CONNECTION)
         if self.calls == 2:
             self.probing.set()
             try:
@@ -205,7 +217,7 @@ async def test_a_cancelled_probe_lets_the_next_run_probe_at_once(
     name = f"hangs-{uuid.uuid4().hex[:8]}"
     agent = ProbeHangs()
     queue = agent_task_queue(name, task_queue)
-    breaker = BreakerConfig(failures=1, recovery=timedelta(seconds=1))
+    breaker = BreakerConfig(consecutive=1, recovery=timedelta(seconds=1), probes=1)
     registry = flaky_registry(name, agent, breaker)
     async with build_worker(client, task_queue, registry):
         assert (await ballot_of(client, task_queue, name)).reason.startswith("temporary_failure")
@@ -269,3 +281,9 @@ def test_coord_agents_shows_success_p50_and_breaker() -> None:
     text = render.plain(agents_view([row.with_ledger(ledger)], now))
     assert "90% of 50" in text and "41.2 ms" in text and "open (12s left)" in text
     assert "closed" in render.plain(agents_view([row], now)), "no ledger: closed"
+    closed = ledger.model_copy(update={"breaker": "closed", "breaker_calls": 40})
+    failing = closed.model_copy(update={"breaker_failure_rate": 0.1})
+    assert "closed (10% of 40 failed)" in render.plain(agents_view([row.with_ledger(failing)], now))
+    probing = ledger.model_copy(update={"breaker": "half_open", "probes_succeeded": 1})
+    text = render.plain(agents_view([row.with_ledger(probing)], now))
+    assert "half_open (1 of 3 probes ok)" in text

@@ -127,9 +127,26 @@ async def test_first_event_starts_the_aggregator_and_is_not_lost(
         state = await asyncio.wait_for(api.aggregator_handle(client, workflow_id).result(), 30)
         with pytest.raises(api.Undeliverable, match="has ended"):
             await api.deliver(client, completed(API, correlation_id), to=workflow_id)
-    assert workflow_id == f"aggregator-{spec.aggregator_id}-{correlation_id}"
+    assert workflow_id == f"aggregator-{spec.aggregator_id}~{correlation_id}"
     assert not state.published_to_chain, "no chain exists for this correlation"
     assert state.status == AggregatorStatus.COMPLETED
+
+
+async def test_two_scoped_aggregators_whose_ids_joined_the_same_both_run(
+    client: Client, task_queue: str
+) -> None:
+    """Aggregator `X-a` scoped to `b` and aggregator `X` scoped to `a-b`: joined by `-` both
+    were `aggregator-X-a-b`, and the second was refused as already running."""
+    stem = f"phase1-{uuid.uuid4().hex[:8]}"
+    specs = [phase1(aggregator_id=f"{stem}-a", correlation_id="b")]
+    specs.append(phase1(aggregator_id=stem, correlation_id="a-b"))
+    async with build_worker(client, task_queue):
+        handles = [await api.start_aggregator(client, spec, queue=task_queue) for spec in specs]
+        for handle in handles:
+            await api.cancel_aggregator(client, handle.id)
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), 30)
+    assert [h.id for h in handles] == [f"aggregator-{stem}-a~b", f"aggregator-{stem}~a-b"]
 
 
 async def test_a_worker_restart_between_events_loses_nothing(

@@ -14,6 +14,7 @@ import yaml
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from coord.infra.temporal import IDENTITY_ENV
 from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.models.plan_report import task_plan_markdown
 from coord.starter import api
@@ -186,9 +187,7 @@ async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_c
     assert err.startswith(f"error: {path}: tasks[3].agent: unknown agent 'nobody'; known agents: ")
     code, _, err = await run(COORD, "plan", "state", "no-such-plan", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
-    code, _, err = await run(
-        COORD, "plan", "approve", "no-such-plan", "api", "--by", "ann", env=env
-    )
+    code, _, err = await run(COORD, "plan", "approve", "no-such-plan", "api", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
 
 
@@ -199,7 +198,7 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
     plan_id, path = plan_file(tmp_path)
     document = yaml.safe_load(path.read_text())
     document["tasks"][2]["approval"] = {"required": True}  # build
-    document["tasks"][3]["approval"] = {"required": True}  # docs
+    document["tasks"][3]["approval"] = {"approvers": ["bob@ops"]}  # docs
     slow = {"inject": {"slow": {"frontend-specialist": 60}}}
     document["tasks"].append({"id": "long", "agent": "frontend-specialist", "input": slow})
     path.write_text(yaml.safe_dump(document))
@@ -220,15 +219,21 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
             "Waiting for approval of build",
             "Waiting for approval of docs",
         ]
-        assert f"Decide with `coord plan approve {plan_id} TASK --by NAME`" in out
+        assert f"Decide with `coord plan approve {plan_id} TASK`" in out
         decide = (COORD, "plan", "approve", plan_id)
-        code, out, err = await run(*decide, "build", "--by", "alice", "--reason", "go", env=env)
+        alice, bob, carol = ({**env, IDENTITY_ENV: who} for who in ("alice", "bob@ops", "carol"))
+        code, out, err = await run(*decide, "build", "--reason", "go", env=alice)
         assert (code, out) == (0, f"approved task build of plan {plan_id} (by alice)\n"), err
-        code, out, err = await run(*decide, "docs", "--by", "bob", "--reject", env=env)
-        assert (code, out) == (0, f"rejected task docs of plan {plan_id} (by bob)\n"), err
-        code, out, err = await run(*decide, "docs", "--by", "carol", env=env)
+        code, out, err = await run(*decide, "docs", "--reject", env=alice)
         assert (code, out) == (ExitCode.REFUSED, "")
-        assert err == "error: invalid_approval: task: 'docs' was already rejected by bob\n"
+        assert err == (
+            "error: approval_refused: by: 'alice' is not one of the task's approvers (bob@ops)\n"
+        )
+        code, out, err = await run(*decide, "docs", "--reject", env=bob)
+        assert (code, out) == (0, f"rejected task docs of plan {plan_id} (by bob@ops)\n"), err
+        code, out, err = await run(*decide, "docs", env=carol)
+        assert (code, out) == (ExitCode.REFUSED, "")
+        assert err == "error: invalid_approval: task: 'docs' was already rejected by bob@ops\n"
 
         async def ship_skipped() -> bool:
             return (await api.plan_state(client, plan_id)).tasks[4].state == TaskState.SKIPPED
@@ -236,7 +241,7 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
         await eventually(ship_skipped)
         await api.cancel_plan(client, plan_id)
         outcome = await asyncio.wait_for(api.plan_outcome(api.plan_handle(client, plan_id)), 60)
-        code, _, err = await run(*decide, "docs", "--by", "carol", env=env)
+        code, _, err = await run(*decide, "docs", env=carol)
     assert code == ExitCode.CONFLICT
     assert err == (
         f"error: plan {plan_id!r} has already ended (canceled); task 'docs' was not decided\n"
@@ -248,7 +253,8 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
         "go",
     )
     assert docs.state == TaskState.ERROR and docs.approval is not None
-    assert (docs.approval.approved, docs.approval.by) == (False, "bob")
+    assert (docs.approval.approved, docs.approval.by) == (False, "bob@ops")
+    assert [(r.by, r.approve) for r in docs.refused] == [("alice", False)]
     assert (ship.state, ship.skipped_because) == (TaskState.SKIPPED, "docs")
     assert long.state == TaskState.CANCELLED
 
@@ -277,7 +283,7 @@ async def test_a_decision_no_worker_takes_up_says_so(
     plan_id, path = plan_file(tmp_path)
     spec = PlanSpec.model_validate(yaml.safe_load(path.read_text()))
     await api.start_plan(client, spec, queue=task_queue)
-    request = ApprovalRequest(task="api", by="ann")
+    request = ApprovalRequest(task="api")
     with pytest.raises(api.NoWorker) as refused:
         await api.approve_task(client, plan_id, request, answer_time=timedelta(seconds=1))
     await api.plan_handle(client, plan_id).terminate()

@@ -3,6 +3,7 @@ the strings recorded histories and running workflows know, every workflow and ac
 registered under the contract's names, and the ids and failure types behave as documented."""
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,9 +26,11 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.update_callers import UpdateCallers
 from coord.models import contract
 from coord.models.contract import FailureType
 from coord.models.retry import RetryConfig
+from coord.models.specs import IDENTIFIER, SCOPED_IDENTIFIER
 from coord.workflows.agent_ledger import AgentLedger
 from coord.workflows.agent_monitor import AgentMonitor
 from coord.workflows.aggregator import Aggregator
@@ -66,6 +69,7 @@ WIRE_NAMES = {
     contract.CHAIN_EVENTS_ACTIVITY: "chain_events",
     contract.READ_AGENT_HEALTH_ACTIVITY: "read_agent_health",
     contract.PUBLISH_AGENT_HEALTH_ACTIVITY: "publish_agent_health",
+    contract.UPDATE_CALLER_ACTIVITY: "update_caller",
     contract.AGENT_HEALTH_EVENT: "AgentHealthEvent",
     contract.SAGA_RECORD_MEMO: "saga_state",
     contract.AGGREGATOR_RECORD_MEMO: "aggregator_state",
@@ -171,6 +175,7 @@ def test_workflows_are_registered_under_the_contracts_names(
         (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
         (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
         (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
+        (UpdateCallers.update_caller, contract.UPDATE_CALLER_ACTIVITY),
         (AgentMonitorActivities.read_agent_health, contract.READ_AGENT_HEALTH_ACTIVITY),
         (AgentMonitorActivities.publish_agent_health, contract.PUBLISH_AGENT_HEALTH_ACTIVITY),
     ],
@@ -190,7 +195,7 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert contract.chain_run_workflow_id(chain_id, 7) == "chain-story-1/run-7"
     assert not contract.is_chain_workflow_id("saga-deploy-1")
     assert contract.aggregator_workflow_id("phase1") == "aggregator-phase1"
-    assert contract.aggregator_workflow_id("phase1", "story-1") == "aggregator-phase1-story-1"
+    assert contract.aggregator_workflow_id("phase1", "story-1") == "aggregator-phase1~story-1"
     assert contract.as_aggregator_workflow_id("phase1") == "aggregator-phase1"
     assert contract.as_aggregator_workflow_id("aggregator-phase1") == "aggregator-phase1"
     assert contract.dead_letter_workflow_id("0123abcd") == "dlq-0123abcd"
@@ -200,6 +205,19 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert contract.as_vote_workflow_id("vote-release-7") == "vote-release-7"
     assert contract.agent_ledger_workflow_id("agent-x") == "ledger-agent-x"
     assert contract.agent_monitor_workflow_id("coordinator") == "agent-monitor-coordinator"
+
+
+def test_ids_of_two_parts_are_unambiguous() -> None:
+    """Two user-chosen parts joined by a character no identifier holds: the pairs that `-`
+    made one id stay apart, and no single identifier reads as a pair."""
+    assert contract.scoped_id("a-b", "c") != contract.scoped_id("a", "b-c")
+    aggregator = contract.aggregator_workflow_id
+    assert aggregator("a-b", "c") != aggregator("a", "b-c")
+    assert aggregator("a-b") != aggregator("a", "b")
+    assert re.fullmatch(IDENTIFIER, "a-b.c:d_e")
+    assert not re.fullmatch(IDENTIFIER, contract.scoped_id("a", "b"))
+    assert re.fullmatch(SCOPED_IDENTIFIER, contract.scoped_id("a-b", "c"))
+    assert not re.fullmatch(SCOPED_IDENTIFIER, "a~b~c")
 
 
 def test_pattern_clause_and_coordination_attributes() -> None:

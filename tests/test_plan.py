@@ -27,6 +27,7 @@ from coord.models.plan import (
     TaskState,
 )
 from coord.models.plan_model import PlanModel
+from coord.starter import api
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from coord.workflows.plan import TaskGraph
@@ -383,14 +384,15 @@ async def test_a_large_result_goes_by_reference_and_its_dependent_gets_the_data(
     assert any(record["a"].result_ref.sha256.encode() in event for event in events)
 
 
-async def test_progress_summaries_from_heartbeats_show_in_the_query_and_details(
+async def test_progress_summaries_from_heartbeats_show_to_whoever_asks(
     client: Client, task_queue: str
 ) -> None:
+    """The agents' words are read from the server's pending activities when someone asks
+    (`plan state`, the progress API); the plan's record, query and details never poll them."""
     spec = plan(
         {"id": "read", "agent": "hold", "input": {"say": "Reading runAgent.ts"}},
         {"id": "fix", "agent": "hold", "input": {"say": "Fixing null check"}},
         {"id": "after", "depends_on": ["read"]},
-        progress_interval="200ms",
     )
     agents = PlanAgents()
     async with build_worker(client, task_queue, agents.registry()):
@@ -398,7 +400,7 @@ async def test_progress_summaries_from_heartbeats_show_in_the_query_and_details(
         seen: list[PlanProgress] = []
 
         async def summaries_shown() -> bool:
-            seen.append(await handle.query(TaskGraph.progress))
+            seen.append(await api.plan_progress(client, spec.plan_id))
             return all(task.summary for task in seen[-1].running) and len(seen[-1].running) == 2
 
         await eventually(summaries_shown)
@@ -407,15 +409,48 @@ async def test_progress_summaries_from_heartbeats_show_in_the_query_and_details(
             ("fix", TaskState.RUNNING, "Fixing null check"),
         }
         assert seen[-1].counts == {TaskState.PENDING: 1, TaskState.RUNNING: 2}
+        live = {task.id: task for task in (await api.plan_state(client, spec.plan_id)).tasks}
+        assert (live["read"].progress, live["fix"].progress) == (
+            "Reading runAgent.ts",
+            "Fixing null check",
+        )
         metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
         agents.released.set()
         state = await asyncio.wait_for(handle.result(), 30)
     assert state.status == PlanStatus.COMPLETED
     assert metadata.current_details.startswith("**Status:** running (1 pending, 2 running)")
     assert "- **read** running" in metadata.current_details
-    assert ": Reading runAgent.ts" in metadata.current_details
     record = {task.id: task for task in state.tasks}
     assert record["read"].progress is None and record["read"].state == TaskState.SUCCEEDED
+
+
+async def test_a_plans_history_does_not_grow_while_its_agent_runs(
+    client: Client, task_queue: str
+) -> None:
+    """A long task adds nothing to its plan's history while it runs, however long that is (the
+    plan reading its agents' progress every `progress_interval` added a timer and a local
+    activity each time, about five events a second at 1s: a plan reached the server's 51,200
+    events in under three hours). The wait below is the elapsed time under test: fifteen
+    progress intervals, in which nothing may be added."""
+    spec = plan(
+        {"id": "long", "agent": "hold", "input": {"say": "Reading"}}, progress_interval="200ms"
+    )
+    agents = PlanAgents()
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await start(client, task_queue, spec)
+
+        async def reading() -> bool:
+            live = await api.plan_state(client, spec.plan_id)
+            return live.tasks[0].progress == "Reading"
+
+        await eventually(reading)
+        before = (await handle.describe()).raw_description.workflow_execution_info.history_length
+        await asyncio.sleep(3)
+        after = (await handle.describe()).raw_description.workflow_execution_info.history_length
+        agents.released.set()
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert after == before
+    assert state.status == PlanStatus.COMPLETED
 
 
 async def test_waiting_tasks_are_served_by_priority_then_declaration_order(

@@ -35,6 +35,8 @@ from coord.models.contract import (
 )
 from coord.models.envelope import EventEnvelope
 from coord.models.plan import (
+    TIMEOUT_DECIDER,
+    ApprovalDecision,
     ApprovalRequest,
     PlanProgress,
     PlanSpec,
@@ -44,10 +46,10 @@ from coord.models.plan import (
     TaskRecord,
     TaskState,
 )
-from coord.models.plan_gates import REVIEW_NOTES_INPUT, TIMEOUT_DECIDER
+from coord.models.plan_gates import REVIEW_NOTES_INPUT
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
-from tests.helpers import wait_until
+from tests.helpers import connected_as, wait_until
 from tests.test_plan import most_at_once, run_agent_spans
 
 Answer = dict[tuple[str, str, int], tuple[bool, str]]
@@ -392,7 +394,7 @@ async def test_a_reviewer_failing_for_good_ends_the_task_with_its_failure(
 # --- Human approval ---------------------------------------------------------------------------
 
 
-def approval_plan(name: str, timeout: str = "1d") -> PlanSpec:
+def approval_plan(name: str, timeout: str = "1d", **gate: Any) -> PlanSpec:
     return plan(
         name,
         {"id": "build", "agent": "worker"},
@@ -400,7 +402,7 @@ def approval_plan(name: str, timeout: str = "1d") -> PlanSpec:
             "id": "deploy",
             "agent": "worker",
             "depends_on": ["build"],
-            "approval": {"timeout": timeout},
+            "approval": {"timeout": timeout, **gate},
         },
         {"id": "announce", "agent": "worker", "depends_on": ["deploy"]},
     )
@@ -433,32 +435,36 @@ async def test_an_approved_task_runs_and_the_record_says_who_and_why(
     client: Client, task_queue: str
 ) -> None:
     spec = approval_plan("approval-granted")
+    alice = await connected_as(client, "alice")
     async with build_worker(client, task_queue, GateAgents().registry()):
         handle = await start(client, task_queue, spec)
         progress = await waiting_for_approval(handle, "deploy")
         assert any(line.startswith("approval of deploy") for line in progress.waiting_for)
         assert "approval of deploy" in await current_details(handle)
-        assert await refusal(handle, {"task": "nope", "by": "alice"}) == (
+        assert await refusal(handle, {"task": "nope"}) == (
             f"task: 'nope' is not a task of plan {spec.plan_id}"
         )
-        assert await refusal(handle, {"task": "announce", "by": "alice"}) == (
+        assert await refusal(handle, {"task": "announce"}) == (
             "task: 'announce' is pending, not awaiting approval"
         )
-        assert await refusal(handle, {"task": "deploy"}) == "approval: by: Field required"
-        assert await refusal(handle, {"task": "deploy", "by": "al", "when": "now"}) == (
+        assert await refusal(handle, {"by": "alice"}) == "approval: task: Field required"
+        assert await refusal(handle, {"task": "deploy", "when": "now"}) == (
             "approval: when: Extra inputs are not permitted"
         )
         assert await refusal(handle, "yes") == (
             "approval: Input should be a valid dictionary or instance of ApprovalRequest"
         )
         assert await refusal(handle) == "approval: no input given"
-        two = {"task": "deploy", "by": "alice"}
+        two = {"task": "deploy"}
         assert await refusal(handle, two, two) == "approval: expected one input, got 2"
-        await approve(handle, {"task": "deploy", "by": "alice", "reason": "change window open"})
+        decided = await approve(
+            alice.get_workflow_handle(handle.id), {"task": "deploy", "reason": "change window open"}
+        )
         state = await outcome(handle)
     deploy = task_of(state, "deploy")
     assert state.status == PlanStatus.COMPLETED
     assert deploy.approval is not None
+    assert ApprovalDecision.model_validate(decided) == deploy.approval
     assert (deploy.approval.approved, deploy.approval.by, deploy.approval.reason) == (
         True,
         "alice",
@@ -470,6 +476,59 @@ async def test_an_approved_task_runs_and_the_record_says_who_and_why(
         TaskState.READY,
         TaskState.RUNNING,
     ]
+
+
+async def test_only_an_approver_decides_by_the_identity_the_server_recorded(
+    client: Client, task_queue: str
+) -> None:
+    """`approvers` names client identities. A caller it does not name is refused, however the
+    request names itself (`by` is checked against the identity, never taken), the refusal is
+    recorded and the task keeps waiting; `timeout` is the timer's alone, as a request's `by` or
+    as an identity; an approver's decision counts, its author the identity the server recorded
+    with the update."""
+    spec = approval_plan("approvers", approvers=["alice@ops"])
+    mallory, timer, alice = [
+        (await connected_as(client, who)).get_workflow_handle(spec.workflow_id)
+        for who in ("mallory@laptop", "timeout", "alice@ops")
+    ]
+    async with build_worker(client, task_queue, GateAgents().registry()):
+        handle = await start(client, task_queue, spec)
+        await waiting_for_approval(handle, "deploy")
+        assert await refused_as_caller(mallory, {"task": "deploy", "reason": "ship it"}) == (
+            "by: 'mallory@laptop' is not one of the task's approvers (alice@ops)"
+        )
+        assert await refused_as_caller(mallory, {"task": "deploy", "by": "alice@ops"}) == (
+            "by: 'alice@ops' is not the caller's identity ('mallory@laptop')"
+        )
+        assert await refused_as_caller(timer, {"task": "deploy", "approve": False}) == (
+            "by: 'timeout' is reserved for the approval's timer; ask under another identity"
+        )
+        assert await refusal(alice, {"task": "deploy", "by": "timeout"}) == (
+            "approval: by: 'timeout' is reserved for the approval's timer"
+        )
+        waiting = task_of(PlanState.model_validate(await handle.query(STATE_QUERY)), "deploy")
+        decided = await approve(alice, {"task": "deploy", "reason": "reviewed"})
+        state = await outcome(handle)
+    assert waiting.state == TaskState.AWAITING_APPROVAL and waiting.approval is None
+    deploy = task_of(state, "deploy")
+    assert deploy.approval == ApprovalDecision.model_validate(decided)
+    assert (deploy.approval.approved, deploy.approval.by) == (True, "alice@ops")
+    assert [(r.by, r.approve, r.problem.split(":")[0]) for r in deploy.refused] == [
+        ("mallory@laptop", True, "by"),
+        ("mallory@laptop", True, "by"),
+        ("timeout", False, "by"),
+    ]
+    assert waiting.refused == deploy.refused
+    assert state.status == PlanStatus.COMPLETED
+
+
+async def refused_as_caller(handle: WorkflowHandle[Any, Any], request: Any) -> str:
+    """Why the plan refused the decision once it knew who called (`approval_refused`)."""
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await approve(handle, request)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == FailureType.APPROVAL_REFUSED
+    return cause.message
 
 
 async def current_details(handle: WorkflowHandle[Any, Any]) -> str:
@@ -487,8 +546,9 @@ async def test_a_rejected_task_ends_error_and_its_dependents_are_skipped(
     async with build_worker(client, task_queue, GateAgents().registry()):
         handle = await start(client, task_queue, spec)
         await waiting_for_approval(handle, "deploy")
-        request = ApprovalRequest(task="deploy", approve=False, by="bob", reason="not on Friday")
-        await approve(handle, request.model_dump())
+        request = ApprovalRequest(task="deploy", approve=False, reason="not on Friday")
+        bob = (await connected_as(client, "bob")).get_workflow_handle(handle.id)
+        await approve(bob, request.model_dump(exclude_none=True))
         state = await outcome(handle)
         scheduled = await scheduled_activities(handle)
     deploy, announce = task_of(state, "deploy"), task_of(state, "announce")

@@ -7,10 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from coord.models.contract import FailureType
 from coord.models.plan import (
     MAX_NOTES,
+    MAX_REFUSED,
+    TIMEOUT_DECIDER,
     ApprovalGate,
     ApprovalRequest,
     PlanState,
@@ -22,7 +25,6 @@ from coord.models.plan import (
 )
 from coord.models.plan_gates import (
     REVIEW_NOTES_INPUT,
-    TIMEOUT_DECIDER,
     BudgetSpent,
     FixNote,
     GatesPassed,
@@ -32,11 +34,14 @@ from coord.models.plan_gates import (
     RunVerification,
     approval_problem,
     approval_required,
+    busy_problem,
+    caller_problem,
     decision,
     failed_verdict,
     has_gates,
     next_gate_step,
     parse_verdict,
+    refuse,
     rejection,
     review_round,
     reviewer_inputs,
@@ -344,6 +349,53 @@ def test_a_decision_records_who_and_why() -> None:
     assert error.message == "approval rejected by bob: not on a Friday"
     assert rejection(decision(request(approve=False), NOW)).message == (
         "approval rejected by alice"
+    )
+
+
+def test_the_author_is_the_callers_identity_and_approvers_name_who_may_decide() -> None:
+    """`by` in a request is checked against the caller's identity (the server's record), never
+    taken; `timeout` is the timer's; a gate's `approvers` name the identities that decide."""
+    gate = ApprovalGate(approvers=["alice@ops", "bob@ops"])
+    assert caller_problem(request(by=None), gate, "alice@ops") is None
+    assert caller_problem(request(by="alice@ops"), gate, "alice@ops") is None
+    assert caller_problem(request(by=None), gate, "mallory") == (
+        "by: 'mallory' is not one of the task's approvers (alice@ops, bob@ops)"
+    )
+    assert caller_problem(request(by="alice@ops"), gate, "mallory") == (
+        "by: 'alice@ops' is not the caller's identity ('mallory')"
+    )
+    assert caller_problem(request(by=None), ApprovalGate(), "timeout") == (
+        "by: 'timeout' is reserved for the approval's timer; ask under another identity"
+    )
+    assert caller_problem(request(by=None), ApprovalGate(), None) == (
+        "who asks is unknown: the caller's identity could not be read"
+    )
+    assert caller_problem(request(by=None), ApprovalGate(), "anyone") is None
+    assert decision(request(by=None), NOW, "alice@ops").by == "alice@ops"
+    with pytest.raises(ValidationError, match="'timeout' is reserved for the approval's timer"):
+        request(by="timeout")
+    with pytest.raises(ValidationError, match="'timeout' is reserved for the approval's timer"):
+        ApprovalGate.model_validate({"approvers": ["alice", "timeout"]})
+    with pytest.raises(ValidationError, match="at least 1 item"):
+        ApprovalGate.model_validate({"approvers": []})
+
+
+def test_refused_decisions_are_recorded_the_latest_kept() -> None:
+    record = TaskRecord(id="deploy", agent="x", state=TaskState.AWAITING_APPROVAL)
+    for n in range(MAX_REFUSED + 5):
+        refuse(record, request(approve=False), f"caller-{n}", "by: not an approver", NOW)
+    assert len(record.refused) == MAX_REFUSED
+    assert record.refused[-1].by == f"caller-{MAX_REFUSED + 4}" and not record.refused[-1].approve
+    assert record.approval is None
+
+
+def test_one_decision_is_checked_at_a_time_and_none_after_the_timer() -> None:
+    assert busy_problem("deploy", deciding=False, closed=False) is None
+    assert busy_problem("deploy", deciding=True, closed=False) == (
+        "task: 'deploy' has a decision being checked; ask again if it is refused"
+    )
+    assert busy_problem("deploy", deciding=True, closed=True) == (
+        "task: 'deploy' timed out waiting for approval"
     )
 
 

@@ -13,7 +13,9 @@ from coord.models.plan import (
     TaskError,
     TaskState,
     Transition,
+    as_seen,
     parse_activity_id,
+    progress_as_seen,
     review_activity_id,
     run_activity_id,
     verify_activity_id,
@@ -284,6 +286,41 @@ def test_a_late_read_of_a_run_that_has_ended_changes_nothing() -> None:
     assert plan.record("a").progress == "Fixing null check"
     for other in ["b/run/1", "local-activity-1"]:
         assert not plan.activity_seen(seen(other, "x"), T1)
+
+
+def test_what_the_agents_say_now_is_laid_over_a_copy_of_the_record() -> None:
+    """Whoever asks reads the pending activities and sees the record as they stand: the current
+    run's words and the attempt it retried to, a reviewer's words; a late read of an ended run,
+    another plan's activity or a local one change nothing, and the plan's own record neither."""
+    plan = model({"id": "a"}, {"id": "b"}, {"id": "c"})
+    started(plan)
+    for task in ["a", "b", "c"]:
+        plan.task_ready(task, T0)
+        plan.run_started(task, T0)
+    plan.run_succeeded("b", T1, data={})
+    plan.task_reviewing("b", T1)
+    reads = [
+        seen("a/run/1", "Compiling", attempt=3, failed="boom"),
+        seen("b/run/1", "late", attempt=2),
+        seen("b/review/code_quality/1", "Reviewing"),
+        seen("c/run/2", "a fix never started"),
+        seen("x/run/1", "not ours"),
+        seen("local-activity-1", "x"),
+    ]
+    live = as_seen(plan.state, reads)
+    records = {record.id: record for record in live.tasks}
+    assert (records["a"].progress, records["a"].attempts) == ("Compiling", 3)
+    assert (records["b"].progress, records["b"].attempts) == ("Reviewing", 1)
+    assert (records["c"].progress, records["c"].attempts) == (None, 1)
+    assert [record.progress for record in plan.state.tasks] == [None, None, None]
+    assert plan.record("a").attempts == 1
+    view = progress_as_seen(plan.progress(T1), reads[:3])
+    assert [(r.task, r.summary) for r in view.running] == [
+        ("a", "Compiling"),
+        ("b", "Reviewing"),
+        ("c", None),
+    ]
+    assert as_seen(plan.state, []) is plan.state
 
 
 def test_a_run_that_never_reached_the_server_is_no_attempt_nor_fix() -> None:

@@ -23,14 +23,16 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
+from coord.activities.update_callers import UpdateCallers
 from coord.models.contract import APPROVE_UPDATE, FailureType
 from coord.models.plan import ApprovalDecision, PlanState, PlanStatus, TaskState
 from coord.starter.api.plans import plan_outcome
 from coord.worker import WorkerSet, build_worker
 from coord.workflows.plan import TaskGraph
 from tests.agents import GatedAgents
-from tests.helpers import task_failures, wait_until
+from tests.helpers import connected_as, task_failures, wait_until
 from tests.test_plan import run_agent_spans, start
 from tests.test_plan_gates import plan, task_of
 from tests.test_saga_cancel import history_has, workflow_worker
@@ -82,8 +84,11 @@ async def finish(
     client: Client, task_queue: str, handle: WorkflowHandle[Any, Any]
 ) -> tuple[PlanState, PlanState]:
     """A new workflow worker ends the plan: its outcome (result, failure details or memo, as a
-    client reads it) and its full record (the `state` query, answered from the history)."""
-    async with workflow_worker(client, task_queue):
+    client reads it) and its full record (the `state` query, answered from the history). It
+    reads who sent a decision too, as the plan's own worker does (`update_caller`)."""
+    worker = workflow_worker(client, task_queue)
+    reader = Worker(client, task_queue=task_queue, activities=[UpdateCallers(client).update_caller])
+    async with worker, reader:
         ended = await asyncio.wait_for(plan_outcome(handle), 60)
         full = await handle.query(TaskGraph.state)
     return ended, full
@@ -316,12 +321,14 @@ async def test_two_failures_in_one_task_with_fail_fast_fail_the_plan_once(
 
 
 async def admitted_update(
-    client: Client, handle: WorkflowHandle[Any, Any], request: dict[str, Any]
+    client: Client, handle: WorkflowHandle[Any, Any], request: dict[str, Any], caller: str
 ) -> "asyncio.Task[Any]":
-    """Sends the `approve` update and returns once the server has admitted it (it then waits
-    for a workflow task to carry it); the returned task ends with the update's outcome."""
+    """Sends the `approve` update as `caller` (its client identity) and returns once the server
+    has admitted it (it then waits for a workflow task to carry it); the returned task ends with
+    the update's outcome."""
     update_id = f"approve-{uuid.uuid4().hex[:8]}"
-    sent = asyncio.create_task(handle.execute_update(APPROVE_UPDATE, request, id=update_id))
+    as_caller = (await connected_as(client, caller)).get_workflow_handle(handle.id)
+    sent = asyncio.create_task(as_caller.execute_update(APPROVE_UPDATE, request, id=update_id))
     execution = WorkflowExecution(workflow_id=handle.id)
     poll = PollWorkflowExecutionUpdateRequest(
         namespace=client.namespace,
@@ -356,8 +363,9 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
     client: Client, task_queue: str, order: str
 ) -> None:
     """The approval's timer fires and a person's decision arrives in one workflow task: the
-    decision counts (the workflow applies updates before timers), the record says who decided,
-    the client gets that decision, and the task runs once."""
+    decision counts (the workflow applies updates before timers, and the timer waits while the
+    decision's caller is read), the record says who decided, the client gets that decision,
+    and the task runs once."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
     spec = plan(
@@ -372,9 +380,9 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
         fired = lambda: history_has(handle, TIMER_FIRED, 1)  # noqa: E731
         if order == "timer first":
             await wait_until(fired)
-            sent = await admitted_update(client, handle, approval)
+            sent = await admitted_update(client, handle, approval, "alice")
         else:
-            sent = await admitted_update(client, handle, approval)
+            sent = await admitted_update(client, handle, approval, "alice")
             await wait_until(fired)
         state, _ = await finish(client, task_queue, handle)
         decided = ApprovalDecision.model_validate(await sent)
@@ -397,20 +405,20 @@ async def test_two_decisions_in_one_task_the_first_counts_the_other_is_refused(
     client: Client, task_queue: str
 ) -> None:
     """Two decisions reach the plan in one workflow task (the server picks their order): the
-    first is validated and applied before the other is validated, so the first counts and the
-    other is refused saying by whom (a refusal leaves no event), without failing the workflow
-    task. The record and the plan follow the one that counted."""
+    first is validated and its caller read before the other is validated, so the first counts
+    and the other is refused while it is checked (a refusal leaves no event), without failing
+    the workflow task. The record and the plan follow the one that counted."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
     spec = plan("race-two-approvals", {"id": "deploy", "agent": "deployer", "approval": {}})
-    requests: list[dict[str, Any]] = [
-        {"task": "deploy", "by": "alice"},
-        {"task": "deploy", "by": "bob", "approve": False},
+    requests: list[tuple[dict[str, Any], str]] = [
+        ({"task": "deploy"}, "alice"),
+        ({"task": "deploy", "approve": False}, "bob"),
     ]
     async with agent_workers(client, task_queue, gates):
         async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
             handle = await start(client, task_queue, spec)
-        sent = [await admitted_update(client, handle, request) for request in requests]
+        sent = [await admitted_update(client, handle, *request) for request in requests]
         state, _ = await finish(client, task_queue, handle)
         answers = await asyncio.gather(*sent, return_exceptions=True)
     events = [event.event_type for event in (await handle.fetch_history()).events]
@@ -419,9 +427,11 @@ async def test_two_decisions_in_one_task_the_first_counts_the_other_is_refused(
     (decided,) = [ApprovalDecision.model_validate(a) for a in answers if isinstance(a, dict)]
     (refused,) = [a for a in answers if isinstance(a, WorkflowUpdateFailedError)]
     cause = refused.cause
-    verb = "approved" if decided.approved else "rejected"
     assert isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_APPROVAL
-    assert cause.message == f"task: 'deploy' was already {verb} by {decided.by}"
+    assert (
+        cause.message == "task: 'deploy' has a decision being checked; ask again if it is refused"
+    )
+    assert decided.by == ("alice" if decided.approved else "bob")
     deploy = task_of(state, "deploy")
     assert deploy.approval == decided
     expected = (TaskState.SUCCEEDED, 1) if decided.approved else (TaskState.ERROR, 0)
@@ -431,16 +441,16 @@ async def test_two_decisions_in_one_task_the_first_counts_the_other_is_refused(
 async def test_a_cancel_landing_with_a_decision_records_it_and_runs_nothing(
     client: Client, task_queue: str
 ) -> None:
-    """The decision is applied (updates come first) and its caller gets it; the approved task
-    takes its slot and asks for its run, and the cancel, applied next, cancels it before the
-    run reaches the server: the task ends cancelled and no agent ran."""
+    """The decision came first: the cancel waits while its caller is read, the decision is
+    recorded and its caller gets it; the approved task then asks for its slot, and the cancel
+    cancels it before any run: the task ends cancelled and no agent ran."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
     spec = plan("race-cancel-approval", {"id": "deploy", "agent": "deployer", "approval": {}})
     async with agent_workers(client, task_queue, gates):
         async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
             handle = await start(client, task_queue, spec)
-        sent = await admitted_update(client, handle, {"task": "deploy", "by": "alice"})
+        sent = await admitted_update(client, handle, {"task": "deploy"}, "alice")
         await handle.cancel()
         kept, full = await finish(client, task_queue, handle)
         decided = ApprovalDecision.model_validate(await sent)
@@ -450,11 +460,10 @@ async def test_a_cancel_landing_with_a_decision_records_it_and_runs_nothing(
     assert transitions(full, "deploy")[1:] == [
         TaskState.AWAITING_APPROVAL,
         TaskState.READY,
-        TaskState.RUNNING,
         TaskState.CANCELLED,
     ]
     assert deploy.approval == decided and decided.by == "alice"
-    assert deploy.attempts == 0  # the run never reached the server
+    assert deploy.attempts == 0
     assert await activity_ids(handle) == []
 
 

@@ -129,6 +129,6 @@ def test_the_plan_table_shows_state_attempts_elapsed_progress_counts_and_waits()
         "Tasks: 1 awaiting_approval, 1 ready, 1 running, 1 succeeded",
         "Waiting for approval of deploy",
         "Waiting for a worker slot (1 waiting, max_workers 1)",
-        "Decide with `coord plan approve p1 TASK --by NAME` (`--reject --reason TEXT` to reject)",
+        "Decide with `coord plan approve p1 TASK` (`--reject --reason TEXT` to reject)",
         "Scratchpad not written: refused",
     ]

@@ -15,6 +15,7 @@ SEED_RETRY = {
     "backoff_type": "exponential",
     "initial_delay": "1s",
     "max_delay": "30s",
+    "jitter": "none",
 }
 
 

@@ -1,14 +1,15 @@
 """Votes as a plan task kind and from chain subscriptions, on the real dev server: a vote task
 decided (its proposal the task's input and its dependencies' results, the vote a child workflow
-`vote-<plan_id>-<task_id>` of the plan), one rejected that skips its dependents, one cancelled
-on its own; a chain whose vote subscription publishes `on_success` or `on_failure` with the
-ballots."""
+`vote-<plan_id>~<task_id>` of the plan, apart from every other plan's), one rejected that skips
+its dependents, one cancelled on its own; a chain whose vote subscription publishes
+`on_success` or `on_failure` with the ballots."""
 
 import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from coord.models import contract
@@ -20,7 +21,7 @@ from coord.models.plan_report import outcome
 from coord.models.vote import Choice, VoteState, VoteStatus
 from coord.starter import api
 from coord.worker import build_worker
-from tests.helpers import event, eventually, task_failures
+from tests.helpers import event, eventually, history_events, task_failures
 from tests.test_vote import NO, YES, Voters
 
 VOTERS = ["alice", "bob", "carol"]
@@ -86,7 +87,7 @@ async def test_a_decided_vote_task_succeeds_with_its_record_and_its_dependents_r
     ]
     vote = VoteState.model_validate(approve.result)
     assert vote.status == VoteStatus.DECIDED
-    assert vote.vote_id == f"{spec.plan_id}-approve"
+    assert vote.vote_id == f"{spec.plan_id}~approve"
     assert vote.correlation_id == spec.correlation_id
     assert sorted((b.voter, b.choice) for b in vote.ballots) == [
         ("alice", Choice.APPROVE),
@@ -96,7 +97,7 @@ async def test_a_decided_vote_task_succeeds_with_its_record_and_its_dependents_r
     assert outcome(approve) == f"vote decided: {vote.summary}", "in words, not the record's JSON"
     ship = next(task for task in state.tasks if task.id == "ship")
     assert ship.result is not None and ship.result["inputs"]["approve"] == approve.result
-    child = await client.get_workflow_handle(f"vote-{spec.plan_id}-approve").describe()
+    child = await client.get_workflow_handle(f"vote-{spec.plan_id}~approve").describe()
     parent = child.raw_description.workflow_execution_info.parent_execution
     assert parent.workflow_id == spec.workflow_id
     assert child.typed_search_attributes.get(contract.COORD_STATUS) == "decided"
@@ -146,7 +147,7 @@ async def test_a_vote_cancelled_on_its_own_ends_its_task_and_the_plan_goes_on(
     async with build_worker(client, task_queue, with_builder(voters)):
         handle = await api.start_plan(client, spec, queue=task_queue)
         await eventually(lambda: asyncio.sleep(0, set(VOTERS) <= voters.proposals.keys()))
-        await api.cancel_vote(client, f"{spec.plan_id}-approve")
+        await api.cancel_vote(client, f"{spec.plan_id}~approve")
         state = await asyncio.wait_for(api.plan_outcome(handle), 60)
         await eventually(lambda: asyncio.sleep(0, voters.cancelled == set(VOTERS)))
     records = {task.id: task for task in state.tasks}
@@ -165,12 +166,52 @@ async def test_a_cancelled_plan_cancels_its_vote(client: Client, task_queue: str
         await handle.cancel()
         state = await asyncio.wait_for(api.plan_outcome(handle), 60)
         vote = await asyncio.wait_for(
-            api.vote_outcome(api.vote_handle(client, f"{spec.plan_id}-approve")), 30
+            api.vote_outcome(api.vote_handle(client, f"{spec.plan_id}~approve")), 30
         )
     assert state.status == PlanStatus.CANCELLED
     approve = next(task for task in state.tasks if task.id == "approve")
     assert approve.state == TaskState.CANCELLED
     assert vote.status == VoteStatus.CANCELLED and vote.cancelled == VOTERS
+
+
+def voting_plan(plan_id: str, task_id: str) -> PlanSpec:
+    vote = {"voters": VOTERS, "retry": {"max_retries": 0}}
+    return PlanSpec.model_validate(
+        {"plan_id": plan_id, "tasks": [{"id": task_id, "vote": vote, "input": {"p": plan_id}}]}
+    )
+
+
+async def test_two_plans_whose_vote_ids_joined_the_same_hold_their_votes_apart(
+    client: Client, task_queue: str
+) -> None:
+    """Plan `X-a` with task `b` and plan `X` with task `a-b`: joined by `-` both held
+    `vote-X-a-b`, and the second plan's vote never started (its id taken). Both votes run at
+    once here (the voters answer once both plans are voting), each decided for its own plan."""
+    voters = Voters({name: YES for name in VOTERS}, gated=set(VOTERS))
+    stem = f"pv-{uuid.uuid4().hex[:8]}"
+    specs = [voting_plan(f"{stem}-a", "b"), voting_plan(stem, "a-b")]
+    async with build_worker(client, task_queue, with_builder(voters)):
+        handles = [await api.start_plan(client, spec, queue=task_queue) for spec in specs]
+
+        async def both_started_or_refused() -> bool:
+            return all([CHILD_STARTED & set(await history_events(h)) for h in handles])
+
+        await eventually(both_started_or_refused)
+        for name in VOTERS:
+            voters.release(name)
+        states = [await asyncio.wait_for(api.plan_outcome(h), 60) for h in handles]
+    for spec, state in zip(specs, states, strict=True):
+        assert state.status == PlanStatus.COMPLETED, state.summary
+        vote = VoteState.model_validate(state.tasks[0].result)
+        assert vote.vote_id == f"{spec.plan_id}~{spec.tasks[0].id}"
+        assert vote.proposal == {"p": spec.plan_id}
+    assert len({VoteState.model_validate(s.tasks[0].result).vote_id for s in states}) == 2
+
+
+CHILD_STARTED = {
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED,
+    EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_FAILED,
+}
 
 
 # --- Votes from chains ------------------------------------------------------------------------

@@ -245,7 +245,7 @@ def test_a_plan_vote_task_names_what_is_wrong(task: dict[str, Any], message: str
 def test_a_vote_id_too_long_for_a_workflow_id_is_refused() -> None:
     with pytest.raises(SpecError) as raised:
         parse_model(PlanSpec, plan_with({"vote": VOTE}, plan_id="p" * 250), "plan.yaml")
-    assert "tasks[1].id: the vote id `<plan_id>-<task_id>` would be longer than 255" in str(
+    assert "tasks[1].id: the vote id `<plan_id>~<task_id>` would be longer than 255" in str(
         raised.value
     )
 
@@ -258,7 +258,8 @@ def test_a_vote_tasks_proposal_is_its_input_and_its_dependencies_results() -> No
     plan.record("build").result = {"built": True}
     assert [voter for _, voter in spec.agents_named()] == ["builder", "a", "b", "c"]
     vote = task_vote(plan, spec.task("approve"))
-    assert vote.workflow_id == "vote-p-approve"
+    assert vote.workflow_id == "vote-p~approve"
+    assert task_vote(plan, spec.task("approve"), scoped=False).workflow_id == "vote-p-approve"
     assert vote.proposal == {"w": 1, "results": {"build": {"built": True}}}
     assert (vote.needed, vote.deadline, vote.correlation_id) == (3, timedelta(minutes=2), "p")
     assert list(vote.agents) == ["a"]

@@ -4,9 +4,14 @@ uses the agent. Workers start it with update-with-start when they first report, 
 
 Modelled on the safe-message-handlers sample: the state is built in `@workflow.init`, so the
 first update finds it; every handler is a plain function that changes the book without
-awaiting, so handlers never interleave and need no lock; malformed input is rejected by the
-validators (a rejected update leaves no trace in history, and nothing can fail the workflow
-task); before continuing as new (history bounded) the run waits for every handler to finish.
+awaiting, so handlers never interleave and need no lock; before continuing as new (history
+bounded) the run waits for every handler to finish.
+
+Nothing a message carries can fail the workflow task (which would leave the ledger refusing
+every message while the task is retried): every field is bounded, each validator applies its
+update to a copy of the book as the handler will (so an update the handler would raise on is
+refused before it is accepted, leaving no trace in history), and a handler raising anyway fails
+its update alone.
 
 The breaker and the window set no timers: they change only when a worker reports, and readers
 bring the state up to their own time (`AgentLedgerState.at`: an open breaker past its window is
@@ -20,8 +25,10 @@ no other message comes. A request for a permit is an update that waits (boundedl
 
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agent_ledger import (
@@ -30,10 +37,12 @@ with workflow.unsafe.imports_passed_through():
         LedgerStart,
         OutcomeReport,
         PermitGrant,
+        PermitPool,
         PermitRequest,
         ProbeClaim,
         ProbeGrant,
         StatsReport,
+        lease_end,
     )
     from coord.models.contract import (
         ACQUIRE_PERMIT_UPDATE,
@@ -50,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import NO_INPUT, PlainInput, decode_input
 
+R = TypeVar("R")
 MIN_TIMER = timedelta(milliseconds=1)
 MAX_HISTORY = 2000
 """History events after which the ledger continues as new (reports arrive every few seconds)."""
@@ -94,50 +104,44 @@ class AgentLedger(metaclass=SurplusStartArguments):
 
     @workflow.update(name=REPORT_OUTCOME_UPDATE)
     def report_outcome(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
-        report = decode_input(OutcomeReport, raw_report, "outcome report")
-        now = workflow.now()
-        self._book.configure(report.config)
-        if report.abandoned:
-            self._book.probe_abandoned(now)
-        elif report.succeeded:
-            self._book.succeeded(now, probe=report.probe)
-        else:
-            self._book.failed(report.failure_type or "", now, probe=report.probe)
-        return self._book.state(now)
+        return _refusing("outcome report", lambda: _outcome(self._book, raw_report))
 
     @report_outcome.validator
     def _valid_outcome(self, raw_report: PlainInput = NO_INPUT) -> None:
-        decode_input(OutcomeReport, raw_report, "outcome report")
+        _outcome(_draft(self._book), raw_report)
 
     @workflow.update(name=CLAIM_PROBE_UPDATE)
     def claim_probe(self, raw_claim: PlainInput = NO_INPUT) -> ProbeGrant:
-        claim = decode_input(ProbeClaim, raw_claim, "probe claim")
-        now = workflow.now()
-        self._book.configure(claim.config)
-        granted = self._book.claim_probe(now)
-        return ProbeGrant(granted=granted, state=self._book.state(now))
+        return _refusing("probe claim", lambda: _claim(self._book, raw_claim))
 
     @claim_probe.validator
     def _valid_claim(self, raw_claim: PlainInput = NO_INPUT) -> None:
-        decode_input(ProbeClaim, raw_claim, "probe claim")
+        _claim(_draft(self._book), raw_claim)
 
     @workflow.update(name=REPORT_STATS_UPDATE)
     def report_stats(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
-        report = decode_input(StatsReport, raw_report, "stats report")
-        now = workflow.now()
-        self._book.configure(report.config)
-        self._book.add_stats(report.stats, now)
-        return self._book.state(now)
+        return _refusing("stats report", lambda: _stats(self._book, raw_report))
 
     @report_stats.validator
     def _valid_stats(self, raw_report: PlainInput = NO_INPUT) -> None:
-        decode_input(StatsReport, raw_report, "stats report")
+        _stats(_draft(self._book), raw_report)
 
     @workflow.update(name=ACQUIRE_PERMIT_UPDATE)
     async def acquire_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
         """Granted at once when a permit is free and nobody waits before; else waits its turn
         up to POOL_WAIT (not when the history is full: the ledger is about to continue as new)
         and answers whether it got one."""
+        try:
+            return await self._acquire(raw_request)
+        except Exception as error:
+            raise _refused("permit request", error) from None
+
+    @acquire_permit.validator
+    def _valid_acquire(self, raw_request: PlainInput = NO_INPUT) -> None:
+        request = decode_input(PermitRequest, raw_request, "permit request")
+        lease_end(workflow.now(), request.lease_s)
+
+    async def _acquire(self, raw_request: PlainInput) -> PermitGrant:
         request = decode_input(PermitRequest, raw_request, "permit request")
         pool = self._book.pool
         now = workflow.now()
@@ -155,16 +159,9 @@ class AgentLedger(metaclass=SurplusStartArguments):
             await workflow.wait_condition(lambda: not pool.asking(request.run))
         return PermitGrant(granted=pool.holds(request.run), pool=pool.state(workflow.now()))
 
-    @acquire_permit.validator
-    def _valid_acquire(self, raw_request: PlainInput = NO_INPUT) -> None:
-        decode_input(PermitRequest, raw_request, "permit request")
-
     @workflow.update(name=RELEASE_PERMIT_UPDATE)
     def release_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
-        request = decode_input(PermitRequest, raw_request, "permit release")
-        now = workflow.now()
-        self._book.pool.release(request.run, now)
-        return PermitGrant(granted=False, pool=self._book.pool.state(now))
+        return _refusing("permit release", lambda: _release(self._book, raw_request))
 
     @release_permit.validator
     def _valid_release(self, raw_request: PlainInput = NO_INPUT) -> None:
@@ -196,3 +193,57 @@ class AgentLedger(metaclass=SurplusStartArguments):
         info = workflow.info()
         suggested = info.is_continue_as_new_suggested()
         return suggested or info.get_current_history_length() > MAX_HISTORY
+
+
+def _outcome(book: LedgerBook, raw_report: PlainInput) -> AgentLedgerState:
+    report = decode_input(OutcomeReport, raw_report, "outcome report")
+    now = workflow.now()
+    book.report_outcome(report, now)
+    return book.state(now)
+
+
+def _claim(book: LedgerBook, raw_claim: PlainInput) -> ProbeGrant:
+    claim = decode_input(ProbeClaim, raw_claim, "probe claim")
+    now = workflow.now()
+    book.configure(claim.config)
+    granted = book.claim_probe(claim.run, now)
+    return ProbeGrant(granted=granted, state=book.state(now))
+
+
+def _stats(book: LedgerBook, raw_report: PlainInput) -> AgentLedgerState:
+    report = decode_input(StatsReport, raw_report, "stats report")
+    now = workflow.now()
+    book.configure(report.config)
+    book.add_stats(report.stats, now)
+    return book.state(now)
+
+
+def _release(book: LedgerBook, raw_request: PlainInput) -> PermitGrant:
+    request = decode_input(PermitRequest, raw_request, "permit release")
+    now = workflow.now()
+    book.pool.release(request.run, now)
+    return PermitGrant(granted=False, pool=book.pool.state(now))
+
+
+def _draft(book: LedgerBook) -> LedgerBook:
+    """A copy of the book for a validator to apply a breaker update to, as its handler will:
+    an update whose handler would raise is refused before it is accepted. Without the pool,
+    which breaker updates do not change (and whose requests' validators compute their lease
+    ends instead: a pool with many runs waiting costs more to copy)."""
+    return book.model_copy(update={"pool": PermitPool()}).model_copy(deep=True)
+
+
+def _refusing(what: str, handle: Callable[[], R]) -> R:
+    """The handler's answer; whatever it raises fails the update, never the workflow task
+    (which would leave the ledger refusing every message while the task is retried)."""
+    try:
+        return handle()
+    except Exception as error:
+        raise _refused(what, error) from None
+
+
+def _refused(what: str, error: Exception) -> ApplicationError:
+    if isinstance(error, ApplicationError):
+        return error
+    workflow.logger.warning("ledger update refused", extra={"update": what, "error": repr(error)})
+    return failure(FailureType.INVALID_INPUT, f"{what} refused: {error}", non_retryable=True)

@@ -13,21 +13,22 @@ on it held its queue and its new events until that agent was done (29 of 150 que
 as long as one slow agent). Keeping on dispatching within a margin below Temporal's hard limits
 would only move the wall: the history, its replays and the signals per run grow for as long as
 the agent runs. So the chain hands each run, once its agent is picked and its `on_start`
-published, to a `ChainRun` started with `ParentClosePolicy.ABANDON`: it runs `run_agent` (or
-holds the vote) with the subscription's timeouts and retries and signals the outcome to the
-chain's workflow id (`run_outcome`), which reaches whichever run is current. The chain keeps
-the run in flight (`ChainCarry.in_flight`, carried across continue-as-new) until its outcome
-comes, so nothing is lost; the outcome names the run by its queue number, so an outcome taken
-once is refused the second time, and each `ChainRun` has an id of its own
-(`<chain id>/run-<n>`), so nothing runs twice. Continue-as-new waits only for the runs whose
-`ChainRun` has not been confirmed started, and once it is due the queue waits for the next
-run. Runs recorded before the `chain-runs-in-workflows-of-their-own` patch ran their agents
-here, as they did.
+published, to a `ChainRun` started with `ParentClosePolicy.ABANDON`: it runs the agent
+(`start_agent_run`, with the subscription's timeouts, retries, gates and detours) or holds the
+vote, and signals the outcome to the chain's workflow id (`run_outcome`), which reaches
+whichever run is current. The chain keeps the run in flight (`ChainCarry.in_flight`, carried
+across continue-as-new) until its outcome comes, so nothing is lost; the outcome names the run
+by its queue number, so an outcome taken once is refused the second time, and each `ChainRun`
+has an id of its own (`<chain id>/run-<n>`), so nothing runs twice. The run's detours (waits at
+its agent's gates, reroutes) come back with its outcome. Continue-as-new waits only for the
+runs whose `ChainRun` has not been confirmed started, and once it is due the queue waits for
+the next run. Runs recorded before the `chain-runs-in-workflows-of-their-own` patch ran their
+agents here, as they did.
 """
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
@@ -36,7 +37,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models.agent_runs import RunDetour
     from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.assignment import Assignment
     from coord.models.chain import (
         AgentRun,
         ChainInput,
@@ -66,13 +69,16 @@ with workflow.unsafe.imports_passed_through():
         chain_run_workflow_id,
         chain_workflow_id,
         failure,
+        failure_message,
+        failure_type_of,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.sizes import json_size
+    from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
-    from coord.models.vote import VoteSpec
+    from coord.models.vote import VoteSpec, VoteState
+    from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
-    from coord.workflows.chain_run import agent_outcome, run_failure, vote_outcome
+    from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
@@ -85,6 +91,7 @@ with workflow.unsafe.imports_passed_through():
         signal_if_running,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import NEXT_TASK, FanOut
 
 KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
 LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
@@ -101,13 +108,16 @@ runs recorded before ran them here and waited for the slowest before continuing.
 PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
 """Runs after it refuse, record and park an agent's publication of a type neither its
 subscription's `publishes` nor its declaration allows; runs recorded before published it."""
+FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
+"""Runs after it start their agent runs and votes and forward to their listeners within a byte
+budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
+forty listeners, could be more than the server takes in one task. Runs recorded before sent
+them all at once."""
 EVENTS_PER_TASK = 100
-EVENT_BYTES_PER_TASK = 512 * 1024
-"""What one workflow task handles at most. Each event may send commands (forwards to listeners,
-parking) whose payloads travel together in the task's completion, which the server caps at 4 MB;
-a long task holds queries back, and one past 2 s fails as a potential deadlock (a busy worker
-takes a few ms an event)."""
-NEXT_TASK = timedelta(milliseconds=1)
+"""What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
+Each event may send commands (forwards to listeners, parking) whose payloads travel together in
+the task's completion, which the server caps at 4 MB; a long task holds queries back, and one
+past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."""
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
 that lost the run from its cache (a restart; a task the server failed because more than 100
@@ -143,17 +153,17 @@ class RunPacing:
         take: Callable[[], EventEnvelope | None],
     ) -> bool:
         """Handles the waiting events (`take` gives the next, None for a signal that did not
-        decode), up to `EVENTS_PER_TASK` and `EVENT_BYTES_PER_TASK` in one workflow task;
+        decode), up to `EVENTS_PER_TASK` and a workflow task's `ByteBudget` of payloads;
         returns whether some were left for the next task."""
-        handled = size = 0
+        handled, budget = 0, ByteBudget()
         while self._model.waiting() and not self.holding_events():
-            full = handled >= EVENTS_PER_TASK or size >= EVENT_BYTES_PER_TASK
+            full = handled >= EVENTS_PER_TASK or budget.full()
             if full and workflow.patched(FLOOD_PATCH):
                 return True
             handled += 1
             envelope = take()
             if envelope is not None:
-                size += json_size(envelope.payload)
+                budget.spend(json_size(envelope.payload))
                 handle(envelope)
         return False
 
@@ -209,6 +219,9 @@ class Outbound:
     def __init__(self, model: ChainModel) -> None:
         self._model = model
         self.count = 0
+        self.fan_out = FanOut(FAN_OUT_PATCH)
+        """The chain's budget per workflow task: its forwards, agent runs and votes wait for
+        it."""
 
     def park(self, letter: Parking) -> None:
         self._start(park_letter(letter))
@@ -242,7 +255,9 @@ class Outbound:
 
     async def _forward(self, listener: str, envelope: EventEnvelope, signal: str) -> None:
         """A listener that has ended is dropped; the event stays in this chain's log."""
-        if not await signal_if_running(listener, signal, envelope.model_dump(mode="json")):
+        event = envelope.model_dump(mode="json")
+        await self.fan_out.room(json_size(event))
+        if not await signal_if_running(listener, signal, event):
             self._model.detach(listener)
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
@@ -434,8 +449,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.signal(name=RUN_OUTCOME_SIGNAL)
     def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
         """A run handed to a `ChainRun` is over (this run or an earlier one of the chain handed
-        it over): its outcome is taken as a run's here would be. One naming no run in flight
-        (sent twice, or by someone else) is rejected and parked."""
+        it over): its detours and outcome are taken as a run's here would be. One naming no
+        run in flight (sent twice, or by someone else) is rejected and parked."""
         try:
             outcome = decode_input(RunOutcome, raw, RUN_OUTCOME_SIGNAL)
         except InvalidInput as error:
@@ -448,6 +463,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             rejection = Rejection(FailureType.INVALID_RUN_OUTCOME, reason)
             self._outbound.reject(rejection, raw=outcome.model_dump(mode="json"))
             return
+        for detoured in outcome.detours:
+            self._detoured(run, detoured.detour, detoured.assignment)
         if letter := self._outcome(run, outcome):
             self._outbound.park(letter)
 
@@ -482,59 +499,73 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
-        """The agent picked (by capability), its `on_start` published, then the run handed to a
-        `ChainRun` (runs recorded before ran `run_agent` here)."""
         subscription = self._spec.subscription(run.subscription)
+        retry_policy = subscription.retry.to_retry_policy()
         try:
             try:
                 await self._assign(run, subscription)
-            except ActivityError as error:
-                retry_policy = subscription.retry.to_retry_policy()
-                failed = run_failure(error, attempts(error, retry_policy))
-                letter = self._model.run_failed(
-                    run, failed.failure_type, failed.message, failed.attempts
+                self._model.run_started(run)
+                request = self._model.agent_request(run)
+                if self._pacing.hands_over:
+                    await self._hand_over(seq, self._run_input(seq, run, request=request))
+                    return
+                await self._outbound.fan_out.room(json_size(request))
+                settings = declared_settings(
+                    subscription,
+                    f"{run.agent} ← {run.trigger.event.type}",
+                    inline_agents=self._spec.agents,
+                    room=self._outbound.fan_out.room,
                 )
-                await park_letter(letter)
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
+            except ActivityError as error:
+                failed = (failure_type_of(error), failure_message(error))
+                await park_letter(
+                    self._model.run_failed(run, *failed, attempts(error, retry_policy))
+                )
                 return
-            self._model.run_started(run)
-            request = self._model.agent_request(run)
-            summary = f"{run.agent} ← {run.trigger.event.type}"
-            if self._pacing.hands_over:
-                handed = self._run_input(seq, subscription, summary, request=request)
-                await self._hand_over(seq, handed)
-                return
-            await self._land(run, await agent_outcome(seq, subscription, request, summary))
+            self._succeeded(run, result)
         finally:
             self._model.finish(seq)
 
+    def _detoured(self, run: AgentRun, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run that waited for its agent or went elsewhere: in the chain's record; a run
+        that went to another agent publishes as that agent."""
+        self._model.run_detoured(run, detour, assignment)
+        workflow.set_current_details(self._model.details())
+        if assignment is not None:
+            self._announce_agents()
+
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
-        """A vote subscription's run: a `Vote` on the event's payload, counted as a run, handed
-        to a `ChainRun` (runs recorded before held it here); its outcome is published. One that
-        gives no outcome (its proposal refused, failed, or cancelled on its own) is published
-        as the failure event and parked like a failed agent run, to be run again by a
-        `rerun`."""
+        """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
+        handed to a `ChainRun` (runs recorded before held it here, and continue-as-new waited
+        for it); its outcome is published. One that gives no outcome (its proposal refused,
+        failed, or cancelled on its own) is published as the failure event and parked like a
+        failed agent run, to be run again by a `rerun`."""
+        failed: tuple[str, str]
         try:
             self._model.run_started(run)
             try:
                 vote = self._model.vote_spec(run)
+                if self._pacing.hands_over:
+                    await self._hand_over(seq, self._run_input(seq, run, vote=vote))
+                    return
+                await self._outbound.fan_out.room(json_size(vote))
+                outcome: VoteState = await hold_vote(vote, run.subscription)
             except SpecError as error:
-                failed = self._model.run_failed(run, FailureType.INVALID_PAYLOAD, str(error), 1)
-                await park_letter(failed)
+                failed = (FailureType.INVALID_PAYLOAD, str(error))
+            except VOTE_FAILED as error:
+                failed = vote_failure(error)
+            else:
+                self._model.vote_ended(run, outcome)
                 return
-            if self._pacing.hands_over:
-                subscription = self._spec.subscription(run.subscription)
-                handed = self._run_input(seq, subscription, run.subscription, vote=vote)
-                await self._hand_over(seq, handed)
-                return
-            await self._land(run, await vote_outcome(seq, vote, run.subscription))
+            await park_letter(self._model.run_failed(run, *failed, 1))
         finally:
             self._model.finish(seq)
 
     def _run_input(
         self,
         seq: int,
-        subscription: Subscription,
-        summary: str,
+        run: AgentRun,
         *,
         request: AgentRequest | None = None,
         vote: VoteSpec | None = None,
@@ -542,25 +573,29 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         """What the run's `ChainRun` starts with. The chain's id comes from its correlation id
         (its input), not from where the run executes, so that its commands (the `ChainRun`'s
         id) are the same wherever its history is replayed."""
+        summary = f"{run.agent} ← {run.trigger.event.type}" if request else run.subscription
         return ChainRunInput(
             chain_id=chain_workflow_id(self._model.state.correlation_id),
             seq=seq,
-            subscription=subscription,
+            subscription=self._spec.subscription(run.subscription),
             summary=summary,
+            inline_agents=self._spec.agents,
             request=request,
             vote=vote,
         )
 
     async def _hand_over(self, seq: int, run_input: ChainRunInput) -> None:
         """The run goes to a `ChainRun` (abandoned when this run closes, so it outlives a
-        continue-as-new), in flight from now; continue-as-new waits only for its start. A
-        `ChainRun` of this number already running (a chain reset) is the same run: its outcome
-        will come."""
+        continue-as-new), in flight from now, within the workflow task's budget of commands;
+        continue-as-new waits only for its start. A `ChainRun` of this number already running
+        (a chain reset) is the same run: its outcome will come."""
         self._model.hand_over(seq)
         try:
+            started = run_input.model_dump(mode="json")
+            await self._outbound.fan_out.room(json_size(started))
             await workflow.start_child_workflow(
                 CHAIN_RUN_WORKFLOW,
-                run_input.model_dump(mode="json"),
+                started,
                 id=chain_run_workflow_id(run_input.chain_id, seq),
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=run_input.summary,
@@ -570,15 +605,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         finally:
             self._model.confirmed(seq)
 
-    async def _land(self, run: AgentRun, outcome: RunOutcome) -> None:
-        """A run that ran here: its outcome taken, a failure parked before the run ends."""
-        if letter := self._outcome(run, outcome):
-            await park_letter(letter)
-
     def _outcome(self, run: AgentRun, outcome: RunOutcome) -> Parking | None:
-        """A run's outcome taken: its events published (a vote's record too); a failure is
-        published as its failure event and comes back to be parked, to be run again by a
-        `rerun`."""
+        """A handed-over run's outcome taken: its events published (a vote's record too); a
+        failure is published as its failure event and comes back to be parked, to be run
+        again by a `rerun`."""
         if outcome.result is not None:
             self._succeeded(run, outcome.result)
             return None

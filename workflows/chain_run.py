@@ -1,11 +1,9 @@
-"""A chain's run as a workflow of its own, `ChainRun`: it runs the subscription's agent (the
-`run_agent` activity) or holds its vote, then signals the outcome to the chain by the chain's
-workflow id (`run_outcome`). It is started with `ParentClosePolicy.ABANDON`, so it outlives
-the chain's run: a chain near its history budget continues as new without waiting for a slow
-agent, carrying the run as in flight, and the outcome reaches whichever run is current then.
-
-`agent_outcome` and `vote_outcome` are the run itself, shared with the chain's runs recorded
-before runs had workflows of their own (which ran them inside the chain)."""
+"""A chain's run as a workflow of its own, `ChainRun`: it runs the subscription's agent (through
+`start_agent_run`, as every workflow does) or holds its vote, then signals the outcome, with the
+run's detours, to the chain by the chain's workflow id (`run_outcome`). It is started with
+`ParentClosePolicy.ABANDON`, so it outlives the chain's run: a chain near its history budget
+continues as new without waiting for a slow agent, carrying the run as in flight, and the
+outcome reaches whichever run is current then."""
 
 from datetime import timedelta
 
@@ -13,12 +11,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.chain import Subscription
-    from coord.models.chain_run import ChainRunInput, RunFailure, RunOutcome
+    from coord.models.agent_runs import RunDetour
+    from coord.models.assignment import Assignment
+    from coord.models.chain_run import ChainRunInput, Detoured, RunFailure, RunOutcome, noted
     from coord.models.contract import (
         CHAIN_RUN_WORKFLOW,
-        RUN_AGENT_ACTIVITY,
         RUN_OUTCOME_SIGNAL,
         FailureType,
         failure,
@@ -26,16 +23,10 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.vote import VoteSpec, VoteState
+    from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows.common import (
-        NO_INPUT,
-        InvalidInput,
-        PlainInput,
-        agent_dispatch,
-        attempts,
-        decode_input,
-    )
+    from coord.workflows.common import NO_INPUT, InvalidInput, PlainInput, attempts, decode_input
 
 SIGNAL_LIMIT_MESSAGE = "signal limit"
 """What a signal refused by the server's limit of signals per run says (Core: "The per-workflow
@@ -43,43 +34,6 @@ signal limit was exceeded"): the chain is about to continue as new, so the outco
 again, to the new run."""
 REPORT_RETRY = timedelta(seconds=1)
 REPORT_RETRY_MAX = timedelta(seconds=30)
-
-
-async def agent_outcome(
-    seq: int, subscription: Subscription, request: AgentRequest, summary: str
-) -> RunOutcome:
-    """The subscription's agent run by `run_agent`: its result, or how it failed for good."""
-    retry_policy = subscription.retry.to_retry_policy()
-    try:
-        result: AgentResult = await workflow.execute_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
-            start_to_close_timeout=subscription.timeout,
-            heartbeat_timeout=subscription.heartbeat_timeout,
-            retry_policy=retry_policy,
-            summary=summary,
-            **agent_dispatch(request, subscription.schedule_to_start_timeout),
-        )
-    except ActivityError as error:
-        return RunOutcome(seq=seq, failure=run_failure(error, attempts(error, retry_policy)))
-    return RunOutcome(seq=seq, result=result)
-
-
-def run_failure(error: ActivityError, attempt_count: int) -> RunFailure:
-    return RunFailure(
-        failure_type=failure_type_of(error), message=failure_message(error), attempts=attempt_count
-    )
-
-
-async def vote_outcome(seq: int, vote: VoteSpec, summary: str) -> RunOutcome:
-    """A vote subscription's run: the child `Vote`'s record, or why it gave no outcome."""
-    try:
-        state: VoteState = await hold_vote(vote, summary)
-    except VOTE_FAILED as error:
-        kind, message = vote_failure(error)
-        return RunOutcome(seq=seq, failure=RunFailure(failure_type=kind, message=message))
-    return RunOutcome(seq=seq, vote=state)
 
 
 @workflow.defn(name=CHAIN_RUN_WORKFLOW, sandboxed=False)
@@ -96,6 +50,7 @@ class ChainRun(metaclass=SurplusStartArguments):
             self._input = decode_input(ChainRunInput, raw_input, "chain run input")
         except InvalidInput as error:
             self._input_error = str(error)
+        self._detours: list[Detoured] = []
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> RunOutcome:
@@ -103,14 +58,44 @@ class ChainRun(metaclass=SurplusStartArguments):
         if run_input is None:
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         if run_input.vote is not None:
-            outcome = await vote_outcome(run_input.seq, run_input.vote, run_input.subscription.name)
+            outcome = await self._vote(run_input.seq, run_input.vote, run_input.summary)
         else:
-            assert run_input.request is not None  # ChainRunInput holds exactly one
-            outcome = await agent_outcome(
-                run_input.seq, run_input.subscription, run_input.request, run_input.summary
-            )
+            outcome = await self._agent(run_input)
+        outcome.detours = self._detours
         await report(run_input.chain_id, outcome)
         return outcome
+
+    async def _agent(self, run_input: ChainRunInput) -> RunOutcome:
+        """The subscription's agent, run as its settings say: its result, or how it failed
+        for good."""
+        assert run_input.request is not None  # ChainRunInput holds exactly one
+        subscription = run_input.subscription
+        settings = declared_settings(
+            subscription, run_input.summary, inline_agents=run_input.inline_agents
+        )
+        try:
+            result = await start_agent_run(run_input.request, settings, self._detoured)
+        except ActivityError as error:
+            retry_policy = subscription.retry.to_retry_policy()
+            failed = RunFailure(
+                failure_type=failure_type_of(error),
+                message=failure_message(error),
+                attempts=attempts(error, retry_policy),
+            )
+            return RunOutcome(seq=run_input.seq, failure=failed)
+        return RunOutcome(seq=run_input.seq, result=result)
+
+    def _detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
+        self._detours = noted(self._detours, detour, assignment)
+
+    async def _vote(self, seq: int, vote: VoteSpec, summary: str) -> RunOutcome:
+        """A vote subscription's run: the child `Vote`'s record, or why it gave no outcome."""
+        try:
+            state: VoteState = await hold_vote(vote, summary)
+        except VOTE_FAILED as error:
+            kind, message = vote_failure(error)
+            return RunOutcome(seq=seq, failure=RunFailure(failure_type=kind, message=message))
+        return RunOutcome(seq=seq, vote=state)
 
 
 async def report(chain_id: str, outcome: RunOutcome) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -29,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
         ENTRY_QUERY,
         EVENT_SIGNAL,
         REDELIVER_ACTIVITY,
-        RUN_AGENT_ACTIVITY,
         FailureType,
         failure,
         failure_message,
@@ -47,12 +45,13 @@ with workflow.unsafe.imports_passed_through():
         ReplayRequest,
     )
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
+    from coord.models.retry import RetryConfig
+    from coord.workflows.agent_runs import RunSettings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         InvalidInput,
         PlainInput,
-        agent_dispatch,
         decode_input,
         signal_chain,
         upsert_search_attributes,
@@ -60,6 +59,8 @@ with workflow.unsafe.imports_passed_through():
 
 
 REPLAY_SCHEDULE_TO_START = timedelta(seconds=10)
+REPLAY_RETRY = RetryConfig(max_retries=2, max_delay=timedelta(seconds=100), no_retry_on=[])
+"""A replayed agent run: three attempts, failures typed non-retryable by the agent stop it."""
 """How long a replay's agent run waits for a worker serving the agent: a person waits on the
 replay for its outcome, so an agent no worker serves is reported soon (`agent_unavailable`)."""
 
@@ -257,14 +258,13 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             idempotency_key=self._entry.idempotency_key,
             inputs=self._entry.inputs,
         )
-        await workflow.execute_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            start_to_close_timeout=timedelta(minutes=5),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+        settings = RunSettings(
             summary=f"replay: {agent}",
-            **agent_dispatch(request, REPLAY_SCHEDULE_TO_START),
+            retry=REPLAY_RETRY,
+            start_to_close=timedelta(minutes=5),
+            schedule_to_start=REPLAY_SCHEDULE_TO_START,
         )
+        await start_agent_run(request, settings)
 
     async def _announce(self) -> None:
         """`EventDeadLettered` joins the correlation's chain, so operators' agents can react.

@@ -4,7 +4,8 @@ under a worker cap, each task started as soon as its dependencies have succeeded
 What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
 outcome) is in `PlanModel` (coord.models.plan_model); one task's lifecycle is `TaskRun`
 (coord.workflows.plan_task). This module is the Temporal side: the start input, the loop that
-starts tasks, the progress reader, cancellation, queries, search attributes, details and memo.
+starts tasks, cancellation, queries, search attributes, details and memo (and the progress
+polling of runs recorded before it was left to whoever asks).
 """
 
 import asyncio
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.plan_model import PlanModel
     from coord.models.specs import SpecError
+    from coord.workflows.agent_runs import outcomes_landed
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
@@ -45,10 +47,26 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
-    from coord.workflows.plan_gates import GatedTaskRun, apply_approval, checked_approval
+    from coord.workflows.fan_out import FanOut
+    from coord.workflows.plan_gates import (
+        APPROVER_IDENTITY_PATCH,
+        GatedTaskRun,
+        apply_approval,
+        checked_approval,
+        decide_approval,
+    )
     from coord.workflows.plan_scratchpad import Scratchpad
-    from coord.workflows.plan_task import SLOTS_GRANTED_BY_THE_PLAN_PATCH, WorkerSlots
+    from coord.workflows.plan_task import (
+        FAN_OUT_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+        WorkerSlots,
+    )
 
+PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
+"""Runs after this patch never read their agents' progress themselves: whoever asks reads it from
+the server (`coord.infra.activity_progress`), so the history grows with the plan's work, not
+with its age. Runs recorded before read it every `progress_interval` (a timer and a local
+activity each time, about five history events a second at 1s) and go on doing so."""
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
 """The progress reader is best effort: a read that fails is skipped, the next one comes."""
@@ -92,22 +110,28 @@ class TaskGraph(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
         self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
+        self._fan_out = FanOut(FAN_OUT_PATCH)
         self._upsert_status()
         self._publish()
-        self._scratchpad = Scratchpad(model.spec, model.state)
+        self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
-        watcher = asyncio.create_task(self._watch_progress(model))
+        polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
+        watcher = asyncio.create_task(self._watch_progress(model)) if polling else None
         try:
             await self._run_tasks(model)
         except asyncio.CancelledError:
             await self._cancelled(model)
             raise
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
         return await self._ended(model)
 
     async def _cancelled(self, model: PlanModel) -> None:
-        """The run was cancelled: its tasks are, and it keeps its record in the memo."""
+        """The run was cancelled: its tasks are, and it keeps its record in the memo. A
+        decision accepted before the cancel is checked and recorded first (it came first)."""
+        if model.checking_decisions():
+            await uncancellable(workflow.wait_condition(lambda: not model.checking_decisions()))
         await uncancellable(self._stop(model, "plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
@@ -137,10 +161,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
-        """Approve or reject a task waiting for a person (`ApprovalRequest`). Raw on purpose,
-        so a malformed request is refused by the validator in one line naming the field. Never
-        awaits, so two decisions cannot interleave: the first applied counts."""
-        return apply_approval(self._model, raw, self._publish)
+        """Approve or reject a task waiting for a person (`ApprovalRequest`), by the caller's
+        client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
+        by the validator in one line naming the field."""
+        if not workflow.patched(APPROVER_IDENTITY_PATCH):
+            return apply_approval(self._model, raw, self._publish)
+        return await decide_approval(self._model, raw, self._publish)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
@@ -185,13 +211,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._scratchpad.task_ended(model.record(task.id))
 
     def _task(self, task: PlanTask) -> GatedTaskRun:
-        return GatedTaskRun(self._slots, task, workflow.info().workflow_id, self._publish)
+        workflow_id = workflow.info().workflow_id
+        return GatedTaskRun(self._slots, task, workflow_id, self._publish, self._fan_out)
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome
         they reached first) and every task still waiting. An outcome that arrived in the same
         workflow task as the cancel is recorded first, never replaced by `cancelled`."""
-        await asyncio.sleep(0)
+        await outcomes_landed()
         model.stop(reason)
         running = [run for run in self._runs.values() if not run.done()]
         for run in running:
@@ -216,8 +243,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
         return state
 
     async def _watch_progress(self, model: PlanModel) -> None:
-        """Every `progress_interval` while tasks run, reads their activities' heartbeat
-        details (the agents' progress summaries, attempts and last failures) into the record."""
+        """Runs recorded before `PROGRESS_ON_DEMAND_PATCH`: every `progress_interval` while
+        tasks run, reads their activities' heartbeat details (the agents' progress summaries,
+        attempts and last failures) into the record."""
         interval = model.spec.progress_interval
         while True:
             await workflow.wait_condition(model.running)

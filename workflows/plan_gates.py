@@ -7,19 +7,23 @@ verifier as a `run_agent` activity that takes one of the plan's worker slots lik
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentResult
-    from coord.models.contract import FailureType, failure
+    from coord.models.contract import UPDATE_CALLER_ACTIVITY, FailureType, failure
     from coord.models.plan import (
         ApprovalDecision,
         ApprovalRequest,
         ReviewStage,
         TaskError,
+        TaskRecord,
         TaskState,
+        UpdateCaller,
         Verdict,
         review_activity_id,
         verify_activity_id,
@@ -33,10 +37,13 @@ with workflow.unsafe.imports_passed_through():
         approval_problem,
         approval_required,
         bounded,
+        busy_problem,
+        caller_problem,
         decision,
         failed_verdict,
         next_gate_step,
         parse_verdict,
+        refuse,
         rejection,
         review_round,
         reviewer_inputs,
@@ -45,13 +52,23 @@ with workflow.unsafe.imports_passed_through():
         verification_round,
     )
     from coord.models.plan_model import PlanModel
+    from coord.models.sizes import json_size
     from coord.workflows.common import InvalidInput, PlainInput, decode_input
-    from coord.workflows.plan_task import AgentActivity, TaskRun, task_error
+    from coord.workflows.plan_task import TaskRun, task_error
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
 """A reviewer's verdict, and the task's error when the reviewer could not give one (its run
 failed for good, or its answer was not a verdict)."""
 STRICT_VERDICTS_PATCH = "plan-strict-verdicts"
+APPROVER_IDENTITY_PATCH = "plan-approval-by-caller-identity"
+"""Runs after this patch take a decision's author from the caller's client identity (read from
+the run's history once the update is accepted, by the `update_caller` activity), refuse a
+caller the gate's `approvers` do not name, and record refusals; the approval's timer waits for a
+decision being checked. Runs recorded before took the request's `by` as the author."""
+CALLER_READ_TIMEOUT = timedelta(seconds=10)
+CALLER_READ_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
+"""Reading who called is a history read on the plan's own worker: retried a little, then the
+decision is refused (the caller may ask again)."""
 
 
 class GatedTaskRun(TaskRun):
@@ -72,12 +89,22 @@ class GatedTaskRun(TaskRun):
                 timeout=gate.timeout,
                 timeout_summary=f"{self.task.id}: approval timeout",
             )
+        if record.approval is None and self.model.deciding(self.task.id):
+            await self._decision_checked(record)
         if record.approval is None:  # a decision landing with the timer still counts
             record.approval = timed_out(gate, workflow.now())
         if record.approval.approved:
             return True
         self.model.task_error(self.task.id, workflow.now(), rejection(record.approval))
         return False
+
+    async def _decision_checked(self, record: TaskRecord) -> None:
+        """The timer fired while a decision accepted before it was being checked (who called):
+        that decision still counts, if its caller may decide; no later one is taken."""
+        self.model.close_approval(self.task.id)
+        await workflow.wait_condition(
+            lambda: record.approval is not None or not self.model.deciding(self.task.id)
+        )
 
     async def after_run(self, result: AgentResult, round: int) -> bool:
         """Runs what the gates say until they pass (True) or the task ended (False)."""
@@ -129,8 +156,9 @@ class GatedTaskRun(TaskRun):
         inputs = reviewer_inputs(task.id, self.model.result_input(task.id), stage)
         request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
 
-        def start() -> AgentActivity:
-            return self.start_agent(request, activity_id, summary)
+        async def start() -> AgentResult:
+            await self.fan_out.room(json_size(request))
+            return await self.start_agent(request, activity_id, summary)
 
         what = f"review {stage.value}" if stage is not None else "verification"
         try:
@@ -175,27 +203,84 @@ async def _all(reviews: list[Awaitable[ReviewOutcome]]) -> list[ReviewOutcome]:
 
 
 def checked_approval(model: PlanModel | None, raw: PlainInput) -> ApprovalRequest:
-    """The update's request, if it can be applied now; else an `invalid_approval` failure
-    whose message is one line saying why (a malformed request naming its field, an unknown
-    task, a task not waiting for approval or already decided)."""
+    """The update's request, if it can be taken up now; else an `invalid_approval` failure
+    whose message is one line saying why (a malformed request naming its field, `by:
+    timeout`, an unknown task, a task not waiting for approval or already decided, or one
+    with another decision being checked)."""
     if model is None:
         raise _invalid("the plan did not start (its spec is invalid): nothing to approve")
     try:
         request = decode_input(ApprovalRequest, raw, "approval")
     except InvalidInput as error:
         raise _invalid(str(error)) from None
-    problem = approval_problem(request, model.state)
+    task_id = request.task
+    problem = approval_problem(request, model.state) or busy_problem(
+        task_id, deciding=model.deciding(task_id), closed=model.approval_closed(task_id)
+    )
     if problem is not None:
         raise _invalid(problem)
     return request
 
 
+async def decide_approval(
+    model: PlanModel | None, raw: PlainInput, changed: Callable[[], None]
+) -> ApprovalDecision:
+    """Records the decision where the waiting task finds it, by its caller: the client identity
+    the server recorded with the update, read from the run's history once the update is
+    accepted (the handler is not told who called). A caller that may not decide (not one of the
+    task's `approvers`, a `by` that is not its identity, no identity) is refused with
+    `approval_refused` and recorded in the task's `refused`; the task keeps waiting. One
+    decision per task is checked at a time (`checked_approval`)."""
+    request = checked_approval(model, raw)
+    assert model is not None
+    gate = model.task(request.task).approval
+    assert gate is not None
+    model.checking_decision(request.task, True)
+    try:
+        caller = await _update_caller(request.task)
+    finally:
+        model.checking_decision(request.task, False)
+    record = model.record(request.task)
+    refused = caller_problem(request, gate, caller)
+    if refused is not None:
+        refuse(record, request, caller, refused, workflow.now())
+        changed()
+        raise failure(FailureType.APPROVAL_REFUSED, refused, non_retryable=True)
+    problem = approval_problem(request, model.state)  # the plan may have moved meanwhile
+    if problem is not None:
+        raise _invalid(problem)
+    record.approval = decision(request, workflow.now(), caller)
+    changed()
+    return record.approval
+
+
+async def _update_caller(task_id: str) -> str | None:
+    """The identity of the client that sent the update being handled (None when it could not
+    be read)."""
+    info, update = workflow.info(), workflow.current_update_info()
+    assert update is not None
+    caller = UpdateCaller(workflow_id=info.workflow_id, run_id=info.run_id, update_id=update.id)
+    try:
+        identity: str = await workflow.execute_activity(
+            UPDATE_CALLER_ACTIVITY,
+            caller,
+            result_type=str,
+            start_to_close_timeout=CALLER_READ_TIMEOUT,
+            retry_policy=CALLER_READ_RETRY,
+            summary=f"{task_id}: who decides",
+        )
+    except ActivityError:
+        return None
+    return identity
+
+
 def apply_approval(
     model: PlanModel | None, raw: PlainInput, changed: Callable[[], None]
 ) -> ApprovalDecision:
-    """Records the decision where the waiting task finds it. Checked again: the validator
-    accepted the request, but another decision for the same task may have been applied since
-    (both accepted in one workflow task); that one counts, and this update fails saying so."""
+    """Runs recorded before `APPROVER_IDENTITY_PATCH`: records the decision, by the request's
+    `by`, where the waiting task finds it. Checked again: the validator accepted the request,
+    but another decision for the same task may have been applied since (both accepted in one
+    workflow task); that one counts, and this update fails saying so."""
     request = checked_approval(model, raw)
     assert model is not None
     decided = decision(request, workflow.now())

@@ -24,6 +24,8 @@ with workflow.unsafe.imports_passed_through():
         task_plan_files,
         worker_result_files,
     )
+    from coord.models.sizes import json_size
+    from coord.workflows.fan_out import FanOut
     from coord.workflows.plan_task import task_error
 
 WRITE_TIMEOUT = timedelta(seconds=30)
@@ -32,9 +34,11 @@ WRITE_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds
 
 
 class Scratchpad:
-    def __init__(self, spec: PlanSpec, record: PlanState) -> None:
+    def __init__(self, spec: PlanSpec, record: PlanState, fan_out: FanOut) -> None:
         self._spec = spec
         self._record = record
+        self._fan_out = fan_out
+        """The plan's budget per workflow task: tasks ending together write their results."""
         self._writes: list[asyncio.Task[None]] = []
 
     def task_plan(self) -> None:
@@ -63,6 +67,7 @@ class Scratchpad:
 
     async def _write(self, request: ScratchpadWrite) -> None:
         names = ", ".join(request.files)
+        await self._fan_out.room(json_size(request))
         try:
             await workflow.execute_activity(
                 WRITE_SCRATCHPAD_ACTIVITY,

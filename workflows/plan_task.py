@@ -24,21 +24,22 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models.agent_runs import RunDetour
     from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.contract import (
-        RUN_AGENT_ACTIVITY,
-        FailureType,
-        failure_type_of,
-    )
+    from coord.models.assignment import Assignment
+    from coord.models.contract import FailureType, failure_type_of
     from coord.models.plan import Dispatch, PlanTask, TaskError, run_activity_id
     from coord.models.plan_model import PlanModel
     from coord.models.plan_votes import task_vote, vote_error
+    from coord.models.sizes import json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VoteState
+    from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows.common import agent_dispatch, assign_agent, attempts
+    from coord.workflows.common import assign_agent, attempts
+    from coord.workflows.fan_out import FanOut
 
-AgentActivity = workflow.ActivityHandle[AgentResult]
+AgentActivity = asyncio.Task[AgentResult]
 T = TypeVar("T")
 
 UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
@@ -47,6 +48,14 @@ UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
 SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
 """Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
 grants the slot; runs recorded before wait with one wait condition per request."""
+FAN_OUT_PATCH = "plan-fan-out-within-task-budget"
+"""Runs after this patch start their agent runs, reviews, votes and scratchpad writes within a
+byte budget per workflow task (`FanOut`); runs recorded before started a whole wave in one task
+(forty 110 KB inputs were more than the server takes in one)."""
+SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
+"""Runs after this patch start a vote task's vote as `vote-<plan_id>~<task_id>`, which no other
+plan's task shares; runs recorded before started `vote-<plan_id>-<task_id>` (plan `a-b`'s task
+`c` and plan `a`'s task `b-c` collided), and keep that id on replay."""
 
 
 class WorkerSlots:
@@ -96,6 +105,7 @@ class TaskRun:
         task: PlanTask,
         workflow_id: str,
         changed: Callable[[], None],
+        fan_out: FanOut,
     ) -> None:
         self.slots = slots
         self.model = slots.model
@@ -103,6 +113,9 @@ class TaskRun:
         self.workflow_id = workflow_id
         self.changed = changed
         """Called after each change of the record: the workflow republishes its details."""
+        self.fan_out = fan_out
+        """The plan's budget per workflow task, which every agent run and vote it starts
+        waits for."""
 
     async def run(self) -> None:
         """The task to its end; never raises (a cancel is recorded, not propagated)."""
@@ -144,10 +157,12 @@ class TaskRun:
         async def start() -> AgentResult:
             await self.assign()
             request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
+            await self.fan_out.room(json_size(request))
             self.model.run_started(task.id, workflow.now(), round)
             self.changed()
             summary = f"{task.id}: {task.summary or request.agent}"
-            return await self.start_agent(request, run_activity_id(task.id, round), summary)
+            activity_id = run_activity_id(task.id, round)
+            return await self.start_agent(request, activity_id, summary, own=True)
 
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
@@ -175,16 +190,17 @@ class TaskRun:
         task's result; rejected, no quorum, or a vote that failed or was cancelled on its own
         (`coord vote cancel`) is the task's error, its dependents skipped."""
         try:
-            vote = task_vote(self.model, self.task)
+            vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
         except SpecError as error:
             invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
             self.model.task_error(self.task.id, workflow.now(), invalid)
             return False
 
-        def start() -> Awaitable[VoteState]:
+        async def start() -> VoteState:
+            await self.fan_out.room(json_size(vote))
             self.model.run_started(self.task.id, workflow.now())
             self.changed()
-            return hold_vote(vote, self.task.id)
+            return await hold_vote(vote, self.task.id)
 
         try:
             outcome = await self.slotted(vote.workflow_id, start)
@@ -214,25 +230,30 @@ class TaskRun:
             self.model.task_assigned(self.task.id, assignment)
             self.changed()
 
-    def start_agent(self, request: AgentRequest, activity_id: str, summary: str) -> AgentActivity:
-        """A `run_agent` activity of this task (its run, a review, a verifier) with the task's
-        timeouts and retry policy."""
-        return workflow.start_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
+    def start_agent(
+        self, request: AgentRequest, activity_id: str, summary: str, *, own: bool = False
+    ) -> AgentActivity:
+        """A `run_agent` activity of this task (its run, `own`, or a review, a verifier) with
+        the task's timeouts and retry policy; the task's own run may go to the next capable
+        agent or its fallback when its agent cannot serve it."""
+        task = self.task
+        settings = declared_settings(
+            task,
+            summary,
+            cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             activity_id=activity_id,
-            start_to_close_timeout=self.task.timeout,
-            heartbeat_timeout=self.task.heartbeat_timeout,
-            retry_policy=self.task.retry.to_retry_policy(),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=summary,
-            **agent_dispatch(
-                request,
-                self.task.schedule_to_start_timeout,
-                agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
-            ),
+            agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
+            route=task.route if own else None,
+            fallback=task.fallback if own else None,
+            inline_agents=self.model.spec.agents,
+            room=self.fan_out.room,
         )
+        return start_agent_run(request, settings, self.detoured)
+
+    def detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run of this task that waited for its agent or went elsewhere: in its record."""
+        self.model.task_detoured(self.task.id, detour, assignment)
+        self.changed()
 
     async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
         """Waits for a worker slot, starts the activity or child (`start`, once the slot is

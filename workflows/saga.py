@@ -7,7 +7,7 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 """
 
 import asyncio
-from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -15,11 +15,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agent_config import AgentConfig
+    from coord.models.agent_runs import RunDetour, kept
     from coord.models.agents import AgentRequest, AgentResult
+    from coord.models.assignment import Assignment
     from coord.models.chain import TimelineEntry
     from coord.models.contract import (
         EVENT_SIGNAL,
-        RUN_AGENT_ACTIVITY,
         SAGA_RECORD_MEMO,
         SAGA_WORKFLOW,
         STATE_QUERY,
@@ -30,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
         saga_id_of,
     )
     from coord.models.envelope import EventEnvelope
-    from coord.models.retry import RetryConfig
     from coord.models.saga import (
         CancelEffect,
         CompensationOutcome,
@@ -43,11 +43,16 @@ with workflow.unsafe.imports_passed_through():
         StackEntry,
     )
     from coord.models.specs import SpecError
+    from coord.workflows.agent_runs import (
+        RunSettings,
+        declared_settings,
+        outcomes_landed,
+        start_agent_run,
+    )
     from coord.workflows.common import (
         DEAD_LETTER_PATCH,
         NO_INPUT,
         PlainInput,
-        agent_dispatch,
         assign_agent,
         attempts,
         decode_input,
@@ -58,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 T = TypeVar("T")
+WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 
 SAGA_EVENTS_PATCH = "saga-events-to-chain"
 """Runs started after this patch announce their events to the correlation's chain and keep
@@ -87,6 +93,8 @@ class Saga:
         later steps and compensations receive as inputs."""
         self._announcing = False
         self._announcements: list[asyncio.Task[None]] = []
+        self._ran_by: dict[str, str] = {}
+        """Steps whose run fell back to another agent, by name: who ran it."""
         self._chain_reachable = True
         """False once a send found no running chain: later events stay in the record only,
         so a saga without a chain pays one failed signal, not one per event."""
@@ -149,11 +157,14 @@ class Saga:
         try:
             running = self._start_agent(
                 await self._assigned(step),
-                summary=step.name,
-                timeout=step.timeout,
-                retry=retry,
-                heartbeat_timeout=step.heartbeat_timeout,
-                schedule_to_start=step.schedule_to_start_timeout,
+                declared_settings(
+                    step,
+                    step.name,
+                    retry=retry,
+                    cancellation=WAIT_FOR_CANCEL,
+                    inline_agents=self._spec_agents(),
+                ),
+                step=step.name,
                 idempotency_key=self._idempotency_key(step),
                 inputs={"steps": self._results()},
             )
@@ -186,11 +197,13 @@ class Saga:
         return assignment.agent
 
     def _agent_of(self, step: SagaStep) -> str:
-        """Who ran the step: its agent, the one picked for it, or (none picked) its name."""
+        """Who ran the step: its fallback, the agent picked for it, its agent, or its name."""
+        if step.name in self._ran_by:
+            return self._ran_by[step.name]
         assigned = self._state.assignments.get(step.name)
         return assigned.agent if assigned else step.agent or step.name
 
-    async def _await_step(self, running: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+    async def _await_step(self, running: "asyncio.Task[AgentResult]") -> AgentResult:
         """The step's result, whatever a cancel does meanwhile. A cancel is recorded when it
         lands. Before the pivot it is passed on to the agent, which may honour it or ignore it
         (no heartbeat, or done inside the heartbeat throttle): a result is kept either way and
@@ -201,7 +214,7 @@ class Saga:
         except asyncio.CancelledError:
             forward = self._state.recovery == "forward"
             self._note_cancel("forward" if forward else "unwind")
-            await asyncio.sleep(0)  # a result resolved in this workflow task lands first
+            await outcomes_landed()  # a result resolved in this workflow task lands first
             if not running.done() and not forward:
                 running.cancel()
         return await uncancellable(running)
@@ -294,10 +307,15 @@ class Saga:
         try:
             result = await self._start_agent(
                 entry.compensate,
-                summary=f"compensate: {entry.compensate}",
-                timeout=step.compensation_timeout,
-                retry=step.compensation_retry,
-                schedule_to_start=step.schedule_to_start_timeout,
+                RunSettings(
+                    summary=f"compensate: {entry.compensate}",
+                    retry=step.compensation_retry,
+                    start_to_close=step.compensation_timeout,
+                    schedule_to_start=step.schedule_to_start_timeout,
+                    cancellation=WAIT_FOR_CANCEL,
+                    inline_agents=self._spec_agents(),
+                ),
+                step=f"{step.name}/undo",
                 idempotency_key=idempotency_key,
                 inputs=inputs,
             )
@@ -352,36 +370,32 @@ class Saga:
     def _start_agent(
         self,
         agent: str,
+        settings: RunSettings,
         *,
-        summary: str,
-        timeout: timedelta,
-        retry: RetryConfig,
-        schedule_to_start: timedelta,
+        step: str,
         idempotency_key: str,
         inputs: dict[str, Any],
-        heartbeat_timeout: timedelta | None = None,
-    ) -> workflow.ActivityHandle[AgentResult]:
-        """Every step and compensation is a command event handed to `run_agent`."""
+    ) -> "asyncio.Task[AgentResult]":
+        """Every step and compensation is a command event handed to an agent run."""
         command = self._event(f"{agent}Command", payload=self._spec_input())
         request = AgentRequest(
             agent=agent,
             event=command,
-            retry_on=retry.retry_on,
+            retry_on=settings.retry.retry_on,
             config=self._spec_agents().get(agent),
             idempotency_key=idempotency_key,
             inputs=inputs,
         )
-        return workflow.start_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
-            start_to_close_timeout=timeout,
-            heartbeat_timeout=heartbeat_timeout,
-            retry_policy=retry.to_retry_policy(),
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=summary,
-            **agent_dispatch(request, schedule_to_start),
-        )
+        return start_agent_run(request, settings, partial(self._detoured, step))
+
+    def _detoured(self, step: str, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run that waited for its agent or went elsewhere: kept in the record by step."""
+        self._state.detours = kept(self._state.detours, detour.model_copy(update={"run": step}))
+        if assignment is not None:
+            self._state.assignments[step] = assignment
+        elif detour.to_agent is not None:
+            self._ran_by[step] = detour.to_agent
+        self._publish_progress()
 
     def _announce(self, event_type: str, source: str, payload: dict[str, Any]) -> EventEnvelope:
         """Record one of the saga's events with its time, and send it to the correlation's
@@ -470,6 +484,8 @@ def render_details(state: SagaState, spec: SagaSpec | None) -> str:
     if state.assignments:
         picked = "; ".join(f"{step}: {a.describe()}" for step, a in state.assignments.items())
         lines.append(f"**Picked by capability:** {picked}")
+    if state.detours:
+        lines.append(f"**Detours:** {'; '.join(d.describe() for d in state.detours[-3:])}")
     if state.compensations:
         undone = ", ".join(f"{c.compensate} ({c.status})" for c in state.compensations)
         lines.append(f"**Compensations:** {undone}")

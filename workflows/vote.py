@@ -14,7 +14,6 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from coord.models.agents import AgentRequest, AgentResult
     from coord.models.contract import (
-        RUN_AGENT_ACTIVITY,
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
@@ -24,20 +23,31 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.durations import format_duration
     from coord.models.envelope import EventEnvelope
+    from coord.models.sizes import json_size
     from coord.models.specs import SpecError
     from coord.models.vote import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
+    from coord.workflows.agent_runs import (
+        AGENT_RUN_GATES_PATCH,
+        RunSettings,
+        outcomes_landed,
+        start_agent_run,
+    )
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
         PlainInput,
-        agent_dispatch,
         decode_input,
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows.fan_out import FanOut
     from coord.workflows.plan_task import task_error
 
-VoterRun = workflow.ActivityHandle[AgentResult]
+VoterRun = asyncio.Task[AgentResult]
+FAN_OUT_PATCH = "vote-voters-within-task-budget"
+"""Runs after this patch start their voters within a byte budget per workflow task (`FanOut`):
+forty voters of a 110 KB proposal were more than the server takes in one task. Runs recorded
+before started every voter in the first task."""
 
 
 @workflow.defn(name=VOTE_WORKFLOW)
@@ -49,6 +59,7 @@ class Vote(metaclass=SurplusStartArguments):
         self._spec_error: str | None = None
         self._model: VoteModel | None = None
         self._upserted: VoteStatus | None = None
+        self._fan_out = FanOut(FAN_OUT_PATCH)
         try:
             spec = decode_input(VoteSpec, raw_spec, "vote spec")
         except SpecError as error:
@@ -64,15 +75,18 @@ class Vote(metaclass=SurplusStartArguments):
         if model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
-        runs = {voter: self._start_voter(model, voter) for voter in model.spec.voters}
-        ballots = [asyncio.create_task(self._ballot(model, v, run)) for v, run in runs.items()]
+        runs: dict[str, VoterRun] = {}
+        ballots: list[asyncio.Task[None]] = []
         try:
+            await self._start_voters(model, runs, ballots)
             await self._until_over(model)
         except asyncio.CancelledError:
+            if workflow.patched(AGENT_RUN_GATES_PATCH):
+                await outcomes_landed()
             if not model.over:  # an outcome taken in the same workflow task stands
                 await self._cancelled(model, runs, ballots)
                 raise
-        await uncancellable(self._stop(runs, ballots))
+        await uncancellable(self._stop(model, runs, ballots))
         self._changed(model)
         self._log(model)
         return model.state
@@ -83,7 +97,7 @@ class Vote(metaclass=SurplusStartArguments):
         """A cancelled vote cancels its runs; its record, which no result carries, is kept in
         the memo."""
         model.cancel(workflow.now())
-        await uncancellable(self._stop(runs, ballots))
+        await uncancellable(self._stop(model, runs, ballots))
         workflow.upsert_memo({VOTE_RECORD_MEMO: model.state})
         self._changed(model)
 
@@ -109,7 +123,18 @@ class Vote(metaclass=SurplusStartArguments):
         except TimeoutError:
             model.deadline_passed(workflow.now())
 
-    def _start_voter(self, model: VoteModel, voter: str) -> VoterRun:
+    async def _start_voters(
+        self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]
+    ) -> None:
+        """Every voter's run, in as many workflow tasks as the budget needs (the ballots of the
+        first are counted meanwhile); once the outcome is known the rest never start."""
+        for voter in model.spec.voters:
+            if model.over:
+                return
+            runs[voter] = run = await self._start_voter(model, voter)
+            ballots.append(asyncio.create_task(self._ballot(model, voter, run)))
+
+    async def _start_voter(self, model: VoteModel, voter: str) -> VoterRun:
         spec = model.spec
         info = workflow.info()
         request = AgentRequest(
@@ -125,17 +150,17 @@ class Vote(metaclass=SurplusStartArguments):
             idempotency_key=f"{info.workflow_id}/{info.first_execution_run_id}/{voter}",
             inputs={"vote": {"vote_id": spec.vote_id, "needed": spec.needed}},
         )
-        return workflow.start_activity(
-            RUN_AGENT_ACTIVITY,
-            request,
-            result_type=AgentResult,
-            schedule_to_close_timeout=spec.timeout,
-            heartbeat_timeout=spec.heartbeat_timeout,
-            retry_policy=spec.retry.to_retry_policy(),
-            cancellation_type=workflow.ActivityCancellationType.TRY_CANCEL,
+        await self._fan_out.room(json_size(request))
+        settings = RunSettings(
             summary=f"ballot: {voter}",
-            **agent_dispatch(request, spec.schedule_to_start_timeout),
+            retry=spec.retry,
+            schedule_to_close=spec.timeout,
+            heartbeat_timeout=spec.heartbeat_timeout,
+            schedule_to_start=spec.schedule_to_start_timeout,
+            inline_agents=spec.agents,
+            room=self._fan_out.room,
         )
+        return start_agent_run(request, settings)
 
     async def _ballot(self, model: VoteModel, voter: str, run: VoterRun) -> None:
         """The voter's run to its end, as a ballot (or as cancelled); never raises."""
@@ -153,13 +178,18 @@ class Vote(metaclass=SurplusStartArguments):
             model.answered(voter, result.data, workflow.now())
         self._changed(model)
 
-    async def _stop(self, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]) -> None:
+    async def _stop(
+        self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]
+    ) -> None:
         """Cancels the runs still out (the outcome is known, their answers can change nothing)
-        and waits until each is recorded."""
+        and waits until each is recorded; a voter whose run never started is cancelled too."""
         for run in runs.values():
             if not run.done():
                 run.cancel()
         await asyncio.gather(*ballots)
+        for voter in model.spec.voters:
+            if voter not in runs:
+                model.run_cancelled(voter)
 
     def _changed(self, model: VoteModel) -> None:
         """Republishes the details; upserts the search attributes when the status moved."""

@@ -18,7 +18,7 @@ from temporalio import activity
 from coord.activities.agent_kinds.output import json_object_output, request_json
 from coord.models.agent_config import HttpAgent, WorkerSettings
 from coord.models.agents import AgentContext
-from coord.models.contract import FailureType, failure
+from coord.models.contract import FailureType, Health, failure
 from coord.models.envelope import EventEnvelope
 
 RETRYABLE_STATUSES = {408, 429}
@@ -48,10 +48,14 @@ async def run_http(
                 return await _post(client, request, config, secrets, int(settings.output_limit))
         except (TimeoutError, httpx.TimeoutException):
             raise failure(
-                FailureType.TIMEOUT, f"{config.url} did not answer within {config.timeout}"
+                FailureType.TIMEOUT,
+                f"{config.url} did not answer within {config.timeout}",
+                health=Health.TIMEOUT,
             ) from None
         except httpx.TransportError as error:
-            raise failure(FailureType.TEMPORARY_FAILURE, f"{request.url}: {error}") from None
+            raise failure(
+                FailureType.TEMPORARY_FAILURE, f"{request.url}: {error}", health=Health.CONNECTION
+            ) from None
 
 
 def secret_from_env(variable: str, needed_by: str) -> str:
@@ -120,16 +124,27 @@ def _classified(response: httpx.Response) -> Exception:
 
 def status_failure(response: httpx.Response, detail: str = "") -> Exception:
     """The failure an unsuccessful status means: 408, 429 and 5xx are temporary (Retry-After the
-    next delay), 401/403 unauthorized, anything else invalid_payload. `detail` ends the message."""
+    next delay; 429 and 5xx say the server is unwell, `Health`), 401/403 unauthorized, anything
+    else invalid_payload. `detail` ends the message."""
     status, url = response.status_code, response.request.url
     if status in RETRYABLE_STATUSES or status >= 500:
         delay = retry_after(response.headers.get("Retry-After"), _longest_retry_delay())
         return failure(
-            FailureType.TEMPORARY_FAILURE, f"{url} answered {status}{detail}", retry_after=delay
+            FailureType.TEMPORARY_FAILURE,
+            f"{url} answered {status}{detail}",
+            retry_after=delay,
+            health=_status_health(status),
         )
     if status in (401, 403):
         return failure(FailureType.UNAUTHORIZED, f"{url} answered {status}{detail}")
     return failure(FailureType.INVALID_PAYLOAD, f"{url} answered {status}{detail}")
+
+
+def _status_health(status: int) -> Health | None:
+    """5xx and 429 say the server is unwell or overwhelmed; a 408 says the request was slow."""
+    if status >= 500:
+        return Health.HTTP_5XX
+    return Health.HTTP_429 if status == 429 else None
 
 
 def retry_after(value: str | None, longest: timedelta) -> timedelta | None:

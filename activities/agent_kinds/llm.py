@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from coord.activities.agent_kinds.http import secret_from_env, status_failure
 from coord.models.agent_config import LlmAgent, PromptTemplate, WorkerSettings
 from coord.models.agents import AgentContext
-from coord.models.contract import FailureType, failure
+from coord.models.contract import FailureType, Health, failure
 from coord.models.envelope import EventEnvelope
 
 EXCERPT_CHARS = 200
@@ -210,10 +210,12 @@ class CappedStream(httpx.AsyncByteStream):
 def _failure(error: Exception, config: LlmAgent, who: str, key: str) -> Exception:
     """The http kind's taxonomy: statuses by `status_failure` (429 and 5xx temporary, with
     Retry-After; 401/403 unauthorized; others invalid_payload), timeouts `timeout`, no
-    connection `temporary_failure`."""
+    connection `temporary_failure`; each marked with its `Health` reason where it has one."""
     if isinstance(error, TimeoutError | openai.APITimeoutError):
         return failure(
-            FailureType.TIMEOUT, f"{who}: {config.base_url} did not answer within {config.timeout}"
+            FailureType.TIMEOUT,
+            f"{who}: {config.base_url} did not answer within {config.timeout}",
+            health=Health.TIMEOUT,
         )
     if isinstance(error, openai.APIStatusError):
         return status_failure(error.response, f" to {who}: {_server_said(error.body, key)}")
@@ -222,6 +224,7 @@ def _failure(error: Exception, config: LlmAgent, who: str, key: str) -> Exceptio
         return failure(
             FailureType.TEMPORARY_FAILURE,
             f"{who}: {config.base_url}: {_excerpt(str(cause) or type(cause).__name__, key)}",
+            health=Health.CONNECTION,
         )
     return failure(FailureType.INVALID_PAYLOAD, f"{who}: {_excerpt(str(error), key)}")
 

@@ -16,7 +16,7 @@ from typing import Any
 from coord.activities.agent_kinds.output import json_object_output, request_json
 from coord.models.agent_config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
 from coord.models.agents import AgentContext
-from coord.models.contract import FailureType, failure
+from coord.models.contract import FailureType, Health, failure
 from coord.models.envelope import EventEnvelope
 
 KILL_GRACE_SECONDS = 3.0
@@ -112,7 +112,9 @@ async def _heartbeat_until_exit(
         left = deadline - loop.time()
         if left <= 0:
             raise failure(
-                FailureType.TIMEOUT, f"{config.argv[0]} ran past its {config.timeout} timeout"
+                FailureType.TIMEOUT,
+                f"{config.argv[0]} ran past its {config.timeout} timeout",
+                health=Health.TIMEOUT,
             )
         pending: set[asyncio.Future[Any]] = {
             exited,
@@ -182,6 +184,8 @@ def _signal_group(process: asyncio.subprocess.Process, sig: signal.Signals) -> N
 
 
 def _result(config: ShellAgent, code: int, out: bytes, err: bytes) -> Mapping[str, Any]:
+    """Its output, or the failure its exit code means; killed by a signal (a negative code),
+    the agent is unwell rather than its input (`Health.SIGNAL`)."""
     if code != 0:
         kind = (
             FailureType.INVALID_PAYLOAD
@@ -189,7 +193,10 @@ def _result(config: ShellAgent, code: int, out: bytes, err: bytes) -> Mapping[st
             else FailureType.TEMPORARY_FAILURE
         )
         tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        ended = f"killed by signal {-code}" if code < 0 else f"exited {code}"
         raise failure(
-            kind, f"{config.argv[0]} exited {code}: {' / '.join(tail)[-STDERR_TAIL_CHARS:]}"
+            kind,
+            f"{config.argv[0]} {ended}: {' / '.join(tail)[-STDERR_TAIL_CHARS:]}",
+            health=Health.SIGNAL if code < 0 else None,
         )
     return json_object_output(out, config.argv[0])

@@ -15,9 +15,19 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from coord.infra.activity_progress import pending_progress
 from coord.infra.temporal import task_queue
 from coord.models import contract
-from coord.models.plan import ApprovalRequest, PlanProgress, PlanSpec, PlanState
+from coord.models.plan import (
+    ApprovalDecision,
+    ApprovalRequest,
+    PlanProgress,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    as_seen,
+    progress_as_seen,
+)
 from coord.models.plan_report import task_plan_markdown
 from coord.starter.api.common import (
     Conflict,
@@ -89,34 +99,50 @@ async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 
 
 async def plan_state(client: Client, plan: str) -> PlanState:
-    return await plan_record(plan_handle(client, plan))
+    """The record; a running plan's with what its agents say now (their progress summaries and
+    attempts, read from the server's pending activities: the plan itself never polls them)."""
+    handle = plan_handle(client, plan)
+    state = await plan_record(handle)
+    if state.status != PlanStatus.RUNNING:
+        return state
+    return as_seen(state, await pending_progress(client, handle.id))
 
 
 async def plan_progress(client: Client, plan: str) -> PlanProgress:
-    """Running tasks with their agents' latest summaries and elapsed time, counts by state, and
-    what the plan waits for (a running plan only: it is the workflow's query)."""
+    """Running tasks with their agents' latest summaries (read from the server's pending
+    activities as the answer is made) and elapsed time, counts by state, and what the plan
+    waits for (a running plan only: the counts are the workflow's query)."""
     handle = plan_handle(client, plan)
     try:
-        progress: PlanProgress = await handle.query(
-            contract.PROGRESS_QUERY, result_type=PlanProgress
-        )
-        return progress
+        return await live_progress(client, handle)
     except RPCError as error:
         raise await ended_or_missing(
             handle, f"plan {plan!r}", "it reports no progress", error
         ) from None
 
 
+async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> PlanProgress:
+    """The plan's `progress` query, its running tasks' summaries as their agents say them now
+    (RPCError when the plan cannot answer)."""
+    progress: PlanProgress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    return progress_as_seen(progress, await pending_progress(client, handle.id))
+
+
 async def approve_task(
     client: Client, plan: str, request: ApprovalRequest, *, answer_time: timedelta = ANSWER_TIME
-) -> None:
-    """Approve or reject a task waiting for a person. The workflow refuses (one line, naming the
-    field) a task that is not one of the plan's or is not waiting for approval; NoWorker when no
-    worker took the decision up within `answer_time`."""
+) -> ApprovalDecision:
+    """Approve or reject a task waiting for a person, as `client`'s identity (the decision's
+    author, which the plan reads from what the server recorded). The workflow refuses (one
+    line, naming the field) a task that is not one of the plan's or is not waiting for
+    approval, and a caller the task's approvers do not name (`approval_refused`); NoWorker when
+    no worker took the decision up within `answer_time`."""
     handle = plan_handle(client, plan)
     try:
-        await handle.execute_update(
-            contract.APPROVE_UPDATE, request.model_dump(mode="json"), rpc_timeout=answer_time
+        decided: ApprovalDecision = await handle.execute_update(
+            contract.APPROVE_UPDATE,
+            request.model_dump(mode="json", exclude_none=True),
+            rpc_timeout=answer_time,
+            result_type=ApprovalDecision,
         )
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise NoWorker(
@@ -127,6 +153,7 @@ async def approve_task(
         raise await ended_or_missing(
             handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
         ) from None
+    return decided
 
 
 async def cancel_plan(client: Client, plan: str) -> None:

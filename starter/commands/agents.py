@@ -84,7 +84,11 @@ def agents_view(rows: list[AgentHealth], now: datetime | None = None) -> Group:
             f"{row.p50_ms:g} ms" if row.p50_ms is not None else "-",
             _breaker(row, moment),
         )
-    return Group(table, Text(f"(success and p50: the last {WINDOW_TEXT} of runs)", style="dim"))
+    note = (
+        f"(success and p50: the last {WINDOW_TEXT} of runs; breaker: the share of the runs in "
+        "its window failing in a way that counts against it)"
+    )
+    return Group(table, Text(note, style="dim"))
 
 
 def _workers(row: AgentHealth, now: datetime) -> str:
@@ -113,10 +117,17 @@ def _success(row: AgentHealth) -> str:
 
 
 def _breaker(row: AgentHealth, now: datetime) -> Text:
-    """`closed`, `half_open`, or `open (12s left)`."""
+    """`closed (10% of 40 failed)`, `open (12s left)` or `half_open (1 of 3 probes ok)`."""
     if row.breaker == "open" and row.open_until is not None:
         left = max((row.open_until - now).total_seconds(), 0)
         return render.status("open", f"open ({left:.0f}s left)")
+    if row.breaker == "half_open" and row.probes:
+        return render.status(
+            "half_open", f"half_open ({row.probes_succeeded} of {row.probes} probes ok)"
+        )
+    if row.breaker == "closed" and row.breaker_failure_rate is not None:
+        rate = f"{row.breaker_failure_rate:.0%} of {row.breaker_calls} failed"
+        return render.status("closed", f"closed ({rate})")
     return render.status(row.breaker)
 
 

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from coord.infra.logs import get_logger
-from coord.infra.temporal import ConnectionSettings, task_queue, workflow_link
+from coord.infra.temporal import ConnectionSettings, client_identity, task_queue, workflow_link
 from coord.models import agents
 from coord.models.chain import ChainSpec
 from coord.models.plan import PlanSpec
@@ -102,7 +102,7 @@ def unexpected(error: Exception) -> tuple[ExitCode, str]:
 async def connect() -> Client:
     """A client of the configured server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profiles: see
     infra/temporal.py); an unreachable one is ServerUnreachable, exit code 6."""
-    return await ConnectionSettings.load().connect()
+    return await ConnectionSettings.load().connect(identity=client_identity())
 
 
 def echo_started(client: Client, workflow_id: str) -> None:

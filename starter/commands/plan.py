@@ -89,18 +89,17 @@ async def state(plan: str, as_json: AsJson = False) -> None:
 async def approve(
     plan: str,
     task: str,
-    by: Annotated[str, typer.Option("--by", help="Who decides (recorded with the task)")],
     reject: Annotated[bool, typer.Option("--reject", help="Reject the task instead")] = False,
     reason: Annotated[str, typer.Option(help="Why (recorded with the task)")] = "",
 ) -> None:
-    """Approve (or --reject) a task waiting for a person."""
+    """Approve (or --reject) a task waiting for a person. The decision is recorded as yours:
+    the client identity coord connects with ($COORD_IDENTITY, else user@host)."""
     request = parse_model(
-        ApprovalRequest,
-        {"task": task, "approve": not reject, "by": by, "reason": reason},
-        "approval",
+        ApprovalRequest, {"task": task, "approve": not reject, "reason": reason}, "approval"
     )
-    await api.approve_task(await connect(), plan, request)
-    typer.echo(f"{'rejected' if reject else 'approved'} task {task} of plan {plan} (by {by})")
+    decided = await api.approve_task(await connect(), plan, request)
+    verb = "approved" if decided.approved else "rejected"
+    typer.echo(f"{verb} task {task} of plan {plan} (by {decided.by})")
 
 
 @app.command("cancel")

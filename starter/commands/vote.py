@@ -11,7 +11,7 @@ from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
 
 from coord.models import contract
-from coord.models.specs import load_spec
+from coord.models.specs import SpecError, load_spec
 from coord.models.vote import Ballot, VoteSpec, VoteState, VoteStatus
 from coord.starter import api, render
 from coord.starter.commands.common import (
@@ -34,6 +34,11 @@ CHOICE_STYLES = {"approve": "green", "reject": "red", "abstain": "yellow"}
 def load_vote_spec(file: Path, vote_id: str | None) -> VoteSpec:
     """The spec file with `--id` over its vote id, its voters checked as the worker would."""
     spec = load_spec(VoteSpec, file, {"vote_id": vote_id} if vote_id is not None else None)
+    if contract.ID_PART_SEPARATOR in spec.vote_id:
+        raise SpecError(
+            f"{file}: vote_id: {spec.vote_id!r} holds `~`, which only the votes of plan tasks "
+            "have (`<plan_id>~<task_id>`); give an identifier"
+        )
     check_agents(file, spec)
     return spec
 

@@ -1,0 +1,163 @@
+"""Fan-outs within a byte budget per workflow task, on the real dev server: a plan's wave of forty
+tasks with 110 KB inputs, a vote of forty voters on a 110 KB proposal, and a 110 KB event that
+forty chain subscriptions take at once. Each 110 KB payload
+stays under the payload store's threshold, so it travels inline; forty of them in one workflow
+task are 4.4 MB, which the server refuses (the run is terminated, with no record). Paced, each
+workflow task schedules at most the budget (`BYTES_PER_WORKFLOW_TASK`) and both complete with
+their record."""
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from coord.infra.payload_store import DEFAULT_THRESHOLD
+from coord.models.agents import AgentContext, AgentRegistry
+from coord.models.chain import ChainSpec
+from coord.models.envelope import EventEnvelope
+from coord.models.plan import PlanSpec, PlanStatus, TaskState
+from coord.models.sizes import BYTES_PER_WORKFLOW_TASK
+from coord.models.vote import Choice, VoteSpec, VoteStatus
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import event as new_event
+from tests.helpers import run_chain, task_failures
+
+WIDTH = 40
+PADDING = "x" * (110 * 1024)
+VOTERS = [f"voter-{i}" for i in range(WIDTH)]
+CHAIN_PADDING = "x" * (60 * 1024)
+"""A chain's run carries its trigger's payload twice (the event, and its `inputs`): 60 KB keeps
+each request inline, forty of them 4.8 MB."""
+
+
+def agents() -> AgentRegistry:
+    """`worker` answers with the index of its task; every voter approves."""
+    registry = AgentRegistry()
+
+    @registry.register("worker")
+    async def worker(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"i": event.payload.get("i")}
+
+    async def approve(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        return {"approve": True, "reason": f"read {len(event.payload['padding'])} bytes"}
+
+    for voter in VOTERS:
+        registry.register(voter)(approve)
+    return registry
+
+
+async def scheduled_bytes_per_task(client: Client, workflow_id: str) -> list[int]:
+    """The input bytes of the activities each workflow task scheduled, task by task, in every run
+    of the workflow (a chain continues as new)."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    run_id = described.raw_description.workflow_execution_info.first_run_id
+    per_task: Counter[tuple[str, int]] = Counter()
+    while run_id:
+        run, run_id = client.get_workflow_handle(workflow_id, run_id=run_id), ""
+        async for event in run.fetch_history_events():
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                scheduled = event.activity_task_scheduled_event_attributes
+                task = (run.run_id or "", scheduled.workflow_task_completed_event_id)
+                per_task[task] += scheduled.input.ByteSize()
+            if event.HasField("workflow_execution_continued_as_new_event_attributes"):
+                attributes = event.workflow_execution_continued_as_new_event_attributes
+                run_id = attributes.new_execution_run_id
+    return list(per_task.values())
+
+
+def within_the_budget(per_task: list[int], one: int = len(PADDING)) -> None:
+    """More than the server takes in one workflow task in all, each workflow task within the
+    budget (one input alone may pass it, by less than one input: `one` bytes)."""
+    assert one < DEFAULT_THRESHOLD, "each payload travels inline"
+    assert sum(per_task) > 4 * 1024 * 1024, "more than the server takes in one workflow task"
+    assert max(per_task) <= BYTES_PER_WORKFLOW_TASK + one + 2048, per_task
+
+
+async def test_a_wave_of_forty_tasks_with_110_kb_inputs_is_paced_and_completes(
+    client: Client, task_queue: str
+) -> None:
+    tasks = [
+        {"id": f"t{i}", "agent": "worker", "input": {"i": i, "padding": PADDING}}
+        for i in range(WIDTH)
+    ]
+    spec = PlanSpec.model_validate(
+        {"plan_id": f"wide-{uuid.uuid4().hex[:8]}", "max_workers": WIDTH, "tasks": tasks}
+    )
+    async with build_worker(client, task_queue, agents(), only=["worker"]):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 120)
+        per_task = await scheduled_bytes_per_task(client, handle.id)
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    assert [task.result for task in state.tasks] == [{"i": i} for i in range(WIDTH)]
+    assert all(task.state == TaskState.SUCCEEDED for task in state.tasks)
+    within_the_budget(per_task)
+    assert await task_failures(handle) == []
+
+
+async def wide_vote(client: Client, task_queue: str, voters: list[str]) -> list[int]:
+    """A vote of `voters` on a 110 KB proposal, all to approve: decided with every ballot; the
+    input bytes its workflow tasks scheduled, task by task."""
+    spec = VoteSpec.model_validate(
+        {
+            "vote_id": f"wide-{len(voters)}-{uuid.uuid4().hex[:8]}",
+            "proposal": {"padding": PADDING},
+            "voters": voters,
+            "at_least": len(voters),
+        }
+    )
+    async with build_worker(client, task_queue, agents(), only=voters):
+        handle = await api.start_vote(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.vote_outcome(handle), 120)
+        per_task = await scheduled_bytes_per_task(client, handle.id)
+    assert state.status == VoteStatus.DECIDED, state.summary
+    assert sorted(ballot.voter for ballot in state.ballots) == sorted(voters)
+    assert {ballot.choice for ballot in state.ballots} == {Choice.APPROVE}
+    assert await task_failures(handle) == []
+    return per_task
+
+
+async def test_a_vote_of_forty_voters_on_a_110_kb_proposal_is_paced_and_decided(
+    client: Client, task_queue: str
+) -> None:
+    within_the_budget(await wide_vote(client, task_queue, VOTERS))
+
+
+async def test_a_vote_just_past_the_budget_starts_its_last_voter_in_the_next_task(
+    client: Client, task_queue: str
+) -> None:
+    """Five ballots of 110 KB are just over the budget: four go out together, the fifth in the
+    next workflow task (the smallest run a recorded history holds the pacing with)."""
+    per_task = await wide_vote(client, task_queue, VOTERS[:5])
+    assert [size // len(PADDING) for size in per_task] == [4, 1]
+
+
+async def test_an_event_forty_subscriptions_take_is_paced_and_every_run_completes(
+    client: Client, task_queue: str
+) -> None:
+    subscriptions = [
+        {"name": f"s{i}", "agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
+        for i in range(WIDTH)
+    ]
+    spec = ChainSpec.model_validate(
+        {
+            "name": "wide",
+            "triggers": ["Big"],
+            "max_concurrency": WIDTH,
+            "alerts": None,
+            "subscriptions": subscriptions,
+        }
+    )
+    async with build_worker(client, task_queue, agents(), only=["worker"]):
+        big = new_event("", "Big", blob=CHAIN_PADDING)
+        state, timeline = await run_chain(client, task_queue, spec, [big])
+        handle = api.chain_handle(client, state.correlation_id)
+        per_task = await scheduled_bytes_per_task(client, handle.id)
+    assert [entry.event for entry in timeline].count("Done") == WIDTH
+    assert state.dead_lettered == 0
+    within_the_budget(per_task, 2 * len(CHAIN_PADDING))
+    assert await task_failures(handle) == []
