@@ -60,6 +60,13 @@ class Publishes(BaseModel):
         return {*self.all, *(by_agent or [])}
 
 
+SHORT_RUN = timedelta(seconds=30)
+"""A run its subscription bounds to this in all (`schedule_to_close_timeout`: its retries and
+its waits at its agent's gates included) stays in the chain, which waits for it, at most this
+long, before continuing as new; any other run goes to a `ChainRun` of its own, which costs a
+child workflow and a signal (about half a second a run on a busy dev server)."""
+
+
 class Subscription(Routed):
     model_config = ConfigDict(extra="forbid")
 
@@ -110,6 +117,12 @@ class Subscription(Routed):
         if self.vote is not None:
             return [(f"{place}.vote.voters", voter) for voter in self.vote.voters]
         return [(f"{place}.agent", self.agent)]
+
+    @property
+    def runs_in_chain(self) -> bool:
+        """Whether its runs are short enough to run in the chain itself (`SHORT_RUN`)."""
+        bound = self.schedule_to_close_timeout
+        return self.vote is None and bound is not None and bound <= SHORT_RUN
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)

@@ -16,7 +16,15 @@ from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents
-from tests.helpers import alerting_spec, event, eventually, routing_spec
+from tests.helpers import (
+    alerting_spec,
+    chain_run_handles,
+    event,
+    eventually,
+    routing_spec,
+    run_chain,
+)
+from tests.test_mesh_queues import runs_by_agent
 
 
 async def pause_with_queued_runs(client: Client, correlation_id: str, runs: int) -> list[str]:
@@ -283,3 +291,29 @@ async def test_a_chain_ending_in_the_task_that_rejects_an_event_still_parks_it(
 
         await eventually(parked, timeout=15)
     assert state.dead_lettered == 1 and state.status == ChainStatus.CLOSED
+
+
+async def test_a_run_bounded_short_runs_in_the_chain_itself(
+    client: Client, task_queue: str
+) -> None:
+    """A run whose subscription bounds it to SHORT_RUN in all stays in the chain (continue-as-new
+    waits for it, that long at most); any other goes to a `ChainRun` of its own."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "short-and-long",
+            "triggers": ["A"],
+            "alerts": None,
+            "subscriptions": [
+                {"agent": "ux-designer", "events": "A", "schedule_to_close_timeout": "20s"},
+                {"agent": "python-pro", "events": "A"},
+            ],
+        }
+    )
+    async with build_worker(client, task_queue):
+        state, _ = await run_chain(client, task_queue, spec, [event("", "A")])
+        handle = api.chain_handle(client, state.correlation_id)
+        handed = await chain_run_handles(client, handle)
+        here = await runs_by_agent(handle)
+    assert state.events_seen == 1 and state.dead_lettered == 0
+    assert [run.id for run in handed] == [f"{handle.id}/run-3"], "python-pro's: its own workflow"
+    assert list(here) == ["ux-designer ← A"], "ux-designer's: in the chain"

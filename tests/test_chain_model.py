@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from coord.models.agent_runs import MAX_DETOURS, RunDetour
 from coord.models.agents import AgentResult, PublishRequest
 from coord.models.chain import ChainInput, ChainSpec, ChainStatus, RerunRequest
 from coord.models.chain_model import (
@@ -17,7 +18,7 @@ from coord.models.chain_model import (
     Parking,
     Rejection,
 )
-from coord.models.chain_run import RunFailure, RunOutcome
+from coord.models.chain_run import RunFailure, RunOutcome, noted
 from coord.models.envelope import EventEnvelope, Priority
 
 WORKFLOW_ID = "chain-c1"
@@ -467,3 +468,20 @@ def test_a_run_outcome_is_exactly_one_of_result_vote_or_failure() -> None:
     for given in ({}, {"result": {"agent": "a"}, "failure": {"failure_type": "x", "message": ""}}):
         with pytest.raises(ValidationError, match="exactly one of result, vote or failure"):
             RunOutcome.model_validate({"seq": 3, **given})
+
+
+def test_a_runs_detours_come_back_merged_and_bounded() -> None:
+    def waited(seconds: float) -> RunDetour:
+        return RunDetour(
+            at=NOW, agent="planner", reason="pool_full", action="waited", waited_s=seconds
+        )
+
+    detours = noted([], waited(1.5), None)
+    detours = noted(detours, waited(2.0), None)
+    assert [d.detour.waited_s for d in detours] == [3.5], "waits in a row add up"
+    rerouted = RunDetour(at=NOW, agent="planner", reason="circuit_open", action="rerouted")
+    detours = noted(detours, rerouted, None)
+    assert [d.detour.action for d in detours] == ["waited", "rerouted"]
+    for _ in range(3 * MAX_DETOURS):
+        detours = noted(detours, rerouted, None)
+    assert len(detours) == MAX_DETOURS

@@ -20,10 +20,12 @@ whichever run is current. The chain keeps the run in flight (`ChainCarry.in_flig
 across continue-as-new) until its outcome comes, so nothing is lost; the outcome names the run
 by its queue number, so an outcome taken once is refused the second time, and each `ChainRun`
 has an id of its own (`<chain id>/run-<n>`), so nothing runs twice. The run's detours (waits at
-its agent's gates, reroutes) come back with its outcome. Continue-as-new waits only for the
-runs whose `ChainRun` has not been confirmed started, and once it is due the queue waits for
-the next run. Runs recorded before the `chain-runs-in-workflows-of-their-own` patch ran their
-agents here, as they did.
+its agent's gates, reroutes) come back with its outcome. A run its subscription bounds to
+`SHORT_RUN` in all (`schedule_to_close_timeout` <= 30 s) stays here instead, sparing a child
+workflow and a signal: continue-as-new waits for it, at most that long. Continue-as-new waits
+for nothing else but the runs whose `ChainRun` has not been confirmed started, and once it is
+due the queue waits for the next run. Runs recorded before the
+`chain-runs-in-workflows-of-their-own` patch ran their agents here, as they did.
 """
 
 import asyncio
@@ -499,6 +501,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
+        """The agent picked (by capability), its `on_start` published, then the run handed to a
+        `ChainRun`; a run its subscription bounds short (`SHORT_RUN`) runs here, as every run
+        recorded before did."""
         subscription = self._spec.subscription(run.subscription)
         retry_policy = subscription.retry.to_retry_policy()
         try:
@@ -506,7 +511,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
-                if self._pacing.hands_over:
+                if self._pacing.hands_over and not subscription.runs_in_chain:
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
