@@ -192,7 +192,8 @@ def coordinator_worker(
     inline (and for runs recorded before agents had queues of their own)."""
     activities = AgentActivities(registry, breakers, pools)
     delivery = Delivery(client)
-    monitor = AgentMonitorActivities(client)
+    monitor = AgentMonitorActivities(client, registry)
+    router = AgentRouter(client, registry)
     return Worker(
         client,
         task_queue=home,
@@ -206,7 +207,8 @@ def coordinator_worker(
             ScratchpadWriter(registry.settings).write_scratchpad,
             PlanProgressReader(client).plan_progress,
             UpdateCallers(client).update_caller,
-            AgentRouter(client, registry).choose_agent,
+            router.choose_agent,
+            router.choose_agents,
             monitor.read_agent_health,
             monitor.publish_agent_health,
         ],

@@ -10,6 +10,7 @@ from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.signals import Delivery, running, signal_each
 from coord.models.agent_monitor import AgentReading, HealthPublication, HealthRead, HealthReading
+from coord.models.agents import AgentRegistry
 from coord.models.contract import (
     PUBLISH_AGENT_HEALTH_ACTIVITY,
     READ_AGENT_HEALTH_ACTIVITY,
@@ -19,17 +20,26 @@ from coord.models.contract import (
 
 
 class AgentMonitorActivities:
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, registry: AgentRegistry | None = None) -> None:
+        """`registry`: the agents declared to this worker (its whole catalogue), by whose names
+        the monitor knows the queues it finds served."""
         self._client = client
+        self._declared = list(registry.catalogue) if registry is not None else []
 
     @activity.defn(name=READ_AGENT_HEALTH_ACTIVITY)
     async def read_agent_health(self, read: HealthRead) -> HealthReading:
         """The agents asked about and every agent queue of the deployment a worker reports
         serving, each healthy or unreachable as `coord agents` shows it, with its breaker's
-        transitions since those the monitor has published."""
+        transitions since those the monitor has published. A queue found served is named
+        after the declared agent it serves, whatever characters its name holds, so the event
+        names the agent as the chains' subscriptions do."""
         now = datetime.now(UTC)
         rows = await agents_health(
-            self._client, dict.fromkeys(read.agents), home=read.home, now=now
+            self._client,
+            dict.fromkeys(read.agents),
+            home=read.home,
+            now=now,
+            known=self._declared,
         )
         ledgers = await read_ledgers(self._client, [row.task_queue for row in rows])
         return HealthReading(

@@ -38,16 +38,28 @@ async def agents_health(
     *,
     home: str = DEFAULT_TASK_QUEUE,
     now: datetime | None = None,
+    known: Iterable[str] = (),
 ) -> list[AgentHealth]:
     """One row per agent, by name: `declared` (name -> kind) and every agent queue of the
-    deployment named by its coordinator queue `home` that a worker reports serving."""
+    deployment named by its coordinator queue `home` that a worker reports serving, named
+    after the agent it serves (`queue_agents`: `known` names those whose queue name cannot
+    spell them)."""
     heartbeats = await worker_heartbeats(client)
     queues = {agent_task_queue(name, home): name for name in declared}
+    named = queue_agents([*declared, *known], home)
     for queue in heartbeats:
-        agent = agent_of_queue(queue, home)
+        agent = named.get(queue) or agent_of_queue(queue, home)
         if agent is not None:
             queues.setdefault(queue, agent)
     return await _rows(client, queues, declared, heartbeats, now)
+
+
+def queue_agents(agents: Iterable[str], home: str) -> dict[str, str]:
+    """Agent queue -> agent, for the agents named: the way back from a queue to its agent for
+    any name. A name of plain characters that fits is its own queue's suffix
+    (`agent_of_queue` reads it back); any other (a space, a `/`, too long) is spelled there
+    with a digest, which only the declared name it came from answers."""
+    return {agent_task_queue(agent, home): agent for agent in agents}
 
 
 async def candidates_health(

@@ -27,6 +27,12 @@ before it fails `agent_unavailable` (a step's, subscription's or task's
 `schedule_to_start_timeout`)."""
 
 
+BLOCKED_AFTER_DEFAULT = timedelta(seconds=10)
+"""Seed 002's heartbeat timeout: a loop that has not turned for that long is not slow, it is
+stuck (an awaiting agent's loop turns at least every 0.1 s)."""
+MIN_BLOCKED_AFTER = timedelta(seconds=1)
+"""Below this, a busy machine's scheduling delays would read as a blocked loop."""
+
 MAX_CAPABILITIES = 64
 """Capabilities one agent offers, or one step, subscription or task requires."""
 MAX_CAPABILITY_NAME = 128
@@ -74,6 +80,16 @@ class AgentDeclarationBase(BaseModel):
 class PythonAgent(AgentDeclarationBase):
     kind: Literal["python"]
     callable: str = Field(pattern=r"^[\w.]+:\w+$", description="package.module:function")
+    blocked_after: Duration = BLOCKED_AFTER_DEFAULT
+    """For an `async def`, which runs on an event loop of its own: how long that loop may go
+    without turning (a blocking call) before the run fails `agent_blocked`."""
+
+    @field_validator("blocked_after")
+    @classmethod
+    def _watchable(cls, limit: timedelta) -> timedelta:
+        if limit < MIN_BLOCKED_AFTER:
+            raise ValueError(f"must be at least {MIN_BLOCKED_AFTER.total_seconds():g}s")
+        return limit
 
 
 class ShellAgent(AgentDeclarationBase):

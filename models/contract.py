@@ -271,6 +271,9 @@ WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 """Picks the agent for a run that names capabilities: candidates, their load and record, the
 strategy's winner (on the coordinator queue)."""
+CHOOSE_AGENTS_ACTIVITY: Final = "choose_agents"
+"""Picks the agents for the runs a workflow starts together (a plan's wave), each pick seeing
+the ones before it."""
 READ_AGENT_HEALTH_ACTIVITY: Final = "read_agent_health"
 """Reads the health of a deployment's agents from the server (the agent monitor's reading)."""
 PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"
@@ -399,6 +402,10 @@ class FailureType(StrEnum):
     run within its wait: the agent was not called; retried after a spread delay (retryable)."""
     NO_CAPABLE_AGENT = "no_capable_agent"
     """A run naming capabilities instead of an agent found no declared agent offering them."""
+    AGENT_BLOCKED = "agent_blocked"
+    """An `async def` python agent blocked its event loop (one of its own) past its
+    `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
+    async agent is in its code and would block again, each attempt leaving a thread stuck."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"

@@ -257,3 +257,54 @@ async def test_the_monitor_continues_as_new_with_its_state(
         now = await handle.query(STATE_QUERY, result_type=AgentMonitorState)
         assert now.readings >= before.readings
         await handle.terminate()
+
+
+SPACED, SLASHED = "code reviewer", "team/reviewer"
+"""Agent names their queues cannot spell: `agent_task_queue` writes them with a digest."""
+
+
+async def test_health_events_name_agents_whose_names_hold_a_space_or_a_slash(
+    client: Client, task_queue: str
+) -> None:
+    """The monitor finds their queues served and names them as declared (not as their queues
+    spell them), so their breaker events reach the chain subscribed to them, naming them."""
+    registry = AgentRegistry()
+    for name in (SPACED, SLASHED):
+        registry.register(name)(answering)
+    reviews = ChainSpec.model_validate(
+        {
+            "name": "reviews",
+            "triggers": ["Review", AGENT_HEALTH_EVENT],
+            "alerts": None,
+            "subscriptions": [
+                {"agent": SPACED, "events": "Review"},
+                {"agent": SLASHED, "events": "Review"},
+            ],
+        }
+    )
+    monitor = client.get_workflow_handle(agent_monitor_workflow_id(task_queue))
+    opening = BreakerConfig(min_calls=1, recovery=timedelta(minutes=10))
+    down = RunStats(failed=1, counted=1, reasons={"connection": 1})
+    correlation_id = f"reviews-{uuid.uuid4().hex[:8]}"
+    try:
+        async with build_worker(client, task_queue, registry):
+            await api.start_chain(client, reviews, correlation_id, queue=task_queue)
+            await start_agent_monitor(client, task_queue)
+            await eventually(lambda: monitor_knows_all(monitor, [SPACED, SLASHED]), 30, 0.25)
+            for name in (SPACED, SLASHED):
+                queue = agent_task_queue(name, task_queue)
+                ledger = LedgerClient(client, queue, task_queue, opening, "t")
+                assert (await ledger.stats(down)).breaker == "open"
+            await eventually(lambda: breaker_events(client, correlation_id, 2), 30, 0.25)
+            events = await health_events(client, correlation_id)
+            await close_chains(client, correlation_id)
+    finally:
+        await monitor.terminate()
+    assert sorted((e["agent"], e["aspect"], e["status"]) for e in events) == [
+        (SPACED, "breaker", "open"),
+        (SLASHED, "breaker", "open"),
+    ]
+
+
+async def monitor_knows_all(handle: WorkflowHandle[Any, Any], agents: list[str]) -> bool:
+    return all([await monitor_knows(handle, agent, "healthy") for agent in agents])

@@ -161,6 +161,32 @@ async def test_a_plain_def_agent_reports_progress_from_its_thread(
     await run_saga(client, task_queue, agents, spec, watch)
 
 
+STEPPED_ON_ITS_LOOP = SteppedAgent()
+
+
+async def stepped_on_its_own_loop(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """An `async def` agent (`kind: python`): the worker runs it on an event loop of its own."""
+    return await STEPPED_ON_ITS_LOOP.run_async(event, context)
+
+
+async def test_an_async_def_agent_reports_progress_from_its_own_loop(
+    client: Client, task_queue: str
+) -> None:
+    agent = STEPPED_ON_ITS_LOOP
+    callable_ = f"{__name__}:stepped_on_its_own_loop"
+    agents = registry(stepped={"kind": "python", "callable": callable_})
+    spec = saga("stepped", heartbeat_timeout="2s")
+
+    async def watch() -> None:
+        await shows(client, spec.workflow_id, progress=READING)
+        await kept_after_a_later_beat(client, spec.workflow_id, READING)
+        agent.next_step.set()
+        await shows(client, spec.workflow_id, progress=FIXING)
+        agent.done.set()
+
+    await run_saga(client, task_queue, agents, spec, watch)
+
+
 SHELL_STEPS = """
 import json, os, sys, time
 for summary, flag in (("Reading runAgent.ts", sys.argv[1]), ("Fixing null check", sys.argv[2])):

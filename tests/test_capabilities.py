@@ -1,16 +1,23 @@
 """Capabilities: what agents declare they offer (no server needed)."""
 
 import pytest
+from pydantic import ValidationError
 
 from coord.models.agent_config import MAX_CAPABILITIES, AgentDeclarationBase, AgentsFile
 from coord.models.agents import AgentRegistry, check_agents
 from coord.models.assignment import (
+    MAX_EXCLUDED,
+    Assignment,
+    Bid,
     CandidateReading,
     CapabilityRoute,
+    RecentPicks,
+    Strategy,
     bid_of,
     candidates,
     capability_match,
     choose,
+    choose_each,
     no_candidate_message,
 )
 from coord.models.chain import ChainSpec
@@ -113,10 +120,16 @@ def test_a_bid_weighs_match_load_history_and_pool_as_the_seed_does() -> None:
     unknown = bid_of(reading("b"))
     assert (unknown.past_performance, unknown.resource_availability, unknown.bid) == (1.0, 1.0, 1.0)
     unserved = bid_of(reading("c", healthy=False, pollers=0))
-    assert (unserved.load, unserved.backlog_per_poller) == (1.0, None)
+    assert (unserved.load, unserved.work_per_poller, unserved.available) == (1.0, None, False)
 
 
-def test_least_loaded_takes_the_lowest_backlog_per_worker() -> None:
+def test_load_counts_runs_waiting_running_and_just_picked() -> None:
+    busy = bid_of(reading("a", backlog=1, running=2, picked=1, pollers=2))
+    assert (busy.work_per_poller, busy.load) == (2.0, round(2 / 3, 6))
+    assert busy.bid == pytest.approx(0.4 + 0.3 * (1 / 3) + 0.2 + 0.1)
+
+
+def test_least_loaded_takes_the_lowest_work_per_worker() -> None:
     route = CapabilityRoute(capabilities=["sql"])
     chosen = choose(
         route,
@@ -143,12 +156,123 @@ def test_the_auction_takes_the_highest_bid() -> None:
     assert chosen.describe() == "b (auction over sql: b 0.800, a 0.730)"
 
 
-def test_ties_go_by_name() -> None:
-    for strategy in ("least_loaded", "auction"):
-        route = CapabilityRoute(capabilities=["sql"], strategy=strategy)
-        chosen = choose(route, [reading("b"), reading("a"), reading("c")])
+@pytest.mark.parametrize("strategy", ["least_loaded", "auction"])
+def test_ties_go_to_the_least_recently_picked_then_keep_the_readings_order(
+    strategy: Strategy,
+) -> None:
+    route = CapabilityRoute(capabilities=["sql"], strategy=strategy)
+    recent = RecentPicks()
+    readings = [reading("b"), reading("a"), reading("c")]
+    picked = []
+    for _ in range(4):
+        chosen = choose(route, readings, recent)
         assert chosen is not None
-        assert chosen.agent == "a", strategy
+        recent.picked(chosen.agent)
+        picked.append(chosen.agent)
+    assert picked == ["b", "a", "c", "b"], "never by name: in turns"
+
+
+@pytest.mark.parametrize("strategy", ["least_loaded", "auction"])
+def test_picks_made_together_spread_over_idle_agents(strategy: Strategy) -> None:
+    """Six runs of one wave among three idle agents: two each, whatever the order read."""
+    catalogue = {"db-1": ["sql"], "db-2": ["sql"], "db-3": ["sql"], "web": ["http"]}
+    route = CapabilityRoute(capabilities=["sql"], strategy=strategy)
+    readings = {name: reading(name) for name in ("db-3", "db-1", "db-2")}
+    picks = choose_each([route] * 6, catalogue, readings, RecentPicks())
+    agents = [pick.agent for pick in picks if pick is not None]
+    assert agents == ["db-3", "db-1", "db-2", "db-3", "db-1", "db-2"]
+    last = picks[-1]
+    assert last is not None
+    assert {bid.agent: bid.picked for bid in last.bids} == {"db-3": 2, "db-1": 2, "db-2": 1}
+
+
+def test_picks_made_together_weigh_load_already_there() -> None:
+    """db-1 runs two already: the wave's four runs fill db-2 and db-3 up to it first."""
+    catalogue = {"db-1": ["sql"], "db-2": ["sql"], "db-3": ["sql"]}
+    readings = {
+        "db-1": reading("db-1", running=2),
+        "db-2": reading("db-2"),
+        "db-3": reading("db-3"),
+    }
+    route = CapabilityRoute(capabilities=["sql"])
+    picks = choose_each([route] * 4, catalogue, readings, RecentPicks())
+    assert sorted(pick.agent for pick in picks if pick is not None) == [
+        "db-2",
+        "db-2",
+        "db-3",
+        "db-3",
+    ]
+
+
+def test_a_route_without_candidates_does_not_stop_the_others() -> None:
+    catalogue = {"db": ["sql"]}
+    sql, gpu = CapabilityRoute(capabilities=["sql"]), CapabilityRoute(capabilities=["gpu"])
+    picks = choose_each([gpu, sql], catalogue, {"db": reading("db")}, RecentPicks())
+    assert picks[0] is None
+    assert picks[1] is not None and picks[1].agent == "db"
+
+
+@pytest.mark.parametrize("strategy", ["least_loaded", "auction"])
+def test_an_open_breaker_or_no_live_worker_is_picked_only_when_nobody_else_can(
+    strategy: Strategy,
+) -> None:
+    route = CapabilityRoute(capabilities=["sql"], strategy=strategy)
+    open_breaker = reading("a", breaker="open", success_rate=1.0)
+    unserved = reading("b", healthy=False, pollers=0)
+    half_open = reading("c", breaker="half_open", backlog=3)
+    chosen = choose(route, [open_breaker, unserved, half_open])
+    assert chosen is not None
+    assert chosen.agent == "c", "a half-open breaker lets its probe through"
+    assert [bid.available for bid in chosen.bids] == [True, False, False]
+    fallback = choose(route, [unserved, open_breaker])
+    assert fallback is not None and fallback.agent in {"a", "b"}
+    assert "breaker open" in chosen.describe() and "b unreachable" in chosen.describe()
+
+
+def test_excluded_agents_are_no_candidates() -> None:
+    route = CapabilityRoute(capabilities=["sql"], exclude=["a"])
+    chosen = choose(route, [reading("a"), reading("b", backlog=9)])
+    assert chosen is not None
+    assert (chosen.agent, [bid.agent for bid in chosen.bids]) == ("b", ["b"])
+    assert choose(route, [reading("a")]) is None
+    catalogue = {"a": ["sql"], "b": ["sql", "x"]}
+    message = no_candidate_message(catalogue, ["sql"], ["a", "b", "zz"])
+    assert message.startswith("no declared agent but those excluded (a, b) offers more than 70%")
+
+
+def test_a_route_reads_as_before_unless_it_excludes() -> None:
+    """Wire-compatible: a route without `exclude` serializes as it did before the field."""
+    plain = CapabilityRoute(capabilities=["sql"])
+    assert plain.model_dump() == {"capabilities": ["sql"], "strategy": "least_loaded"}
+    assert CapabilityRoute.model_validate(plain.model_dump()) == plain
+    excluding = CapabilityRoute(capabilities=["sql"], exclude=["db-1"])
+    assert CapabilityRoute.model_validate_json(excluding.model_dump_json()) == excluding
+    with pytest.raises(ValidationError, match="exclude"):
+        CapabilityRoute(capabilities=["sql"], exclude=["x"] * (MAX_EXCLUDED + 1))
+
+
+def test_a_bid_recorded_before_running_and_breakers_were_weighed_still_reads() -> None:
+    old = {
+        "agent": "a",
+        "capability_match": 1.0,
+        "healthy": True,
+        "backlog": 0,
+        "pollers": 1,
+        "backlog_per_poller": 0.0,
+        "load": 0.0,
+        "past_performance": 1.0,
+        "resource_availability": 1.0,
+        "bid": 1.0,
+    }
+    bid = Bid.model_validate(old)
+    assert (bid.available, bid.running, bid.breaker, bid.work_per_poller) == (
+        True,
+        0,
+        "closed",
+        0.0,
+    )
+    old_choice = Assignment(capabilities=["sql"], strategy="least_loaded", agent="a", bids=[bid])
+    assert old_choice.describe() == "a (least_loaded over sql: a work/worker 0)"
 
 
 def test_a_candidate_with_a_worker_wins_over_one_without() -> None:

@@ -26,6 +26,7 @@ from coord.activities.agents import AgentActivities
 from coord.activities.chains import ChainLookback
 from coord.activities.delivery import Delivery
 from coord.activities.plan_progress import PlanProgressReader
+from coord.activities.routing import AgentRouter
 from coord.activities.update_callers import UpdateCallers
 from coord.models import contract
 from coord.models.contract import FailureType
@@ -178,6 +179,8 @@ def test_workflows_are_registered_under_the_contracts_names(
         (UpdateCallers.update_caller, contract.UPDATE_CALLER_ACTIVITY),
         (AgentMonitorActivities.read_agent_health, contract.READ_AGENT_HEALTH_ACTIVITY),
         (AgentMonitorActivities.publish_agent_health, contract.PUBLISH_AGENT_HEALTH_ACTIVITY),
+        (AgentRouter.choose_agent, contract.CHOOSE_AGENT_ACTIVITY),
+        (AgentRouter.choose_agents, contract.CHOOSE_AGENTS_ACTIVITY),
     ],
 )
 def test_activities_are_registered_under_the_contracts_names(

@@ -264,7 +264,8 @@ async def test_a_reference_whose_object_is_gone_reads_as_an_unavailable_payload(
 
 @pytest.fixture
 def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A local S3-compatible server (moto's), reached through the standard AWS variables."""
+    """A local S3-compatible server (moto's), reached through the standard AWS variables, and a
+    bucket name of this test's own: moto keeps its buckets in the process, across servers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -278,7 +279,7 @@ def s3_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }.items():
         monkeypatch.setenv(name, value)
-    yield "coord-payloads"
+    yield f"coord-payloads-{uuid.uuid4().hex[:8]}"
     server.stop()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from coord.infra.agent_health import agents_health
+from coord.infra.agent_health import agents_health, queue_agents
 from coord.models.chain import ChainSpec
 from coord.models.contract import (
     DEFAULT_TASK_QUEUE,
@@ -46,6 +46,17 @@ def test_agent_queue_names_are_per_agent_per_deployment_bounded_and_distinct() -
     assert agent_of_queue(agent_task_queue("DeployToStaging"), DEFAULT_TASK_QUEUE) == (
         "DeployToStaging"
     )
+
+
+def test_every_declared_name_is_found_again_from_its_queue() -> None:
+    """A name its queue spells with a digest is read back through the names declared."""
+    names = ["code reviewer", "team/reviewer", "python-pro", "x" * 300, "rédacteur", "a~b"]
+    back = queue_agents(names, "staging")
+    assert {agent_task_queue(name, "staging"): name for name in names} == back
+    assert len(back) == len(names)
+    assert agent_of_queue(agent_task_queue("team/reviewer", "staging"), "staging") != (
+        "team/reviewer"
+    ), "the queue alone cannot say it"
 
 
 async def runs_by_agent(handle: WorkflowHandle[object, object]) -> dict[str, tuple[str, str]]:

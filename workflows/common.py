@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar
 
@@ -106,6 +106,73 @@ async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignmen
         summary=f"choose agent: {summary}",
     )
     return assignment
+
+
+ROUTING_PICKS_BATCHED_PATCH = "routing-picks-of-a-step-batched"
+"""Runs after this patch ask for the agents of the runs one workflow step starts (a plan's wave)
+in one `choose_agents`, each pick seeing the ones before it; runs recorded before asked
+`choose_agent` once per run, each reading the same idle agents and picking the same one."""
+
+
+async def assign_agents(routes: Sequence[CapabilityRoute], summary: str) -> list[Assignment | None]:
+    """The agents picked for runs started together, in order, in one `choose_agents`: each pick
+    counts as load on its agent for the picks after it, so the runs spread over the capable
+    agents. None for a route no declared agent offers enough for (`assign_agent` asked alone
+    fails it `no_capable_agent`, like an unbatched pick). Raises the activity's error."""
+    picks: list[Assignment | None] = await workflow.execute_activity(
+        contract.CHOOSE_AGENTS_ACTIVITY,
+        list(routes),
+        result_type=list[Assignment | None],
+        start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
+        retry_policy=CHOOSE_AGENT_RETRY,
+        summary=f"choose agents: {summary}",
+    )
+    return picks
+
+
+class AgentPicker:
+    """One workflow's picks by capability, batched: every `pick` asked in the same workflow
+    step (the runs of a plan's wave, granted their slots together) goes into one
+    `assign_agents`, sent once the step's other coroutines have asked theirs."""
+
+    def __init__(self) -> None:
+        self._asked: list[tuple[CapabilityRoute, str, asyncio.Future[Assignment | None]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def pick(self, route: CapabilityRoute | None, summary: str) -> Assignment | None:
+        """As `assign_agent` (None for a run naming its agent; the activity's error raised),
+        the pick made together with the others of this step."""
+        if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+            return None
+        if not workflow.patched(ROUTING_PICKS_BATCHED_PATCH):
+            return await assign_agent(route, summary)
+        picked: asyncio.Future[Assignment | None] = asyncio.get_running_loop().create_future()
+        if not self._asked:
+            asyncio.get_running_loop().call_soon(self._send)
+        self._asked.append((route, summary, picked))
+        assignment = await picked
+        return assignment if assignment is not None else await assign_agent(route, summary)
+
+    def _send(self) -> None:
+        asked, self._asked = self._asked, []
+        sending = asyncio.create_task(self._choose(asked))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _choose(
+        self, asked: list[tuple[CapabilityRoute, str, asyncio.Future[Assignment | None]]]
+    ) -> None:
+        summary = ", ".join(each for _, each, _ in asked)
+        try:
+            picks = await assign_agents([route for route, _, _ in asked], summary[:200])
+        except ActivityError as error:  # every run of the batch fails as its own pick would
+            for _, _, picked in asked:
+                if not picked.done():
+                    picked.set_exception(error)
+            return
+        for (_, _, picked), assignment in zip(asked, picks, strict=True):
+            if not picked.done():  # a run cancelled meanwhile no longer waits
+                picked.set_result(assignment)
 
 
 if TYPE_CHECKING:

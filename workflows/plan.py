@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.common import (
         NO_INPUT,
+        AgentPicker,
         PlainInput,
         decode_input,
         uncancellable,
@@ -94,6 +95,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._publishing = False
         self._bug: Exception | None = None
+        self._picker = AgentPicker()
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -212,7 +214,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     def _task(self, task: PlanTask) -> GatedTaskRun:
         workflow_id = workflow.info().workflow_id
-        return GatedTaskRun(self._slots, task, workflow_id, self._publish, self._fan_out)
+        return GatedTaskRun(
+            self._slots, task, workflow_id, self._publish, self._fan_out, self._picker
+        )
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
         """Cancels the running tasks (their activities end `cancelled`, or with the outcome

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.vote import VoteState
     from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows.common import assign_agent, attempts
+    from coord.workflows.common import AgentPicker, attempts
     from coord.workflows.fan_out import FanOut
 
 AgentActivity = asyncio.Task[AgentResult]
@@ -106,8 +106,11 @@ class TaskRun:
         workflow_id: str,
         changed: Callable[[], None],
         fan_out: FanOut,
+        picker: AgentPicker | None = None,
     ) -> None:
         self.slots = slots
+        self.picker = picker or AgentPicker()
+        """Shared by the plan's tasks, so the picks of one wave are made together."""
         self.model = slots.model
         self.task = task
         self.workflow_id = workflow_id
@@ -222,10 +225,11 @@ class TaskRun:
 
     async def assign(self) -> None:
         """A task naming capabilities gets its agent picked once, when its first run has a
-        slot (so the load read is current); its fix rounds go back to the same agent."""
+        slot (so the load read is current), together with the other tasks of its wave (so they
+        spread); its fix rounds go back to the same agent."""
         if self.model.record(self.task.id).assignment is not None:
             return
-        assignment = await assign_agent(self.task.route, self.task.id)
+        assignment = await self.picker.pick(self.task.route, self.task.id)
         if assignment is not None:
             self.model.task_assigned(self.task.id, assignment)
             self.changed()

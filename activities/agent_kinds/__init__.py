@@ -1,14 +1,11 @@
 """Agents declared in YAML, by kind: all run by the one `run_agent` activity."""
 
-import asyncio
-import importlib
-from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
 
 from coord.activities.agent_kinds.http import run_http
 from coord.activities.agent_kinds.llm import run_llm
+from coord.activities.agent_kinds.python import python_agent
 from coord.activities.agent_kinds.shell import run_shell
 from coord.models.agent_config import (
     AgentConfig,
@@ -18,8 +15,7 @@ from coord.models.agent_config import (
     ShellAgent,
     WorkerSettings,
 )
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry
-from coord.models.envelope import EventEnvelope
+from coord.models.agents import AgentFn, AgentRegistry
 from coord.models.specs import SpecError, load_spec
 
 
@@ -30,31 +26,7 @@ def agent_from_config(name: str, config: AgentConfig, settings: WorkerSettings) 
         return partial(run_http, config, settings)
     if isinstance(config, LlmAgent):
         return partial(run_llm, config, settings)
-    return _imported(name, config.callable)
-
-
-def _imported(name: str, dotted: str) -> AgentFn:
-    """Resolved when the file is loaded, so a wrong path stops the worker, not a run."""
-    module_name, _, attribute = dotted.partition(":")
-    try:
-        target = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise SpecError(f"agents.{name}.callable: cannot import {dotted!r}: {error}") from None
-    if not callable(target):
-        raise SpecError(f"agents.{name}.callable: {dotted!r} is not a function")
-    if asyncio.iscoroutinefunction(target):
-        return cast(AgentFn, target)
-    return partial(_in_thread, target)
-
-
-async def _in_thread(
-    target: Callable[[EventEnvelope, AgentContext], Mapping[str, Any] | None],
-    event: EventEnvelope,
-    context: AgentContext,
-) -> Mapping[str, Any] | None:
-    """A plain `def` agent runs in the default thread pool: if it blocks (on I/O, a sleep, a
-    long computation), the worker's event loop, and every other agent's heartbeat, go on."""
-    return await asyncio.to_thread(target, event, context)
+    return python_agent(name, config)
 
 
 def load_agents(path: Path, registry: AgentRegistry) -> AgentRegistry:
