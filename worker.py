@@ -44,6 +44,7 @@ from coord.workflows.agent_monitor import AgentMonitor
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.arguments import SurplusArguments
 from coord.workflows.chain import ReactiveChain
+from coord.workflows.chain_run import ChainRun
 from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
@@ -52,6 +53,7 @@ from coord.workflows.vote import Vote
 WORKFLOWS: Sequence[type] = (
     Saga,
     ReactiveChain,
+    ChainRun,
     Aggregator,
     DeadLetterEntry,
     TaskGraph,

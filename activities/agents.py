@@ -87,7 +87,10 @@ class AgentActivities:
             raise counter.failed(_classified(error, request, attempt)) from error
         duration_ms = (time.monotonic() - started) * 1000
         try:
-            result = AgentResult.from_output(request.agent, output, duration_ms, attempt)
+            may_publish = self._registry.publishes_allowed(request.agent, request.config)
+            result = AgentResult.from_output(
+                request.agent, output, duration_ms, attempt, may_publish=may_publish
+            )
         except ValidationError as error:
             raise failure(
                 FailureType.INVALID_PAYLOAD,

@@ -50,6 +50,16 @@ within 50 ms of the last load waited for the next one (about 40 ms each, the ser
 `task_latency_load`): most of a plan's time when each agent has its own queue."""
 
 
+FLOOD_CONFIG = ("--dynamic-config-value", "history.maximumBufferedEventsBatch=1000")
+"""Every dev server the project starts lets 1,000 signals wait while a workflow task runs,
+instead of 100. Past the limit the server fails the running task (`FORCE_CLOSE_COMMAND`), and
+the next one carries every signal since the last completed task: under a flood into one chain
+(260 events a second) a task slower than 0.4 s on a busy machine was failed, the next took
+longer still, and the chain did not complete a task for seconds (4 to 24 s in the measurements)
+while its queries waited. With 1,000 a task has seconds, more than the replay of a run within
+its history budget takes (README "Large events and floods")."""
+
+
 class PortInUse(RuntimeError):
     pass
 
@@ -116,7 +126,7 @@ async def start_dev_server(
         dev_server_existing_path=installed_binary("temporal"),
         dev_server_database_filename=str(db_file) if db_file else None,
         dev_server_log_level="error",
-        dev_server_extra_args=[*TASK_DISPATCH_CONFIG, *extra_args],
+        dev_server_extra_args=[*TASK_DISPATCH_CONFIG, *FLOOD_CONFIG, *extra_args],
         runtime=runtime,
     )
 

@@ -40,6 +40,7 @@ MAX_CAPABILITY_NAME = 128
 Capability = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_CAPABILITY_NAME)]
 """A name like `sql`, `code-review` or `db:postgres`: what an agent can do, and what a step,
 subscription or task may ask for instead of naming an agent."""
+MAX_PUBLISHED_TYPES = 1000
 MAX_CONCURRENT = 10_000
 MAX_RATE_LIMIT = 100_000.0
 
@@ -65,6 +66,10 @@ class AgentDeclarationBase(BaseModel):
     on the agent's task queue (`max_task_queue_activities_per_second`); none, unlimited."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
+    publishes: list[str] | None = Field(default=None, max_length=MAX_PUBLISHED_TYPES)
+    """The event types the agent may publish itself (its result's `publish`) in a chain,
+    besides those the subscription declares. Unset: an `llm` agent may publish none; any other
+    kind is held only by what its subscription declares (`publishes_allowed`)."""
 
     @property
     def worker_slots(self) -> int | None:
@@ -150,6 +155,16 @@ class LlmAgent(AgentDeclarationBase):
 AgentConfig = Annotated[
     PythonAgent | ShellAgent | HttpAgent | LlmAgent, Field(discriminator="kind")
 ]
+
+
+def publishes_allowed(kind: str, declaration: AgentDeclarationBase | None) -> list[str] | None:
+    """The event types an agent's declaration lets it publish itself (`AgentResult.may_publish`):
+    its `publishes`, else none for an `llm` agent (its answer is data a prompt can steer), else
+    None: no restriction of its own (python, shell and http agents publish as they always did,
+    unless their subscription declares `publishes.events`)."""
+    if declaration is not None and declaration.publishes is not None:
+        return list(declaration.publishes)
+    return [] if kind == "llm" else None
 
 
 def secret_variables(config: AgentConfig) -> list[str]:

@@ -11,7 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from coord.models.agent_config import AgentConfig, AgentDeclarationBase, WorkerSettings
+from coord.models.agent_config import (
+    AgentConfig,
+    AgentDeclarationBase,
+    WorkerSettings,
+    publishes_allowed,
+)
 from coord.models.agent_runs import RetryJitter
 from coord.models.assignment import Routed, candidates, no_candidate_message
 from coord.models.chain import ChainSpec
@@ -138,6 +143,13 @@ class AgentRegistry:
             subset.register(name, self.kinds[name], self.declarations.get(name))(self._agents[name])
         subset.catalogue = dict(self.catalogue)
         return subset
+
+    def publishes_allowed(self, name: str, inline: AgentConfig | None) -> list[str] | None:
+        """What the agent a request names may publish itself (`publishes_allowed`), by the
+        declaration the run uses: the inline one it carries, else this worker's."""
+        if inline is not None:
+            return publishes_allowed(inline.kind, inline)
+        return publishes_allowed(self.kinds.get(name, "python"), self.declarations.get(name))
 
     def max_concurrent(self, name: str) -> int | None:
         """The pool size (across all workers) `name` is declared with; None: no pool."""
@@ -277,10 +289,21 @@ class AgentResult(BaseModel):
     publish: list[PublishRequest] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """The agent's own (`quality_score`), plus `duration_ms` and the `attempt` that succeeded."""
+    may_publish: list[str] | None = Field(default_factory=list)
+    """Set by the worker from the agent's declaration, never from its output: the event types
+    it may publish itself besides those its subscription declares (`publishes_allowed`); None,
+    no restriction of its own. A result that does not say (from a worker before the rule) is
+    held to its subscription's declared types."""
 
     @classmethod
     def from_output(
-        cls, agent: str, output: Mapping[str, Any] | None, duration_ms: float, attempt: int
+        cls,
+        agent: str,
+        output: Mapping[str, Any] | None,
+        duration_ms: float,
+        attempt: int,
+        *,
+        may_publish: list[str] | None,
     ) -> "AgentResult":
         output = dict(output or {})
         publish = output.pop("publish", [])
@@ -289,4 +312,6 @@ class AgentResult(BaseModel):
             "duration_ms": round(duration_ms, 1),
             "attempt": attempt,
         }
-        return cls(agent=agent, data=output, publish=publish, metadata=metadata)
+        return cls(
+            agent=agent, data=output, publish=publish, metadata=metadata, may_publish=may_publish
+        )

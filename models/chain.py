@@ -25,17 +25,46 @@ def _as_list(value: Any) -> Any:
 
 
 class Publishes(BaseModel):
+    """The event types a subscription declares: those the chain publishes around each run
+    (`on_start`, `on_success`, `on_failure`) and those its agent may publish itself, by its
+    result's `publish` (`events`). A list (`publishes: [TypeA, TypeB]`) is `events` alone."""
+
     model_config = ConfigDict(extra="forbid")
 
     on_start: str | None = None
     on_success: list[str] = Field(default_factory=list)
     on_failure: str | None = None
+    events: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
+    """The types the agent may publish besides the three above. Unset, the agent's own
+    declaration decides (`AgentResult.may_publish`); set (`[]` included), the agent publishes
+    only the types this subscription declares, and those its declaration allows."""
 
     _one_or_many = field_validator("on_success", mode="before")(_as_list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_list_is_events(cls, value: Any) -> Any:
+        return {"events": value} if isinstance(value, list) else value
+
     @property
     def all(self) -> list[str]:
-        return [t for t in (self.on_start, *self.on_success, self.on_failure) if t]
+        declared = (self.on_start, *self.on_success, self.on_failure, *(self.events or []))
+        return [t for t in declared if t]
+
+    def allowed(self, by_agent: list[str] | None) -> set[str] | None:
+        """The event types a run's agent may publish itself, given what its declaration allows
+        (`by_agent`, None: no restriction of its own); None: any type, as before the rule (a
+        python, shell or http agent with neither list declared)."""
+        if self.events is None and by_agent is None:
+            return None
+        return {*self.all, *(by_agent or [])}
+
+
+SHORT_RUN = timedelta(seconds=30)
+"""A run its subscription bounds to this in all (`schedule_to_close_timeout`: its retries and
+its waits at its agent's gates included) stays in the chain, which waits for it, at most this
+long, before continuing as new; any other run goes to a `ChainRun` of its own, which costs a
+child workflow and a signal (about half a second a run on a busy dev server)."""
 
 
 class Subscription(Routed):
@@ -74,6 +103,10 @@ class Subscription(Routed):
     def _named(self) -> Self:
         if problem := self.doer_problem(self.agent, vote=self.vote is not None):
             raise ValueError(problem)
+        if self.vote is not None and self.publishes.events is not None:
+            raise ValueError(
+                "publishes.events: a vote publishes only its on_success and on_failure events"
+            )
         route = self.route
         capabilities = "+".join(route.capabilities) if route else ""
         self.name = self.name or self.agent or capabilities or "vote"
@@ -84,6 +117,12 @@ class Subscription(Routed):
         if self.vote is not None:
             return [(f"{place}.vote.voters", voter) for voter in self.vote.voters]
         return [(f"{place}.agent", self.agent)]
+
+    @property
+    def runs_in_chain(self) -> bool:
+        """Whether its runs are short enough to run in the chain itself (`SHORT_RUN`)."""
+        bound = self.schedule_to_close_timeout
+        return self.vote is None and bound is not None and bound <= SHORT_RUN
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)
@@ -398,6 +437,9 @@ class ChainCarry(BaseModel):
     """`event` signals not decoded yet, after the inbox: the JSON text each carried. The next run
     validates them a bounded number a workflow task, as this one would have: validating
     thousands at continue-as-new would hold one activation for seconds."""
+    in_flight: dict[int, AgentRun] = Field(default_factory=dict)
+    """Runs handed to a `ChainRun` of their own, by their queue number, whose outcome has not
+    come back yet: it comes to whichever run of the chain is current (`run_outcome`)."""
 
 
 SERVER_SIGNALS_PER_RUN = 10_000

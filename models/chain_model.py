@@ -8,6 +8,7 @@ back as a `Parking`, for the workflow to send."""
 
 import hashlib
 import heapq
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypedDict
@@ -97,7 +98,11 @@ class ChainModel(ChainCarry):
     _signals_per_run: int = PrivateAttr()
     _timeline_bytes: int = PrivateAttr()
     _running: dict[int, AgentRun] = PrivateAttr()
-    """Runs started, by their queue number; never carried (a run continues when none runs)."""
+    """Runs started here, by their queue number, not handed over: never carried (the run
+    continues as new when none is left)."""
+    _unconfirmed: set[int] = PrivateAttr()
+    """Runs handed over whose `ChainRun` has not been confirmed started: continue-as-new waits
+    for those too, so a start that fails is still this run's to handle."""
 
     @classmethod
     def begin(cls, chain_input: ChainInput, workflow_id: str) -> "ChainModel":
@@ -120,6 +125,7 @@ class ChainModel(ChainCarry):
         model._signals_per_run = chain_input.signals_per_run
         model._timeline_bytes = sum(json_size(entry.payload) for entry in model.timeline)
         model._running = {}
+        model._unconfirmed = set()
         return model
 
     def admit(self, envelope: EventEnvelope) -> Admission | Rejection:
@@ -250,8 +256,14 @@ class ChainModel(ChainCarry):
 
     def _publish(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> None:
         """An event an agent run publishes joins the inbox, caused by the run's trigger."""
+        envelope = self._published(event_type, run, payload)
+        if len(run.causes) > 1:
+            self.joined_causes[envelope.event.id] = run.causes
+        self.inbox.append(envelope)
+
+    def _published(self, event_type: str, run: AgentRun, payload: dict[str, Any]) -> EventEnvelope:
         trigger = run.trigger
-        envelope = EventEnvelope.new(
+        return EventEnvelope.new(
             event_type,
             f"/{run.agent}",
             payload=payload,
@@ -260,9 +272,6 @@ class ChainModel(ChainCarry):
             topic=self._spec.subscription(run.subscription).topic or trigger.routing.topic,
             priority=trigger.routing.priority,
         )
-        if len(run.causes) > 1:
-            self.joined_causes[envelope.event.id] = run.causes
-        self.inbox.append(envelope)
 
     def agent_request(self, run: AgentRun) -> AgentRequest:
         """What the `run_agent` activity gets for a run."""
@@ -318,13 +327,47 @@ class ChainModel(ChainCarry):
             replay="rerun",
         )
 
-    def run_succeeded(self, run: AgentRun, result: AgentResult) -> None:
+    def run_succeeded(
+        self, run: AgentRun, result: AgentResult, refused: Collection[str] = ()
+    ) -> list[tuple[Rejection, EventEnvelope]]:
         """The subscription's success events carry the result's data; the agent's own
-        publications follow."""
+        publications follow, but those of a `refused` type (`refused_types`), which come back
+        as rejections for the workflow to record and park. Agent output is data: a
+        prompt-injected model cannot make the chain publish what its subscription does not
+        declare. (Runs recorded before the rule refuse nothing.)"""
         for event_type in self._spec.subscription(run.subscription).publishes.on_success:
             self._publish(event_type, run, result.data)
+        rejections = []
         for request in result.publish:
-            self._publish(request.type, run, request.payload)
+            if request.type not in refused:
+                self._publish(request.type, run, request.payload)
+                continue
+            envelope = self._published(request.type, run, request.payload)
+            rejections.append((self._not_allowed(run, result, envelope), envelope))
+        return rejections
+
+    def refused_types(self, run: AgentRun, result: AgentResult) -> set[str]:
+        """The types among the agent's own publications that it may not publish: neither its
+        subscription's `publishes` nor its declaration (`result.may_publish`) names them."""
+        publishes = self._spec.subscription(run.subscription).publishes
+        allowed = publishes.allowed(result.may_publish)
+        if allowed is None:
+            return set()
+        return {request.type for request in result.publish} - allowed
+
+    def _not_allowed(
+        self, run: AgentRun, result: AgentResult, envelope: EventEnvelope
+    ) -> Rejection:
+        subscription = self._spec.subscription(run.subscription)
+        allowed = sorted(subscription.publishes.allowed(result.may_publish) or [])
+        return Rejection(
+            FailureType.PUBLISH_NOT_ALLOWED,
+            f"event {envelope.event.id}: {run.agent} (subscription {run.subscription}) may not "
+            f"publish {envelope.event.type}; it may publish {', '.join(allowed) or 'nothing'} "
+            "(declare the type in the subscription's `publishes.events` or the agent's "
+            "`publishes`)",
+            self.depth(envelope),
+        )
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:
         """The vote a vote subscription's run holds, its trigger's payload the proposal: id
@@ -359,10 +402,11 @@ class ChainModel(ChainCarry):
             self._publish(publishes.on_failure, run, {**record, "error": failure[1]})
 
     def can_dispatch(self) -> bool:
-        """A run is queued, a slot is free and no alert holds the chain."""
+        """A run is queued, a slot is free (runs in flight hold theirs) and no alert holds the
+        chain."""
         return (
             bool(self.queue)
-            and len(self._running) < self._spec.max_concurrency
+            and len(self._running) + len(self.in_flight) < self._spec.max_concurrency
             and self.state.status != ChainStatus.PAUSED
         )
 
@@ -373,7 +417,22 @@ class ChainModel(ChainCarry):
         return queued.seq, queued.run
 
     def finish(self, seq: int) -> None:
-        del self._running[seq]
+        """The run is done here: ended, or handed over."""
+        self._running.pop(seq, None)
+
+    def hand_over(self, seq: int) -> None:
+        """The run goes to a `ChainRun` of its own: in flight (carried across continue-as-new)
+        from now, its outcome awaited by signal; unconfirmed until its start is."""
+        self.in_flight[seq] = self._running.pop(seq)
+        self._unconfirmed.add(seq)
+
+    def confirmed(self, seq: int) -> None:
+        self._unconfirmed.discard(seq)
+
+    def landed(self, seq: int) -> AgentRun | None:
+        """The run in flight an outcome names, no longer in flight; None for none (an outcome
+        that came already, or that no run of this chain sent)."""
+        return self.in_flight.pop(seq, None)
 
     @property
     def signals_per_run(self) -> int:
@@ -381,7 +440,8 @@ class ChainModel(ChainCarry):
 
     @property
     def running(self) -> bool:
-        return bool(self._running)
+        """Runs this run holds: continue-as-new waits for them (not for runs in flight)."""
+        return bool(self._running or self._unconfirmed)
 
     def take_queued(self) -> list[Parking]:
         """The runs a chain that ended (paused) never started, in queue order, parked so an
@@ -438,7 +498,7 @@ class ChainModel(ChainCarry):
 
     def close_idle(self) -> bool:
         """The idle timeout ends a chain with nothing running."""
-        if self._running:
+        if self.running or self.in_flight:
             return False
         self.state.status = ChainStatus.IDLE_CLOSED
         return True
@@ -452,7 +512,7 @@ class ChainModel(ChainCarry):
         paused chain that was closed leaves its queued runs to be parked)."""
         if self.state.status == ChainStatus.IDLE_CLOSED:
             return True
-        idle = not self._running and not self.waiting() and not outbound
+        idle = not self.running and not self.in_flight and not self.waiting() and not outbound
         stuck = self.state.status == ChainStatus.PAUSED
         if self.closing:
             return idle and (not self.queue or stuck)
@@ -470,7 +530,10 @@ class ChainModel(ChainCarry):
         """The chain's record as its `state` query answers."""
         return self.state.model_copy(
             update={
-                "running": [f"{r.agent} ← {r.trigger.event.type}" for r in self._running.values()],
+                "running": [
+                    f"{r.agent} ← {r.trigger.event.type}"
+                    for r in [*self._running.values(), *self.in_flight.values()]
+                ],
                 "waiting": self._waiting(),
                 "queued": len(self.queue),
                 "listeners": list(self.listeners),

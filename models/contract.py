@@ -74,6 +74,8 @@ PLAN_WORKFLOW: Final = "TaskGraph"
 VOTE_WORKFLOW: Final = "Vote"
 AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
+CHAIN_RUN_WORKFLOW: Final = "ChainRun"
+"""One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
 
 
 class Pattern(StrEnum):
@@ -110,6 +112,11 @@ def saga_id_of(workflow_id: str) -> str:
 def chain_workflow_id(correlation_id: str) -> str:
     """A correlation has at most one chain: its workflow id is the correlation id's."""
     return CHAIN_ID_PREFIX + correlation_id
+
+
+def chain_run_workflow_id(chain_workflow_id: str, seq: int) -> str:
+    """A chain's run `seq` (its queue number, unique across the chain's continue-as-new)."""
+    return f"{chain_workflow_id}/run-{seq}"
 
 
 def is_chain_workflow_id(workflow_id: str) -> bool:
@@ -207,6 +214,8 @@ DETACH_SIGNAL: Final = "detach"
 """A finished aggregator asks its chain to forward nothing more (with its id)."""
 CLOSE_SIGNAL: Final = "close"
 """A chain accepts no more events, finishes what it started, and ends."""
+RUN_OUTCOME_SIGNAL: Final = "run_outcome"
+"""A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
 
 STATE_QUERY: Final = "state"
 """A saga's, chain's or aggregator's current record."""
@@ -407,6 +416,8 @@ class FailureType(StrEnum):
     INVALID_RERUN = "invalid_rerun"
     INVALID_ATTACH = "invalid_attach"
     INVALID_DETACH = "invalid_detach"
+    INVALID_RUN_OUTCOME = "invalid_run_outcome"
+    """A `run_outcome` signal that does not validate, or names no run the chain has in flight."""
     INVALID_DEAD_LETTER = "invalid_dead_letter"
     # An event its target cannot handle any more, or should not.
     TARGET_ENDED = "target_ended"
@@ -415,6 +426,10 @@ class FailureType(StrEnum):
     CHAIN_CLOSING = "chain_closing"
     FOREIGN_CORRELATION = "foreign_correlation"
     CAUSATION_LOOP = "causation_loop"
+    PUBLISH_NOT_ALLOWED = "publish_not_allowed"
+    """An event a chain's agent asked to publish (its result's `publish`) of a type neither
+    its subscription's `publishes` nor its own declaration allows: refused, recorded in the
+    chain's record and parked with the event, never published."""
     # How a saga ends when it does not complete.
     SAGA_FAILED = "saga_failed"
     SAGA_COMPENSATED = "saga_compensated"

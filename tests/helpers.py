@@ -260,3 +260,19 @@ async def wait_until(predicate: Callable[[], Any], timeout: float = 20) -> None:
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), timeout)
+
+
+async def chain_run_handles(
+    client: Client, chain: WorkflowHandle[Any, Any]
+) -> list[WorkflowHandle[Any, Any]]:
+    """The `ChainRun`s a chain started (each agent run and vote of it), in every run of the
+    chain, from the chain's histories."""
+    started = EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED
+    ids: list[str] = []
+    async for execution in client.list_workflows(f"WorkflowId = '{chain.id}'"):
+        history = client.get_workflow_handle(chain.id, run_id=execution.run_id)
+        async for history_event in history.fetch_history_events():
+            if history_event.event_type == started:
+                attributes = history_event.start_child_workflow_execution_initiated_event_attributes
+                ids.append(attributes.workflow_id)
+    return [client.get_workflow_handle(workflow_id) for workflow_id in ids]

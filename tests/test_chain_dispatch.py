@@ -1,23 +1,30 @@
 """A chain never drops work nor stops dispatching: queued runs are parked when it ends, a slow agent
-does not hold the queue at continue-as-new, and lifecycle notices cannot loop."""
+holds neither the queue nor continue-as-new, and lifecycle notices cannot loop."""
 
 import asyncio
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.agents import AgentContext
+from coord.models.agents import AgentContext, AgentRegistry
 from coord.models.chain import ChainSpec, ChainStatus, run_idempotency_key
 from coord.models.dlq import DlqSelection
 from coord.models.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
-from coord.workflows.chain import RUN_HISTORY_BUDGET
 from tests.agents import GatedAgents
-from tests.helpers import alerting_spec, event, eventually, routing_spec
+from tests.helpers import (
+    alerting_spec,
+    chain_run_handles,
+    event,
+    eventually,
+    routing_spec,
+    run_chain,
+)
+from tests.test_mesh_queues import runs_by_agent
 
 
 async def pause_with_queued_runs(client: Client, correlation_id: str, runs: int) -> list[str]:
@@ -102,63 +109,99 @@ async def test_a_resolving_event_that_looks_like_an_alert_does_not_pause(
         await asyncio.wait_for(handle.result(), 30)
 
 
-async def test_one_slow_agent_does_not_hold_dispatch_while_continue_as_new_waits(
-    client: Client, task_queue: str
-) -> None:
-    """Continue-as-new is due at RUN_HISTORY_BUDGET events and waits for the slow agent;
-    fast runs go on meanwhile. (From twice the budget on the run holds new events back for the
-    next one, by design: the test stays below it by running one fast event at a time, about
-    ten history events each; 120 at once crossed it or not depending on how the worker
-    batched them.)"""
-    gates = GatedAgents(names=["slow"])
-    registry = gates.registry()
-    done: list[str] = []
+class SlowAndFast:
+    """`slow` runs until the test releases it; `fast` answers at once. Each records the
+    idempotency key of every call, so a run that ran twice shows."""
 
-    async def fast(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        done.append(envelope.event.id)
+    def __init__(self) -> None:
+        self.slow_started = asyncio.Event()
+        self.slow_released = asyncio.Event()
+        self.calls: list[str] = []
+
+    def registry(self) -> AgentRegistry:
+        registry = AgentRegistry()
+        registry.register("slow")(self._slow)
+        registry.register("fast")(self._fast)
+        return registry
+
+    async def _slow(self, envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        self.calls.append(context.idempotency_key)
+        self.slow_started.set()
+        await self.slow_released.wait()
+        return {"slow": True}
+
+    async def _fast(self, envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        self.calls.append(context.idempotency_key)
         return {}
 
-    registry.register("fast")(fast)
-    spec = ChainSpec.model_validate(
+
+SLOW_AND_FAST = {
+    "name": "slow-and-fast",
+    "triggers": ["Slow", "Fast"],
+    "alerts": None,
+    "max_concurrency": 4,
+    "subscriptions": [
         {
-            "name": "slow-and-fast",
-            "triggers": ["Slow", "Fast"],
-            "alerts": None,
-            "max_concurrency": 4,
-            "subscriptions": [
-                {"agent": "slow", "events": "Slow", "timeout": "2m"},
-                {"agent": "fast", "events": "Fast"},
-            ],
-        }
-    )
+            "agent": "slow",
+            "events": "Slow",
+            "timeout": "5m",
+            "publishes": {"on_success": "SlowDone"},
+        },
+        {"agent": "fast", "events": "Fast"},
+    ],
+}
+FAST_RUNS = 150
+"""Enough runs that the chain's history passes twice its budget (1,000 events) while the slow
+agent runs: runs recorded before then held their queue until the slow agent was done."""
+
+
+async def test_a_slow_agent_holds_no_queued_run_and_its_outcome_crosses_continue_as_new(
+    client: Client, task_queue: str
+) -> None:
+    """One agent is slow while 150 runs queue behind `max_concurrency`: the chain continues as
+    new whenever its budget says, carrying its queue and the slow run in flight, so every fast
+    run runs (once) while the slow agent is still running; the slow run's outcome then reaches
+    the chain's current run, and nothing runs twice or is parked."""
+    agents = SlowAndFast()
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue, registry):
-        handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
-        await api.publish(client, event(correlation_id, "Slow"))
-        await gates.wait_started("slow")
+    fast = [event(correlation_id, "Fast", n=n) for n in range(FAST_RUNS)]
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await api.start_chain(
+            client, ChainSpec.model_validate(SLOW_AND_FAST), correlation_id, queue=task_queue
+        )
+        slow = event(correlation_id, "Slow")
+        await api.publish(client, slow)
+        await asyncio.wait_for(agents.slow_started.wait(), 30)
+        for envelope in fast:
+            await api.publish(client, envelope)
 
-        async def run_fast(n: int) -> None:
-            await api.publish(client, event(correlation_id, "Fast", n=n))
+        async def all_fast_ran() -> bool:
+            state = await api.chain_state(client, correlation_id)
+            return state.queued == 0 and state.running == ["slow ← Slow"]
 
-            async def ran() -> bool:
-                return len(done) == n + 1
+        await eventually(all_fast_ran, timeout=120)
+        assert not agents.slow_released.is_set()
+        runs_during = await chain_runs(client, handle.id)
+        agents.slow_released.set()
 
-            await eventually(ran)
+        async def slow_landed() -> bool:
+            timeline = await api.chain_timeline(client, correlation_id)
+            return "SlowDone" in {row.event for row in timeline}
 
-        while (await handle.describe()).history_length < RUN_HISTORY_BUDGET:
-            await run_fast(len(done))
-        for _ in range(10):  # continue-as-new is due, and waits for the slow agent
-            await run_fast(len(done))
-        current = await handle.describe()  # the first run
-        assert current.status == WorkflowExecutionStatus.RUNNING, "continued as new too early"
-        assert current.history_length < 2 * RUN_HISTORY_BUDGET, "the test meant to stay below"
-        assert not gates.released["slow"].is_set(), "ran while the slow agent was still running"
-        gates.released["slow"].set()
+        await eventually(slow_landed, timeout=60)
         await api.close_chain(client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 60)
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
-    assert len(runs) > 1, "the chain continued as new once the slow agent was done"
-    assert state.events_seen == len(done) + 1 and state.queued == 0
+        parked = await api.dlq_entries(client, queue=task_queue)
+    assert runs_during > 1, "the chain continued as new while the slow agent ran"
+    expected = {run_idempotency_key(handle.id, "fast", e.event.id) for e in fast}
+    expected.add(run_idempotency_key(handle.id, "slow", slow.event.id))
+    assert sorted(agents.calls) == sorted(expected), "every run ran, none twice"
+    assert state.events_seen == FAST_RUNS + 2 and state.queued == 0 and state.running == []
+    assert parked == [] and state.dead_lettered == 0
+
+
+async def chain_runs(client: Client, workflow_id: str) -> int:
+    return len([e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
 
 
 def notice(correlation_id: str, caused_by: str) -> EventEnvelope:
@@ -248,3 +291,29 @@ async def test_a_chain_ending_in_the_task_that_rejects_an_event_still_parks_it(
 
         await eventually(parked, timeout=15)
     assert state.dead_lettered == 1 and state.status == ChainStatus.CLOSED
+
+
+async def test_a_run_bounded_short_runs_in_the_chain_itself(
+    client: Client, task_queue: str
+) -> None:
+    """A run whose subscription bounds it to SHORT_RUN in all stays in the chain (continue-as-new
+    waits for it, that long at most); any other goes to a `ChainRun` of its own."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "short-and-long",
+            "triggers": ["A"],
+            "alerts": None,
+            "subscriptions": [
+                {"agent": "ux-designer", "events": "A", "schedule_to_close_timeout": "20s"},
+                {"agent": "python-pro", "events": "A"},
+            ],
+        }
+    )
+    async with build_worker(client, task_queue):
+        state, _ = await run_chain(client, task_queue, spec, [event("", "A")])
+        handle = api.chain_handle(client, state.correlation_id)
+        handed = await chain_run_handles(client, handle)
+        here = await runs_by_agent(handle)
+    assert state.events_seen == 1 and state.dead_lettered == 0
+    assert [run.id for run in handed] == [f"{handle.id}/run-3"], "python-pro's: its own workflow"
+    assert list(here) == ["ux-designer ← A"], "ux-designer's: in the chain"

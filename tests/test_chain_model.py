@@ -4,6 +4,10 @@ alerts, accounting and the carry across continue-as-new."""
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+from pydantic import ValidationError
+
+from coord.models.agent_runs import MAX_DETOURS, RunDetour
 from coord.models.agents import AgentResult, PublishRequest
 from coord.models.chain import ChainInput, ChainSpec, ChainStatus, RerunRequest
 from coord.models.chain_model import (
@@ -14,6 +18,7 @@ from coord.models.chain_model import (
     Parking,
     Rejection,
 )
+from coord.models.chain_run import RunFailure, RunOutcome, noted
 from coord.models.envelope import EventEnvelope, Priority
 
 WORKFLOW_ID = "chain-c1"
@@ -235,7 +240,8 @@ def test_a_run_publishes_its_events_into_the_inbox_caused_by_its_trigger() -> No
     _, run = model.start_next()
     model.run_started(run)
     notes = [PublishRequest(type="Note", payload={})]
-    result = AgentResult(agent="planner", data={"plan": 1}, publish=notes)
+    result = AgentResult(agent="planner", data={"plan": 1}, publish=notes, may_publish=None)
+    assert model.refused_types(run, result) == set(), "no list declared: as before the rule"
     model.run_succeeded(run, result)
     published = model.take_inbox()
     assert [e.event.type for e in published] == ["Planned", "Note"]
@@ -243,6 +249,60 @@ def test_a_run_publishes_its_events_into_the_inbox_caused_by_its_trigger() -> No
     assert published[0].payload == {"plan": 1}
     assert published[0].routing.priority == Priority.HIGH
     assert model.agent_request(run).idempotency_key == run.idempotency_key
+
+
+def planner_result(*types: str, may_publish: list[str] | None) -> AgentResult:
+    publish = [PublishRequest(type=t, payload={"n": i}) for i, t in enumerate(types)]
+    return AgentResult(agent="planner", publish=publish, may_publish=may_publish)
+
+
+def test_an_agent_publishes_only_the_types_its_subscription_or_declaration_allows() -> None:
+    model = new_model()
+    model._spec.subscriptions[0].publishes.events = ["Note"]
+    approved = event("Approved")
+    take(model, approved)
+    _, run = model.start_next()
+    result = planner_result("Note", "Approved", "Planned", "Memo", may_publish=["Memo"])
+    refused = model.refused_types(run, result)
+    assert refused == {"Approved"}, "declared: events, on_* types and the declaration's"
+    rejections = model.run_succeeded(run, result, refused)
+    published = model.take_inbox()
+    assert [e.event.type for e in published] == ["Planned", "Note", "Planned", "Memo"]
+    [(rejection, envelope)] = rejections
+    assert rejection.kind == "publish_not_allowed"
+    assert envelope.event.type == "Approved" and envelope.payload == {"n": 1}
+    assert envelope.event.causation_id == approved.event.id
+    assert rejection.depth == 1, "counted from the run's trigger"
+    assert "planner (subscription planner) may not publish Approved" in rejection.reason
+    assert "it may publish Memo, Note, PlanFailed, Planned" in rejection.reason
+    letter = model.reject(rejection, NOW, envelope=envelope, parked=True)
+    assert letter is not None and letter.failure_type == "publish_not_allowed"
+    state = model.snapshot()
+    assert (state.received, state.rejected_count, state.dead_lettered) == (2, 1, 1)
+    assert state.rejected[-1].event_id == envelope.event.id
+
+
+def test_an_agent_declared_without_a_list_is_held_by_its_kind() -> None:
+    model = new_model()
+    take(model, event("Approved"))
+    _, run = model.start_next()
+    llm = planner_result("Note", "Planned", may_publish=[])
+    assert model.refused_types(run, llm) == {"Note"}, "an llm agent: declared types only"
+    python = planner_result("Note", may_publish=None)
+    assert model.refused_types(run, python) == set(), "python, shell, http: as before"
+    unsaid = AgentResult.model_validate({"agent": "planner", "publish": [{"type": "Note"}]})
+    assert model.refused_types(run, unsaid) == {"Note"}, "a worker that does not say: held"
+
+
+def test_publishes_as_a_list_declares_the_agents_own_events() -> None:
+    chain = spec()
+    data = chain.model_dump(mode="json")
+    data["subscriptions"][2]["publishes"] = ["Designed", "Sketched"]
+    listed = ChainSpec.model_validate(data).subscriptions[2].publishes
+    assert listed.events == ["Designed", "Sketched"] and listed.on_success == []
+    assert listed.allowed(None) == {"Designed", "Sketched"}
+    assert chain.subscriptions[0].publishes.allowed(None) is None
+    assert chain.subscriptions[0].publishes.allowed(["X"]) == {"Planned", "PlanFailed", "X"}
 
 
 def test_a_failed_run_publishes_its_failure_and_is_parked_for_a_rerun() -> None:
@@ -379,3 +439,49 @@ def test_the_status_attributes_follow_the_pause() -> None:
     model = new_model()
     take(model, event("Alert", topic="project.alerts", severity="high"))
     assert set(model.status_attributes().values()) == {"c1", "chain", "paused"}
+
+
+def test_a_run_handed_over_is_carried_in_flight_and_taken_once() -> None:
+    model = new_model(max_concurrency=1)
+    take(model, event("Approved"))
+    take(model, event("Approved"))
+    seq, run = model.start_next()
+    model.hand_over(seq)
+    assert model.running, "continue-as-new waits until the ChainRun is confirmed started"
+    model.confirmed(seq)
+    model.finish(seq)
+    assert not model.running, "a run in flight does not hold continue-as-new"
+    assert not model.can_dispatch(), "but it keeps its slot"
+    assert model.snapshot().running == ["planner ← Approved"]
+    assert not model.finished(0) and not model.close_idle()
+    carried = ChainModel.begin(
+        ChainInput.model_validate(model.carry().model_dump(mode="json")), WORKFLOW_ID
+    )
+    assert carried.in_flight == {seq: run} and carried.snapshot().running == ["planner ← Approved"]
+    assert carried.landed(seq) == run
+    assert carried.landed(seq) is None, "an outcome is taken once"
+    assert carried.can_dispatch()
+
+
+def test_a_run_outcome_is_exactly_one_of_result_vote_or_failure() -> None:
+    assert RunOutcome(seq=3, failure=RunFailure(failure_type="timeout", message="late")).failure
+    for given in ({}, {"result": {"agent": "a"}, "failure": {"failure_type": "x", "message": ""}}):
+        with pytest.raises(ValidationError, match="exactly one of result, vote or failure"):
+            RunOutcome.model_validate({"seq": 3, **given})
+
+
+def test_a_runs_detours_come_back_merged_and_bounded() -> None:
+    def waited(seconds: float) -> RunDetour:
+        return RunDetour(
+            at=NOW, agent="planner", reason="pool_full", action="waited", waited_s=seconds
+        )
+
+    detours = noted([], waited(1.5), None)
+    detours = noted(detours, waited(2.0), None)
+    assert [d.detour.waited_s for d in detours] == [3.5], "waits in a row add up"
+    rerouted = RunDetour(at=NOW, agent="planner", reason="circuit_open", action="rerouted")
+    detours = noted(detours, rerouted, None)
+    assert [d.detour.action for d in detours] == ["waited", "rerouted"]
+    for _ in range(3 * MAX_DETOURS):
+        detours = noted(detours, rerouted, None)
+    assert len(detours) == MAX_DETOURS

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coord.infra.devserver import TASK_DISPATCH_CONFIG
+from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG
 from coord.models import contract
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,5 +71,5 @@ def test_server_dispatches_tasks_as_the_embedded_one() -> None:
     path = Path(server["environment"]["DYNAMIC_CONFIG_FILE_PATH"])
     host_dir, mounted, _ = server["volumes"][0].split(":")
     config = yaml.safe_load((ROOT / host_dir / path.relative_to(mounted)).read_text())
-    embedded = dict(value.split("=") for value in TASK_DISPATCH_CONFIG[1::2])
+    embedded = dict(value.split("=") for value in (*TASK_DISPATCH_CONFIG, *FLOOD_CONFIG)[1::2])
     assert {key: str(config[key][0]["value"]).lower() for key in embedded} == embedded

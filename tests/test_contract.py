@@ -36,6 +36,7 @@ from coord.workflows.agent_ledger import AgentLedger
 from coord.workflows.agent_monitor import AgentMonitor
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain import ReactiveChain
+from coord.workflows.chain_run import ChainRun
 from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.plan import TaskGraph
 from coord.workflows.saga import Saga
@@ -49,12 +50,14 @@ WIRE_NAMES = {
     contract.DEAD_LETTER_WORKFLOW: "DeadLetterEntry",
     contract.VOTE_WORKFLOW: "Vote",
     contract.AGENT_MONITOR_WORKFLOW: "AgentMonitor",
+    contract.CHAIN_RUN_WORKFLOW: "ChainRun",
     contract.EVENT_SIGNAL: "event",
     contract.CHAIN_EVENT_SIGNAL: "chain_event",
     contract.RERUN_SIGNAL: "rerun",
     contract.ATTACH_SIGNAL: "attach",
     contract.DETACH_SIGNAL: "detach",
     contract.CLOSE_SIGNAL: "close",
+    contract.RUN_OUTCOME_SIGNAL: "run_outcome",
     contract.STATE_QUERY: "state",
     contract.TIMELINE_QUERY: "timeline",
     contract.ENTRY_QUERY: "entry",
@@ -110,10 +113,12 @@ def test_wire_names_are_the_recorded_strings() -> None:
                 contract.ATTACH_SIGNAL,
                 contract.DETACH_SIGNAL,
                 contract.CLOSE_SIGNAL,
+                contract.RUN_OUTCOME_SIGNAL,
             },
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
             set(),
         ),
+        (ChainRun, contract.CHAIN_RUN_WORKFLOW, set(), set(), set()),
         (
             Aggregator,
             contract.AGGREGATOR_WORKFLOW,
@@ -190,6 +195,7 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     chain_id = contract.chain_workflow_id("story-1")
     assert chain_id == "chain-story-1" and contract.is_chain_workflow_id(chain_id)
     assert contract.correlation_id_of_chain(chain_id) == "story-1"
+    assert contract.chain_run_workflow_id(chain_id, 7) == "chain-story-1/run-7"
     assert not contract.is_chain_workflow_id("saga-deploy-1")
     assert contract.aggregator_workflow_id("phase1") == "aggregator-phase1"
     assert contract.aggregator_workflow_id("phase1", "story-1") == "aggregator-phase1~story-1"

@@ -52,8 +52,9 @@ def agents() -> AgentRegistry:
 
 
 async def scheduled_bytes_per_task(client: Client, workflow_id: str) -> list[int]:
-    """The input bytes of the activities each workflow task scheduled, task by task, in every run
-    of the workflow (a chain continues as new)."""
+    """The input bytes of the activities and child workflows (a chain's `ChainRun`s) each
+    workflow task started, task by task, in every run of the workflow (a chain continues as
+    new)."""
     described = await client.get_workflow_handle(workflow_id).describe()
     run_id = described.raw_description.workflow_execution_info.first_run_id
     per_task: Counter[tuple[str, int]] = Counter()
@@ -64,6 +65,10 @@ async def scheduled_bytes_per_task(client: Client, workflow_id: str) -> list[int
                 scheduled = event.activity_task_scheduled_event_attributes
                 task = (run.run_id or "", scheduled.workflow_task_completed_event_id)
                 per_task[task] += scheduled.input.ByteSize()
+            if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+                child = event.start_child_workflow_execution_initiated_event_attributes
+                task = (run.run_id or "", child.workflow_task_completed_event_id)
+                per_task[task] += child.input.ByteSize()
             if event.HasField("workflow_execution_continued_as_new_event_attributes"):
                 attributes = event.workflow_execution_continued_as_new_event_attributes
                 run_id = attributes.new_execution_run_id

@@ -272,8 +272,11 @@ async def test_a_chain_vote_decided_publishes_on_success_with_the_ballots(
     ]
     assert entry.agent == "/release-vote"
     child = await api.vote_handle(client, vote.vote_id).describe()
-    parent = child.raw_description.workflow_execution_info.parent_execution
-    assert parent.workflow_id == contract.chain_workflow_id(correlation_id)
+    chain_run = child.raw_description.workflow_execution_info.parent_execution
+    assert chain_run.workflow_id.startswith(f"{contract.chain_workflow_id(correlation_id)}/run-")
+    described = await client.get_workflow_handle(chain_run.workflow_id).describe()
+    parent = described.raw_description.workflow_execution_info.parent_execution
+    assert parent.workflow_id == contract.chain_workflow_id(correlation_id), "the chain's run"
     assert (state.events_seen, state.dead_lettered) == (2, 0)
 
 

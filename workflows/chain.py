@@ -2,9 +2,30 @@
 
 Events arrive as `event` signals (plain JSON envelopes). Each is deduplicated, checked, logged in
 order, matched against the subscriptions (topic, type, CEL filter, join) and may queue agent runs.
-Runs execute as `run_agent` activities up to the spec's concurrency limit; their results are
-published back into the chain as new events, caused by the event that triggered them. What the
-chain decides is in `ChainModel` (coord.models.chain_model); this module is its Temporal side.
+Runs start up to the spec's concurrency limit; their results are published back into the chain
+as new events, caused by the event that triggered them. What the chain decides is in
+`ChainModel` (coord.models.chain_model); this module is its Temporal side.
+
+Why each run is a workflow of its own (`ChainRun`, coord.workflows.chain_run). A chain
+continues as new when its history reaches its budget, and an activity cannot cross that: a
+chain that ran `run_agent` itself had to wait for its slowest agent, and from twice its budget
+on it held its queue and its new events until that agent was done (29 of 150 queued runs waited
+as long as one slow agent). Keeping on dispatching within a margin below Temporal's hard limits
+would only move the wall: the history, its replays and the signals per run grow for as long as
+the agent runs. So the chain hands each run, once its agent is picked and its `on_start`
+published, to a `ChainRun` started with `ParentClosePolicy.ABANDON`: it runs the agent
+(`start_agent_run`, with the subscription's timeouts, retries, gates and detours) or holds the
+vote, and signals the outcome to the chain's workflow id (`run_outcome`), which reaches
+whichever run is current. The chain keeps the run in flight (`ChainCarry.in_flight`, carried
+across continue-as-new) until its outcome comes, so nothing is lost; the outcome names the run
+by its queue number, so an outcome taken once is refused the second time, and each `ChainRun`
+has an id of its own (`<chain id>/run-<n>`), so nothing runs twice. The run's detours (waits at
+its agent's gates, reroutes) come back with its outcome. A run its subscription bounds to
+`SHORT_RUN` in all (`schedule_to_close_timeout` <= 30 s) stays here instead, sparing a child
+workflow and a signal: continue-as-new waits for it, at most that long. Continue-as-new waits
+for nothing else but the runs whose `ChainRun` has not been confirmed started, and once it is
+due the queue waits for the next run. Runs recorded before the
+`chain-runs-in-workflows-of-their-own` patch ran their agents here, as they did.
 """
 
 import asyncio
@@ -15,10 +36,11 @@ from typing import Any
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.agent_runs import RunDetour
+    from coord.models.agents import AgentRequest, AgentResult
     from coord.models.assignment import Assignment
     from coord.models.chain import (
         AgentRun,
@@ -30,19 +52,24 @@ with workflow.unsafe.imports_passed_through():
         TimelineEntry,
     )
     from coord.models.chain_model import ChainModel, Parking, Rejection, standin_input
+    from coord.models.chain_run import ChainRunInput, RunOutcome
     from coord.models.contract import (
         AGENTS,
         ATTACH_SIGNAL,
         CHAIN_EVENT_SIGNAL,
+        CHAIN_RUN_WORKFLOW,
         CHAIN_WORKFLOW,
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
         RERUN_SIGNAL,
+        RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
         agent_search_values,
+        chain_run_workflow_id,
+        chain_workflow_id,
         failure,
         failure_message,
         failure_type_of,
@@ -50,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
     from coord.models.sizes import ByteBudget, json_size
     from coord.models.specs import SpecError
-    from coord.models.vote import VoteState
+    from coord.models.vote import VoteSpec, VoteState
     from coord.workflows.agent_runs import declared_settings, start_agent_run
     from coord.workflows.arguments import SurplusStartArguments
     from coord.workflows.child_votes import VOTE_FAILED, hold_vote, vote_failure
@@ -76,6 +103,13 @@ FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
 DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
 AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
 """Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
+HAND_OVER_PATCH = "chain-runs-in-workflows-of-their-own"
+"""Runs after it hand each agent run and vote to a `ChainRun` of its own, which reports its
+outcome by signal, and continue as new without waiting for them (carrying them in flight);
+runs recorded before ran them here and waited for the slowest before continuing."""
+PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
+"""Runs after it refuse, record and park an agent's publication of a type neither its
+subscription's `publishes` nor its declaration allows; runs recorded before published it."""
 FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
 """Runs after it start their agent runs and votes and forward to their listeners within a byte
 budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
@@ -103,6 +137,9 @@ class RunPacing:
         self._outbound = outbound
         self.keep_dispatching = False
         """Set once the run starts: whether it dispatches while continue-as-new is due."""
+        self.hands_over = False
+        """Set once the run starts: whether its runs go to `ChainRun`s of their own (then the
+        queue waits for the next run once continue-as-new is due)."""
 
     def has_work(self) -> bool:
         return (
@@ -159,10 +196,14 @@ class RunPacing:
         return overdue and workflow.patched(FLOOD_PATCH)
 
     def _may_dispatch_before_continuing(self) -> bool:
-        """Continue-as-new waits for the running agents; one slow agent must not hold the
-        queue meanwhile, so dispatch goes on until the run holds new events back."""
+        """Once continue-as-new is due, the queued runs go to the next run, which this one
+        starts as soon as the runs it is starting are handed over: it never waits for an agent.
+        (Runs recorded before waited for their running agents, and dispatched meanwhile, until
+        they held new events back, so that one slow agent did not hold the queue.)"""
         if not self._continue_as_new_due():
             return True
+        if self.hands_over:
+            return False
         return self.keep_dispatching and not self.holding_events()
 
 
@@ -318,6 +359,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await workflow.wait_condition(lambda: not self._outbound.count)
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
+        self._pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
         self._upsert_status()
         self._announce_agents()
         while not self._model.finished(self._outbound.count):
@@ -406,6 +448,28 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._outbound.reject(Rejection(invalid, str(error)), raw=error.raw)
         return None
 
+    @workflow.signal(name=RUN_OUTCOME_SIGNAL)
+    def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
+        """A run handed to a `ChainRun` is over (this run or an earlier one of the chain handed
+        it over): its detours and outcome are taken as a run's here would be. One naming no
+        run in flight (sent twice, or by someone else) is rejected and parked."""
+        try:
+            outcome = decode_input(RunOutcome, raw, RUN_OUTCOME_SIGNAL)
+        except InvalidInput as error:
+            rejection = Rejection(FailureType.INVALID_RUN_OUTCOME, str(error))
+            self._outbound.reject(rejection, raw=error.raw)
+            return
+        run = self._model.landed(outcome.seq)
+        if run is None:
+            reason = f"{RUN_OUTCOME_SIGNAL}: no run {outcome.seq} is in flight"
+            rejection = Rejection(FailureType.INVALID_RUN_OUTCOME, reason)
+            self._outbound.reject(rejection, raw=outcome.model_dump(mode="json"))
+            return
+        for detoured in outcome.detours:
+            self._detoured(run, detoured.detour, detoured.assignment)
+        if letter := self._outcome(run, outcome):
+            self._outbound.park(letter)
+
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
         """Accept no more events; finish the work already started or queued, then end."""
@@ -437,6 +501,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
+        """The agent picked (by capability), its `on_start` published, then the run handed to a
+        `ChainRun`; a run its subscription bounds short (`SHORT_RUN`) runs here, as every run
+        recorded before did."""
         subscription = self._spec.subscription(run.subscription)
         retry_policy = subscription.retry.to_retry_policy()
         try:
@@ -444,6 +511,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
+                if self._pacing.hands_over and not subscription.runs_in_chain:
+                    await self._hand_over(seq, self._run_input(seq, run, request=request))
+                    return
                 await self._outbound.fan_out.room(json_size(request))
                 settings = declared_settings(
                     subscription,
@@ -458,7 +528,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                     self._model.run_failed(run, *failed, attempts(error, retry_policy))
                 )
                 return
-            self._model.run_succeeded(run, result)
+            self._succeeded(run, result)
         finally:
             self._model.finish(seq)
 
@@ -471,15 +541,19 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._announce_agents()
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
-        """A vote subscription's run: a child `Vote` on the event's payload, counted as a run
-        (continue-as-new waits for it); its outcome is published. One that gives no outcome
-        (its proposal refused, failed, or cancelled on its own) is published as the failure
-        event and parked like a failed agent run, to be run again by a `rerun`."""
+        """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
+        handed to a `ChainRun` (runs recorded before held it here, and continue-as-new waited
+        for it); its outcome is published. One that gives no outcome (its proposal refused,
+        failed, or cancelled on its own) is published as the failure event and parked like a
+        failed agent run, to be run again by a `rerun`."""
         failed: tuple[str, str]
         try:
             self._model.run_started(run)
             try:
                 vote = self._model.vote_spec(run)
+                if self._pacing.hands_over:
+                    await self._hand_over(seq, self._run_input(seq, run, vote=vote))
+                    return
                 await self._outbound.fan_out.room(json_size(vote))
                 outcome: VoteState = await hold_vote(vote, run.subscription)
             except SpecError as error:
@@ -492,6 +566,72 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             await park_letter(self._model.run_failed(run, *failed, 1))
         finally:
             self._model.finish(seq)
+
+    def _run_input(
+        self,
+        seq: int,
+        run: AgentRun,
+        *,
+        request: AgentRequest | None = None,
+        vote: VoteSpec | None = None,
+    ) -> ChainRunInput:
+        """What the run's `ChainRun` starts with. The chain's id comes from its correlation id
+        (its input), not from where the run executes, so that its commands (the `ChainRun`'s
+        id) are the same wherever its history is replayed."""
+        summary = f"{run.agent} ← {run.trigger.event.type}" if request else run.subscription
+        return ChainRunInput(
+            chain_id=chain_workflow_id(self._model.state.correlation_id),
+            seq=seq,
+            subscription=self._spec.subscription(run.subscription),
+            summary=summary,
+            inline_agents=self._spec.agents,
+            request=request,
+            vote=vote,
+        )
+
+    async def _hand_over(self, seq: int, run_input: ChainRunInput) -> None:
+        """The run goes to a `ChainRun` (abandoned when this run closes, so it outlives a
+        continue-as-new), in flight from now, within the workflow task's budget of commands;
+        continue-as-new waits only for its start. A `ChainRun` of this number already running
+        (a chain reset) is the same run: its outcome will come."""
+        self._model.hand_over(seq)
+        try:
+            started = run_input.model_dump(mode="json")
+            await self._outbound.fan_out.room(json_size(started))
+            await workflow.start_child_workflow(
+                CHAIN_RUN_WORKFLOW,
+                started,
+                id=chain_run_workflow_id(run_input.chain_id, seq),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=run_input.summary,
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.warning("chain run already started", extra={"seq": seq})
+        finally:
+            self._model.confirmed(seq)
+
+    def _outcome(self, run: AgentRun, outcome: RunOutcome) -> Parking | None:
+        """A handed-over run's outcome taken: its events published (a vote's record too); a
+        failure is published as its failure event and comes back to be parked, to be run
+        again by a `rerun`."""
+        if outcome.result is not None:
+            self._succeeded(run, outcome.result)
+            return None
+        if outcome.vote is not None:
+            self._model.vote_ended(run, outcome.vote)
+            return None
+        failed = outcome.failure
+        assert failed is not None  # RunOutcome holds exactly one
+        return self._model.run_failed(run, failed.failure_type, failed.message, failed.attempts)
+
+    def _succeeded(self, run: AgentRun, result: AgentResult) -> None:
+        """The run's events published, and the agent's publications of a type it may not
+        publish refused: recorded in the chain's record and parked (`publish_not_allowed`)."""
+        refused = self._model.refused_types(run, result)
+        if refused and not workflow.patched(PUBLISH_RULE_PATCH):
+            refused = set()
+        for rejection, envelope in self._model.run_succeeded(run, result, refused):
+            self._outbound.reject(rejection, envelope=envelope)
 
     async def _assign(self, run: AgentRun, subscription: Subscription) -> None:
         """A run of a subscription naming capabilities goes to the agent picked for it (before
