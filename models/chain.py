@@ -60,13 +60,6 @@ class Publishes(BaseModel):
         return {*self.all, *(by_agent or [])}
 
 
-SHORT_RUN = timedelta(seconds=30)
-"""A run its subscription bounds to this in all (`schedule_to_close_timeout`: its retries and
-its waits at its agent's gates included) stays in the chain, which waits for it, at most this
-long, before continuing as new; any other run goes to a `ChainRun` of its own, which costs a
-child workflow and a signal (about half a second a run on a busy dev server)."""
-
-
 class Subscription(Routed):
     model_config = ConfigDict(extra="forbid")
 
@@ -89,6 +82,10 @@ class Subscription(Routed):
     """How long a run waits for a worker serving its agent before it fails `agent_unavailable`
     (not retried: a retry would wait on the same queue)."""
     retry: RetryConfig = Field(default_factory=RetryConfig)
+    hand_over: bool | None = None
+    """`true`: every run goes to a `ChainRun` workflow of its own, so the chain never waits for
+    it (for agents that may run long); `false`: every run stays in the chain; unset: a run stays
+    in the chain (the fast path) unless it starts while the chain is due to continue as new."""
 
     _one_or_many = field_validator("events", mode="before")(_as_list)
 
@@ -118,11 +115,14 @@ class Subscription(Routed):
             return [(f"{place}.vote.voters", voter) for voter in self.vote.voters]
         return [(f"{place}.agent", self.agent)]
 
-    @property
-    def runs_in_chain(self) -> bool:
-        """Whether its runs are short enough to run in the chain itself (`SHORT_RUN`)."""
-        bound = self.schedule_to_close_timeout
-        return self.vote is None and bound is not None and bound <= SHORT_RUN
+    def hands_over(self, continuing: bool) -> bool:
+        """Whether a run of it goes to a `ChainRun` of its own: a vote always; an agent run when
+        the subscription says so (`hand_over: true`, for agents that may run long), or, unless
+        it says not to, when it starts while its chain is due to continue as new (so that it
+        does not wait for the runs the chain still holds)."""
+        if self.vote is not None or self.hand_over is not None:
+            return self.vote is not None or bool(self.hand_over)
+        return continuing
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)

@@ -6,26 +6,23 @@ Runs start up to the spec's concurrency limit; their results are published back 
 as new events, caused by the event that triggered them. What the chain decides is in
 `ChainModel` (coord.models.chain_model); this module is its Temporal side.
 
-Why each run is a workflow of its own (`ChainRun`, coord.workflows.chain_run). A chain
+Why a run may be a workflow of its own (`ChainRun`, coord.workflows.chain_run). A chain
 continues as new when its history reaches its budget, and an activity cannot cross that: a
-chain that ran `run_agent` itself had to wait for its slowest agent, and from twice its budget
-on it held its queue and its new events until that agent was done (29 of 150 queued runs waited
-as long as one slow agent). Keeping on dispatching within a margin below Temporal's hard limits
-would only move the wall: the history, its replays and the signals per run grow for as long as
-the agent runs. So the chain hands each run, once its agent is picked and its `on_start`
-published, to a `ChainRun` started with `ParentClosePolicy.ABANDON`: it runs the agent
-(`start_agent_run`, with the subscription's timeouts, retries, gates and detours) or holds the
-vote, and signals the outcome to the chain's workflow id (`run_outcome`), which reaches
+chain running `run_agent` itself waits for its agents before it continues. Most agent runs are
+short, and run here, as activities of the chain (the fast path: a child workflow and a signal
+per run would cost most of the chain's throughput). Once continue-as-new is due, the chain
+stops holding runs itself: it waits for those it holds, and meanwhile hands each run it starts
+to a `ChainRun` started with `ParentClosePolicy.ABANDON`, so no queued run waits for a slow
+agent; a subscription declaring `hand_over: true` (an agent that may run long) hands every run
+over, so the chain never waits for it. A `ChainRun` runs the agent (`start_agent_run`, with the
+subscription's timeouts, retries, gates and detours) or holds the vote (votes are always handed
+over), and signals the outcome to the chain's workflow id (`run_outcome`), which reaches
 whichever run is current. The chain keeps the run in flight (`ChainCarry.in_flight`, carried
 across continue-as-new) until its outcome comes, so nothing is lost; the outcome names the run
 by its queue number, so an outcome taken once is refused the second time, and each `ChainRun`
 has an id of its own (`<chain id>/run-<n>`), so nothing runs twice. The run's detours (waits at
-its agent's gates, reroutes) come back with its outcome. A run its subscription bounds to
-`SHORT_RUN` in all (`schedule_to_close_timeout` <= 30 s) stays here instead, sparing a child
-workflow and a signal: continue-as-new waits for it, at most that long. Continue-as-new waits
-for nothing else but the runs whose `ChainRun` has not been confirmed started, and once it is
-due the queue waits for the next run. Runs recorded before the
-`chain-runs-in-workflows-of-their-own` patch ran their agents here, as they did.
+its agent's gates, reroutes) come back with its outcome. Runs recorded before the
+`chain-runs-in-workflows-of-their-own` patch ran every agent here.
 """
 
 import asyncio
@@ -127,6 +124,11 @@ signals arrived while it ran) replays it all in its next task; under a flood tha
 be short, or signals pile up during each replay and the server fails it again."""
 
 
+HOLDING_BUDGETS = 8
+"""How far past its history budget a chain takes events on while it waits for agent runs it holds
+itself (each run it starts meanwhile goes to a `ChainRun`)."""
+
+
 class RunPacing:
     """When a run takes events, starts agent runs and continues-as-new: the chain's guard
     against floods. A run continues-as-new early and holds new events back for the next one, and
@@ -173,7 +175,7 @@ class RunPacing:
         return self._model.can_dispatch() and self._may_dispatch_before_continuing()
 
     def continue_as_new_now(self) -> bool:
-        return self._continue_as_new_due() and not self._model.running and not self._outbound.count
+        return self.continue_as_new_due() and not self._model.running and not self._outbound.count
 
     def _history_budget(self) -> int:
         """Events may arrive far faster than the chain takes them: it continues-as-new at a
@@ -181,7 +183,7 @@ class RunPacing:
         it received), leaving the rest for what arrives meanwhile, or at `RUN_HISTORY_BUDGET`."""
         return min(self._model.signals_per_run // 4, RUN_HISTORY_BUDGET)
 
-    def _continue_as_new_due(self) -> bool:
+    def continue_as_new_due(self) -> bool:
         info = workflow.info()
         if info.is_continue_as_new_suggested():
             return True
@@ -191,19 +193,24 @@ class RunPacing:
     def holding_events(self) -> bool:
         """From twice the budget on, new events wait in the inbox for the next run (they are
         carried), so that the forwards and agent runs they would start cannot keep this run from
-        continuing-as-new."""
-        overdue = workflow.info().get_current_history_length() >= 2 * self._history_budget()
+        continuing-as-new. A run that waits for agent runs it holds, while it hands every run it
+        starts over, takes events on (they cannot keep it longer than those agents) up to
+        HOLDING_BUDGETS budgets: its history stays bounded however long the agents run."""
+        held = self.hands_over and self._model.running
+        budgets = HOLDING_BUDGETS if held else 2
+        overdue = workflow.info().get_current_history_length() >= budgets * self._history_budget()
         return overdue and workflow.patched(FLOOD_PATCH)
 
     def _may_dispatch_before_continuing(self) -> bool:
-        """Once continue-as-new is due, the queued runs go to the next run, which this one
-        starts as soon as the runs it is starting are handed over: it never waits for an agent.
-        (Runs recorded before waited for their running agents, and dispatched meanwhile, until
-        they held new events back, so that one slow agent did not hold the queue.)"""
-        if not self._continue_as_new_due():
+        """Once continue-as-new is due, this run waits for the agent runs it holds itself (the
+        fast path's), and meanwhile starts its queued runs, each in a `ChainRun` of its own, so
+        that none waits for a slow agent; with none held, the queue goes to the next run at
+        once. (Runs recorded before the hand-over dispatched in the chain meanwhile, until they
+        held new events back.)"""
+        if not self.continue_as_new_due():
             return True
         if self.hands_over:
-            return False
+            return self._model.running and not self.holding_events()
         return self.keep_dispatching and not self.holding_events()
 
 
@@ -501,9 +508,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
-        """The agent picked (by capability), its `on_start` published, then the run handed to a
-        `ChainRun`; a run its subscription bounds short (`SHORT_RUN`) runs here, as every run
-        recorded before did."""
+        """The agent picked (by capability), its `on_start` published, then the agent run here
+        (the fast path, and every run recorded before the hand-over), or handed to a `ChainRun`
+        when its subscription says so or the chain is due to continue as new."""
         subscription = self._spec.subscription(run.subscription)
         retry_policy = subscription.retry.to_retry_policy()
         try:
@@ -511,7 +518,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
-                if self._pacing.hands_over and not subscription.runs_in_chain:
+                continuing = self._pacing.continue_as_new_due()
+                if self._pacing.hands_over and subscription.hands_over(continuing):
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
