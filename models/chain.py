@@ -115,14 +115,14 @@ class Subscription(Routed):
             return [(f"{place}.vote.voters", voter) for voter in self.vote.voters]
         return [(f"{place}.agent", self.agent)]
 
-    def hands_over(self, continuing: bool) -> bool:
+    def hands_over(self, held_up: bool) -> bool:
         """Whether a run of it goes to a `ChainRun` of its own: a vote always; an agent run when
         the subscription says so (`hand_over: true`, for agents that may run long), or, unless
-        it says not to, when it starts while its chain is due to continue as new (so that it
-        does not wait for the runs the chain still holds)."""
+        it says not to, when it starts while its chain is held up by a slow agent before
+        continuing as new (so that it does not wait for that agent)."""
         if self.vote is not None or self.hand_over is not None:
             return self.vote is not None or bool(self.hand_over)
-        return continuing
+        return held_up
 
     def new_join(self) -> JoinState:
         return JoinState.of([Slot(type=t) for t in self.events], mode=self.join)

@@ -27,6 +27,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -127,6 +128,11 @@ be short, or signals pile up during each replay and the server fails it again.""
 HOLDING_BUDGETS = 8
 """How far past its history budget a chain takes events on while it waits for agent runs it holds
 itself (each run it starts meanwhile goes to a `ChainRun`)."""
+MIN_WAKE = timedelta(milliseconds=100)
+HELD_UP_AFTER = timedelta(seconds=2)
+"""How long a chain due to continue as new waits for the agent runs it holds before it counts as
+held up by one: from then on it hands every run it starts to a `ChainRun`. Before, it goes on
+dispatching in the chain, as the fast path does (most agents are done by then)."""
 
 
 class RunPacing:
@@ -140,8 +146,30 @@ class RunPacing:
         self.keep_dispatching = False
         """Set once the run starts: whether it dispatches while continue-as-new is due."""
         self.hands_over = False
-        """Set once the run starts: whether its runs go to `ChainRun`s of their own (then the
-        queue waits for the next run once continue-as-new is due)."""
+        """Set once the run starts: whether it may hand runs to `ChainRun`s of their own."""
+        self._due_since: datetime | None = None
+        """Since when continue-as-new has been due while agent runs held here kept it waiting."""
+
+    def note_time(self, now: datetime) -> None:
+        """Brings `held_up` to the workflow's clock (once a turn)."""
+        waiting = self.continue_as_new_due() and self._model.running
+        if not waiting:
+            self._due_since = None
+        elif self._due_since is None:
+            self._due_since = now
+
+    def held_up(self, now: datetime) -> bool:
+        """Whether agent runs held here have kept the due continue-as-new waiting HELD_UP_AFTER:
+        a slow agent, for which no run started from now on waits."""
+        since = self._due_since
+        return self.hands_over and since is not None and now - since >= HELD_UP_AFTER
+
+    def wake_in(self, now: datetime) -> timedelta | None:
+        """When to look again though nothing arrives: when runs queued behind a due continue-as-new
+        would count as held up (so they are handed over without waiting for the slow agent)."""
+        if not self.hands_over or self._due_since is None or not self._model.queue:
+            return None
+        return max(self._due_since + HELD_UP_AFTER - now, MIN_WAKE)
 
     def has_work(self) -> bool:
         return (
@@ -193,23 +221,21 @@ class RunPacing:
     def holding_events(self) -> bool:
         """From twice the budget on, new events wait in the inbox for the next run (they are
         carried), so that the forwards and agent runs they would start cannot keep this run from
-        continuing-as-new. A run that waits for agent runs it holds, while it hands every run it
-        starts over, takes events on (they cannot keep it longer than those agents) up to
+        continuing-as-new. A run held up by agent runs it holds, which hands every run it starts
+        over, takes events on (they cannot keep it longer than those agents) up to
         HOLDING_BUDGETS budgets: its history stays bounded however long the agents run."""
-        held = self.hands_over and self._model.running
-        budgets = HOLDING_BUDGETS if held else 2
+        budgets = HOLDING_BUDGETS if self.held_up(workflow.now()) else 2
         overdue = workflow.info().get_current_history_length() >= budgets * self._history_budget()
         return overdue and workflow.patched(FLOOD_PATCH)
 
     def _may_dispatch_before_continuing(self) -> bool:
         """Once continue-as-new is due, this run waits for the agent runs it holds itself (the
-        fast path's), and meanwhile starts its queued runs, each in a `ChainRun` of its own, so
-        that none waits for a slow agent; with none held, the queue goes to the next run at
-        once. (Runs recorded before the hand-over dispatched in the chain meanwhile, until they
-        held new events back.)"""
+        fast path's), dispatching meanwhile as it did before (until it holds new events back);
+        held up by them (`held_up`: a slow agent), it starts its queued runs each in a
+        `ChainRun` of its own, so that none waits for that agent."""
         if not self.continue_as_new_due():
             return True
-        if self.hands_over:
+        if self.held_up(workflow.now()):
             return self._model.running and not self.holding_events()
         return self.keep_dispatching and not self.holding_events()
 
@@ -383,11 +409,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     async def _take_turn(self) -> bool:
         """One turn of the run's loop: wait for work, take in what arrived and dispatch it, and
         continue as new when the history is long. False when the chain has idled out."""
+        wake = self._pacing.wake_in(workflow.now())
+        timeout = self._spec.idle_timeout if wake is None else min(wake, self._spec.idle_timeout)
         try:
-            await workflow.wait_condition(self._pacing.has_work, timeout=self._spec.idle_timeout)
+            await workflow.wait_condition(self._pacing.has_work, timeout=timeout)
         except TimeoutError:
-            if self._model.close_idle():
+            if wake is None and self._model.close_idle():
                 return False
+        self._pacing.note_time(workflow.now())
         more = self._pacing.drain(self._handle, self._intake.next)
         self._dispatch()
         workflow.set_current_details(self._model.details())
@@ -518,8 +547,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 await self._assign(run, subscription)
                 self._model.run_started(run)
                 request = self._model.agent_request(run)
-                continuing = self._pacing.continue_as_new_due()
-                if self._pacing.hands_over and subscription.hands_over(continuing):
+                held_up = self._pacing.held_up(workflow.now())
+                if self._pacing.hands_over and subscription.hands_over(held_up):
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
