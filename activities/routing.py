@@ -39,7 +39,7 @@ from coord.models.contract import (
 from coord.models.health import AgentHealth
 
 log = get_logger("routing")
-SERVED_PATIENCE = timedelta(seconds=15)
+SERVED_PATIENCE = timedelta(seconds=5)
 SERVED_POLL = 1.0
 
 

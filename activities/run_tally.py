@@ -113,8 +113,10 @@ class RunCounter:
         info = activity.info()
         if self._budget is None or info.start_to_close_timeout is None:
             return await call
-        ends = info.started_time + agent_time_limit(info.start_to_close_timeout)
-        limit = asyncio.timeout((ends - datetime.now(UTC)).total_seconds())
+        allowed = agent_time_limit(info.start_to_close_timeout)
+        ends = info.started_time + allowed  # the server's clock: a worker taking it late
+        left = min(ends - datetime.now(UTC), allowed)  # a server clock ahead (time-skipping)
+        limit = asyncio.timeout(left.total_seconds())
         try:
             async with limit:
                 return await call

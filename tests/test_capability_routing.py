@@ -32,7 +32,7 @@ from coord.models.plan import PlanSpec, TaskState
 from coord.models.saga import SagaSpec, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker, worker_runtime
-from tests.helpers import chain_run_handles, event, eventually, parked
+from tests.helpers import event, eventually, parked
 from tests.test_mesh_queues import runs_by_agent
 from tests.workers import COORD, run, server_env
 
@@ -100,11 +100,7 @@ async def test_a_chain_subscription_naming_capabilities_runs_on_the_agent_offeri
         await eventually(ran)
         await api.close_chain(client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 30)
-        runs = {
-            summary: ran
-            for chain_run in await chain_run_handles(client, handle)
-            for summary, ran in (await runs_by_agent(chain_run)).items()
-        }
+        runs = await runs_by_agent(handle)
     [picked] = state.assignments
     assert (picked.subscription, picked.assignment.agent) == ("sql+postgres", "pg")
     assert [bid.agent for bid in picked.assignment.bids] == ["pg"], "mysql offers half: no"

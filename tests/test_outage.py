@@ -109,7 +109,7 @@ async def attempts_started(handle: WorkflowHandle[Any, Any]) -> list[int]:
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # minutes of a server down, or a flood: `make soak`
 @pytest.mark.parametrize(
     ("how", "away"),
     [(signal.SIGTERM, 15), (signal.SIGKILL, 15), (signal.SIGKILL, 60)],

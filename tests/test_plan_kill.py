@@ -62,13 +62,12 @@ async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
         }
     )
     record = {task.id: task for task in state.tasks}
-    assert record["api"].attempts == 2
+    # The attempt the dead worker lost is not one of the agent's: it spent none of its retries.
+    assert record["api"].attempts == 1
     assert [(t.state, t.attempt) for t in record["api"].transitions] == [
         (TaskState.PENDING, None),
         (TaskState.READY, None),
         (TaskState.RUNNING, 1),
-        (TaskState.FAILED, 1),
-        (TaskState.RUNNING, 2),
         (TaskState.SUCCEEDED, None),
     ]
 

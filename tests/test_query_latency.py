@@ -93,7 +93,7 @@ async def force_closed_tasks(client: Client, workflow_id: str) -> int:
     return count
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # minutes of a server down, or a flood: `make soak`
 async def test_every_query_is_answered_soon_while_a_chain_takes_a_flood(
     latency_env: WorkflowEnvironment,
 ) -> None:

@@ -18,7 +18,6 @@ from coord.models.specs import read_document
 from coord.starter import api
 from coord.starter.progress import activity_names
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.helpers import chain_run_handles
 from tests.workers import worker_process
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -44,38 +43,18 @@ async def wait_running(
 ) -> None:
     """Until a worker has started the activity whose summary starts with `activity`."""
 
-    async def poll() -> None:
-        while not await running(client, handle, activity):
-            await asyncio.sleep(0.1)
-
-    await asyncio.wait_for(poll(), timeout)
-
-
-async def running(client: Client, handle: WorkflowHandle[Any, Any], activity: str) -> bool:
-    """Whether a worker has started the workflow's activity whose summary starts with
-    `activity`."""
-    pending = (await handle.describe()).raw_description.pending_activities
-    started = {
-        p.activity_id
-        for p in pending
-        if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-    }
-    names = await activity_names(client, handle) if started else {}
-    return any(names[i].startswith(activity) for i in started)
-
-
-async def wait_chain_running(
-    client: Client, chain: WorkflowHandle[Any, Any], activity: str, timeout: float = 60
-) -> None:
-    """Until a worker has started the agent run of the chain (in its `ChainRun`) whose summary
-    starts with `activity`."""
-
-    async def any_running() -> bool:
-        runs = await chain_run_handles(client, chain)
-        return any([await running(client, run, activity) for run in runs])
+    async def running() -> bool:
+        pending = (await handle.describe()).raw_description.pending_activities
+        started = {
+            p.activity_id
+            for p in pending
+            if p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        }
+        names = await activity_names(client, handle) if started else {}
+        return any(names[i].startswith(activity) for i in started)
 
     async def poll() -> None:
-        while not await any_running():
+        while not await running():
             await asyncio.sleep(0.1)
 
     await asyncio.wait_for(poll(), timeout)
@@ -159,7 +138,7 @@ async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
         await api.start_chain(client, spec, correlation_id, queue=task_queue)
         await api.publish(client, approved)
         handle = api.chain_handle(client, correlation_id)
-        await wait_chain_running(client, handle, "backend-architect")
+        await wait_running(client, handle, "backend-architect")
         first.kill()
     async with worker_process(client, task_queue, log):
         state = await asyncio.wait_for(handle.result(), 90)
@@ -170,8 +149,6 @@ async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
     events = Counter(entry.event for entry in timeline)
     assert events["TestingCompleted"] == 1
     assert all(count == 1 for count in events.values()), events
-    runs: Counter[str] = Counter()
-    for chain_run in await chain_run_handles(client, handle):
-        runs += await completed_activities(client, chain_run)
+    runs = await completed_activities(client, handle)
     assert len(runs) == len(spec.subscriptions)
     assert all(count == 1 for count in runs.values()), runs
