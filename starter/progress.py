@@ -109,7 +109,7 @@ async def plan_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
     retrying = [p for p in pending if p.attempt > 1]
     names = await activity_names(client, handle) if retrying else {}
     attempts = [step_attempt(p, names) for p in retrying]
-    return seen + [((a.step, a.attempt), a.describe()) for a in attempts]
+    return seen + [((a.step, a.attempt, a.next_retry is not None), a.describe()) for a in attempts]
 
 
 Watch = Callable[[Client, WorkflowHandle[Any, Any]], Awaitable[list[Sighting]]]
