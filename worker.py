@@ -13,40 +13,40 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Interceptor, Worker
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.agent_monitor import AgentMonitorActivities
-from coord.activities.agents import AgentActivities
-from coord.activities.breakers import Breakers
-from coord.activities.chains import ChainLookback
-from coord.activities.delivery import Delivery
-from coord.activities.demo import register_demo_agents
-from coord.activities.plan_progress import PlanProgressReader
-from coord.activities.pools import AgentPools
-from coord.activities.reports import ReportKeeper
-from coord.activities.routing import AgentRouter
-from coord.activities.run_tally import TallyCarrier
-from coord.activities.scratchpad import ScratchpadWriter
-from coord.activities.update_callers import UpdateCallers
+from coord.activities.events.delivery import Delivery
+from coord.activities.events.lookback import ChainLookback
+from coord.activities.kinds import load_agents
+from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.mesh.breakers import Breakers
+from coord.activities.mesh.monitor import AgentMonitorActivities
+from coord.activities.mesh.pools import AgentPools
+from coord.activities.mesh.reports import ReportKeeper
+from coord.activities.mesh.routing import AgentRouter
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.activities.mesh.run_tally import TallyCarrier
+from coord.activities.plan.progress import PlanProgressReader
+from coord.activities.plan.scratchpad import ScratchpadWriter
+from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
-from coord.models.agents import AgentRegistry
-from coord.models.contract import (
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
     agent_monitor_workflow_id,
     agent_task_queue,
 )
-from coord.models.specs import SpecError
-from coord.workflows.agent_ledger import AgentLedger
-from coord.workflows.agent_monitor import AgentMonitor
+from coord.models.wire.specs import SpecError
+from coord.workflows._runtime.arguments import SurplusArguments
 from coord.workflows.aggregator import Aggregator
-from coord.workflows.arguments import SurplusArguments
-from coord.workflows.chain import ReactiveChain
-from coord.workflows.chain_run import ChainRun
+from coord.workflows.chain.reactive import ReactiveChain
+from coord.workflows.chain.run import ChainRun
 from coord.workflows.dlq import DeadLetterEntry
-from coord.workflows.plan import TaskGraph
+from coord.workflows.mesh.ledger import AgentLedger
+from coord.workflows.mesh.monitor import AgentMonitor
+from coord.workflows.plan.graph import TaskGraph
 from coord.workflows.saga import Saga
 from coord.workflows.vote import Vote
 

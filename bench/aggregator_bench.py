@@ -25,8 +25,8 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
-    from coord.models.aggregator import AggregatorSpec, AggregatorStatus
-    from coord.models.envelope import EventEnvelope
+    from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
+    from coord.models.events.envelope import EventEnvelope
     from coord.starter import api
     from coord.worker import build_worker
 

@@ -33,17 +33,17 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     from bench.rounds import ratio_line, rotated
     from bench.server import bench_server
-    from coord.activities.breakers import STATS_INTERVAL
+    from coord.activities.mesh.breakers import STATS_INTERVAL
     from coord.infra.process import exit_without_teardown
-    from coord.models.agent_config import PythonAgent
-    from coord.models.agent_ledger import BreakerConfig
-    from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
-    from coord.models.contract import (
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
+    from coord.models.mesh.config import PythonAgent
+    from coord.models.mesh.ledger import BreakerConfig
+    from coord.models.wire.contract import (
         RUN_AGENT_ACTIVITY,
         agent_ledger_workflow_id,
         agent_task_queue,
     )
-    from coord.models.envelope import EventEnvelope
     from coord.worker import build_worker
 
 SIDE_DEADLINE = 120.0

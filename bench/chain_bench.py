@@ -40,9 +40,9 @@ with workflow.unsafe.imports_passed_through():
 
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
-    from coord.models.agents import AgentContext, AgentRegistry
-    from coord.models.chain import ChainSpec, ChainState
-    from coord.models.envelope import EventEnvelope
+    from coord.models.chain.spec import ChainSpec, ChainState
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.agents import AgentContext, AgentRegistry
     from coord.starter import api
     from coord.worker import build_worker
 

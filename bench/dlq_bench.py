@@ -32,8 +32,8 @@ with workflow.unsafe.imports_passed_through():
     from bench.server import bench_server
     from coord.infra.dead_letters import park_dead_letter
     from coord.infra.process import exit_without_teardown
-    from coord.models.dlq import BulkOutcome, DeadLetter, DlqCounts, DlqSelection
-    from coord.models.envelope import EventEnvelope
+    from coord.models.dlq.letter import BulkOutcome, DeadLetter, DlqCounts, DlqSelection
+    from coord.models.events.envelope import EventEnvelope
     from coord.starter import api
     from coord.starter.api.dlq import BULK_CONCURRENCY
     from coord.worker import build_worker

@@ -26,7 +26,7 @@ from temporalio.worker import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.contract import RUN_AGENT_ACTIVITY
+    from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 
 
 class _OwnQueueOutbound(WorkflowOutboundInterceptor):

@@ -50,11 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from bench.rounds import ratio_line, rotated
     from bench.server import add_server_config_option, bench_server, dynamic_config_args
     from coord.infra.process import exit_without_teardown
-    from coord.models.agents import AgentContext, AgentRegistry
-    from coord.models.contract import plan_workflow_id
-    from coord.models.envelope import EventEnvelope
-    from coord.models.plan import DEFAULT_TASK_TIMEOUT, Dispatch, PlanSpec, PlanStatus
-    from coord.models.retry import RetryConfig
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.agents import AgentContext, AgentRegistry
+    from coord.models.mesh.retry import RetryConfig
+    from coord.models.plan.spec import DEFAULT_TASK_TIMEOUT, Dispatch, PlanSpec, PlanStatus
+    from coord.models.wire.contract import plan_workflow_id
     from coord.starter import api
     from coord.worker import WORKFLOWS, build_worker
 

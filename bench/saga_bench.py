@@ -43,8 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from bench.rounds import ratio_line, rotated
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
-    from coord.models.saga import SagaSpec, SagaStatus
-    from coord.models.specs import load_spec
+    from coord.models.saga.spec import SagaSpec, SagaStatus
+    from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
     from coord.worker import build_worker
 

@@ -15,8 +15,8 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.agents import AgentProgress
-from coord.models.plan import MAX_NOTES, ActivityProgress
+from coord.models.mesh.agents import AgentProgress
+from coord.models.plan.spec import MAX_NOTES, ActivityProgress
 
 
 async def pending_progress(client: Client, workflow_id: str) -> list[ActivityProgress]:

@@ -15,8 +15,8 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWork
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
-from coord.models.health import AgentHealth, AgentPool, WorkerSeen, WorkerState
+from coord.models.mesh.health import AgentHealth, AgentPool, WorkerSeen, WorkerState
+from coord.models.wire.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
 
 WORKER_STATES: dict[int, WorkerState] = {
     WorkerStatus.WORKER_STATUS_RUNNING: "running",

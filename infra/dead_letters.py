@@ -8,12 +8,12 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from coord.models.contract import (
+from coord.models.dlq.letter import DeadLetter, DlqEntry, dead_letter_id
+from coord.models.wire.contract import (
     DEAD_LETTER_SUMMARY_MEMO,
     DEAD_LETTER_WORKFLOW,
     as_start_attributes,
 )
-from coord.models.dlq import DeadLetter, DlqEntry, dead_letter_id
 
 
 async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) -> str:

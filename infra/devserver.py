@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.payload_store import data_converter
 from coord.infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
-from coord.models import contract
+from coord.models.wire import contract
 
 STATE_DIR = Path(".temporal")
 

@@ -34,12 +34,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.infra.logs import get_logger
 from coord.infra.payload_store import PayloadStoreSettings
 from coord.infra.store_gc import StoreListing, store_listing
-from coord.models import contract
-from coord.models.agent_config import WorkerSettings
-from coord.models.dlq import ArchiveRequest
-from coord.models.durations import format_duration
-from coord.models.plan_report import FINAL_REPORT_FILE, TASK_PLAN_FILE, WORKER_RESULTS_DIR
-from coord.models.retention import (
+from coord.models.dlq.letter import ArchiveRequest
+from coord.models.mesh.config import WorkerSettings
+from coord.models.ops.retention import (
     Action,
     GcItem,
     GcReport,
@@ -56,6 +53,9 @@ from coord.models.retention import (
     stored_kind,
     verdict,
 )
+from coord.models.plan.report import FINAL_REPORT_FILE, TASK_PLAN_FILE, WORKER_RESULTS_DIR
+from coord.models.wire import contract
+from coord.models.wire.durations import format_duration
 
 log = get_logger("coord.gc")
 ARCHIVE_ANSWER_TIME = timedelta(minutes=1)
@@ -285,9 +285,7 @@ def _subdirectories(directory: Path) -> list[str]:
         entries = list(os.scandir(directory))
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(
-        entry.name for entry in entries if entry.is_dir(follow_symlinks=False)
-    )
+    return sorted(entry.name for entry in entries if entry.is_dir(follow_symlinks=False))
 
 
 def _plan_dirs(root: Path, after: str | None, limit: int) -> Iterator[str]:

@@ -13,7 +13,8 @@ from temporalio.client import Client, WithStartWorkflowOperation, WorkflowQueryR
 from temporalio.common import QueryRejectCondition, WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.agent_ledger import (
+from coord.models.mesh.breaker import Verdict
+from coord.models.mesh.ledger import (
     AgentLedgerState,
     BreakerConfig,
     LedgerStart,
@@ -25,8 +26,7 @@ from coord.models.agent_ledger import (
     RunStats,
     StatsReport,
 )
-from coord.models.breaker import Verdict
-from coord.models.contract import (
+from coord.models.wire.contract import (
     ACQUIRE_PERMIT_UPDATE,
     AGENT_LEDGER_WORKFLOW,
     CLAIM_PROBE_UPDATE,

@@ -50,7 +50,7 @@ from temporalio.converter import (
 
 from coord.infra.logs import get_logger
 from coord.infra.s3_store import put_owner_mark, s3_driver
-from coord.models.retention import OwnerMark
+from coord.models.ops.retention import OwnerMark
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"

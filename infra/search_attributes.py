@@ -14,7 +14,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.logs import get_logger
-from coord.models import contract
+from coord.models.wire import contract
 
 UNREADABLE = (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED)
 """The time-skipping test server has no operator service; a Temporal Cloud API key may not be

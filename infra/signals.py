@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from coord.models import contract
+from coord.models.wire import contract
 
 
 class Delivery(BaseModel):

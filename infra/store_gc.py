@@ -22,7 +22,7 @@ from urllib.parse import unquote
 from pydantic import ValidationError
 
 from coord.infra.payload_store import OWNERS_SUFFIX, SHA256, PayloadStoreSettings
-from coord.models.retention import OwnerMark, Stored
+from coord.models.ops.retention import OwnerMark, Stored
 
 TRASH_PREFIX = ".gc-"
 SHARD = re.compile(r"[0-9a-f]{2}")

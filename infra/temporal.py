@@ -14,7 +14,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RetryConfig
 
 from coord.infra.payload_store import data_converter
-from coord.models.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"

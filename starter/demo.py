@@ -14,13 +14,13 @@ from temporalio.client import Client
 
 from coord.infra.devserver import local_temporal
 from coord.infra.temporal import workflow_link
-from coord.models.aggregator import AggregatorSpec
-from coord.models.chain import ChainSpec
-from coord.models.contract import COORD_PATTERN
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec
-from coord.models.saga import SagaSpec
-from coord.models.specs import load_spec
+from coord.models.aggregator.spec import AggregatorSpec
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.plan.spec import PlanSpec
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.contract import COORD_PATTERN
+from coord.models.wire.specs import load_spec
 from coord.starter import api, render
 from coord.worker import build_worker, default_registry
 

@@ -13,8 +13,8 @@ from coord.infra.devserver import PortInUse, ServerBinaryError
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
-from coord.models.contract import failure_message
-from coord.models.specs import SpecError, describe_validation_error
+from coord.models.wire.contract import failure_message
+from coord.models.wire.specs import SpecError, describe_validation_error
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
 
 

@@ -15,12 +15,12 @@ from rich.table import Column, Table
 from rich.text import Text
 from rich.tree import Tree
 
-from coord.models.aggregator import AggregatorState
-from coord.models.chain import TimelineEntry
-from coord.models.contract import dlq_action
-from coord.models.dlq import ENTRY_STATUSES, DlqCounts, EntrySummary
-from coord.models.plan import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
-from coord.models.plan_report import elapsed, outcome, summary_line
+from coord.models.aggregator.spec import AggregatorState
+from coord.models.dlq.letter import ENTRY_STATUSES, DlqCounts, EntrySummary
+from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.report import elapsed, outcome, summary_line
+from coord.models.plan.spec import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
+from coord.models.wire.contract import dlq_action
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
 UNWRAPPED = 10_000

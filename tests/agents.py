@@ -14,12 +14,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.agent_kinds import agent_from_config
-from coord.activities.agents import AgentActivities
-from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
-from coord.models.agent_config import AgentsFile
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
-from coord.models.envelope import EventEnvelope
+from coord.activities.kinds import agent_from_config
+from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.config import AgentsFile
 
 
 @dataclass

@@ -17,8 +17,8 @@ from coord.infra.devserver import installed_binary
 from coord.infra.logs import configure_logging
 from coord.infra.payload_store import STORE_ENV, data_converter
 from coord.infra.search_attributes import register_search_attributes
-from coord.models.saga import SagaSpec
-from coord.models.specs import read_document
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import read_document
 from coord.worker import worker_runtime
 
 # Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).

@@ -9,12 +9,13 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
-from coord.models.aggregator import AggregatorSpec, AggregatorState
-from coord.models.chain import ChainSpec, ChainState, TimelineEntry
-from coord.models.dlq import DeadLetter, DlqSelection, EntrySummary
-from coord.models.envelope import EventEnvelope, Priority
-from coord.models.saga import SagaSpec
-from coord.models.specs import read_document
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
+from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.dlq.letter import DeadLetter, DlqSelection, EntrySummary
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.events.timeline import TimelineEntry
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import read_document
 from coord.starter import api
 from tests.conftest import ROOT, feature_deployment
 

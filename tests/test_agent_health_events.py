@@ -14,24 +14,25 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient
-from coord.models.agent_config import AgentDeclarationBase
-from coord.models.agent_ledger import BreakerConfig, RunStats
-from coord.models.agent_monitor import READ_INTERVAL, AgentMonitorState
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.breaker import SUCCEEDED
-from coord.models.chain import ChainSpec, Subscription, TimelineEntry
-from coord.models.contract import (
+from coord.models.chain.spec import ChainSpec, Subscription
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.breaker import SUCCEEDED
+from coord.models.mesh.config import AgentDeclarationBase
+from coord.models.mesh.ledger import BreakerConfig, RunStats
+from coord.models.mesh.monitor import READ_INTERVAL, AgentMonitorState
+from coord.models.wire.contract import (
     AGENT_HEALTH_EVENT,
     AGENT_MONITOR_WORKFLOW,
     STATE_QUERY,
     agent_monitor_workflow_id,
     agent_task_queue,
 )
-from coord.models.envelope import EventEnvelope
-from coord.models.specs import read_document
+from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker, start_agent_monitor
-from coord.workflows.agent_monitor import HISTORY_BUDGET
+from coord.workflows.mesh.monitor import HISTORY_BUDGET
 from tests.conftest import ROOT
 from tests.helpers import event, eventually
 from tests.workers import WorkerProcess

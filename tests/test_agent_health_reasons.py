@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.breaker import BreakerConfig
-from coord.models.contract import failure_type_of, health_of
-from coord.models.envelope import EventEnvelope
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.breaker import BreakerConfig
+from coord.models.wire.contract import failure_type_of, health_of
 from tests.agents import PYTHON, registry
 from tests.chat_server import Answer, api_error, chat_server, completion
 

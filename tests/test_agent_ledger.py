@@ -18,21 +18,21 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.ledgers import LedgerClient, read_ledgers
-from coord.models.agent_config import PythonAgent
-from coord.models.agent_ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry
-from coord.models.breaker import SUCCEEDED, failure_verdict
-from coord.models.contract import (
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.mesh.breaker import SUCCEEDED, failure_verdict
+from coord.models.mesh.config import PythonAgent
+from coord.models.mesh.health import AgentHealth
+from coord.models.mesh.ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
+from coord.models.mesh.retry import RetryConfig
+from coord.models.vote.spec import Ballot, Choice, VoteSpec
+from coord.models.wire.contract import (
     FailureType,
     Health,
     agent_ledger_workflow_id,
     agent_task_queue,
     failure,
 )
-from coord.models.envelope import EventEnvelope
-from coord.models.health import AgentHealth
-from coord.models.retry import RetryConfig
-from coord.models.vote import Ballot, Choice, VoteSpec
 from coord.starter import api, render
 from coord.starter.commands.agents import agents_view
 from coord.worker import build_worker

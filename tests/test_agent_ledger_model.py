@@ -1,4 +1,4 @@
-"""The ledger's pure model (coord.models.agent_ledger), without a server: the breaker's state
+"""The ledger's pure model (coord.models.mesh.ledger), without a server: the breaker's state
 machine (the failure rate over a sliding window with a minimum volume, the optional streak, the
 probes), the recent window's success rate and p50, books recorded by older code, and the bounds
 that keep every message the ledger accepts from failing it."""
@@ -10,8 +10,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coord.models.agent_config import AgentsFile
-from coord.models.agent_ledger import (
+from coord.models.mesh.breaker import (
+    ABANDONED,
+    PROBE_LEASE,
+    SUCCEEDED,
+    WINDOW_SLICES,
+    Verdict,
+)
+from coord.models.mesh.config import AgentsFile
+from coord.models.mesh.ledger import (
     BUCKET,
     MAX_BATCH_RUNS,
     MAX_BIN,
@@ -25,13 +32,6 @@ from coord.models.agent_ledger import (
     StatsReport,
     bin_duration,
     duration_bin,
-)
-from coord.models.breaker import (
-    ABANDONED,
-    PROBE_LEASE,
-    SUCCEEDED,
-    WINDOW_SLICES,
-    Verdict,
 )
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

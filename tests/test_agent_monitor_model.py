@@ -1,18 +1,19 @@
-"""The agent monitor's pure model (coord.models.agent_monitor), without a server: which changes
+"""The agent monitor's pure model (coord.models.mesh.monitor), without a server: which changes
 between two readings are transitions, the AgentHealth event each becomes, what is forgotten; and
 how a chain names its agents in `CoordAgents` (bounded, quote-free)."""
 
 from datetime import UTC, datetime, timedelta
 
-from coord.models.agent_ledger import AgentLedgerState, BreakerStateName, BreakerTransition
-from coord.models.agent_monitor import (
+from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.health import AgentHealth, AgentStatus, WorkerSeen
+from coord.models.mesh.ledger import AgentLedgerState, BreakerStateName, BreakerTransition
+from coord.models.mesh.monitor import (
     FORGET_AFTER,
     AgentMonitorState,
     AgentReading,
     HealthReading,
 )
-from coord.models.chain import ChainSpec
-from coord.models.contract import (
+from coord.models.wire.contract import (
     AGENT_HEALTH_EVENT,
     AGENT_HEALTH_TOPIC,
     AGENTS_SEARCH_BUDGET,
@@ -21,7 +22,6 @@ from coord.models.contract import (
     agent_search_value,
     agent_search_values,
 )
-from coord.models.health import AgentHealth, AgentStatus, WorkerSeen
 
 T0 = datetime(2026, 11, 23, 5, 0, tzinfo=UTC)
 

@@ -15,17 +15,17 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.plan_progress import PlanProgressReader
-from coord.models.agents import (
+from coord.activities.plan.progress import PlanProgressReader
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import (
     MAX_PROGRESS,
     AgentContext,
     AgentProgress,
     AgentRegistry,
     ProgressReporter,
 )
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import ActivityProgress
-from coord.models.saga import SagaSpec, SagaStatus
+from coord.models.plan.spec import ActivityProgress
+from coord.models.saga.spec import SagaSpec, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import PYTHON, registry

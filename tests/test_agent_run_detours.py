@@ -16,15 +16,15 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from coord.activities.agent_kinds import load_agents
+from coord.activities.kinds import load_agents
 from coord.infra.ledgers import LedgerClient
-from coord.models.agent_ledger import BreakerConfig, RunStats
-from coord.models.agent_runs import retry_delay
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
-from coord.models.contract import FailureType, agent_task_queue
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, PlanState, TaskState
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
+from coord.models.mesh.ledger import BreakerConfig, RunStats
+from coord.models.mesh.runs import retry_delay
+from coord.models.plan.spec import PlanSpec, PlanState, TaskState
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.contract import FailureType, agent_task_queue
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually

@@ -17,12 +17,12 @@ from temporalio.client import Client
 from temporalio.exceptions import CancelledError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.agents import AgentActivities
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaSpec, SagaStatus
-from coord.models.specs import SpecError
+from coord.activities.kinds import load_agents
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import PYTHON, failure_of, gone, registry, run

@@ -5,7 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from coord.models.agent_runs import (
+from coord.models.mesh.assignment import FallbackRoute
+from coord.models.mesh.runs import (
     DEFAULT_AGENT_WAIT,
     GATE_SPREAD,
     MAX_DETOURS,
@@ -17,11 +18,12 @@ from coord.models.agent_runs import (
     kept,
     retry_delay,
 )
-from coord.models.assignment import FallbackRoute
-from coord.models.saga import SagaSpec
-from coord.models.specs import SpecError, parse_model
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import SpecError, parse_model
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+
+
 def delay(attempt: int, jitter: RetryJitter) -> timedelta:
     """The delay after `attempt` under a 1 s, doubling, 30 s capped backoff."""
     return retry_delay(

@@ -23,16 +23,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.agent_kinds.http import retry_after
-from coord.activities.agents import AgentActivities
-from coord.models.agent_config import WorkerSettings
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
-from coord.models.chain import ChainSpec
-from coord.models.contract import DEAD_LETTER_WORKFLOW
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
-from coord.models.specs import SpecError
+from coord.activities.kinds import load_agents
+from coord.activities.kinds.http import retry_after
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
+from coord.models.mesh.config import WorkerSettings
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.contract import DEAD_LETTER_WORKFLOW
+from coord.models.wire.specs import SpecError
 from coord.starter import api
 from coord.starter.commands.common import check_agents
 from coord.worker import build_worker, default_registry

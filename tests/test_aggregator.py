@@ -9,10 +9,10 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.signals import running
-from coord.models import contract
-from coord.models.aggregator import AggregatorSpec, AggregatorState, AggregatorStatus
-from coord.models.envelope import EventEnvelope
-from coord.models.joins import JoinState, Slot
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorState, AggregatorStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.joins import JoinState, Slot
+from coord.models.wire import contract
 from coord.starter import api
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.worker import build_worker

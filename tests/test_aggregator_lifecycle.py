@@ -10,8 +10,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from coord.models.aggregator import AggregatorStatus
-from coord.models.envelope import EventEnvelope
+from coord.models.aggregator.spec import AggregatorStatus
+from coord.models.events.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from tests.agents import GatedAgents

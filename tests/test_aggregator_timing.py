@@ -12,9 +12,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from coord.models import contract
-from coord.models.aggregator import AggregatorSpec, AggregatorStatus
-from coord.models.envelope import EventEnvelope, EventHeader
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
+from coord.models.events.envelope import EventEnvelope, EventHeader
+from coord.models.wire import contract
 from coord.starter import api
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.worker import build_worker

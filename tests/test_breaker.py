@@ -22,10 +22,11 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
 from coord.infra.ledgers import LedgerClient, read_ledgers
-from coord.models.agent_config import PythonAgent
-from coord.models.agent_ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
-from coord.models.contract import (
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.config import PythonAgent
+from coord.models.mesh.ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
+from coord.models.wire.contract import (
     ACQUIRE_PERMIT_UPDATE,
     CLAIM_PROBE_UPDATE,
     REPORT_OUTCOME_UPDATE,
@@ -38,7 +39,6 @@ from coord.models.contract import (
     failure,
     failure_type_of,
 )
-from coord.models.envelope import EventEnvelope
 from coord.worker import build_worker
 from tests.helpers import eventually, task_failures
 

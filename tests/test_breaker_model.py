@@ -1,6 +1,6 @@
-"""The breaker's rules (coord.models.breaker), without a server: which failures count against an
-agent (defaults, `count`, `ignore`, the kinds' health reasons), how a cancelled run is judged
-from the SDK's cancellation details, and the batch that carries a streak."""
+"""The breaker's rules (coord.models.mesh.breaker), without a server: which failures count
+against an agent (defaults, `count`, `ignore`, the kinds' health reasons), how a cancelled run
+is judged from the SDK's cancellation details, and the batch that carries a streak."""
 
 from datetime import timedelta
 
@@ -8,9 +8,8 @@ import pytest
 from temporalio.activity import ActivityCancellationDetails
 from temporalio.exceptions import ApplicationError
 
-from coord.activities.breakers import cancel_cause
-from coord.models.agent_ledger import RunStats
-from coord.models.breaker import (
+from coord.activities.mesh.breakers import cancel_cause
+from coord.models.mesh.breaker import (
     ABANDONED,
     MAX_REASONS,
     SUCCEEDED,
@@ -20,7 +19,8 @@ from coord.models.breaker import (
     failure_verdict,
     merged_reasons,
 )
-from coord.models.contract import FailureType, Health, failure, health_of
+from coord.models.mesh.ledger import RunStats
+from coord.models.wire.contract import FailureType, Health, failure, health_of
 
 DEFAULTS = BreakerConfig()
 

@@ -3,9 +3,10 @@
 import pytest
 from pydantic import ValidationError
 
-from coord.models.agent_config import MAX_CAPABILITIES, AgentDeclarationBase, AgentsFile
-from coord.models.agents import AgentRegistry, check_agents
-from coord.models.assignment import (
+from coord.models.chain.spec import ChainSpec
+from coord.models.checks import check_agents
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.assignment import (
     MAX_EXCLUDED,
     Assignment,
     Bid,
@@ -20,10 +21,10 @@ from coord.models.assignment import (
     choose_each,
     no_candidate_message,
 )
-from coord.models.chain import ChainSpec
-from coord.models.plan import PlanSpec
-from coord.models.saga import SagaSpec
-from coord.models.specs import SpecError, parse_model
+from coord.models.mesh.config import MAX_CAPABILITIES, AgentDeclarationBase, AgentsFile
+from coord.models.plan.spec import PlanSpec
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import SpecError, parse_model
 
 
 def agents_file(capabilities: object) -> dict[str, object]:

@@ -17,19 +17,19 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from coord.activities.agents import AgentActivities
+from coord.activities.mesh.run_agent import AgentActivities
 from coord.infra.agent_health import candidates_health
 from coord.infra.ledgers import LedgerClient
-from coord.models.agent_config import AgentDeclarationBase
-from coord.models.agent_ledger import BreakerConfig, RunStats
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.assignment import Assignment, CapabilityRoute
-from coord.models.chain import ChainSpec
-from coord.models.contract import CHOOSE_AGENT_ACTIVITY, FailureType, agent_task_queue
-from coord.models.dlq import DlqSelection
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, TaskState
-from coord.models.saga import SagaSpec, SagaStatus
+from coord.models.chain.spec import ChainSpec
+from coord.models.dlq.letter import DlqSelection
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.assignment import Assignment, CapabilityRoute
+from coord.models.mesh.config import AgentDeclarationBase
+from coord.models.mesh.ledger import BreakerConfig, RunStats
+from coord.models.plan.spec import PlanSpec, TaskState
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire.contract import CHOOSE_AGENT_ACTIVITY, FailureType, agent_task_queue
 from coord.starter import api
 from coord.worker import build_worker, worker_runtime
 from tests.helpers import event, eventually, parked

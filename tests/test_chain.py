@@ -8,11 +8,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
-from coord.activities.agents import AgentActivities
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest
-from coord.models.chain import ChainSpec, ChainState, ChainStatus, TimelineEntry
-from coord.models.chain_model import TIMELINE_WINDOW
-from coord.models.envelope import EventEnvelope, Priority
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.models.chain.model import TIMELINE_WINDOW
+from coord.models.chain.spec import ChainSpec, ChainState, ChainStatus
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents

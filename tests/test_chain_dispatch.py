@@ -10,10 +10,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec, ChainStatus, run_idempotency_key
-from coord.models.dlq import DlqSelection
-from coord.models.envelope import EventEnvelope
+from coord.models.chain.spec import ChainSpec, ChainStatus, run_idempotency_key
+from coord.models.dlq.letter import DlqSelection
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents

@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coord.models.chain import ChainSpec
-from coord.models.graphs import Step, find_cycle, reach
+from coord.models.chain.spec import ChainSpec
+from coord.models.wire.graphs import Step, find_cycle, reach
 
 
 def test_reach_follows_what_each_step_gives() -> None:

@@ -7,10 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coord.models.agent_runs import MAX_DETOURS, RunDetour
-from coord.models.agents import AgentResult, PublishRequest
-from coord.models.chain import ChainInput, ChainSpec, ChainStatus, RerunRequest
-from coord.models.chain_model import (
+from coord.models.chain.model import (
     SEEN_WINDOW,
     TIMELINE_WINDOW,
     ChainModel,
@@ -18,8 +15,11 @@ from coord.models.chain_model import (
     Parking,
     Rejection,
 )
-from coord.models.chain_run import RunFailure, RunOutcome, noted
-from coord.models.envelope import EventEnvelope, Priority
+from coord.models.chain.run import RunFailure, RunOutcome, noted
+from coord.models.chain.spec import ChainInput, ChainSpec, ChainStatus, RerunRequest
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.mesh.agents import AgentResult, PublishRequest
+from coord.models.mesh.runs import MAX_DETOURS, RunDetour
 
 WORKFLOW_ID = "chain-c1"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,12 +8,12 @@ from typing import Any
 
 from temporalio.client import Client
 
-from coord.activities.demo import register_demo_agents
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec, run_idempotency_key
-from coord.models.dlq import DlqEntry, DlqSelection
-from coord.models.envelope import EventEnvelope
-from coord.models.joins import JoinState, Slot
+from coord.activities.kinds.demo import register_demo_agents
+from coord.models.chain.spec import ChainSpec, run_idempotency_key
+from coord.models.dlq.letter import DlqEntry, DlqSelection
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.joins import JoinState, Slot
+from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api, render
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER

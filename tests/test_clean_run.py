@@ -6,11 +6,11 @@ import uuid
 
 from temporalio.client import Client
 
-from coord.models.aggregator import AggregatorSpec, AggregatorStatus
-from coord.models.chain import ChainSpec, ChainStatus
-from coord.models.dlq import DlqSelection
-from coord.models.envelope import LIFECYCLE_NOTICES
-from coord.models.specs import load_spec
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
+from coord.models.chain.spec import ChainSpec, ChainStatus
+from coord.models.dlq.letter import DlqSelection
+from coord.models.events.envelope import LIFECYCLE_NOTICES
+from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import EXAMPLES
 from coord.worker import build_worker

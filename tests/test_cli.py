@@ -15,13 +15,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import installed_binary
-from coord.models.aggregator import AggregatorSpec
-from coord.models.chain import ChainState, TimelineEntry
-from coord.models.contract import SEARCH_ATTRIBUTES
-from coord.models.dlq import DeadLetter
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaState, SagaStatus
-from coord.models.specs import read_document
+from coord.models.aggregator.spec import AggregatorSpec
+from coord.models.chain.spec import ChainState
+from coord.models.dlq.letter import DeadLetter
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.saga.spec import SagaState, SagaStatus
+from coord.models.wire.contract import SEARCH_ATTRIBUTES
+from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker

@@ -15,8 +15,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.temporal import IDENTITY_ENV
-from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
-from coord.models.plan_report import task_plan_markdown
+from coord.models.plan.report import task_plan_markdown
+from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG
-from coord.models import contract
+from coord.models.wire import contract
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -21,24 +21,24 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-from coord.activities.agent_monitor import AgentMonitorActivities
-from coord.activities.agents import AgentActivities
-from coord.activities.chains import ChainLookback
-from coord.activities.delivery import Delivery
-from coord.activities.plan_progress import PlanProgressReader
-from coord.activities.routing import AgentRouter
-from coord.activities.update_callers import UpdateCallers
-from coord.models import contract
-from coord.models.contract import FailureType
-from coord.models.retry import RetryConfig
-from coord.models.specs import IDENTIFIER, SCOPED_IDENTIFIER
-from coord.workflows.agent_ledger import AgentLedger
-from coord.workflows.agent_monitor import AgentMonitor
+from coord.activities.events.delivery import Delivery
+from coord.activities.events.lookback import ChainLookback
+from coord.activities.mesh.monitor import AgentMonitorActivities
+from coord.activities.mesh.routing import AgentRouter
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.activities.plan.progress import PlanProgressReader
+from coord.activities.plan.update_callers import UpdateCallers
+from coord.models.mesh.retry import RetryConfig
+from coord.models.wire import contract
+from coord.models.wire.contract import FailureType
+from coord.models.wire.specs import IDENTIFIER, SCOPED_IDENTIFIER
 from coord.workflows.aggregator import Aggregator
-from coord.workflows.chain import ReactiveChain
-from coord.workflows.chain_run import ChainRun
+from coord.workflows.chain.reactive import ReactiveChain
+from coord.workflows.chain.run import ChainRun
 from coord.workflows.dlq import DeadLetterEntry
-from coord.workflows.plan import TaskGraph
+from coord.workflows.mesh.ledger import AgentLedger
+from coord.workflows.mesh.monitor import AgentMonitor
+from coord.workflows.plan.graph import TaskGraph
 from coord.workflows.saga import Saga
 from coord.workflows.vote import Vote
 
@@ -300,14 +300,14 @@ def test_dlq_action_by_failure_type(failure_type: str, action: str) -> None:
 def test_the_contract_imports_no_worker_or_workflow_code() -> None:
     """The pure layer: clients and models import it without the worker or the sandbox."""
     probe = (
-        "import sys, coord.models.contract; "
+        "import sys, coord.models.wire.contract; "
         "print(sorted(m for m in sys.modules if m.startswith(('temporalio.worker', "
         "'temporalio.workflow', 'temporalio.client', 'coord.'))))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    assert loaded.strip() == "['coord.models', 'coord.models.contract']"
+    assert loaded.strip() == "['coord.models', 'coord.models.wire', 'coord.models.wire.contract']"
 
 
 WIRE_CALLS = {

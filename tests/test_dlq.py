@@ -17,21 +17,21 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client
 
-from coord.activities.demo import register_demo_agents
+from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import embedded_server
-from coord.models import contract
-from coord.models.agent_config import WorkerSettings
-from coord.models.agents import AgentRegistry
-from coord.models.chain import ChainSpec, ChainStatus
-from coord.models.dlq import (
+from coord.models.chain.spec import ChainSpec, ChainStatus
+from coord.models.dlq.letter import (
     DlqEntry,
     DlqSelection,
     dead_letter_id,
 )
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaSpec, SagaStatus
-from coord.models.specs import SpecError
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import WorkerSettings
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire import contract
+from coord.models.wire.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import ROOT, feature_deployment

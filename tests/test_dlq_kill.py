@@ -13,8 +13,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from coord.infra.dead_letters import park_dead_letter
-from coord.models import contract
-from coord.models.dlq import DlqSelection
+from coord.models.dlq.letter import DlqSelection
+from coord.models.wire import contract
 from coord.starter import api
 from tests.helpers import eventually, history_events, letter, parked, routing_spec
 from tests.workers import COORD, worker_process

@@ -16,12 +16,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from coord.infra.payload_store import DEFAULT_THRESHOLD
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, PlanStatus, TaskState
-from coord.models.sizes import BYTES_PER_WORKFLOW_TASK
-from coord.models.vote import Choice, VoteSpec, VoteStatus
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.plan.spec import PlanSpec, PlanStatus, TaskState
+from coord.models.vote.spec import Choice, VoteSpec, VoteStatus
+from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import event as new_event

@@ -17,14 +17,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from coord.infra.payload_store import data_converter
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec, ChainState
-from coord.models.envelope import EventEnvelope
+from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
-from coord.workflows.arguments import SurplusArguments
-from coord.workflows.chain import EVENTS_PER_TASK
+from coord.workflows._runtime.arguments import SurplusArguments
+from coord.workflows.chain.reactive import EVENTS_PER_TASK
 from tests.conftest import start_dev_server
 
 SIGNALS_PER_RUN = 400

@@ -16,15 +16,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.devserver import installed_binary
-from coord.models.aggregator import AggregatorState
-from coord.models.chain import ChainSpec, ChainState
-from coord.models.dlq import DlqEntry
-from coord.models.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
-from coord.models.retry import RetryConfig
-from coord.models.saga import SagaSpec
-from coord.models.specs import MAX_JSON_DEPTH, SpecError, parse_model
+from coord.models.aggregator.spec import AggregatorState
+from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.dlq.letter import DlqEntry
+from coord.models.events.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
+from coord.models.mesh.retry import RetryConfig
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import MAX_JSON_DEPTH, SpecError, parse_model
 from coord.worker import WORKFLOWS, build_worker
-from coord.workflows.arguments import SurplusStartArguments
+from coord.workflows._runtime.arguments import SurplusStartArguments
 from tests.helpers import eventually, task_failures
 from tests.workers import run
 

@@ -28,10 +28,10 @@ from coord.infra.payload_store import (
     PayloadStoreSettings,
     data_converter,
 )
-from coord.models.aggregator import AggregatorStatus
-from coord.models.chain import ChainStatus
-from coord.models.chain_model import TIMELINE_WINDOW
-from coord.models.envelope import EventEnvelope
+from coord.models.aggregator.spec import AggregatorStatus
+from coord.models.chain.model import TIMELINE_WINDOW
+from coord.models.chain.spec import ChainStatus
+from coord.models.events.envelope import EventEnvelope
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import API, approved, eventually, phase1, user_story

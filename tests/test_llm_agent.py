@@ -17,14 +17,14 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.agents import AgentActivities
-from coord.models.agent_config import WorkerSettings
-from coord.models.agents import AgentRegistry, AgentRequest, AgentResult
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, PlanStatus
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
-from coord.models.specs import SpecError
+from coord.activities.kinds import load_agents
+from coord.activities.mesh.run_agent import AgentActivities
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.config import WorkerSettings
+from coord.models.plan.spec import PlanSpec, PlanStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.specs import SpecError
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import registry

@@ -14,17 +14,17 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.agent_health import agents_health, queue_agents
-from coord.models.chain import ChainSpec
-from coord.models.contract import (
+from coord.models.chain.spec import ChainSpec
+from coord.models.dlq.letter import DlqSelection
+from coord.models.mesh.health import AgentHealth, WorkerSeen
+from coord.models.saga.spec import SagaStatus
+from coord.models.wire.contract import (
     DEFAULT_TASK_QUEUE,
     RUN_AGENT_ACTIVITY,
     FailureType,
     agent_of_queue,
     agent_task_queue,
 )
-from coord.models.dlq import DlqSelection
-from coord.models.health import AgentHealth, WorkerSeen
-from coord.models.saga import SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -130,7 +130,8 @@ async def test_an_agent_no_worker_serves_is_parked_unavailable_and_shown_unreach
 ) -> None:
     agents_file = tmp_path / "agents.yaml"
     agents_file.write_text(
-        "agents:\n  ghost: {kind: python, callable: 'coord.activities.demo:register_demo_agents'}\n"
+        "agents:\n  ghost: {kind: python, "
+        "callable: 'coord.activities.kinds.demo:register_demo_agents'}\n"
     )
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     selection = DlqSelection(correlation_id=correlation_id, status="parked")

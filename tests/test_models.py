@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from coord.models.aggregator import AggregatorState
-from coord.models.chain import ChainState
-from coord.models.durations import parse_duration
-from coord.models.envelope import EventEnvelope, Priority
-from coord.models.retry import RetryConfig
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
-from coord.models.specs import SpecError, parse_model
+from coord.models.aggregator.spec import AggregatorState
+from coord.models.chain.spec import ChainState
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.mesh.retry import RetryConfig
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.durations import parse_duration
+from coord.models.wire.specs import SpecError, parse_model
 
 SEED_EVENT = {
     "event": {

@@ -17,12 +17,12 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec, ChainState
-from coord.models.envelope import EventEnvelope
-from coord.models.retry import LOST_RUNS_ALLOWED
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
-from coord.models.specs import read_document
+from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.retry import LOST_RUNS_ALLOWED
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT

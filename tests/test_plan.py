@@ -15,10 +15,11 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.contract import PLAN_RECORD_MEMO, PLAN_WORKFLOW
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import (
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.retry import agent_time_limit
+from coord.models.plan.model import PlanModel
+from coord.models.plan.spec import (
     PlanProgress,
     PlanSpec,
     PlanState,
@@ -26,12 +27,11 @@ from coord.models.plan import (
     PlanTask,
     TaskState,
 )
-from coord.models.plan_model import PlanModel
-from coord.models.retry import agent_time_limit
+from coord.models.wire.contract import PLAN_RECORD_MEMO, PLAN_WORKFLOW
 from coord.starter import api
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
-from coord.workflows.plan import TaskGraph
+from coord.workflows.plan.graph import TaskGraph
 from tests.helpers import eventually, task_failures
 
 BLOB = "large-result-" * 1000

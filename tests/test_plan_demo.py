@@ -8,8 +8,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from coord.models.plan import PlanSpec, PlanState, PlanStatus, ReviewStage, TaskState
-from coord.models.specs import load_spec
+from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, ReviewStage, TaskState
+from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import plan_run
 from coord.worker import build_worker, default_registry

@@ -23,18 +23,10 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.contract import (
-    APPROVE_UPDATE,
-    PLAN_RECORD_MEMO,
-    PLAN_WORKFLOW,
-    PROGRESS_QUERY,
-    STATE_QUERY,
-    FailureType,
-    failure,
-)
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import (
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.plan.gates import REVIEW_NOTES_INPUT
+from coord.models.plan.spec import (
     TIMEOUT_DECIDER,
     ApprovalDecision,
     ApprovalRequest,
@@ -46,7 +38,15 @@ from coord.models.plan import (
     TaskRecord,
     TaskState,
 )
-from coord.models.plan_gates import REVIEW_NOTES_INPUT
+from coord.models.wire.contract import (
+    APPROVE_UPDATE,
+    PLAN_RECORD_MEMO,
+    PLAN_WORKFLOW,
+    PROGRESS_QUERY,
+    STATE_QUERY,
+    FailureType,
+    failure,
+)
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from tests.helpers import connected_as, wait_until

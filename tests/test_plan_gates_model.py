@@ -9,21 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from coord.models.contract import FailureType
-from coord.models.plan import (
-    MAX_NOTES,
-    MAX_REFUSED,
-    TIMEOUT_DECIDER,
-    ApprovalGate,
-    ApprovalRequest,
-    PlanState,
-    PlanTask,
-    ReviewStage,
-    TaskRecord,
-    TaskState,
-    Verdict,
-)
-from coord.models.plan_gates import (
+from coord.models.plan.gates import (
     REVIEW_NOTES_INPUT,
     BudgetSpent,
     FixNote,
@@ -50,6 +36,20 @@ from coord.models.plan_gates import (
     verification_round,
     waiting_for,
 )
+from coord.models.plan.spec import (
+    MAX_NOTES,
+    MAX_REFUSED,
+    TIMEOUT_DECIDER,
+    ApprovalGate,
+    ApprovalRequest,
+    PlanState,
+    PlanTask,
+    ReviewStage,
+    TaskRecord,
+    TaskState,
+    Verdict,
+)
+from coord.models.wire.contract import FailureType
 
 NOW = datetime(2026, 11, 23, 2, 0, tzinfo=UTC)
 SPEC, QUALITY = ReviewStage.SPEC_COMPLIANCE, ReviewStage.CODE_QUALITY

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from coord.models.plan import PlanSpec, PlanStatus, TaskState
-from coord.workflows.plan import TaskGraph
+from coord.models.plan.spec import PlanSpec, PlanStatus, TaskState
+from coord.workflows.plan.graph import TaskGraph
 from tests.test_worker_kill import completed_activities, wait_running
 from tests.workers import worker_process
 

@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from coord.models.plan import (
+from coord.models.plan.model import PlanModel
+from coord.models.plan.spec import (
     ActivityKey,
     ActivityProgress,
     PlanSpec,
@@ -20,7 +21,6 @@ from coord.models.plan import (
     run_activity_id,
     verify_activity_id,
 )
-from coord.models.plan_model import PlanModel
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(seconds=30)

@@ -25,12 +25,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from coord.activities.update_callers import UpdateCallers
-from coord.models.contract import APPROVE_UPDATE, FailureType
-from coord.models.plan import ApprovalDecision, PlanState, PlanStatus, TaskState
+from coord.activities.plan.update_callers import UpdateCallers
+from coord.models.plan.spec import ApprovalDecision, PlanState, PlanStatus, TaskState
+from coord.models.wire.contract import APPROVE_UPDATE, FailureType
 from coord.starter.api.plans import plan_outcome
 from coord.worker import WorkerSet, build_worker
-from coord.workflows.plan import TaskGraph
+from coord.workflows.plan.graph import TaskGraph
 from tests.agents import GatedAgents
 from tests.helpers import connected_as, task_failures, wait_until
 from tests.test_plan import run_agent_spans, start

@@ -4,20 +4,8 @@ pure, no server needed."""
 import json
 from datetime import UTC, datetime, timedelta
 
-from coord.models.plan import (
-    ApprovalDecision,
-    PlanSpec,
-    PlanState,
-    PlanStatus,
-    ResultReference,
-    ReviewRound,
-    ReviewStage,
-    TaskError,
-    TaskRecord,
-    TaskState,
-    Verdict,
-)
-from coord.models.plan_report import (
+from coord.models.mesh.results import ResultReference
+from coord.models.plan.report import (
     elapsed,
     final_report_markdown,
     outcome,
@@ -25,6 +13,18 @@ from coord.models.plan_report import (
     task_plan_markdown,
     waves,
     worker_result_json,
+)
+from coord.models.plan.spec import (
+    ApprovalDecision,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    ReviewRound,
+    ReviewStage,
+    TaskError,
+    TaskRecord,
+    TaskState,
+    Verdict,
 )
 
 AT = datetime(2026, 11, 23, 1, 0, tzinfo=UTC)

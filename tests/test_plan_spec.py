@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from coord.models.plan import PlanSpec, ReviewGate
-from coord.models.specs import SpecError, parse_model
+from coord.models.plan.spec import PlanSpec, ReviewGate
+from coord.models.wire.specs import SpecError, parse_model
 
 
 def plan(*tasks: dict[str, Any], **fields: Any) -> dict[str, Any]:

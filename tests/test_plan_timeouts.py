@@ -14,9 +14,9 @@ from datetime import timedelta
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.contract import FailureType
-from coord.models.plan import PlanStatus, TaskState
-from coord.models.retry import agent_time_limit
+from coord.models.mesh.retry import agent_time_limit
+from coord.models.plan.spec import PlanStatus, TaskState
+from coord.models.wire.contract import FailureType
 from coord.worker import build_worker
 from tests.test_plan import PlanAgents, plan, start
 from tests.test_plan_gates import task_of

@@ -1,11 +1,11 @@
-"""The pool's permit accounting (coord.models.agent_ledger.PermitPool), without a server: an
+"""The pool's permit accounting (coord.models.mesh.ledger.PermitPool), without a server: an
 agent's max_concurrent across all its workers as its ledger keeps it."""
 
 from datetime import UTC, datetime, timedelta
 
-from coord.models.agent_config import AgentsFile
-from coord.models.agent_ledger import KEEP_PLACE, POOL_WAIT, LedgerBook, PermitPool, PoolState
-from coord.models.health import AgentHealth, AgentPool
+from coord.models.mesh.config import AgentsFile
+from coord.models.mesh.health import AgentHealth, AgentPool
+from coord.models.mesh.ledger import KEEP_PLACE, POOL_WAIT, LedgerBook, PermitPool, PoolState
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 LEASE = 60.0

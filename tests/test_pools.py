@@ -17,23 +17,23 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.pools import answered
+from coord.activities.kinds import load_agents
+from coord.activities.mesh.pools import answered
 from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import LedgerClient, read_ledger
 from coord.infra.task_dispatch import dispatch_order
-from coord.models.agent_ledger import BreakerConfig, PoolState
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec
-from coord.models.contract import (
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.events.priority import MAX_FAIRNESS_KEY_BYTES, fairness_key, task_priority
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.health import AgentHealth, AgentPool
+from coord.models.mesh.ledger import BreakerConfig, PoolState
+from coord.models.wire.contract import (
     ACQUIRE_PERMIT_UPDATE,
     REPORT_STATS_UPDATE,
     agent_ledger_workflow_id,
     agent_task_queue,
 )
-from coord.models.envelope import EventEnvelope, Priority
-from coord.models.health import AgentHealth, AgentPool
-from coord.models.task_priority import MAX_FAIRNESS_KEY_BYTES, fairness_key, task_priority
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.demo import register_demo_agents
-from coord.models.agent_config import AgentsFile, publishes_allowed
-from coord.models.agents import AgentRegistry
-from coord.models.chain import ChainSpec
-from coord.models.dlq import DlqSelection
-from coord.models.specs import SpecError, parse_model
+from coord.activities.kinds import load_agents
+from coord.activities.kinds.demo import register_demo_agents
+from coord.models.chain.spec import ChainSpec
+from coord.models.dlq.letter import DlqSelection
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import AgentsFile, publishes_allowed
+from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
 from coord.worker import build_worker
 from tests.chat_server import chat_server, completion

@@ -16,14 +16,14 @@ import pytest
 from temporalio import activity
 from temporalio.client import Client
 
-from coord.activities.agent_kinds import load_agents
-from coord.activities.agent_kinds.python import python_agent
-from coord.models.agent_config import AgentsFile, PythonAgent
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.contract import FailureType
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaStatus
-from coord.models.specs import SpecError, parse_model
+from coord.activities.kinds import load_agents
+from coord.activities.kinds.python import python_agent
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import AgentsFile, PythonAgent
+from coord.models.saga.spec import SagaStatus
+from coord.models.wire.contract import FailureType
+from coord.models.wire.specs import SpecError, parse_model
 from coord.worker import build_worker
 from tests.agents import failure_of, registry, run
 from tests.helpers import eventually

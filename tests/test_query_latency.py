@@ -21,9 +21,9 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec
-from coord.models.envelope import EventEnvelope
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import start_dev_server

@@ -4,10 +4,10 @@ from datetime import UTC, datetime, timedelta
 
 from rich.cells import cell_len
 
-from coord.models.aggregator import AggregatorState, SlotStatus
-from coord.models.chain import TimelineEntry
-from coord.models.dlq import EntrySummary
-from coord.models.plan import PlanState, TaskRecord, TaskState
+from coord.models.aggregator.spec import AggregatorState, SlotStatus
+from coord.models.dlq.letter import EntrySummary
+from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.spec import PlanState, TaskRecord, TaskState
 from coord.starter import render
 
 AT = datetime(2026, 11, 22, 20, 33, 52, tzinfo=UTC)

@@ -32,10 +32,10 @@ from coord.infra.payload_store import (
     PayloadUnavailable,
     StoredPayloads,
 )
-from coord.models.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
-from coord.models.contract import RUN_AGENT_ACTIVITY
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import ResultReference
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.results import ResultReference
+from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.worker import build_worker
 from tests.agents import PYTHON, registry
 from tests.test_large_payloads import s3_server  # noqa: F401 (a local S3 server)

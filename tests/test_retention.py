@@ -25,10 +25,10 @@ from coord.infra.payload_store import (
     StoredPayloads,
     data_converter,
 )
-from coord.models.chain import ChainStatus
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec
-from coord.models.retention import OwnerMark
+from coord.models.chain.spec import ChainStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.ops.retention import OwnerMark
+from coord.models.plan.spec import PlanSpec
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import approved, eventually, letter, user_story

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from coord.models.agent_config import AgentsFile
-from coord.models.retention import (
+from coord.models.mesh.config import AgentsFile
+from coord.models.ops.retention import (
     GcSettings,
     OwnerMark,
     RetentionSettings,
@@ -16,7 +16,7 @@ from coord.models.retention import (
     scratchpad_verdict,
     verdict,
 )
-from coord.models.specs import SpecError, parse_model
+from coord.models.wire.specs import SpecError, parse_model
 
 NOW = datetime(2026, 1, 10, tzinfo=UTC)
 DAY = timedelta(days=1)

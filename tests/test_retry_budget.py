@@ -6,15 +6,15 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from coord.models.agent_runs import NO_JITTER, retry_delay
-from coord.models.agents import AgentProgress
-from coord.models.retry import (
+from coord.models.mesh.agents import AgentProgress
+from coord.models.mesh.retry import (
     LOST_RUNS_ALLOWED,
     RetryConfig,
     RunBudget,
     RunTally,
     agent_time_limit,
 )
+from coord.models.mesh.runs import NO_JITTER, retry_delay
 
 
 def test_the_tally_is_the_last_heartbeat_detail_whatever_the_agent_sent_before_it() -> None:

@@ -5,7 +5,7 @@ from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import AttemptRecorder

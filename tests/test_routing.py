@@ -6,7 +6,7 @@ import uuid
 from temporalio.client import Client
 
 from coord.infra.signals import signal_each
-from coord.models.dlq import DlqSelection
+from coord.models.dlq.letter import DlqSelection
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import API, completed, phase1, routing_spec

@@ -8,7 +8,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
 from coord.workflows.saga import Saga

@@ -8,8 +8,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models.chain import ChainSpec
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.chain.spec import ChainSpec
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import RecordingAgents

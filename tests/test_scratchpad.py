@@ -11,11 +11,9 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from coord.activities.scratchpad import MAX_FILE_BYTES, ScratchpadWriter
-from coord.models.agent_config import WorkerSettings
-from coord.models.contract import FailureType
-from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskRecord, TaskState
-from coord.models.plan_report import (
+from coord.activities.plan.scratchpad import MAX_FILE_BYTES, ScratchpadWriter
+from coord.models.mesh.config import WorkerSettings
+from coord.models.plan.report import (
     ScratchpadWrite,
     final_report_files,
     final_report_markdown,
@@ -23,7 +21,9 @@ from coord.models.plan_report import (
     task_plan_markdown,
     worker_result_files,
 )
-from coord.models.specs import SpecError, parse_model
+from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, TaskRecord, TaskState
+from coord.models.wire.contract import FailureType
+from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
 from coord.worker import build_worker, default_registry
 

@@ -22,12 +22,12 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from coord.activities.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
 from coord.infra.ledgers import read_ledger
-from coord.models.agents import AgentContext, AgentFn, AgentRegistry
-from coord.models.contract import agent_task_queue
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaSpec, SagaState, SagaStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.contract import agent_task_queue
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT

@@ -20,11 +20,11 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from coord.models import contract
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.envelope import EventEnvelope
-from coord.models.retry import LOST_RUNS_ALLOWED
-from coord.models.vote import VOTE_REQUESTED, Choice, VoteSpec, VoteState, VoteStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.retry import LOST_RUNS_ALLOWED
+from coord.models.vote.spec import VOTE_REQUESTED, Choice, VoteSpec, VoteState, VoteStatus
+from coord.models.wire import contract
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker

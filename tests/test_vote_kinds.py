@@ -12,13 +12,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from coord.models import contract
-from coord.models.agents import AgentContext, AgentRegistry
-from coord.models.chain import ChainSpec, ChainState, TimelineEntry
-from coord.models.envelope import EventEnvelope
-from coord.models.plan import PlanSpec, PlanState, PlanStatus, TaskState
-from coord.models.plan_report import outcome
-from coord.models.vote import Choice, VoteState, VoteStatus
+from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.plan.report import outcome
+from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.vote.spec import Choice, VoteState, VoteStatus
+from coord.models.wire import contract
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import event, eventually, history_events, task_failures

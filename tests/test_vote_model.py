@@ -7,16 +7,17 @@ from typing import Any
 
 import pytest
 
-from coord.activities.agent_kinds import load_agents
-from coord.models.agents import AgentContext, AgentRegistry, check_agents
-from coord.models.chain import ChainSpec
-from coord.models.envelope import EventEnvelope
-from coord.models.joins import JoinState, Slot, share_needed
-from coord.models.plan import PlanSpec
-from coord.models.plan_model import PlanModel
-from coord.models.plan_votes import task_vote
-from coord.models.specs import SpecError, load_spec, parse_model
-from coord.models.vote import Choice, VoteModel, VoteSpec, VoteStatus
+from coord.activities.kinds import load_agents
+from coord.models.chain.spec import ChainSpec
+from coord.models.checks import check_agents
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.joins import JoinState, Slot, share_needed
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.plan.model import PlanModel
+from coord.models.plan.spec import PlanSpec
+from coord.models.plan.votes import task_vote
+from coord.models.vote.spec import Choice, VoteModel, VoteSpec, VoteStatus
+from coord.models.wire.specs import SpecError, load_spec, parse_model
 
 START = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -11,10 +11,10 @@ import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
-from coord.models.chain import ChainSpec, ChainStatus
-from coord.models.envelope import EventEnvelope
-from coord.models.saga import SagaSpec, SagaStatus
-from coord.models.specs import read_document
+from coord.models.chain.spec import ChainSpec, ChainStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.progress import activity_names
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT

@@ -20,7 +20,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.aggregator import (
+    from coord.models.aggregator.spec import (
         AggregatorCarry,
         AggregatorInput,
         AggregatorSpec,
@@ -30,7 +30,9 @@ with workflow.unsafe.imports_passed_through():
         aggregation_payload,
         parse_aggregator_input,
     )
-    from coord.models.contract import (
+    from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
+    from coord.models.events.joins import Slot
+    from coord.models.wire.contract import (
         AGGREGATOR_RECORD_MEMO,
         AGGREGATOR_WORKFLOW,
         ATTACH_SIGNAL,
@@ -44,12 +46,10 @@ with workflow.unsafe.imports_passed_through():
         failure,
         failure_message,
     )
-    from coord.models.durations import MIN_DURATION, format_duration
-    from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.joins import Slot
-    from coord.models.specs import SpecError
-    from coord.workflows.arguments import SurplusStartArguments
-    from coord.workflows.common import (
+    from coord.models.wire.durations import MIN_DURATION, format_duration
+    from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime.arguments import SurplusStartArguments
+    from coord.workflows._runtime.common import (
         NO_INPUT,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,

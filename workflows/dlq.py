@@ -20,19 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentRequest
-    from coord.models.contract import (
-        DEAD_LETTER_SUMMARY_MEMO,
-        DEAD_LETTER_WORKFLOW,
-        DECLARED_AGENT_ACTIVITY,
-        ENTRY_QUERY,
-        EVENT_SIGNAL,
-        REDELIVER_ACTIVITY,
-        FailureType,
-        failure,
-        failure_message,
-    )
-    from coord.models.dlq import (
+    from coord.models.dlq.letter import (
         CLOSED_STATUSES,
         AgentLookup,
         ArchiveRequest,
@@ -44,11 +32,23 @@ with workflow.unsafe.imports_passed_through():
         ReplayOutcome,
         ReplayRequest,
     )
-    from coord.models.envelope import LIFECYCLE_NOTICES, EventEnvelope
-    from coord.models.retry import RetryConfig
-    from coord.workflows.agent_runs import RunSettings, start_agent_run
-    from coord.workflows.arguments import SurplusStartArguments
-    from coord.workflows.common import (
+    from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
+    from coord.models.mesh.agents import AgentRequest
+    from coord.models.mesh.retry import RetryConfig
+    from coord.models.wire.contract import (
+        DEAD_LETTER_SUMMARY_MEMO,
+        DEAD_LETTER_WORKFLOW,
+        DECLARED_AGENT_ACTIVITY,
+        ENTRY_QUERY,
+        EVENT_SIGNAL,
+        REDELIVER_ACTIVITY,
+        FailureType,
+        failure,
+        failure_message,
+    )
+    from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
+    from coord.workflows._runtime.arguments import SurplusStartArguments
+    from coord.workflows._runtime.common import (
         NO_INPUT,
         InvalidInput,
         PlainInput,

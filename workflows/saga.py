@@ -14,24 +14,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agent_config import AgentConfig
-    from coord.models.agent_runs import RunDetour, kept
-    from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.assignment import Assignment
-    from coord.models.chain import TimelineEntry
-    from coord.models.contract import (
-        EVENT_SIGNAL,
-        SAGA_RECORD_MEMO,
-        SAGA_WORKFLOW,
-        STATE_QUERY,
-        FailureType,
-        failure,
-        failure_message,
-        failure_type_of,
-        saga_id_of,
-    )
-    from coord.models.envelope import EventEnvelope
-    from coord.models.saga import (
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.events.timeline import TimelineEntry
+    from coord.models.mesh.agents import AgentRequest, AgentResult
+    from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.config import AgentConfig
+    from coord.models.mesh.runs import RunDetour, kept
+    from coord.models.saga.spec import (
         CancelEffect,
         CompensationOutcome,
         CompletedStep,
@@ -42,14 +31,25 @@ with workflow.unsafe.imports_passed_through():
         SagaStep,
         StackEntry,
     )
-    from coord.models.specs import SpecError
-    from coord.workflows.agent_runs import (
+    from coord.models.wire.contract import (
+        EVENT_SIGNAL,
+        SAGA_RECORD_MEMO,
+        SAGA_WORKFLOW,
+        STATE_QUERY,
+        FailureType,
+        failure,
+        failure_message,
+        failure_type_of,
+        saga_id_of,
+    )
+    from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime.agent_runs import (
         RunSettings,
         declared_settings,
         outcomes_landed,
         start_agent_run,
     )
-    from coord.workflows.common import (
+    from coord.workflows._runtime.common import (
         DEAD_LETTER_PATCH,
         NO_INPUT,
         PlainInput,

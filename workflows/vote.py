@@ -1,7 +1,7 @@
 """The `Vote` workflow: a consensus vote (seed 002). The proposal goes to every voter agent at
 once (one `run_agent` activity each, the proposal as its event's payload); each answer, failure
 or timeout becomes a ballot, and as soon as the outcome is certain the runs still out are
-cancelled. What the ballots decide is `VoteModel`'s (coord.models.vote); this module is the
+cancelled. What the ballots decide is `VoteModel`'s (coord.models.vote.spec); this module is the
 Temporal side: the start input, the runs, the deadline, cancellation, the query, search
 attributes and details. The result is the record, every ballot listed."""
 
@@ -12,8 +12,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.agents import AgentRequest, AgentResult
-    from coord.models.contract import (
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.agents import AgentRequest, AgentResult
+    from coord.models.vote.spec import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
+    from coord.models.wire.contract import (
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
@@ -21,27 +23,25 @@ with workflow.unsafe.imports_passed_through():
         failure,
         vote_id_of,
     )
-    from coord.models.durations import format_duration
-    from coord.models.envelope import EventEnvelope
-    from coord.models.sizes import json_size
-    from coord.models.specs import SpecError
-    from coord.models.vote import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
-    from coord.workflows.agent_runs import (
+    from coord.models.wire.durations import format_duration
+    from coord.models.wire.sizes import json_size
+    from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime.agent_runs import (
         AGENT_RUN_GATES_PATCH,
         RunSettings,
         outcomes_landed,
         start_agent_run,
     )
-    from coord.workflows.arguments import SurplusStartArguments
-    from coord.workflows.common import (
+    from coord.workflows._runtime.arguments import SurplusStartArguments
+    from coord.workflows._runtime.common import (
         NO_INPUT,
         PlainInput,
         decode_input,
+        task_error,
         uncancellable,
         upsert_search_attributes,
     )
-    from coord.workflows.fan_out import FanOut
-    from coord.workflows.plan_task import task_error
+    from coord.workflows._runtime.fan_out import FanOut
 
 VoterRun = asyncio.Task[AgentResult]
 FAN_OUT_PATCH = "vote-voters-within-task-budget"

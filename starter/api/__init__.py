@@ -5,7 +5,7 @@ rule, which the CLI's check uses too). `__all__` is what a script needs; the hel
 in the submodules, `routing` owning where an event goes."""
 
 from coord.infra.signals import Delivery
-from coord.models.agents import check_agents
+from coord.models.checks import check_agents
 from coord.starter.api.aggregators import (
     aggregator_handle,
     aggregator_state,

@@ -14,9 +14,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.aggregator import AggregatorSpec, AggregatorState
-from coord.models.envelope import EventEnvelope
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
+from coord.models.events.envelope import EventEnvelope
+from coord.models.wire import contract
 from coord.starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
 from coord.workflows.aggregator import Aggregator
 

@@ -24,22 +24,17 @@ from tenacity import (
 
 from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.chain import (
-    SERVER_SIGNALS_PER_RUN,
-    ChainInput,
-    ChainSpec,
-    ChainState,
-    TimelineEntry,
-)
-from coord.models.envelope import EventEnvelope
+from coord.models.chain.spec import SERVER_SIGNALS_PER_RUN, ChainInput, ChainSpec, ChainState
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.wire import contract
 from coord.starter.api.common import (
     Undeliverable,
     closed_with_result,
     ended_or_missing,
     undeliverable,
 )
-from coord.workflows.chain import ReactiveChain
+from coord.workflows.chain.reactive import ReactiveChain
 
 
 def chain_summary(spec: ChainSpec, correlation_id: str) -> str:

@@ -18,9 +18,9 @@ from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
 from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.dlq import DeadLetter
-from coord.models.envelope import EventEnvelope
+from coord.models.dlq.letter import DeadLetter
+from coord.models.events.envelope import EventEnvelope
+from coord.models.wire import contract
 
 log = get_logger("coord.api")
 R = TypeVar("R")

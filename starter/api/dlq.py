@@ -24,9 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.contract import failure_message
-from coord.models.dlq import (
+from coord.models.dlq.letter import (
     ENTRY_STATUSES,
     ArchiveRequest,
     BulkOutcome,
@@ -39,7 +37,9 @@ from coord.models.dlq import (
     ReplayRequest,
     StatusCounts,
 )
-from coord.models.specs import SpecError
+from coord.models.wire import contract
+from coord.models.wire.contract import failure_message
+from coord.models.wire.specs import SpecError
 from coord.starter.api.common import Undeliverable, described
 from coord.workflows.dlq import DeadLetterEntry
 

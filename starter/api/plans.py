@@ -17,8 +17,8 @@ from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.plan import (
+from coord.models.plan.report import task_plan_markdown
+from coord.models.plan.spec import (
     ApprovalDecision,
     ApprovalRequest,
     PlanProgress,
@@ -28,7 +28,7 @@ from coord.models.plan import (
     as_seen,
     progress_as_seen,
 )
-from coord.models.plan_report import task_plan_markdown
+from coord.models.wire import contract
 from coord.starter.api.common import (
     Conflict,
     NotFound,

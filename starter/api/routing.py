@@ -6,10 +6,10 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from coord.infra.signals import Delivery, running, signal_each
-from coord.models import contract
-from coord.models.aggregator import AggregatorSpec
-from coord.models.chain import ChainSpec
-from coord.models.envelope import EventEnvelope
+from coord.models.aggregator.spec import AggregatorSpec
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.wire import contract
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.chains import publish
 from coord.starter.api.common import Undeliverable, undeliverable

@@ -13,9 +13,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.chain import TimelineEntry
-from coord.models.saga import SagaSpec, SagaState
+from coord.models.events.timeline import TimelineEntry
+from coord.models.saga.spec import SagaSpec, SagaState
+from coord.models.wire import contract
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,

@@ -8,8 +8,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from coord.infra.temporal import task_queue
-from coord.models import contract
-from coord.models.vote import VoteSpec, VoteState
+from coord.models.vote.spec import VoteSpec, VoteState
+from coord.models.wire import contract
 from coord.starter.api.common import (
     Conflict,
     NotFound,

@@ -12,9 +12,9 @@ from rich.text import Text
 from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.temporal import task_queue
-from coord.models.agent_ledger import WINDOW
-from coord.models.durations import format_duration
-from coord.models.health import AgentHealth
+from coord.models.mesh.health import AgentHealth
+from coord.models.mesh.ledger import WINDOW
+from coord.models.wire.durations import format_duration
 from coord.starter import render
 from coord.starter.commands.common import AsJson, connect, runs_async, show_record
 from coord.worker import default_registry

@@ -5,8 +5,8 @@ from typing import Annotated
 
 import typer
 
-from coord.models.aggregator import AggregatorSpec
-from coord.models.specs import load_spec
+from coord.models.aggregator.spec import AggregatorSpec
+from coord.models.wire.specs import load_spec
 from coord.starter import api, render
 from coord.starter.commands.common import connect, echo_started, runs_async, show_record
 

@@ -5,9 +5,9 @@ from typing import Annotated
 
 import typer
 
-from coord.models.chain import ChainSpec
-from coord.models.contract import chain_workflow_id
-from coord.models.specs import load_spec
+from coord.models.chain.spec import ChainSpec
+from coord.models.wire.contract import chain_workflow_id
+from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,

@@ -19,11 +19,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from coord.infra.logs import get_logger
 from coord.infra.temporal import ConnectionSettings, client_identity, task_queue, workflow_link
-from coord.models import agents
-from coord.models.chain import ChainSpec
-from coord.models.plan import PlanSpec
-from coord.models.saga import SagaSpec
-from coord.models.vote import VoteSpec
+from coord.models import checks
+from coord.models.chain.spec import ChainSpec
+from coord.models.plan.spec import PlanSpec
+from coord.models.saga.spec import SagaSpec
+from coord.models.vote.spec import VoteSpec
 from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.starter.progress import Watch, outcome_with_progress
@@ -166,6 +166,6 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
 
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
-    """The SDK's one check (`coord.models.agents.check_agents`, the rule `run_agent` applies)
+    """The SDK's one check (`coord.models.checks.check_agents`, the rule `run_agent` applies)
     against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
-    agents.check_agents(source, spec, default_registry())
+    checks.check_agents(source, spec, default_registry())

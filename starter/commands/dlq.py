@@ -6,8 +6,8 @@ from typing import Annotated
 import typer
 from temporalio.client import Client
 
-from coord.models.dlq import ArchiveRequest, BulkOutcome, DlqSelection
-from coord.models.specs import SpecError, parse_json_object, parse_model
+from coord.models.dlq.letter import ArchiveRequest, BulkOutcome, DlqSelection
+from coord.models.wire.specs import SpecError, parse_json_object, parse_model
 from coord.starter import api, render
 from coord.starter.commands.common import connect, echo_json, runs_async, show_record
 

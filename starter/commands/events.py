@@ -12,10 +12,11 @@ from rich.live import Live
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.aggregator import AggregatorSpec
-from coord.models.chain import ChainSpec, TimelineEntry
-from coord.models.envelope import EventEnvelope
-from coord.models.specs import SpecError, parse_json_object, parse_model, read_document
+from coord.models.aggregator.spec import AggregatorSpec
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async

@@ -10,9 +10,9 @@ import typer
 
 from coord.infra.gc import Collector, options_for
 from coord.infra.temporal import task_queue
-from coord.models.agent_config import AgentsFile, WorkerSettings
-from coord.models.retention import Action, GcReport
-from coord.models.specs import SpecError, load_spec
+from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.ops.retention import Action, GcReport
+from coord.models.wire.specs import SpecError, load_spec
 from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
 from coord.starter.exits import ExitCode
 

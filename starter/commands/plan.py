@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from coord.models.plan import ApprovalRequest, PlanSpec, PlanState, PlanStatus
-from coord.models.specs import load_spec, parse_model
+from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus
+from coord.models.wire.specs import load_spec, parse_model
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,

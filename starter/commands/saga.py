@@ -5,8 +5,8 @@ from typing import Annotated
 
 import typer
 
-from coord.models.saga import SagaSpec
-from coord.models.specs import parse_json_object, parse_model, read_document
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,

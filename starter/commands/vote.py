@@ -10,9 +10,9 @@ from rich.table import Column
 from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
 
-from coord.models import contract
-from coord.models.specs import SpecError, load_spec
-from coord.models.vote import Ballot, VoteSpec, VoteState, VoteStatus
+from coord.models.vote.spec import Ballot, VoteSpec, VoteState, VoteStatus
+from coord.models.wire import contract
+from coord.models.wire.specs import SpecError, load_spec
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,

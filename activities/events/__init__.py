@@ -1,0 +1,1 @@
+"""Event activities: delivery to workflows and the chain's lookback."""

@@ -1,0 +1,89 @@
+"""Deliveries that need a client: parking dead letters (`infra.dead_letters`) and replaying them to
+their targets."""
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from coord.infra.dead_letters import park_dead_letter
+from coord.models.chain.spec import ChainInput
+from coord.models.dlq.letter import (
+    AgentLookup,
+    DeadLetter,
+    DeclaredAgent,
+    Redelivery,
+)
+from coord.models.mesh.config import AgentConfig
+from coord.models.saga.spec import SagaSpec
+from coord.models.wire.contract import (
+    CHAIN_WORKFLOW,
+    DECLARED_AGENT_ACTIVITY,
+    EVENT_SIGNAL,
+    PARK_DEAD_LETTER_ACTIVITY,
+    REDELIVER_ACTIVITY,
+    RERUN_SIGNAL,
+    SAGA_WORKFLOW,
+    FailureType,
+    failure,
+)
+
+DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
+    SAGA_WORKFLOW: lambda raw: SagaSpec.model_validate(raw).agents,
+    CHAIN_WORKFLOW: lambda raw: ChainInput.model_validate(raw).spec.agents,
+}
+"""Where each workflow type that runs agents keeps its inline declarations in its input."""
+
+
+class Delivery:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @activity.defn(name=PARK_DEAD_LETTER_ACTIVITY)
+    async def park(self, letter: DeadLetter) -> str:
+        return await park_dead_letter(self._client, letter, activity.info().task_queue)
+
+    @activity.defn(name=REDELIVER_ACTIVITY)
+    async def redeliver(self, redelivery: Redelivery) -> None:
+        """To a chain's agent (the chain runs it again and continues from there), or as an event
+        to its workflow."""
+        handle = self._client.get_workflow_handle(redelivery.target_workflow)
+        event = redelivery.event.model_dump(mode="json")
+        try:
+            if redelivery.target_agent:
+                rerun = {
+                    "subscription": redelivery.target_agent,
+                    "event": event,
+                    "idempotency_key": redelivery.idempotency_key,
+                    "inputs": redelivery.inputs,
+                }
+                await handle.signal(RERUN_SIGNAL, rerun)
+            else:
+                await handle.signal(EVENT_SIGNAL, event)
+        except RPCError as error:
+            raise failure(
+                FailureType.TARGET_UNAVAILABLE,
+                f"{redelivery.target_workflow} cannot take it: {error.message}",
+                non_retryable=True,
+            ) from None
+
+    @activity.defn(name=DECLARED_AGENT_ACTIVITY)
+    async def declared_agent(self, lookup: AgentLookup) -> DeclaredAgent:
+        """The agent's inline declaration in the target saga's or chain's spec, read from that
+        workflow's own start event (which the server recorded, not whoever parked the entry).
+        Nothing when the target is gone, of another kind, or does not declare the agent; the
+        worker's rules for inline agents apply to what is found, as for the original run."""
+        handle = self._client.get_workflow_handle(lookup.target_workflow)
+        try:
+            async for event in handle.fetch_history_events():
+                started = event.workflow_execution_started_event_attributes
+                agents_of = DECLARED_AGENTS.get(started.workflow_type.name)
+                if agents_of is None:
+                    return DeclaredAgent()
+                [raw] = await self._client.data_converter.decode(started.input.payloads)
+                return DeclaredAgent(config=agents_of(raw).get(lookup.agent))
+        except (RPCError, ValueError):
+            return DeclaredAgent()
+        return DeclaredAgent()

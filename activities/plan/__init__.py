@@ -1,0 +1,1 @@
+"""Plan activities: progress reads, the scratchpad, update callers."""

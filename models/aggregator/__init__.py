@@ -1,0 +1,1 @@
+"""Aggregators: the spec and the pure rules of joining events."""

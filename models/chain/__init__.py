@@ -1,0 +1,1 @@
+"""Reactive chains: subscriptions, the chain's model, and the runs it hands over."""

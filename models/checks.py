@@ -1,0 +1,61 @@
+"""Specs checked against the agents a registry serves, where a spec enters (the CLI, the API,
+the worker): the one rule every pattern's spec is held to, so it sits above the pattern rooms."""
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.assignment import Routed, candidates, no_candidate_message
+from coord.models.plan.spec import PlanSpec
+from coord.models.saga.spec import SagaSpec
+from coord.models.vote.spec import VoteSpec
+from coord.models.wire.specs import SpecError
+
+
+def check_agents(
+    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
+) -> None:
+    """Agents are checked where a spec enters, by the rule the worker runs them by (the
+    `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
+    kind the registry's settings allow, capabilities asked for are offered (the rule of
+    `choose_agent`). A SpecError names the first that is not."""
+    _check_routes(source, spec, registry)
+    for place, agent in _agents_named(spec):
+        if not agent:  # none (a step without compensation), or picked by capability at run time
+            continue
+        if agent in spec.agents:
+            if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
+                raise SpecError(f"{source}: agents.{agent}: {refusal}")
+        elif agent not in registry:
+            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
+
+
+def _check_routes(
+    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
+) -> None:
+    """Every item naming capabilities has a candidate among the registry's agents."""
+    items: list[tuple[str, Routed]] = []
+    if isinstance(spec, SagaSpec):
+        items = [(f"steps[{i}]", step) for i, step in enumerate(spec.steps)]
+    elif isinstance(spec, ChainSpec):
+        items = [(f"subscriptions[{i}]", sub) for i, sub in enumerate(spec.subscriptions)]
+    elif isinstance(spec, PlanSpec):
+        items = [(f"tasks[{i}]", task) for i, task in enumerate(spec.tasks)]
+    for place, item in items:
+        route = item.route
+        if route is not None and not candidates(registry.catalogue, route.capabilities):
+            field = "capability" if item.capability is not None else "capabilities"
+            problem = no_candidate_message(registry.catalogue, route.capabilities)
+            raise SpecError(f"{source}: {place}.{field}: {problem}")
+
+
+def _agents_named(
+    spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec,
+) -> list[tuple[str, str | None]]:
+    """Every agent the spec runs, with the field that names it."""
+    if isinstance(spec, PlanSpec | VoteSpec):
+        return list(spec.agents_named())
+    if isinstance(spec, SagaSpec):
+        named = [(f"steps[{i}].agent", s.agent) for i, s in enumerate(spec.steps)]
+        return named + [
+            (f"steps[{i}].compensation", s.compensation) for i, s in enumerate(spec.steps)
+        ]
+    return list(spec.agents_named())

@@ -1,0 +1,1 @@
+"""The dead-letter queue: letters, their states and replay rules."""

@@ -1,0 +1,1 @@
+"""Events: the envelope, filters and joins every pattern shares."""

@@ -1,0 +1,104 @@
+"""The seed's standard event message: `event` header, `payload`, `routing`."""
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from temporalio import workflow
+
+from coord.models.wire.specs import JsonObject
+
+
+def _now() -> datetime:
+    """Deterministic inside a workflow, wall clock elsewhere, so one model serves both."""
+    return workflow.now() if workflow.in_workflow() else datetime.now(UTC)
+
+
+def _random_hex(length: int) -> str:
+    source = workflow.uuid4() if workflow.in_workflow() else uuid.uuid4()
+    return source.hex[:length]
+
+
+def new_event_id() -> str:
+    """`evt-YYYYMMDD-HHMMSS-<12 hex>`: sortable by time like the seed's ids, with enough
+    randomness that deduplication by id never merges two distinct events."""
+    return f"evt-{_now():%Y%m%d-%H%M%S}-{_random_hex(12)}"
+
+
+LIFECYCLE_NOTICES = frozenset({"EventDeadLettered", "CompensationFailed"})
+"""Events the coordinator announces about its own handling. They are never forwarded to
+listeners, never dead-lettered, and can never cause another notice."""
+
+
+class Priority(StrEnum):
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+
+class EventHeader(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(default_factory=new_event_id, min_length=1)
+    type: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    timestamp: datetime = Field(default_factory=_now)
+    version: str = "1.0"
+    correlation_id: str | None = None
+    causation_id: str | None = None
+
+    @field_validator("timestamp")
+    @classmethod
+    def _in_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+class Routing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    topic: str | None = None
+    partition_key: str | None = None
+    priority: Priority = Priority.NORMAL
+
+
+class EventEnvelope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    event: EventHeader
+    payload: JsonObject = Field(default_factory=dict)
+    routing: Routing = Field(default_factory=Routing)
+
+    @model_validator(mode="after")
+    def _partition_by_correlation(self) -> Self:
+        if self.routing.partition_key is None:
+            self.routing.partition_key = self.event.correlation_id
+        return self
+
+    @classmethod
+    def new(
+        cls,
+        type: str,
+        source: str,
+        *,
+        payload: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        causation_id: str | None = None,
+        topic: str | None = None,
+        priority: Priority = Priority.NORMAL,
+    ) -> Self:
+        """The short way to build an envelope from code; ids and timestamps are filled in."""
+        return cls(
+            event=EventHeader(
+                type=type,
+                source=source,
+                correlation_id=correlation_id,
+                causation_id=causation_id,
+            ),
+            payload=payload or {},
+            routing=Routing(topic=topic, priority=priority),
+        )

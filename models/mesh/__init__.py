@@ -1,0 +1,1 @@
+"""The agent mesh: the agent SDK, declarations, the ledger, breakers, routing, health."""

@@ -1,0 +1,1 @@
+"""Operations: retention and what the sweep removes."""

@@ -1,0 +1,1 @@
+"""Sagas: the spec and the pure rules of a saga's run."""

@@ -1,0 +1,158 @@
+"""Saga specs (what to run) and the saga coordinator record (where it stands)."""
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.assignment import Assignment, Routed
+from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
+from coord.models.mesh.runs import RunDetour
+from coord.models.wire.contract import (
+    Pattern,
+    SearchValues,
+    coordination_attributes,
+    saga_workflow_id,
+)
+from coord.models.wire.durations import Duration
+from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+
+
+class SagaStep(Routed):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    agent: str = Field(default="", max_length=MAX_NAME)
+    """The step's name by default, unless it names capabilities (`Routed`)."""
+    compensation: str | None = None
+    on_success: str = ""
+    on_failure: str = ""
+    on_compensated: str = ""
+    """The event announced once this step's compensation has run (the seed's `RemoveStaging`,
+    `RollbackAll`); `<name>Compensated` by default."""
+    timeout: Duration = timedelta(minutes=5)
+    heartbeat_timeout: Duration | None = None
+    schedule_to_start_timeout: Duration = SCHEDULE_TO_START_DEFAULT
+    """How long a run waits for a worker serving its agent before it fails `agent_unavailable`
+    (not retried: a retry would wait on the same queue)."""
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    compensation_timeout: Duration = timedelta(minutes=5)
+    compensation_retry: RetryConfig = DEFAULT_COMPENSATION_RETRY
+    pivot: bool = False
+
+    @model_validator(mode="after")
+    def _defaults_from_name(self) -> Self:
+        if self.route is None:
+            self.agent = self.agent or self.name
+        if problem := self.doer_problem(self.agent):  # never none: the name is the default
+            raise ValueError(problem)
+        self.on_success = self.on_success or f"{self.name}Succeeded"
+        self.on_failure = self.on_failure or f"{self.name}Failed"
+        self.on_compensated = self.on_compensated or f"{self.name}Compensated"
+        return self
+
+
+class SagaSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    saga_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
+    name: str = ""
+    description: str = ""
+    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    parallel_compensation: bool = False
+    continue_on_compensation_error: bool = False
+    input: JsonObject = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
+    steps: list[SagaStep] = Field(min_length=1, max_length=MAX_ITEMS)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        self.correlation_id = self.correlation_id or self.saga_id
+        self.name = self.name or self.saga_id
+        names = [step.name for step in self.steps]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"step names must be unique, repeated: {', '.join(duplicates)}")
+        if sum(step.pivot for step in self.steps) > 1:
+            raise ValueError("at most one step can be the pivot")
+        return self
+
+    @property
+    def workflow_id(self) -> str:
+        return saga_workflow_id(self.saga_id)
+
+
+class SagaStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPENSATING = "compensating"
+    COMPLETED = "completed"
+    COMPENSATED = "compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    FAILED = "failed"
+
+
+class CompletedStep(BaseModel):
+    step: int
+    event: str
+    event_id: str
+    name: str = ""
+
+
+class StackEntry(BaseModel):
+    step: int
+    compensate: str
+
+
+class CompensationOutcome(BaseModel):
+    step: int
+    compensate: str
+    status: Literal["compensated", "failed"]
+    error: str | None = None
+
+
+CancelEffect = Literal["unwind", "forward", "compensating", "ended"]
+
+
+class SagaCancel(BaseModel):
+    """A cancel request and what it did: `unwind` (the stack was unwound), `forward` (it came
+    after the pivot had completed, so the remaining steps went forward), `compensating` (the
+    saga was already unwinding after a failure, which went on and decided the outcome),
+    `ended` (the saga had already ended and was only sending its last events)."""
+
+    requested_at: datetime
+    during_step: int | None = None
+    effect: CancelEffect
+
+
+class SagaState(BaseModel):
+    """The seed's saga coordinator record, plus what an operator needs after a failure."""
+
+    saga_id: str
+    correlation_id: str = ""
+    current_step: int | None = None
+    status: SagaStatus = SagaStatus.PENDING
+    completed_steps: list[CompletedStep] = Field(default_factory=list)
+    compensation_stack: list[StackEntry] = Field(default_factory=list)
+    compensations: list[CompensationOutcome] = Field(default_factory=list)
+    recovery: Literal["backward", "forward"] = "backward"
+    failed_event: str | None = None
+    failure_reason: str | None = None
+    cancel: SagaCancel | None = None
+    assignments: dict[str, Assignment] = Field(default_factory=dict)
+    """The agent picked for each step that names capabilities, by step name, with the bids."""
+    detours: list[RunDetour] = Field(default_factory=list)
+    """Runs that waited for their agent (breaker open, pool full) or went elsewhere (routed
+    again, fell back), by step (`run`), newest last."""
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
+    compensation events), as rows of the seed's correlation table."""
+
+    def search_attributes(self) -> SearchValues:
+        """What the run is found by: set at start (the first record), upserted on every change."""
+        key = self.correlation_id or self.saga_id
+        return coordination_attributes(correlation_id=key, pattern=Pattern.SAGA, status=self.status)

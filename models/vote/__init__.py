@@ -1,0 +1,1 @@
+"""Votes: the spec and the tally."""

@@ -1,0 +1,1 @@
+"""What crosses the wire: the contract, spec loading, durations, sizes, retries, graphs."""

@@ -1,0 +1,592 @@
+"""The wire contract: every name that crosses the Temporal boundary, in one place.
+
+Workflow types and ids, the task queue, signal, query and update names, activity names, memo
+keys, search attributes and failure types are what the server records and what clients,
+workers and recorded histories agree on. Renaming one breaks running workflows and replays, so
+each is spelled here once and everything else refers to it.
+
+The pure layer: this module imports no worker or workflow code (only `temporalio.common` and
+`temporalio.exceptions`), so clients, activities, workflows and models all import it."""
+
+import builtins
+import hashlib
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, Final
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+# --- Task queue -------------------------------------------------------------------------------
+
+TASK_QUEUE_ENV: Final = "COORD_TASK_QUEUE"
+"""The environment variable naming the task queue workers poll and clients start on."""
+DEFAULT_TASK_QUEUE: Final = "coordinator"
+AGENT_QUEUE_PREFIX: Final = "agent-"
+MAX_TASK_QUEUE_NAME: Final = 255
+"""How long a task queue name this project makes may be (Temporal allows 1000 characters; a
+shorter bound keeps names readable in the UI and in `coord agents`)."""
+_QUEUE_NAME_UNSAFE = re.compile(r"[^\w.@:+-]")
+
+
+def agent_queue_prefix(home: str = DEFAULT_TASK_QUEUE) -> str:
+    """What every agent queue of a deployment starts with. The deployment is named by its
+    coordinator queue (`COORD_TASK_QUEUE`): the default one's agents are on `agent-<name>`,
+    another's on `<queue>/agent-<name>`, so two deployments (or two tests) sharing a namespace
+    never run each other's agents."""
+    return AGENT_QUEUE_PREFIX if home == DEFAULT_TASK_QUEUE else f"{home}/{AGENT_QUEUE_PREFIX}"
+
+
+def agent_task_queue(agent: str, home: str = DEFAULT_TASK_QUEUE) -> str:
+    """The task queue the workers serving `agent` poll and its runs are dispatched to. An agent
+    name is any string: characters outside letters, digits and `.@:+-_` become `_`, and a name
+    changed so, or cut to the bound, gets a digest of the original, so two agents never share
+    a queue."""
+    prefix = agent_queue_prefix(home)
+    return prefix + _safe_name(agent, MAX_TASK_QUEUE_NAME - len(prefix))
+
+
+def _safe_name(name: str, room: int) -> str:
+    """`name` if it is made of safe characters and fits `room`; else its safe characters cut
+    to fit with a digest of the original, so two names never come out the same."""
+    safe = _QUEUE_NAME_UNSAFE.sub("_", name)
+    if safe == name and len(name) <= room:
+        return name
+    digest = "~" + hashlib.sha256(name.encode()).hexdigest()[:12]
+    return safe[: room - len(digest)] + digest
+
+
+def agent_of_queue(queue: str, home: str = DEFAULT_TASK_QUEUE) -> str | None:
+    """The agent an agent queue of this deployment serves (as its queue spells it), else None."""
+    prefix = agent_queue_prefix(home)
+    return queue.removeprefix(prefix) if queue.startswith(prefix) and queue != prefix else None
+
+
+# --- Workflow types and patterns --------------------------------------------------------------
+
+SAGA_WORKFLOW: Final = "Saga"
+CHAIN_WORKFLOW: Final = "ReactiveChain"
+AGGREGATOR_WORKFLOW: Final = "Aggregator"
+DEAD_LETTER_WORKFLOW: Final = "DeadLetterEntry"
+PLAN_WORKFLOW: Final = "TaskGraph"
+VOTE_WORKFLOW: Final = "Vote"
+AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
+AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
+CHAIN_RUN_WORKFLOW: Final = "ChainRun"
+"""One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
+
+
+class Pattern(StrEnum):
+    """The `CoordPattern` search attribute: which coordination pattern a run is."""
+
+    SAGA = "saga"
+    CHAIN = "chain"
+    AGGREGATOR = "aggregator"
+    DLQ = "dlq"
+    PLAN = "plan"
+    VOTE = "vote"
+
+
+# --- Workflow ids -----------------------------------------------------------------------------
+
+SAGA_ID_PREFIX: Final = "saga-"
+CHAIN_ID_PREFIX: Final = "chain-"
+AGGREGATOR_ID_PREFIX: Final = "aggregator-"
+DEAD_LETTER_ID_PREFIX: Final = "dlq-"
+PLAN_ID_PREFIX: Final = "plan-"
+VOTE_ID_PREFIX: Final = "vote-"
+AGENT_MONITOR_ID_PREFIX: Final = "agent-monitor-"
+
+
+def saga_workflow_id(saga_id: str) -> str:
+    return SAGA_ID_PREFIX + saga_id
+
+
+def saga_id_of(workflow_id: str) -> str:
+    """The saga id a saga's workflow id carries."""
+    return workflow_id.removeprefix(SAGA_ID_PREFIX)
+
+
+def chain_workflow_id(correlation_id: str) -> str:
+    """A correlation has at most one chain: its workflow id is the correlation id's."""
+    return CHAIN_ID_PREFIX + correlation_id
+
+
+def chain_run_workflow_id(chain_workflow_id: str, seq: int) -> str:
+    """A chain's run `seq` (its queue number, unique across the chain's continue-as-new)."""
+    return f"{chain_workflow_id}/run-{seq}"
+
+
+def is_chain_workflow_id(workflow_id: str) -> bool:
+    return workflow_id.startswith(CHAIN_ID_PREFIX)
+
+
+def correlation_id_of_chain(workflow_id: str) -> str:
+    """The correlation id a chain's workflow id carries."""
+    return workflow_id.removeprefix(CHAIN_ID_PREFIX)
+
+
+ID_PART_SEPARATOR: Final = "~"
+"""Joins the two user-chosen parts of an id built from two (a plan and its task, an aggregator
+and its correlation). No identifier holds it (`coord.models.wire.specs.IDENTIFIER`), so the pair is
+read back one way only: plan `a-b` with task `c` is `a-b~c`, plan `a` with task `b-c` is
+`a~b-c`, and neither is any single identifier."""
+
+
+def scoped_id(outer: str, inner: str) -> str:
+    """The id of `inner` within `outer` (both identifiers), unambiguous (`ID_PART_SEPARATOR`)."""
+    return f"{outer}{ID_PART_SEPARATOR}{inner}"
+
+
+def aggregator_workflow_id(aggregator_id: str, correlation_id: str | None = None) -> str:
+    """One aggregator per spec, or per spec and correlation when it is scoped to one
+    (`aggregator-<aggregator_id>~<correlation_id>`)."""
+    scoped = scoped_id(aggregator_id, correlation_id) if correlation_id else aggregator_id
+    return AGGREGATOR_ID_PREFIX + scoped
+
+
+def as_aggregator_workflow_id(name: str) -> str:
+    """What a user names an aggregator by (its workflow id, or that id without the prefix)
+    as its workflow id."""
+    return name if name.startswith(AGGREGATOR_ID_PREFIX) else AGGREGATOR_ID_PREFIX + name
+
+
+def dead_letter_workflow_id(digest: str) -> str:
+    """A dead-letter entry's id, from a digest of what it parks (so parking twice finds it)."""
+    return DEAD_LETTER_ID_PREFIX + digest
+
+
+def plan_workflow_id(plan_id: str) -> str:
+    return PLAN_ID_PREFIX + plan_id
+
+
+def plan_id_of(workflow_id: str) -> str:
+    """The plan id a plan's workflow id carries."""
+    return workflow_id.removeprefix(PLAN_ID_PREFIX)
+
+
+def as_plan_workflow_id(name: str) -> str:
+    """What a user names a plan by (its workflow id, or its plan id) as its workflow id."""
+    return name if name.startswith(PLAN_ID_PREFIX) else PLAN_ID_PREFIX + name
+
+
+LEDGER_ID_PREFIX: Final = "ledger-"
+
+
+def agent_ledger_workflow_id(agent_queue: str) -> str:
+    """An agent's ledger (its circuit breaker and recent stats): one per agent queue."""
+    return LEDGER_ID_PREFIX + agent_queue
+
+
+def vote_workflow_id(vote_id: str) -> str:
+    return VOTE_ID_PREFIX + vote_id
+
+
+def vote_id_of(workflow_id: str) -> str:
+    """The vote id a vote's workflow id carries."""
+    return workflow_id.removeprefix(VOTE_ID_PREFIX)
+
+
+def as_vote_workflow_id(name: str) -> str:
+    """What a user names a vote by (its workflow id, or its vote id) as its workflow id."""
+    return name if name.startswith(VOTE_ID_PREFIX) else VOTE_ID_PREFIX + name
+
+
+def agent_monitor_workflow_id(home: str = DEFAULT_TASK_QUEUE) -> str:
+    """A deployment (named by its coordinator queue) has one agent monitor."""
+    return AGENT_MONITOR_ID_PREFIX + home
+
+
+# --- Signals, queries, updates ----------------------------------------------------------------
+
+EVENT_SIGNAL: Final = "event"
+"""An event addressed to a saga, chain or aggregator. Untyped on purpose: the Temporal CLI and
+other clients send plain JSON, which the workflow validates (and parks if it must)."""
+CHAIN_EVENT_SIGNAL: Final = "chain_event"
+"""An event a chain recorded, forwarded to a listener (an aggregator) of its correlation."""
+RERUN_SIGNAL: Final = "rerun"
+"""A dead letter replayed to a chain: run the subscription's agent again on the event."""
+ATTACH_SIGNAL: Final = "attach"
+"""An aggregator asks its correlation's chain to forward what it records (with its id)."""
+DETACH_SIGNAL: Final = "detach"
+"""A finished aggregator asks its chain to forward nothing more (with its id)."""
+CLOSE_SIGNAL: Final = "close"
+"""A chain accepts no more events, finishes what it started, and ends."""
+RUN_OUTCOME_SIGNAL: Final = "run_outcome"
+"""A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
+
+STATE_QUERY: Final = "state"
+"""A saga's, chain's or aggregator's current record."""
+TIMELINE_QUERY: Final = "timeline"
+"""A chain's recorded events, the seed's correlation table."""
+ENTRY_QUERY: Final = "entry"
+"""A dead-letter entry's whole record."""
+PROGRESS_QUERY: Final = "progress"
+"""A plan's running tasks with their elapsed time, and its counts (their agents' latest words
+are read from the server by whoever asks; plans started before polled them into it)."""
+LEDGER_QUERY: Final = "ledger"
+"""An agent ledger's breaker state and recent-window stats (AgentLedgerState)."""
+
+REPLAY_UPDATE: Final = "replay"
+"""Replay a dead-letter entry (optionally with a fixed payload)."""
+ARCHIVE_UPDATE: Final = "archive"
+"""Archive a dead-letter entry with a note."""
+APPROVE_UPDATE: Final = "approve"
+"""Approve or reject a plan task waiting for a person (who, why)."""
+REPORT_OUTCOME_UPDATE: Final = "report_outcome"
+"""A worker tells an agent's ledger of a run that matters to its breaker (a failure, the success
+ending a streak, a probe's outcome); answers the ledger's state."""
+CLAIM_PROBE_UPDATE: Final = "claim_probe"
+"""A worker asks a half-open breaker's ledger for its one probe run."""
+REPORT_STATS_UPDATE: Final = "report_stats"
+"""A worker's batch of counted runs of an agent, every few seconds, to its ledger."""
+ACQUIRE_PERMIT_UPDATE: Final = "acquire_permit"
+"""A run of an agent declaring max_concurrent asks its ledger for one of the pool's permits
+(waiting a bounded time for one); answers whether it was granted."""
+RELEASE_PERMIT_UPDATE: Final = "release_permit"
+"""A run gives its pool permit back (or stops waiting for one)."""
+
+# --- Activities -------------------------------------------------------------------------------
+
+RUN_AGENT_ACTIVITY: Final = "run_agent"
+"""Runs an agent by name (or inline declaration) on an event: every agent run goes through it."""
+PARK_DEAD_LETTER_ACTIVITY: Final = "park_dead_letter"
+"""Starts a dead-letter entry's workflow for what a workflow could not handle."""
+REDELIVER_ACTIVITY: Final = "redeliver"
+"""Delivers a replayed dead letter to its target workflow (as an event or a chain rerun)."""
+DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
+"""Reads the agent's inline declaration from a replay's target workflow's own start event."""
+CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
+"""Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
+PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
+"""Reads a plan's running activities' latest heartbeat details (progress, attempt, failure), for
+the plans that poll them (started before plans stopped polling)."""
+UPDATE_CALLER_ACTIVITY: Final = "update_caller"
+"""Reads who sent a workflow update (the client identity the server recorded with it) from the
+run's history: the author of a plan's approval."""
+WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
+"""Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
+CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
+"""Picks the agent for a run that names capabilities: candidates, their load and record, the
+strategy's winner (on the coordinator queue)."""
+CHOOSE_AGENTS_ACTIVITY: Final = "choose_agents"
+AGENT_SERVED_ACTIVITY: Final = "agent_served"
+"""Whether a live worker serves an agent's queue (waiting a little for one to come back): a run
+that no worker took while the server was away is sent again, not failed."""
+"""Picks the agents for the runs a workflow starts together (a plan's wave), each pick seeing
+the ones before it."""
+READ_AGENT_HEALTH_ACTIVITY: Final = "read_agent_health"
+"""Reads the health of a deployment's agents from the server (the agent monitor's reading)."""
+PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"
+"""Delivers an AgentHealth event to the running chains whose subscriptions use the agent."""
+
+# --- Events the product publishes -------------------------------------------------------------
+
+AGENT_HEALTH_EVENT: Final = "AgentHealthEvent"
+"""The seed's system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
+or unreachable, or its circuit breaker changed state. Chains subscribe to it like any event."""
+AGENT_HEALTH_TOPIC: Final = "agents.health"
+"""Its topic: a subscription without a topic, or with this one, takes it."""
+AGENT_MONITOR_SOURCE: Final = "/agent-monitor"
+"""Its source (the agent column of `coord events`): the deployment's `AgentMonitor`."""
+
+# --- Memo keys --------------------------------------------------------------------------------
+
+SAGA_RECORD_MEMO: Final = "saga_state"
+"""A finished saga's record, kept where visibility can read it after its history is gone."""
+AGGREGATOR_RECORD_MEMO: Final = "aggregator_state"
+"""A finished aggregator's record, as above."""
+PLAN_RECORD_MEMO: Final = "plan_state"
+"""A finished plan's record (its final report), as above."""
+VOTE_RECORD_MEMO: Final = "vote_state"
+"""A cancelled vote's record (the ballots cast until then), as above."""
+DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
+"""A dead-letter entry's listing row, so listing needs no query per entry."""
+
+ARGUMENT_COUNT_METADATA: Final = "coord-argument-count"
+"""Payload metadata marking arguments sent beyond what a handler takes."""
+
+# --- Search attributes ------------------------------------------------------------------------
+
+CORRELATION_ID = SearchAttributeKey.for_keyword("CorrelationId")
+COORD_PATTERN = SearchAttributeKey.for_keyword("CoordPattern")
+COORD_STATUS = SearchAttributeKey.for_keyword("CoordStatus")
+FAILURE_TYPE = SearchAttributeKey.for_keyword("CoordFailureType")
+EVENT_TYPE = SearchAttributeKey.for_keyword("CoordEventType")
+TOPIC = SearchAttributeKey.for_keyword("CoordTopic")
+"""A dead letter's failure type and the type and topic of the event it holds, so the queue is
+filtered and counted by visibility (`CoordPattern = 'dlq' AND CoordFailureType = 'timeout'`)."""
+
+AGENTS = SearchAttributeKey.for_keyword_list("CoordAgents")
+"""The agents a chain's subscriptions name (`agent_search_values`), so the agent monitor finds
+the chains to tell when one of them changes health (`agent_clause`)."""
+
+SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
+    CORRELATION_ID,
+    COORD_PATTERN,
+    COORD_STATUS,
+    FAILURE_TYPE,
+    EVENT_TYPE,
+    TOPIC,
+    AGENTS,
+)
+"""Every custom search attribute; every server the project starts registers them."""
+MAX_AGENT_SEARCH_VALUE: Final = 64
+AGENTS_SEARCH_BUDGET: Final = 1024
+"""Bytes of agent names one run's `CoordAgents` holds at most: the server fails a workflow whose
+search attribute value passes 2 KB (`limit.searchAttributeSizeLimit`), whatever its spec says."""
+
+SearchValues = dict[SearchAttributeKey[str], str]
+
+
+def coordination_attributes(*, correlation_id: str, pattern: Pattern, status: str) -> SearchValues:
+    """What every saga, chain and aggregator run is found by in the UI."""
+    return {CORRELATION_ID: correlation_id, COORD_PATTERN: pattern.value, COORD_STATUS: status}
+
+
+def agent_search_value(agent: str) -> str:
+    """How `CoordAgents` spells an agent: its name when short and made of plain characters
+    (letters, digits, `.@:+-_`), else a bounded safe form with a digest, which also keeps
+    quotes out of visibility queries."""
+    return _safe_name(agent, MAX_AGENT_SEARCH_VALUE)
+
+
+def agent_search_values(agents: Iterable[str]) -> list[str]:
+    """A run's `CoordAgents`: its agents' search values in order, as many as fit the budget."""
+    values: list[str] = []
+    size = 0
+    for value in sorted({agent_search_value(agent) for agent in agents}):
+        size += len(value.encode())
+        if size > AGENTS_SEARCH_BUDGET:
+            break
+        values.append(value)
+    return values
+
+
+def agent_clause(agent: str) -> str:
+    """The visibility query clause selecting the runs whose `CoordAgents` names `agent`."""
+    return f"{AGENTS.name} = '{agent_search_value(agent)}'"
+
+
+def as_start_attributes(values: SearchValues) -> TypedSearchAttributes:
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in values.items()])
+
+
+def pattern_clause(pattern: Pattern) -> str:
+    """The visibility query clause selecting one pattern's runs."""
+    return f"{COORD_PATTERN.name} = '{pattern.value}'"
+
+
+# --- Failure types: the one taxonomy ----------------------------------------------------------
+
+
+class FailureType(StrEnum):
+    """Every failure type the product raises or parks, by who raises it. An agent may raise
+    types of its own: any string is a failure type; these are the ones the product knows."""
+
+    # An agent run (the seed's error taxonomy): retried by the step's or subscription's policy,
+    # except the two that retrying cannot fix.
+    TIMEOUT = "timeout"
+    TEMPORARY_FAILURE = "temporary_failure"
+    INVALID_PAYLOAD = "invalid_payload"
+    UNAUTHORIZED = "unauthorized"
+    # The worker refusing an agent run: not retried.
+    UNKNOWN_AGENT = "unknown_agent"
+    AGENT_NOT_ALLOWED = "agent_not_allowed"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    """No worker took the run off its agent's queue within its schedule-to-start limit."""
+    CIRCUIT_OPEN = "circuit_open"
+    """The agent's circuit breaker is open: the run failed fast without calling the agent, and
+    its next retry comes no earlier than the end of the open window (retryable)."""
+    POOL_FULL = "pool_full"
+    """The agent's pool (max_concurrent across all its workers) had no permit free for the
+    run within its wait: the agent was not called; retried after a spread delay (retryable)."""
+    NO_CAPABLE_AGENT = "no_capable_agent"
+    """A run naming capabilities instead of an agent found no declared agent offering them."""
+    AGENT_BLOCKED = "agent_blocked"
+    """An `async def` python agent blocked its event loop (one of its own) past its
+    `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
+    async agent is in its code and would block again, each attempt leaving a thread stuck."""
+    # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
+    INVALID_SPEC = "invalid_spec"
+    INVALID_INPUT = "invalid_input"
+    INVALID_ENVELOPE = "invalid_envelope"
+    INVALID_RERUN = "invalid_rerun"
+    INVALID_ATTACH = "invalid_attach"
+    INVALID_DETACH = "invalid_detach"
+    INVALID_RUN_OUTCOME = "invalid_run_outcome"
+    """A `run_outcome` signal that does not validate, or names no run the chain has in flight."""
+    INVALID_DEAD_LETTER = "invalid_dead_letter"
+    # An event its target cannot handle any more, or should not.
+    TARGET_ENDED = "target_ended"
+    TARGET_UNAVAILABLE = "target_unavailable"
+    CHAIN_ENDED = "chain_ended"
+    CHAIN_CLOSING = "chain_closing"
+    FOREIGN_CORRELATION = "foreign_correlation"
+    CAUSATION_LOOP = "causation_loop"
+    PUBLISH_NOT_ALLOWED = "publish_not_allowed"
+    """An event a chain's agent asked to publish (its result's `publish`) of a type neither
+    its subscription's `publishes` nor its own declaration allows: refused, recorded in the
+    chain's record and parked with the event, never published."""
+    # How a saga ends when it does not complete.
+    SAGA_FAILED = "saga_failed"
+    SAGA_COMPENSATED = "saga_compensated"
+    COMPENSATION_FAILED = "compensation_failed"
+    CANCELLED = "cancelled"
+    """A saga step cancelled before it ended (its outcome unknown, so it is compensated)."""
+    # How a plan task or a plan ends when it does not succeed.
+    REVIEW_REJECTED = "review_rejected"
+    """A task's review or verification still failing when its fix budget is spent."""
+    APPROVAL_REJECTED = "approval_rejected"
+    """A person rejected a task, or nobody approved it in time."""
+    APPROVAL_REFUSED = "approval_refused"
+    """A decision refused once its caller was known: not one of the task's approvers, a `by`
+    that is not the caller's identity, or no identity to read (the task keeps waiting)."""
+    INVALID_APPROVAL = "invalid_approval"
+    """An approval naming no waiting task, or malformed."""
+    DEPENDENCY_FAILED = "dependency_failed"
+    """A task skipped because a task it depends on did not succeed."""
+    VOTE_REJECTED = "vote_rejected"
+    """A vote task's or subscription's vote ended rejected."""
+    NO_QUORUM = "no_quorum"
+    """A vote task's or subscription's vote ended without quorum (abstentions, the deadline)."""
+    PLAN_FAILED = "plan_failed"
+    """A plan that ends without success and is configured to fail (`fail_fast`)."""
+    SCRATCHPAD_REFUSED = "scratchpad_refused"
+    """A scratchpad write the worker will not do: it has no scratchpad root, or the path would
+    leave it, or a file is too large (not retried; the plan records it and goes on)."""
+    # The dead-letter queue and the aggregator's lookback.
+    NOT_PARKED = "not_parked"
+    LOOKBACK_FAILED = "lookback_failed"
+
+
+UNTYPED_APPLICATION_ERROR: Final = "ApplicationError"
+"""The failure type of an ApplicationError raised without one."""
+
+NOT_RETRYABLE: Final = frozenset({FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED})
+"""The agent failures no retry can fix: the seed's default `no_retry_on`."""
+
+RETRY_LATER: Final = frozenset(
+    {
+        FailureType.TEMPORARY_FAILURE,
+        FailureType.TARGET_UNAVAILABLE,
+        FailureType.AGENT_UNAVAILABLE,
+        FailureType.CIRCUIT_OPEN,
+        FailureType.POOL_FULL,
+    }
+)
+FIX_AND_REPLAY: Final = frozenset(
+    {FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED, FailureType.COMPENSATION_FAILED}
+)
+
+
+def dlq_action(failure_type: str) -> str:
+    """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
+    replayed, anything else (timeouts, late or invalid events, loops) needs a person first."""
+    if failure_type in RETRY_LATER:
+        return "Retry later"
+    if failure_type in FIX_AND_REPLAY:
+        return "Fix and replay"
+    return "Investigate"
+
+
+class Health(StrEnum):
+    """Why an agent's failure says the agent itself is unhealthy, beside its failure type: the
+    agent kinds mark such failures (`failure(..., health=...)`) so that the circuit breaker
+    tells them from the failures an agent declares as its outcome, without another failure
+    type (a 503 and a python agent's own `temporary_failure` are both `temporary_failure`)."""
+
+    TIMEOUT = "timeout"
+    """No answer in time (the kind's own `timeout`, or Temporal's start-to-close/heartbeat)."""
+    CONNECTION = "connection"
+    """The endpoint could not be reached (refused, reset, DNS)."""
+    HTTP_5XX = "http_5xx"
+    HTTP_429 = "http_429"
+    SIGNAL = "signal"
+    """A shell agent killed by a signal (out of memory, say)."""
+
+
+HEALTH_DETAIL: Final = "health"
+"""The key of the failure detail carrying its `Health` reason."""
+
+
+def failure(
+    kind: str,
+    message: str,
+    *details: Any,
+    non_retryable: bool | None = None,
+    retry_after: timedelta | None = None,
+    health: Health | None = None,
+) -> ApplicationError:
+    """The one way the product raises a typed failure (`details` travel with it, such as a
+    saga's final record). Not retried when `non_retryable` says so, or by default when its type
+    is one retrying cannot fix. `health`: why it says the agent is unhealthy (one more detail,
+    read by `health_of`)."""
+    if health is not None:
+        details = (*details, {HEALTH_DETAIL: health.value})
+    return ApplicationError(
+        message,
+        *details,
+        type=kind,
+        non_retryable=kind in NOT_RETRYABLE if non_retryable is None else non_retryable,
+        next_retry_delay=retry_after,
+    )
+
+
+def failure_type_of(error: BaseException) -> str:
+    """The failure type of what an agent raised, or of what a workflow saw an activity fail
+    with (an ActivityError's cause): its ApplicationError type, `timeout` for Temporal's
+    timeouts (`agent_unavailable` for the schedule-to-start one: no worker took the run), else
+    its class name."""
+    if isinstance(error, ActivityError) and error.cause is not None:
+        error = error.cause
+    if isinstance(error, ApplicationError):
+        return error.type or UNTYPED_APPLICATION_ERROR
+    if _not_started(error):
+        return FailureType.AGENT_UNAVAILABLE
+    if isinstance(error, TimeoutError):
+        return FailureType.TIMEOUT
+    return type(error).__name__
+
+
+def health_of(error: BaseException) -> str | None:
+    """The `Health` reason an agent's failure carries (`failure(..., health=...)`); for what a
+    python agent raised as is, a builtin `TimeoutError` is `timeout` and a `ConnectionError`
+    (refused, reset, broken pipe) `connection`; else None."""
+    if isinstance(error, ApplicationError):
+        return next(
+            (
+                str(detail[HEALTH_DETAIL])
+                for detail in error.details
+                if isinstance(detail, dict) and HEALTH_DETAIL in detail
+            ),
+            None,
+        )
+    if isinstance(error, builtins.TimeoutError):
+        return Health.TIMEOUT
+    if isinstance(error, ConnectionError):
+        return Health.CONNECTION
+    return None
+
+
+def failure_message(error: BaseException) -> str:
+    """The innermost message, which is the agent's own words rather than Temporal's wrapper."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    if _not_started(error):
+        return AGENT_UNAVAILABLE_MESSAGE
+    return str(error)
+
+
+AGENT_UNAVAILABLE_MESSAGE: Final = (
+    "agent unavailable: no worker took the run from the agent's task queue within its "
+    "schedule-to-start limit; start a worker that declares the agent (`coord worker --agents "
+    "FILE`, or --demo-agents for the demo agents); `coord agents` shows which agents are served"
+)
+
+
+def _not_started(error: BaseException) -> bool:
+    """A run that timed out before any worker started it: its agent has no worker."""
+    return isinstance(error, TimeoutError) and error.type == TimeoutType.SCHEDULE_TO_START

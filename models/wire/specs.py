@@ -1,0 +1,109 @@
+"""Turning YAML/JSON documents into validated models, with errors that name the field."""
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+"""What saga, step, chain and aggregator ids may look like (they become workflow ids). Never
+`~`, which joins two of them into one id (`coord.models.wire.contract.scoped_id`)."""
+SCOPED_IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(~[A-Za-z0-9][A-Za-z0-9._:-]*)?$"
+"""An identifier, or two joined by `~` (a plan task's vote: `<plan_id>~<task_id>`)."""
+
+
+class SpecError(ValueError):
+    """A spec or payload that does not validate; the message is meant for the user as is."""
+
+
+MAX_COUNT = 2**31 - 2
+"""Counts (retries, concurrency, depths) stay inside Temporal's 32-bit fields, with room for the
+first attempt that `max_retries` does not count."""
+MAX_ITEMS = 1000
+"""Lists in a spec (steps, subscriptions, awaited events, triggers)."""
+MAX_NAME = 255
+"""Identifiers that become part of a workflow id (Temporal allows 1000 characters in all)."""
+MAX_JSON_DEPTH = 32
+"""Nesting of user data (payloads, a saga's input). Workflows carry it inside their own records
+(a chain's timeline, a dead letter) and Temporal's JSON decoding stops at 200 levels, so user data
+must leave room for that wrapping."""
+
+
+def json_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> int:
+    """How deep `value` nests, counting no further than `limit + 1`; iterative, so a hostile
+    document cannot exhaust the interpreter's stack."""
+    deepest, level = 0, [value]
+    while level and deepest <= limit:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            break
+        deepest += 1
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return deepest
+
+
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    if json_depth(value) > MAX_JSON_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+JsonObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
+"""A JSON object of user data, nested at most MAX_JSON_DEPTH levels."""
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """`field: problem; ...`, or just the problem when it concerns the whole document (whose
+    message then names its place itself)."""
+    problems = []
+    for e in error.errors():
+        message = e["msg"].removeprefix("Value error, ")
+        problems.append(f"{_field_path(e['loc'])}: {message}" if e["loc"] else message)
+    return "; ".join(problems)
+
+
+def parse_model(model: type[M], data: Any, source: str) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise SpecError(f"{source}: {describe_validation_error(error)}") from None
+
+
+def read_document(path: Path) -> Any:
+    """YAML is a superset of JSON, so one parser reads both."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise SpecError(f"{path}: cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
+
+
+def load_spec(model: type[M], path: Path, overrides: Mapping[str, Any] | None = None) -> M:
+    """`overrides` (command-line options, say) replace top-level fields before validation."""
+    document = read_document(path)
+    if overrides and isinstance(document, dict):
+        document = {**document, **overrides}
+    return parse_model(model, document, str(path))
+
+
+def parse_json_object(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecError(f"{source}: not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise SpecError(f"{source}: expected a JSON object")
+    return value

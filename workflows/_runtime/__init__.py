@@ -1,0 +1,1 @@
+"""What every pattern's workflow shares: the agent-run path, arguments, fan-outs."""

@@ -1,0 +1,349 @@
+"""How every workflow runs an agent: one `start_agent_run` for sagas, chains, plans, votes and
+dead-letter replays.
+
+A run is a `run_agent` activity with the caller's timeouts, retry policy, cancellation and
+dispatch (`agent_dispatch`: the agent's own queue, its event's priority). Around it, the rules of
+`coord.models.mesh.runs` for what the agent cannot take:
+
+- a refusal made before the agent was called (its breaker is open, its pool has no permit) comes
+  back at once; the run waits (a timer, stretched at random so refused runs come back apart) and
+  is sent again with the attempts it had left: nothing was called, so nothing is spent. It fails
+  with the refusal's type only when its `schedule_to_close_timeout` (else DEFAULT_AGENT_WAIT)
+  would pass;
+- a run whose agent cannot serve it (breaker open, no worker took it, timed out) goes elsewhere
+  when it can: routed by capability, to the next capable agent; else to its `fallback`;
+- every retry's delay is spread by the run's jitter, drawn here so it is the same on replay.
+
+Each detour (waited, rerouted, fell back) is told to the caller, which keeps it in the run's
+record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH)."""
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, Protocol
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.mesh.agents import AgentRequest, AgentResult
+    from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
+    from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+    from coord.models.mesh.retry import LOST_RUNS_ALLOWED, RetryConfig
+    from coord.models.mesh.runs import (
+        GATE_FAILURES,
+        GO_ELSEWHERE,
+        DetourAction,
+        GateRefusal,
+        RetryJitter,
+        RunAllowance,
+        RunDetour,
+        gate_delay,
+    )
+    from coord.models.wire.contract import (
+        AGENT_SERVED_ACTIVITY,
+        RUN_AGENT_ACTIVITY,
+        FailureType,
+        failure_message,
+        failure_type_of,
+    )
+    from coord.models.wire.sizes import json_size
+    from coord.workflows._runtime.common import (
+        agent_dispatch,
+        assign_agent,
+        counted_retries,
+        uncancellable,
+    )
+
+AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
+"""Runs after this patch take breaker and pool refusals back in the workflow (waiting without
+spending attempts), go elsewhere when the agent cannot serve them, and spread retries by jitter;
+runs recorded before let Temporal retry refusals like failures."""
+
+MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
+SERVED_CHECK_TIMEOUT = timedelta(seconds=30)
+SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
+"""What an execution sent again late in its run's time gets at least (Temporal refuses zero)."""
+
+Detoured = Callable[[RunDetour, Assignment | None], None]
+"""Told of each detour, and of the assignment when the run was routed again by capability."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What the caller's spec says about one run: its activity options and where it may go."""
+
+    summary: str
+    retry: RetryConfig
+    start_to_close: timedelta | None = None
+    schedule_to_close: timedelta | None = None
+    heartbeat_timeout: timedelta | None = None
+    schedule_to_start: timedelta = SCHEDULE_TO_START_DEFAULT
+    cancellation: workflow.ActivityCancellationType = workflow.ActivityCancellationType.TRY_CANCEL
+    activity_id: str | None = None
+    agent_queue: bool = True
+    """False: every run on this workflow's queue (a plan's `dispatch: coordinator`)."""
+    route: CapabilityRoute | None = None
+    """The capabilities the run's agent was picked for, to pick again when it cannot serve."""
+    fallback: Fallback | None = None
+    inline_agents: Mapping[str, AgentConfig] = field(default_factory=dict)
+    """The spec's own agent declarations, for a run that goes to another agent."""
+    room: Callable[[int], Awaitable[None]] | None = None
+    """The caller's budget per workflow task (`FanOut.room`), which a run sent again waits for
+    as the first execution did: many runs waiting at one gate come back together."""
+
+
+class DeclaredRun(Protocol):
+    """What a saga step, a chain subscription and a plan task each declare about their runs."""
+
+    timeout: timedelta
+    heartbeat_timeout: timedelta | None
+    schedule_to_start_timeout: timedelta
+    schedule_to_close_timeout: timedelta | None
+    retry: RetryConfig
+    fallback: Fallback | None
+
+    @property
+    def route(self) -> CapabilityRoute | None: ...
+
+
+def declared_settings(item: DeclaredRun, summary: str, **others: Any) -> RunSettings:
+    """The run settings `item` declares (its timeouts, retry policy, route and fallback), with
+    the caller's `others` (any other RunSettings field, or one of these overridden)."""
+    declared = RunSettings(
+        summary=summary,
+        retry=item.retry,
+        start_to_close=item.timeout,
+        schedule_to_close=item.schedule_to_close_timeout,
+        heartbeat_timeout=item.heartbeat_timeout,
+        schedule_to_start=item.schedule_to_start_timeout,
+        route=item.route,
+        fallback=item.fallback,
+    )
+    return replace(declared, **others)
+
+
+def start_agent_run(
+    request: AgentRequest, settings: RunSettings, on_detour: Detoured | None = None
+) -> "asyncio.Task[AgentResult]":
+    """The run, started now: awaiting it gives the agent's result or raises its ActivityError;
+    cancelling it cancels the activity as `settings.cancellation` says."""
+    if not workflow.patched(AGENT_RUN_GATES_PATCH):
+        return _start(request, settings, settings.retry.to_retry_policy())
+    run = _AgentRun(request, settings, on_detour)
+    return asyncio.ensure_future(run.result(run.execute()))
+
+
+def _start(
+    request: AgentRequest, settings: RunSettings, policy: RetryPolicy
+) -> workflow.ActivityHandle[AgentResult]:
+    return workflow.start_activity(
+        RUN_AGENT_ACTIVITY,
+        request,
+        result_type=AgentResult,
+        activity_id=settings.activity_id,
+        start_to_close_timeout=settings.start_to_close,
+        schedule_to_close_timeout=settings.schedule_to_close,
+        heartbeat_timeout=settings.heartbeat_timeout,
+        retry_policy=policy,
+        cancellation_type=settings.cancellation,
+        summary=settings.summary,
+        **agent_dispatch(request, settings.schedule_to_start, agent_queue=settings.agent_queue),
+    )
+
+
+class _AgentRun:
+    """One run through its refusals and detours."""
+
+    def __init__(
+        self, request: AgentRequest, settings: RunSettings, on_detour: Detoured | None
+    ) -> None:
+        self.settings = settings
+        self.on_detour = on_detour
+        self.policy = settings.retry.to_retry_policy()
+        self.allowance = RunAllowance.starting(
+            self.policy.maximum_attempts, workflow.now(), settings.schedule_to_close
+        )
+        jitter = settings.retry.jitter
+        seed = workflow.random().getrandbits(32)
+        self.request = request.model_copy(
+            update={
+                "gates_return": True,
+                "jitter": None if jitter == "none" else RetryJitter(kind=jitter, seed=seed),
+            }
+        )
+        self.tried = [request.agent]
+        self.fallback_taken = settings.fallback is None
+        self.unserved = 0
+        """Times the run was sent again after no worker took it (`_served_again`)."""
+
+    async def result(self, first: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+        """The run's result. The first execution is started by the caller, in its own step of
+        the workflow, so that its command goes out where an activity's always did."""
+        execution = first
+        while True:
+            try:
+                return await _outcome(execution)
+            except ActivityError as error:
+                if not await self._recovered(error):
+                    raise
+            if self.settings.room is not None:
+                await self.settings.room(json_size(self.request))
+            execution = self.execute()
+
+    def execute(self) -> workflow.ActivityHandle[AgentResult]:
+        """One activity execution of the run, with the attempts and time it has left: its
+        worker counts the agent's failures on from those of the executions before
+        (`counted_retries`), or, for runs recorded before workers counted, the server does."""
+        sent = self.request.model_copy(update={"attempts_before": self.allowance.spent})
+        request, policy = counted_retries(sent, self.settings.retry)
+        if policy.maximum_attempts:
+            policy = replace(policy, maximum_attempts=self.allowance.remaining)
+        settings = self.settings
+        if settings.schedule_to_close is not None:
+            left = self.allowance.time_left(workflow.now())
+            settings = replace(settings, schedule_to_close=max(left, MIN_SCHEDULE_TO_CLOSE))
+        return _start(request, settings, policy)
+
+    async def _recovered(self, error: ActivityError) -> bool:
+        """Whether the run goes on after `error`: elsewhere, or after a wait at a gate."""
+        kind = failure_type_of(error)
+        refusal = _refusal(error) if kind in GATE_FAILURES else None
+        if refusal is not None:
+            self.allowance.refused(refusal)
+        bounded = self.settings.schedule_to_close is not None
+        has_time = not bounded or self.allowance.time_left(workflow.now()) > timedelta(0)
+        if kind in GO_ELSEWHERE and has_time and await self._went_elsewhere(kind, error):
+            return True
+        if kind == FailureType.AGENT_UNAVAILABLE and has_time:
+            return await self._served_again(error)
+        if refusal is None:
+            return False
+        delay = gate_delay(refusal, workflow.random().random())
+        if delay > self.allowance.time_left(workflow.now()):
+            return False
+        await self._wait(kind, delay, error)
+        return True
+
+    async def _served_again(self, error: ActivityError) -> bool:
+        """A run no worker took in time is sent again when a worker serves its agent now (or
+        within a few seconds): it waited out a server outage or a worker's restart, which is
+        no fault of the agent's; at most LOST_RUNS_ALLOWED times."""
+        if self.unserved >= LOST_RUNS_ALLOWED:
+            return False
+        self.unserved += 1
+        served: bool = await workflow.execute_activity(
+            AGENT_SERVED_ACTIVITY,
+            self.request.agent,
+            result_type=bool,
+            start_to_close_timeout=SERVED_CHECK_TIMEOUT,
+            heartbeat_timeout=SERVED_CHECK_HEARTBEAT,
+            summary=f"is {self.request.agent} served again?",
+        )
+        if served:
+            self._tell(_detour(self.request.agent, FailureType.AGENT_UNAVAILABLE, "resent", error))
+        return served
+
+    async def _wait(self, kind: str, delay: timedelta, error: ActivityError) -> None:
+        agent = self.request.agent
+        self._tell(_detour(agent, kind, "waited", error, waited_s=delay.total_seconds()))
+        await workflow.sleep(delay, summary=f"{agent}: {kind}, waiting to run again")
+
+    async def _went_elsewhere(self, kind: str, error: ActivityError) -> bool:
+        """Routed again among the capable agents not tried yet, else to the fallback; False
+        when there is nowhere left to go."""
+        agent, assignment, action = await self._next_agent()
+        if agent is None:
+            return False
+        self._tell(_detour(self.request.agent, kind, action, error, to_agent=agent), assignment)
+        self.tried.append(agent)
+        self.allowance.spent = 0  # another agent: the attempts were the other one's
+        self.request = self.request.model_copy(
+            update={"agent": agent, "config": self.settings.inline_agents.get(agent)}
+        )
+        return True
+
+    async def _next_agent(self) -> tuple[str | None, Assignment | None, DetourAction]:
+        """The next capable agent not tried yet, else the fallback (once); None: nowhere."""
+        if self.settings.route is not None:
+            assignment = await self._pick(self.settings.route)
+            if assignment is not None:
+                return assignment.agent, assignment, "rerouted"
+        fallback = None if self.fallback_taken else self.settings.fallback
+        self.fallback_taken = True
+        if isinstance(fallback, FallbackRoute):
+            assignment = await self._pick(fallback.route)
+            return (assignment.agent if assignment else None), assignment, "fell_back"
+        return (fallback if fallback not in self.tried else None), None, "fell_back"
+
+    async def _pick(self, route: CapabilityRoute) -> Assignment | None:
+        """The capable agent picked among those not tried yet; None when there is none."""
+        route = route.model_copy(update={"exclude": sorted(set(self.tried))})
+        try:
+            return await assign_agent(route, self.settings.summary)
+        except ActivityError as error:
+            if failure_type_of(error) == FailureType.NO_CAPABLE_AGENT:
+                return None
+            raise
+
+    def _tell(self, detour: RunDetour, assignment: Assignment | None = None) -> None:
+        workflow.logger.info("agent run detour: %s", detour.describe())
+        if self.on_detour is not None:
+            self.on_detour(detour, assignment)
+
+
+async def outcomes_landed() -> None:
+    """Returns once everything this workflow task made ready has run, so that an agent's
+    outcome that arrived with a cancel is recorded before the cancel is acted on, however many
+    steps its way to the record takes (an agent run is a task awaiting its activity). Runs
+    recorded before took one step (`asyncio.sleep(0)`)."""
+    if workflow.patched(AGENT_RUN_GATES_PATCH):
+        await uncancellable(workflow.wait_condition(_always))
+    else:
+        await asyncio.sleep(0)
+
+
+def _always() -> bool:
+    return True
+
+
+async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+    """What the execution ends with, whatever a cancel of the run does meanwhile: the cancel is
+    passed on to the activity (which ends as its cancellation type says), and a result that
+    arrived in the same workflow task as the cancel is kept, as awaiting the activity itself
+    would keep it."""
+    while True:
+        try:
+            return await asyncio.shield(execution)
+        except asyncio.CancelledError:
+            if execution.done():
+                return execution.result()
+            execution.cancel()
+
+
+def _detour(
+    agent: str,
+    reason: str,
+    action: DetourAction,
+    error: ActivityError,
+    *,
+    to_agent: str | None = None,
+    waited_s: float | None = None,
+) -> RunDetour:
+    return RunDetour(
+        at=workflow.now(),
+        agent=agent,
+        reason=reason,
+        action=action,
+        to_agent=to_agent,
+        waited_s=None if waited_s is None else round(waited_s, 3),
+        message=failure_message(error),
+    )
+
+
+def _refusal(error: ActivityError) -> GateRefusal:
+    cause = error.cause
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    return GateRefusal.of(details[0] if details else None)

@@ -1,0 +1,1 @@
+"""The reactive chain and the runs it hands over."""

@@ -1,0 +1,1 @@
+"""The agent mesh's long-lived workflows: the ledger and the health monitor."""

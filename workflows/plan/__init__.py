@@ -1,0 +1,1 @@
+"""Coordinator mode: the plan's graph, its tasks, gates and scratchpad."""

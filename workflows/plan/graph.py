@@ -1,0 +1,290 @@
+"""The `TaskGraph` workflow: a plan (seeds 003 and 004), a dependency graph of agent tasks run
+under a worker cap, each task started as soon as its dependencies have succeeded.
+
+What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
+outcome) is in `PlanModel` (coord.models.plan.model); one task's lifecycle is `TaskRun`
+(coord.workflows.plan.task). This module is the Temporal side: the start input, the loop that
+starts tasks, cancellation, queries, search attributes, details and memo (and the progress
+polling of runs recorded before it was left to whoever asks).
+"""
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.plan.model import PlanModel
+    from coord.models.plan.spec import (
+        ActivityProgress,
+        ApprovalDecision,
+        PlanProgress,
+        PlanSpec,
+        PlanState,
+        PlanStatus,
+        PlanTask,
+    )
+    from coord.models.wire.contract import (
+        APPROVE_UPDATE,
+        PLAN_PROGRESS_ACTIVITY,
+        PLAN_RECORD_MEMO,
+        PLAN_WORKFLOW,
+        PROGRESS_QUERY,
+        STATE_QUERY,
+        FailureType,
+        failure,
+        plan_id_of,
+    )
+    from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime.agent_runs import outcomes_landed
+    from coord.workflows._runtime.arguments import SurplusStartArguments
+    from coord.workflows._runtime.common import (
+        NO_INPUT,
+        AgentPicker,
+        PlainInput,
+        decode_input,
+        uncancellable,
+        upsert_search_attributes,
+    )
+    from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows.plan.gates import (
+        APPROVER_IDENTITY_PATCH,
+        GatedTaskRun,
+        apply_approval,
+        checked_approval,
+        decide_approval,
+    )
+    from coord.workflows.plan.scratchpad import Scratchpad
+    from coord.workflows.plan.task import (
+        FAN_OUT_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+        WorkerSlots,
+    )
+
+PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
+"""Runs after this patch never read their agents' progress themselves: whoever asks reads it from
+the server (`coord.infra.activity_progress`), so the history grows with the plan's work, not
+with its age. Runs recorded before read it every `progress_interval` (a timer and a local
+activity each time, about five history events a second at 1s) and go on doing so."""
+PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
+PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
+"""The progress reader is best effort: a read that fails is skipped, the next one comes."""
+
+
+@workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
+class TaskGraph(metaclass=SurplusStartArguments):
+    """A plan's Temporal side; its result is the final record (the seed's final report).
+
+    Not sandboxed, as the chain, the ledger and the dead-letter entry: the sandbox cost a plan
+    about 15% of its throughput (`bench/plan_bench.py`). Every payload of a workflow task is
+    visited three times and each visit runs code inside the sandbox to pick its serialization
+    context: four entries for each payload, an agent run's input and its summary alike, besides
+    the activations themselves.
+    The code touches only the workflow API and pure models (imported passed-through, so the
+    sandbox never re-imported them anyway); what keeps it deterministic is the replay of its
+    recorded histories (`tests/test_replay.py`)."""
+
+    @workflow.init
+    def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
+        """Decodes the spec here, so queries answer from the first task on; a spec that does
+        not decode or validate is reported by `run` (nothing may fail the workflow task)."""
+        self._spec_error: str | None = None
+        self._model: PlanModel | None = None
+        self._runs: dict[str, asyncio.Task[None]] = {}
+        self._publishing = False
+        self._bug: Exception | None = None
+        self._picker = AgentPicker()
+        try:
+            spec = decode_input(PlanSpec, raw_spec, "plan spec")
+        except SpecError as error:
+            self._spec_error = str(error)
+        else:
+            self._model = PlanModel.begin(spec, workflow.now())
+
+    @workflow.run
+    async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
+        """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
+        fails the run `invalid_spec` naming the field, instead of wedging its task."""
+        model = self._model
+        if model is None:
+            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
+        self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
+        self._fan_out = FanOut(FAN_OUT_PATCH)
+        self._upsert_status()
+        self._publish()
+        self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
+        self._scratchpad.task_plan()
+        polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
+        watcher = asyncio.create_task(self._watch_progress(model)) if polling else None
+        try:
+            await self._run_tasks(model)
+        except asyncio.CancelledError:
+            await self._cancelled(model)
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        return await self._ended(model)
+
+    async def _cancelled(self, model: PlanModel) -> None:
+        """The run was cancelled: its tasks are, and it keeps its record in the memo. A
+        decision accepted before the cancel is checked and recorded first (it came first)."""
+        if model.checking_decisions():
+            await uncancellable(workflow.wait_condition(lambda: not model.checking_decisions()))
+        await uncancellable(self._stop(model, "plan cancelled"))
+        self._end(model, cancelled=True)
+        await uncancellable(self._scratchpad.flush())
+
+    async def _ended(self, model: PlanModel) -> PlanState:
+        """Every task has ended, or `fail_fast` stopped the plan: the final record. What it
+        still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
+        if model.stopping is not None:
+            await uncancellable(self._stop(model, model.stopping))
+        state = self._end(model)
+        await uncancellable(self._scratchpad.flush())
+        await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))
+        if model.stopping is not None:
+            raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
+        return state
+
+    @workflow.query(name=STATE_QUERY)
+    def state(self) -> PlanState:
+        if self._model is None:
+            plan_id = plan_id_of(workflow.info().workflow_id)
+            return PlanState(plan_id=plan_id, status=PlanStatus.FAILED, summary=self._spec_error)
+        return self._model.state
+
+    @workflow.query(name=PROGRESS_QUERY)
+    def progress(self) -> PlanProgress:
+        return self._model_or_fail().progress(workflow.now())
+
+    @workflow.update(name=APPROVE_UPDATE)
+    async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
+        """Approve or reject a task waiting for a person (`ApprovalRequest`), by the caller's
+        client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
+        by the validator in one line naming the field."""
+        if not workflow.patched(APPROVER_IDENTITY_PATCH):
+            return apply_approval(self._model, raw, self._publish)
+        return await decide_approval(self._model, raw, self._publish)
+
+    @approve.validator
+    def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
+        checked_approval(self._model, raw)
+
+    def _model_or_fail(self) -> PlanModel:
+        if self._model is None:
+            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        return self._model
+
+    async def _run_tasks(self, model: PlanModel) -> None:
+        """Starts each task once its dependencies have succeeded, and grants the worker slots
+        once the tasks it started have asked for theirs, until every task has ended or the
+        plan stops (`fail_fast`)."""
+
+        def moved() -> bool:
+            stopped = model.stopping is not None or self._bug is not None
+            startable = model.has_startable() or model.finished() or stopped
+            return startable or self._slots.grantable()
+
+        while True:
+            launched = model.take_startable()
+            for task in launched:
+                self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
+            if not launched:
+                self._slots.grant()
+            if self._bug is not None:
+                raise self._bug
+            if model.finished() or model.stopping is not None:
+                return
+            await workflow.wait_condition(moved)
+
+    async def _run_task(self, model: PlanModel, task: PlanTask) -> None:
+        """One task's lifecycle. It records every outcome itself; an exception out of it is a
+        bug, raised by the run so the workflow task fails (visible, retried once a fixed
+        worker runs it) instead of the plan waiting forever for a task that cannot end."""
+        try:
+            await self._task(task).run()
+        except Exception as error:
+            self._bug = error
+            return
+        self._scratchpad.task_ended(model.record(task.id))
+
+    def _task(self, task: PlanTask) -> GatedTaskRun:
+        workflow_id = workflow.info().workflow_id
+        return GatedTaskRun(
+            self._slots, task, workflow_id, self._publish, self._fan_out, self._picker
+        )
+
+    async def _stop(self, model: PlanModel, reason: str) -> None:
+        """Cancels the running tasks (their activities end `cancelled`, or with the outcome
+        they reached first) and every task still waiting. An outcome that arrived in the same
+        workflow task as the cancel is recorded first, never replaced by `cancelled`."""
+        await outcomes_landed()
+        model.stop(reason)
+        running = [run for run in self._runs.values() if not run.done()]
+        for run in running:
+            run.cancel()
+        await asyncio.gather(*running)
+        model.cancel_waiting(workflow.now())
+
+    def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
+        state = model.finish(workflow.now(), cancelled=cancelled)
+        self._upsert_status()
+        workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
+        self._scratchpad.plan_ended(state)
+        self._publish_now()
+        workflow.logger.info(
+            "plan ended",
+            extra={
+                "plan_id": state.plan_id,
+                "status": state.status.value,
+                "summary": state.summary,
+            },
+        )
+        return state
+
+    async def _watch_progress(self, model: PlanModel) -> None:
+        """Runs recorded before `PROGRESS_ON_DEMAND_PATCH`: every `progress_interval` while
+        tasks run, reads their activities' heartbeat details (the agents' progress summaries,
+        attempts and last failures) into the record."""
+        interval = model.spec.progress_interval
+        while True:
+            await workflow.wait_condition(model.running)
+            await workflow.sleep(interval, summary="next progress read")
+            if model.running():
+                await self._read_progress(model)
+
+    async def _read_progress(self, model: PlanModel) -> None:
+        try:
+            seen = await workflow.execute_local_activity(
+                PLAN_PROGRESS_ACTIVITY,
+                workflow.info().workflow_id,
+                result_type=list[ActivityProgress],
+                start_to_close_timeout=PROGRESS_READ_TIMEOUT,
+                retry_policy=PROGRESS_READ_RETRY,
+            )
+        except ActivityError:
+            return
+        now = workflow.now()
+        if any([model.activity_seen(item, now) for item in seen]):
+            self._publish()
+
+    def _upsert_status(self) -> None:
+        if self._model is not None:
+            upsert_search_attributes(self._model.state.search_attributes())
+
+    def _publish(self) -> None:
+        """The current details are rendered once per workflow step, however many changes the
+        step made (each task's lifecycle reports every change): rendering them per change cost
+        a large plan time quadratic in its tasks."""
+        if not self._publishing:
+            self._publishing = True
+            asyncio.get_running_loop().call_soon(self._publish_now)
+
+    def _publish_now(self) -> None:
+        self._publishing = False
+        if self._model is not None:
+            workflow.set_current_details(self._model.details(workflow.now()))

@@ -1,0 +1,282 @@
+"""One plan task's lifecycle, inside the `TaskGraph` workflow: from the moment its dependencies
+have all succeeded to its end in the record.
+
+v1 is a plain agent run: `ready`, wait for a worker slot, `running` (the `run_agent` activity
+with the task's retry policy and timeout, id `{task}/run/{round}`), then `succeeded`, or
+`failed -> error` once Temporal's retries are spent. A cancel (of the plan, or by `fail_fast`)
+while it waits or runs ends it `cancelled`.
+
+Extension points (for the gates):
+- `before_run()`: runs before the task asks for its first slot (approval waits here); return
+  False after recording why the task ended (`PlanModel.task_error`).
+- `after_run(result, round)`: runs after a successful run of round `round`, before the task is
+  recorded `succeeded` (reviews and verification go here); return False after recording why it
+  ended. A fix round calls `run_agent(round + 1, extra_inputs)` again.
+- `slotted(key, start)`: every other agent activity (a review, a verifier) runs through it, so
+  it takes one of the plan's worker slots like a run does.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.mesh.agents import AgentRequest, AgentResult
+    from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.runs import RunDetour
+    from coord.models.plan.model import PlanModel
+    from coord.models.plan.spec import Dispatch, PlanTask, TaskError, run_activity_id
+    from coord.models.plan.votes import task_vote, vote_error
+    from coord.models.vote.spec import VoteState
+    from coord.models.wire.contract import FailureType
+    from coord.models.wire.sizes import json_size
+    from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
+    from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
+    from coord.workflows._runtime.common import AgentPicker, attempts, task_error
+    from coord.workflows._runtime.fan_out import FanOut
+
+AgentActivity = asyncio.Task[AgentResult]
+T = TypeVar("T")
+
+UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
+"""Runs after this patch take back the attempt of a run cancelled before it reached the server
+(`PlanModel.run_unsent`); runs recorded before counted it."""
+SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
+"""Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
+grants the slot; runs recorded before wait with one wait condition per request."""
+FAN_OUT_PATCH = "plan-fan-out-within-task-budget"
+"""Runs after this patch start their agent runs, reviews, votes and scratchpad writes within a
+byte budget per workflow task (`FanOut`); runs recorded before started a whole wave in one task
+(forty 110 KB inputs were more than the server takes in one)."""
+SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
+"""Runs after this patch start a vote task's vote as `vote-<plan_id>~<task_id>`, which no other
+plan's task shares; runs recorded before started `vote-<plan_id>-<task_id>` (plan `a-b`'s task
+`c` and plan `a`'s task `b-c` collided), and keep that id on replay."""
+
+
+class WorkerSlots:
+    """The plan's worker slots as its agent activities wait for them (`PlanModel` decides who
+    gets one). A condition per waiting request is re-checked at every workflow step, which
+    cost a 200-task plan thousands of checks; so the plan's own loop grants the slots (one
+    condition, `grantable`) and resolves each granted request's future, in rank order.
+    `by_the_plan` is False for runs recorded before (the un-patched way)."""
+
+    def __init__(self, model: PlanModel, *, by_the_plan: bool) -> None:
+        self.model = model
+        self.by_the_plan = by_the_plan
+        self._waiting: dict[str, asyncio.Future[None]] = {}
+
+    async def acquire(self, key: str, task_id: str) -> None:
+        """Asks for a slot for the activity `key` and waits until it is granted."""
+        self.model.request_slot(key, task_id)
+        if not self.by_the_plan:
+            await workflow.wait_condition(lambda: self.model.holds_slot(key))
+            return
+        granted = asyncio.get_running_loop().create_future()
+        self._waiting[key] = granted
+        try:
+            await granted
+        finally:
+            del self._waiting[key]
+
+    def grantable(self) -> bool:
+        return self.by_the_plan and self.model.grantable()
+
+    def grant(self) -> None:
+        """Free slots to the requests ranked first; each one's activity starts next."""
+        if not self.by_the_plan:
+            return
+        for key in self.model.grant():
+            granted = self._waiting[key]
+            if not granted.done():
+                granted.set_result(None)
+
+
+class TaskRun:
+    """One task's run through the states; the workflow starts one per task and awaits it."""
+
+    def __init__(
+        self,
+        slots: WorkerSlots,
+        task: PlanTask,
+        workflow_id: str,
+        changed: Callable[[], None],
+        fan_out: FanOut,
+        picker: AgentPicker | None = None,
+    ) -> None:
+        self.slots = slots
+        self.picker = picker or AgentPicker()
+        """Shared by the plan's tasks, so the picks of one wave are made together."""
+        self.model = slots.model
+        self.task = task
+        self.workflow_id = workflow_id
+        self.changed = changed
+        """Called after each change of the record: the workflow republishes its details."""
+        self.fan_out = fan_out
+        """The plan's budget per workflow task, which every agent run and vote it starts
+        waits for."""
+
+    async def run(self) -> None:
+        """The task to its end; never raises (a cancel is recorded, not propagated)."""
+        try:
+            if not await self.before_run():
+                return
+            self.model.task_ready(self.task.id, workflow.now())
+            self.changed()
+            if await self.do_work():
+                self.model.task_succeeded(self.task.id, workflow.now())
+        except asyncio.CancelledError:
+            reason = self.model.stopping or "cancelled"
+            self.model.task_cancelled(self.task.id, workflow.now(), reason)
+        self.changed()
+
+    async def do_work(self) -> bool:
+        """The task's work, True when it succeeded: its vote, or its agent's run and gates."""
+        if self.task.vote is not None:
+            return await self.run_vote()
+        result = await self.run_agent(1)
+        return result is not None and await self.after_run(result, 1)
+
+    async def before_run(self) -> bool:
+        """v1: nothing to wait for."""
+        return True
+
+    async def after_run(self, result: AgentResult, round: int) -> bool:
+        """v1: a successful run is the task's success."""
+        return True
+
+    async def run_agent(
+        self, round: int, extra_inputs: dict[str, Any] | None = None
+    ) -> AgentResult | None:
+        """One round of the task's agent run under a slot; None when it failed for good (then
+        recorded `failed -> error`, its dependents skipped)."""
+        task = self.task
+        retry_policy = task.retry.to_retry_policy()
+
+        async def start() -> AgentResult:
+            await self.assign()
+            request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
+            await self.fan_out.room(json_size(request))
+            self.model.run_started(task.id, workflow.now(), round)
+            self.changed()
+            summary = f"{task.id}: {task.summary or request.agent}"
+            activity_id = run_activity_id(task.id, round)
+            return await self.start_agent(request, activity_id, summary, own=True)
+
+        try:
+            result = await self.slotted(run_activity_id(task.id, round), start)
+        except asyncio.CancelledError as cancelled:
+            if never_scheduled(cancelled) and workflow.patched(UNSENT_RUN_PATCH):
+                self.model.run_unsent(task.id, round)
+            raise
+        except ActivityError as error:
+            failed = task_error(error)
+            self.model.run_failed(task.id, workflow.now(), failed, attempts(error, retry_policy))
+            return None
+        attempt = result.metadata.get("attempt")
+        self.model.run_succeeded(
+            task.id,
+            workflow.now(),
+            data=result.data,
+            reference=result.reference,
+            attempt=attempt if isinstance(attempt, int) else None,
+        )
+        return result
+
+    async def run_vote(self) -> bool:
+        """The task's vote: a child `Vote` workflow under one worker slot, cancelled with the
+        plan (and with a plan that is closed without it). Decided is success, its record the
+        task's result; rejected, no quorum, or a vote that failed or was cancelled on its own
+        (`coord vote cancel`) is the task's error, its dependents skipped."""
+        try:
+            vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
+        except SpecError as error:
+            invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
+            self.model.task_error(self.task.id, workflow.now(), invalid)
+            return False
+
+        async def start() -> VoteState:
+            await self.fan_out.room(json_size(vote))
+            self.model.run_started(self.task.id, workflow.now())
+            self.changed()
+            return await hold_vote(vote, self.task.id)
+
+        try:
+            outcome = await self.slotted(vote.workflow_id, start)
+        except VOTE_FAILED as error:
+            if is_cancelled_exception(error) and self.model.stopping is not None:
+                raise asyncio.CancelledError from error
+            kind, message = vote_failure(error)
+            self.model.run_failed(
+                self.task.id, workflow.now(), TaskError(type=kind, message=message), 1
+            )
+            return False
+        record = self.model.record(self.task.id)
+        record.result = outcome.model_dump(mode="json")
+        record.ended_as = outcome.outcome_line()
+        failed = vote_error(outcome)
+        if failed is not None:
+            self.model.run_failed(self.task.id, workflow.now(), failed, 1)
+        return failed is None
+
+    async def assign(self) -> None:
+        """A task naming capabilities gets its agent picked once, when its first run has a
+        slot (so the load read is current), together with the other tasks of its wave (so they
+        spread); its fix rounds go back to the same agent."""
+        if self.model.record(self.task.id).assignment is not None:
+            return
+        assignment = await self.picker.pick(self.task.route, self.task.id)
+        if assignment is not None:
+            self.model.task_assigned(self.task.id, assignment)
+            self.changed()
+
+    def start_agent(
+        self, request: AgentRequest, activity_id: str, summary: str, *, own: bool = False
+    ) -> AgentActivity:
+        """A `run_agent` activity of this task (its run, `own`, or a review, a verifier) with
+        the task's timeouts and retry policy; the task's own run may go to the next capable
+        agent or its fallback when its agent cannot serve it."""
+        task = self.task
+        settings = declared_settings(
+            task,
+            summary,
+            cancellation=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            activity_id=activity_id,
+            agent_queue=self.model.spec.dispatch == Dispatch.AGENT_QUEUES,
+            route=task.route if own else None,
+            fallback=task.fallback if own else None,
+            inline_agents=self.model.spec.agents,
+            room=self.fan_out.room,
+        )
+        return start_agent_run(request, settings, self.detoured)
+
+    def detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run of this task that waited for its agent or went elsewhere: in its record."""
+        self.model.task_detoured(self.task.id, detour, assignment)
+        self.changed()
+
+    async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
+        """Waits for a worker slot, starts the activity or child (`start`, once the slot is
+        granted), and gives the slot back when it closes, however it closes. A cancelled
+        activity raises CancelledError."""
+        if self.model.stopping is not None:
+            raise asyncio.CancelledError
+        try:
+            await self.slots.acquire(key, self.task.id)
+            return await start()
+        except ActivityError as error:
+            if is_cancelled_exception(error):
+                raise asyncio.CancelledError from error
+            raise
+        finally:
+            self.model.release_slot(key)
+
+
+def never_scheduled(cancelled: asyncio.CancelledError) -> bool:
+    """Whether the cancel came from an activity cancelled before the server scheduled it."""
+    cause = cancelled.__cause__
+    return isinstance(cause, ActivityError) and cause.scheduled_event_id == 0
