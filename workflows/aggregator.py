@@ -48,10 +48,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.durations import MIN_DURATION, format_duration
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        DEADLINE_FIRST_PATCH,
+        KEPT_RECORD_PATCH,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+    )
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
-        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
         decode_input,
@@ -71,13 +75,6 @@ INVALID_SPEC_STANDIN = AggregatorSpec(
 )
 """Keeps the handlers working (and recording) while `run` reports the invalid spec."""
 
-DEADLINE_FIRST_PATCH = "aggregator-deadline-first"
-"""Runs recorded before it attached and looked back before arming the deadline, parked every
-event after the end, and never detached nor continued-as-new; they replay that way."""
-
-KEPT_RECORD_PATCH = "aggregator-cancel-keeps-record"
-"""Cancelled runs started after it keep their final record in the memo; older ones replay
-without."""
 
 SEEN_WINDOW = 1000
 REJECTED_WINDOW = 20

@@ -43,6 +43,11 @@ with workflow.unsafe.imports_passed_through():
         saga_id_of,
     )
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        CHAIN_SEND_ONCE_PATCH,
+        DEAD_LETTER_PATCH,
+        SAGA_EVENTS_PATCH,
+    )
     from coord.workflows._runtime.agent_runs import (
         RunSettings,
         declared_settings,
@@ -50,7 +55,6 @@ with workflow.unsafe.imports_passed_through():
         start_agent_run,
     )
     from coord.workflows._runtime.common import (
-        DEAD_LETTER_PATCH,
         NO_INPUT,
         PlainInput,
         assign_agent,
@@ -65,11 +69,6 @@ with workflow.unsafe.imports_passed_through():
 T = TypeVar("T")
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 
-SAGA_EVENTS_PATCH = "saga-events-to-chain"
-"""Runs started after this patch announce their events to the correlation's chain and keep
-their final record in the memo when cancelled; older runs replay without either."""
-CHAIN_SEND_ONCE_PATCH = "saga-stops-sending-to-a-missing-chain"
-"""Runs after this patch stop sending events once a send finds no running chain."""
 CANCELLED_STEP = {
     "failure": {"type": FailureType.CANCELLED.value, "message": "cancelled while running"}
 }

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.wire.sizes import json_size
+    from coord.models.wire.versions import AGENT_RUN_GATES_PATCH
     from coord.workflows._runtime.common import (
         agent_dispatch,
         assign_agent,
@@ -57,10 +58,6 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
     )
 
-AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
-"""Runs after this patch take breaker and pool refusals back in the workflow (waiting without
-spending attempts), go elsewhere when the agent cannot serve them, and spread retries by jitter;
-runs recorded before let Temporal retry refusals like failures."""
 
 MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
 SERVED_CHECK_TIMEOUT = timedelta(seconds=30)

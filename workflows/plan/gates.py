@@ -53,18 +53,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import UPDATE_CALLER_ACTIVITY, FailureType, failure
     from coord.models.wire.sizes import json_size
+    from coord.models.wire.versions import STRICT_VERDICTS_PATCH
     from coord.workflows._runtime.common import InvalidInput, PlainInput, decode_input, task_error
     from coord.workflows.plan.task import TaskRun
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
 """A reviewer's verdict, and the task's error when the reviewer could not give one (its run
 failed for good, or its answer was not a verdict)."""
-STRICT_VERDICTS_PATCH = "plan-strict-verdicts"
-APPROVER_IDENTITY_PATCH = "plan-approval-by-caller-identity"
-"""Runs after this patch take a decision's author from the caller's client identity (read from
-the run's history once the update is accepted, by the `update_caller` activity), refuse a
-caller the gate's `approvers` do not name, and record refusals; the approval's timer waits for a
-decision being checked. Runs recorded before took the request's `by` as the author."""
 CALLER_READ_TIMEOUT = timedelta(seconds=10)
 CALLER_READ_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
 """Reading who called is a history read on the plan's own worker: retried a little, then the

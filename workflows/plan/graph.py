@@ -38,6 +38,12 @@ with workflow.unsafe.imports_passed_through():
         plan_id_of,
     )
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        APPROVER_IDENTITY_PATCH,
+        PROGRESS_ON_DEMAND_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+    )
+    from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime.agent_runs import outcomes_landed
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -50,24 +56,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows.plan.gates import (
-        APPROVER_IDENTITY_PATCH,
         GatedTaskRun,
         apply_approval,
         checked_approval,
         decide_approval,
     )
     from coord.workflows.plan.scratchpad import Scratchpad
-    from coord.workflows.plan.task import (
-        FAN_OUT_PATCH,
-        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
-        WorkerSlots,
-    )
+    from coord.workflows.plan.task import WorkerSlots
 
-PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
-"""Runs after this patch never read their agents' progress themselves: whoever asks reads it from
-the server (`coord.infra.activity_progress`), so the history grows with the plan's work, not
-with its age. Runs recorded before read it every `progress_interval` (a timer and a local
-activity each time, about five history events a second at 1s) and go on doing so."""
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
 """The progress reader is best effort: a read that fails is skipped, the next one comes."""

@@ -34,6 +34,10 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.contract import FailureType
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        SCOPED_VOTE_ID_PATCH,
+        UNSENT_RUN_PATCH,
+    )
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import AgentPicker, attempts, task_error
@@ -41,21 +45,6 @@ with workflow.unsafe.imports_passed_through():
 
 AgentActivity = asyncio.Task[AgentResult]
 T = TypeVar("T")
-
-UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
-"""Runs after this patch take back the attempt of a run cancelled before it reached the server
-(`PlanModel.run_unsent`); runs recorded before counted it."""
-SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
-"""Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
-grants the slot; runs recorded before wait with one wait condition per request."""
-FAN_OUT_PATCH = "plan-fan-out-within-task-budget"
-"""Runs after this patch start their agent runs, reviews, votes and scratchpad writes within a
-byte budget per workflow task (`FanOut`); runs recorded before started a whole wave in one task
-(forty 110 KB inputs were more than the server takes in one)."""
-SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
-"""Runs after this patch start a vote task's vote as `vote-<plan_id>~<task_id>`, which no other
-plan's task shares; runs recorded before started `vote-<plan_id>-<task_id>` (plan `a-b`'s task
-`c` and plan `a`'s task `b-c` collided), and keep that id on replay."""
 
 
 class WorkerSlots:
