@@ -13,7 +13,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Interceptor, Worker
 
-from coord.activities.events.delivery import Delivery
+from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.lookback import ChainLookback
 from coord.activities.kinds import load_agents
 from coord.activities.kinds.demo import register_demo_agents
@@ -212,7 +212,7 @@ def coordinator_worker(
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own)."""
     activities = AgentActivities(registry, breakers, pools)
-    delivery = Delivery(client)
+    delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
     router = AgentRouter(client, registry)
     return Worker(

@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.aggregator.spec import (
         AggregatorCarry,
         AggregatorInput,
@@ -37,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         AGGREGATOR_WORKFLOW,
         ATTACH_SIGNAL,
         CHAIN_EVENT_SIGNAL,
-        CHAIN_EVENTS_ACTIVITY,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
         STATE_QUERY,
@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         KEPT_RECORD_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
     )
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -179,10 +180,9 @@ class Aggregator(metaclass=SurplusStartArguments):
         correlation_id = self._spec.correlation_id
         assert correlation_id is not None  # the spec requires it with lookback
         try:
-            recorded = await workflow.execute_activity(
-                CHAIN_EVENTS_ACTIVITY,
+            recorded = await calls.execute(
+                refs.CHAIN_EVENTS,
                 correlation_id,
-                result_type=list[EventEnvelope],
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LOOKBACK_RETRY,
                 summary=f"lookback: {chain_workflow_id(correlation_id)}",

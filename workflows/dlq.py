@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.dlq.letter import (
         CLOSED_STATUSES,
         AgentLookup,
@@ -38,14 +39,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.contract import (
         DEAD_LETTER_SUMMARY_MEMO,
         DEAD_LETTER_WORKFLOW,
-        DECLARED_AGENT_ACTIVITY,
         ENTRY_QUERY,
         EVENT_SIGNAL,
-        REDELIVER_ACTIVITY,
         FailureType,
         failure,
         failure_message,
     )
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -216,8 +216,8 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             if entry.replay == "run_agent" and entry.target_agent:
                 await self._run_agent(entry.target_workflow, entry.target_agent, event)
             else:
-                await workflow.execute_activity(
-                    REDELIVER_ACTIVITY,
+                await calls.execute(
+                    refs.REDELIVER,
                     Redelivery(
                         target_workflow=entry.target_workflow,
                         target_agent=entry.target_agent if entry.replay == "rerun" else None,
@@ -244,10 +244,9 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
     async def _run_agent(self, target_workflow: str, agent: str, event: EventEnvelope) -> None:
         """The agent as its saga declared it (read from the saga's own start), else as the
         worker's registry knows it: never a declaration carried by the entry."""
-        declared: DeclaredAgent = await workflow.execute_activity(
-            DECLARED_AGENT_ACTIVITY,
+        declared: DeclaredAgent = await calls.execute(
+            refs.DECLARED_AGENT,
             AgentLookup(target_workflow=target_workflow, agent=agent),
-            result_type=DeclaredAgent,
             start_to_close_timeout=timedelta(seconds=30),
             summary=f"declaration of {agent} in {target_workflow}",
         )

@@ -20,6 +20,7 @@ from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.pools import AgentPools
 from coord.activities.mesh.result_refs import ResultStore
 from coord.activities.mesh.run_tally import RunCounter
+from coord.models import calls as refs
 from coord.models.mesh.agents import (
     AgentContext,
     AgentFn,
@@ -30,7 +31,7 @@ from coord.models.mesh.agents import (
 )
 from coord.models.mesh.config import AgentConfig
 from coord.models.mesh.runs import GATE_FAILURES, NO_JITTER, GateRefusal, retry_delay
-from coord.models.wire.contract import RUN_AGENT_ACTIVITY, FailureType, failure, failure_type_of
+from coord.models.wire.contract import FailureType, failure, failure_type_of
 from coord.models.wire.specs import SpecError
 
 
@@ -61,7 +62,7 @@ class AgentActivities:
         self._breakers = breakers
         self._pools = pools
 
-    @activity.defn(name=RUN_AGENT_ACTIVITY)
+    @activity.defn(name=refs.RUN_AGENT.name)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
         counter = RunCounter(request.agent, request.budget, before=request.attempts_before)
         attempt = counter.attempt

@@ -38,6 +38,7 @@ from coord.starter.api.common import (
     ended_or_missing,
     ended_record,
 )
+from coord.workflows.plan.graph import TaskGraph
 
 ANSWER_TIME = timedelta(minutes=1)
 """How long a decision waits for a worker to take it up."""
@@ -65,11 +66,10 @@ async def start_plan(
 ) -> WorkflowHandle[Any, PlanState]:
     start = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
     return await client.start_workflow(
-        contract.PLAN_WORKFLOW,
+        TaskGraph.run,
         spec.model_dump(mode="json"),
         id=spec.workflow_id,
         task_queue=queue or task_queue(),
-        result_type=PlanState,
         static_summary=plan_summary(spec),
         static_details=plan_details(spec),
         search_attributes=contract.as_start_attributes(start.search_attributes()),
@@ -94,7 +94,7 @@ async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
     if await closed_with_result(handle):
         return await plan_outcome(handle)
-    state: PlanState = await handle.query(contract.STATE_QUERY, result_type=PlanState)
+    state: PlanState = await handle.query(TaskGraph.state)
     return state
 
 
@@ -124,7 +124,7 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
 async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> PlanProgress:
     """The plan's `progress` query, its running tasks' summaries as their agents say them now
     (RPCError when the plan cannot answer)."""
-    progress: PlanProgress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    progress: PlanProgress = await handle.query(TaskGraph.progress)
     return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 

@@ -17,6 +17,7 @@ from coord.starter.api.common import (
     described,
     ended_record,
 )
+from coord.workflows.vote import Vote
 
 
 def vote_summary(spec: VoteSpec) -> str:
@@ -29,11 +30,10 @@ async def start_vote(
 ) -> WorkflowHandle[Any, VoteState]:
     start = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
     return await client.start_workflow(
-        contract.VOTE_WORKFLOW,
+        Vote.run,
         spec.model_dump(mode="json"),
         id=spec.workflow_id,
         task_queue=queue or task_queue(),
-        result_type=VoteState,
         static_summary=vote_summary(spec),
         static_details=spec.description or None,
         search_attributes=contract.as_start_attributes(start.search_attributes()),
@@ -58,7 +58,7 @@ async def vote_state(client: Client, vote: str) -> VoteState:
     await described(handle, NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist"))
     if await closed_with_result(handle):
         return await vote_outcome(handle)
-    state: VoteState = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    state: VoteState = await handle.query(Vote.state)
     return state
 
 

@@ -28,6 +28,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -43,14 +44,13 @@ with workflow.unsafe.imports_passed_through():
         gate_delay,
     )
     from coord.models.wire.contract import (
-        AGENT_SERVED_ACTIVITY,
-        RUN_AGENT_ACTIVITY,
         FailureType,
         failure_message,
         failure_type_of,
     )
     from coord.models.wire.sizes import json_size
     from coord.models.wire.versions import AGENT_RUN_GATES_PATCH
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import (
         agent_dispatch,
         assign_agent,
@@ -136,10 +136,9 @@ def start_agent_run(
 def _start(
     request: AgentRequest, settings: RunSettings, policy: RetryPolicy
 ) -> workflow.ActivityHandle[AgentResult]:
-    return workflow.start_activity(
-        RUN_AGENT_ACTIVITY,
+    return calls.start(
+        refs.RUN_AGENT,
         request,
-        result_type=AgentResult,
         activity_id=settings.activity_id,
         start_to_close_timeout=settings.start_to_close,
         schedule_to_close_timeout=settings.schedule_to_close,
@@ -231,10 +230,9 @@ class _AgentRun:
         if self.unserved >= LOST_RUNS_ALLOWED:
             return False
         self.unserved += 1
-        served: bool = await workflow.execute_activity(
-            AGENT_SERVED_ACTIVITY,
+        served: bool = await calls.execute(
+            refs.AGENT_SERVED,
             self.request.agent,
-            result_type=bool,
             start_to_close_timeout=SERVED_CHECK_TIMEOUT,
             heartbeat_timeout=SERVED_CHECK_HEARTBEAT,
             summary=f"is {self.request.agent} served again?",

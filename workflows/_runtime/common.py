@@ -13,6 +13,7 @@ from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.dlq.letter import DeadLetter
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.priority import task_priority
@@ -37,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ROUTING_PICKS_BATCHED_PATCH,
         SIGNALS_RUN_TO_THE_END_PATCH,
     )
+    from coord.workflows._runtime import calls
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -103,10 +105,9 @@ async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignmen
     (`no_capable_agent` when no declared agent offers enough) like a failed run."""
     if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
         return None
-    assignment: Assignment = await workflow.execute_activity(
-        contract.CHOOSE_AGENT_ACTIVITY,
+    assignment: Assignment = await calls.execute(
+        refs.CHOOSE_AGENT,
         route,
-        result_type=Assignment,
         start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
         retry_policy=CHOOSE_AGENT_RETRY,
         summary=f"choose agent: {summary}",
@@ -119,10 +120,9 @@ async def assign_agents(routes: Sequence[CapabilityRoute], summary: str) -> list
     counts as load on its agent for the picks after it, so the runs spread over the capable
     agents. None for a route no declared agent offers enough for (`assign_agent` asked alone
     fails it `no_capable_agent`, like an unbatched pick). Raises the activity's error."""
-    picks: list[Assignment | None] = await workflow.execute_activity(
-        contract.CHOOSE_AGENTS_ACTIVITY,
+    picks: list[Assignment | None] = await calls.execute(
+        refs.CHOOSE_AGENTS,
         list(routes),
-        result_type=list[Assignment | None],
         start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
         retry_policy=CHOOSE_AGENT_RETRY,
         summary=f"choose agents: {summary}",
@@ -288,8 +288,8 @@ async def park(
         inputs=inputs or {},
         causation_depth=causation_depth,
     )
-    await workflow.execute_activity(
-        contract.PARK_DEAD_LETTER_ACTIVITY,
+    await calls.execute(
+        refs.PARK_DEAD_LETTER,
         letter,
         start_to_close_timeout=timedelta(seconds=30),
         summary=f"dead-letter: {failure_type}",

@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.mesh.agents import AgentResult
     from coord.models.plan.gates import (
         BudgetSpent,
@@ -51,9 +52,10 @@ with workflow.unsafe.imports_passed_through():
         review_activity_id,
         verify_activity_id,
     )
-    from coord.models.wire.contract import UPDATE_CALLER_ACTIVITY, FailureType, failure
+    from coord.models.wire.contract import FailureType, failure
     from coord.models.wire.sizes import json_size
     from coord.models.wire.versions import STRICT_VERDICTS_PATCH
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import InvalidInput, PlainInput, decode_input, task_error
     from coord.workflows.plan.task import TaskRun
 
@@ -256,10 +258,9 @@ async def _update_caller(task_id: str) -> str | None:
     assert update is not None
     caller = UpdateCaller(workflow_id=info.workflow_id, run_id=info.run_id, update_id=update.id)
     try:
-        identity: str = await workflow.execute_activity(
-            UPDATE_CALLER_ACTIVITY,
+        identity: str = await calls.execute(
+            refs.UPDATE_CALLER,
             caller,
-            result_type=str,
             start_to_close_timeout=CALLER_READ_TIMEOUT,
             retry_policy=CALLER_READ_RETRY,
             summary=f"{task_id}: who decides",

@@ -16,9 +16,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import (
-        ActivityProgress,
         ApprovalDecision,
         PlanProgress,
         PlanSpec,
@@ -28,7 +28,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
-        PLAN_PROGRESS_ACTIVITY,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
         PROGRESS_QUERY,
@@ -44,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.agent_runs import outcomes_landed
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -255,10 +255,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     async def _read_progress(self, model: PlanModel) -> None:
         try:
-            seen = await workflow.execute_local_activity(
-                PLAN_PROGRESS_ACTIVITY,
+            seen = await calls.execute_local(
+                refs.PLAN_PROGRESS,
                 workflow.info().workflow_id,
-                result_type=list[ActivityProgress],
                 start_to_close_timeout=PROGRESS_READ_TIMEOUT,
                 retry_policy=PROGRESS_READ_RETRY,
             )
