@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
         KEPT_RECORD_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
     )
-    from coord.workflows._runtime import calls
+    from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -203,6 +203,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         handlers in progress. A cancel arriving meanwhile changes nothing: the outcome is
         decided."""
         self._state.status = status
+        metrics.aggregator_ended(status)
         if status != AggregatorStatus.CANCELLED:
             self._state.emitted = self._emitted(status)
         self._upsert_status()
@@ -246,6 +247,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._publish_details()
             raise
         self._state.emitted = self._emitted(self._state.status)
+        metrics.aggregator_ended(self._state.status)
         await self._publish_to_chain(self._state.emitted)
         self._upsert_status()
         self._publish_details()
@@ -272,6 +274,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._reject(str(error))
             await park(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
             return
+        metrics.event_published(envelope, addressed=addressed)
         if self._state.status == AggregatorStatus.WAITING:
             self._offer(envelope)
             self._publish_details()
@@ -313,6 +316,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._state.unmatched += 1
         else:
             self._state.matched += 1
+            metrics.event_consumed(envelope)
 
     def _remember(self, event_id: str) -> None:
         self._seen[event_id] = None

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_PATCH,
         SAGA_EVENTS_PATCH,
     )
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         RunSettings,
         declared_settings,
@@ -301,6 +302,7 @@ class Saga:
         failed, when its outcome is unknown)."""
         assert self._spec is not None
         step = self._spec.steps[entry.step - 1]
+        metrics.saga_compensation(entry.compensate)
         idempotency_key = self._idempotency_key(step, "undo")
         inputs = {"undoes": {"step": step.name, **self._outcomes[step.name]}}
         try:
@@ -453,6 +455,7 @@ class Saga:
 
     def _set_status(self, status: SagaStatus) -> None:
         self._state.status = status
+        metrics.saga_status(status)
         upsert_search_attributes(self._state.search_attributes())
         self._publish_progress()
         self._log("saga status", status=status.value, reason=self._state.failure_reason)

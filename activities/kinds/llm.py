@@ -20,6 +20,7 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field, ValidationError
 
+from coord.activities import metrics
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
@@ -86,7 +87,9 @@ async def run_llm(
                 raw = await _beating(asking, context)
         except (TimeoutError, openai.OpenAIError) as error:
             raise _failure(error, config, who, key) from None
-    return _result(raw.http_response, who, key)
+    result = _result(raw.http_response, who, key)
+    metrics.llm_tokens(context.agent, config.model, result["metadata"]["usage"])
+    return result
 
 
 async def _beating(call: Awaitable[T], context: AgentContext) -> T:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from coord.activities import metrics
 from coord.activities.kinds import agent_from_config
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.pools import AgentPools
@@ -71,7 +72,11 @@ class AgentActivities:
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
         try:
-            async with self._pooled(request), self._watching(request):
+            async with (
+                self._pooled(request),
+                self._watching(request),
+                metrics.agent_run(request, self._registry),
+            ):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 agent = resolve(self._registry, request.agent, request.config)
                 output = await counter.within_time_limit(

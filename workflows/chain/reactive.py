@@ -89,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
         PUBLISH_RULE_PATCH,
         SETTLE_PATCH,
     )
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
@@ -376,6 +377,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._pacing = RunPacing(self._model, self._outbound)
         self._intake = Intake(self._model, self._outbound)
         self._announced: list[str] | None = None
+        self._runs = metrics.ChainRuns(self._model.seq)
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
@@ -516,14 +518,18 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if isinstance(admission, Rejection):
             self._outbound.reject(admission, envelope=envelope)
         elif admission == "recorded":
+            metrics.event_published(envelope)
+            metrics.event_consumed(envelope)
             notices = self._outbound.forward(envelope)
             if self._model.apply_alerts(envelope, resolutions_never_pause=notices):
                 self._upsert_status()
             self._model.match(envelope, workflow.now())
 
     def _dispatch(self) -> None:
+        self._runs.queued(self._model.queue, self._model.seq)
         while self._pacing.dispatchable():
             seq, run = self._model.start_next()
+            self._runs.dispatched(run.agent)
             voting = self._spec.subscription(run.subscription).vote is not None
             run_work = self._run_vote if voting else self._run_agent
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
@@ -661,6 +667,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             refused = set()
         for rejection, envelope in self._model.run_succeeded(run, result, refused):
             self._outbound.reject(rejection, envelope=envelope)
+        on_success = self._spec.subscription(run.subscription).publishes.on_success
+        metrics.agent_events_published(run.agent, on_success, result, refused)
 
     async def _assign(self, run: AgentRun, subscription: Subscription) -> None:
         """A run of a subscription naming capabilities goes to the agent picked for it (before
