@@ -3,12 +3,13 @@ series names as exported, labels exactly the catalogue's and bounded, which coun
 letter's event counts in, and the endpoint's options refused in one line naming the option."""
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 
-from coord.infra.metrics import MetricsEndpoint
+from coord.infra.metrics import BIND_ENV, DEFAULT_BIND, PORT_ENV, MetricsEndpoint
 from coord.models.ops import metrics as catalogue
 from coord.models.ops.metrics import (
     METRICS,
@@ -169,3 +170,21 @@ def test_bad_settings_are_refused_naming_them(
     with pytest.raises(SpecError) as refused:
         MetricsEndpoint.of(None)
     assert str(refused.value).startswith(message)
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+TABLE_ROW = re.compile(r"^\| `(coord_\w+)` \| (\w+) \| ([^|]*) \| (.*) \|$")
+
+
+def test_the_manual_lists_every_metric_with_its_kind_labels_and_meaning() -> None:
+    rows = [TABLE_ROW.match(line) for line in DOCS.read_text().splitlines()]
+    documented = [
+        (row[1], row[2], tuple(re.findall(r"`(\w+)`", row[3])), row[4]) for row in rows if row
+    ]
+    assert documented == [(spec.name, spec.kind, spec.labels, spec.description) for spec in METRICS]
+
+
+def test_the_manual_names_the_options_and_their_defaults() -> None:
+    text = DOCS.read_text()
+    for named in ("--metrics-port", "--metrics-bind", PORT_ENV, BIND_ENV, DEFAULT_BIND):
+        assert named in text, named
