@@ -15,8 +15,6 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWork
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.infra.ledgers import read_ledgers
-from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.health import AgentHealth, AgentPool, WorkerSeen, WorkerState
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
 
@@ -54,21 +52,6 @@ async def agents_health(
         if agent is not None:
             queues.setdefault(queue, agent)
     return await _rows(client, queues, declared, heartbeats, now)
-
-
-async def agents_with_ledgers(
-    client: Client, registry: AgentRegistry, *, home: str
-) -> list[AgentHealth]:
-    """`agents_health` for the agents `registry` declares, each row with its capabilities and
-    its ledger's breaker, recent runs and pool: what `coord agents` and the dashboard show."""
-    rows = [
-        row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})
-        for row in await agents_health(client, registry.kinds, home=home)
-    ]
-    ledgers = await read_ledgers(client, [row.task_queue for row in rows])
-    return [
-        row.with_ledger(ledgers[row.task_queue], registry.max_concurrent(row.agent)) for row in rows
-    ]
 
 
 def queue_agents(agents: Iterable[str], home: str) -> dict[str, str]:

@@ -300,9 +300,9 @@ class OldEntry(BaseModel):
 class Breaker(BaseModel):
     agent: str
     state: str
+    """`closed`, `half_open`, `open`, or `unknown` while no worker answers for its ledger."""
     status: str
     """`healthy` or `unreachable` (agent health)."""
-    open_until: datetime | None = None
 
 
 class PatternFigures(BaseModel):

@@ -9,7 +9,8 @@ from pydantic import RootModel
 from rich.console import Group
 from rich.text import Text
 
-from coord.infra.agent_health import agents_with_ledgers
+from coord.infra.agent_health import agents_health
+from coord.infra.ledgers import read_ledgers
 from coord.infra.temporal import task_queue
 from coord.models.mesh.health import AgentHealth
 from coord.models.mesh.ledger import WINDOW
@@ -41,9 +42,16 @@ async def agents(
     or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
     agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
     worker reports serving."""
-    rows = await agents_with_ledgers(
-        await connect(), default_registry(agents_file), home=task_queue()
-    )
+    registry = default_registry(agents_file)
+    client = await connect()
+    rows = [
+        row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})
+        for row in await agents_health(client, registry.kinds, home=task_queue())
+    ]
+    ledgers = await read_ledgers(client, [row.task_queue for row in rows])
+    rows = [
+        row.with_ledger(ledgers[row.task_queue], registry.max_concurrent(row.agent)) for row in rows
+    ]
     show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
 
 

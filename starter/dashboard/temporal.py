@@ -7,8 +7,10 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
-from coord.infra.agent_health import agents_with_ledgers
+from coord.infra.agent_health import agents_health
+from coord.infra.ledgers import read_ledger
 from coord.models.dlq.letter import DlqSelection, EntrySummary
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.ops.dashboard import (
@@ -36,6 +38,8 @@ OLDEST_SHOWN = 5
 OLDEST_PAGE = 200
 """Parked entries listed at most to find the oldest: visibility lists newest first and cannot
 order otherwise, so a longer queue is first narrowed by counting (`oldest_parked`)."""
+LEDGER_WAIT = 3.0
+"""Seconds a ledger's query is waited for."""
 SEARCH_FROM = datetime(2000, 1, 1, tzinfo=UTC)
 MAX_NARROWING = 64
 """Counts at most to narrow the queue's start instants down to `OLDEST_PAGE` entries: each
@@ -46,12 +50,19 @@ class TemporalReader:
     """One deployment's figures, read from the server the client reaches."""
 
     def __init__(
-        self, client: Client, registry: AgentRegistry, queue: str, *, now: datetime | None = None
+        self,
+        client: Client,
+        registry: AgentRegistry,
+        queue: str,
+        *,
+        oldest_shown: int = OLDEST_SHOWN,
+        oldest_page: int = OLDEST_PAGE,
     ) -> None:
         self.client = client
         self.registry = registry
         self.queue = queue
-        self.now = now
+        self.shown = oldest_shown
+        self.page = oldest_page
 
     def clause(self, pattern: contract.Pattern) -> str:
         return f"{contract.pattern_clause(pattern)} AND TaskQueue = {quoted(self.queue)}"
@@ -60,7 +71,7 @@ class TemporalReader:
         return (await self.client.count_workflows(query)).count
 
     async def read(self) -> PatternFigures:
-        now = self.now or datetime.now(UTC)
+        now = datetime.now(UTC)
         sagas, in_flight, parked, breakers = await asyncio.gather(
             self.sagas(now), self.in_flight(), self.parked(), self.breakers()
         )
@@ -95,23 +106,22 @@ class TemporalReader:
         return await self.count(self.parked_query())
 
     async def oldest_parked(self, parked: int, now: datetime) -> list[OldEntry]:
-        """The `OLDEST_SHOWN` entries parked longest ago. With more than `OLDEST_PAGE` parked,
-        an instant is first found before which between `OLDEST_SHOWN` and `OLDEST_PAGE` were
-        parked (bisection by counts), and only those are listed."""
+        """The `shown` entries parked longest ago. With more than a `page` parked, an instant
+        is first found before which between `shown` and `page` were parked (bisection by
+        counts), and only those are listed."""
         if not parked:
             return []
         query = self.parked_query()
-        if parked > OLDEST_PAGE:
+        if parked > self.page:
             query += f" AND StartTime < {quoted((await self.narrowed(now)).isoformat())}"
         entries = [
             await summary_of(execution.memo)
             async for execution in self.client.list_workflows(
-                query, limit=OLDEST_PAGE, page_size=OLDEST_PAGE
+                query, limit=self.page, page_size=self.page
             )
         ]
-        return [old_entry(entry) for entry in sorted(entries, key=lambda e: e.parked_at)][
-            :OLDEST_SHOWN
-        ]
+        oldest = sorted(entries, key=lambda entry: entry.parked_at)[: self.shown]
+        return [old_entry(entry) for entry in oldest]
 
     async def narrowed(self, now: datetime) -> datetime:
         lo, hi = SEARCH_FROM, now
@@ -120,20 +130,29 @@ class TemporalReader:
             before = await self.count(
                 f"{self.parked_query()} AND StartTime < {quoted(mid.isoformat())}"
             )
-            step = bisect_instant(lo, hi, before, OLDEST_SHOWN, OLDEST_PAGE)
+            step = bisect_instant(lo, hi, before, self.shown, self.page)
             if step is None:
                 return mid
             lo, hi = step
         return hi
 
     async def breakers(self) -> list[Breaker]:
-        rows = await agents_with_ledgers(self.client, self.registry, home=self.queue)
+        """Each agent's breaker from its ledger, as `coord agents` reads it."""
+        rows = await agents_health(self.client, self.registry.kinds, home=self.queue)
+        states = await asyncio.gather(*(self.breaker(row.task_queue) for row in rows))
         return [
-            Breaker(
-                agent=row.agent, state=row.breaker, status=row.status, open_until=row.open_until
-            )
-            for row in rows
+            Breaker(agent=row.agent, state=state, status=row.status)
+            for row, state in zip(rows, states, strict=True)
         ]
+
+    async def breaker(self, agent_queue: str) -> str:
+        """`unknown` while no worker answers for its ledger (they are all down, say): the
+        dashboard is read when things go wrong, and shows what it can."""
+        try:
+            ledger = await asyncio.wait_for(read_ledger(self.client, agent_queue), LEDGER_WAIT)
+        except (RPCError, TimeoutError):
+            return "unknown"
+        return ledger.breaker
 
 
 def old_entry(entry: EntrySummary) -> OldEntry:

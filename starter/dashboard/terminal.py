@@ -5,6 +5,7 @@ printed once (`--once`) as the plain text scripts read."""
 import asyncio
 from datetime import datetime
 
+import typer
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.panel import Panel
@@ -129,50 +130,60 @@ def sources_view(frame: Snapshot) -> Text:
     return Text("Sources: " + "; ".join(parts), style="dim")
 
 
-def sections(frame: Snapshot) -> list[Panel]:
+def sections(frame: Snapshot) -> list[tuple[str, RenderableType]]:
     """The seed's four sections, then the patterns' panels (when Temporal answered)."""
-    shown = [
-        section(f"Throughput ({frame.window})", throughput_view(frame)),
-        section("By Topic", topics_view(frame)),
-        section("Agent Activity", agents_view(frame)),
-        section("Health", health_view(frame)),
+    shown: list[tuple[str, RenderableType]] = [
+        (f"Throughput ({frame.window})", throughput_view(frame)),
+        ("By Topic", topics_view(frame)),
+        ("Agent Activity", agents_view(frame)),
+        ("Health", health_view(frame)),
     ]
     patterns = frame.patterns
     if patterns is not None:
         shown += [
-            section(
-                "Sagas (running now, ended in the last hour) and runs in flight",
-                sagas_view(patterns),
-            ),
-            section(
+            ("Sagas (running now, ended in the last hour), runs in flight", sagas_view(patterns)),
+            (
                 f"Dead-letter queue: {patterns.parked:,} parked, the oldest",
                 oldest_view(patterns, frame.at),
             ),
-            section("Breakers", breakers_view(patterns)),
+            ("Breakers", breakers_view(patterns)),
         ]
     return shown
 
 
-def dashboard_view(frame: Snapshot, width: int = 0) -> Group:
-    """Stacked; two sections side by side from `WIDE` columns."""
-    title = Text(f"Event System Dashboard  {frame.at:%Y-%m-%d %H:%M:%S} UTC", style="bold")
-    panels = sections(frame)
-    if width >= WIDE:
-        grid = Table.grid(expand=True, padding=(0, 1))
-        grid.add_column(ratio=1)
-        grid.add_column(ratio=1)
-        for pair in range(0, len(panels), 2):
-            grid.add_row(*panels[pair : pair + 2])
-        body: list[RenderableType] = [grid]
-    else:
-        body = list(panels)
-    return Group(title, *body, sources_view(frame))
+def title(frame: Snapshot) -> Text:
+    return Text(f"Event System Dashboard  {frame.at:%Y-%m-%d %H:%M:%S} UTC", style="bold")
 
 
-async def show_once(dashboard: Dashboard) -> Snapshot:
+def boxed_view(frame: Snapshot, width: int) -> Group:
+    """For a terminal: each section in a panel, two side by side from `WIDE` columns."""
+    panels = [section(heading, body) for heading, body in sections(frame)]
+    if width < WIDE:
+        return Group(title(frame), *panels, sources_view(frame))
+    grid = Table.grid(expand=True, padding=(0, 1))
+    grid.add_column(ratio=1)
+    grid.add_column(ratio=1)
+    for pair in range(0, len(panels), 2):
+        grid.add_row(*panels[pair : pair + 2])
+    return Group(title(frame), grid, sources_view(frame))
+
+
+def plain_view(frame: Snapshot) -> Group:
+    """For scripts: each section under its heading, one after the other."""
+    parts: list[RenderableType] = [title(frame)]
+    for heading, body in sections(frame):
+        parts += [Text(""), Text(f"## {heading}", style="bold"), body]
+    return Group(*parts, Text(""), sources_view(frame))
+
+
+async def show_once(dashboard: Dashboard) -> None:
+    """Boxed on a terminal, as plain text when piped."""
     frame = await dashboard.frame()
-    render.show(dashboard_view(frame))
-    return frame
+    screen = render.console()
+    if screen.is_terminal:
+        screen.print(boxed_view(frame, screen.width))
+    else:
+        typer.echo(render.plain(plain_view(frame)))
 
 
 async def show_live(dashboard: Dashboard, interval: float) -> None:
@@ -181,5 +192,5 @@ async def show_live(dashboard: Dashboard, interval: float) -> None:
     with Live(console=screen, auto_refresh=False, screen=False) as live:
         while True:
             frame = await dashboard.frame()
-            live.update(dashboard_view(frame, screen.width), refresh=True)
+            live.update(boxed_view(frame, screen.width), refresh=True)
             await asyncio.sleep(interval)
