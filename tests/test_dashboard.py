@@ -316,7 +316,7 @@ def chromium() -> str:
 def browse(url: str, *args: str) -> str:
     """Headless Chromium on the page, given time to fetch its data and draw."""
     argv = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-    argv += ["--virtual-time-budget=8000", "--window-size=1400,1500", *args, url]
+    argv += ["--virtual-time-budget=8000", "--window-size=1400,1900", *args, url]
     done = subprocess.run(argv, capture_output=True, timeout=120, check=True)
     return done.stdout.decode()
 
@@ -353,7 +353,7 @@ async def test_web_page_shows_the_four_sections_with_the_figures_since_it_starte
     assert (
         '<td>backend-architect</td><td class="n">4</td><td class="n">6</td><td class="n">2</td>'
     ) in dom
-    assert '<dd class="healthy">🟢 Healthy</dd>' in dom
+    assert '<dd class="bus healthy"><span class="light"></span>Healthy</dd>' in dom
     assert "<dd>50ms</dd>" in dom
     assert deployment.entries[0] in dom
     assert dom.count("<canvas") == 3, "the three charts are drawn"

@@ -13,6 +13,7 @@ from coord.starter.commands.common import connect, runs_async
 from coord.starter.dashboard.collect import Dashboard, metrics_source
 from coord.starter.dashboard.terminal import show_live, show_once
 from coord.starter.dashboard.web import serve
+from coord.starter.exits import ExitCode
 from coord.worker import default_registry
 
 app = typer.Typer()
@@ -53,7 +54,8 @@ async def dashboard(
     dashboard), with sagas by outcome, runs in flight, the dead-letter queue's oldest entries
     and the agents' breakers. Event figures come from a Prometheus server, else from the
     workers' metrics endpoints (the increase since the dashboard started); the rest from the
-    Temporal server."""
+    Temporal server. `--once` exits 6 when the Temporal server does not answer (the frame,
+    saying so, is printed all the same)."""
     if once and web:
         raise SpecError("--once and --web: choose one")
     async with httpx.AsyncClient() as http:
@@ -66,6 +68,8 @@ async def dashboard(
         if web:
             await serve(board, host=host, port=port, interval=interval)
         elif once:
-            await show_once(board)
+            frame = await show_once(board)
+            if frame.health.bus == "down":
+                raise typer.Exit(ExitCode.UNREACHABLE)
         else:
             await show_live(board, interval)

@@ -148,11 +148,10 @@ class EndpointsSource:
         self.http = http
         self.tracker = IncreaseTracker(from_zero=from_zero)
         self.window = (
-            "since each worker started (no Prometheus server: one reading of the workers' "
-            "endpoints)"
+            "since each worker started; no Prometheus server: one reading of their endpoints"
             if from_zero
-            else f"since {datetime.now(UTC):%H:%M:%S} UTC, the dashboard's first scrape "
-            "(no Prometheus server: the increase since then)"
+            else f"since {datetime.now(UTC):%H:%M:%S} UTC, the dashboard's first scrape; "
+            "no Prometheus server: the increase since then"
         )
         self._previous: tuple[float, dict[SeriesKey, float]] | None = None
 

@@ -38,6 +38,11 @@ def section(title: str, body: RenderableType) -> Panel:
     return Panel(body, title=Text(title, style="bold"), title_align="left", expand=True)
 
 
+def throughput_title(frame: Snapshot) -> str:
+    """`Throughput (last hour)`, or the window the figures are of."""
+    return "Throughput" if frame.throughput.published is None else f"Throughput ({frame.window})"
+
+
 def throughput_view(frame: Snapshot) -> Table:
     t = frame.throughput
     rows = [
@@ -53,9 +58,15 @@ def throughput_view(frame: Snapshot) -> Table:
     return grid
 
 
+def no_rows(frame: Snapshot, what: str) -> Text:
+    """Why a table is empty: nothing happened, or no metrics source answered."""
+    missing = frame.throughput.published is None
+    return Text(frame.window if missing else f"no {what} in the window", style="dim")
+
+
 def topics_view(frame: Snapshot) -> RenderableType:
     if not frame.topics:
-        return Text("no events in the window", style="dim")
+        return no_rows(frame, "events")
     table = render.table("Topic", "Published", "Consumed", "Lag")
     for row in frame.topics:
         table.add_row(row.topic, figure(row.published), figure(row.consumed), figure(row.lag))
@@ -64,7 +75,7 @@ def topics_view(frame: Snapshot) -> RenderableType:
 
 def agents_view(frame: Snapshot) -> RenderableType:
     if not frame.agents:
-        return Text("no agent runs in the window", style="dim")
+        return no_rows(frame, "agent runs")
     table = render.table("Agent", "Published", "Consumed", "Processing")
     for row in frame.agents:
         table.add_row(
@@ -133,7 +144,7 @@ def sources_view(frame: Snapshot) -> Text:
 def sections(frame: Snapshot) -> list[tuple[str, RenderableType]]:
     """The seed's four sections, then the patterns' panels (when Temporal answered)."""
     shown: list[tuple[str, RenderableType]] = [
-        (f"Throughput ({frame.window})", throughput_view(frame)),
+        (throughput_title(frame), throughput_view(frame)),
         ("By Topic", topics_view(frame)),
         ("Agent Activity", agents_view(frame)),
         ("Health", health_view(frame)),
@@ -176,7 +187,7 @@ def plain_view(frame: Snapshot) -> Group:
     return Group(*parts, Text(""), sources_view(frame))
 
 
-async def show_once(dashboard: Dashboard) -> None:
+async def show_once(dashboard: Dashboard) -> Snapshot:
     """Boxed on a terminal, as plain text when piped."""
     frame = await dashboard.frame()
     screen = render.console()
@@ -184,6 +195,7 @@ async def show_once(dashboard: Dashboard) -> None:
         screen.print(boxed_view(frame, screen.width))
     else:
         typer.echo(render.plain(plain_view(frame)))
+    return frame
 
 
 async def show_live(dashboard: Dashboard, interval: float) -> None:

@@ -2,7 +2,6 @@
 // is set as text (never as HTML): topics, agents and failure types come from outside.
 "use strict";
 
-const LIGHTS = { healthy: "🟢", degraded: "🟡", down: "🔴" };
 const charts = {};
 
 function el(tag, text, cls) {
@@ -61,7 +60,9 @@ function health(frame) {
   const h = frame.health;
   const list = document.getElementById("health-list");
   list.replaceChildren();
-  const bus = el("dd", `${LIGHTS[h.bus]} ${h.bus[0].toUpperCase()}${h.bus.slice(1)}`, h.bus);
+  // The light is drawn by CSS, not an emoji: a browser without an emoji font shows a box.
+  const bus = el("dd", null, `bus ${h.bus}`);
+  bus.append(el("span", null, "light"), `${h.bus[0].toUpperCase()}${h.bus.slice(1)}`);
   const latency = h.latency_ms === null ? "-" : `${figure(h.latency_ms)}ms`;
   const lag = h.consumer_lag === null ? "-" : `${h.consumer_lag} (${figure(h.lag)} events)`;
   list.append(el("dt", "Event Bus"), bus, el("dt", "Average Latency"), el("dd", latency));
