@@ -24,7 +24,7 @@ from coord.infra.dead_letters import park_dead_letter
 from coord.models.ops.metrics import METRICS
 from coord.models.saga.spec import SagaStatus
 from coord.starter import api
-from coord.starter.dashboard.metrics import EndpointsSource
+from coord.starter.dashboard.metrics import EndpointsSource, PrometheusSource
 from coord.starter.dashboard.temporal import TemporalReader
 from coord.worker import build_worker, default_registry
 from tests.conftest import feature_deployment
@@ -321,6 +321,7 @@ def browse(url: str, *args: str) -> str:
     return done.stdout.decode()
 
 
+@pytest.mark.slow
 async def test_web_page_shows_the_four_sections_with_the_figures_since_it_started(
     web_dashboard: str,
     client: Client,
@@ -360,3 +361,100 @@ async def test_web_page_shows_the_four_sections_with_the_figures_since_it_starte
     screenshot = tmp_path / "dashboard.png"
     await asyncio.to_thread(browse, web_dashboard, f"--screenshot={screenshot}")
     assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def prometheus_binary() -> str:
+    found = shutil.which("prometheus")
+    if found is None:
+        pytest.skip("no prometheus on PATH: `make test` installs Debian's package when run as root")
+    return found
+
+
+@pytest.fixture
+async def prometheus(
+    workers: tuple[MetricsWorker, MetricsWorker], tmp_path: Path
+) -> AsyncIterator[str]:
+    """A real Prometheus server scraping both workers every second."""
+    targets = [worker.url.removeprefix("http://").removesuffix("/metrics") for worker in workers]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s}\n"
+        f"scrape_configs: [{{job_name: coord, static_configs: [{{targets: {targets}}}]}}]\n"
+    )
+    port = free_port()
+    argv = [
+        prometheus_binary(),
+        f"--config.file={config}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    argv.append(f"--storage.tsdb.path={tmp_path / 'data'}")
+    with (tmp_path / "prometheus.log").open("ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as http:
+
+            async def scraped_twice() -> bool:
+                assert process.poll() is None, (tmp_path / "prometheus.log").read_text()
+                try:
+                    answer = await http.get(
+                        f"{url}/api/v1/query", params={"query": "count_over_time(up[1m]) >= 2"}
+                    )
+                except httpx.TransportError:
+                    return False
+                return answer.status_code == 200 and len(answer.json()["data"]["result"]) == 2
+
+            await eventually(scraped_twice, timeout=60, interval=0.2)
+        yield url
+    finally:
+        stop_process_group(process)
+
+
+async def sampled_twice(http: httpx.AsyncClient, prometheus: str) -> bool:
+    """Prometheus holds two samples at least of each worker's published series."""
+    query = "count_over_time(coord_events_published_total[1m]) >= 2"
+    answer = await http.get(f"{prometheus}/api/v1/query", params={"query": query})
+    return len(answer.json()["data"]["result"]) == 3
+
+
+@pytest.mark.slow
+async def test_a_prometheus_server_answers_the_last_hour_summed_over_the_workers(
+    prometheus: str, workers: tuple[MetricsWorker, MetricsWorker]
+) -> None:
+    """Prometheus extrapolates `increase()` to its window's edges, each worker's series by its
+    own samples: the counters and the latency (a ratio of two increases) are near the workers'
+    sums, nearer as samples accumulate; the gauges are exact."""
+    a, b = workers
+    work(a, b)  # the series appear: Prometheus counts from their first sample
+    expected = {"project.tasks": 11, "project.reviews": 3}
+    seen: list[Any] = []
+    async with httpx.AsyncClient() as http:
+        await eventually(lambda: sampled_twice(http, prometheus), timeout=60, interval=0.2)
+        work(a, b)  # an increase it sees
+        source = PrometheusSource(prometheus, http)
+
+        async def near() -> bool:
+            figures, _ = await source.read()
+            seen.append(figures)
+            published = figures.by("published") if figures else {}
+            return all(abs(published.get(t, 0) - n) < n * 0.1 for t, n in expected.items())
+
+        await eventually(near, timeout=60, interval=0.5)
+    figures = seen[-1]
+    assert figures.window == "last hour"
+    assert figures.by("published")["project.tasks"] == pytest.approx(11, rel=0.15)
+    assert figures.by("consumed")["project.tasks"] == pytest.approx(9, rel=0.15)
+    assert figures.by("agent_in_flight") == {"backend-architect": 2, "test-engineer": 1}
+    latency = figures.total("latency_sum") / figures.total("latency_count")
+    assert latency == pytest.approx(0.05, rel=0.02)
+    code, out, err = await run(
+        COORD,
+        "dashboard",
+        "--once",
+        "--prometheus",
+        prometheus,
+        env={"TEMPORAL_ADDRESS": "127.0.0.1:1"},
+    )
+    assert code == 6, err  # no Temporal server here: the frame says so, and its exit code
+    assert "## Throughput (last hour)" in out
+    assert f"prometheus {prometheus}: ok" in out
