@@ -171,6 +171,7 @@ def boxed_view(frame: Snapshot, width: int) -> Group:
     panels = [section(heading, body) for heading, body in sections(frame)]
     if width < WIDE:
         return Group(title(frame), *panels, sources_view(frame))
+    panels[1:4] = [panels[3], panels[1], panels[2]]  # as the web page: health beside throughput
     grid = Table.grid(expand=True, padding=(0, 1))
     grid.add_column(ratio=1)
     grid.add_column(ratio=1)
