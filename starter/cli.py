@@ -13,6 +13,7 @@ from coord.starter.commands import (
     agents,
     aggregator,
     chain,
+    dashboard,
     demo,
     dlq,
     events,
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 for commands in (server, worker, demo, events, agents, gc):
     app.add_typer(commands.app)
+app.add_typer(dashboard.app)
 app.add_typer(saga.app, name="saga")
 app.add_typer(chain.app, name="chain")
 app.add_typer(aggregator.app, name="aggregate")
