@@ -32,6 +32,7 @@ from coord.infra.logs import configure_logging, get_logger
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
+from coord.infra.tracing import RunContext, configure_tracing
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
@@ -173,7 +174,7 @@ def build_worker(
 def interceptors(keeper: ReportKeeper | None) -> list[Interceptor]:
     """A worker's interceptors: its process's report keeper first (outermost), so that it sees
     the heartbeat details as they are sent, with the run's tally the carrier adds."""
-    return [*([keeper] if keeper else []), TallyCarrier(), SurplusArguments()]
+    return [*([keeper] if keeper else []), RunContext(), TallyCarrier(), SurplusArguments()]
 
 
 def agent_worker(
@@ -305,6 +306,7 @@ async def run_worker(
 
 def main() -> None:
     configure_logging()
+    configure_tracing("coord-worker")
     asyncio.run(run_worker())
 
 

@@ -9,6 +9,7 @@ import typer
 from coord.infra.devserver import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
+from coord.infra.tracing import configure_tracing
 from coord.starter.commands import (
     agents,
     aggregator,
@@ -67,6 +68,7 @@ def configure(
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
     configure_logging(log_level or default)
+    configure_tracing(f"coord-{ctx.invoked_subcommand or 'cli'}")
 
 
 def main() -> None:
