@@ -152,11 +152,11 @@ def _agent(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> Ag
 async def run(resolved: Resolved, request: AgentRequest, tally: RunCounter) -> Output:
     """Step 4: the agent called on the request's event, ended as its own `timeout` a little
     before the run's time limit when the run counts its retries (`within_time_limit`)."""
-    context = run_context(request, tally.attempt, resolved.inputs)
+    context = _run_context(request, tally.attempt, resolved.inputs)
     return await tally.within_time_limit(resolved.agent(request.event, context))
 
 
-def run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) -> AgentContext:
+def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) -> AgentContext:
     """What the agent is told of its run; its progress and heartbeats become the activity's."""
     info = activity.info()
     return AgentContext(
@@ -214,14 +214,14 @@ def report_failure(error: Exception, request: AgentRequest, tally: RunCounter) -
     (`gates_return`), else is counted as turned away and retried here; any other failure is
     the agent's, classified and counted in the run's tally."""
     if not isinstance(error, ApplicationError) or error.type not in GATE_FAILURES:
-        raise tally.failed(classified(error, request, tally.attempt)) from error
+        raise tally.failed(_classified(error, request, tally.attempt)) from error
     if request.gates_return:
-        raise gate_refusal(error, tally.attempt) from None
+        raise _gate_refusal(error, tally.attempt) from None
     tally.turned_away()
     raise error
 
 
-def classified(error: Exception, request: AgentRequest, attempt: int) -> ApplicationError:
+def _classified(error: Exception, request: AgentRequest, attempt: int) -> ApplicationError:
     """A typed failure carrying its attempt (for the dead-letter queue), with the seed's
     `retry_on` applied (a failure type outside a non-empty list is not retried), and the delay
     before its retry: the agent's own (Retry-After), else the policy's backoff spread by the
@@ -258,7 +258,7 @@ def _jittered(request: AgentRequest, attempt: int) -> timedelta | None:
     )
 
 
-def gate_refusal(error: ApplicationError, attempt: int) -> ApplicationError:
+def _gate_refusal(error: ApplicationError, attempt: int) -> ApplicationError:
     """A breaker's or pool's refusal handed back to the workflow at once (not retried here):
     the workflow waits or sends the run elsewhere, and this attempt is not one of the run's."""
     delay = error.next_retry_delay or timedelta(seconds=1)

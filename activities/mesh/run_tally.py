@@ -138,7 +138,7 @@ class RunCounter:
     def failed(self, error: ApplicationError) -> ApplicationError:
         """The agent failed: counted, and not retried once the budget is spent. Its retry's
         delay is the one the failure carries (the backoff for that many of the agent's
-        failures, spread by the run's jitter: `classified` in run_agent.py)."""
+        failures, spread by the run's jitter: `_classified` in run_agent.py)."""
         tally = self._count(lambda tally: tally.failed())
         if tally is None or self._budget is None:
             return error
