@@ -21,6 +21,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field, ValidationError
 
 from coord.activities import metrics
+from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
@@ -70,8 +71,24 @@ async def run_llm(
     who = f"llm agent {context.agent!r}"
     messages = _messages(config, event, context, who)
     key = _api_key(config, who)
-    limit, seconds = int(settings.output_limit), config.timeout.total_seconds()
+    limit = int(settings.output_limit)
     context.progress(f"Asking {config.model}")
+    with chat_span(config.model, config.base_url, event.event.correlation_id) as span:
+        result = await _ask(config, messages, key, limit, who, context)
+        record_usage(span, result.get("metadata", {}))
+    metrics.llm_tokens(context.agent, config.model, result["metadata"]["usage"])
+    return result
+
+
+async def _ask(
+    config: LlmAgent,
+    messages: list[ChatCompletionMessageParam],
+    key: str,
+    limit: int,
+    who: str,
+    context: AgentContext,
+) -> dict[str, Any]:
+    seconds = config.timeout.total_seconds()
     async with _client(config, key, limit) as client:
         asking = client.chat.completions.with_raw_response.create(
             model=config.model,
@@ -87,9 +104,7 @@ async def run_llm(
                 raw = await _beating(asking, context)
         except (TimeoutError, openai.OpenAIError) as error:
             raise _failure(error, config, who, key) from None
-    result = _result(raw.http_response, who, key)
-    metrics.llm_tokens(context.agent, config.model, result["metadata"]["usage"])
-    return result
+    return _result(raw.http_response, who, key)
 
 
 async def _beating(call: Awaitable[T], context: AgentContext) -> T:

@@ -15,7 +15,18 @@ dispatch (`agent_dispatch`: the agent's own queue, its event's priority). Around
 - every retry's delay is spread by the run's jitter, drawn here so it is the same on replay.
 
 Each detour (waited, rerouted, fell back) is told to the caller, which keeps it in the run's
-record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH)."""
+record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH).
+
+How the two sides meet: this side sends one `AgentRequest` per activity execution; the worker's
+side is `run_agent` (activities/mesh/run_agent.py: admit, guard, resolve, run, keep, report).
+What this side sets in the request is what that side reads: `gates_return` (a refusal of its
+pool or breaker comes back at once, carrying a `GateRefusal`, instead of being retried there),
+`attempts_before` (the agent's failures in the executions before, so the attempt and the
+retries go on from them), `jitter` (the seeded spread of each retry's delay, which the worker
+sets as the failure's `next_retry_delay`) and `budget` (`counted_retries`: the worker counts the
+agent's own failures and stops retrying; the server then sets no attempt limit). What comes
+back is an `AgentResult` (its data possibly a `ResultReference`), or a typed failure: a gate's,
+read here by `GATE_FAILURES`, or the agent's, with its attempt."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
