@@ -3,20 +3,27 @@ attributes registered, no deprecated auto-setup image; Prometheus scraping every
 metrics and Grafana provisioned with dashboards whose every query names an exported metric.
 Static checks only; no Docker needed."""
 
-import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import promql_parser
 import pytest
 import yaml
 
 from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG
 from coord.models.ops.metrics import METRICS, exported_names
 from coord.models.wire import contract
-from tests.test_metrics import SDK_METRICS
+from tests.dashboards import (
+    DASHBOARDS,
+    SDK_METRICS,
+    dashboards,
+    expressions,
+    metric_names,
+    panels,
+    sections,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -84,8 +91,6 @@ def test_server_dispatches_tasks_as_the_embedded_one() -> None:
 # --- Metrics: every worker's endpoint, Prometheus scraping them, Grafana provisioned ------------
 
 DEPLOY = ROOT / "deploy"
-DASHBOARDS = DEPLOY / "grafana" / "dashboards"
-PROVISIONING = DEPLOY / "grafana" / "provisioning"
 SEED_SECTIONS = {
     "Throughput (last hour)": {
         "Events published",
@@ -98,7 +103,6 @@ SEED_SECTIONS = {
     "Health": {"Average latency", "Consumer lag", "Breaker states"},
 }
 """The seed's event-system dashboard: its four sections and the panels each shows."""
-GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 
 
 def workers() -> dict[str, dict[str, Any]]:
@@ -118,52 +122,6 @@ def mounted(service: dict[str, Any], target: str) -> Path:
         if at == target:
             return ROOT / source
     raise AssertionError(f"nothing mounted at {target}")
-
-
-def dashboards() -> dict[str, dict[str, Any]]:
-    return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}
-
-
-def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    return [panel for panel in dashboard["panels"] if panel["type"] != "row"]
-
-
-def sections(dashboard: dict[str, Any]) -> dict[str, set[str]]:
-    """Each row's title -> the titles of the panels under it."""
-    found: dict[str, set[str]] = {}
-    row = ""
-    for panel in dashboard["panels"]:
-        if panel["type"] == "row":
-            row = panel["title"]
-            found[row] = set()
-        else:
-            found[row].add(panel["title"])
-    return found
-
-
-def expressions() -> list[str]:
-    return [
-        target["expr"]
-        for dashboard in dashboards().values()
-        for panel in panels(dashboard)
-        for target in panel["targets"]
-    ]
-
-
-def metric_names(expression: str) -> set[str]:
-    """The metrics a PromQL expression selects, parsed by a PromQL parser (Grafana's variables
-    replaced by what they stand for)."""
-    for variable, value in GRAFANA_VARIABLES.items():
-        expression = expression.replace(variable, value)
-    names: set[str | None] = set()
-
-    def selected(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector):
-            names.add(node.name)
-
-    promql_parser.walk(promql_parser.parse(expression), selected)
-    assert None not in names, f"a selector without a metric name: {expression}"
-    return {name for name in names if name is not None}
 
 
 def test_every_worker_serves_metrics_to_prometheus() -> None:
@@ -260,3 +218,14 @@ def test_a_query_naming_an_unexported_metric_is_caught() -> None:
     assert metric_names('sum(rate(coord_events_sent_total{topic="a"}[$__rate_interval]))') == {
         "coord_events_sent_total"
     }
+
+
+def test_prometheus_accepts_its_configuration() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("no promtool on PATH: `make test` installs Debian's prometheus when root")
+    config = DEPLOY / "prometheus" / "prometheus.yml"
+    checked = subprocess.run(
+        [promtool, "check", "config", str(config)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -7,8 +7,12 @@ catalogue is there with the values the scenario implies, beside the SDK's own.""
 
 import asyncio
 import contextlib
+import json
 import os
+import shutil
 import socket
+import subprocess
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -33,42 +37,14 @@ from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.demo import plan_run
 from tests.chat_server import chat_server, completion
 from tests.conftest import ROOT, feature_deployment
+from tests.dashboards import SDK_METRICS, expressions
 from tests.helpers import API, TEST_PLAN, WIREFRAME, approved, eventually, phase1, user_story
-from tests.workers import COORD, run, worker_process
+from tests.workers import COORD, run, stop_process_group, worker_process
 
 pytestmark = pytest.mark.slow
 
 EXAMPLES = ROOT / "examples"
 KEY_ENV = "COORD_TEST_METRICS_LLM_KEY"
-SDK_METRICS = frozenset(
-    {
-        "temporal_request",
-        "temporal_request_failure",
-        "temporal_request_latency_bucket",
-        "temporal_long_request",
-        "temporal_long_request_latency_bucket",
-        "temporal_workflow_completed",
-        "temporal_workflow_failed",
-        "temporal_workflow_endtoend_latency_bucket",
-        "temporal_workflow_task_schedule_to_start_latency_bucket",
-        "temporal_workflow_task_execution_latency_bucket",
-        "temporal_workflow_task_replay_latency_bucket",
-        "temporal_workflow_task_queue_poll_succeed",
-        "temporal_activity_execution_latency_bucket",
-        "temporal_activity_schedule_to_start_latency_bucket",
-        "temporal_activity_succeed_endtoend_latency_bucket",
-        "temporal_activity_execution_failed",
-        "temporal_activity_task_received",
-        "temporal_worker_task_slots_available",
-        "temporal_worker_task_slots_used",
-        "temporal_num_pollers",
-        "temporal_sticky_cache_size",
-        "temporal_sticky_cache_hit",
-    }
-)
-"""The SDK's series the Grafana dashboards query (tests/test_compose.py holds them to this
-list), each seen at a worker's endpoint after the scenario."""
-
 Series = dict[str, list[tuple[dict[str, str], float]]]
 """Series name -> (labels, value) of each sample."""
 
@@ -369,3 +345,68 @@ async def test_bad_metrics_options_are_refused_before_connecting(
 ) -> None:
     code, _, err = await run(COORD, "worker", *args, env={"TEMPORAL_ADDRESS": "127.0.0.1:9"})
     assert (code, err.strip()) == (1, f"error: {message}")
+
+
+@pytest.fixture(scope="module")
+async def prometheus(
+    endpoint: Endpoint, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    """A real Prometheus server scraping the scenario's worker every second, once it holds two
+    samples of its series."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("no prometheus on PATH: `make test` installs Debian's package when run as root")
+    folder = tmp_path_factory.mktemp("prometheus")
+    target = endpoint.url.removeprefix("http://").removesuffix("/metrics")
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "coord-worker", "static_configs": [{"targets": [target]}]}],
+    }
+    (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [
+        binary,
+        f"--config.file={folder / 'prometheus.yml'}",
+        f"--web.listen-address={url.removeprefix('http://')}",
+        f"--storage.tsdb.path={folder / 'data'}",
+    ]
+    with (folder / "prometheus.log").open("ab") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    try:
+
+        async def sampled_twice() -> bool:
+            assert process.poll() is None, (folder / "prometheus.log").read_text()
+            try:
+                answer = await asyncio.to_thread(
+                    query, url, "count_over_time(coord_sagas_total[1m]) >= 2"
+                )
+            except OSError:
+                return False
+            return bool(answer["data"]["result"])
+
+        await eventually(sampled_twice, timeout=60, interval=0.5)
+        yield url
+    finally:
+        stop_process_group(process)
+
+
+def query(prometheus: str, expression: str) -> dict[str, Any]:
+    address = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+    with urllib.request.urlopen(address, timeout=10) as answer:
+        result: dict[str, Any] = json.loads(answer.read())
+    return result
+
+
+async def test_every_dashboard_query_runs_on_prometheus_over_the_worker_s_series(
+    prometheus: str,
+) -> None:
+    """Each query of both Grafana dashboards, sent to a real Prometheus scraping the worker:
+    it parses and evaluates, and finds the series it is about (the names and labels it uses
+    are the worker's)."""
+    empty = []
+    for expression in expressions():
+        answer = await asyncio.to_thread(query, prometheus, expression)
+        assert answer["status"] == "success", (expression, answer)
+        if not answer["data"]["result"]:
+            empty.append(expression)
+    assert empty == []
