@@ -204,6 +204,7 @@ def test_every_query_names_only_metrics_the_worker_exports() -> None:
     """The catalogue's series, and the SDK's seen at a worker's endpoint (tests/test_metrics.py
     holds SDK_METRICS to what the endpoint shows)."""
     exported = exported_names() | SDK_METRICS
+    assert expressions()
     for expression in expressions():
         assert metric_names(expression) <= exported, expression
 

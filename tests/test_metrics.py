@@ -24,7 +24,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.client import Client
+from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
+from temporalio.worker import Replayer
 
+from coord.infra.payload_store import data_converter
 from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.ops.metrics import METRICS, exported_names
@@ -35,6 +38,7 @@ from coord.models.wire.specs import load_spec, read_document
 from coord.starter import api
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.demo import plan_run
+from coord.worker import WORKFLOWS, build_worker, default_registry
 from tests.chat_server import chat_server, completion
 from tests.conftest import ROOT, feature_deployment
 from tests.dashboards import SDK_METRICS, expressions
@@ -410,3 +414,32 @@ async def test_every_dashboard_query_runs_on_prometheus_over_the_worker_s_series
         if not answer["data"]["result"]:
             empty.append(expression)
     assert empty == []
+
+
+async def test_a_replay_records_nothing_again(dev_env: Any, task_queue: str) -> None:
+    """A saga run live on a worker whose runtime buffers its metrics records its facts; its
+    history replayed on that runtime (a worker restarting, or taking the run over) records
+    none of them again."""
+    buffer = MetricBuffer(10_000, MetricBufferDurationFormat.SECONDS)
+    runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
+    config = dev_env.client.service_client.config
+    client = await Client.connect(
+        config.target_host,
+        namespace=dev_env.client.namespace,
+        runtime=runtime,
+        data_converter=dev_env.client.data_converter,
+    )
+    async with build_worker(client, task_queue, default_registry(demo_agents=True)):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        assert (await api.saga_outcome(handle)).status == SagaStatus.COMPLETED
+
+    def recorded() -> list[str]:
+        return [
+            u.metric.name for u in buffer.retrieve_updates() if u.metric.name.startswith("coord_")
+        ]
+
+    assert "coord_sagas_total" in recorded()
+    history = await handle.fetch_history()
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter(), runtime=runtime)
+    await replayer.replay_workflow(history)
+    assert recorded() == []
