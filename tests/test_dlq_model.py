@@ -99,7 +99,7 @@ def test_a_replay_delivers_a_new_event_caused_by_the_parked_one() -> None:
     redelivery = model.redelivery(event)
     assert (redelivery.target_workflow, redelivery.target_agent) == ("chain-story-42", None)
     model.replay_ended(NOW, corrected=False, error=None, event_id=event.event.id)
-    assert model.status == "replayed" and model.closed
+    assert model.closed and model.entry.status == "replayed"
     [replay] = model.entry.replays
     assert (replay.outcome, replay.corrected) == (f"delivered as {event.event.id}", False)
 
