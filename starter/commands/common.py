@@ -8,8 +8,9 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -151,6 +152,44 @@ async def start_and_wait(
             task_queue=task_queue(),
             no_worker_timeout=no_worker_timeout,
         )
+
+
+@dataclass(frozen=True)
+class Starts(Generic[R]):
+    """What `coord KIND start` does for one kind of run: start it (`start_and_wait`) and, with
+    `--wait`, show how it ended (`show`, given `--json`), exiting `failed` unless it ended
+    well."""
+
+    kind: str
+    outcome: Callable[[WorkflowHandle[Any, R]], Awaitable[R]]
+    watch: Watch
+    show: Callable[[R, bool], None]
+    ended_well: Callable[[R], bool]
+    failed: ExitCode
+
+    async def start(
+        self,
+        name: str,
+        start: Callable[[Client], Awaitable[WorkflowHandle[Any, R]]],
+        *,
+        wait: bool,
+        as_json: bool,
+        no_worker_timeout: float,
+    ) -> None:
+        outcome = await start_and_wait(
+            self.kind,
+            name,
+            start,
+            self.outcome,
+            self.watch,
+            wait=wait,
+            no_worker_timeout=no_worker_timeout,
+        )
+        if outcome is None:
+            return
+        self.show(outcome, as_json)
+        if not self.ended_well(outcome):
+            raise typer.Exit(self.failed)
 
 
 def echo_json(record: BaseModel, *, one_line: bool = False) -> None:
