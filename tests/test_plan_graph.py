@@ -1,8 +1,18 @@
 """A plan's task graph (`PlanGraph`): waves of tasks whose dependencies have succeeded, the
 states around a task's run, failure isolation and `fail_fast`; without a server."""
 
+from datetime import timedelta
+
 from coord.models.events.envelope import Priority
-from coord.models.plan.spec import TaskError, TaskState
+from coord.models.plan.spec import (
+    TIMEOUT_DECIDER,
+    ApprovalDecision,
+    ApprovalGate,
+    ReviewRound,
+    TaskError,
+    TaskState,
+)
+from coord.models.wire.contract import FailureType
 from tests.test_plan_model import T0, T1, model, started, succeed
 
 FAILED = TaskError(type="x", message="y")
@@ -68,3 +78,27 @@ def test_a_tasks_standing_for_a_slot_is_its_priority_then_its_place() -> None:
     assert plan.graph.standing("b") == (Priority.CRITICAL, 1)
     assert plan.graph.standing("a") == (Priority.NORMAL, 0)
     assert plan.graph.standing("not-a-task") == (Priority.LOW, 2)
+
+
+def test_an_approval_ends_approved_or_rejected_and_no_decision_in_time_is_a_rejection() -> None:
+    plan = model({"id": "a", "approval": {"timeout": "1h"}}, {"id": "b", "approval": {}})
+    started(plan)
+    gate = ApprovalGate(timeout=timedelta(hours=1))
+    plan.record("a").approval = ApprovalDecision(approved=True, by="alice", at=T0)
+    assert plan.graph.approval_ended("a", gate, T1)
+    assert not plan.graph.approval_ended("b", gate, T1)
+    decided = plan.record("b").approval
+    assert decided is not None and decided.by == TIMEOUT_DECIDER
+    error = plan.record("b").error
+    assert error is not None and error.type == FailureType.APPROVAL_REJECTED
+    assert plan.record("b").state == TaskState.ERROR
+
+
+def test_a_review_round_is_recorded_and_a_reviewer_without_a_verdict_ends_the_task() -> None:
+    plan = model({"id": "a"}, {"id": "b", "depends_on": ["a"]})
+    started(plan)
+    round_ = ReviewRound(kind="verify", round=1, verdicts=[], at=T1)
+    assert plan.graph.task_reviewed("a", round_, None, T1)
+    assert not plan.graph.task_reviewed("a", round_, FAILED, T1)
+    assert plan.record("a").reviews == [round_, round_]
+    assert (plan.record("a").state, plan.record("b").state) == (TaskState.ERROR, TaskState.SKIPPED)

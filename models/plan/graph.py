@@ -11,11 +11,14 @@ from datetime import datetime
 from pydantic import BaseModel, PrivateAttr
 
 from coord.models.events.envelope import Priority
+from coord.models.plan.gates import rejection, timed_out
 from coord.models.plan.records import TaskBook
 from coord.models.plan.spec import (
     ENDED_TASK_STATES,
+    ApprovalGate,
     PlanSpec,
     PlanTask,
+    ReviewRound,
     TaskError,
     TaskState,
 )
@@ -91,6 +94,18 @@ class PlanGraph(BaseModel):
         """Its dependencies succeeded; a person must approve it before it asks for a slot."""
         self._book.transition(task_id, TaskState.AWAITING_APPROVAL, now)
 
+    def approval_ended(self, task_id: str, gate: ApprovalGate, now: datetime) -> bool:
+        """The wait for a person ended, with a decision or at the gate's timeout (a decision
+        that landed with the timer still counts): True when approved; else the task ends in
+        error (`approval_rejected`)."""
+        record = self._book.record(task_id)
+        if record.approval is None:
+            record.approval = timed_out(gate, now)
+        if record.approval.approved:
+            return True
+        self.task_error(task_id, now, rejection(record.approval))
+        return False
+
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
         self._book.transition(task_id, TaskState.READY, now)
@@ -102,6 +117,18 @@ class PlanGraph(BaseModel):
             return False
         self._book.transition(task_id, TaskState.REVIEWING, now)
         return True
+
+    def task_reviewed(
+        self, task_id: str, review: ReviewRound, failed: TaskError | None, now: datetime
+    ) -> bool:
+        """A review or verification round of the task, in its record; a reviewer that gave no
+        verdict (`failed`: its run failed for good, or its answer was not one) ends the task in
+        error, as a fix cannot mend a reviewer. True when the task goes on."""
+        self._book.record(task_id).reviews.append(review)
+        if failed is None:
+            return True
+        self.task_error(task_id, now, failed)
+        return False
 
     def task_succeeded(self, task_id: str, now: datetime) -> None:
         """The task is done: its dependents whose dependencies have all succeeded may start."""

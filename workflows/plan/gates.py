@@ -31,10 +31,8 @@ with workflow.unsafe.imports_passed_through():
         next_gate_step,
         parse_verdict,
         refuse,
-        rejection,
         review_round,
         reviewer_inputs,
-        timed_out,
         verdict_problem,
         verification_round,
     )
@@ -86,12 +84,7 @@ class GatedTaskRun(TaskRun):
             )
         if record.approval is None and self.model.decisions.deciding(self.task.id):
             await self._decision_checked(record)
-        if record.approval is None:  # a decision landing with the timer still counts
-            record.approval = timed_out(gate, workflow.now())
-        if record.approval.approved:
-            return True
-        self.model.graph.task_error(self.task.id, workflow.now(), rejection(record.approval))
-        return False
+        return self.model.graph.approval_ended(self.task.id, gate, workflow.now())
 
     async def _decision_checked(self, record: TaskRecord) -> None:
         """The timer fired while a decision accepted before it was being checked (who called):
@@ -127,13 +120,10 @@ class GatedTaskRun(TaskRun):
                 [self._review(verifier, None, step.round) for verifier in step.verifiers]
             )
             round_ = verification_round(step, [verdict for verdict, _ in outcomes], workflow.now())
-        self.model.record(self.task.id).reviews.append(round_)
+        failed = next((error for _, error in outcomes if error is not None), None)
+        goes_on = self.model.graph.task_reviewed(self.task.id, round_, failed, workflow.now())
         self.changed()
-        reviewer_failed = next((error for _, error in outcomes if error is not None), None)
-        if reviewer_failed is not None:
-            self.model.graph.task_error(self.task.id, workflow.now(), reviewer_failed)
-            return False
-        return True
+        return goes_on
 
     def _reviewing(self) -> None:
         if self.model.graph.task_reviewing(self.task.id, workflow.now()):
