@@ -53,10 +53,12 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
 
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
-    failed run carries it in its failure, a cancelled one in its memo."""
+    failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
+    that kept neither (cancelled before sagas kept their record in the memo, or terminated)
+    answers its `state` query, replayed by a worker."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
-    except WorkflowFailureError:  # a failure that carries no record, and none kept
+    except WorkflowFailureError:
         return await handle.query(Saga.state)
 
 

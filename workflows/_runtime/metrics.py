@@ -45,6 +45,11 @@ def event_consumed(envelope: EventEnvelope) -> None:
     _record(catalogue.EVENT_LATENCY, waited.total_seconds(), topic=envelope.routing.topic or NONE)
 
 
+def events_consumed(envelopes: Iterable[EventEnvelope]) -> None:
+    for envelope in envelopes:
+        event_consumed(envelope)
+
+
 def agent_events_published(
     agent: str, on_success: Sequence[str], result: AgentResult, refused: Collection[str]
 ) -> None:
@@ -115,6 +120,7 @@ def dead_letter_parked(entry: DlqEntry) -> None:
     _record(counter, **labels)
 
 
-def dead_letter_replayed(entry: DlqEntry, delivered: bool) -> None:
-    outcome = "delivered" if delivered else "not_delivered"
+def dead_letter_replayed(entry: DlqEntry) -> None:
+    """A replay ended: delivered (the entry is `replayed`), or not (parked again)."""
+    outcome = "delivered" if entry.status == "replayed" else "not_delivered"
     _record(catalogue.DLQ_REPLAYED, failure_type=entry.failure_type, outcome=outcome)
