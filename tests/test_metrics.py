@@ -43,7 +43,7 @@ from tests.chat_server import chat_server, completion
 from tests.conftest import ROOT, feature_deployment
 from tests.dashboards import SDK_METRICS, expressions
 from tests.helpers import API, TEST_PLAN, WIREFRAME, approved, eventually, phase1, user_story
-from tests.workers import COORD, run, stop_process_group, worker_process
+from tests.workers import COORD, run, server_env, stop_process_group, worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +56,8 @@ Series = dict[str, list[tuple[dict[str, str], float]]]
 @dataclass(frozen=True)
 class Endpoint:
     url: str
+    queue: str
+    """The coordinator queue of the worker serving it."""
 
     def scrape(self) -> Series:
         with urllib.request.urlopen(self.url, timeout=10) as answer:
@@ -195,7 +197,7 @@ async def endpoint(
                 plan_through_a_review_round(client, queue),
                 vote_with_an_llm_voter(client, queue),
             )
-            yield Endpoint(f"http://127.0.0.1:{port}/metrics")
+            yield Endpoint(f"http://127.0.0.1:{port}/metrics", queue)
     del os.environ[KEY_ENV]
 
 
@@ -443,3 +445,20 @@ async def test_a_replay_records_nothing_again(dev_env: Any, task_queue: str) -> 
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter(), runtime=runtime)
     await replayer.replay_workflow(history)
     assert recorded() == []
+
+
+async def test_coord_dashboard_reads_the_worker_s_endpoint(
+    endpoint: Endpoint, dev_env: Any
+) -> None:
+    """`coord dashboard --once` on the worker's endpoint shows the scenario's figures: each
+    worker's totals since it started."""
+    series = endpoint.scrape()
+    published = total(series, "coord_events_published_total")
+    reviews = total(series, "coord_events_published_total", topic="project.reviews")
+    env = {**server_env(dev_env, endpoint.queue), "COORD_METRICS_ENDPOINTS": endpoint.url}
+    code, out, err = await run(COORD, "dashboard", "--once", env=env)
+    assert code == 0, err
+    lines = [line.strip(" │") for line in out.splitlines()]
+    [shown] = [line for line in lines if line.startswith("Events Published:")]
+    assert shown.endswith(f" {published:.0f}"), out
+    assert any(line.startswith(f"project.reviews | {reviews:.0f} ") for line in lines), out
