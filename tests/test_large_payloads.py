@@ -29,7 +29,7 @@ from coord.infra.payload_store import (
     data_converter,
 )
 from coord.models.aggregator.spec import AggregatorStatus
-from coord.models.chain.model import TIMELINE_WINDOW
+from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainStatus
 from coord.models.events.envelope import EventEnvelope
 from coord.starter import api
