@@ -110,7 +110,7 @@ def take(model: ChainModel, envelope: EventEnvelope) -> str:
     in. Says what became of it: recorded, duplicate or rejected."""
     assert not model.intake.waiting(), "the event taken is the one given"
     before = model.record.state.model_copy()
-    model.intake.receive(envelope)
+    model.receive(envelope)
     model.take_next(TaskShare(), decode)
     state = model.record.state
     if state.events_seen > before.events_seen:

@@ -2,7 +2,9 @@
 the joins it completes, and the alert policy it pauses or resumes the chain by. A dead letter
 replayed (`rerun`) names its subscription instead."""
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from coord.models.chain.boundary import Rejection
 from coord.models.chain.intake import ChainIntake
@@ -19,6 +21,16 @@ from coord.models.chain.spec import (
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.filters import evaluate
 from coord.models.wire.contract import FailureType
+
+
+@dataclass(frozen=True)
+class Fired:
+    """A subscription an event completed the join of: its run's causes (the join's events, in
+    order) and inputs (each event's payload by type)."""
+
+    subscription: Subscription
+    causes: list[str]
+    inputs: dict[str, Any]
 
 
 class ChainMatching:
@@ -38,9 +50,10 @@ class ChainMatching:
         self._intake = intake
         self._runs = runs
 
-    def match(self, envelope: EventEnvelope, now: datetime) -> None:
-        """Offers a recorded event to each subscription it fits; a join it completes queues a
-        run of the subscription's agent."""
+    def match(self, envelope: EventEnvelope, now: datetime) -> list[Fired]:
+        """Offers a recorded event to each subscription it fits: the joins it completes, each
+        a run of the subscription's agent to queue, in the spec's order."""
+        fired = []
         for subscription in self._spec.subscriptions:
             if self._subscribed(subscription, envelope):
                 join = self._record.joins[subscription.name]
@@ -48,7 +61,8 @@ class ChainMatching:
                 if join.satisfied:
                     inputs = join.inputs()
                     causes = [arrival.event_id for arrival in join.fire()]
-                    self._runs.enqueue(subscription, envelope, causes, inputs=inputs)
+                    fired.append(Fired(subscription, causes, inputs))
+        return fired
 
     def apply_alerts(self, envelope: EventEnvelope, *, resolutions_never_pause: bool) -> bool:
         """Pauses new agent work on an alert, resumes it on its resolution; returns whether the

@@ -12,7 +12,14 @@ from coord.models.chain.boundary import (
     RunContext,
     StatusChanged,
 )
-from coord.models.chain.intake import SEEN_WINDOW, ChainIntake, Decode, TaskShare, timeline_window
+from coord.models.chain.intake import (
+    SEEN_WINDOW,
+    Arrival,
+    ChainIntake,
+    Decode,
+    TaskShare,
+    timeline_window,
+)
 from coord.models.chain.matching import ChainMatching
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.pacing import ChainPacing
@@ -54,6 +61,10 @@ class ChainModel:
         self._context = context
         self._signals_per_run = chain_input.signals_per_run
 
+    def receive(self, arrival: Arrival) -> None:
+        """An `event` signal's event, handed over once: it enters the intake's queue."""
+        self.intake.receive(arrival)
+
     def take_next(self, share: TaskShare, decode: Decode) -> bool:
         """Takes the next waiting event in, within the workflow task's share: recorded (then
         forwarded, its alerts applied, matched) or rejected; what that decides waits in the
@@ -88,7 +99,8 @@ class ChainModel:
             notices = self._forward(envelope)
             if self.matching.apply_alerts(envelope, resolutions_never_pause=notices):
                 self.outbox.put(StatusChanged(self.status_attributes()))
-            self.matching.match(envelope, self._context.now())
+            for fired in self.matching.match(envelope, self._context.now()):
+                self.runs.enqueue(fired.subscription, envelope, fired.causes, inputs=fired.inputs)
 
     def _forward(self, envelope: EventEnvelope) -> bool:
         """Listeners get the events the chain records as `chain_event` (events they listen to,

@@ -181,9 +181,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         text = json_text(raw)
         closing = self._model.record.closing
         if text is not None and not closing and workflow.patched(DECODE_IN_TASK_PATCH):
-            self._model.intake.receive(text)
+            self._model.receive(text)
         else:
-            self._model.intake.receive(decoded(EventEnvelope, raw, "event"))
+            self._model.receive(decoded(EventEnvelope, raw, "event"))
         self._outbound.flush()
 
     @workflow.signal(name=RERUN_SIGNAL)
