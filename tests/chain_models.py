@@ -19,13 +19,15 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 @dataclass
 class FixedRun:
     """The model's `RunContext` in a test: `at`, a history `length` long, and the patches the
-    run was recorded `before` (all others are in); every patch asked is noted in `asked`."""
+    run was recorded `before` (all others are in); every patch asked is noted in `asked`, every
+    signal text decoded in `decoded`."""
 
     at: datetime = NOW
     length: int = 10
     suggested: bool = False
     before: set[str] = field(default_factory=set)
     asked: list[str] = field(default_factory=list)
+    decoded: list[str] = field(default_factory=list)
 
     def now(self) -> datetime:
         return self.at
@@ -39,6 +41,14 @@ class FixedRun:
     def patched(self, patch: str) -> bool:
         self.asked.append(patch)
         return patch not in self.before
+
+    def decode(self, text: str) -> EventEnvelope | Undecodable:
+        """What the workflow's decoding gives (its reason worded apart)."""
+        self.decoded.append(text)
+        try:
+            return EventEnvelope.model_validate_json(text)
+        except ValueError as error:
+            return Undecodable(f"event: {error.__class__.__name__}", text)
 
 
 def spec(**overrides: Any) -> ChainSpec:
@@ -97,21 +107,13 @@ def event(
     )
 
 
-def decode(text: str) -> EventEnvelope | Undecodable:
-    """What the workflow's decoding gives for a signal's JSON text."""
-    try:
-        return EventEnvelope.model_validate_json(text)
-    except ValueError as error:
-        return Undecodable(f"event: {error.__class__.__name__}", text)
-
-
 def take(model: ChainModel, envelope: EventEnvelope) -> str:
     """An event handed to the model as the workflow hands it one: into the queue, then taken
     in. Says what became of it: recorded, duplicate or rejected."""
     assert not model.intake.waiting(), "the event taken is the one given"
     before = model.record.state.model_copy()
     model.receive(envelope)
-    model.take_next(TaskShare(), decode)
+    model.take_next(TaskShare())
     state = model.record.state
     if state.events_seen > before.events_seen:
         return "recorded"

@@ -3,13 +3,11 @@ of it a workflow task takes, admission, rejection and parking, the timeline's wi
 
 from coord.models.chain.boundary import ParkDetails, Parking, Rejection
 from coord.models.chain.intake import EVENTS_PER_TASK, SEEN_WINDOW, TIMELINE_WINDOW, TaskShare
-from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.models.wire.versions import FLOOD_PATCH, LIFECYCLE_NOTICES_PATCH
 from tests.chain_models import (
     FixedRun,
     accounted,
-    decode,
     event,
     new_model,
     parkings,
@@ -21,26 +19,18 @@ def test_the_chains_own_events_are_taken_before_signals_still_to_decode() -> Non
     """One queue, two lanes: what is decoded already (an agent run's publication, an event
     signalled in another encoding) is taken first, then the texts, each decoded only when a
     workflow task takes it."""
-    model = new_model(terminal_event=None)
+    run = FixedRun()
+    model = new_model(run, terminal_event=None)
     texts = [event("Unrelated", n=n).model_dump_json() for n in range(2)]
     for text in texts:
-        model.intake.receive(text)
-    published = event("Approved")
-    model.intake.publish(published, [])
-    decoded: list[str] = []
-
-    def counting(text: str) -> EventEnvelope:
-        decoded.append(text)
-        envelope = decode(text)
-        assert isinstance(envelope, EventEnvelope)
-        return envelope
-
+        model.receive(text)
+    model.intake.publish(event("Approved"), [])
     share = TaskShare()
-    assert model.take_next(share, counting) and decoded == []
+    assert model.take_next(share) and run.decoded == []
     assert [row.event for row in model.record.timeline] == ["Approved"]
-    while model.take_next(share, counting):
+    while model.take_next(share):
         pass
-    assert decoded == texts and not model.intake.waiting()
+    assert run.decoded == texts and not model.intake.waiting()
     assert [row.payload.get("n") for row in model.record.timeline[1:]] == [0, 1]
 
 
@@ -49,7 +39,7 @@ def test_a_workflow_task_takes_a_bounded_share_and_leaves_the_rest_waiting() -> 
     for _ in range(EVENTS_PER_TASK + 5):
         model.intake.receive(event("Unrelated").model_dump_json())
     share = TaskShare()
-    while model.take_next(share, decode):
+    while model.take_next(share):
         pass
     assert share.more and share.taken == EVENTS_PER_TASK
     assert len(model.record.arrivals) == 5
@@ -57,7 +47,7 @@ def test_a_workflow_task_takes_a_bounded_share_and_leaves_the_rest_waiting() -> 
     for _ in range(4):
         model.intake.publish(event("Unrelated", blob=big), [])
     share = TaskShare()
-    while model.take_next(share, decode):
+    while model.take_next(share):
         pass
     assert share.more and share.taken == 2, "two halves of the byte budget fill it"
 
@@ -68,7 +58,7 @@ def test_a_run_recorded_before_the_flood_guard_takes_everything_at_once() -> Non
     for _ in range(EVENTS_PER_TASK + 5):
         model.intake.receive(event("Unrelated").model_dump_json())
     share = TaskShare()
-    while model.take_next(share, decode):
+    while model.take_next(share):
         pass
     assert not share.more and not model.intake.waiting()
     assert run.asked.count(FLOOD_PATCH) == 5, "asked only once the share is spent, as before"
@@ -77,7 +67,7 @@ def test_a_run_recorded_before_the_flood_guard_takes_everything_at_once() -> Non
 def test_a_signal_that_does_not_decode_is_rejected_and_parked_with_what_it_carried() -> None:
     model = new_model()
     model.intake.receive("{not json")
-    assert model.take_next(TaskShare(), decode)
+    assert model.take_next(TaskShare())
     [letter] = parkings(model.outbox.take())
     assert letter.failure_type == "invalid_envelope"
     assert letter.details == ParkDetails(event=None, raw="{not json", causation_depth=None)
@@ -104,7 +94,7 @@ def test_events_waiting_when_the_chain_ends_are_all_parked_in_order() -> None:
     model.intake.receive(second.model_dump_json())
     model.intake.receive("{not json")
     model.intake.publish(first, [])
-    model.intake.refuse_waiting(decode)
+    model.intake.refuse_waiting()
     letters = parkings(model.outbox.take())
     assert [letter.failure_type for letter in letters] == [
         "invalid_envelope",

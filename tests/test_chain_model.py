@@ -13,7 +13,6 @@ from tests.chain_models import (
     WORKFLOW_ID,
     FixedRun,
     accounted,
-    decode,
     event,
     new_model,
     take,
@@ -31,16 +30,16 @@ def test_each_event_is_handed_over_once_and_its_sends_come_out_in_decided_order(
     for envelope in (foreign, alert):
         model.intake.receive(envelope.model_dump_json())
     share = TaskShare()
-    assert model.take_next(share, decode)
+    assert model.take_next(share)
     [parked] = model.outbox.take()
     assert isinstance(parked, Parking) and parked.failure_type == "foreign_correlation"
     assert run.asked == [], "no patch asked for a rejection that is no notice"
-    assert model.take_next(share, decode)
+    assert model.take_next(share)
     forward, status = model.outbox.take()
     assert isinstance(forward, Forward) and forward.listeners == ("agg-1",)
     assert isinstance(status, StatusChanged) and "paused" in status.attributes.values()
     assert run.asked == [LIFECYCLE_NOTICES_PATCH]
-    assert not model.take_next(share, decode) and not share.more
+    assert not model.take_next(share) and not share.more
     assert FLOOD_PATCH not in run.asked, "nothing due: the flood guard's patch is not asked"
     assert accounted(model)
 

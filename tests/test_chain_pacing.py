@@ -9,7 +9,7 @@ from coord.models.chain.model import ChainModel
 from coord.models.chain.pacing import HELD_UP_AFTER, HOLDING_BUDGETS, MIN_WAKE, RUN_HISTORY_BUDGET
 from coord.models.chain.spec import ChainInput
 from coord.models.wire.versions import FLOOD_PATCH
-from tests.chain_models import NOW, WORKFLOW_ID, FixedRun, decode, event, spec, take
+from tests.chain_models import NOW, WORKFLOW_ID, FixedRun, event, spec, take
 
 
 def paced(run: FixedRun, signals_per_run: int = 10_000) -> ChainModel:
@@ -51,7 +51,7 @@ def test_past_twice_its_budget_a_run_holds_new_events_for_the_next() -> None:
     model = paced(run)
     model.intake.receive(event("Approved"))
     assert model.pacing.holding_events()
-    assert not model.take_next(TaskShare(), decode)
+    assert not model.take_next(TaskShare())
     assert model.record.inbox, "the event waits, carried to the next run"
     assert model.pacing.continue_as_new_now(outbound=0)
     run.length -= 1

@@ -1,9 +1,10 @@
 """What crosses between a chain's model and its workflow, both ways.
 
 In: `RunContext`, what the model reads of the run it is in (the workflow's clock, its history's
-length, the versions it was recorded with). The model asks exactly where a decision needs it, as
-the workflow would: a patch is looked up the first time a decision depends on it, which is where
-its marker goes in the history, so a run replays as it was recorded.
+length, the versions it was recorded with, its payload converter for the signals it decodes
+late). The model asks exactly where a decision needs it, as the workflow would: a patch is looked
+up the first time a decision depends on it, which is where its marker goes in the history, so a
+run replays as it was recorded.
 
 Out: the `Outbox`, what the model decided to send (parkings, forwards to listeners, its status
 for the UI's search attributes), in the order it decided. The workflow takes and sends it after
@@ -18,9 +19,18 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.contract import SearchValues
 
 
+@dataclass(frozen=True)
+class Undecodable:
+    """A signal's event that did not decode or validate: why, and what it carried (as the
+    dead-letter queue records it)."""
+
+    reason: str
+    raw: Any
+
+
 class RunContext(Protocol):
     """The workflow's side of what the model reads (`workflow.now()`, `workflow.info()`,
-    `workflow.patched()`); a test gives fixed values."""
+    `workflow.patched()`, the payload converter); a test gives fixed values."""
 
     def now(self) -> datetime: ...
 
@@ -29,6 +39,9 @@ class RunContext(Protocol):
     def continue_as_new_suggested(self) -> bool: ...
 
     def patched(self, patch: str) -> bool: ...
+
+    def decode(self, text: str) -> EventEnvelope | Undecodable:
+        """An `event` signal's envelope from the JSON text it carried."""
 
 
 @dataclass(frozen=True)
@@ -39,15 +52,6 @@ class Rejection:
     reason: str
     depth: int | None = None
     """The event's causation depth, kept so what its parking causes counts from there."""
-
-
-@dataclass(frozen=True)
-class Undecodable:
-    """A signal's event that did not decode or validate: why, and what it carried (as the
-    dead-letter queue records it)."""
-
-    reason: str
-    raw: Any
 
 
 class ParkDetails(TypedDict, total=False):

@@ -8,7 +8,6 @@ before took them. Each taken event is admitted (deduplicated, its correlation an
 depth checked) and recorded in the timeline, or rejected: counted, kept in a window and parked.
 Both lanes are part of the record, so what waits is carried across continue-as-new."""
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -42,7 +41,6 @@ past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."
 Admission = Literal["recorded", "duplicate"]
 Arrival = str | EventEnvelope | Undecodable
 """A signal's event as it enters the queue: its JSON text, or what decoding it gave."""
-Decode = Callable[[str], EventEnvelope | Undecodable]
 
 
 @dataclass
@@ -96,23 +94,23 @@ class ChainIntake:
         """Events wait to be taken: decoded, or signals not decoded yet."""
         return bool(self._record.inbox or self._record.arrivals)
 
-    def take(self, share: TaskShare, decode: Decode) -> EventEnvelope | None:
+    def take(self, share: TaskShare) -> EventEnvelope | None:
         """The next waiting event, counted in the task's share; None for a signal that did not
         decode (rejected)."""
         share.taken += 1
         if self._record.inbox:
             envelope: EventEnvelope | None = self._record.inbox.pop(0)
         else:
-            envelope = self._decoded(decode(self._record.arrivals.pop(0)))
+            envelope = self._decoded(self._context.decode(self._record.arrivals.pop(0)))
         if envelope is not None:
             share.budget.spend(json_size(envelope.payload))
         return envelope
 
-    def refuse_waiting(self, decode: Decode) -> None:
+    def refuse_waiting(self) -> None:
         """Every waiting event of a chain that has ended is rejected and parked, never dropped
         (the signals still to decode are decoded first)."""
         arrivals, self._record.arrivals = self._record.arrivals, []
-        decoded = [self._decoded(decode(text)) for text in arrivals]
+        decoded = [self._decoded(self._context.decode(text)) for text in arrivals]
         waiting = [*self._record.inbox, *(e for e in decoded if e is not None)]
         self._record.inbox.clear()
         for envelope in waiting:

@@ -16,7 +16,6 @@ from coord.models.chain.intake import (
     SEEN_WINDOW,
     Arrival,
     ChainIntake,
-    Decode,
     TaskShare,
     timeline_window,
 )
@@ -65,7 +64,7 @@ class ChainModel:
         """An `event` signal's event, handed over once: it enters the intake's queue."""
         self.intake.receive(arrival)
 
-    def take_next(self, share: TaskShare, decode: Decode) -> bool:
+    def take_next(self, share: TaskShare) -> bool:
         """Takes the next waiting event in, within the workflow task's share: recorded (then
         forwarded, its alerts applied, matched) or rejected; what that decides waits in the
         outbox. False when none is taken: none waits, events are held back for the next run,
@@ -75,7 +74,7 @@ class ChainModel:
         if share.full() and self._context.patched(FLOOD_PATCH):
             share.more = True
             return False
-        envelope = self.intake.take(share, decode)
+        envelope = self.intake.take(share)
         if envelope is not None:
             self._handle(envelope)
         return True

@@ -33,7 +33,6 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
@@ -67,9 +66,15 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_PATCH,
     )
     from coord.workflows._runtime.arguments import SurplusStartArguments
-    from coord.workflows._runtime.common import NO_INPUT, InvalidInput, PlainInput, decode_input
+    from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
-    from coord.workflows.chain.outbound import Outbound, WorkflowRun, park_letter
+    from coord.workflows.chain.boundary import (
+        Outbound,
+        WorkflowRun,
+        decoded,
+        json_text,
+        park_letter,
+    )
     from coord.workflows.chain.runner import ChainRunner
 
 M = TypeVar("M", bound=BaseModel)
@@ -146,7 +151,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         """Hands the waiting events to the model, a workflow task's share, one at a time, each
         one's sends sent before the next is taken; True when some are left for the next task."""
         share = TaskShare()
-        while self._model.take_next(share, decode_event):
+        while self._model.take_next(share):
             self._outbound.flush()
         return share.more
 
@@ -166,7 +171,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             return
         await workflow.wait_condition(self._quiet)
         while self._model.intake.waiting():
-            self._model.intake.refuse_waiting(decode_event)
+            self._model.intake.refuse_waiting()
             self._outbound.flush()
             await workflow.wait_condition(self._quiet)
 
@@ -241,35 +246,3 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._model.intake.reject(Rejection(invalid, value.reason), raw=value.raw)
             return None
         return value
-
-
-def decoded(model: type[M], raw: RawValue, source: str) -> M | Undecodable:
-    """`model` from a signal's raw argument, or why it is not one and what it carried."""
-    try:
-        return decode_input(model, raw, source)
-    except InvalidInput as error:
-        return Undecodable(str(error), error.raw)
-
-
-def decode_event(text: str) -> EventEnvelope | Undecodable:
-    """An `event` signal's envelope from its JSON text, as the signal carried it."""
-    return decoded(EventEnvelope, json_signal(text), "event")
-
-
-JSON_PLAIN = {"encoding": b"json/plain"}
-
-
-def json_text(signal: RawValue) -> str | None:
-    """The JSON text a signal carried, when it is plain JSON and nothing else (no surplus
-    arguments folded in, no other encoding)."""
-    if dict(signal.payload.metadata) != JSON_PLAIN:
-        return None
-    try:
-        return signal.payload.data.decode()
-    except UnicodeDecodeError:
-        return None
-
-
-def json_signal(text: str) -> RawValue:
-    """A signal taken as JSON text, as it arrived."""
-    return RawValue(Payload(metadata=JSON_PLAIN, data=text.encode()))

@@ -1,25 +1,58 @@
 """The chain's Temporal side of its model's boundary (`coord.models.chain.boundary`): what the
-model reads of its run (`WorkflowRun`), and the sending of what it decides (`Outbound`)."""
+model reads of its run (`WorkflowRun`), how signals' arguments are decoded (`decoded`), and the
+sending of what the model decides (`Outbound`)."""
 
 import asyncio
 from collections.abc import Coroutine
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.chain.boundary import Forward, Parking, Send
+    from coord.models.chain.boundary import Forward, Parking, Send, Undecodable
     from coord.models.chain.model import ChainModel
     from coord.models.events.envelope import EventEnvelope
     from coord.models.wire.sizes import json_size
     from coord.models.wire.versions import CHAIN_FAN_OUT_PATCH, SETTLE_PATCH
-    from coord.workflows._runtime.common import park, signal_if_running, upsert_search_attributes
+    from coord.workflows._runtime.common import (
+        InvalidInput,
+        decode_input,
+        park,
+        signal_if_running,
+        upsert_search_attributes,
+    )
     from coord.workflows._runtime.fan_out import FanOut
+
+M = TypeVar("M", bound=BaseModel)
+JSON_PLAIN = {"encoding": b"json/plain"}
+
+
+def decoded(model: type[M], raw: RawValue, source: str) -> M | Undecodable:
+    """`model` from a signal's raw argument, or why it is not one and what it carried."""
+    try:
+        return decode_input(model, raw, source)
+    except InvalidInput as error:
+        return Undecodable(str(error), error.raw)
+
+
+def json_text(signal: RawValue) -> str | None:
+    """The JSON text a signal carried, when it is plain JSON and nothing else (no surplus
+    arguments folded in, no other encoding)."""
+    if dict(signal.payload.metadata) != JSON_PLAIN:
+        return None
+    try:
+        return signal.payload.data.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 class WorkflowRun:
-    """The model's `RunContext` in a workflow: its clock, history and recorded versions."""
+    """The model's `RunContext` in a workflow: its clock, history, recorded versions and payload
+    converter."""
 
     def now(self) -> datetime:
         return workflow.now()
@@ -32,6 +65,12 @@ class WorkflowRun:
 
     def patched(self, patch: str) -> bool:
         return workflow.patched(patch)
+
+    def decode(self, text: str) -> EventEnvelope | Undecodable:
+        """As the signal would have been decoded when it came: the same converter, the text as
+        the signal carried it."""
+        signal = RawValue(Payload(metadata=JSON_PLAIN, data=text.encode()))
+        return decoded(EventEnvelope, signal, "event")
 
 
 async def park_letter(letter: Parking) -> None:
