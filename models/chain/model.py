@@ -91,6 +91,8 @@ class ChainModel:
         )
 
     def _handle(self, envelope: EventEnvelope) -> None:
+        """One event taken in: rejected (parked), a duplicate (counted), or recorded, then
+        forwarded, its alert applied and the runs it completes queued."""
         admission = self.intake.admit(envelope)
         if isinstance(admission, Rejection):
             self.intake.reject(admission, envelope=envelope)
