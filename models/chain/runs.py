@@ -4,7 +4,8 @@ continue-as-new until their outcome comes back by signal), ended. What each stag
 parks is `RunOutcomes`'; what a run is sent with (its agent's request, its vote) is here.
 
 `ChainRuns` answers the run lifecycle every pattern's model answers (`RunLifecycle`), keyed by
-the run's queue number; a result is an agent's, or a vote's record."""
+the run's queue number; a result is an agent's, or a vote's record. A chain keeps no times of
+its runs: the lifecycle's `now` goes unused here."""
 
 import hashlib
 import heapq
