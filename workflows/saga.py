@@ -7,6 +7,7 @@ pivot step succeeds there is no way back: the remaining steps are retried forwar
 """
 
 import asyncio
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.config import AgentConfig
     from coord.models.mesh.runs import RunDetour, kept
+    from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.spec import (
         CancelEffect,
         CompensationOutcome,
@@ -385,6 +387,8 @@ class Saga:
             idempotency_key=idempotency_key,
             inputs=inputs,
         )
+        budget = self._spec.budget if self._spec else None
+        settings = replace(settings, tokens=TokenMeter(self._state.tokens, budget))
         return start_agent_run(request, settings, partial(self._detoured, step))
 
     def _detoured(self, step: str, detour: RunDetour, assignment: Assignment | None) -> None:

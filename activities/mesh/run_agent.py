@@ -119,6 +119,7 @@ class AgentActivities:
             idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
             inputs=await self._results.resolved(request.inputs),
             reporter=ProgressReporter(_heartbeat_from_any_thread()),
+            tokens=request.tokens,
         )
 
 
