@@ -9,12 +9,9 @@ without calling the model, when the smaller of that budget and its own declarati
 left (`refusal`). Pure: the workflows and the worker both import it."""
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-if TYPE_CHECKING:
-    from coord.models.mesh.agents import AgentResult
 
 MAX_TOKENS = 10**15
 """Any count past this is not a count (a report this large is ignored, a total stops here)."""
@@ -24,6 +21,14 @@ so an agent reporting a new model name on every run cannot grow the record."""
 MAX_MODEL_NAME = 128
 OTHER_MODELS = "(other)"
 UNNAMED_MODEL = "(unnamed)"
+
+
+class RunResult(Protocol):
+    """What is read of a run's result (an `AgentResult`, which the agent SDK defines on top of
+    this module): its metadata."""
+
+    @property
+    def metadata(self) -> dict[str, Any]: ...
 
 
 class TokenBudget(BaseModel):
@@ -97,7 +102,7 @@ class TokenUsage(TokenCount):
 
     by_model: dict[str, TokenCount] = Field(default_factory=dict)
 
-    def add(self, result: "AgentResult") -> None:
+    def add(self, result: RunResult) -> None:
         """Counts the run's reported usage; a result that reports none, or one that is not
         counts (not an object of non-negative ints), adds nothing."""
         reported = reported_usage(result.metadata)
@@ -149,7 +154,7 @@ class TokenMeter:
     def allowance(self) -> TokenAllowance | None:
         return self.usage.allowance(self.budget)
 
-    def add(self, result: "AgentResult") -> None:
+    def add(self, result: RunResult) -> None:
         self.usage.add(result)
 
 
