@@ -207,6 +207,8 @@ def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) 
         )
     counts = ", ".join(f"{n} {task_state}" for task_state, n in state.counts().items())
     lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
+    if state.tokens.runs:
+        lines.append(f"Tokens: {state.tokens.describe()}")
     lines += [f"Waiting for {what}" for what in waiting_for]
     if TaskState.AWAITING_APPROVAL in state.counts():
         lines.append(

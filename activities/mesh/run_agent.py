@@ -165,6 +165,7 @@ def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) ->
         idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
         inputs=inputs,
         reporter=ProgressReporter(_heartbeat_from_any_thread()),
+        tokens=request.tokens,
     )
 
 

@@ -283,6 +283,7 @@ class ChainModel(ChainCarry):
             config=self._spec.agents.get(run.agent),
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
+            tokens=self.state.tokens.allowance(self._spec.budget),
         )
 
     def run_assigned(self, run: AgentRun, assignment: Assignment) -> None:
@@ -332,7 +333,9 @@ class ChainModel(ChainCarry):
         publications follow, but those of a `refused` type (`refused_types`), which come back
         as rejections for the workflow to record and park. Agent output is data: a
         prompt-injected model cannot make the chain publish what its subscription does not
-        declare. (Runs recorded before the rule refuse nothing.)"""
+        declare. (Runs recorded before the rule refuse nothing.) The run's tokens are counted
+        in the chain's record."""
+        self.state.tokens.add(result)
         for event_type in self._spec.subscription(run.subscription).publishes.on_success:
             self._publish(event_type, run, result.data)
         rejections = []

@@ -27,6 +27,7 @@ from coord.models.mesh.lifecycle import RunFailure
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
+from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
     Pattern,
@@ -250,6 +251,9 @@ class PlanSpec(BaseModel):
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     team: dict[str, TeamMember] = Field(default_factory=dict)
     tasks: list[PlanTask] = Field(min_length=1, max_length=MAX_ITEMS)
+    budget: TokenBudget | None = None
+    """`{tokens: N}`: the most tokens the plan's runs, reviews and verifications may use
+    (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
 
     @field_validator("scratchpad")
     @classmethod
@@ -520,6 +524,8 @@ class PlanState(BaseModel):
     """One line: how the plan ended or stands (`4 of 6 succeeded, 1 error, 1 skipped`)."""
     scratchpad_error: str | None = Field(default=None, max_length=MAX_NOTES)
     """The first scratchpad write that failed, and why (the plan goes on without it)."""
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    """What the plan's agent runs reported using (an `llm` agent's tokens), in all and by model."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}

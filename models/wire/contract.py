@@ -409,6 +409,10 @@ class FailureType(StrEnum):
     """An `async def` python agent blocked its event loop (one of its own) past its
     `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
     async agent is in its code and would block again, each attempt leaving a thread stuck."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """An `llm` run refused before the model was called: the token budget of its correlation's
+    workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has
+    nothing left. Not retried: nothing left now is nothing left on a retry."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
@@ -482,9 +486,15 @@ FIX_AND_REPLAY: Final = frozenset(
 )
 
 
+OVER_BUDGET: Final = frozenset({FailureType.BUDGET_EXCEEDED})
+
+
 def dlq_action(failure_type: str) -> str:
     """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
-    replayed, anything else (timeouts, late or invalid events, loops) needs a person first."""
+    replayed, a run over its token budget waits for a person to raise the budget (or to let
+    it go), anything else (timeouts, late or invalid events, loops) needs a person first."""
+    if failure_type in OVER_BUDGET:
+        return "Raise the budget or archive"
     if failure_type in RETRY_LATER:
         return "Retry later"
     if failure_type in FIX_AND_REPLAY:
