@@ -1,0 +1,273 @@
+"""The manual is held to the code like the code is to its tests.
+
+- Every `$ ...` line of a ```console block in README.md and docs/*.md runs, in order, against
+  the session's dev server and a worker serving the demo agents (a fresh task queue per
+  document), and must exit 0, or the code the block shows with `$ echo $?` right after it.
+  `$ export NAME=VALUE` sets a variable for the document's later lines, and
+  `$ coord worker ... &` starts a worker process that serves until the document is done. Only
+  `coord` and `temporal` commands may run (the Temporal CLI's `--task-queue coordinator` is the
+  document's queue); illustrations that cannot run here go in ```text blocks.
+- The generated parts (docs/cli.md, the tables of docs/events.md) are what docs/generate.py
+  renders from the code.
+- The layout table of docs/architecture.md names every package of the tree and its modules.
+- Every link between the documents leads to a file and a heading that exist."""
+
+import asyncio
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from coord.infra.devserver import installed_binary
+from coord.worker import build_worker
+from docs import generate
+from tests.conftest import ROOT
+from tests.workers import COORD, WorkerProcess
+
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+WRITTEN_ELSEWHERE = {"api.md", "testing.md", "specs.md", "metrics.md", "dashboard.md", "tracing.md"}
+"""Guides other branches add to docs/; links to them are allowed before they arrive."""
+RUNNABLE = {"coord", "temporal"}
+COMMAND_TIMEOUT = 120.0
+FENCE = re.compile(r"^\s*```(\S*)")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `$` line of a console block (its continuation lines joined), and where it is."""
+
+    where: str
+    text: str
+    expected: int = 0
+
+
+def fenced_blocks(text: str) -> Iterator[tuple[str, int, list[str]]]:
+    """Each fenced block's language, the line number of its first line, and its lines."""
+    language, start, lines = None, 0, []
+    for number, line in enumerate(text.splitlines(), 1):
+        fence = FENCE.match(line)
+        if fence and language is None:
+            language, start, lines = fence[1], number + 1, []
+        elif fence:
+            yield language, start, lines
+            language = None
+        elif language is not None:
+            lines.append(line)
+
+
+def block_commands(name: str, start: int, lines: list[str]) -> list[Command]:
+    commands: list[Command] = []
+    index = 0
+    while index < len(lines):
+        line, where = lines[index], f"{name}:{start + index}"
+        index += 1
+        if not line.startswith("$ "):
+            continue
+        text = line[2:]
+        while text.endswith("\\") and index < len(lines):
+            text, index = text[:-1].rstrip() + " " + lines[index].strip(), index + 1
+        if text.strip() == "echo $?":
+            commands[-1] = replace(commands[-1], expected=int(lines[index]))
+        else:
+            commands.append(Command(where, text.strip()))
+    return commands
+
+
+def document_commands(path: Path) -> list[Command]:
+    name = str(path.relative_to(ROOT))
+    return [
+        command
+        for language, start, lines in fenced_blocks(path.read_text())
+        if language == "console"
+        for command in block_commands(name, start, lines)
+    ]
+
+
+RUN_DOCUMENTS = [path for path in DOCUMENTS if document_commands(path)]
+
+
+def command_env(dev_env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
+    """What a reader's shell has: `coord` and `temporal` on the PATH, the server and queue."""
+    path = [str(Path(COORD).parent), str(Path(installed_binary("temporal")).parent)]
+    return {
+        **os.environ,
+        "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")]),
+        "TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "COORD_TASK_QUEUE": task_queue,
+    }
+
+
+def program(text: str) -> str:
+    """The command a line runs, past any `NAME=value` assignments before it."""
+    words = shlex.split(text, comments=True)
+    return next((word for word in words if "=" not in word), "")
+
+
+async def run_line(command: Command, env: dict[str, str], task_queue: str) -> None:
+    text = command.text.replace("--task-queue coordinator", f"--task-queue {task_queue}")
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-o",
+        "pipefail",
+        "-c",
+        text,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT)
+    assert process.returncode == command.expected, (
+        f"{command.where}: `{command.text}` exited {process.returncode}, the document says "
+        f"{command.expected}\nstdout:\n{out.decode()}\nstderr:\n{err.decode()}"
+    )
+
+
+@asynccontextmanager
+async def background_workers() -> AsyncIterator[list[WorkerProcess]]:
+    """The `coord worker ... &` a document starts, stopped when it is done."""
+    workers: list[WorkerProcess] = []
+    try:
+        yield workers
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+async def start_worker(
+    command: Command, env: dict[str, str], client: Client, task_queue: str
+) -> WorkerProcess:
+    argv = shlex.split(command.text, comments=True)[:-1]
+    assert argv[:2] == ["coord", "worker"], f"{command.where}: only `coord worker` runs with &"
+    process = subprocess.Popen(
+        [COORD, *argv[1:]],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    worker = WorkerProcess(process)
+    await worker.wait_polling(client, task_queue)
+    return worker
+
+
+@pytest.mark.parametrize("document", RUN_DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+async def test_console_blocks_run(
+    document: Path, dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = command_env(dev_env, task_queue)
+    async with build_worker(client, task_queue), background_workers() as workers:
+        for command in document_commands(document):
+            assert program(command.text) in RUNNABLE | {"export"}, (
+                f"{command.where}: `{command.text}` is not a coord or temporal command; "
+                "show it in a ```text block"
+            )
+            words = shlex.split(command.text, comments=True)
+            if words[0] == "export":
+                name, _, value = words[1].partition("=")
+                env[name] = value
+            elif words[-1] == "&":
+                workers.append(await start_worker(command, env, client, task_queue))
+            else:
+                await run_line(command, env, task_queue)
+
+
+def test_console_blocks_are_parsed_as_written() -> None:
+    """Continuation lines join their command, `echo $?` sets the code the command before it
+    must exit with, and output lines are not commands."""
+    lines = ["$ coord plan start x.yaml \\", "    --wait", "Task | State", "$ echo $?", "10"]
+    assert block_commands("doc.md", 3, lines) == [
+        Command("doc.md:3", "coord plan start x.yaml --wait", expected=10)
+    ]
+
+
+def test_generated_documents_are_current() -> None:
+    assert generate.stale() == [], "run `make docs` (python -m docs.generate) and commit"
+
+
+LAYOUT_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*) \|")
+CODE_FOLDERS = ("models", "workflows", "activities", "infra", "starter")
+
+
+def layout_table() -> dict[str, set[str]]:
+    """The rows of docs/architecture.md's layout table: a path, and the modules it names."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        row = LAYOUT_ROW.match(line)
+        if row:
+            rows[row[1]] = set(re.findall(r"`([^`]+\.py)`", row[2]))
+    return rows
+
+
+def tree_packages() -> dict[str, set[str]]:
+    """Every package of the code's folders, with its modules (`__init__.py` aside)."""
+    packages = {}
+    for folder in CODE_FOLDERS:
+        for init in sorted((ROOT / folder).rglob("__init__.py")):
+            package = init.parent
+            name = f"{package.relative_to(ROOT)}/"
+            packages[name] = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
+    return packages
+
+
+def test_layout_table_matches_the_tree() -> None:
+    table, tree = layout_table(), tree_packages()
+    missing = sorted(set(tree) - set(table))
+    assert not missing, f"docs/architecture.md's layout table lacks rows for {missing}"
+    for package, modules in tree.items():
+        assert table[package] == modules, (
+            f"docs/architecture.md, layout row {package}: add {sorted(modules - table[package])}, "
+            f"remove {sorted(table[package] - modules)}"
+        )
+    gone = sorted(path for path in table if not (ROOT / path).exists())
+    assert not gone, f"docs/architecture.md's layout table names paths that do not exist: {gone}"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def prose(text: str) -> str:
+    """The text outside fenced blocks, where links are links."""
+    inside, kept = False, []
+    for line in text.splitlines():
+        if FENCE.match(line):
+            inside = not inside
+        elif not inside:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def anchors(path: Path) -> set[str]:
+    """The heading anchors GitHub makes for a document."""
+    headings = re.findall(r"^#+ (.+)$", prose(path.read_text()), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+def broken_links(document: Path) -> Iterator[str]:
+    for target in LINK.findall(prose(document.read_text())):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (document.parent / file).resolve() if file else document
+        if path.name in WRITTEN_ELSEWHERE and path.parent == ROOT / "docs":
+            continue
+        if not path.exists():
+            yield f"{target} (no such file)"
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            yield f"{target} (no such heading)"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_lead_somewhere(document: Path) -> None:
+    assert list(broken_links(document)) == []
