@@ -194,7 +194,7 @@ def test_generated_documents_are_current() -> None:
     assert generate.stale() == [], "run `make docs` (python -m docs.generate) and commit"
 
 
-LAYOUT_ROW = re.compile(r"^\| `([^`]+)` \| ([^|]*) \|")
+LAYOUT_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|([^|]*)\|")
 CODE_FOLDERS = ("models", "workflows", "activities", "infra", "starter")
 
 
