@@ -91,7 +91,9 @@ EXIT_EXAMPLES: dict[str, str] = {
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",
     "READER_GONE": "`coord events C --json | head -1`",
-    "TERMINATED": "`coord server`, `dev`, `demo` and `worker` shut down their worker and server first",
+    "TERMINATED": (
+        "`coord server`, `dev`, `demo` and `worker` shut down their worker and server first"
+    ),
 }
 """What each exit code looks like in practice; a code added to `ExitCode` needs its line here."""
 
@@ -231,7 +233,12 @@ def exit_codes_table() -> str:
         f"| {cell(EXIT_EXAMPLES[code.name])} |"
         for code in exits.ExitCode
     ]
-    header = ["## Exit codes", "", "| code | name | meaning | for example |", "| --- | --- | --- | --- |"]
+    header = [
+        "## Exit codes",
+        "",
+        "| code | name | meaning | for example |",
+        "| --- | --- | --- | --- |",
+    ]
     return "\n".join([*header, *rows]) + "\n"
 
 
@@ -241,23 +248,36 @@ def cli_reference() -> str:
     contents = [f"- [coord {path}](#coord-{path.replace(' ', '-')})" for path, _ in listed]
     sections = [command_section("", root)]
     sections += [command_section(path, command) for path, command in listed]
-    parts = [CLI_INTRO, exit_codes_table(), "## Commands\n\n" + "\n".join(contents) + "\n", *sections]
+    parts = [
+        CLI_INTRO,
+        exit_codes_table(),
+        "## Commands\n\n" + "\n".join(contents) + "\n",
+        *sections,
+    ]
     return "\n".join(parts)
 
 
 # --- The event taxonomy -----------------------------------------------------------------------
 
 ENVELOPE_MEANINGS: dict[str, str] = {
-    "event.id": "unique per event; publishers that retry reuse it, and chains drop an id they have seen",
+    "event.id": (
+        "unique per event; publishers that retry reuse it, and chains drop an id they have seen"
+    ),
     "event.type": "what happened (`UserStoryApproved`); subscriptions match on it",
     "event.source": "who published it (`/product-strategist`); the Agent column of `coord events`",
     "event.timestamp": "when it happened, in UTC (a zone given is converted)",
     "event.version": "the envelope's version",
-    "event.correlation_id": "the chain it belongs to (`chain-<correlation_id>`); a chain fills in its own",
-    "event.causation_id": "the event that caused it; chains fill it in for what their agents publish",
+    "event.correlation_id": (
+        "the chain it belongs to (`chain-<correlation_id>`); a chain fills in its own"
+    ),
+    "event.causation_id": (
+        "the event that caused it; chains fill it in for what their agents publish"
+    ),
     "payload": "the business data, a JSON object (at most 32 levels deep)",
     "routing.topic": "the topic subscriptions may filter on (`project.tasks`)",
-    "routing.partition_key": "the fairness key on shared agent queues; the correlation id when not given",
+    "routing.partition_key": (
+        "the fairness key on shared agent queues; the correlation id when not given"
+    ),
     "routing.priority": "the agent run's task priority on its queue (critical first)",
 }
 """The meaning of each envelope field; a field added to the models needs its line here."""
@@ -282,7 +302,9 @@ PRODUCT_EVENTS: dict[str, str] = {
         "a saga compensation failed for good; published into the correlation's chain "
         "([Sagas](sagas.md))"
     ),
-    VOTE_REQUESTED: "the event type of each voter's run, the proposal its payload ([Votes](votes.md))",
+    VOTE_REQUESTED: (
+        "the event type of each voter's run, the proposal its payload ([Votes](votes.md))"
+    ),
 }
 """The events the product publishes itself (not the ones specs name), with where they come from."""
 
@@ -296,7 +318,7 @@ def type_name(annotation: object) -> str:
         return " / ".join(f"`{member.value}`" for member in annotation)
     if annotation is datetime:
         return "date-time"
-    return {str: "string"}.get(annotation, "object")  # type: ignore[call-overload]
+    return "string" if annotation is str else "object"
 
 
 def field_default(info: Any) -> str:
@@ -370,7 +392,9 @@ FAILURE_MEANINGS: dict[str, str] = {
     "invalid_payload": "the agent refused its input: a retry would fail the same way",
     "unauthorized": "the agent's credentials were refused (401/403)",
     "unknown_agent": "the run names an agent this worker does not declare",
-    "agent_not_allowed": "an inline agent of a kind the worker's `worker.inline_agents` does not allow",
+    "agent_not_allowed": (
+        "an inline agent of a kind the worker's `worker.inline_agents` does not allow"
+    ),
     "invalid_spec": "a saga, aggregator, plan or vote started with a spec that does not validate",
     "invalid_input": "a chain started with an input that does not validate",
     "invalid_envelope": "an `event` signal that does not decode or validate as an envelope",

@@ -51,12 +51,13 @@ class Command:
 
 def fenced_blocks(text: str) -> Iterator[tuple[str, int, list[str]]]:
     """Each fenced block's language, the line number of its first line, and its lines."""
-    language, start, lines = None, 0, []
+    language: str | None = None
+    start, lines = 0, list[str]()
     for number, line in enumerate(text.splitlines(), 1):
         fence = FENCE.match(line)
         if fence and language is None:
-            language, start, lines = fence[1], number + 1, []
-        elif fence:
+            language, start, lines = str(fence[1]), number + 1, []
+        elif fence and language is not None:
             yield language, start, lines
             language = None
         elif language is not None:
