@@ -183,7 +183,7 @@ def param_rows(command: Any) -> list[str]:
             continue
         meaning = cell((param.help or "") + bounds(param))
         if param.required:
-            meaning = f"required. {meaning}".strip()
+            meaning = f"required. {meaning}" if meaning else "required"
         name = option_name(param) if is_option(param) else argument_usage(param)
         rows.append(f"| `{name}` | {default(param)} | {meaning} |")
     return rows
