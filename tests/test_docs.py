@@ -7,16 +7,22 @@
   `$ coord worker ... &` starts a worker process that serves until the document is done. Only
   `coord` and `temporal` commands may run (the Temporal CLI's `--task-queue coordinator` is the
   document's queue); illustrations that cannot run here go in ```text blocks.
+  Each `coord` line runs the CLI's entry point in a process of its own, with the line's
+  arguments and environment, as a shell would; the process is forked from one that has imported
+  the CLI once, since the imports cost more than most commands (`ForkedCoord`).
 - The generated parts (docs/cli.md, the tables of docs/events.md) are what docs/generate.py
   renders from the code.
 - The layout table of docs/architecture.md names every package of the tree and its modules.
 - Every link between the documents leads to a file and a heading that exist."""
 
 import asyncio
+import json
 import os
 import re
 import shlex
+import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -112,8 +118,82 @@ def program(text: str) -> str:
     return next((word for word in words if "=" not in word), "")
 
 
-async def run_line(command: Command, env: dict[str, str], task_queue: str) -> None:
-    text = command.text.replace("--task-queue coordinator", f"--task-queue {task_queue}")
+FORK_SERVER = """
+import json, os, sys
+import coord.starter.cli
+WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            for fd, path, flags in (
+                (0, os.devnull, os.O_RDONLY), (1, request["out"], WRITE), (2, request["err"], WRITE)
+            ):
+                os.dup2(os.open(path, flags, 0o644), fd)
+            sys.argv = ["coord", *request["argv"]]
+            coord.starter.cli.main()
+        finally:
+            os._exit(70)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+"""Reads one command a line (JSON), runs it in a child forked for it, answers its exit code.
+Importing the CLI starts no thread, so forking after it is safe."""
+
+
+class ForkedCoord:
+    """`coord` commands, each in a fresh process forked from a server that imported the CLI."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls) -> "ForkedCoord":
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            FORK_SERVER,
+            cwd=ROOT,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+        return cls(process)
+
+    async def run(self, argv: list[str], env: dict[str, str], output: Path) -> tuple[int, str]:
+        """Run `coord ARGV` with `env` from the checkout; its exit code and what it printed."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        out, err = output.with_suffix(".out"), output.with_suffix(".err")
+        request = {"argv": argv, "env": env, "cwd": str(ROOT), "out": str(out), "err": str(err)}
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+        await self.process.stdin.drain()
+        try:
+            answer = await asyncio.wait_for(self.process.stdout.readline(), COMMAND_TIMEOUT)
+        except TimeoutError:
+            self.stop()  # the command with it: the documents after this one fail fast
+            late = f"`coord {shlex.join(argv)}` ran over {COMMAND_TIMEOUT}s"
+            raise AssertionError(late) from None
+        assert answer, "the coord fork server has stopped"
+        return int(answer), f"stdout:\n{out.read_text()}\nstderr:\n{err.read_text()}"
+
+    def stop(self) -> None:
+        """End the server and any command still running (they share its process group)."""
+        if self.process.returncode is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+async def forked_coord() -> AsyncIterator[ForkedCoord]:
+    coord = await ForkedCoord.start()
+    yield coord
+    coord.stop()
+    await coord.process.wait()
+
+
+async def run_in_bash(text: str, env: dict[str, str]) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         "bash",
         "-o",
@@ -126,9 +206,26 @@ async def run_line(command: Command, env: dict[str, str], task_queue: str) -> No
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT)
-    assert process.returncode == command.expected, (
-        f"{command.where}: `{command.text}` exited {process.returncode}, the document says "
-        f"{command.expected}\nstdout:\n{out.decode()}\nstderr:\n{err.decode()}"
+    assert process.returncode is not None
+    return process.returncode, f"stdout:\n{out.decode()}\nstderr:\n{err.decode()}"
+
+
+async def run_line(command: Command, env: dict[str, str], coord: ForkedCoord, output: Path) -> None:
+    """A `coord` line through the fork server (after its `NAME=value` assignments), a
+    `temporal` line through bash, with the document's queue for the Temporal CLI's."""
+    words = shlex.split(command.text, comments=True)
+    if program(command.text) == "coord":
+        start = words.index("coord")
+        local = dict(word.split("=", 1) for word in words[:start])
+        code, printed = await coord.run(words[start + 1 :], {**env, **local}, output)
+    else:
+        queue = f"--task-queue {env['COORD_TASK_QUEUE']}"
+        code, printed = await run_in_bash(
+            command.text.replace("--task-queue coordinator", queue), env
+        )
+    assert code == command.expected, (
+        f"{command.where}: `{command.text}` exited {code}, the document says "
+        f"{command.expected}\n{printed}"
     )
 
 
@@ -163,11 +260,16 @@ async def start_worker(
 
 @pytest.mark.parametrize("document", RUN_DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 async def test_console_blocks_run(
-    document: Path, dev_env: WorkflowEnvironment, client: Client, task_queue: str
+    document: Path,
+    dev_env: WorkflowEnvironment,
+    client: Client,
+    task_queue: str,
+    forked_coord: ForkedCoord,
+    tmp_path: Path,
 ) -> None:
     env = command_env(dev_env, task_queue)
     async with build_worker(client, task_queue), background_workers() as workers:
-        for command in document_commands(document):
+        for number, command in enumerate(document_commands(document)):
             assert program(command.text) in RUNNABLE | {"export"}, (
                 f"{command.where}: `{command.text}` is not a coord or temporal command; "
                 "show it in a ```text block"
@@ -179,7 +281,7 @@ async def test_console_blocks_run(
             elif words[-1] == "&":
                 workers.append(await start_worker(command, env, client, task_queue))
             else:
-                await run_line(command, env, task_queue)
+                await run_line(command, env, forked_coord, tmp_path / f"command-{number}")
 
 
 def test_console_blocks_are_parsed_as_written() -> None:
