@@ -56,18 +56,20 @@ class Command:
 
 
 def fenced_blocks(text: str) -> Iterator[tuple[str, int, list[str]]]:
-    """Each fenced block's language, the line number of its first line, and its lines."""
+    """Each fenced block's language, the line number of its first line, and its lines, without
+    the indentation of its fence (a block inside a list item)."""
     language: str | None = None
-    start, lines = 0, list[str]()
+    start, indent, lines = 0, 0, list[str]()
     for number, line in enumerate(text.splitlines(), 1):
         fence = FENCE.match(line)
         if fence and language is None:
             language, start, lines = str(fence[1]), number + 1, []
+            indent = len(line) - len(line.lstrip())
         elif fence and language is not None:
             yield language, start, lines
             language = None
         elif language is not None:
-            lines.append(line)
+            lines.append(line[indent:] if line[:indent].isspace() else line)
 
 
 def block_commands(name: str, start: int, lines: list[str]) -> list[Command]:
@@ -286,10 +288,13 @@ async def test_console_blocks_run(
 
 def test_console_blocks_are_parsed_as_written() -> None:
     """Continuation lines join their command, `echo $?` sets the code the command before it
-    must exit with, and output lines are not commands."""
-    lines = ["$ coord plan start x.yaml \\", "    --wait", "Task | State", "$ echo $?", "10"]
-    assert block_commands("doc.md", 3, lines) == [
-        Command("doc.md:3", "coord plan start x.yaml --wait", expected=10)
+    must exit with, output lines are not commands, and a block inside a list item counts."""
+    text = "- item\n\n  ```console\n  $ coord plan start x.yaml \\\n      --wait\n  Task | State\n"
+    text += "  $ echo $?\n  10\n  ```\n"
+    [(language, start, lines)] = fenced_blocks(text)
+    assert (language, start) == ("console", 4)
+    assert block_commands("doc.md", start, lines) == [
+        Command("doc.md:4", "coord plan start x.yaml --wait", expected=10)
     ]
 
 
