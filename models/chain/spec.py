@@ -135,7 +135,7 @@ class Subscription(Routed):
 
 
 class AlertPolicy(BaseModel):
-    """The seed's `project.alerts` with `severity=high`: pause new agent work until resolved."""
+    """The `project.alerts` with `severity=high`: pause new agent work until resolved."""
 
     model_config = ConfigDict(extra="forbid")
 

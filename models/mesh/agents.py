@@ -226,7 +226,7 @@ class PublishRequest(BaseModel):
 
 
 RESERVED_RESULT_KEYS = ("publish", "metadata")
-"""Keys an agent's result mapping may use to ask for events and report metadata (the seed's
+"""Keys an agent's result mapping may use to ask for events and report metadata (the
 `quality_score`, say); everything else is its data."""
 
 

@@ -1,4 +1,4 @@
-"""A plan's scratchpad files (seed 004's layout), rendered from its spec and record:
+"""A plan's scratchpad files (the scratchpad layout), rendered from its spec and record:
 `task-plan.md` (the graph: tasks, agents, dependencies, gates), `worker-results/<task>.json`
 (one task's outcome) and `final-report.md` (per task: state, attempts, duration, outcome, review
 rounds; the summary line).

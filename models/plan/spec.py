@@ -3,7 +3,7 @@ worker cap, with review gates, dual verification and human approval; and its rec
 
 The spec is checked whole before anything runs (unknown dependencies, repeated ids, cycles with
 their path), so a plan that starts can always finish. The record follows each task through the
-seed 003 state machine and is the seed's final report once the plan ends."""
+plan's state machine and is the final report once the plan ends."""
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -50,7 +50,7 @@ before the reader looked only when asked)."""
 DEFAULT_FIX_BUDGET = 3
 MAX_NOTES = 4096
 """Characters of a reviewer's notes kept in the record and passed to the fix round."""
-"""Characters of a progress summary kept (seed 004: three to five words)."""
+"""Characters of a progress summary kept (three to five words)."""
 DEFAULT_RESULT_LIMIT = 16 * 1024
 """JSON bytes of a task's result kept in history and the record; larger ones by reference."""
 
@@ -237,7 +237,7 @@ class PlanSpec(BaseModel):
     still receive the data, history and the record only its reference."""
     scratchpad: str | None = Field(default=None, max_length=MAX_NAME)
     """A directory, relative to the worker's scratchpad root (the worker decides where plans may
-    write), where the plan writes the seed's layout: `<plan_id>/task-plan.md`,
+    write), where the plan writes the layout: `<plan_id>/task-plan.md`,
     `worker-results/<task>.json`, `final-report.md`."""
     dispatch: Dispatch = Dispatch.AGENT_QUEUES
     """Where the agent runs (tasks, reviews, verifiers) go. `agent_queues`: each agent's own task
@@ -510,7 +510,7 @@ def counts_line(counts: dict[TaskState, int], total: int) -> str:
 
 
 class PlanState(BaseModel):
-    """The plan's record while it runs, and the seed's final report once it ends."""
+    """The plan's record while it runs, and the final report once it ends."""
 
     plan_id: str
     name: str = ""

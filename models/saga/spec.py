@@ -32,7 +32,7 @@ class SagaStep(Routed):
     on_success: str = ""
     on_failure: str = ""
     on_compensated: str = ""
-    """The event announced once this step's compensation has run (the seed's `RemoveStaging`,
+    """The event announced once this step's compensation has run (the `RemoveStaging`,
     `RollbackAll`); `<name>Compensated` by default."""
     timeout: Duration = timedelta(minutes=5)
     heartbeat_timeout: Duration | None = None
@@ -134,7 +134,7 @@ class SagaCancel(BaseModel):
 
 
 class SagaState(BaseModel):
-    """The seed's saga coordinator record, plus what an operator needs after a failure."""
+    """The saga coordinator record, plus what an operator needs after a failure."""
 
     saga_id: str
     correlation_id: str = ""
@@ -154,7 +154,7 @@ class SagaState(BaseModel):
     again, fell back), by step (`run`), newest last."""
     events: list[TimelineEntry] = Field(default_factory=list)
     """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
-    compensation events), as rows of the seed's correlation table."""
+    compensation events), as rows of the correlation table."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the saga's agent runs reported using (an `llm` agent's tokens), in all and by model."""
 

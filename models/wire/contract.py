@@ -220,7 +220,7 @@ RUN_OUTCOME_SIGNAL: Final = "run_outcome"
 STATE_QUERY: Final = "state"
 """A saga's, chain's or aggregator's current record."""
 TIMELINE_QUERY: Final = "timeline"
-"""A chain's recorded events, the seed's correlation table."""
+"""A chain's recorded events, the correlation table."""
 ENTRY_QUERY: Final = "entry"
 """A dead-letter entry's whole record."""
 PROGRESS_QUERY: Final = "progress"
@@ -285,7 +285,7 @@ PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"
 # --- Events the product publishes -------------------------------------------------------------
 
 AGENT_HEALTH_EVENT: Final = "AgentHealthEvent"
-"""The seed's system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
+"""The system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
 or unreachable, or its circuit breaker changed state. Chains subscribe to it like any event."""
 AGENT_HEALTH_TOPIC: Final = "agents.health"
 """Its topic: a subscription without a topic, or with this one, takes it."""
@@ -386,7 +386,7 @@ class FailureType(StrEnum):
     """Every failure type the product raises or parks, by who raises it. An agent may raise
     types of its own: any string is a failure type; these are the ones the product knows."""
 
-    # An agent run (the seed's error taxonomy): retried by the step's or subscription's policy,
+    # An agent run (the error taxonomy): retried by the step's or subscription's policy,
     # except the two that retrying cannot fix.
     TIMEOUT = "timeout"
     TEMPORARY_FAILURE = "temporary_failure"
@@ -470,7 +470,7 @@ UNTYPED_APPLICATION_ERROR: Final = "ApplicationError"
 """The failure type of an ApplicationError raised without one."""
 
 NOT_RETRYABLE: Final = frozenset({FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED})
-"""The agent failures no retry can fix: the seed's default `no_retry_on`."""
+"""The agent failures no retry can fix: the default `no_retry_on`."""
 
 RETRY_LATER: Final = frozenset(
     {
@@ -490,7 +490,7 @@ OVER_BUDGET: Final = frozenset({FailureType.BUDGET_EXCEEDED})
 
 
 def dlq_action(failure_type: str) -> str:
-    """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
+    """The DLQ Action column: transient failures are retried later, bad data is fixed and
     replayed, a run over its token budget waits for a person to raise the budget (or to let
     it go), anything else (timeouts, late or invalid events, loops) needs a person first."""
     if failure_type in OVER_BUDGET:
