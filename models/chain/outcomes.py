@@ -47,10 +47,11 @@ class RunOutcomes:
         """The subscription's success events carry the result's data; the agent's own
         publications follow, but those of a type it may not publish (`refused_types`), which
         are rejected and parked (`publish_not_allowed`; runs recorded before the rule refuse
-        nothing)."""
+        nothing). The run's tokens are counted in the chain's record."""
         refused = self.refused_types(run, result)
         if refused and not self._context.patched(PUBLISH_RULE_PATCH):
             refused = set()
+        self._record.state.tokens.add(result)
         for event_type in self._spec.subscription(run.subscription).publishes.on_success:
             self._publish(event_type, run, result.data)
         for request in result.publish:

@@ -173,6 +173,7 @@ class ChainRuns:
             config=self._spec.agents.get(run.agent),
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
+            tokens=self._record.state.tokens.allowance(self._spec.budget),
         )
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:

@@ -1,4 +1,4 @@
-"""A plan task's gates (seed 004), as pure decisions: human approval before the task runs, and
+"""A plan task's gates, as pure decisions: human approval before the task runs, and
 after a successful run the two-stage review, then dual verification (the Santa method).
 
 The workflow asks `next_gate_step` what to do after each run and each round, and records every
@@ -218,7 +218,7 @@ def _answer_problem(answer: Any) -> str | None:
 
 
 class VerdictAnswer(BaseModel):
-    """A reviewer's answer as seed 004's review loop needs it: whether the result passed and,
+    """A reviewer's answer as the review loop needs it: whether the result passed and,
     when it did not, what to fix (a failed round sends these notes back to the task's agent:
     "不通过 → Worker 修复 → 重新 review"). Strict: an unknown key is most likely a misspelt one
     (`pass`, `note`) that would otherwise lose the verdict or its notes, and `passed` must be a
@@ -291,6 +291,43 @@ def approval_problem(request: ApprovalRequest, state: PlanState) -> str | None:
     if record.state != TaskState.AWAITING_APPROVAL:
         return f"task: {request.task!r} is {record.state.value}, not awaiting approval"
     return None
+
+
+class Decisions:
+    """The decisions being checked (their caller read from the run's history, one at a time per
+    task), and the tasks whose approval timer fired while one was: those wait for that decision
+    and take no later one. Kept apart from the record: a decision being checked is a moment of
+    the run, not of the plan."""
+
+    def __init__(self) -> None:
+        self._deciding: set[str] = set()
+        self._closed: set[str] = set()
+
+    def checking(self, task_id: str, checking: bool) -> None:
+        """A decision for the task is being checked, or no longer is."""
+        if checking:
+            self._deciding.add(task_id)
+        else:
+            self._deciding.discard(task_id)
+
+    def deciding(self, task_id: str) -> bool:
+        return task_id in self._deciding
+
+    def any(self) -> bool:
+        """Some decision is being checked."""
+        return bool(self._deciding)
+
+    def close(self, task_id: str) -> None:
+        """The task's timer fired while a decision was being checked: it waits for that one."""
+        self._closed.add(task_id)
+
+    def closed(self, task_id: str) -> bool:
+        return task_id in self._closed
+
+    def problem(self, task_id: str) -> str | None:
+        """Why a decision for the task cannot be taken up now, besides the record
+        (`busy_problem`)."""
+        return busy_problem(task_id, deciding=self.deciding(task_id), closed=self.closed(task_id))
 
 
 def busy_problem(task_id: str, *, deciding: bool, closed: bool) -> str | None:

@@ -101,7 +101,7 @@ recorded before took such answers leniently."""
 
 UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
 """Since 2026-11-23, in plan.task: Runs after this patch take back the attempt of a run
-cancelled before it reached the server (`PlanModel.run_unsent`); runs recorded before counted
+cancelled before it reached the server (`TaskRuns.run_unsent`); runs recorded before counted
 it."""
 
 AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"

@@ -9,14 +9,12 @@ from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
-from coord.infra.temporal import task_queue
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
     ApprovalDecision,
@@ -30,13 +28,14 @@ from coord.models.plan.spec import (
 )
 from coord.models.wire import contract
 from coord.starter.api.common import (
-    Conflict,
     NotFound,
     NoWorker,
+    cancel_running,
     closed_with_result,
     described,
     ended_or_missing,
     ended_record,
+    start_run,
 )
 from coord.workflows.plan.graph import TaskGraph
 
@@ -64,16 +63,9 @@ def plan_details(spec: PlanSpec) -> str:
 async def start_plan(
     client: Client, spec: PlanSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, PlanState]:
-    start = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
-    return await client.start_workflow(
-        TaskGraph.run,
-        spec.model_dump(mode="json"),
-        id=spec.workflow_id,
-        task_queue=queue or task_queue(),
-        static_summary=plan_summary(spec),
-        static_details=plan_details(spec),
-        search_attributes=contract.as_start_attributes(start.search_attributes()),
-    )
+    first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
+    summary, details = plan_summary(spec), plan_details(spec)
+    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details)
 
 
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
@@ -82,7 +74,7 @@ def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
 
 
 async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
-    """Wait for the plan to end and return its final record (the seed's final report), however
+    """Wait for the plan to end and return its final record (the final report), however
     it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
     without task results)."""
     return await ended_record(handle, contract.PLAN_RECORD_MEMO, PlanState)
@@ -159,9 +151,4 @@ async def approve_task(
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""
-    handle = plan_handle(client, plan)
-    description = await described(handle, NotFound(f"plan {plan!r} does not exist"))
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "unknown"
-        raise Conflict(f"plan {plan!r} has already ended ({status}); nothing to cancel")
-    await handle.cancel()
+    await cancel_running(plan_handle(client, plan), f"plan {plan!r}")

@@ -25,17 +25,14 @@ with workflow.unsafe.imports_passed_through():
         approval_problem,
         approval_required,
         bounded,
-        busy_problem,
         caller_problem,
         decision,
         failed_verdict,
         next_gate_step,
         parse_verdict,
         refuse,
-        rejection,
         review_round,
         reviewer_inputs,
-        timed_out,
         verdict_problem,
         verification_round,
     )
@@ -46,7 +43,6 @@ with workflow.unsafe.imports_passed_through():
         ReviewStage,
         TaskError,
         TaskRecord,
-        TaskState,
         UpdateCaller,
         Verdict,
         review_activity_id,
@@ -78,7 +74,7 @@ class GatedTaskRun(TaskRun):
         if gate is None or not approval_required(self.task):
             return True
         record = self.model.record(self.task.id)
-        self.model.task_awaiting_approval(self.task.id, workflow.now())
+        self.model.graph.task_awaiting_approval(self.task.id, workflow.now())
         self.changed()
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -86,21 +82,17 @@ class GatedTaskRun(TaskRun):
                 timeout=gate.timeout,
                 timeout_summary=f"{self.task.id}: approval timeout",
             )
-        if record.approval is None and self.model.deciding(self.task.id):
+        if record.approval is None and self.model.decisions.deciding(self.task.id):
             await self._decision_checked(record)
-        if record.approval is None:  # a decision landing with the timer still counts
-            record.approval = timed_out(gate, workflow.now())
-        if record.approval.approved:
-            return True
-        self.model.task_error(self.task.id, workflow.now(), rejection(record.approval))
-        return False
+        return self.model.graph.approval_ended(self.task.id, gate, workflow.now())
 
     async def _decision_checked(self, record: TaskRecord) -> None:
         """The timer fired while a decision accepted before it was being checked (who called):
         that decision still counts, if its caller may decide; no later one is taken."""
-        self.model.close_approval(self.task.id)
+        decisions = self.model.decisions
+        decisions.close(self.task.id)
         await workflow.wait_condition(
-            lambda: record.approval is not None or not self.model.deciding(self.task.id)
+            lambda: record.approval is not None or not decisions.deciding(self.task.id)
         )
 
     async def after_run(self, result: AgentResult, round: int) -> bool:
@@ -110,7 +102,7 @@ class GatedTaskRun(TaskRun):
             if isinstance(step, GatesPassed):
                 return True
             if isinstance(step, BudgetSpent):
-                self.model.task_error(self.task.id, workflow.now(), step.error)
+                self.model.graph.task_error(self.task.id, workflow.now(), step.error)
                 return False
             if not await self._gate_step(step):
                 return False
@@ -128,17 +120,13 @@ class GatedTaskRun(TaskRun):
                 [self._review(verifier, None, step.round) for verifier in step.verifiers]
             )
             round_ = verification_round(step, [verdict for verdict, _ in outcomes], workflow.now())
-        self.model.record(self.task.id).reviews.append(round_)
+        failed = next((error for _, error in outcomes if error is not None), None)
+        goes_on = self.model.graph.task_reviewed(self.task.id, round_, failed, workflow.now())
         self.changed()
-        reviewer_failed = next((error for _, error in outcomes if error is not None), None)
-        if reviewer_failed is not None:
-            self.model.task_error(self.task.id, workflow.now(), reviewer_failed)
-            return False
-        return True
+        return goes_on
 
     def _reviewing(self) -> None:
-        if self.model.record(self.task.id).state != TaskState.REVIEWING:
-            self.model.task_reviewing(self.task.id, workflow.now())
+        if self.model.graph.task_reviewing(self.task.id, workflow.now()):
             self.changed()
 
     async def _review(self, reviewer: str, stage: ReviewStage | None, round: int) -> ReviewOutcome:
@@ -150,8 +138,9 @@ class GatedTaskRun(TaskRun):
         else:
             activity_id = verify_activity_id(task.id, reviewer, round)
             summary = f"{task.id} verify {reviewer} #{round}"
-        inputs = reviewer_inputs(task.id, self.model.result_input(task.id), stage)
-        request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
+        requests = self.model.requests
+        inputs = reviewer_inputs(task.id, requests.result_input(task.id), stage)
+        request = requests.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
 
         async def start() -> AgentResult:
             await self.fan_out.room(json_size(request))
@@ -211,9 +200,7 @@ def checked_approval(model: PlanModel | None, raw: PlainInput) -> ApprovalReques
     except InvalidInput as error:
         raise _invalid(str(error)) from None
     task_id = request.task
-    problem = approval_problem(request, model.state) or busy_problem(
-        task_id, deciding=model.deciding(task_id), closed=model.approval_closed(task_id)
-    )
+    problem = approval_problem(request, model.state) or model.decisions.problem(task_id)
     if problem is not None:
         raise _invalid(problem)
     return request
@@ -232,11 +219,11 @@ async def decide_approval(
     assert model is not None
     gate = model.task(request.task).approval
     assert gate is not None
-    model.checking_decision(request.task, True)
+    model.decisions.checking(request.task, True)
     try:
         caller = await _update_caller(request.task)
     finally:
-        model.checking_decision(request.task, False)
+        model.decisions.checking(request.task, False)
     record = model.record(request.task)
     refused = caller_problem(request, gate, caller)
     if refused is not None:

@@ -8,7 +8,7 @@ while it waits or runs ends it `cancelled`.
 
 Extension points (for the gates):
 - `before_run()`: runs before the task asks for its first slot (approval waits here); return
-  False after recording why the task ended (`PlanModel.task_error`).
+  False after recording why the task ended (`PlanGraph.task_error`).
 - `after_run(result, round)`: runs after a successful run of round `round`, before the task is
   recorded `succeeded` (reviews and verification go here); return False after recording why it
   ended. A fix round calls `run_agent(round + 1, extra_inputs)` again.
@@ -21,15 +21,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.runs import RunDetour
+    from coord.models.mesh.usage import TokenMeter
     from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import Dispatch, PlanTask, TaskError, run_activity_id
-    from coord.models.plan.votes import task_vote, vote_error
+    from coord.models.plan.votes import task_vote, vote_ended
     from coord.models.vote.spec import VoteState
     from coord.models.wire.contract import FailureType
     from coord.models.wire.sizes import json_size
@@ -48,7 +51,7 @@ T = TypeVar("T")
 
 
 class WorkerSlots:
-    """The plan's worker slots as its agent activities wait for them (`PlanModel` decides who
+    """The plan's worker slots as its agent activities wait for them (`SlotQueue` decides who
     gets one). A condition per waiting request is re-checked at every workflow step, which
     cost a 200-task plan thousands of checks; so the plan's own loop grants the slots (one
     condition, `grantable`) and resolves each granted request's future, in rank order.
@@ -79,7 +82,7 @@ class WorkerSlots:
         """Free slots to the requests ranked first; each one's activity starts next."""
         if not self.by_the_plan:
             return
-        for key in self.model.grant():
+        for key in self.model.slots.grant():
             granted = self._waiting[key]
             if not granted.done():
                 granted.set_result(None)
@@ -101,6 +104,8 @@ class TaskRun:
         self.picker = picker or AgentPicker()
         """Shared by the plan's tasks, so the picks of one wave are made together."""
         self.model = slots.model
+        self.graph = slots.model.graph
+        self.runs = slots.model.runs
         self.task = task
         self.workflow_id = workflow_id
         self.changed = changed
@@ -114,13 +119,13 @@ class TaskRun:
         try:
             if not await self.before_run():
                 return
-            self.model.task_ready(self.task.id, workflow.now())
+            self.graph.task_ready(self.task.id, workflow.now())
             self.changed()
             if await self.do_work():
-                self.model.task_succeeded(self.task.id, workflow.now())
+                self.graph.task_succeeded(self.task.id, workflow.now())
         except asyncio.CancelledError:
             reason = self.model.stopping or "cancelled"
-            self.model.task_cancelled(self.task.id, workflow.now(), reason)
+            self.graph.task_cancelled(self.task.id, workflow.now(), reason)
         self.changed()
 
     async def do_work(self) -> bool:
@@ -148,9 +153,9 @@ class TaskRun:
 
         async def start() -> AgentResult:
             await self.assign()
-            request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
+            request = self.model.requests.agent_request(task, round, self.workflow_id, extra_inputs)
             await self.fan_out.room(json_size(request))
-            self.model.run_started(task.id, workflow.now(), round)
+            self.runs.run_started(task.id, workflow.now(), round)
             self.changed()
             summary = f"{task.id}: {task.summary or request.agent}"
             activity_id = run_activity_id(task.id, round)
@@ -160,20 +165,12 @@ class TaskRun:
             result = await self.slotted(run_activity_id(task.id, round), start)
         except asyncio.CancelledError as cancelled:
             if never_scheduled(cancelled) and workflow.patched(UNSENT_RUN_PATCH):
-                self.model.run_unsent(task.id, round)
+                self.runs.run_unsent(task.id, round)
             raise
         except ActivityError as error:
-            failed = task_error(error)
-            self.model.run_failed(task.id, workflow.now(), failed, attempts(error, retry_policy))
+            self.runs.run_failed(task.id, workflow.now(), run_failure(error, retry_policy))
             return None
-        attempt = result.metadata.get("attempt")
-        self.model.run_succeeded(
-            task.id,
-            workflow.now(),
-            data=result.data,
-            reference=result.reference,
-            attempt=attempt if isinstance(attempt, int) else None,
-        )
+        self.runs.run_succeeded(task.id, workflow.now(), result)
         return result
 
     async def run_vote(self) -> bool:
@@ -185,12 +182,12 @@ class TaskRun:
             vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
         except SpecError as error:
             invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
-            self.model.task_error(self.task.id, workflow.now(), invalid)
+            self.graph.task_error(self.task.id, workflow.now(), invalid)
             return False
 
         async def start() -> VoteState:
             await self.fan_out.room(json_size(vote))
-            self.model.run_started(self.task.id, workflow.now())
+            self.runs.run_started(self.task.id, workflow.now())
             self.changed()
             return await hold_vote(vote, self.task.id)
 
@@ -200,17 +197,10 @@ class TaskRun:
             if is_cancelled_exception(error) and self.model.stopping is not None:
                 raise asyncio.CancelledError from error
             kind, message = vote_failure(error)
-            self.model.run_failed(
-                self.task.id, workflow.now(), TaskError(type=kind, message=message), 1
-            )
+            failed = RunFailure(type=kind, message=message)
+            self.runs.run_failed(self.task.id, workflow.now(), failed)
             return False
-        record = self.model.record(self.task.id)
-        record.result = outcome.model_dump(mode="json")
-        record.ended_as = outcome.outcome_line()
-        failed = vote_error(outcome)
-        if failed is not None:
-            self.model.run_failed(self.task.id, workflow.now(), failed, 1)
-        return failed is None
+        return vote_ended(self.model, self.task.id, workflow.now(), outcome)
 
     async def assign(self) -> None:
         """A task naming capabilities gets its agent picked once, when its first run has a
@@ -220,7 +210,7 @@ class TaskRun:
             return
         assignment = await self.picker.pick(self.task.route, self.task.id)
         if assignment is not None:
-            self.model.task_assigned(self.task.id, assignment)
+            self.runs.task_assigned(self.task.id, assignment)
             self.changed()
 
     def start_agent(
@@ -240,12 +230,13 @@ class TaskRun:
             fallback=task.fallback if own else None,
             inline_agents=self.model.spec.agents,
             room=self.fan_out.room,
+            tokens=TokenMeter(self.model.state.tokens, self.model.spec.budget),
         )
         return start_agent_run(request, settings, self.detoured)
 
     def detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
         """A run of this task that waited for its agent or went elsewhere: in its record."""
-        self.model.task_detoured(self.task.id, detour, assignment)
+        self.runs.task_detoured(self.task.id, detour, assignment)
         self.changed()
 
     async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
@@ -262,10 +253,19 @@ class TaskRun:
                 raise asyncio.CancelledError from error
             raise
         finally:
-            self.model.release_slot(key)
+            self.model.slots.release(key)
 
 
 def never_scheduled(cancelled: asyncio.CancelledError) -> bool:
     """Whether the cancel came from an activity cancelled before the server scheduled it."""
     cause = cancelled.__cause__
     return isinstance(cause, ActivityError) and cause.scheduled_event_id == 0
+
+
+def run_failure(error: ActivityError, retry_policy: RetryPolicy) -> RunFailure:
+    """How a task's run failed for good (the failure type, the agent's own words) and the
+    attempt it failed at."""
+    failed = task_error(error)
+    return RunFailure(
+        type=failed.type, message=failed.message, attempts=attempts(error, retry_policy)
+    )
