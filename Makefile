@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test test-tools lint fuzz soak histories bench clean
+.PHONY: setup demo test test-tools lint docs fuzz soak histories bench clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,16 @@ test-tools:
 	fi
 
 # ruff (with its complexity and naming rules), mypy strict, and the layers (import-linter's
-# contracts in pyproject.toml, README "Architecture").
+# contracts in pyproject.toml, docs/architecture.md).
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The manual's generated parts (docs/cli.md, the tables of docs/events.md), rendered from the
+# code; tests/test_docs.py fails when the committed ones differ.
+docs: $(INSTALLED)
+	$(BIN)/python -m docs.generate
 
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)

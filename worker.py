@@ -87,7 +87,7 @@ def default_registry(
 
 
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)
-"""How often a `coord worker` reports itself to the server (seed 002's heartbeat interval);
+"""How often a `coord worker` reports itself to the server;
 `coord agents` counts a worker alive for 10 s after its last report or poll."""
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle would

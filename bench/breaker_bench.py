@@ -13,7 +13,7 @@ first start to the last result. Sides alternate in interleaved rounds (the order
 a warm-up. The report also counts the ledger's history events (updates from workers): a
 healthy agent costs a batch every 2 s per worker, not a message per run.
 
-Issue 14's goal: at 50 agent runs/s through a closed breaker, at most 5% less throughput.
+The goal: at 50 agent runs/s through a closed breaker, at most 5% less throughput.
 """
 
 import argparse

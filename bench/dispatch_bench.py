@@ -1,5 +1,5 @@
 """How long a task dispatched through a task queue waits for a worker already polling it, on
-the project's embedded dev server: every agent run goes through its own queue (issue 14), and
+the project's embedded dev server: every agent run goes through its own queue, and
 so does the workflow task its result brings.
 
 With the dev server's default transfer-queue reader (one history shard, at most 20 loads a

@@ -2,7 +2,7 @@
 where a run's time went, read from its history.
 
 The single-queue layout is how the project dispatched agents before they had queues of their
-own (issue 14): every `run_agent` on the workflow's own task queue, run by its worker. The
+own: every `run_agent` on the workflow's own task queue, run by its worker. The
 bench gets it without a second copy of the project: a worker interceptor, carried by a client
 of its own, sends `run_agent` back to the workflow's queue (as runs recorded before the
 `agents-on-their-own-task-queues` patch still do), so the workflows, activities and workers

@@ -13,7 +13,7 @@ N sagas with at most C in flight, each saga's latency taken from start request t
 interleaved rounds (each round runs every side once; the order rotates). What project/baseline
 prices is what the project adds on top: spec validation, event envelopes, the agent registry,
 search attributes, progress details, its typed saga record, and the agent queues. The project
-runs twice: as deployed, each agent's runs on the agent's own task queue (issue 14), and in the
+runs twice: as deployed, each agent's runs on the agent's own task queue, and in the
 single-queue layout before it, every agent run on the saga's own queue (see bench.layouts);
 project/single is what the agent queues cost.
 """

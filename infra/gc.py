@@ -301,7 +301,7 @@ def _plan_dirs(root: Path, after: str | None, limit: int) -> Iterator[str]:
 
 
 def _layout_files(directory: Path) -> list[Path]:
-    """The files a plan writes there (seed 004's layout), regular files only."""
+    """The files a plan writes there (the scratchpad layout), regular files only."""
     files = [directory / name for name in SCRATCHPAD_FILES]
     results = directory / WORKER_RESULTS_DIR
     if results.is_dir() and not results.is_symlink():

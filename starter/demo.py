@@ -1,5 +1,5 @@
-"""The README's first command: the seed's Feature Deployment saga (to success and to rollback),
-its user-story reactive chain, and a coordinator-mode plan with seed 003's graph (to completion
+"""The README's first command: the Feature Deployment saga (to success and to rollback),
+its user-story reactive chain, and a coordinator-mode plan with a five-task graph (to completion
 through a fix round of each gate, and to `partial` with one injected failure), on the embedded
 server."""
 
@@ -52,7 +52,7 @@ async def run_sagas(client: Client, stamp: str) -> None:
 
 
 async def run_chain(client: Client, stamp: str) -> None:
-    """The user-story chain, with the seed's phase1 aggregator listening to it."""
+    """The user-story chain, with the phase1 aggregator listening to it."""
     spec = load_spec(ChainSpec, EXAMPLES / "user-story-chain.yaml")
     correlation_id = f"story-{stamp}"
     await api.start_chain(client, spec, correlation_id)

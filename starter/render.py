@@ -86,7 +86,7 @@ def plain(view: RenderableType) -> str:
 
 
 def table(*columns: str | Column, show_header: bool = True) -> Table:
-    """Columns under a rule, `|` between them, no outer frame (the seed's tables)."""
+    """Columns under a rule, `|` between them, no outer frame (the tables)."""
     return Table(
         *columns,
         box=box.ASCII,
@@ -102,7 +102,7 @@ def status(value: str, label: str | None = None) -> Text:
 
 
 def timeline_table(entries: Sequence[TimelineEntry], *, show_header: bool = True) -> Table:
-    """The seed's correlation table, with the ids that link each event to its cause."""
+    """The correlation table, with the ids that link each event to its cause."""
     view = table(*TIMELINE_COLUMNS, show_header=show_header)
     for e in entries:
         view.add_row(
@@ -140,7 +140,7 @@ def _joined_causes(entry: TimelineEntry, known: dict[str, TimelineEntry]) -> str
 
 
 def aggregator_table(state: AggregatorState) -> Group:
-    """The seed's aggregation status table and count line."""
+    """The aggregation status table and count line."""
     slots = table("Event", "Status", "Received At")
     for slot in state.slots:
         slots.add_row(
@@ -165,7 +165,7 @@ def aggregator_table(state: AggregatorState) -> Group:
 
 
 def dlq_table(entries: Sequence[EntrySummary]) -> Table:
-    """The seed's DLQ table: event, type, failure reason, retries, target, status and action."""
+    """The DLQ table: event, type, failure reason, retries, target, status and action."""
     failure = Column("Failure", max_width=60, no_wrap=True, overflow="ellipsis")
     view = table("Entry", "Event ID", "Type", failure, "Retries", "Target", "Status", "Action")
     for e in entries:
@@ -207,6 +207,8 @@ def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) 
         )
     counts = ", ".join(f"{n} {task_state}" for task_state, n in state.counts().items())
     lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
+    if state.tokens.runs:
+        lines.append(f"Tokens: {state.tokens.describe()}")
     lines += [f"Waiting for {what}" for what in waiting_for]
     if TaskState.AWAITING_APPROVAL in state.counts():
         lines.append(

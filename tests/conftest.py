@@ -133,7 +133,7 @@ def task_queue() -> str:
 
 
 def feature_deployment(**overrides: Any) -> SagaSpec:
-    """The seed's saga with a unique id, so tests never collide on the shared server."""
+    """The saga with a unique id, so tests never collide on the shared server."""
     data = read_document(FEATURE_DEPLOYMENT)
     data["saga_id"] = f"deploy-{uuid.uuid4().hex[:8]}"
     data.update(overrides)

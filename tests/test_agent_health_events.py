@@ -1,4 +1,4 @@
-"""AgentHealth events (issue 14) on the real dev server: the deployment's `AgentMonitor` reads its
+"""AgentHealth events on the real dev server: the deployment's `AgentMonitor` reads its
 agents' health every few seconds and publishes each transition (a worker gone or back, the
 circuit breaker moving) into the running chains whose subscriptions use the agent, where a
 subscription reacts to it like to any event."""

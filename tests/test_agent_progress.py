@@ -1,4 +1,4 @@
-"""Agents report progress through their run's heartbeat (seed 004's AgentSummary: a few words,
+"""Agents report progress through their run's heartbeat (AgentSummary: a few words,
 "Reading runAgent.ts"), and the `plan_progress` reader sees it on the real server while the agent
 runs: a python agent (async, or a plain `def` in a thread), a shell agent's `progress:` lines,
 an agent retrying (its attempt and last failure), and details that are not ours (ignored)."""

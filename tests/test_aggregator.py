@@ -1,4 +1,4 @@
-"""The Aggregator workflow: the seed's phase1-complete join, with deadlines and quorums."""
+"""The Aggregator workflow: the phase1-complete join, with deadlines and quorums."""
 
 import asyncio
 import uuid
@@ -219,7 +219,7 @@ async def test_publish_by_correlation_reaches_chain_and_aggregators(
 async def test_aggregator_hears_the_events_its_chain_records(
     client: Client, task_queue: str
 ) -> None:
-    """The seed's composition: the chain's agents publish, the phase1 join completes, and its
+    """The composition: the chain's agents publish, the phase1 join completes, and its
     result is published back into the chain."""
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     gates = GatedAgents(names=["frontend-specialist"])

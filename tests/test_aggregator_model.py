@@ -1,4 +1,4 @@
-"""The aggregator's state and rules on their own (no server): the seed's phase1 join, quorums, the
+"""The aggregator's state and rules on their own (no server): the phase1 join, quorums, the
 deadline, the lookback, duplicates, other correlations, late events, the emitted event, the
 record, and the carry across continue-as-new."""
 

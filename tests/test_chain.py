@@ -1,4 +1,4 @@
-"""The ReactiveChain workflow on the real dev server: the seed's user-story chain and its rules."""
+"""The ReactiveChain workflow on the real dev server: the user-story chain and its rules."""
 
 import asyncio
 import uuid
@@ -9,7 +9,7 @@ from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
 from coord.activities.mesh.run_agent import AgentActivities
-from coord.models.chain.model import TIMELINE_WINDOW
+from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainSpec, ChainState, ChainStatus
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.events.timeline import TimelineEntry

@@ -288,6 +288,7 @@ def test_a_failure_carries_its_details_and_its_innermost_message() -> None:
         ("target_unavailable", "Retry later"),
         ("invalid_payload", "Fix and replay"),
         ("compensation_failed", "Fix and replay"),
+        ("budget_exceeded", "Raise the budget or archive"),
         ("timeout", "Investigate"),
         ("causation_loop", "Investigate"),
         ("SomethingAnAgentMadeUp", "Investigate"),

@@ -1,6 +1,6 @@
 """A flood into one chain, faster than its worker takes it, on a server whose limit of signals per
 run is low: the chain continues-as-new in time, publishers that meet the limit wait and retry
-against the new run, every event is accounted for and every query answered (issue 10, item 2).
+against the new run, every event is accounted for and every query answered.
 And the backlog a worker meets after losing a run under a flood: every signal since the run's
 last completed task, thousands, in one activation, taken without tripping the deadlock detector."""
 
@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from coord.infra.payload_store import data_converter
+from coord.models.chain.intake import EVENTS_PER_TASK
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
@@ -24,7 +25,6 @@ from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows._runtime.arguments import SurplusArguments
-from coord.workflows.chain.reactive import EVENTS_PER_TASK
 from tests.conftest import start_dev_server
 
 SIGNALS_PER_RUN = 400

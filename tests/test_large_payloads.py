@@ -1,5 +1,5 @@
 """Large events by reference: the issue's sizes against a chain, its aggregator and the dead-letter
-queue, across a worker restart and continue-as-new (issue 10, item 7)."""
+queue, across a worker restart and continue-as-new."""
 
 import asyncio
 import socket
@@ -29,7 +29,7 @@ from coord.infra.payload_store import (
     data_converter,
 )
 from coord.models.aggregator.spec import AggregatorStatus
-from coord.models.chain.model import TIMELINE_WINDOW
+from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainStatus
 from coord.models.events.envelope import EventEnvelope
 from coord.starter import api

@@ -1,4 +1,4 @@
-"""Agents on their own task queues (issue 14): workers serving different agents, possibly on
+"""Agents on their own task queues: workers serving different agents, possibly on
 other machines (here: other processes), a run no worker takes, and agent health as
 `coord agents` reads it from the server."""
 

@@ -227,8 +227,8 @@ EXPECTED: tuple[tuple[str, Mapping[str, str], float], ...] = (
     ("coord_chain_runs_dispatched_total", {}, 8),
     ("coord_chain_runs_queued_total", {"agent": "ux-designer"}, 2),
     ("coord_chain_runs_dispatched_total", {"agent": "test-engineer"}, 2),
-    ("coord_agent_events_published_total", {"agent": "ux-designer"}, 1),
-    ("coord_agent_events_published_total", {}, 7),
+    ("coord_agent_events_published_total", {"agent": "ux-designer"}, 4),
+    ("coord_agent_events_published_total", {}, 16),
     ("coord_aggregators_total", {"outcome": "completed"}, 1),
     # the saga: the step failing for good, its two compensations
     ("coord_sagas_total", {"outcome": "compensated"}, 1),

@@ -1,4 +1,4 @@
-"""The shared models: the seed's envelope, durations, retry mapping and spec errors."""
+"""The shared models: the envelope, durations, retry mapping and spec errors."""
 
 import re
 from datetime import UTC, datetime, timedelta

@@ -55,7 +55,7 @@ again, one that finished during the outage waits for its 5-minute time limit."""
 def saga(
     step: dict[str, Any], retries: int = 0, slow: Mapping[str, float] = SLOW_STEPS
 ) -> SagaSpec:
-    """The seed's saga, every step with `step`'s fields and `retries` retries, slow agents."""
+    """The saga, every step with `step`'s fields and `retries` retries, slow agents."""
     data = read_document(FEATURE_DEPLOYMENT)
     data["saga_id"] = f"outage-{uuid.uuid4().hex[:8]}"
     for each in data["steps"]:

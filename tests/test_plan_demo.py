@@ -1,4 +1,4 @@
-"""The coordinator-mode demo plan (examples/plan-seed003.yaml): it has seed 003's shape, the
+"""The coordinator-mode demo plan (examples/plan-seed003.yaml): it has shape, the
 demo agents run it to completion (through a fix round of each gate when told to reject), and an
 injected failure skips exactly the failed task's dependents while the other branch completes."""
 

@@ -1,7 +1,7 @@
 """A plan task's own `timeout` on the time-skipping server: an agent that never answers is timed
 out by Temporal, retried as the task's retry policy says (the backoff between attempts skipped),
 then ends `error` (`timeout`), its dependents skipped while another branch finishes. A task that
-sets no timeout gets seed 004's 300 s.
+sets no timeout gets 300 s.
 
 The time-skipping server does not skip time while an activity is scheduled or running (Temporal's
 testing guide: "time doesn't skip while Activities ... are executing"), so the attempts' own

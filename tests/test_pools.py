@@ -1,4 +1,4 @@
-"""Pools, rate limits, priority and fairness (issue 14, seed 003's resource pool), on the real
+"""Pools, rate limits, priority and fairness, on the real
 dev server: an agent's `max_concurrent` and `rate_limit` held by Temporal's own limits, the pool
 as `coord agents` shows it, one correlation flooding a shared agent queue without starving
 another, and idle workers taking the runs a slow one cannot (work stealing)."""

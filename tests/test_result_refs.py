@@ -1,4 +1,4 @@
-"""Large results by reference (seed 004: "pass references, not large data"), through a real
+"""Large results by reference (pass references, not large data), through a real
 worker on the dev server: a result over its request's `result_limit` comes back as a reference
 to the payload store, which holds the data; a request whose inputs hold that reference gives
 its agent (python, shell or http) the data; neither history holds the data; a reference whose

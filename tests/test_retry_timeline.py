@@ -1,4 +1,4 @@
-"""The seed's retry timeline on the time-skipping server: attempts at 0s, +1s, +2s, +4s."""
+"""The retry timeline on the time-skipping server: attempts at 0s, +1s, +2s, +4s."""
 
 import asyncio
 from typing import Any

@@ -1,4 +1,4 @@
-"""The Saga workflow on the real dev server: the seed's compensation table and the saga options."""
+"""The Saga workflow on the real dev server: the compensation table and the saga options."""
 
 import asyncio
 from datetime import timedelta

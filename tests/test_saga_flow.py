@@ -1,5 +1,5 @@
 """What flows through a saga: earlier results into each step, the undone step's outcome into its
-compensation, the seed's saga events into the saga record and the correlation's chain, and
+compensation, the saga events into the saga record and the correlation's chain, and
 idempotency keys unique to the saga run and step."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""The saga's state and rules on their own (no server): the seed's Feature Deployment table end to
+"""The saga's state and rules on their own (no server): the Feature Deployment table end to
 end, the compensation order for a failure at each step, the pivot, a cancel mid-run, failed
 compensations, and the record and timeline they leave."""
 
@@ -21,7 +21,7 @@ UNDONE_AT = {
     4: ["RemoveFromStaging"],
     5: ["RollbackProduction", "RemoveFromStaging"],
 }
-"""The seed's compensation table: a failure at each step, and what is undone, in order."""
+"""The compensation table: a failure at each step, and what is undone, in order."""
 
 
 def begun(spec: SagaSpec | None = None) -> SagaModel:
@@ -82,7 +82,7 @@ def test_the_seed_saga_completes_with_its_events_in_order() -> None:
 
 
 def test_the_stack_holds_each_step_compensation_before_the_step_runs() -> None:
-    """The seed's coordinator record at step 3: RemoveFromStaging is on the stack while it runs."""
+    """The coordinator record at step 3: RemoveFromStaging is on the stack while it runs."""
     model = begun()
     steps = list(model.steps())
     for index, step in steps[:2]:

@@ -1,5 +1,5 @@
 """The `write_scratchpad` activity and its trust rule: a plan writes only under the worker's own
-scratchpad root, in seed 004's layout, atomically and bounded."""
+scratchpad root, in layout, atomically and bounded."""
 
 import asyncio
 import uuid

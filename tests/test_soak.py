@@ -1,8 +1,8 @@
-"""The seed's Feature Deployment saga under load, on the real dev server (`make soak`; not in
+"""The Feature Deployment saga under load, on the real dev server (`make soak`; not in
 `make test`: two hundred sagas take a minute or more on two cores).
 
 - Two hundred sagas at once, one in ten failing at `DeployToProduction` by its own input: the
-  healthy ones complete, the failing ones compensate as the seed's table says, and no breaker
+  healthy ones complete, the failing ones compensate as the table says, and no breaker
   opens (a business failure says nothing about the agent's health).
 - The same two hundred with `DeployToProduction` truly unhealthy for 20 s (every call hangs
   until its 2 s timeout): its breaker opens, the other agents' stay closed, and the runs turned
@@ -43,7 +43,7 @@ workers' view of the ledger is a second old at most."""
 
 
 def sagas(task_queue: str, production: dict[str, Any]) -> list[SagaSpec]:
-    """The seed's saga, SAGAS times; `production` overrides its DeployToProduction step."""
+    """The saga, SAGAS times; `production` overrides its DeployToProduction step."""
     document = yaml.safe_load(FEATURE_DEPLOYMENT.read_text())
     document["steps"][4].update(production)
     run = uuid.uuid4().hex[:6]

@@ -1,4 +1,4 @@
-"""One trace per correlation: the seed's user-story chain traced into memory (in a process of
+"""One trace per correlation: the user-story chain traced into memory (in a process of
 its own, `tests/tracing_probe.py`) against the real dev server, and an `llm` agent's run with the
 GenAI semantic conventions."""
 

@@ -61,7 +61,7 @@ async def wait_running(
 
 
 def saga(**changes: Any) -> SagaSpec:
-    """The seed's saga with a unique id; `changes` merge into steps by name."""
+    """The saga with a unique id; `changes` merge into steps by name."""
     data = read_document(FEATURE_DEPLOYMENT)
     data["saga_id"] = f"kill-{uuid.uuid4().hex[:8]}"
     for step in data["steps"]:

@@ -1,5 +1,5 @@
 """Run with tracing into memory, in a process of its own (a tracer provider is set once per
-process): the seed's user-story chain on a worker against the given server, then one `llm`
+process): the user-story chain on a worker against the given server, then one `llm`
 agent run against a local chat server. Prints one JSON document: the chain's timeline and every
 span that ended.
 

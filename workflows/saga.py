@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.runs import RunDetour
+    from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.model import SagaEnd, SagaModel
     from coord.models.saga.spec import (
         CancelEffect,
@@ -98,6 +99,7 @@ class Saga:
             spec, workflow_id=info.workflow_id, first_run_id=info.first_execution_run_id
         )
         self._options["inline_agents"] = spec.agents
+        self._options["tokens"] = TokenMeter(self._model.state.tokens, spec.budget)
         self._publish()
         try:
             return await self._outcome()

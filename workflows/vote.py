@@ -1,4 +1,4 @@
-"""The `Vote` workflow: a consensus vote (seed 002). The proposal goes to every voter agent at
+"""The `Vote` workflow: a consensus vote. The proposal goes to every voter agent at
 once (one `run_agent` activity each, the proposal as its event's payload); each answer, failure
 or timeout becomes a ballot, and as soon as the outcome is certain the runs still out are
 cancelled. What the ballots decide is `VoteModel`'s (coord.models.vote.spec); this module is the

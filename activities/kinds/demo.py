@@ -1,4 +1,4 @@
-"""Demo agents: the seed's Feature Deployment saga steps, its user-story chain roles, and the
+"""Demo agents: the Feature Deployment saga steps, its user-story chain roles, and the
 workers, reviewer and verifiers of the coordinator-mode plan (examples/plan-seed003.yaml).
 
 Failures are injected per run from the event payload, deterministically, under `inject`:

@@ -26,6 +26,7 @@ from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
+from coord.models.mesh.usage import refusal
 from coord.models.wire.contract import FailureType, Health, failure
 
 EXCERPT_CHARS = 200
@@ -69,6 +70,8 @@ async def run_llm(
     config: LlmAgent, settings: WorkerSettings, event: EventEnvelope, context: AgentContext
 ) -> Mapping[str, Any]:
     who = f"llm agent {context.agent!r}"
+    if over := refusal(context.tokens, config.budget):
+        raise failure(FailureType.BUDGET_EXCEEDED, f"{who}: {over}", non_retryable=True)
     messages = _messages(config, event, context, who)
     key = _api_key(config, who)
     limit = int(settings.output_limit)
@@ -104,7 +107,7 @@ async def _ask(
                 raw = await _beating(asking, context)
         except (TimeoutError, openai.OpenAIError) as error:
             raise _failure(error, config, who, key) from None
-    return _result(raw.http_response, who, key)
+    return _result(raw.http_response, config.model, who, key)
 
 
 async def _beating(call: Awaitable[T], context: AgentContext) -> T:
@@ -254,7 +257,9 @@ def _server_said(body: object, key: str) -> str:
     return _excerpt(body if isinstance(body, str) else _json(body), key)
 
 
-def _result(response: httpx.Response, who: str, key: str) -> dict[str, Any]:
+def _result(response: httpx.Response, declared: str, who: str, key: str) -> dict[str, Any]:
+    """The answer's JSON object, with the completion's usage and model (the declared one when
+    the server names none) in its metadata."""
     try:
         answer = ChatAnswer.model_validate_json(response.content)
     except ValidationError:
@@ -269,7 +274,8 @@ def _result(response: httpx.Response, who: str, key: str) -> dict[str, Any]:
     if not isinstance(metadata, dict):
         raise failure(FailureType.INVALID_PAYLOAD, f"{who} answered metadata that is not an object")
     usage = (answer.usage or Usage()).model_dump()
-    return {**data, "metadata": {**metadata, "usage": usage, "model": answer.model}}
+    model = answer.model or declared
+    return {**data, "metadata": {**metadata, "usage": usage, "model": model}}
 
 
 def _json_object(content: str, finish_reason: str | None, who: str, key: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The pool around `run_agent` (seed 003's resource pool): an agent declaring `max_concurrent`
+"""The pool around `run_agent` (a resource pool): an agent declaring `max_concurrent`
 runs at most that many times at once across every worker serving it.
 
 Each worker's slot limit (its `max_concurrent_activities`) is the first line: a worker takes

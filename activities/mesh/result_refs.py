@@ -1,4 +1,4 @@
-"""Large results by reference (seed 004: "pass references, not large data").
+"""Large results by reference (pass references, not large data).
 
 A result whose data is larger than its request's `result_limit` is written to the payload store
 and the activity returns only its `ResultReference`; a request whose `inputs` hold such a

@@ -172,6 +172,7 @@ def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) ->
         idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
         inputs=inputs,
         reporter=ProgressReporter(_heartbeat_from_any_thread()),
+        tokens=request.tokens,
     )
 
 
@@ -229,7 +230,7 @@ def report_failure(error: Exception, request: AgentRequest, tally: RunCounter) -
 
 
 def _classified(error: Exception, request: AgentRequest, attempt: int) -> ApplicationError:
-    """A typed failure carrying its attempt (for the dead-letter queue), with the seed's
+    """A typed failure carrying its attempt (for the dead-letter queue), with the
     `retry_on` applied (a failure type outside a non-empty list is not retried), and the delay
     before its retry: the agent's own (Retry-After), else the policy's backoff spread by the
     request's jitter."""

@@ -1,4 +1,4 @@
-"""The `write_scratchpad` activity: a plan's scratchpad files (seed 004's layout) on the worker.
+"""The `write_scratchpad` activity: a plan's scratchpad files (the scratchpad layout) on the worker.
 
 Whoever can start a plan names its scratchpad directory; the worker alone decides where that
 lands (`worker.scratchpad_root` in its agents file, none by default). So a write is refused

@@ -1,4 +1,4 @@
-"""Aggregator specs (the seed's phase1-complete) and the aggregator's status table."""
+"""Aggregator specs (the phase1-complete) and the aggregator's status table."""
 
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -76,7 +76,7 @@ class SlotStatus(BaseModel):
 
 
 class AggregatorState(BaseModel):
-    """The seed's status table: each expected event, the count line, the deadline. Every event
+    """The status table: each expected event, the count line, the deadline. Every event
     it received (by signal or lookback) is counted once: `received = matched + unmatched +
     duplicates + rejected_count + ignored_after_finish`."""
 

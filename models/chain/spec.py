@@ -14,6 +14,7 @@ from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
+from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.wire.durations import Duration
@@ -134,7 +135,7 @@ class Subscription(Routed):
 
 
 class AlertPolicy(BaseModel):
-    """The seed's `project.alerts` with `severity=high`: pause new agent work until resolved."""
+    """The `project.alerts` with `severity=high`: pause new agent work until resolved."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -164,6 +165,9 @@ class ChainSpec(BaseModel):
     max_causation_depth: int = Field(default=32, ge=1, le=MAX_ITEMS)
     idle_timeout: Duration = timedelta(hours=1)
     alerts: AlertPolicy | None = Field(default_factory=AlertPolicy)
+    budget: TokenBudget | None = None
+    """`{tokens: N}`: the most tokens the chain's agent runs may use, across its continue-as-new
+    (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
 
     @model_validator(mode="after")
     def _well_formed(self) -> Self:
@@ -328,6 +332,8 @@ class ChainState(BaseModel):
     detours: list[RunDetour] = Field(default_factory=list)
     """The latest runs that waited for their agent or went elsewhere (`run`: subscription and
     triggering event), newest last."""
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    """What the chain's agent runs reported using (an `llm` agent's tokens), in all and by model."""
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

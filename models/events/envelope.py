@@ -1,4 +1,4 @@
-"""The seed's standard event message: `event` header, `payload`, `routing`."""
+"""The standard event message: `event` header, `payload`, `routing`."""
 
 import uuid
 from datetime import UTC, datetime
@@ -22,7 +22,7 @@ def _random_hex(length: int) -> str:
 
 
 def new_event_id() -> str:
-    """`evt-YYYYMMDD-HHMMSS-<12 hex>`: sortable by time like the seed's ids, with enough
+    """`evt-YYYYMMDD-HHMMSS-<12 hex>`: sortable by time like the example ids, with enough
     randomness that deduplication by id never merges two distinct events."""
     return f"evt-{_now():%Y%m%d-%H%M%S}-{_random_hex(12)}"
 

@@ -1,6 +1,6 @@
 """Subscription filters: CEL expressions over the envelope (`payload.severity == "high" &&
 routing.topic == "project.alerts"`), evaluated by the `common-expression-language` package. The
-seed's short forms (`severity=high`, `type=APIDesignCompleted`) are sugar for equality.
+short forms (`severity=high`, `type=APIDesignCompleted`) are sugar for equality.
 
 Filters run inside workflow code, where the native evaluator holds the interpreter: their cost is
 bounded by checking them when the spec loads (length, list macros) and by evaluating them over a
@@ -40,7 +40,7 @@ def _field(name: str) -> str:
 
 
 def to_cel(expression: str) -> str:
-    """The seed's `key=value` (comma-separated for several) becomes CEL; CEL stays CEL."""
+    """The `key=value` (comma-separated for several) becomes CEL; CEL stays CEL."""
     parts = [p for p in expression.split(",") if p.strip()]
     matches = [_SHORT_FORM.match(p) for p in parts]
     if not parts or not all(matches):

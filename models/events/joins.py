@@ -12,7 +12,7 @@ from coord.models.events.envelope import EventEnvelope
 
 
 class Slot(BaseModel):
-    """An expected event: its type, and optionally who must send it (the seed's `from`)."""
+    """An expected event: its type, and optionally who must send it (the `from`)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -42,7 +42,7 @@ class Arrival(BaseModel):
 
 def share_needed(threshold: float, count: int) -> int:
     """How many of `count` make up the share `threshold` (a quorum: an aggregator's events, a
-    vote's approvals). Rounded to a tenth of one, then up, so the mesh seed's 0.67 means two of
+    vote's approvals). Rounded to a tenth of one, then up, so a threshold of 0.67 means two of
     three, as it intends (0.67 x 3 = 2.01 would otherwise need all three); at least one."""
     return max(1, math.ceil(round(threshold * count, 1)))
 
@@ -68,7 +68,7 @@ class JoinState(BaseModel):
         keep: Literal["first", "latest"] = "first",
     ) -> "JoinState":
         """`all`, `any`, a count (`at_least`) or a share of the slots (`threshold`, the mesh
-        seed's consensus threshold, counted by `share_needed`)."""
+        consensus threshold, counted by `share_needed`)."""
         needed = len(slots) if mode == "all" else 1
         if at_least is not None:
             needed = at_least

@@ -9,7 +9,7 @@ from coord.models.events.envelope import EventEnvelope, EventHeader, Priority, R
 
 
 class TimelineEntry(BaseModel):
-    """A row of the seed's correlation table, with the ids that link it to its cause."""
+    """A row of the correlation table, with the ids that link it to its cause."""
 
     seq: int
     time: datetime

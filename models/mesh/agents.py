@@ -21,6 +21,7 @@ from coord.models.mesh.config import (
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RunBudget
 from coord.models.mesh.runs import RetryJitter
+from coord.models.mesh.usage import TokenAllowance
 from coord.models.wire.contract import FailureType, failure
 from coord.models.wire.specs import MAX_COUNT, JsonObject, SpecError
 
@@ -80,6 +81,9 @@ class AgentContext:
     """The request's `inputs`: joined events by slot, earlier saga results by step name, a
     plan's dependency results by task id (results stored by reference arrive as their data)."""
     reporter: ProgressReporter = field(default_factory=ProgressReporter, repr=False, compare=False)
+    tokens: TokenAllowance | None = None
+    """The request's `tokens`: what the run's workflow has used and its spec's budget (an
+    `llm` agent refuses to run when nothing is left; another agent may read it too)."""
 
     def progress(self, summary: str) -> None:
         """Say what the agent is doing now, in a few words (`"Fixing null check"`); the run's
@@ -206,6 +210,10 @@ class AgentRequest(BaseModel):
     """The run's retries, counted by its worker (the server then sets no attempt limit): only
     the agent's own failures spend them, not attempts a server outage or a dead worker lost.
     None: the server's retry policy counts every attempt."""
+    tokens: TokenAllowance | None = None
+    """The tokens the run's workflow has used and its spec's token budget, for an `llm` agent to
+    refuse the run when nothing is left (`coord.models.mesh.usage`). None: nothing used and no
+    budget in the spec."""
 
 
 class PublishRequest(BaseModel):
@@ -218,7 +226,7 @@ class PublishRequest(BaseModel):
 
 
 RESERVED_RESULT_KEYS = ("publish", "metadata")
-"""Keys an agent's result mapping may use to ask for events and report metadata (the seed's
+"""Keys an agent's result mapping may use to ask for events and report metadata (the
 `quality_score`, say); everything else is its data."""
 
 

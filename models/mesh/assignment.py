@@ -1,4 +1,4 @@
-"""Routing by capability (seed 002's capability router and task auction): a saga step, chain
+"""Routing by capability (a capability router and a task auction): a saga step, chain
 subscription or plan task may ask for capabilities instead of naming an agent; the coordinator
 then picks one of the declared agents offering enough of them, by a strategy. Pure: the readings
 (health, backlog, running runs, breaker, history, pool) come from the `choose_agent(s)`
@@ -110,7 +110,7 @@ class Routed(BaseModel):
     capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
     assignment: Strategy = "least_loaded"
     """How an agent is picked among those offering the capabilities: `least_loaded` (the least
-    work per live worker: runs waiting, running, just picked) or `auction` (seed 002's bids)."""
+    work per live worker: runs waiting, running, just picked) or `auction` (bids)."""
     fallback: Fallback | None = None
     """Where the run goes when its agent cannot take it (breaker open, no worker, timed out):
     another agent, or capabilities (`coord.models.mesh.runs`)."""
@@ -208,7 +208,7 @@ class Bid(BaseModel):
     past_performance: float
     resource_availability: float
     bid: float
-    """`auction`'s score (highest wins): the seed's weighted sum of the four criteria."""
+    """`auction`'s score (highest wins): the weighted sum of the four criteria."""
 
 
 class Assignment(BaseModel):

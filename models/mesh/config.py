@@ -9,6 +9,7 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.mesh.ledger import BreakerConfig
+from coord.models.mesh.usage import TokenBudget
 from coord.models.ops.retention import GcSettings, RetentionSettings
 from coord.models.wire.durations import Duration
 from coord.models.wire.specs import IDENTIFIER
@@ -143,6 +144,10 @@ class LlmAgent(AgentDeclarationBase):
     response_format: Literal["json", "none"] = "json"
     """`json` asks the endpoint for a JSON object; `none` sends no `response_format` (for servers
     that reject it: the prompt must then ask for JSON)."""
+    budget: TokenBudget | None = None
+    """`{tokens: N}`: the most tokens the runs of one correlation's workflow may use before a run
+    of this agent is refused (`budget_exceeded`); a spec's own `budget` holds too, and the
+    smaller wins."""
 
     @field_validator("prompt")
     @classmethod

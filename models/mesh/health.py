@@ -1,4 +1,4 @@
-"""Agent health (seed 002's heartbeat monitor, read from the Temporal server): an agent is
+"""Agent health (a heartbeat monitor, read from the Temporal server): an agent is
 `healthy` while a worker serving its task queue was seen within the heartbeat timeout (10 s),
 `unreachable` otherwise. A worker is seen by its polls of the queue and by the worker
 heartbeats it sends (every 3 s from `coord worker`); the server reports both, so nothing here
@@ -43,7 +43,7 @@ class WorkerSeen(BaseModel):
 
 
 class AgentPool(BaseModel):
-    """An agent's pool (seed 003's resource pool status). For an agent declaring
+    """An agent's pool (a resource pool's status). For an agent declaring
     max_concurrent, its ledger's permits across all its workers (`with_ledger`); otherwise the
     run slots of the live workers serving it, as their last worker heartbeats (every 3 s) said.
     Waiting: the runs on its queue that no worker has taken yet, and those taken that wait in

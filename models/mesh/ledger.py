@@ -13,7 +13,7 @@ The stats window: runs that succeeded and failed, and the durations of the succe
 log-scale histogram, so memory stays bounded however many runs there are), in time buckets over
 the last WINDOW; the success rate and the median duration are read from it.
 
-The pool (seed 003's resource pool, for an agent declaring `max_concurrent`): permits to run,
+The pool (a resource pool, for an agent declaring `max_concurrent`): permits to run,
 at most `size` out at once across every worker serving the agent. A permit is a lease (a run
 whose worker died gives its permit back when the lease ends); a run asking while none is free
 waits its turn, first come first served, for a bounded time (`PermitPool`).

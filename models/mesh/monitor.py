@@ -1,4 +1,4 @@
-"""What the agent monitor decides (seed 002's heartbeat monitor, turned into events): from each
+"""What the agent monitor decides (a heartbeat monitor, turned into events): from each
 reading of the deployment's agents it keeps every agent's last known state, and a change between
 two readings is a transition, published as an `AgentHealthEvent` into the chains that use the
 agent. Pure: the reading is the worker's (activities/agent_monitor.py), the timer loop and the

@@ -1,4 +1,4 @@
-"""The seed's retry configuration, expressed as a Temporal RetryPolicy, and how a run's worker
+"""The retry configuration, expressed as a Temporal RetryPolicy, and how a run's worker
 counts the retries its agent spends (`RunBudget`, `RunTally`)."""
 
 import dataclasses

@@ -1,5 +1,5 @@
 """The monitoring dashboard's arithmetic: what the workers' metrics and the Temporal server say,
-turned into the seed's four sections (throughput, by topic, agent activity, health) and the
+turned into the four sections (throughput, by topic, agent activity, health) and the
 pattern panels beside them.
 
 Figures hold across every worker, never from one process's memory: a Prometheus server answers
@@ -141,7 +141,7 @@ class EventFigures(BaseModel):
 
 
 class Throughput(BaseModel):
-    """The seed's "Throughput (Last Hour)". `in_dlq` is the entries parked now (Temporal)."""
+    """The "Throughput (Last Hour)". `in_dlq` is the entries parked now (Temporal)."""
 
     published: int | None = None
     consumed: int | None = None

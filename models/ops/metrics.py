@@ -169,8 +169,8 @@ AGENT_EVENTS_PUBLISHED = MetricSpec(
     "coord_agent_events_published_total",
     "counter",
     ("agent",),
-    "Events a chain published for its agents' results: the subscription's success events and "
-    "the result's own publications the chain allowed.",
+    "Events a chain recorded from one of its agents (by their source): its runs' start, "
+    "success and failure events, and the results' own publications the chain allowed.",
 )
 BREAKER_STATE = MetricSpec(
     "coord_breaker_state",

@@ -1,4 +1,4 @@
-"""A plan task's gates (seed 004), as pure decisions: human approval before the task runs, and
+"""A plan task's gates, as pure decisions: human approval before the task runs, and
 after a successful run the two-stage review, then dual verification (the Santa method).
 
 The workflow asks `next_gate_step` what to do after each run and each round, and records every
@@ -218,7 +218,7 @@ def _answer_problem(answer: Any) -> str | None:
 
 
 class VerdictAnswer(BaseModel):
-    """A reviewer's answer as seed 004's review loop needs it: whether the result passed and,
+    """A reviewer's answer as the review loop needs it: whether the result passed and,
     when it did not, what to fix (a failed round sends these notes back to the task's agent:
     "不通过 → Worker 修复 → 重新 review"). Strict: an unknown key is most likely a misspelt one
     (`pass`, `note`) that would otherwise lose the verdict or its notes, and `passed` must be a

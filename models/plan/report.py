@@ -1,4 +1,4 @@
-"""A plan's scratchpad files (seed 004's layout), rendered from its spec and record:
+"""A plan's scratchpad files (the scratchpad layout), rendered from its spec and record:
 `task-plan.md` (the graph: tasks, agents, dependencies, gates), `worker-results/<task>.json`
 (one task's outcome) and `final-report.md` (per task: state, attempts, duration, outcome, review
 rounds; the summary line).
@@ -276,10 +276,13 @@ def final_report_markdown(state: PlanState) -> str:
     ]
     if state.started_at is not None and state.ended_at is not None:
         took = elapsed(state.ended_at - state.started_at)
-        lines += [
-            f"- ran {state.started_at:%Y-%m-%d %H:%M:%S} to {state.ended_at:%H:%M:%S} UTC ({took})",
-            "",
-        ]
+        lines.append(
+            f"- ran {state.started_at:%Y-%m-%d %H:%M:%S} to {state.ended_at:%H:%M:%S} UTC ({took})"
+        )
+    if state.tokens.runs:
+        lines.append(f"- tokens: {state.tokens.describe()}")
+    if lines[-1]:
+        lines.append("")
     lines += [
         _row("Task", "Agent", "State", "Attempts", "Duration", "Reviews", "Outcome"),
         _row(*["---"] * 7),

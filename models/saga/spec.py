@@ -11,6 +11,7 @@ from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.mesh.runs import RunDetour
+from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.wire.contract import (
     Pattern,
     SearchValues,
@@ -31,7 +32,7 @@ class SagaStep(Routed):
     on_success: str = ""
     on_failure: str = ""
     on_compensated: str = ""
-    """The event announced once this step's compensation has run (the seed's `RemoveStaging`,
+    """The event announced once this step's compensation has run (the `RemoveStaging`,
     `RollbackAll`); `<name>Compensated` by default."""
     timeout: Duration = timedelta(minutes=5)
     heartbeat_timeout: Duration | None = None
@@ -68,6 +69,9 @@ class SagaSpec(BaseModel):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     steps: list[SagaStep] = Field(min_length=1, max_length=MAX_ITEMS)
+    budget: TokenBudget | None = None
+    """`{tokens: N}`: the most tokens the saga's steps and compensations may use
+    (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -130,7 +134,7 @@ class SagaCancel(BaseModel):
 
 
 class SagaState(BaseModel):
-    """The seed's saga coordinator record, plus what an operator needs after a failure."""
+    """The saga coordinator record, plus what an operator needs after a failure."""
 
     saga_id: str
     correlation_id: str = ""
@@ -150,7 +154,9 @@ class SagaState(BaseModel):
     again, fell back), by step (`run`), newest last."""
     events: list[TimelineEntry] = Field(default_factory=list)
     """The saga's events with their times (`ArtifactBuilt` ... `ProductionFailed`, the
-    compensation events), as rows of the seed's correlation table."""
+    compensation events), as rows of the correlation table."""
+    tokens: TokenUsage = Field(default_factory=TokenUsage)
+    """What the saga's agent runs reported using (an `llm` agent's tokens), in all and by model."""
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""

@@ -1,4 +1,4 @@
-"""Consensus votes (seed 002, threshold 0.67): a proposal goes to N voter agents at once, each
+"""Consensus votes (threshold 0.67 by default): a proposal goes to N voter agents at once, each
 answers approve or reject with a reason; the spec, the record, and `VoteModel`, which decides.
 
 The outcome, decided as soon as it is certain:
@@ -8,7 +8,7 @@ The outcome, decided as soon as it is certain:
 - `no_quorum` when abstentions (with any rejections) leave too few, or at the deadline.
 
 A voter that fails, times out, or answers anything but `{"approve": bool, "reason": str}`
-abstains, with the reason in its ballot: the seed tolerates up to a third of the voters faulty,
+abstains, with the reason in its ballot: the vote tolerates up to a third of the voters faulty,
 and with 0.67 of 3 one voter may abstain while the other two still decide."""
 
 from collections.abc import Mapping

@@ -220,7 +220,7 @@ RUN_OUTCOME_SIGNAL: Final = "run_outcome"
 STATE_QUERY: Final = "state"
 """A saga's, chain's or aggregator's current record."""
 TIMELINE_QUERY: Final = "timeline"
-"""A chain's recorded events, the seed's correlation table."""
+"""A chain's recorded events, the correlation table."""
 ENTRY_QUERY: Final = "entry"
 """A dead-letter entry's whole record."""
 PROGRESS_QUERY: Final = "progress"
@@ -285,7 +285,7 @@ PUBLISH_AGENT_HEALTH_ACTIVITY: Final = "publish_agent_health"
 # --- Events the product publishes -------------------------------------------------------------
 
 AGENT_HEALTH_EVENT: Final = "AgentHealthEvent"
-"""The seed's system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
+"""The system event (its event taxonomy's `AgentHealthEvent`): an agent turned healthy
 or unreachable, or its circuit breaker changed state. Chains subscribe to it like any event."""
 AGENT_HEALTH_TOPIC: Final = "agents.health"
 """Its topic: a subscription without a topic, or with this one, takes it."""
@@ -386,7 +386,7 @@ class FailureType(StrEnum):
     """Every failure type the product raises or parks, by who raises it. An agent may raise
     types of its own: any string is a failure type; these are the ones the product knows."""
 
-    # An agent run (the seed's error taxonomy): retried by the step's or subscription's policy,
+    # An agent run (the error taxonomy): retried by the step's or subscription's policy,
     # except the two that retrying cannot fix.
     TIMEOUT = "timeout"
     TEMPORARY_FAILURE = "temporary_failure"
@@ -409,6 +409,10 @@ class FailureType(StrEnum):
     """An `async def` python agent blocked its event loop (one of its own) past its
     `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
     async agent is in its code and would block again, each attempt leaving a thread stuck."""
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """An `llm` run refused before the model was called: the token budget of its correlation's
+    workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has
+    nothing left. Not retried: nothing left now is nothing left on a retry."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
@@ -466,7 +470,7 @@ UNTYPED_APPLICATION_ERROR: Final = "ApplicationError"
 """The failure type of an ApplicationError raised without one."""
 
 NOT_RETRYABLE: Final = frozenset({FailureType.INVALID_PAYLOAD, FailureType.UNAUTHORIZED})
-"""The agent failures no retry can fix: the seed's default `no_retry_on`."""
+"""The agent failures no retry can fix: the default `no_retry_on`."""
 
 RETRY_LATER: Final = frozenset(
     {
@@ -482,9 +486,15 @@ FIX_AND_REPLAY: Final = frozenset(
 )
 
 
+OVER_BUDGET: Final = frozenset({FailureType.BUDGET_EXCEEDED})
+
+
 def dlq_action(failure_type: str) -> str:
-    """The seed's DLQ Action column: transient failures are retried later, bad data is fixed and
-    replayed, anything else (timeouts, late or invalid events, loops) needs a person first."""
+    """The DLQ Action column: transient failures are retried later, bad data is fixed and
+    replayed, a run over its token budget waits for a person to raise the budget (or to let
+    it go), anything else (timeouts, late or invalid events, loops) needs a person first."""
+    if failure_type in OVER_BUDGET:
+        return "Raise the budget or archive"
     if failure_type in RETRY_LATER:
         return "Retry later"
     if failure_type in FIX_AND_REPLAY:

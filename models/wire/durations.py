@@ -1,4 +1,4 @@
-"""Human durations (`90s`, `2h`, `1d`, `1h30m`) as used by the seed's specs."""
+"""Human durations (`90s`, `2h`, `1d`, `1h30m`) as used by the specs."""
 
 import re
 from datetime import timedelta

@@ -23,6 +23,7 @@ from coord.starter.api.chains import (
     start_chain,
 )
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
+from coord.starter.api.costs import correlation_tokens
 from coord.starter.api.dlq import (
     dlq_archive,
     dlq_archive_many,
@@ -83,6 +84,7 @@ __all__ = [
     "check_agents",
     "close_chain",
     "correlation_events",
+    "correlation_tokens",
     "deliver",
     "dlq_archive",
     "dlq_archive_many",

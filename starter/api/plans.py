@@ -74,7 +74,7 @@ def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
 
 
 async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
-    """Wait for the plan to end and return its final record (the seed's final report), however
+    """Wait for the plan to end and return its final record (the final report), however
     it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
     without task results)."""
     return await ended_record(handle, contract.PLAN_RECORD_MEMO, PlanState)

@@ -88,7 +88,7 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
 
 
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
-    """The seed's correlation table: the chain's timeline, which holds the events of the sagas
+    """The correlation table: the chain's timeline, which holds the events of the sagas
     that ran beside it, and every saga event of the correlation it does not hold (no chain, or
     one started later), in time order. With neither a chain nor a saga, the chain's lookup
     error says what is missing."""

@@ -40,7 +40,7 @@ async def state(
     aggregator: AggregatorId,
     as_json: Annotated[bool, typer.Option("--json", help="Print the record as JSON")] = False,
 ) -> None:
-    """Print an aggregator's status table (the seed's)."""
+    """Print an aggregator's status table (its columns: expected event, status, when)."""
     record = await api.aggregator_state(await connect(), aggregator)
     show_record(record, as_json, render.aggregator_table)
 

@@ -1,4 +1,4 @@
-"""`coord dashboard`: the seed's event-system dashboard, live in the terminal, once (`--once`),
+"""`coord dashboard`: the event-system dashboard, live in the terminal, once (`--once`),
 or as a web page (`--web`)."""
 
 from pathlib import Path
@@ -50,7 +50,7 @@ async def dashboard(
         typer.Option("--agents", help="Also the breakers of the agents this file declares"),
     ] = None,
 ) -> None:
-    """Throughput in the last hour, by topic, agent activity and health (the seed's event
+    """Throughput in the last hour, by topic, agent activity and health (the event
     dashboard), with sagas by outcome, runs in flight, the dead-letter queue's oldest entries
     and the agents' breakers. Event figures come from a Prometheus server, else from the
     workers' metrics endpoints (the increase since the dashboard started); the rest from the

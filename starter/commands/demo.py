@@ -17,5 +17,5 @@ async def demo(
         bool, typer.Option("--exit", help="Exit when the sagas are done instead of serving the UI")
     ] = False,
 ) -> None:
-    """Run the seed's Feature Deployment saga to success, then failing at DeployToProduction."""
+    """Run the Feature Deployment saga to success, then failing at DeployToProduction."""
     await run_demo(keep_serving=not exit_when_done)

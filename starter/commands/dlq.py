@@ -84,7 +84,7 @@ async def list_entries(
     ] = None,
     json_output: JsonOutput = False,
 ) -> None:
-    """List dead letters, newest first, a page at a time (the seed's DLQ table)."""
+    """List dead letters, newest first, a page at a time (the DLQ table)."""
     chosen = selection(
         type=type,
         topic=topic,

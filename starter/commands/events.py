@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import RenderableType
 from rich.live import Live
+from rich.text import Text
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -103,20 +104,38 @@ async def events(
         bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
     ] = False,
 ) -> None:
-    """Print the correlation table (or causation tree) of a chain and its sagas' events."""
+    """Print the correlation table (or causation tree) of a chain and its sagas' events, then
+    the tokens the correlation's language-model runs used (when any reported usage)."""
     client = await connect()
     timeline = await api.correlation_events(client, correlation_id)
     view = render.causation_tree if tree else render.timeline_table
     if follow and not as_json and render.console().is_terminal:
         await follow_live(client, correlation_id, timeline, view)
-        return
+    else:
+        show_rows(timeline, view, as_json)
+        if follow:
+            await follow_rows(client, correlation_id, timeline, as_json)
+    if not as_json:
+        await show_tokens(client, correlation_id)
+
+
+def show_rows(
+    timeline: list[TimelineEntry],
+    view: Callable[[list[TimelineEntry]], RenderableType],
+    as_json: bool,
+) -> None:
     if as_json:
         for entry in timeline:
             echo_json(entry, one_line=True)
     else:
         render.show(view(timeline))
-    if follow:
-        await follow_rows(client, correlation_id, timeline, as_json)
+
+
+async def show_tokens(client: Client, correlation_id: str) -> None:
+    """`Tokens: 1,234 (1,000 in, 234 out) in 3 runs of gpt-4o`, under the table."""
+    usage = await api.correlation_tokens(client, correlation_id)
+    if usage.runs:
+        render.show(Text(f"Tokens: {usage.describe()}"))
 
 
 async def follow_live(

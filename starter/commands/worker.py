@@ -22,9 +22,7 @@ from coord.worker import (
 app = typer.Typer()
 DemoAgents = Annotated[
     bool,
-    typer.Option(
-        "--demo-agents", help="Also serve the seed's demo agents (also $COORD_DEMO_AGENTS=1)"
-    ),
+    typer.Option("--demo-agents", help="Also serve the demo agents (also $COORD_DEMO_AGENTS=1)"),
 ]
 
 

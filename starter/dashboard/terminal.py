@@ -1,4 +1,4 @@
-"""The dashboard in the terminal: the seed's four sections (throughput, by topic, agent
+"""The dashboard in the terminal: the four sections (throughput, by topic, agent
 activity, health) and the pattern panels, redrawn in place by `rich.live` every interval, or
 printed once (`--once`) as the plain text scripts read."""
 
@@ -29,7 +29,7 @@ def figure(value: float | None) -> str:
 
 
 def bar(value: int | None, scale: int) -> str:
-    """The seed's bar: `BAR_CELLS` cells, filled in proportion to the largest figure."""
+    """The bar: `BAR_CELLS` cells, filled in proportion to the largest figure."""
     filled = round(BAR_CELLS * (value or 0) / scale) if scale else 0
     return "█" * filled + "░" * (BAR_CELLS - filled)
 
@@ -142,7 +142,7 @@ def sources_view(frame: Snapshot) -> Text:
 
 
 def sections(frame: Snapshot) -> list[tuple[str, RenderableType]]:
-    """The seed's four sections, then the patterns' panels (when Temporal answered)."""
+    """The four sections, then the patterns' panels (when Temporal answered)."""
     shown: list[tuple[str, RenderableType]] = [
         (throughput_title(frame), throughput_view(frame)),
         ("By Topic", topics_view(frame)),

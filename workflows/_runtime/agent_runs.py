@@ -26,7 +26,12 @@ retries go on from them), `jitter` (the seeded spread of each retry's delay, whi
 sets as the failure's `next_retry_delay`) and `budget` (`counted_retries`: the worker counts the
 agent's own failures and stops retrying; the server then sets no attempt limit). What comes
 back is an `AgentResult` (its data possibly a `ResultReference`), or a typed failure: a gate's,
-read here by `GATE_FAILURES`, or the agent's, with its attempt."""
+read here by `GATE_FAILURES`, or the agent's, with its attempt.
+
+A caller that keeps a record of its tokens hands it over (`RunSettings.tokens`, a `TokenMeter`):
+every execution of the run is sent what the record has used with the spec's budget, and the
+run's result is counted into the record the moment it comes back, so the next run is sent the
+new total. (A chain counts in its own model instead: its runs may end in a `ChainRun`.)"""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         RunDetour,
         gate_delay,
     )
+    from coord.models.mesh.usage import TokenMeter
     from coord.models.wire.contract import (
         FailureType,
         failure_message,
@@ -101,6 +107,9 @@ class RunSettings:
     room: Callable[[int], Awaitable[None]] | None = None
     """The caller's budget per workflow task (`FanOut.room`), which a run sent again waits for
     as the first execution did: many runs waiting at one gate come back together."""
+    tokens: TokenMeter | None = None
+    """The caller's record of its tokens and its spec's budget: each execution is sent the
+    allowance (`AgentRequest.tokens`), and the run's usage is counted into it when it succeeds."""
 
 
 class DeclaredRun(Protocol):
@@ -192,19 +201,26 @@ class _AgentRun:
         execution = first
         while True:
             try:
-                return await _outcome(execution)
+                result = await _outcome(execution)
+                break
             except ActivityError as error:
                 if not await self._recovered(error):
                     raise
             if self.settings.room is not None:
                 await self.settings.room(json_size(self.request))
             execution = self.execute()
+        if self.settings.tokens is not None:
+            self.settings.tokens.add(result)
+        return result
 
     def execute(self) -> workflow.ActivityHandle[AgentResult]:
         """One activity execution of the run, with the attempts and time it has left: its
         worker counts the agent's failures on from those of the executions before
         (`counted_retries`), or, for runs recorded before workers counted, the server does."""
-        sent = self.request.model_copy(update={"attempts_before": self.allowance.spent})
+        update: dict[str, Any] = {"attempts_before": self.allowance.spent}
+        if self.settings.tokens is not None:
+            update["tokens"] = self.settings.tokens.allowance()
+        sent = self.request.model_copy(update=update)
         request, policy = counted_retries(sent, self.settings.retry)
         if policy.maximum_attempts:
             policy = replace(policy, maximum_attempts=self.allowance.remaining)

@@ -6,15 +6,15 @@ counted once, when it first happens, whichever worker replays the run later) and
 command, so a call added here or there changes no workflow's history. On a worker without a
 metrics endpoint the meter is the SDK's no-op one."""
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.chain.spec import QueuedRun
+    from coord.models.chain.spec import ChainCarry, ChainSpec
     from coord.models.dlq.letter import DlqEntry
     from coord.models.events.envelope import EventEnvelope
-    from coord.models.mesh.agents import AgentResult
+    from coord.models.events.timeline import TimelineEntry
     from coord.models.ops import metrics as catalogue
     from coord.models.ops.metrics import NONE, MetricSpec
     from coord.models.plan.spec import PlanState
@@ -50,34 +50,40 @@ def events_consumed(envelopes: Iterable[EventEnvelope]) -> None:
         event_consumed(envelope)
 
 
-def agent_events_published(
-    agent: str, on_success: Sequence[str], result: AgentResult, refused: Collection[str]
-) -> None:
-    """The events a chain published for a run's result: its subscription's `on_success` ones
-    and the result's own publications of a type not `refused`."""
-    allowed = sum(1 for request in result.publish if request.type not in refused)
-    _record(catalogue.AGENT_EVENTS_PUBLISHED, len(on_success) + allowed, agent=agent)
+class ChainFacts:
+    """What a chain's model did since the workflow last looked, read from its record: the
+    events it recorded (published, consumed, their latency, and those its agents published,
+    by their source) and the runs it queued. Both are numbered in one sequence that only grows
+    and is carried across continue-as-new (`ChainCarry.seq`); the workflow looks once a turn,
+    after taking events in and before dispatching runs, so every one is seen once."""
 
-
-class ChainRuns:
-    """A chain's runs queued and dispatched. The runs queued since it last looked are those
-    numbered past the last it counted (a run's number, `QueuedRun.seq`, only grows and is
-    carried across continue-as-new), counted before any is dispatched."""
-
-    def __init__(self, seq: int) -> None:
+    def __init__(self, spec: ChainSpec, seq: int) -> None:
         self._counted = seq
+        self._agents = {f"/{agent}" for _, agent in spec.agents_named() if agent}
 
-    def queued(self, queue: Iterable[QueuedRun], seq: int) -> None:
-        """The runs `queue` holds numbered past the last counted, up to `seq` (the last)."""
-        if seq <= self._counted:
+    def seen(self, record: ChainCarry) -> None:
+        if record.seq <= self._counted:
             return
-        for entry in queue:
+        for entry in record.timeline:
             if entry.seq > self._counted:
-                _record(catalogue.CHAIN_RUNS_QUEUED, agent=entry.run.agent)
-        self._counted = seq
+                self._recorded(entry)
+        for queued in record.queue:
+            if queued.seq > self._counted:
+                _record(catalogue.CHAIN_RUNS_QUEUED, agent=queued.run.agent)
+        self._counted = record.seq
 
-    def dispatched(self, agent: str) -> None:
-        _record(catalogue.CHAIN_RUNS_DISPATCHED, agent=agent)
+    def _recorded(self, entry: TimelineEntry) -> None:
+        topic = entry.topic or NONE
+        _record(catalogue.EVENTS_PUBLISHED, topic=topic, type=entry.event)
+        _record(catalogue.EVENTS_CONSUMED, topic=topic, type=entry.event)
+        waited = workflow.now() - entry.time
+        _record(catalogue.EVENT_LATENCY, waited.total_seconds(), topic=topic)
+        if entry.agent in self._agents:
+            _record(catalogue.AGENT_EVENTS_PUBLISHED, agent=entry.agent.removeprefix("/"))
+
+
+def chain_run_dispatched(agent: str) -> None:
+    _record(catalogue.CHAIN_RUNS_DISPATCHED, agent=agent)
 
 
 def saga_status(status: str) -> None:

@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
 
 @workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
 class TaskGraph(metaclass=SurplusStartArguments):
-    """A plan's Temporal side; its result is the final record (the seed's final report).
+    """A plan's Temporal side; its result is the final record (the final report).
 
     Not sandboxed, as the chain, the ledger and the dead-letter entry: the sandbox cost a plan
     about 15% of its throughput (`bench/plan_bench.py`). Every payload of a workflow task is

@@ -1,4 +1,4 @@
-"""A plan's scratchpad (seed 004's layout), written as the plan goes: `task-plan.md` at the
+"""A plan's scratchpad (the scratchpad layout), written as the plan goes: `task-plan.md` at the
 start, `worker-results/<task>.json` as each task ends, `final-report.md` at the end.
 
 Each write is the `write_scratchpad` activity, run in the background so no task waits for it;

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.runs import RunDetour
+    from coord.models.mesh.usage import TokenMeter
     from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import Dispatch, PlanTask, TaskError, run_activity_id
     from coord.models.plan.votes import task_vote, vote_ended
@@ -229,6 +230,7 @@ class TaskRun:
             fallback=task.fallback if own else None,
             inline_agents=self.model.spec.agents,
             room=self.fan_out.room,
+            tokens=TokenMeter(self.model.state.tokens, self.model.spec.budget),
         )
         return start_agent_run(request, settings, self.detoured)
 

@@ -1,0 +1,240 @@
+"""How events come into a chain: one queue, admission, rejection and the timeline.
+
+Every event enters the queue once: a signal's (its JSON text, decoded when a workflow task takes
+it, a bounded number a task; or decoded already, when it came in another encoding), or one the
+chain publishes itself (an agent run's). The queue hands them out in that order of lanes: the
+decoded ones first (`inbox`), then the texts still to decode (`arrivals`), as runs recorded
+before took them. Each taken event is admitted (deduplicated, its correlation and causation
+depth checked) and recorded in the timeline, or rejected: counted, kept in a window and parked.
+Both lanes are part of the record, so what waits is carried across continue-as-new."""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from coord.models.chain.boundary import (
+    Outbox,
+    ParkDetails,
+    Parking,
+    Rejection,
+    RunContext,
+    Undecodable,
+)
+from coord.models.chain.spec import ChainCarry, ChainSpec, RejectedEvent
+from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
+from coord.models.events.timeline import TimelineEntry
+from coord.models.wire.contract import FailureType
+from coord.models.wire.sizes import ByteBudget, json_size, newest_within, preview
+from coord.models.wire.versions import LIFECYCLE_NOTICES_PATCH
+
+TIMELINE_WINDOW = 200
+TIMELINE_BYTES = 8 * 1024 * 1024
+"""Payload bytes the timeline keeps (and carries across continue-as-new) at most; the carry goes
+to the payload store by reference, but one run still holds it in memory and in its queries."""
+SEEN_WINDOW = 1000
+REJECTED_WINDOW = 20
+EVENTS_PER_TASK = 100
+"""What one workflow task takes in at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
+Each event may send commands (forwards to listeners, parking) whose payloads travel together in
+the task's completion, which the server caps at 4 MB; a long task holds queries back, and one
+past 2 s fails as a potential deadlock (a busy worker takes a few ms an event)."""
+
+Admission = Literal["recorded", "duplicate"]
+Arrival = str | EventEnvelope | Undecodable
+"""A signal's event as it enters the queue: its JSON text, or what decoding it gave."""
+
+
+@dataclass
+class TaskShare:
+    """What one workflow task has taken in so far: events, and a budget of their payloads."""
+
+    taken: int = 0
+    budget: ByteBudget = field(default_factory=ByteBudget)
+    more: bool = False
+    """Set when the share is spent with events still waiting: the next task takes them."""
+
+    def full(self) -> bool:
+        return self.taken >= EVENTS_PER_TASK or self.budget.full()
+
+
+class ChainIntake:
+    """Events in: the queue, admission, rejection, the timeline and its causation depths."""
+
+    def __init__(
+        self, record: ChainCarry, spec: ChainSpec, outbox: Outbox, context: RunContext
+    ) -> None:
+        self._record = record
+        self._spec = spec
+        self._outbox = outbox
+        self._context = context
+        self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
+
+    def receive(self, arrival: Arrival) -> None:
+        """A signal's event enters the queue: its text waits to be decoded; one decoded already
+        waits in the first lane, unless the chain is closing (then it is rejected)."""
+        if isinstance(arrival, str):
+            self._record.arrivals.append(arrival)
+            return
+        envelope = self._decoded(arrival)
+        if envelope is None:
+            return
+        if self._record.closing:
+            closing = self.ended(envelope, FailureType.CHAIN_CLOSING, "the chain is closing")
+            self.reject(closing, envelope=envelope)
+            return
+        self._record.inbox.append(envelope)
+
+    def publish(self, envelope: EventEnvelope, causes: list[str]) -> None:
+        """An event the chain publishes (an agent run's) enters the queue's first lane; one
+        caused by a join keeps all its causes for its timeline row."""
+        if len(causes) > 1:
+            self._record.joined_causes[envelope.event.id] = causes
+        self._record.inbox.append(envelope)
+
+    def waiting(self) -> bool:
+        """Events wait to be taken: decoded, or signals not decoded yet."""
+        return bool(self._record.inbox or self._record.arrivals)
+
+    def take(self, share: TaskShare) -> EventEnvelope | None:
+        """The next waiting event, counted in the task's share; None for a signal that did not
+        decode (rejected)."""
+        share.taken += 1
+        if self._record.inbox:
+            envelope: EventEnvelope | None = self._record.inbox.pop(0)
+        else:
+            envelope = self._decoded(self._context.decode(self._record.arrivals.pop(0)))
+        if envelope is not None:
+            share.budget.spend(json_size(envelope.payload))
+        return envelope
+
+    def refuse_waiting(self) -> None:
+        """Every waiting event of a chain that has ended is rejected and parked, never dropped
+        (the signals still to decode are decoded first)."""
+        arrivals, self._record.arrivals = self._record.arrivals, []
+        decoded = [self._decoded(self._context.decode(text)) for text in arrivals]
+        waiting = [*self._record.inbox, *(e for e in decoded if e is not None)]
+        self._record.inbox.clear()
+        for envelope in waiting:
+            self.reject(
+                self.ended(envelope, FailureType.CHAIN_ENDED, "the chain has ended"),
+                envelope=envelope,
+            )
+
+    def admit(self, envelope: EventEnvelope) -> Admission | Rejection:
+        """Deduplicates, checks the correlation and the causation depth, then records the event
+        in the timeline (it is then matched)."""
+        header = envelope.event
+        if header.id in self._record.depths:
+            self._record.state.received += 1
+            self._record.state.duplicates += 1
+            return "duplicate"
+        correlation_id = self._record.state.correlation_id
+        if header.correlation_id is None:
+            header.correlation_id = correlation_id
+        if header.correlation_id != correlation_id:
+            return Rejection(
+                FailureType.FOREIGN_CORRELATION,
+                f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
+                f"chain's ({correlation_id!r})",
+            )
+        depth = self.depth(envelope)
+        if depth > self._spec.max_causation_depth:
+            path = " ← ".join(self._causation_path(header.causation_id))
+            return Rejection(
+                FailureType.CAUSATION_LOOP,
+                f"event {header.id} ({header.type}): causation depth {depth} exceeds "
+                f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
+                depth,
+            )
+        self._record.state.received += 1
+        self.remember(envelope, depth)
+        if header.type == self._spec.terminal_event:
+            self._record.state.terminal_seen = True
+        return "recorded"
+
+    def reject(
+        self, rejection: Rejection, *, envelope: EventEnvelope | None = None, raw: Any = None
+    ) -> None:
+        """Counts an event received and rejected, keeps it in the record's window and parks it,
+        but a lifecycle notice (recorded only: parking it would announce another; runs
+        recorded before parked those too)."""
+        notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
+        parked = not (notice and self._context.patched(LIFECYCLE_NOTICES_PATCH))
+        state = self._record.state
+        state.received += 1
+        state.rejected_count += 1
+        if envelope is not None and rejection.depth is not None:
+            self._record.depths[envelope.event.id] = rejection.depth
+        event_id = envelope.event.id if envelope else None
+        rejected = RejectedEvent(
+            time=self._context.now(), reason=rejection.reason, event_id=event_id, raw=preview(raw)
+        )
+        state.rejected.append(rejected)
+        del state.rejected[:-REJECTED_WINDOW]
+        if parked:
+            state.dead_lettered += 1
+            details = ParkDetails(event=envelope, raw=raw, causation_depth=rejection.depth)
+            self._outbox.put(Parking(rejection.kind, rejection.reason, details))
+
+    def ended(self, envelope: EventEnvelope, kind: str, why: str) -> Rejection:
+        """The rejection of an event that arrives while the chain is closing or has ended."""
+        return Rejection(kind, f"event {envelope.event.id}: {why}", self.depth(envelope))
+
+    def depth(self, envelope: EventEnvelope) -> int:
+        """How many causes lead to this event; 0 for an event whose cause is unknown here. A
+        lifecycle notice about an event this chain no longer remembers carries that event's
+        depth."""
+        cause = envelope.event.causation_id
+        if cause is None:
+            return 0
+        depth = self._record.depths.get(cause)
+        carried = envelope.payload.get("causation_depth")
+        if depth is None and envelope.event.type in LIFECYCLE_NOTICES and isinstance(carried, int):
+            depth = carried
+        return 0 if depth is None else depth + 1
+
+    def remember(self, envelope: EventEnvelope, depth: int) -> None:
+        """The event's row in the timeline, its depth and cause; the windows trimmed when they
+        reach twice their size (`TIMELINE_WINDOW`, `TIMELINE_BYTES`, `SEEN_WINDOW`)."""
+        record, header = self._record, envelope.event
+        record.seq += 1
+        record.state.events_seen += 1
+        record.depths[header.id] = depth
+        record.causes[header.id] = header.causation_id
+        record.timeline.append(
+            TimelineEntry.recording(
+                envelope,
+                seq=record.seq,
+                correlation_id=record.state.correlation_id,
+                causes=record.joined_causes.pop(header.id, None),
+            )
+        )
+        self._timeline_bytes += json_size(envelope.payload)
+        if len(record.timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
+            record.timeline = timeline_window(record.timeline)
+            self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
+        if len(record.depths) > 2 * SEEN_WINDOW:
+            for stale in list(record.depths)[:-SEEN_WINDOW]:
+                del record.depths[stale]
+                record.causes.pop(stale, None)
+
+    def _decoded(self, arrival: EventEnvelope | Undecodable) -> EventEnvelope | None:
+        if isinstance(arrival, Undecodable):
+            rejection = Rejection(FailureType.INVALID_ENVELOPE, arrival.reason)
+            self.reject(rejection, raw=arrival.raw)
+            return None
+        return arrival
+
+    def _causation_path(self, event_id: str | None) -> list[str]:
+        types = {entry.event_id: entry.event for entry in self._record.timeline}
+        path: list[str] = []
+        while event_id is not None and len(path) <= self._spec.max_causation_depth:
+            path.append(types.get(event_id, event_id))
+            event_id = self._record.causes.get(event_id)
+        return path
+
+
+def timeline_window(timeline: list[TimelineEntry]) -> list[TimelineEntry]:
+    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload."""
+    return newest_within(
+        timeline, TIMELINE_WINDOW, TIMELINE_BYTES, lambda entry: json_size(entry.payload)
+    )
