@@ -202,9 +202,9 @@ async def endpoint(
 
 
 EXPECTED: tuple[tuple[str, Mapping[str, str], float], ...] = (
-    # the chain: its trigger taken in once; the replayed run's event published and consumed
-    ("coord_events_published_total", {"topic": "project.tasks", "type": "UserStoryApproved"}, 1),
-    ("coord_events_consumed_total", {"topic": "project.tasks", "type": "UserStoryApproved"}, 1),
+    # the chain: its trigger taken in, and again as the dead letter's replay (a new event)
+    ("coord_events_published_total", {"topic": "project.tasks", "type": "UserStoryApproved"}, 2),
+    ("coord_events_consumed_total", {"topic": "project.tasks", "type": "UserStoryApproved"}, 2),
     ("coord_events_published_total", {"type": "WireframeCompleted"}, 2),
     ("coord_events_consumed_total", {"type": "WireframeCompleted"}, 2),
     ("coord_events_published_total", {"topic": "project.reviews"}, 3),

@@ -112,7 +112,7 @@ EVENTS_PUBLISHED = MetricSpec(
     ("topic", "type"),
     "Events published, counted once each by the workflow they were published to when it took "
     "them in (a chain, or an aggregator they were addressed to): by a CLI, a script, a saga, "
-    "an aggregator or an agent's run.",
+    "an aggregator, a dead letter's replay or an agent's run.",
 )
 EVENTS_CONSUMED = MetricSpec(
     "coord_events_consumed_total",
