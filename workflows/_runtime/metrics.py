@@ -7,6 +7,7 @@ command, so a call added here or there changes no workflow's history. On a worke
 metrics endpoint the meter is the SDK's no-op one."""
 
 from collections.abc import Iterable
+from itertools import takewhile
 
 from temporalio import workflow
 
@@ -64,9 +65,9 @@ class ChainFacts:
     def seen(self, record: ChainCarry) -> None:
         if record.seq <= self._counted:
             return
-        for entry in record.timeline:
-            if entry.seq > self._counted:
-                self._recorded(entry)
+        recorded = takewhile(lambda entry: entry.seq > self._counted, reversed(record.timeline))
+        for entry in reversed(list(recorded)):
+            self._recorded(entry)
         for queued in record.queue:
             if queued.seq > self._counted:
                 _record(catalogue.CHAIN_RUNS_QUEUED, agent=queued.run.agent)
