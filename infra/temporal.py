@@ -15,6 +15,7 @@ from temporalio.service import RetryConfig
 
 from coord.infra.payload_store import data_converter
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from coord.models.wire.errors import CoordError
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"
@@ -44,8 +45,8 @@ def ui_url() -> str:
     return os.environ.get("COORD_UI_URL", DEFAULT_UI_URL).rstrip("/")
 
 
-class ServerUnreachable(RuntimeError):
-    pass
+class ServerUnreachable(CoordError, RuntimeError):
+    """No Temporal server answers at the configured address."""
 
 
 OUTAGE_TOLERANCE = timedelta(minutes=10)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from coord.infra.devserver import PROJECT
+from coord.infra.extras import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
 from coord.starter.commands import (

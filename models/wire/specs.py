@@ -8,6 +8,8 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import AfterValidator, BaseModel, ValidationError
 
+from coord.models.wire.errors import CoordError
+
 M = TypeVar("M", bound=BaseModel)
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
@@ -17,7 +19,7 @@ SCOPED_IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(~[A-Za-z0-9][A-Za-z0-9._:-]*)
 """An identifier, or two joined by `~` (a plan task's vote: `<plan_id>~<task_id>`)."""
 
 
-class SpecError(ValueError):
+class SpecError(CoordError, ValueError):
     """A spec or payload that does not validate; the message is meant for the user as is."""
 
 

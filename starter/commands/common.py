@@ -21,13 +21,13 @@ from coord.infra.logs import get_logger
 from coord.infra.temporal import ConnectionSettings, client_identity, task_queue, workflow_link
 from coord.models import checks
 from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.declared import declared_agents
 from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.starter.progress import Watch, outcome_with_progress
-from coord.worker import default_registry
 
 R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
@@ -167,5 +167,6 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
     """The SDK's one check (`coord.models.checks.check_agents`, the rule `run_agent` applies)
-    against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
-    checks.check_agents(source, spec, default_registry())
+    against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS),
+    read from their declarations: no agent's code is imported or run here."""
+    checks.check_agents(source, spec, declared_agents())
