@@ -38,7 +38,7 @@ from coord.models.wire.contract import (
     agent_task_queue,
 )
 from coord.models.wire.specs import SpecError
-from coord.workflows._runtime.arguments import SurplusArguments
+from coord.workflows._runtime.interceptor import SurplusArguments
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain.reactive import ReactiveChain
 from coord.workflows.chain.run import ChainRun

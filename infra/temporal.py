@@ -115,5 +115,15 @@ class ConnectionSettings:
             ) from None
 
 
+async def connect(*, identity: str | None = None) -> Client:
+    """A client of the configured server, as every `coord` command connects: the address,
+    namespace, TLS and API key from the environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+    TEMPORAL_API_KEY, ...) or a profile of Temporal's config file (`temporalio.envconfig`), else
+    localhost:7233; with the project's data converter (large payloads go to the payload store).
+    `identity` is who the server records as the caller (default: $COORD_IDENTITY, else
+    user@host). ServerUnreachable when no server answers."""
+    return await ConnectionSettings.load().connect(identity=identity or client_identity())
+
+
 def workflow_link(workflow_id: str, namespace: str = "default") -> str:
     return f"{ui_url()}/namespaces/{namespace}/workflows/{workflow_id}"

@@ -27,6 +27,8 @@ def vote_summary(spec: VoteSpec) -> str:
 async def start_vote(
     client: Client, spec: VoteSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, VoteState]:
+    """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
+    its record."""
     start = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
     return await client.start_workflow(
         contract.VOTE_WORKFLOW,

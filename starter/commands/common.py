@@ -17,8 +17,9 @@ from rich.console import RenderableType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from coord.infra import temporal
 from coord.infra.logs import get_logger
-from coord.infra.temporal import ConnectionSettings, client_identity, task_queue, workflow_link
+from coord.infra.temporal import task_queue, workflow_link
 from coord.models import checks
 from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.declared import declared_agents
@@ -100,9 +101,9 @@ def unexpected(error: Exception) -> tuple[ExitCode, str]:
 
 
 async def connect() -> Client:
-    """A client of the configured server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profiles: see
-    infra/temporal.py); an unreachable one is ServerUnreachable, exit code 6."""
-    return await ConnectionSettings.load().connect(identity=client_identity())
+    """A client of the configured server (`coord.infra.temporal.connect`, as scripts connect);
+    an unreachable one is ServerUnreachable, exit code 6."""
+    return await temporal.connect()
 
 
 def echo_started(client: Client, workflow_id: str) -> None:
