@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz soak histories bench clean
+.PHONY: setup demo test lint fuzz soak histories bench schemas clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# The spec kinds' JSON Schemas, from their models (`coord schema`), which editors read through
+# the examples' `# yaml-language-server: $schema=...` line; tests/test_specs_cli.py fails when a
+# committed schema is not what `coord schema` prints, so run this after changing a spec model.
+SPEC_KINDS := saga chain aggregator plan vote agents
+
+schemas: $(INSTALLED)
+	for kind in $(SPEC_KINDS); do $(BIN)/coord schema $$kind > schemas/$$kind.json || exit 1; done
 
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)

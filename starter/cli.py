@@ -20,6 +20,7 @@ from coord.starter.commands import (
     plan,
     saga,
     server,
+    specs,
     vote,
     worker,
 )
@@ -29,7 +30,7 @@ app = typer.Typer(
     help="Event Coordinator: durable event coordination on Temporal.",
     rich_markup_mode="markdown",
 )
-for commands in (server, worker, demo, events, agents, gc):
+for commands in (server, worker, demo, events, agents, gc, specs):
     app.add_typer(commands.app)
 app.add_typer(saga.app, name="saga")
 app.add_typer(chain.app, name="chain")
