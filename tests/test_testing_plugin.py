@@ -22,6 +22,7 @@ from coord.testing import (
     assert_saga,
     assert_timeline,
     causation_path,
+    plugin,
 )
 from tests.helpers import PHASE1
 
@@ -30,8 +31,22 @@ WITH_WORKER = pytest.mark.usefixtures("coord_worker")
 
 def test_the_plugin_is_registered_once_by_its_entry_point(pytestconfig: pytest.Config) -> None:
     manager = pytestconfig.pluginmanager
-    assert manager.get_plugin("coord") is testing
-    assert [plugin for plugin in manager.get_plugins() if plugin is testing] == [testing]
+    assert manager.get_plugin("coord") is plugin
+    assert [each for each in manager.get_plugins() if each is plugin] == [plugin]
+
+
+def test_loading_the_plugin_costs_a_project_that_does_not_use_it_nothing() -> None:
+    """pytest loads it in every project of the environment: it imports no Temporal, no worker."""
+    probe = (
+        "import sys, coord.testing.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith(('coord', 'temporalio'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == (
+        "['coord', 'coord.testing', 'coord.testing.names', 'coord.testing.plugin']"
+    )
 
 
 @pytest.mark.coord_time_skipping

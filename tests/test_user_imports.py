@@ -5,6 +5,7 @@ module that is not found, as pip leaves things without the extra), never by unin
 
 import ast
 import asyncio
+import importlib
 import inspect
 import json
 import os
@@ -12,11 +13,13 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 import coord
 import coord.agents
+import coord.testing
 from coord.infra.extras import EXTRAS, PROJECT
 from coord.models.mesh import agents as sdk
 from coord.models.wire.contract import FailureType, failure
@@ -53,9 +56,9 @@ def test_coord_agents_loads_no_worker() -> None:
     assert not [module for module in loaded if module.startswith(HEAVY)]
 
 
-def type_checking_imports() -> dict[str, set[str]]:
-    """What `coord/__init__.py` imports for type checkers, by module."""
-    tree = ast.parse((ROOT / "coord" / "__init__.py").read_text())
+def type_checking_imports(facade: Path) -> dict[str, set[str]]:
+    """What a lazy facade (`coord/__init__.py`) imports for type checkers, by module."""
+    tree = ast.parse(facade.read_text())
     block = next(node for node in tree.body if isinstance(node, ast.If))
     return {
         node.module or "": {alias.name for alias in node.names}
@@ -64,17 +67,21 @@ def type_checking_imports() -> dict[str, set[str]]:
     }
 
 
-def test_coord_tells_type_checkers_and_scripts_the_same_names() -> None:
-    assert {module: set(names) for module, names in coord.EXPORTS.items()} == (
-        type_checking_imports()
+@pytest.mark.parametrize("facade", [coord, coord.testing], ids=lambda module: module.__name__)
+def test_a_facade_tells_type_checkers_and_scripts_the_same_names(facade: ModuleType) -> None:
+    """`coord` and `coord.testing` load their names on first use: what they export at run time,
+    what they tell type checkers and `__all__` are one list."""
+    exports: dict[str, tuple[str, ...]] = facade.EXPORTS
+    assert {module: set(names) for module, names in exports.items()} == (
+        type_checking_imports(Path(facade.__file__ or ""))
     )
-    assert sorted(coord.__all__) == sorted(n for names in coord.EXPORTS.values() for n in names)
-    assert len(set(coord.__all__)) == len(coord.__all__)
-    for module, names in coord.EXPORTS.items():
-        home = sys.modules.get(module) or __import__(module, fromlist=["_"])
-        assert all(getattr(coord, name) is getattr(home, name) for name in names)
-    with pytest.raises(AttributeError, match="module 'coord' has no attribute 'nope'"):
-        _ = coord.nope
+    assert sorted(facade.__all__) == sorted(n for names in exports.values() for n in names)
+    assert len(set(facade.__all__)) == len(facade.__all__)
+    for module, names in exports.items():
+        home = importlib.import_module(module)
+        assert all(getattr(facade, name) is getattr(home, name) for name in names)
+    with pytest.raises(AttributeError, match=f"module '{facade.__name__}' has no attribute 'no'"):
+        _ = facade.no
 
 
 @pytest.mark.parametrize(

