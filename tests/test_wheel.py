@@ -33,6 +33,9 @@ def shipped_modules() -> list[str]:
     """Every module of the shipped packages, found in the checkout, so a package that
     discovery missed fails the import (`__main__` modules run `coord`: --help covers them)."""
     modules = ["coord", "coord.worker", "coord.agents", "coord.testing"]
+    modules += [
+        f"coord.testing.{path.stem}" for path in (ROOT / "coord" / "testing").glob("[!_]*.py")
+    ]
     for package in SHIPPED:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.name == "__main__.py":
@@ -139,7 +142,7 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
     assert imported["users"] == ["user models", "user workflows"]
     assert all(str(venv) in file for file in imported["files"].values())
     assert "feature-deployment.yaml" in imported["examples"]
-    assert imported["plugin"] == ["coord.testing"]
+    assert imported["plugin"] == ["coord.testing.plugin"]
     kinds = ["agents", "aggregator", "chain", "plan", "saga", "vote"]
     assert imported["schemas"] == [f"{kind}.json" for kind in kinds]
 
