@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test lint fuzz soak histories bench schemas clean
+.PHONY: setup demo test test-tools lint fuzz soak histories bench schemas clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,20 @@ demo: $(INSTALLED)
 # most of a test's time is waiting on the server, so two halve the suite's wall time.
 TEST_JOBS ?= 2
 
-test: $(INSTALLED) lint
+test: $(INSTALLED) lint test-tools
 	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
+
+# The dashboard's tests render its page in headless Chromium and query a real Prometheus server
+# (docs/dashboard.md): Debian's packages, installed when missing if run as root; elsewhere those
+# tests skip, saying which is missing.
+TEST_TOOLS := chromium prometheus
+test-tools:
+	@missing=""; for tool in $(TEST_TOOLS); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	elif [ -n "$$missing" ]; then \
+		echo "not installed:$$missing (run as root, or install them: the dashboard's tests of them skip)"; \
+	fi
 
 # ruff (with its complexity and naming rules), mypy strict, and the layers (import-linter's
 # contracts in pyproject.toml, README "Architecture").

@@ -2,17 +2,19 @@
 declares on the agent's own task queue."""
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.runtime import Runtime, TelemetryConfig
-from temporalio.worker import Interceptor, Worker
+from temporalio.worker import Worker
 
-from coord.activities.events.delivery import Delivery
+from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.lookback import ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
@@ -27,10 +29,12 @@ from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
+from coord.infra.run_context import RunContext
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
-from coord.models.mesh.agents import AgentRegistry
+from coord.infra.tracing import configure_tracing
+from coord.models.mesh.agents import AgentRegistry, AgentRequest, AgentResult
 from coord.models.mesh.declared import declared_agents
 from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
@@ -145,87 +149,90 @@ def build_worker(
     registry = registry or default_registry()
     if only is not None:
         registry = registry.only(only)
-    home = queue or task_queue()
-    breakers = Breakers(client, home, registry)
-    pools = AgentPools(client, home, registry)
-    keeper = ReportKeeper(client)
-    workers = (
-        [coordinator_worker(client, home, registry, breakers, pools, keeper)] if workflows else []
-    )
-    workers += [
-        agent_worker(client, home, registry.only([name]), breakers, pools, keeper)
-        for name in registry
-    ]
-    return WorkerSet(workers, home, breakers, keeper)
+    process = WorkerProcess.of(client, queue or task_queue(), registry)
+    workers = [coordinator_worker(process, registry)] if workflows else []
+    workers += [agent_worker(process, registry.only([name])) for name in registry]
+    return WorkerSet(workers, process.home, process.breakers, process.keeper)
 
 
-def interceptors(keeper: ReportKeeper | None) -> list[Interceptor]:
-    """A worker's interceptors: its process's report keeper first (outermost), so that it sees
-    the heartbeat details as they are sent, with the run's tally the carrier adds."""
-    return [*([keeper] if keeper else []), TallyCarrier(), SurplusArguments()]
+@dataclass(frozen=True)
+class WorkerProcess:
+    """What the workers of one process share: the client, the deployment's coordinator queue
+    `home` (which names its agent queues and runs their ledgers), the agents' breakers and pools
+    (against those ledgers), and the report keeper."""
+
+    client: Client
+    home: str
+    breakers: Breakers
+    pools: AgentPools
+    keeper: ReportKeeper
+
+    @classmethod
+    def of(cls, client: Client, home: str, registry: AgentRegistry) -> "WorkerProcess":
+        breakers = Breakers(client, home, registry)
+        return cls(client, home, breakers, AgentPools(client, home, registry), ReportKeeper(client))
+
+    def run_agent(
+        self, registry: AgentRegistry
+    ) -> Callable[[AgentRequest], Awaitable[AgentResult]]:
+        """The `run_agent` activity for the agents of `registry`, through this process's
+        breakers and pools."""
+        return AgentActivities(registry, self.breakers, self.pools).run_agent
+
+    def worker(
+        self, queue: str, activities: Sequence[Callable[..., Any]], **options: Any
+    ) -> Worker:
+        """A worker of this process on `queue`, with its heartbeat throttle and interceptors
+        (`options`: the Worker's others). The report keeper comes first (outermost), so that it
+        sees the heartbeat details as they are sent, with the run's tally the carrier adds."""
+        return Worker(
+            self.client,
+            task_queue=queue,
+            activities=activities,
+            default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            interceptors=[self.keeper, RunContext(), TallyCarrier(), SurplusArguments()],
+            **options,
+        )
 
 
-def agent_worker(
-    client: Client,
-    home: str,
-    registry: AgentRegistry,
-    breakers: Breakers | None = None,
-    pools: AgentPools | None = None,
-    keeper: ReportKeeper | None = None,
-) -> Worker:
+def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """One agent's worker: `run_agent` on the agent's queue, for that agent only, paced by its
     declaration: its slot limit (`max_concurrent_per_worker`, else `max_concurrent`), the pool
-    across all its workers through `pools` (permits from the agent's ledger), and `rate_limit`
-    the server's limit on the queue (one for all its workers)."""
+    across all its workers through the process's pools (permits from the agent's ledger), and
+    `rate_limit` the server's limit on the queue (one for all its workers)."""
     (agent,) = registry
     declaration = registry.declarations.get(agent)
-    return Worker(
-        client,
-        task_queue=agent_task_queue(agent, home),
-        activities=[AgentActivities(registry, breakers, pools).run_agent],
-        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        interceptors=interceptors(keeper),
+    return process.worker(
+        agent_task_queue(agent, process.home),
+        [process.run_agent(registry)],
         max_concurrent_activities=declaration.worker_slots if declaration else None,
         max_task_queue_activities_per_second=declaration.rate_limit if declaration else None,
     )
 
 
-def coordinator_worker(
-    client: Client,
-    home: str,
-    registry: AgentRegistry,
-    breakers: Breakers | None = None,
-    pools: AgentPools | None = None,
-    keeper: ReportKeeper | None = None,
-) -> Worker:
+def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own)."""
-    activities = AgentActivities(registry, breakers, pools)
-    delivery = Delivery(client)
+    client = process.client
+    delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
     router = AgentRouter(client, registry)
-    return Worker(
-        client,
-        task_queue=home,
-        workflows=list(WORKFLOWS),
-        activities=[
-            activities.run_agent,
-            ChainLookback(client).chain_events,
-            delivery.park,
-            delivery.redeliver,
-            delivery.declared_agent,
-            ScratchpadWriter(registry.settings).write_scratchpad,
-            PlanProgressReader(client).plan_progress,
-            UpdateCallers(client).update_caller,
-            router.choose_agent,
-            router.choose_agents,
-            router.agent_served,
-            monitor.read_agent_health,
-            monitor.publish_agent_health,
-        ],
-        default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        interceptors=interceptors(keeper),
-    )
+    activities: list[Callable[..., Any]] = [
+        process.run_agent(registry),
+        ChainLookback(client).chain_events,
+        delivery.park,
+        delivery.redeliver,
+        delivery.declared_agent,
+        ScratchpadWriter(registry.settings).write_scratchpad,
+        PlanProgressReader(client).plan_progress,
+        UpdateCallers(client).update_caller,
+        router.choose_agent,
+        router.choose_agents,
+        router.agent_served,
+        monitor.read_agent_health,
+        monitor.publish_agent_health,
+    ]
+    return process.worker(process.home, activities, workflows=list(WORKFLOWS))
 
 
 async def start_agent_monitor(client: Client, home: str) -> None:
@@ -294,6 +301,7 @@ async def run_worker(
 
 def main() -> None:
     configure_logging()
+    configure_tracing("coord-worker")
     asyncio.run(run_worker())
 
 

@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from bench.rounds import ratio_line, rotated
+    from bench.rounds import per_round, ratio_line, rotated
     from bench.server import bench_server
     from coord.activities.mesh.breakers import STATS_INTERVAL
     from coord.infra.process import exit_without_teardown
@@ -165,14 +165,8 @@ def report(header: list[str], results: list[Measurement], ledger_events: int, wa
         for side in AGENTS
     }
     print("; ".join(f"{side}: {rate:.1f} runs/s" for side, rate in rates.items()))
-    per_round = [
-        a.throughput / b.throughput
-        for a in results
-        if a.side == CLOSED
-        for b in results
-        if b.side == DISABLED and b.round == a.round
-    ]
-    print(ratio_line("closed/disabled throughput", rates[CLOSED] / rates[DISABLED], per_round))
+    ratios = per_round(results, CLOSED, DISABLED, lambda m: m.throughput)
+    print(ratio_line("closed/disabled throughput", rates[CLOSED] / rates[DISABLED], ratios))
     runs = sum(m.runs for m in results if m.side == CLOSED) + warmup
     print(
         f"the ledger's history: {ledger_events} events in all, for {runs} runs through the "

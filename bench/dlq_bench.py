@@ -24,14 +24,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
     from bench.server import bench_server
     from coord.infra.dead_letters import park_dead_letter
     from coord.infra.process import exit_without_teardown
+    from coord.infra.queues import describe_queue
     from coord.models.dlq.letter import BulkOutcome, DeadLetter, DlqCounts, DlqSelection
     from coord.models.events.envelope import EventEnvelope
     from coord.starter import api
@@ -131,14 +130,8 @@ async def page_through(client: Client, queue: str, page_size: int) -> tuple[int,
 
 async def workflow_backlog(client: Client, queue: str) -> int:
     """Workflow tasks waiting on the queue: the entries' first tasks a worker has not run yet."""
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            report_stats=True,
-        )
-    )
+    workflows = TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
+    response = await describe_queue(client, queue, workflows, stats=True)
     return response.stats.approximate_backlog_count
 
 

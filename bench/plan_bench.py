@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Replayer, Worker
 
     from bench.layouts import Phases, phases
-    from bench.rounds import ratio_line, rotated
+    from bench.rounds import per_round, ratio_line, rotated
     from bench.server import add_server_config_option, bench_server, dynamic_config_args
     from coord.infra.process import exit_without_teardown
     from coord.models.events.envelope import EventEnvelope
@@ -298,14 +298,8 @@ def report(header: list[str], results: list[Measurement]) -> None:
     rates = {side: side_rate(results, side) for side in dict.fromkeys(m.side for m in results)}
     print("; ".join(f"{side}: {rate:.1f} tasks/s" for side, rate in rates.items()), "(all rounds)")
     for side, other, goal in RATIOS:
-        per_round = [
-            p.rate / b.rate
-            for p in results
-            if p.side == side
-            for b in results
-            if b.side == other and b.round == p.round
-        ]
-        print(ratio_line(f"{side}/{other}", rates[side] / rates[other], per_round, goal))
+        ratios = per_round(results, side, other, lambda m: m.rate)
+        print(ratio_line(f"{side}/{other}", rates[side] / rates[other], ratios, goal))
     print("where the time went, each side's last run (from its history):")
     for side in rates:
         print(f"  {side}: {[m for m in results if m.side == side][-1].phases.line()}")

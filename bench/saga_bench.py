@@ -28,7 +28,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,9 +40,10 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.layouts import single_queue_client
-    from bench.rounds import ratio_line, rotated
+    from bench.rounds import per_round, ratio_line, rotated
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
+    from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
@@ -62,13 +63,7 @@ RETRY = RetryPolicy(
     maximum_attempts=4,
     non_retryable_error_types=["invalid_payload", "unauthorized"],
 )
-COMPENSATION_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(minutes=1),
-    maximum_attempts=0,
-    non_retryable_error_types=["invalid_payload", "unauthorized"],
-)
+COMPENSATION_RETRY = replace(RETRY, maximum_interval=timedelta(minutes=1), maximum_attempts=0)
 
 
 def _done(summary: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -78,51 +73,22 @@ def _done(summary: str, payload: dict[str, Any]) -> dict[str, Any]:
     return {"summary": summary, "ref": ref, **payload}
 
 
-@activity.defn(name="BuildArtifact")
-async def build_artifact(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("artifact built", payload)
-
-
-@activity.defn(name="RunTests")
-async def run_tests(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("unit tests passed", payload)
-
-
-@activity.defn(name="DeployToStaging")
-async def deploy_to_staging(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("deployed to staging", payload)
-
-
-@activity.defn(name="RunE2ETests")
-async def run_e2e_tests(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("end-to-end tests passed", payload)
-
-
-@activity.defn(name="DeployToProduction")
-async def deploy_to_production(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("deployed to production", payload)
-
-
-@activity.defn(name="RemoveFromStaging")
-async def remove_from_staging(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("staging deployment removed", payload)
-
-
-@activity.defn(name="RollbackProduction")
-async def rollback_production(payload: dict[str, Any]) -> dict[str, Any]:
-    return _done("production rolled back", payload)
-
-
-BASELINE_ACTIVITIES = [
-    build_artifact,
-    run_tests,
-    deploy_to_staging,
-    run_e2e_tests,
-    deploy_to_production,
-    remove_from_staging,
-    rollback_production,
-]
 Step = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _baseline_step(name: str, summary: str) -> Step:
+    """The hand-written side's activity `name`: the demo agent's trivial work, as a plain
+    Temporal activity."""
+
+    async def step(payload: dict[str, Any]) -> dict[str, Any]:
+        return _done(summary, payload)
+
+    return activity.defn(name=name)(step)
+
+
+BASELINE_STEPS = {
+    name: _baseline_step(name, summary) for name, summary in FEATURE_DEPLOYMENT_AGENTS.items()
+}
 
 
 async def _run(
@@ -145,14 +111,15 @@ class BaselineSaga:
     async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
         compensations: list[Step] = []
         results: list[dict[str, Any]] = []
+        step = BASELINE_STEPS
         try:
-            results.append(await _run(build_artifact, payload))
-            results.append(await _run(run_tests, payload))
-            compensations.append(remove_from_staging)
-            results.append(await _run(deploy_to_staging, payload))
-            results.append(await _run(run_e2e_tests, payload))
-            compensations.append(rollback_production)
-            results.append(await _run(deploy_to_production, payload, PRODUCTION_TIMEOUT))
+            results.append(await _run(step["BuildArtifact"], payload))
+            results.append(await _run(step["RunTests"], payload))
+            compensations.append(step["RemoveFromStaging"])
+            results.append(await _run(step["DeployToStaging"], payload))
+            results.append(await _run(step["RunE2ETests"], payload))
+            compensations.append(step["RollbackProduction"])
+            results.append(await _run(step["DeployToProduction"], payload, PRODUCTION_TIMEOUT))
         except Exception:
             for compensation in reversed(compensations):
                 await _run(compensation, payload, retry=COMPENSATION_RETRY)
@@ -258,14 +225,8 @@ def report(header: list[str], results: list[Measurement]) -> None:
         + " (all rounds; p50: median of the rounds')"
     )
     for side, other in RATIOS:
-        per_round = [
-            a.throughput / b.throughput
-            for a in results
-            if a.side == side
-            for b in results
-            if b.side == other and b.round == a.round
-        ]
-        print(ratio_line(f"{side}/{other} throughput", rates[side] / rates[other], per_round))
+        ratios = per_round(results, side, other, lambda r: r.throughput)
+        print(ratio_line(f"{side}/{other} throughput", rates[side] / rates[other], ratios))
 
 
 def side_rate(results: list[Measurement], side: str) -> float:
@@ -291,7 +252,7 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
             client,
             task_queue=baseline_queue,
             workflows=[BaselineSaga],
-            activities=BASELINE_ACTIVITIES,
+            activities=list(BASELINE_STEPS.values()),
         )
         project_worker = build_worker(client, project_queue)
         single_worker = build_worker(single_queue_client(client), single_queue)

@@ -9,12 +9,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
-from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.worker.v1 import WorkerHeartbeat
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, ListWorkersRequest
+from temporalio.api.workflowservice.v1 import ListWorkersRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from coord.infra.queues import describe_queue
 from coord.models.mesh.health import AgentHealth, AgentPool, WorkerSeen, WorkerState
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, agent_of_queue, agent_task_queue
 
@@ -97,15 +97,8 @@ async def _agent_row(
     heartbeats: dict[str, WorkerHeartbeat],
     now: datetime,
 ) -> AgentHealth:
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace,
-            task_queue=TaskQueue(name=queue),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-            report_pollers=True,
-            report_stats=True,
-        )
-    )
+    activities = TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+    response = await describe_queue(client, queue, activities, pollers=True, stats=True)
     polls = {
         poller.identity: poller.last_access_time.ToDatetime(UTC) for poller in response.pollers
     }

@@ -1,13 +1,16 @@
 """structlog, configured once for every process: console lines in a terminal, JSON otherwise.
 
 The SDK's replay-safe `workflow.logger` and `activity.logger` are stdlib loggers; their records go
-through the same processors, with the workflow id and correlation id lifted into the line."""
+through the same processors, with the workflow id and correlation id lifted into the line; a
+line written while an agent runs carries its run's ids (`coord.infra.run_context.RunContext`), and
+the trace and span ids when tracing is on."""
 
 import logging
 import sys
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 from structlog.typing import EventDict, WrappedLogger
 from temporalio import activity, workflow
 
@@ -26,6 +29,15 @@ def _lift_temporal_context(_: WrappedLogger, __: str, event: EventDict) -> Event
     return event
 
 
+def _add_trace_ids(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    """The trace and span the line was written in, when tracing is on."""
+    span = trace.get_current_span().get_span_context()
+    if span.is_valid:
+        event.setdefault("trace_id", format(span.trace_id, "032x"))
+        event.setdefault("span_id", format(span.span_id, "016x"))
+    return event
+
+
 def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
     json = not sys.stderr.isatty() if json is None else json
     shared: list[structlog.typing.Processor] = [
@@ -34,6 +46,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),
         _lift_temporal_context,
+        _add_trace_ids,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor = (

@@ -6,23 +6,11 @@ delivering AgentHealth events)."""
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from coord.models.events.delivery import Delivery
 from coord.models.wire import contract
-
-
-class Delivery(BaseModel):
-    """Where an event went: the targets reached, and why each other one was skipped."""
-
-    reached: list[str] = Field(default_factory=list)
-    skipped: list[str] = Field(default_factory=list)
-
-    def describe(self, reached: str | None = None) -> str:
-        """The targets reached (or `reached`, a shorter name for them), then those skipped."""
-        reached = ", ".join(self.reached) if reached is None else reached
-        return f"{reached} (skipped: {'; '.join(self.skipped)})" if self.skipped else reached
 
 
 async def running(

@@ -14,6 +14,7 @@ from temporalio.runtime import Runtime
 from temporalio.service import RetryConfig
 
 from coord.infra.payload_store import data_converter
+from coord.infra.tracing import client_interceptors
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 from coord.models.wire.errors import CoordError
 
@@ -104,6 +105,7 @@ class ConnectionSettings:
                 **config,
                 identity=identity,
                 data_converter=data_converter(),
+                interceptors=client_interceptors(),
                 runtime=runtime,
                 retry_config=retry,
             )

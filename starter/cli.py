@@ -9,10 +9,12 @@ import typer
 from coord.infra.extras import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
+from coord.infra.tracing import configure_tracing
 from coord.starter.commands import (
     agents,
     aggregator,
     chain,
+    dashboard,
     demo,
     dlq,
     events,
@@ -32,6 +34,7 @@ app = typer.Typer(
 )
 for commands in (server, worker, demo, events, agents, gc, specs):
     app.add_typer(commands.app)
+app.add_typer(dashboard.app)
 app.add_typer(saga.app, name="saga")
 app.add_typer(chain.app, name="chain")
 app.add_typer(aggregator.app, name="aggregate")
@@ -66,6 +69,7 @@ def configure(
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
     configure_logging(log_level or default)
+    configure_tracing(f"coord-{ctx.invoked_subcommand or 'cli'}")
 
 
 def main() -> None:

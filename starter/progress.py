@@ -9,12 +9,11 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from coord.infra.queues import describe_queue
 from coord.starter.api.common import NoWorker
 from coord.starter.api.plans import live_progress
 
@@ -26,13 +25,7 @@ async def task_queue_pollers(client: Client, task_queue: str) -> set[str]:
     tasks (the server forgets a poller a few minutes after its last poll)."""
     identities: set[str] = set()
     for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-        response = await client.workflow_service.describe_task_queue(
-            DescribeTaskQueueRequest(
-                namespace=client.namespace,
-                task_queue=TaskQueue(name=task_queue),
-                task_queue_type=kind,
-            )
-        )
+        response = await describe_queue(client, task_queue, kind)
         identities.update(poller.identity for poller in response.pollers)
     return identities
 

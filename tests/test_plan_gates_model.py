@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from coord.models.plan.gates import (
     REVIEW_NOTES_INPUT,
     BudgetSpent,
+    Decisions,
     FixNote,
     GatesPassed,
     GateStep,
@@ -413,3 +414,17 @@ def test_the_plan_says_what_it_waits_for() -> None:
     assert waiting_for("deploy", gate, NOW) == (
         "approval of deploy (rejected at 2026-11-23 04:00:00 UTC if none comes)"
     )
+
+
+def test_one_decision_per_task_is_checked_at_a_time_and_a_closed_task_takes_no_other() -> None:
+    decisions = Decisions()
+    assert not decisions.any() and decisions.problem("deploy") is None
+    decisions.checking("deploy", True)
+    assert decisions.any() and decisions.deciding("deploy") and not decisions.deciding("build")
+    assert decisions.problem("deploy") == (
+        "task: 'deploy' has a decision being checked; ask again if it is refused"
+    )
+    decisions.close("deploy")
+    decisions.checking("deploy", False)
+    assert not decisions.any() and decisions.closed("deploy")
+    assert decisions.problem("deploy") == "task: 'deploy' timed out waiting for approval"

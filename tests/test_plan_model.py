@@ -1,10 +1,13 @@
-"""The plan's scheduler and state machine (`PlanModel`) and its activity ids, without a server."""
+"""The plan's scheduler and state machine (`PlanModel` and its parts) and its activity ids,
+without a server."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from coord.models.mesh.agents import AgentResult
+from coord.models.mesh.lifecycle import RunFailure
 from coord.models.plan.model import PlanModel
 from coord.models.plan.spec import (
     ActivityKey,
@@ -46,14 +49,18 @@ def model(*tasks: dict[str, Any], **fields: Any) -> PlanModel:
 
 
 def started(plan: PlanModel) -> list[str]:
-    return [task.id for task in plan.take_startable()]
+    return [task.id for task in plan.graph.take_startable()]
+
+
+def answer(data: dict[str, Any]) -> AgentResult:
+    return AgentResult(agent="work", data=data)
 
 
 def succeed(plan: PlanModel, task_id: str, **data: Any) -> None:
-    plan.task_ready(task_id, T0)
-    plan.run_started(task_id, T0)
-    plan.run_succeeded(task_id, T0, data=data)
-    plan.task_succeeded(task_id, T0)
+    plan.graph.task_ready(task_id, T0)
+    plan.runs.run_started(task_id, T0)
+    plan.runs.run_succeeded(task_id, T0, answer(data))
+    plan.graph.task_succeeded(task_id, T0)
 
 
 def test_tasks_start_once_every_dependency_has_succeeded() -> None:
@@ -66,7 +73,7 @@ def test_tasks_start_once_every_dependency_has_succeeded() -> None:
     assert started(plan) == ["b"]
     succeed(plan, "b", n=2)
     assert started(plan) == ["c"]
-    assert plan.agent_request(plan.spec.task("c"), 1, "plan-p").inputs == {
+    assert plan.requests.agent_request(plan.spec.task("c"), 1, "plan-p").inputs == {
         "a": {"n": 1},
         "b": {"n": 2},
     }
@@ -85,14 +92,14 @@ def test_slots_are_capped_and_served_by_priority_then_declaration_order() -> Non
     for task in ["low", "n1", "n2", "crit", "high"]:
         plan.request_slot(f"{task}/run/1", task)
     assert not plan.holds_slot("low/run/1")
-    assert plan.holders == ["crit/run/1", "high/run/1"]
+    assert plan.slots.holders == ["crit/run/1", "high/run/1"]
     order = []
-    while plan.holders:
-        released = plan.holders[0]
-        plan.release_slot(released)
+    while plan.slots.holders:
+        released = plan.slots.holders[0]
+        plan.slots.release(released)
         order.append(released)
-        plan.grant()
-        assert len(plan.holders) <= 2
+        plan.slots.grant()
+        assert len(plan.slots.holders) <= 2
     assert order == ["crit/run/1", "high/run/1", "n1/run/1", "n2/run/1", "low/run/1"]
 
 
@@ -109,7 +116,7 @@ def test_no_slot_is_granted_while_tasks_wait_to_be_launched() -> None:
     plan.request_slot("first/run/1", "first")
     plan.request_slot("low/run/1", "low")
     assert plan.holds_slot("first/run/1")
-    plan.release_slot("first/run/1")
+    plan.slots.release("first/run/1")
     succeed(plan, "first")
     assert not plan.holds_slot("low/run/1")
     assert started(plan) == ["next"]
@@ -132,15 +139,15 @@ def test_grantable_says_when_the_plan_would_grant_a_slot() -> None:
     plan.request_slot("low/run/1", "low")
     plan.request_slot("first/run/1", "first")
     assert plan.grantable()
-    assert plan.grant() == ["first/run/1"]
-    assert not plan.grantable() and plan.grant() == []
-    plan.release_slot("first/run/1")
+    assert plan.slots.grant() == ["first/run/1"]
+    assert not plan.grantable() and plan.slots.grant() == []
+    plan.slots.release("first/run/1")
     succeed(plan, "first")
     assert not plan.grantable()
     assert started(plan) == ["next"]
     assert plan.grantable()
     plan.request_slot("next/run/1", "next")
-    assert plan.grant() == ["next/run/1"]
+    assert plan.slots.grant() == ["next/run/1"]
 
 
 def test_a_request_given_up_while_waiting_leaves_the_queue() -> None:
@@ -149,9 +156,9 @@ def test_a_request_given_up_while_waiting_leaves_the_queue() -> None:
     plan.request_slot("a/run/1", "a")
     plan.request_slot("b/run/1", "b")
     assert plan.holds_slot("a/run/1")
-    plan.release_slot("b/run/1")
-    plan.release_slot("a/run/1")
-    assert plan.holders == [] and plan.waiting == []
+    plan.slots.release("b/run/1")
+    plan.slots.release("a/run/1")
+    assert plan.slots.holders == [] and plan.slots.waiting == []
 
 
 def test_an_error_skips_its_transitive_dependents_naming_it() -> None:
@@ -163,11 +170,13 @@ def test_an_error_skips_its_transitive_dependents_naming_it() -> None:
         {"id": "e", "depends_on": ["d", "b"]},
     )
     assert started(plan) == ["a", "d"]
-    plan.task_ready("a", T0)
-    plan.run_started("a", T0)
-    skipped = plan.run_failed("a", T1, TaskError(type="timeout", message="late"), attempt=2)
+    plan.graph.task_ready("a", T0)
+    plan.runs.run_started("a", T0)
+    plan.runs.run_failed("a", T1, RunFailure(type="timeout", message="late", attempts=2))
+    skipped = [r.id for r in plan.state.tasks if r.state == TaskState.SKIPPED]
     assert skipped == ["b", "c", "e"]
     assert [plan.record(t).skipped_because for t in skipped] == ["a", "a", "a"]
+    assert plan.record("a").error == TaskError(type="timeout", message="late")
     assert [(t.state, t.attempt) for t in plan.record("a").transitions] == [
         (TaskState.PENDING, None),
         (TaskState.READY, None),
@@ -199,17 +208,17 @@ def test_the_plan_outcome(outcomes: list[str], status: PlanStatus) -> None:
         if outcome == "ok":
             succeed(plan, task)
         else:
-            plan.task_error(task, T1, TaskError(type="x", message="y"))
+            plan.graph.task_error(task, T1, TaskError(type="x", message="y"))
     assert plan.finish(T1).status == status
 
 
 def test_fail_fast_stops_at_the_first_error_and_cancels_what_waits() -> None:
     plan = model({"id": "a"}, {"id": "b"}, {"id": "c", "depends_on": ["b"]}, fail_fast=True)
     assert started(plan) == ["a", "b"]
-    plan.task_ready("b", T0)
-    plan.task_error("a", T1, TaskError(type="x", message="y"))
+    plan.graph.task_ready("b", T0)
+    plan.graph.task_error("a", T1, TaskError(type="x", message="y"))
     assert plan.stopping == "fail_fast: task a ended error"
-    assert not plan.has_startable()
+    assert not plan.graph.has_startable()
     plan.cancel_waiting(T1)
     state = plan.finish(T1)
     assert {t.id: t.state for t in state.tasks} == {
@@ -225,25 +234,27 @@ def test_progress_retries_seen_and_details() -> None:
     plan = model({"id": "a", "summary": "write code"}, {"id": "b"}, max_workers=1)
     started(plan)
     for task in ["a", "b"]:
-        plan.task_ready(task, T0)
+        plan.graph.task_ready(task, T0)
         plan.request_slot(f"{task}/run/1", task)
     assert plan.holds_slot("a/run/1")
-    plan.run_started("a", T0)
-    assert plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
-    assert not plan.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
-    assert plan.activity_seen(seen("a/run/1", "Reading runAgent.ts", attempt=2, failed="boom"), T1)
+    plan.runs.run_started("a", T0)
+    assert plan.runs.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
+    assert not plan.runs.activity_seen(seen("a/run/1", "Reading runAgent.ts"), T1)
+    assert plan.runs.activity_seen(
+        seen("a/run/1", "Reading runAgent.ts", attempt=2, failed="boom"), T1
+    )
     assert plan.record("a").attempts == 2
     assert plan.record("a").transitions[-2:] == [
         Transition(state=TaskState.FAILED, at=T1, attempt=1, reason="boom"),
         Transition(state=TaskState.RUNNING, at=T1, attempt=2),
     ]
-    view = plan.progress(T1)
+    view = plan.view.progress(T1)
     assert [(r.task, r.summary, r.elapsed_s) for r in view.running] == [
         ("a", "Reading runAgent.ts", 30.0)
     ]
     assert view.counts == {TaskState.READY: 1, TaskState.RUNNING: 1}
     assert view.waiting_for == ["a worker slot (1 waiting, max_workers 1)"]
-    assert plan.details(T1) == (
+    assert plan.view.details(T1) == (
         "**Status:** running (1 ready, 1 running)\n\n"
         "- **a** running 30s: Reading runAgent.ts\n\n"
         "**Waiting for:** a worker slot (1 waiting, max_workers 1)"
@@ -256,7 +267,7 @@ def test_the_model_reads_back_from_its_json_and_schedules_the_same() -> None:
     succeed(plan, "a", n=1)
     again = PlanModel.model_validate_json(plan.model_dump_json())
     assert started(again) == ["b"]
-    assert again.counts() == plan.counts()
+    assert again.book.counts() == plan.book.counts()
 
 
 def seen(
@@ -272,20 +283,20 @@ def test_a_late_read_of_a_run_that_has_ended_changes_nothing() -> None:
     run it saw retrying may have succeeded, and the task moved to review or a new round."""
     plan = model({"id": "a"})
     started(plan)
-    plan.task_ready("a", T0)
-    plan.run_started("a", T0)
-    plan.run_succeeded("a", T1, data={})
-    plan.task_reviewing("a", T1)
+    plan.graph.task_ready("a", T0)
+    plan.runs.run_started("a", T0)
+    plan.runs.run_succeeded("a", T1, answer({}))
+    plan.graph.task_reviewing("a", T1)
     before = plan.record("a").model_copy(deep=True)
-    assert not plan.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
-    plan.run_started("a", T1, round=2)
-    assert not plan.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
+    assert not plan.runs.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
+    plan.runs.run_started("a", T1, round=2)
+    assert not plan.runs.activity_seen(seen("a/run/1", "Compiling", attempt=2, failed="x"), T1)
     assert plan.record("a").attempts == before.attempts + 1
-    assert plan.activity_seen(seen("a/review/code_quality/1", "Reviewing"), T1) is False
-    assert plan.activity_seen(seen("a/run/2", "Fixing null check"), T1)
+    assert plan.runs.activity_seen(seen("a/review/code_quality/1", "Reviewing"), T1) is False
+    assert plan.runs.activity_seen(seen("a/run/2", "Fixing null check"), T1)
     assert plan.record("a").progress == "Fixing null check"
     for other in ["b/run/1", "local-activity-1"]:
-        assert not plan.activity_seen(seen(other, "x"), T1)
+        assert not plan.runs.activity_seen(seen(other, "x"), T1)
 
 
 def test_what_the_agents_say_now_is_laid_over_a_copy_of_the_record() -> None:
@@ -295,10 +306,10 @@ def test_what_the_agents_say_now_is_laid_over_a_copy_of_the_record() -> None:
     plan = model({"id": "a"}, {"id": "b"}, {"id": "c"})
     started(plan)
     for task in ["a", "b", "c"]:
-        plan.task_ready(task, T0)
-        plan.run_started(task, T0)
-    plan.run_succeeded("b", T1, data={})
-    plan.task_reviewing("b", T1)
+        plan.graph.task_ready(task, T0)
+        plan.runs.run_started(task, T0)
+    plan.runs.run_succeeded("b", T1, answer({}))
+    plan.graph.task_reviewing("b", T1)
     reads = [
         seen("a/run/1", "Compiling", attempt=3, failed="boom"),
         seen("b/run/1", "late", attempt=2),
@@ -314,7 +325,7 @@ def test_what_the_agents_say_now_is_laid_over_a_copy_of_the_record() -> None:
     assert (records["c"].progress, records["c"].attempts) == (None, 1)
     assert [record.progress for record in plan.state.tasks] == [None, None, None]
     assert plan.record("a").attempts == 1
-    view = progress_as_seen(plan.progress(T1), reads[:3])
+    view = progress_as_seen(plan.view.progress(T1), reads[:3])
     assert [(r.task, r.summary) for r in view.running] == [
         ("a", "Compiling"),
         ("b", "Reviewing"),
@@ -326,11 +337,11 @@ def test_what_the_agents_say_now_is_laid_over_a_copy_of_the_record() -> None:
 def test_a_run_that_never_reached_the_server_is_no_attempt_nor_fix() -> None:
     plan = model({"id": "a"})
     started(plan)
-    plan.task_ready("a", T0)
-    plan.run_started("a", T0)
-    plan.run_started("a", T0, round=2)
+    plan.graph.task_ready("a", T0)
+    plan.runs.run_started("a", T0)
+    plan.runs.run_started("a", T0, round=2)
     assert (plan.record("a").attempts, plan.record("a").fixes) == (2, 1)
-    plan.run_unsent("a", 2)
+    plan.runs.run_unsent("a", 2)
     assert (plan.record("a").attempts, plan.record("a").fixes) == (1, 0)
-    plan.run_unsent("a", 1)
+    plan.runs.run_unsent("a", 1)
     assert (plan.record("a").attempts, plan.record("a").fixes) == (0, 0)

@@ -1,15 +1,20 @@
-"""The scratchpad's markdown and JSON (models/plan_report.py), rendered from a spec and a record:
-pure, no server needed."""
+"""How a plan ended and its scratchpad's markdown and JSON (models/plan/report.py), from a spec
+and a record: pure, no server needed."""
 
 import json
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from coord.models.mesh.results import ResultReference
 from coord.models.plan.report import (
     elapsed,
     final_report_markdown,
+    final_status,
+    memo_record,
     outcome,
     summary_line,
+    summary_of,
     task_plan_markdown,
     waves,
     worker_result_json,
@@ -24,6 +29,7 @@ from coord.models.plan.spec import (
     TaskError,
     TaskRecord,
     TaskState,
+    Transition,
     Verdict,
 )
 
@@ -220,3 +226,41 @@ def test_elapsed_reads_as_seconds_minutes_or_hours() -> None:
         "1m05s",
         "1h02m",
     ]
+
+
+@pytest.mark.parametrize(
+    ("succeeded", "stopped", "cancelled", "status"),
+    [
+        (3, False, False, PlanStatus.COMPLETED),
+        (1, False, False, PlanStatus.PARTIAL),
+        (0, False, False, PlanStatus.FAILED),
+        (1, True, False, PlanStatus.FAILED),
+        (3, False, True, PlanStatus.CANCELLED),
+    ],
+)
+def test_the_final_status_follows_from_the_tasks_that_succeeded(
+    succeeded: int, stopped: bool, cancelled: bool, status: PlanStatus
+) -> None:
+    counts = {TaskState.SUCCEEDED: succeeded, TaskState.ERROR: 3 - succeeded}
+    assert final_status(counts, 3, stopped=stopped, cancelled=cancelled) == status
+
+
+def test_the_summary_says_why_a_plan_stopped_early() -> None:
+    counts = {TaskState.SUCCEEDED: 1, TaskState.ERROR: 1, TaskState.CANCELLED: 1}
+    assert summary_of(counts, 3, None) == "1 of 3 succeeded, 1 error, 1 cancelled"
+    assert summary_of(counts, 3, "fail_fast: task b ended error") == (
+        "1 of 3 succeeded, 1 error, 1 cancelled (fail_fast: task b ended error)"
+    )
+
+
+def test_the_memo_keeps_the_record_without_results_transitions_or_reviews() -> None:
+    done = record("build", TaskState.SUCCEEDED, result={"big": "x" * 100})
+    done.transitions.append(Transition(state=TaskState.SUCCEEDED, at=AT))
+    state = PlanState(plan_id="p1", tasks=[done], summary="1 of 1 succeeded")
+    kept = memo_record(state)
+    assert (kept.tasks[0].result, kept.tasks[0].transitions, kept.tasks[0].reviews) == (
+        None,
+        [],
+        [],
+    )
+    assert kept.summary == state.summary and state.tasks[0].result == {"big": "x" * 100}

@@ -26,12 +26,8 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.durations import format_duration
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
-    from coord.workflows._runtime.agent_runs import (
-        AGENT_RUN_GATES_PATCH,
-        RunSettings,
-        outcomes_landed,
-        start_agent_run,
-    )
+    from coord.models.wire.versions import AGENT_RUN_GATES_PATCH, VOTE_FAN_OUT_PATCH
+    from coord.workflows._runtime.agent_runs import RunSettings, outcomes_landed, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -44,10 +40,6 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.fan_out import FanOut
 
 VoterRun = asyncio.Task[AgentResult]
-FAN_OUT_PATCH = "vote-voters-within-task-budget"
-"""Runs after this patch start their voters within a byte budget per workflow task (`FanOut`):
-forty voters of a 110 KB proposal were more than the server takes in one task. Runs recorded
-before started every voter in the first task."""
 
 
 @workflow.defn(name=VOTE_WORKFLOW)
@@ -59,7 +51,7 @@ class Vote(metaclass=SurplusStartArguments):
         self._spec_error: str | None = None
         self._model: VoteModel | None = None
         self._upserted: VoteStatus | None = None
-        self._fan_out = FanOut(FAN_OUT_PATCH)
+        self._fan_out = FanOut(VOTE_FAN_OUT_PATCH)
         try:
             spec = decode_input(VoteSpec, raw_spec, "vote spec")
         except SpecError as error:

@@ -6,10 +6,10 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from coord.models import calls as refs
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import (
-    CHAIN_EVENTS_ACTIVITY,
     TIMELINE_QUERY,
     FailureType,
     chain_workflow_id,
@@ -25,7 +25,7 @@ class ChainLookback:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name=CHAIN_EVENTS_ACTIVITY)
+    @activity.defn(name=refs.CHAIN_EVENTS.name)
     async def chain_events(self, correlation_id: str) -> list[EventEnvelope]:
         """The events a correlation's chain has recorded so far; none when it has no chain."""
         workflow_id = chain_workflow_id(correlation_id)

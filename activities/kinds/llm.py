@@ -20,6 +20,7 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field, ValidationError
 
+from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
@@ -69,8 +70,23 @@ async def run_llm(
     who = f"llm agent {context.agent!r}"
     messages = _messages(config, event, context, who)
     key = _api_key(config, who)
-    limit, seconds = int(settings.output_limit), config.timeout.total_seconds()
+    limit = int(settings.output_limit)
     context.progress(f"Asking {config.model}")
+    with chat_span(config.model, config.base_url, event.event.correlation_id) as span:
+        result = await _ask(config, messages, key, limit, who, context)
+        record_usage(span, result.get("metadata", {}))
+    return result
+
+
+async def _ask(
+    config: LlmAgent,
+    messages: list[ChatCompletionMessageParam],
+    key: str,
+    limit: int,
+    who: str,
+    context: AgentContext,
+) -> dict[str, Any]:
+    seconds = config.timeout.total_seconds()
     async with _client(config, key, limit) as client:
         asking = client.chat.completions.with_raw_response.create(
             model=config.model,

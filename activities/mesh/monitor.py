@@ -8,12 +8,12 @@ from temporalio.client import Client
 
 from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledgers
-from coord.infra.signals import Delivery, running, signal_each
+from coord.infra.signals import running, signal_each
+from coord.models import calls as refs
+from coord.models.events.delivery import Delivery
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.monitor import AgentReading, HealthPublication, HealthRead, HealthReading
 from coord.models.wire.contract import (
-    PUBLISH_AGENT_HEALTH_ACTIVITY,
-    READ_AGENT_HEALTH_ACTIVITY,
     Pattern,
     agent_clause,
 )
@@ -26,7 +26,7 @@ class AgentMonitorActivities:
         self._client = client
         self._declared = list(registry.catalogue) if registry is not None else []
 
-    @activity.defn(name=READ_AGENT_HEALTH_ACTIVITY)
+    @activity.defn(name=refs.READ_AGENT_HEALTH.name)
     async def read_agent_health(self, read: HealthRead) -> HealthReading:
         """The agents asked about and every agent queue of the deployment a worker reports
         serving, each healthy or unreachable as `coord agents` shows it, with its breaker's
@@ -50,7 +50,7 @@ class AgentMonitorActivities:
             ],
         )
 
-    @activity.defn(name=PUBLISH_AGENT_HEALTH_ACTIVITY)
+    @activity.defn(name=refs.PUBLISH_AGENT_HEALTH.name)
     async def publish_agent_health(self, publication: HealthPublication) -> Delivery:
         """To every running chain of the deployment whose subscriptions name the agent; a chain
         that ended since visibility listed it is skipped. Retried whole, the event keeps its id,

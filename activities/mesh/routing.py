@@ -19,6 +19,7 @@ from temporalio.client import Client
 from coord.infra.agent_health import candidates_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.logs import get_logger
+from coord.models import calls as refs
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.assignment import (
     Assignment,
@@ -31,9 +32,6 @@ from coord.models.mesh.assignment import (
 )
 from coord.models.mesh.health import AgentHealth
 from coord.models.wire.contract import (
-    AGENT_SERVED_ACTIVITY,
-    CHOOSE_AGENT_ACTIVITY,
-    CHOOSE_AGENTS_ACTIVITY,
     FailureType,
     failure,
 )
@@ -49,7 +47,7 @@ class AgentRouter:
         self._registry = registry
         self._recent = RecentPicks()
 
-    @activity.defn(name=CHOOSE_AGENT_ACTIVITY)
+    @activity.defn(name=refs.CHOOSE_AGENT.name)
     async def choose_agent(self, route: CapabilityRoute) -> Assignment:
         """The agent the route's strategy picks among the candidates, with every candidate's
         bid; `no_capable_agent` (not retried) when no declared agent offers enough."""
@@ -60,14 +58,14 @@ class AgentRouter:
             raise failure(FailureType.NO_CAPABLE_AGENT, message, non_retryable=True)
         return assignment
 
-    @activity.defn(name=CHOOSE_AGENTS_ACTIVITY)
+    @activity.defn(name=refs.CHOOSE_AGENTS.name)
     async def choose_agents(self, routes: list[CapabilityRoute]) -> list[Assignment | None]:
         """The picks for runs a workflow starts together, in order, each seeing the ones before
         it (`choose_each`), from one reading; None for a route without a candidate (the
         workflow asks `choose_agent` for it alone, which fails it `no_capable_agent`)."""
         return await self._picks(routes)
 
-    @activity.defn(name=AGENT_SERVED_ACTIVITY)
+    @activity.defn(name=refs.AGENT_SERVED.name)
     async def agent_served(self, agent: str) -> bool:
         """Whether a live worker serves `agent`'s queue now, or within SERVED_PATIENCE: after a
         server restart, workers take some seconds to poll again."""

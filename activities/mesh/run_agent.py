@@ -1,15 +1,49 @@
-"""The agent registry and the `run_agent` activity.
+"""The `run_agent` activity: one attempt of an agent run, in steps read top to bottom.
 
-Workflows never call agent code directly: they ask `run_agent` to run an agent by name (or by
-the declaration a spec carries inline), so one activity serves every kind of agent."""
+    admit -> guard -> resolve -> run -> keep (a result) | report (a failure)
+
+1. admit (`admit`, pools.py): a permit of the agent's pool, when it declares `max_concurrent`;
+   `pool_full` (the agent not called) when none comes free in time.
+2. guard (`guard`, breakers.py): the agent's circuit breaker: `circuit_open` (the agent not
+   called) while it is open, a probe when it is half-open. When the run leaves it, the breaker
+   judges how it ended and tells the agent's ledger, before the permit goes back: the next run
+   sees the breaker this one may have opened.
+3. resolve (`resolve`, result_refs.py): the agent's function, by name from the worker's registry
+   or from the declaration the request carries inline, and its inputs, results stored by
+   reference read back as their data.
+4. run (`run`): the kind's function on the event, told of its run by its context (heartbeats
+   and progress, from any thread), within the run's own time limit (run_tally.py). The kind
+   brings its own watch: an `async def` python agent's loop is watched for blocking
+   (kinds/python.py, `agent_blocked`), a shell agent is killed with its children.
+5. keep (`result_of`, then `ResultStore.kept` in result_refs.py): the output as the run's
+   `AgentResult` (`invalid_payload` when it does not validate), its data in the payload store
+   when larger than the request's `result_limit`.
+6. report (`report_failure`, run_tally.py): a failed attempt is classified (its failure type,
+   `retry_on`, the delay before its retry) and counted in the run's tally, which heartbeats
+   carry to the next attempt; a gate's refusal is handed back to the workflow, or retried
+   here. The breaker's share of the report is made by `guard` as the run leaves it, success or
+   failure; the report keeper (reports.py, an interceptor around every activity) sends the
+   attempt's outcome again when the server was away as it ended.
+
+How the two sides meet: workflows never call agent code; they start this activity through
+`start_agent_run` (workflows/_runtime/agent_runs.py), which sends an `AgentRequest` to the
+agent's own task queue with the step's timeouts and retry policy, and reads back what this side
+raises. The request's `gates_return` (set there) makes a refusal of admit or guard come back at
+once, non-retryable, carrying a `GateRefusal` (this attempt, when to come back); the workflow
+waits or sends the run elsewhere, and sends it again with `attempts_before`, the failures spent
+so far, from which the attempt and the tally go on. `jitter` and `budget` (also set there) are
+how report spreads the delay before a retry and when it stops retrying. Every other failure
+comes back typed (`FailureType`) with its `attempt`, retried by the server unless
+non-retryable; a success comes back as the `AgentResult`."""
 
 import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from temporalio import activity
@@ -20,6 +54,7 @@ from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.pools import AgentPools
 from coord.activities.mesh.result_refs import ResultStore
 from coord.activities.mesh.run_tally import RunCounter
+from coord.models import calls as refs
 from coord.models.mesh.agents import (
     AgentContext,
     AgentFn,
@@ -30,21 +65,10 @@ from coord.models.mesh.agents import (
 )
 from coord.models.mesh.config import AgentConfig
 from coord.models.mesh.runs import GATE_FAILURES, NO_JITTER, GateRefusal, retry_delay
-from coord.models.wire.contract import RUN_AGENT_ACTIVITY, FailureType, failure, failure_type_of
+from coord.models.wire.contract import FailureType, failure, failure_type_of
 from coord.models.wire.specs import SpecError
 
-
-def resolve(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> AgentFn:
-    """The agent a request names, or the inline declaration it carries if the worker's settings
-    allow that kind from outside; else a non-retryable `agent_not_allowed`."""
-    if inline is None:
-        return registry.get(name)
-    if refusal := registry.settings.inline_refusal(name, inline):
-        raise failure(FailureType.AGENT_NOT_ALLOWED, refusal, non_retryable=True)
-    try:
-        return agent_from_config(name, inline, registry.settings)
-    except SpecError as error:
-        raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
+Output = Mapping[str, Any] | None
 
 
 class AgentActivities:
@@ -61,64 +85,87 @@ class AgentActivities:
         self._breakers = breakers
         self._pools = pools
 
-    @activity.defn(name=RUN_AGENT_ACTIVITY)
+    @activity.defn(name=refs.RUN_AGENT.name)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
-        counter = RunCounter(request.agent, request.budget, before=request.attempts_before)
-        attempt = counter.attempt
+        """One attempt of the run `request` asks for, through the module's six steps."""
+        tally = RunCounter(request.agent, request.budget, before=request.attempts_before)
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
         try:
-            async with self._pooled(request), self._watching(request):
+            async with admit(self._pools, request), guard(self._breakers, request):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
-                agent = resolve(self._registry, request.agent, request.config)
-                output = await counter.within_time_limit(
-                    agent(request.event, await self._context(request, attempt))
-                )
-        except ApplicationError as error:
-            if error.type not in GATE_FAILURES:
-                raise counter.failed(_classified(error, request, attempt)) from error
-            if request.gates_return:  # the breaker's or the pool's: nothing was called
-                raise _gate_refusal(error, attempt) from None
-            counter.turned_away()
-            raise
+                resolved = await resolve(self._registry, self._results, request)
+                output = await run(resolved, request, tally)
         except Exception as error:
-            raise counter.failed(_classified(error, request, attempt)) from error
+            report_failure(error, request, tally)
         duration_ms = (time.monotonic() - started) * 1000
-        try:
-            may_publish = self._registry.publishes_allowed(request.agent, request.config)
-            result = AgentResult.from_output(
-                request.agent, output, duration_ms, attempt, may_publish=may_publish
-            )
-        except ValidationError as error:
-            raise failure(
-                FailureType.INVALID_PAYLOAD,
-                f"{request.agent} returned a result that does not validate: {error}",
-                non_retryable=True,
-            ) from None
+        result = result_of(self._registry, request, output, duration_ms, tally.attempt)
         return await self._results.kept(result, request.result_limit)
 
-    def _pooled(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
-        if self._pools is None:
-            return contextlib.nullcontext()
-        return self._pools.holding(request)
 
-    def _watching(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
-        if self._breakers is None:
-            return contextlib.nullcontext()
-        return self._breakers.watching(request)
+def admit(
+    pools: AgentPools | None, request: AgentRequest
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """Step 1: a permit of the request's agent's pool around the rest of the run (the permit
+    goes back when it ends); nothing when the worker has no pools."""
+    return pools.holding(request) if pools is not None else contextlib.nullcontext()
 
-    async def _context(self, request: AgentRequest, attempt: int) -> AgentContext:
-        """What the agent is told of its run; inputs stored by reference arrive as their data."""
-        info = activity.info()
-        return AgentContext(
-            agent=request.agent,
-            attempt=attempt,
-            idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
-            inputs=await self._results.resolved(request.inputs),
-            reporter=ProgressReporter(_heartbeat_from_any_thread()),
-        )
+
+def guard(
+    breakers: Breakers | None, request: AgentRequest
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """Step 2: the request's agent's circuit breaker around the rest of the run (it reports how
+    the run ended to the agent's ledger); nothing when the worker watches no breakers."""
+    return breakers.watching(request) if breakers is not None else contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the request names, found: the function of its agent's kind, and its inputs as
+    data."""
+
+    agent: AgentFn
+    inputs: dict[str, Any]
+
+
+async def resolve(registry: AgentRegistry, results: ResultStore, request: AgentRequest) -> Resolved:
+    """Step 3: the agent the request names (or the declaration it carries inline, if the
+    worker's settings allow that kind from outside; else a non-retryable `agent_not_allowed`),
+    and its inputs, those stored by reference read from the payload store."""
+    agent = _agent(registry, request.agent, request.config)
+    return Resolved(agent, await results.resolved(request.inputs))
+
+
+def _agent(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> AgentFn:
+    if inline is None:
+        return registry.get(name)
+    if refusal := registry.settings.inline_refusal(name, inline):
+        raise failure(FailureType.AGENT_NOT_ALLOWED, refusal, non_retryable=True)
+    try:
+        return agent_from_config(name, inline, registry.settings)
+    except SpecError as error:
+        raise failure(FailureType.INVALID_SPEC, str(error), non_retryable=True) from None
+
+
+async def run(resolved: Resolved, request: AgentRequest, tally: RunCounter) -> Output:
+    """Step 4: the agent called on the request's event, ended as its own `timeout` a little
+    before the run's time limit when the run counts its retries (`within_time_limit`)."""
+    context = _run_context(request, tally.attempt, resolved.inputs)
+    return await tally.within_time_limit(resolved.agent(request.event, context))
+
+
+def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) -> AgentContext:
+    """What the agent is told of its run; its progress and heartbeats become the activity's."""
+    info = activity.info()
+    return AgentContext(
+        agent=request.agent,
+        attempt=attempt,
+        idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
+        inputs=inputs,
+        reporter=ProgressReporter(_heartbeat_from_any_thread()),
+    )
 
 
 def _heartbeat_from_any_thread() -> Callable[..., None]:
@@ -141,6 +188,37 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+
+
+def result_of(
+    registry: AgentRegistry, request: AgentRequest, output: Output, duration_ms: float, attempt: int
+) -> AgentResult:
+    """Step 5: the agent's output as the run's result, with what its declaration
+    lets it publish; a non-retryable `invalid_payload` when the output does not validate."""
+    try:
+        may_publish = registry.publishes_allowed(request.agent, request.config)
+        return AgentResult.from_output(
+            request.agent, output, duration_ms, attempt, may_publish=may_publish
+        )
+    except ValidationError as error:
+        raise failure(
+            FailureType.INVALID_PAYLOAD,
+            f"{request.agent} returned a result that does not validate: {error}",
+            non_retryable=True,
+        ) from None
+
+
+def report_failure(error: Exception, request: AgentRequest, tally: RunCounter) -> NoReturn:
+    """Step 6, for an attempt that failed: raises what the workflow is told. A gate's refusal
+    (the agent was not called) comes back at once when the workflow takes refusals back
+    (`gates_return`), else is counted as turned away and retried here; any other failure is
+    the agent's, classified and counted in the run's tally."""
+    if not isinstance(error, ApplicationError) or error.type not in GATE_FAILURES:
+        raise tally.failed(_classified(error, request, tally.attempt)) from error
+    if request.gates_return:
+        raise _gate_refusal(error, tally.attempt) from None
+    tally.turned_away()
+    raise error
 
 
 def _classified(error: Exception, request: AgentRequest, attempt: int) -> ApplicationError:

@@ -84,12 +84,14 @@ class RunCounter:
             self._carried = _Carried(RunTally.carried_in(info.heartbeat_details))
             _carried.set(self._carried)
             self._refuse_if_lost_too_often(budget, self._carried.tally, info.attempt)
+        self.attempt = self._attempt()
+        """The run's attempt as its agent is told it, fixed as the attempt begins (what this
+        attempt counts does not change it)."""
 
-    @property
-    def attempt(self) -> int:
-        """The run's attempt as its agent is told it: counted in the agent's own failures when
-        the run counts its retries (attempts lost or turned away are not the agent's), else the
-        server's attempt; after the failures of its earlier executions."""
+    def _attempt(self) -> int:
+        """Counted in the agent's own failures when the run counts its retries (attempts lost
+        or turned away are not the agent's), else the server's attempt; after the failures of
+        its earlier executions."""
         if self._carried is None:
             return self._before + activity.info().attempt
         return self._before + self._carried.tally.failures + 1
@@ -136,7 +138,7 @@ class RunCounter:
     def failed(self, error: ApplicationError) -> ApplicationError:
         """The agent failed: counted, and not retried once the budget is spent. Its retry's
         delay is the one the failure carries (the backoff for that many of the agent's
-        failures, spread by the run's jitter: `_classified` in activities/agents.py)."""
+        failures, spread by the run's jitter: `_classified` in run_agent.py)."""
         tally = self._count(lambda tally: tally.failed())
         if tally is None or self._budget is None:
             return error

@@ -7,15 +7,15 @@ from temporalio import activity
 from temporalio.client import Client
 
 from coord.infra.activity_progress import pending_progress
+from coord.models import calls as refs
 from coord.models.plan.spec import ActivityProgress
-from coord.models.wire.contract import PLAN_PROGRESS_ACTIVITY
 
 
 class PlanProgressReader:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name=PLAN_PROGRESS_ACTIVITY)
+    @activity.defn(name=refs.PLAN_PROGRESS.name)
     async def plan_progress(self, workflow_id: str) -> list[ActivityProgress]:
         """Each pending activity of `workflow_id`: its latest progress summary, its attempt and
         its last failure (none when the workflow is not found)."""

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from temporalio import activity
 
+from coord.models import calls as refs
 from coord.models.mesh.config import WorkerSettings
 from coord.models.plan.report import ScratchpadWrite
-from coord.models.wire.contract import WRITE_SCRATCHPAD_ACTIVITY, FailureType, failure
+from coord.models.wire.contract import FailureType, failure
 
 MAX_FILE_BYTES = 1024 * 1024
 """The most one scratchpad file may hold (UTF-8)."""
@@ -72,7 +73,7 @@ class ScratchpadWriter:
     def __init__(self, settings: WorkerSettings) -> None:
         self._root = settings.scratchpad_root
 
-    @activity.defn(name=WRITE_SCRATCHPAD_ACTIVITY)
+    @activity.defn(name=refs.WRITE_SCRATCHPAD.name)
     async def write_scratchpad(self, write: ScratchpadWrite) -> list[str]:
         """The paths written, relative to the worker's scratchpad root."""
         if self._root is None:

@@ -11,8 +11,9 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
 
+from coord.models import calls as refs
 from coord.models.plan.spec import UpdateCaller
-from coord.models.wire.contract import UPDATE_CALLER_ACTIVITY, FailureType, failure
+from coord.models.wire.contract import FailureType, failure
 
 PAGE = 100
 """Events read per page, newest first: the update was accepted just before the activity asking
@@ -23,7 +24,7 @@ class UpdateCallers:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name=UPDATE_CALLER_ACTIVITY)
+    @activity.defn(name=refs.UPDATE_CALLER.name)
     async def update_caller(self, update: UpdateCaller) -> str:
         """The identity of the client that sent `update`, read from the run's history, newest
         events first. Not found (a history that does not hold it yet): retried."""

@@ -293,6 +293,43 @@ def approval_problem(request: ApprovalRequest, state: PlanState) -> str | None:
     return None
 
 
+class Decisions:
+    """The decisions being checked (their caller read from the run's history, one at a time per
+    task), and the tasks whose approval timer fired while one was: those wait for that decision
+    and take no later one. Kept apart from the record: a decision being checked is a moment of
+    the run, not of the plan."""
+
+    def __init__(self) -> None:
+        self._deciding: set[str] = set()
+        self._closed: set[str] = set()
+
+    def checking(self, task_id: str, checking: bool) -> None:
+        """A decision for the task is being checked, or no longer is."""
+        if checking:
+            self._deciding.add(task_id)
+        else:
+            self._deciding.discard(task_id)
+
+    def deciding(self, task_id: str) -> bool:
+        return task_id in self._deciding
+
+    def any(self) -> bool:
+        """Some decision is being checked."""
+        return bool(self._deciding)
+
+    def close(self, task_id: str) -> None:
+        """The task's timer fired while a decision was being checked: it waits for that one."""
+        self._closed.add(task_id)
+
+    def closed(self, task_id: str) -> bool:
+        return task_id in self._closed
+
+    def problem(self, task_id: str) -> str | None:
+        """Why a decision for the task cannot be taken up now, besides the record
+        (`busy_problem`)."""
+        return busy_problem(task_id, deciding=self.deciding(task_id), closed=self.closed(task_id))
+
+
 def busy_problem(task_id: str, *, deciding: bool, closed: bool) -> str | None:
     """Why a decision for `task_id` cannot be taken up now, besides the record: another one is
     being checked (one at a time, so the first accepted is the first decided), or the task's

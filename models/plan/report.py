@@ -8,6 +8,7 @@ shows the same words. Results and messages are cut to an excerpt in the markdown
 record is in each task's JSON), which keeps a report of many tasks within an activity payload."""
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from graphlib import TopologicalSorter
 from typing import Self
@@ -19,6 +20,7 @@ from coord.models.plan.spec import (
     Dispatch,
     PlanSpec,
     PlanState,
+    PlanStatus,
     PlanTask,
     ReviewRound,
     TaskRecord,
@@ -84,6 +86,40 @@ def worker_result_files(record: TaskRecord) -> dict[str, str]:
 
 def final_report_files(state: PlanState) -> dict[str, str]:
     return {FINAL_REPORT_FILE: final_report_markdown(state)}
+
+
+# --- How the plan ended ------------------------------------------------------------------------
+
+
+def final_status(
+    counts: Mapping[TaskState, int], total: int, *, stopped: bool, cancelled: bool
+) -> PlanStatus:
+    """Completed when every task succeeded, failed when none did or the plan stopped early
+    (`fail_fast`), partial in between; cancelled whatever its tasks did."""
+    succeeded = counts.get(TaskState.SUCCEEDED, 0)
+    if cancelled:
+        return PlanStatus.CANCELLED
+    if succeeded == total:
+        return PlanStatus.COMPLETED
+    if succeeded == 0 or stopped:
+        return PlanStatus.FAILED
+    return PlanStatus.PARTIAL
+
+
+def summary_of(counts: dict[TaskState, int], total: int, stopping: str | None) -> str:
+    """`4 of 6 succeeded, 1 error, 1 skipped` (and why it stopped early, if it did)."""
+    line = counts_line(counts, total)
+    return f"{line} ({stopping})" if stopping else line
+
+
+def memo_record(state: PlanState) -> PlanState:
+    """The record kept in the memo: bounded, so without task results, transitions and review
+    rounds (the result, or the failure's details, has them all)."""
+    tasks = [
+        record.model_copy(update={"result": None, "transitions": [], "reviews": []})
+        for record in state.tasks
+    ]
+    return state.model_copy(update={"tasks": tasks})
 
 
 # --- Words shared by the markdown and the terminal ---------------------------------------------

@@ -23,6 +23,7 @@ from pydantic import (
 from coord.models.events.envelope import Priority
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+from coord.models.mesh.lifecycle import RunFailure
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
@@ -436,8 +437,17 @@ class UpdateCaller(BaseModel):
 
 
 class TaskError(BaseModel):
+    """Why a task ended in error, as its record shows it: the failure type (the contract's
+    taxonomy) and the words of whoever failed it (its agent, a reviewer, a person)."""
+
     type: str
     message: str
+
+    @classmethod
+    def of(cls, failure: RunFailure) -> "TaskError":
+        """A run's failure for good as its task's error (its attempts are in the task's
+        transitions)."""
+        return cls(type=failure.type, message=failure.message)
 
 
 class TaskRecord(BaseModel):

@@ -2,8 +2,11 @@
 dependencies' results under `results`, is the proposal) and how the vote's outcome ends the task
 (decided: succeeded; rejected or no quorum: error, typed)."""
 
+from datetime import datetime
+
+from coord.models.mesh.lifecycle import RunFailure
 from coord.models.plan.model import PlanModel
-from coord.models.plan.spec import VOTE_RESULTS_KEY, PlanTask, TaskError
+from coord.models.plan.spec import VOTE_RESULTS_KEY, PlanTask
 from coord.models.vote.spec import VoteSpec, VoteState
 
 
@@ -13,7 +16,7 @@ def task_vote(model: PlanModel, task: PlanTask, *, scoped: bool = True) -> VoteS
     proposal as its reference. Raises SpecError when the proposal is not one a vote takes
     (nested too deep)."""
     assert task.vote is not None
-    results = model.dependency_results(task)
+    results = model.requests.dependency_results(task)
     proposal = {**task.input, **({VOTE_RESULTS_KEY: results} if results else {})}
     return VoteSpec.of(
         model.spec.vote_id(task, scoped=scoped),
@@ -24,7 +27,17 @@ def task_vote(model: PlanModel, task: PlanTask, *, scoped: bool = True) -> VoteS
     )
 
 
-def vote_error(vote: VoteState) -> TaskError | None:
-    """None for a decided vote; else the task's error, saying how the ballots fell."""
+def vote_error(vote: VoteState) -> RunFailure | None:
+    """None for a decided vote; else the run's failure, saying how the ballots fell."""
     failure = vote.failure()
-    return None if failure is None else TaskError(type=failure[0], message=failure[1])
+    return None if failure is None else RunFailure(type=failure[0], message=failure[1])
+
+
+def vote_ended(model: PlanModel, task_id: str, now: datetime, vote: VoteState) -> bool:
+    """The vote's record is the task's result, how it ended the task's words; a vote that was
+    not decided fails the task's run for good. Returns whether the task succeeded."""
+    model.runs.result_kept(task_id, vote.model_dump(mode="json"), ended_as=vote.outcome_line())
+    failed = vote_error(vote)
+    if failed is not None:
+        model.runs.run_failed(task_id, now, failed)
+    return failed is None

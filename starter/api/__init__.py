@@ -4,8 +4,8 @@ spec's agents against a worker's registry before starting it (`check_agents`, th
 rule, which the CLI's check uses too). `__all__` is what a script needs; the helpers behind it live
 in the submodules, `routing` owning where an event goes."""
 
-from coord.infra.signals import Delivery
 from coord.models.checks import check_agents
+from coord.models.events.delivery import Delivery
 from coord.starter.api.aggregators import (
     aggregator_handle,
     aggregator_state,

@@ -1,7 +1,8 @@
-"""Shared by the API modules: why an event could not be delivered, and closed runs."""
+"""Shared by the API modules: starting and cancelling a run, why an event could not be delivered,
+and closed runs."""
 
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -13,6 +14,7 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.types import MethodAsyncSingleParam
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
@@ -26,6 +28,21 @@ from coord.models.wire.errors import CoordError
 log = get_logger("coord.api")
 R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
+
+
+class Startable(Protocol):
+    """A spec a run starts from: it names its workflow id and goes as JSON."""
+
+    @property
+    def workflow_id(self) -> str: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+class Recorded(Protocol):
+    """A run's record, which says what lists find the run by."""
+
+    def search_attributes(self) -> contract.SearchValues: ...
 
 
 class Undeliverable(CoordError, RuntimeError):
@@ -57,6 +74,41 @@ async def ended_or_missing(
         return NotFound(f"{name} does not exist")
     status = description.status.name.lower() if description.status else "unknown"
     return Conflict(f"{name} has already ended ({status}); {consequence}")
+
+
+async def start_run(
+    client: Client,
+    run: MethodAsyncSingleParam[Any, Any, R],
+    spec: Startable,
+    first: Recorded,
+    queue: str | None,
+    summary: str,
+    details: str | None,
+) -> WorkflowHandle[Any, R]:
+    """Starts the workflow whose `run` takes `spec`, under the spec's workflow id, on `queue`
+    (else the configured task queue). The spec goes as plain JSON, which the run decodes and
+    checks itself (a malformed one fails the run naming the field); the UI shows `summary` and
+    `details`; the run starts with the search attributes of its `first` record, so that lists
+    find it from its first moment."""
+    return await client.start_workflow(
+        run,
+        spec.model_dump(mode="json"),
+        id=spec.workflow_id,
+        task_queue=queue or task_queue(),
+        static_summary=summary,
+        static_details=details,
+        search_attributes=contract.as_start_attributes(first.search_attributes()),
+    )
+
+
+async def cancel_running(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """Cancels the run `name` says (`plan 'p1'`). Refused when there is none, and when it has
+    ended: the server would accept the request and nothing would happen."""
+    description = await described(handle, NotFound(f"{name} does not exist"))
+    if description.status != WorkflowExecutionStatus.RUNNING:
+        status = description.status.name.lower() if description.status else "unknown"
+        raise Conflict(f"{name} has already ended ({status}); nothing to cancel")
+    await handle.cancel()
 
 
 async def described(

@@ -9,14 +9,12 @@ from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
-from coord.infra.temporal import task_queue
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
     ApprovalDecision,
@@ -30,14 +28,16 @@ from coord.models.plan.spec import (
 )
 from coord.models.wire import contract
 from coord.starter.api.common import (
-    Conflict,
     NotFound,
     NoWorker,
+    cancel_running,
     closed_with_result,
     described,
     ended_or_missing,
     ended_record,
+    start_run,
 )
+from coord.workflows.plan.graph import TaskGraph
 
 ANSWER_TIME = timedelta(minutes=1)
 """How long a decision waits for a worker to take it up."""
@@ -65,17 +65,9 @@ async def start_plan(
 ) -> WorkflowHandle[Any, PlanState]:
     """Start the plan on `queue` (default: $COORD_TASK_QUEUE); `plan_outcome(handle)` waits for
     its final report."""
-    start = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
-    return await client.start_workflow(
-        contract.PLAN_WORKFLOW,
-        spec.model_dump(mode="json"),
-        id=spec.workflow_id,
-        task_queue=queue or task_queue(),
-        result_type=PlanState,
-        static_summary=plan_summary(spec),
-        static_details=plan_details(spec),
-        search_attributes=contract.as_start_attributes(start.search_attributes()),
-    )
+    first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
+    summary, details = plan_summary(spec), plan_details(spec)
+    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details)
 
 
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
@@ -96,7 +88,7 @@ async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
     if await closed_with_result(handle):
         return await plan_outcome(handle)
-    state: PlanState = await handle.query(contract.STATE_QUERY, result_type=PlanState)
+    state: PlanState = await handle.query(TaskGraph.state)
     return state
 
 
@@ -126,7 +118,7 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
 async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> PlanProgress:
     """The plan's `progress` query, its running tasks' summaries as their agents say them now
     (RPCError when the plan cannot answer)."""
-    progress: PlanProgress = await handle.query(contract.PROGRESS_QUERY, result_type=PlanProgress)
+    progress: PlanProgress = await handle.query(TaskGraph.progress)
     return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 
@@ -161,9 +153,4 @@ async def approve_task(
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""
-    handle = plan_handle(client, plan)
-    description = await described(handle, NotFound(f"plan {plan!r} does not exist"))
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "unknown"
-        raise Conflict(f"plan {plan!r} has already ended ({status}); nothing to cancel")
-    await handle.cancel()
+    await cancel_running(plan_handle(client, plan), f"plan {plan!r}")

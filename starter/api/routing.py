@@ -5,9 +5,10 @@ on its own, and the `Delivery` says which were reached and why each other was sk
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from coord.infra.signals import Delivery, running, signal_each
+from coord.infra.signals import running, signal_each
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
+from coord.models.events.delivery import Delivery
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter.api.aggregators import publish_to_aggregator

@@ -9,7 +9,6 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
@@ -22,7 +21,7 @@ from coord.starter.api.common import (
     NotFound,
     closed_with_result,
     described,
-    kept_record,
+    ended_record,
 )
 from coord.workflows.saga import Saga
 
@@ -57,15 +56,13 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
 
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
-    failed run carries it in its failure, a cancelled one in its memo."""
+    failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
+    that kept neither (cancelled before sagas kept their record in the memo, or terminated)
+    answers its `state` query, replayed by a worker."""
     try:
-        return await handle.result()
-    except WorkflowFailureError as failure:
-        cause = failure.cause
-        if isinstance(cause, ApplicationError) and cause.details:
-            return SagaState.model_validate(cause.details[0])
-        kept = await kept_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
-        return kept if kept is not None else await handle.query(Saga.state)
+        return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
+    except WorkflowFailureError:
+        return await handle.query(Saga.state)
 
 
 async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:

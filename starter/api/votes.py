@@ -5,18 +5,19 @@ needs nothing of the workflow's code."""
 
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 
-from coord.infra.temporal import task_queue
 from coord.models.vote.spec import VoteSpec, VoteState
 from coord.models.wire import contract
 from coord.starter.api.common import (
-    Conflict,
     NotFound,
+    cancel_running,
     closed_with_result,
     described,
     ended_record,
+    start_run,
 )
+from coord.workflows.vote import Vote
 
 
 def vote_summary(spec: VoteSpec) -> str:
@@ -29,17 +30,9 @@ async def start_vote(
 ) -> WorkflowHandle[Any, VoteState]:
     """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
     its record."""
-    start = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
-    return await client.start_workflow(
-        contract.VOTE_WORKFLOW,
-        spec.model_dump(mode="json"),
-        id=spec.workflow_id,
-        task_queue=queue or task_queue(),
-        result_type=VoteState,
-        static_summary=vote_summary(spec),
-        static_details=spec.description or None,
-        search_attributes=contract.as_start_attributes(start.search_attributes()),
-    )
+    first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
+    summary, details = vote_summary(spec), spec.description or None
+    return await start_run(client, Vote.run, spec, first, queue, summary, details)
 
 
 def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
@@ -60,7 +53,7 @@ async def vote_state(client: Client, vote: str) -> VoteState:
     await described(handle, NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist"))
     if await closed_with_result(handle):
         return await vote_outcome(handle)
-    state: VoteState = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    state: VoteState = await handle.query(Vote.state)
     return state
 
 
@@ -69,9 +62,4 @@ async def cancel_vote(client: Client, vote: str) -> None:
     task or chain subscription waiting on the vote takes it as failed. Refused when the vote
     has ended: the server would accept the request and nothing would happen."""
     handle = vote_handle(client, vote)
-    vote_id = contract.vote_id_of(handle.id)
-    description = await described(handle, NotFound(f"vote {vote_id!r} does not exist"))
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "unknown"
-        raise Conflict(f"vote {vote_id!r} has already ended ({status}); nothing to cancel")
-    await handle.cancel()
+    await cancel_running(handle, f"vote {contract.vote_id_of(handle.id)!r}")

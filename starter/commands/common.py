@@ -8,8 +8,9 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -31,6 +32,7 @@ from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.starter.progress import Watch, outcome_with_progress
 
 R = TypeVar("R")
+S = TypeVar("S")
 M = TypeVar("M", bound=BaseModel)
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for tools")]
 log = get_logger("coord.cli")
@@ -117,41 +119,55 @@ NoWorkerTimeout = Annotated[
 ]
 
 
-async def start_and_wait(
-    kind: str,
-    name: str,
-    start: Callable[[Client], Awaitable[WorkflowHandle[Any, R]]],
-    outcome: Callable[[WorkflowHandle[Any, R]], Awaitable[R]],
-    watch: Watch,
-    *,
-    wait: bool,
-    no_worker_timeout: float,
-) -> R | None:
-    """What every `coord KIND start` does: start the run (one already running under the same id
-    is a Conflict saying how to read it), print its id and UI link, and with `wait` show what
-    `watch` sees until its `outcome` (None without `wait`)."""
-    client = await connect()
-    try:
-        handle = await start(client)
-    except WorkflowAlreadyStartedError:
-        raise api.Conflict(
-            f"{kind} {name!r} is already running: read it with `coord {kind} state {name}`, "
-            "or give another --id"
-        ) from None
-    echo_started(client, handle.id)
-    if not wait:
-        return None
-    with render.progress(f"waiting for {handle.id} to end") as report:
-        return await outcome_with_progress(
-            client,
-            handle,
-            outcome(handle),
-            watch,
-            report,
-            name=f"the {kind}",
-            task_queue=task_queue(),
-            no_worker_timeout=no_worker_timeout,
-        )
+@dataclass(frozen=True)
+class StartCommand(Generic[S, R]):
+    """What `coord KIND start` does with a spec of its kind: `start` the run (one already
+    running under the same id is a Conflict saying how to read it) and print its id and UI
+    link; with `--wait`, show what `watch` sees until its `outcome`, `show` the outcome, and
+    exit `otherwise` unless it `ended_well`."""
+
+    kind: str
+    start: Callable[[Client, S], Awaitable[WorkflowHandle[Any, R]]]
+    outcome: Callable[[WorkflowHandle[Any, R]], Awaitable[R]]
+    watch: Watch
+    show: Callable[[R, bool], None]
+    """The outcome, for tools (`--json`) or people."""
+    ended_well: Callable[[R], bool]
+    otherwise: ExitCode
+
+    async def run(
+        self, spec: S, name: str, *, wait: bool, as_json: bool = False, no_worker_timeout: float
+    ) -> None:
+        client = await connect()
+        try:
+            handle = await self.start(client, spec)
+        except WorkflowAlreadyStartedError:
+            raise api.Conflict(
+                f"{self.kind} {name!r} is already running: read it with "
+                f"`coord {self.kind} state {name}`, or give another --id"
+            ) from None
+        echo_started(client, handle.id)
+        if not wait:
+            return
+        outcome = await self._waited(client, handle, no_worker_timeout)
+        self.show(outcome, as_json)
+        if not self.ended_well(outcome):
+            raise typer.Exit(self.otherwise)
+
+    async def _waited(
+        self, client: Client, handle: WorkflowHandle[Any, R], no_worker_timeout: float
+    ) -> R:
+        with render.progress(f"waiting for {handle.id} to end") as report:
+            return await outcome_with_progress(
+                client,
+                handle,
+                self.outcome(handle),
+                self.watch,
+                report,
+                name=f"the {self.kind}",
+                task_queue=task_queue(),
+                no_worker_timeout=no_worker_timeout,
+            )
 
 
 def echo_json(record: BaseModel, *, one_line: bool = False) -> None:

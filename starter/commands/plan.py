@@ -13,11 +13,11 @@ from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
     NoWorkerTimeout,
+    StartCommand,
     check_agents,
     connect,
     echo_json,
     runs_async,
-    start_and_wait,
 )
 from coord.starter.exits import ExitCode
 from coord.starter.progress import plan_activity
@@ -42,6 +42,17 @@ def show_plan(state: PlanState, as_json: bool, waiting_for: Sequence[str] = ()) 
         render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
 
 
+PLANS = StartCommand(
+    "plan",
+    api.start_plan,
+    api.plan_outcome,
+    plan_activity,
+    show_plan,
+    ended_well=lambda state: state.status == PlanStatus.COMPLETED,
+    otherwise=ExitCode.PLAN_NOT_COMPLETED,
+)
+
+
 @app.command("start")
 @runs_async
 async def start(
@@ -57,20 +68,9 @@ async def start(
 ) -> None:
     """Start a plan from a YAML or JSON spec."""
     spec = load_plan_spec(file, plan_id)
-    outcome = await start_and_wait(
-        "plan",
-        spec.plan_id,
-        lambda client: api.start_plan(client, spec),
-        api.plan_outcome,
-        plan_activity,
-        wait=wait,
-        no_worker_timeout=no_worker_timeout,
+    await PLANS.run(
+        spec, spec.plan_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
     )
-    if outcome is None:
-        return
-    show_plan(outcome, as_json)
-    if outcome.status != PlanStatus.COMPLETED:
-        raise typer.Exit(ExitCode.PLAN_NOT_COMPLETED)
 
 
 @app.command("state")

@@ -5,17 +5,17 @@ from typing import Annotated
 
 import typer
 
-from coord.models.saga.spec import SagaSpec
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,
     NoWorkerTimeout,
+    StartCommand,
     check_agents,
     connect,
     echo_json,
     runs_async,
-    start_and_wait,
 )
 from coord.starter.exits import ExitCode
 from coord.starter.progress import saga_attempts
@@ -37,6 +37,22 @@ def load_saga_spec(file: Path, input: str | None, saga_id: str | None) -> SagaSp
     return spec
 
 
+def show_saga(state: SagaState, as_json: bool) -> None:
+    """The record as JSON, on one line for tools."""
+    echo_json(state, one_line=as_json)
+
+
+SAGAS = StartCommand(
+    "saga",
+    api.start_saga,
+    api.saga_outcome,
+    saga_attempts,
+    show_saga,
+    ended_well=lambda state: state.status == SagaStatus.COMPLETED,
+    otherwise=ExitCode.SAGA_NOT_COMPLETED,
+)
+
+
 @app.command("start")
 @runs_async
 async def start(
@@ -54,27 +70,14 @@ async def start(
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
     spec = load_saga_spec(file, input, saga_id)
-    outcome = await start_and_wait(
-        "saga",
-        spec.saga_id,
-        lambda client: api.start_saga(client, spec),
-        api.saga_outcome,
-        saga_attempts,
-        wait=wait,
-        no_worker_timeout=no_worker_timeout,
-    )
-    if outcome is None:
-        return
-    echo_json(outcome)
-    if outcome.status != "completed":
-        raise typer.Exit(ExitCode.SAGA_NOT_COMPLETED)
+    await SAGAS.run(spec, spec.saga_id, wait=wait, no_worker_timeout=no_worker_timeout)
 
 
 @app.command("state")
 @runs_async
 async def state(saga_id: str, as_json: AsJson = False) -> None:
     """Print a saga's coordinator record (JSON; --json prints it on one line)."""
-    echo_json(await api.saga_state(await connect(), saga_id), one_line=as_json)
+    show_saga(await api.saga_state(await connect(), saga_id), as_json)
 
 
 @app.command("cancel")

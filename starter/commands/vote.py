@@ -17,11 +17,11 @@ from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
     NoWorkerTimeout,
+    StartCommand,
     check_agents,
     connect,
     echo_json,
     runs_async,
-    start_and_wait,
 )
 from coord.starter.exits import ExitCode
 from coord.starter.progress import Sighting
@@ -99,6 +99,17 @@ def ballot_line(ballot: Ballot) -> str:
     return f"{ballot.voter}: {ballot.choice.value}{reason}"
 
 
+VOTES = StartCommand(
+    "vote",
+    api.start_vote,
+    api.vote_outcome,
+    ballots_cast,
+    show_vote,
+    ended_well=lambda state: state.status == VoteStatus.DECIDED,
+    otherwise=ExitCode.VOTE_NOT_DECIDED,
+)
+
+
 @app.command("start")
 @runs_async
 async def start(
@@ -112,20 +123,9 @@ async def start(
 ) -> None:
     """Start a vote from a YAML or JSON spec."""
     spec = load_vote_spec(file, vote_id)
-    outcome = await start_and_wait(
-        "vote",
-        spec.vote_id,
-        lambda client: api.start_vote(client, spec),
-        api.vote_outcome,
-        ballots_cast,
-        wait=wait,
-        no_worker_timeout=no_worker_timeout,
+    await VOTES.run(
+        spec, spec.vote_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
     )
-    if outcome is None:
-        return
-    show_vote(outcome, as_json)
-    if outcome.status != VoteStatus.DECIDED:
-        raise typer.Exit(ExitCode.VOTE_NOT_DECIDED)
 
 
 @app.command("state")

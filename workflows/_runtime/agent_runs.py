@@ -15,7 +15,18 @@ dispatch (`agent_dispatch`: the agent's own queue, its event's priority). Around
 - every retry's delay is spread by the run's jitter, drawn here so it is the same on replay.
 
 Each detour (waited, rerouted, fell back) is told to the caller, which keeps it in the run's
-record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH)."""
+record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH).
+
+How the two sides meet: this side sends one `AgentRequest` per activity execution; the worker's
+side is `run_agent` (activities/mesh/run_agent.py: admit, guard, resolve, run, keep, report).
+What this side sets in the request is what that side reads: `gates_return` (a refusal of its
+pool or breaker comes back at once, carrying a `GateRefusal`, instead of being retried there),
+`attempts_before` (the agent's failures in the executions before, so the attempt and the
+retries go on from them), `jitter` (the seeded spread of each retry's delay, which the worker
+sets as the failure's `next_retry_delay`) and `budget` (`counted_retries`: the worker counts the
+agent's own failures and stops retrying; the server then sets no attempt limit). What comes
+back is an `AgentResult` (its data possibly a `ResultReference`), or a typed failure: a gate's,
+read here by `GATE_FAILURES`, or the agent's, with its attempt."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +39,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -43,13 +55,13 @@ with workflow.unsafe.imports_passed_through():
         gate_delay,
     )
     from coord.models.wire.contract import (
-        AGENT_SERVED_ACTIVITY,
-        RUN_AGENT_ACTIVITY,
         FailureType,
         failure_message,
         failure_type_of,
     )
     from coord.models.wire.sizes import json_size
+    from coord.models.wire.versions import AGENT_RUN_GATES_PATCH
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import (
         agent_dispatch,
         assign_agent,
@@ -57,10 +69,6 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
     )
 
-AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
-"""Runs after this patch take breaker and pool refusals back in the workflow (waiting without
-spending attempts), go elsewhere when the agent cannot serve them, and spread retries by jitter;
-runs recorded before let Temporal retry refusals like failures."""
 
 MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
 SERVED_CHECK_TIMEOUT = timedelta(seconds=30)
@@ -139,10 +147,9 @@ def start_agent_run(
 def _start(
     request: AgentRequest, settings: RunSettings, policy: RetryPolicy
 ) -> workflow.ActivityHandle[AgentResult]:
-    return workflow.start_activity(
-        RUN_AGENT_ACTIVITY,
+    return calls.start(
+        refs.RUN_AGENT,
         request,
-        result_type=AgentResult,
         activity_id=settings.activity_id,
         start_to_close_timeout=settings.start_to_close,
         schedule_to_close_timeout=settings.schedule_to_close,
@@ -234,10 +241,9 @@ class _AgentRun:
         if self.unserved >= LOST_RUNS_ALLOWED:
             return False
         self.unserved += 1
-        served: bool = await workflow.execute_activity(
-            AGENT_SERVED_ACTIVITY,
+        served: bool = await calls.execute(
+            refs.AGENT_SERVED,
             self.request.agent,
-            result_type=bool,
             start_to_close_timeout=SERVED_CHECK_TIMEOUT,
             heartbeat_timeout=SERVED_CHECK_HEARTBEAT,
             summary=f"is {self.request.agent} served again?",

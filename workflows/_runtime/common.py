@@ -13,6 +13,7 @@ from temporalio.common import Priority, RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, RetryState
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.dlq.letter import DeadLetter
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.priority import task_priority
@@ -28,29 +29,19 @@ with workflow.unsafe.imports_passed_through():
         json_depth,
         parse_model,
     )
+    from coord.models.wire.versions import (
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        COUNTED_RETRIES_PATCH,
+        DEAD_LETTER_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+    )
+    from coord.workflows._runtime import calls
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-
-
-DEAD_LETTER_PATCH = "dead-letter-queue"
-PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
-"""A run whose input is invalid still parks the signals it rejected before it fails."""
-SIGNALS_RUN_TO_THE_END_PATCH = "external-signals-are-never-cancelled"
-"""A cancel never reaches a signal this workflow sent to another one (see `signal_if_running`)."""
-AGENT_QUEUES_PATCH = "agents-on-their-own-task-queues"
-"""Runs after this patch dispatch a named agent's runs to the agent's own task queue, with a
-schedule-to-start limit; runs recorded before ran every agent on the workflow's queue."""
-AGENT_RUN_PRIORITY_PATCH = "agent-runs-by-priority-and-fairness"
-"""Runs after this patch give each `run_agent` the task priority of its event and the fairness
-key of its correlation (models/task_priority.py); runs recorded before set neither."""
-
-
-COUNTED_RETRIES_PATCH = "agent-runs-count-their-own-retries"
-"""Runs after this patch hand a `run_agent` its retry budget (`AgentRequest.budget`) and set no
-attempt limit on the server: its worker counts the agent's own failures against `max_retries`,
-so the attempts a server outage or a dead worker cost spend none of them. Runs recorded before
-let the server count every attempt."""
 
 
 def counted_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentRequest, RetryPolicy]:
@@ -102,9 +93,6 @@ def _agent_queue(request: AgentRequest, schedule_to_start: timedelta) -> AgentDi
     }
 
 
-CAPABILITY_ROUTING_PATCH = "runs-routed-by-capability"
-"""Runs after this patch may name capabilities instead of an agent (a spec field that did not
-exist before): they ask the coordinator's `choose_agent` which agent runs."""
 CHOOSE_AGENT_TIMEOUT = timedelta(seconds=30)
 CHOOSE_AGENT_RETRY = RetryPolicy(maximum_attempts=5)
 """Reading the server may fail for a moment; `no_capable_agent` is not retried."""
@@ -117,10 +105,9 @@ async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignmen
     (`no_capable_agent` when no declared agent offers enough) like a failed run."""
     if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
         return None
-    assignment: Assignment = await workflow.execute_activity(
-        contract.CHOOSE_AGENT_ACTIVITY,
+    assignment: Assignment = await calls.execute(
+        refs.CHOOSE_AGENT,
         route,
-        result_type=Assignment,
         start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
         retry_policy=CHOOSE_AGENT_RETRY,
         summary=f"choose agent: {summary}",
@@ -128,21 +115,14 @@ async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignmen
     return assignment
 
 
-ROUTING_PICKS_BATCHED_PATCH = "routing-picks-of-a-step-batched"
-"""Runs after this patch ask for the agents of the runs one workflow step starts (a plan's wave)
-in one `choose_agents`, each pick seeing the ones before it; runs recorded before asked
-`choose_agent` once per run, each reading the same idle agents and picking the same one."""
-
-
 async def assign_agents(routes: Sequence[CapabilityRoute], summary: str) -> list[Assignment | None]:
     """The agents picked for runs started together, in order, in one `choose_agents`: each pick
     counts as load on its agent for the picks after it, so the runs spread over the capable
     agents. None for a route no declared agent offers enough for (`assign_agent` asked alone
     fails it `no_capable_agent`, like an unbatched pick). Raises the activity's error."""
-    picks: list[Assignment | None] = await workflow.execute_activity(
-        contract.CHOOSE_AGENTS_ACTIVITY,
+    picks: list[Assignment | None] = await calls.execute(
+        refs.CHOOSE_AGENTS,
         list(routes),
-        result_type=list[Assignment | None],
         start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
         retry_policy=CHOOSE_AGENT_RETRY,
         summary=f"choose agents: {summary}",
@@ -308,8 +288,8 @@ async def park(
         inputs=inputs or {},
         causation_depth=causation_depth,
     )
-    await workflow.execute_activity(
-        contract.PARK_DEAD_LETTER_ACTIVITY,
+    await calls.execute(
+        refs.PARK_DEAD_LETTER,
         letter,
         start_to_close_timeout=timedelta(seconds=30),
         summary=f"dead-letter: {failure_type}",

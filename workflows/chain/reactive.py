@@ -76,12 +76,24 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.sizes import ByteBudget, json_size
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_FAN_OUT_PATCH,
+        DECODE_IN_TASK_PATCH,
+        FLOOD_PATCH,
+        HAND_OVER_PATCH,
+        KEEP_DISPATCHING_PATCH,
+        LIFECYCLE_NOTICES_PATCH,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        PARK_QUEUED_RUNS_PATCH,
+        PUBLISH_RULE_PATCH,
+        SETTLE_PATCH,
+    )
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import (
         NO_INPUT,
-        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         InvalidInput,
         PlainInput,
         assign_agent,
@@ -93,26 +105,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.fan_out import NEXT_TASK, FanOut
 
-KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
-LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
-PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
-SETTLE_PATCH = "chain-await-every-send"
-FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
-DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
-AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
-"""Runs after it name their agents in `CoordAgents`, where the agent monitor finds them."""
-HAND_OVER_PATCH = "chain-runs-in-workflows-of-their-own"
-"""Runs after it hand each agent run and vote to a `ChainRun` of its own, which reports its
-outcome by signal, and continue as new without waiting for them (carrying them in flight);
-runs recorded before ran them here and waited for the slowest before continuing."""
-PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
-"""Runs after it refuse, record and park an agent's publication of a type neither its
-subscription's `publishes` nor its declaration allows; runs recorded before published it."""
-FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
-"""Runs after it start their agent runs and votes and forward to their listeners within a byte
-budget per workflow task (`FanOut`): one event matched by forty subscriptions, or forwarded to
-forty listeners, could be more than the server takes in one task. Runs recorded before sent
-them all at once."""
 EVENTS_PER_TASK = 100
 """What one workflow task handles at most, with `BYTES_PER_WORKFLOW_TASK` of their payloads.
 Each event may send commands (forwards to listeners, parking) whose payloads travel together in
@@ -254,7 +246,7 @@ class Outbound:
     def __init__(self, model: ChainModel) -> None:
         self._model = model
         self.count = 0
-        self.fan_out = FanOut(FAN_OUT_PATCH)
+        self.fan_out = FanOut(CHAIN_FAN_OUT_PATCH)
         """The chain's budget per workflow task: its forwards, agent runs and votes wait for
         it."""
 

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         failure,
     )
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import PERMIT_POOL_PATCH, SMALLEST_POOL_PATCH
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
 
@@ -63,12 +64,6 @@ R = TypeVar("R")
 MIN_TIMER = timedelta(milliseconds=1)
 MAX_HISTORY = 2000
 """History events after which the ledger continues as new (reports arrive every few seconds)."""
-PERMIT_POOL_PATCH = "ledger-permit-pool"
-"""Runs after this patch keep the pool's leases and waits on time (a timer at the next end);
-runs recorded before waited only for their history to fill."""
-SMALLEST_POOL_PATCH = "ledger-pool-smallest-declaration"
-"""Runs after this patch size the pool by the smallest max_concurrent of the workers taking part
-(`PermitPool.size`); runs recorded before took the latest request's."""
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)

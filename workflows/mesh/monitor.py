@@ -14,25 +14,23 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.infra.signals import Delivery
+    from coord.models import calls as refs
     from coord.models.mesh.monitor import (
         READ_INTERVAL,
         AgentMonitorState,
         HealthPublication,
         HealthRead,
-        HealthReading,
         HealthTransition,
     )
     from coord.models.wire.contract import (
         AGENT_MONITOR_WORKFLOW,
-        PUBLISH_AGENT_HEALTH_ACTIVITY,
-        READ_AGENT_HEALTH_ACTIVITY,
         STATE_QUERY,
         FailureType,
         failure,
         failure_message,
     )
     from coord.models.wire.specs import SpecError
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
 
@@ -87,10 +85,9 @@ class AgentMonitor(metaclass=SurplusStartArguments):
         home = workflow.info().task_queue
         read = HealthRead(home=home, agents=self._state.watched(workflow.now()))
         try:
-            reading = await workflow.execute_activity(
-                READ_AGENT_HEALTH_ACTIVITY,
+            reading = await calls.execute(
+                refs.READ_AGENT_HEALTH,
                 read,
-                result_type=HealthReading,
                 start_to_close_timeout=READ_TIMEOUT,
                 retry_policy=READ_RETRY,
                 summary="read agent health",
@@ -116,10 +113,9 @@ class AgentMonitor(metaclass=SurplusStartArguments):
         )
         summary = f"{transition.agent}: {transition.previous} → {transition.status}"
         try:
-            delivery = await workflow.execute_activity(
-                PUBLISH_AGENT_HEALTH_ACTIVITY,
+            delivery = await calls.execute(
+                refs.PUBLISH_AGENT_HEALTH,
                 publication,
-                result_type=Delivery,
                 start_to_close_timeout=PUBLISH_TIMEOUT,
                 retry_policy=PUBLISH_RETRY,
                 summary=summary,

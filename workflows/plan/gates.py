@@ -14,6 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.mesh.agents import AgentResult
     from coord.models.plan.gates import (
         BudgetSpent,
@@ -24,17 +25,14 @@ with workflow.unsafe.imports_passed_through():
         approval_problem,
         approval_required,
         bounded,
-        busy_problem,
         caller_problem,
         decision,
         failed_verdict,
         next_gate_step,
         parse_verdict,
         refuse,
-        rejection,
         review_round,
         reviewer_inputs,
-        timed_out,
         verdict_problem,
         verification_round,
     )
@@ -45,26 +43,21 @@ with workflow.unsafe.imports_passed_through():
         ReviewStage,
         TaskError,
         TaskRecord,
-        TaskState,
         UpdateCaller,
         Verdict,
         review_activity_id,
         verify_activity_id,
     )
-    from coord.models.wire.contract import UPDATE_CALLER_ACTIVITY, FailureType, failure
+    from coord.models.wire.contract import FailureType, failure
     from coord.models.wire.sizes import json_size
+    from coord.models.wire.versions import STRICT_VERDICTS_PATCH
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import InvalidInput, PlainInput, decode_input, task_error
     from coord.workflows.plan.task import TaskRun
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
 """A reviewer's verdict, and the task's error when the reviewer could not give one (its run
 failed for good, or its answer was not a verdict)."""
-STRICT_VERDICTS_PATCH = "plan-strict-verdicts"
-APPROVER_IDENTITY_PATCH = "plan-approval-by-caller-identity"
-"""Runs after this patch take a decision's author from the caller's client identity (read from
-the run's history once the update is accepted, by the `update_caller` activity), refuse a
-caller the gate's `approvers` do not name, and record refusals; the approval's timer waits for a
-decision being checked. Runs recorded before took the request's `by` as the author."""
 CALLER_READ_TIMEOUT = timedelta(seconds=10)
 CALLER_READ_RETRY = RetryPolicy(maximum_attempts=5, initial_interval=timedelta(milliseconds=200))
 """Reading who called is a history read on the plan's own worker: retried a little, then the
@@ -81,7 +74,7 @@ class GatedTaskRun(TaskRun):
         if gate is None or not approval_required(self.task):
             return True
         record = self.model.record(self.task.id)
-        self.model.task_awaiting_approval(self.task.id, workflow.now())
+        self.model.graph.task_awaiting_approval(self.task.id, workflow.now())
         self.changed()
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(
@@ -89,21 +82,17 @@ class GatedTaskRun(TaskRun):
                 timeout=gate.timeout,
                 timeout_summary=f"{self.task.id}: approval timeout",
             )
-        if record.approval is None and self.model.deciding(self.task.id):
+        if record.approval is None and self.model.decisions.deciding(self.task.id):
             await self._decision_checked(record)
-        if record.approval is None:  # a decision landing with the timer still counts
-            record.approval = timed_out(gate, workflow.now())
-        if record.approval.approved:
-            return True
-        self.model.task_error(self.task.id, workflow.now(), rejection(record.approval))
-        return False
+        return self.model.graph.approval_ended(self.task.id, gate, workflow.now())
 
     async def _decision_checked(self, record: TaskRecord) -> None:
         """The timer fired while a decision accepted before it was being checked (who called):
         that decision still counts, if its caller may decide; no later one is taken."""
-        self.model.close_approval(self.task.id)
+        decisions = self.model.decisions
+        decisions.close(self.task.id)
         await workflow.wait_condition(
-            lambda: record.approval is not None or not self.model.deciding(self.task.id)
+            lambda: record.approval is not None or not decisions.deciding(self.task.id)
         )
 
     async def after_run(self, result: AgentResult, round: int) -> bool:
@@ -113,7 +102,7 @@ class GatedTaskRun(TaskRun):
             if isinstance(step, GatesPassed):
                 return True
             if isinstance(step, BudgetSpent):
-                self.model.task_error(self.task.id, workflow.now(), step.error)
+                self.model.graph.task_error(self.task.id, workflow.now(), step.error)
                 return False
             if not await self._gate_step(step):
                 return False
@@ -131,17 +120,13 @@ class GatedTaskRun(TaskRun):
                 [self._review(verifier, None, step.round) for verifier in step.verifiers]
             )
             round_ = verification_round(step, [verdict for verdict, _ in outcomes], workflow.now())
-        self.model.record(self.task.id).reviews.append(round_)
+        failed = next((error for _, error in outcomes if error is not None), None)
+        goes_on = self.model.graph.task_reviewed(self.task.id, round_, failed, workflow.now())
         self.changed()
-        reviewer_failed = next((error for _, error in outcomes if error is not None), None)
-        if reviewer_failed is not None:
-            self.model.task_error(self.task.id, workflow.now(), reviewer_failed)
-            return False
-        return True
+        return goes_on
 
     def _reviewing(self) -> None:
-        if self.model.record(self.task.id).state != TaskState.REVIEWING:
-            self.model.task_reviewing(self.task.id, workflow.now())
+        if self.model.graph.task_reviewing(self.task.id, workflow.now()):
             self.changed()
 
     async def _review(self, reviewer: str, stage: ReviewStage | None, round: int) -> ReviewOutcome:
@@ -153,8 +138,9 @@ class GatedTaskRun(TaskRun):
         else:
             activity_id = verify_activity_id(task.id, reviewer, round)
             summary = f"{task.id} verify {reviewer} #{round}"
-        inputs = reviewer_inputs(task.id, self.model.result_input(task.id), stage)
-        request = self.model.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
+        requests = self.model.requests
+        inputs = reviewer_inputs(task.id, requests.result_input(task.id), stage)
+        request = requests.reviewer_request(task, reviewer, activity_id, self.workflow_id, inputs)
 
         async def start() -> AgentResult:
             await self.fan_out.room(json_size(request))
@@ -214,9 +200,7 @@ def checked_approval(model: PlanModel | None, raw: PlainInput) -> ApprovalReques
     except InvalidInput as error:
         raise _invalid(str(error)) from None
     task_id = request.task
-    problem = approval_problem(request, model.state) or busy_problem(
-        task_id, deciding=model.deciding(task_id), closed=model.approval_closed(task_id)
-    )
+    problem = approval_problem(request, model.state) or model.decisions.problem(task_id)
     if problem is not None:
         raise _invalid(problem)
     return request
@@ -235,11 +219,11 @@ async def decide_approval(
     assert model is not None
     gate = model.task(request.task).approval
     assert gate is not None
-    model.checking_decision(request.task, True)
+    model.decisions.checking(request.task, True)
     try:
         caller = await _update_caller(request.task)
     finally:
-        model.checking_decision(request.task, False)
+        model.decisions.checking(request.task, False)
     record = model.record(request.task)
     refused = caller_problem(request, gate, caller)
     if refused is not None:
@@ -261,10 +245,9 @@ async def _update_caller(task_id: str) -> str | None:
     assert update is not None
     caller = UpdateCaller(workflow_id=info.workflow_id, run_id=info.run_id, update_id=update.id)
     try:
-        identity: str = await workflow.execute_activity(
-            UPDATE_CALLER_ACTIVITY,
+        identity: str = await calls.execute(
+            refs.UPDATE_CALLER,
             caller,
-            result_type=str,
             start_to_close_timeout=CALLER_READ_TIMEOUT,
             retry_policy=CALLER_READ_RETRY,
             summary=f"{task_id}: who decides",

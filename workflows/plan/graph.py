@@ -2,23 +2,20 @@
 under a worker cap, each task started as soon as its dependencies have succeeded.
 
 What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
-outcome) is in `PlanModel` (coord.models.plan.model); one task's lifecycle is `TaskRun`
-(coord.workflows.plan.task). This module is the Temporal side: the start input, the loop that
-starts tasks, cancellation, queries, search attributes, details and memo (and the progress
-polling of runs recorded before it was left to whoever asks).
+outcome) is in `PlanModel` (coord.models.plan.model) and its parts; one task's lifecycle is
+`TaskRun` (coord.workflows.plan.task). This module is the Temporal side: the start input, the
+loop that starts tasks, cancellation, queries, search attributes and memo (the details and the
+progress polling of runs recorded before it was left to whoever asks: `views`).
 """
 
 import asyncio
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.plan.model import PlanModel
+    from coord.models.plan.report import memo_record
     from coord.models.plan.spec import (
-        ActivityProgress,
         ApprovalDecision,
         PlanProgress,
         PlanSpec,
@@ -28,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
-        PLAN_PROGRESS_ACTIVITY,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
         PROGRESS_QUERY,
@@ -38,6 +34,12 @@ with workflow.unsafe.imports_passed_through():
         plan_id_of,
     )
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        APPROVER_IDENTITY_PATCH,
+        PROGRESS_ON_DEMAND_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+    )
+    from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime.agent_runs import outcomes_landed
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -50,27 +52,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows.plan.gates import (
-        APPROVER_IDENTITY_PATCH,
         GatedTaskRun,
         apply_approval,
         checked_approval,
         decide_approval,
     )
     from coord.workflows.plan.scratchpad import Scratchpad
-    from coord.workflows.plan.task import (
-        FAN_OUT_PATCH,
-        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
-        WorkerSlots,
-    )
-
-PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
-"""Runs after this patch never read their agents' progress themselves: whoever asks reads it from
-the server (`coord.infra.activity_progress`), so the history grows with the plan's work, not
-with its age. Runs recorded before read it every `progress_interval` (a timer and a local
-activity each time, about five history events a second at 1s) and go on doing so."""
-PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
-PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
-"""The progress reader is best effort: a read that fails is skipped, the next one comes."""
+    from coord.workflows.plan.task import WorkerSlots
+    from coord.workflows.plan.views import Details, watch_progress
 
 
 @workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
@@ -93,7 +82,6 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._spec_error: str | None = None
         self._model: PlanModel | None = None
         self._runs: dict[str, asyncio.Task[None]] = {}
-        self._publishing = False
         self._bug: Exception | None = None
         self._picker = AgentPicker()
         try:
@@ -102,23 +90,22 @@ class TaskGraph(metaclass=SurplusStartArguments):
             self._spec_error = str(error)
         else:
             self._model = PlanModel.begin(spec, workflow.now())
+        self._details = Details(self._model)
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
-        model = self._model
-        if model is None:
-            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+        model = self._model_or_fail()
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
         self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
         self._fan_out = FanOut(FAN_OUT_PATCH)
         self._upsert_status()
-        self._publish()
+        self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
-        watcher = asyncio.create_task(self._watch_progress(model)) if polling else None
+        watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
             await self._run_tasks(model)
         except asyncio.CancelledError:
@@ -132,8 +119,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
     async def _cancelled(self, model: PlanModel) -> None:
         """The run was cancelled: its tasks are, and it keeps its record in the memo. A
         decision accepted before the cancel is checked and recorded first (it came first)."""
-        if model.checking_decisions():
-            await uncancellable(workflow.wait_condition(lambda: not model.checking_decisions()))
+        if model.decisions.any():
+            await uncancellable(workflow.wait_condition(lambda: not model.decisions.any()))
         await uncancellable(self._stop(model, "plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
@@ -159,7 +146,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     @workflow.query(name=PROGRESS_QUERY)
     def progress(self) -> PlanProgress:
-        return self._model_or_fail().progress(workflow.now())
+        return self._model_or_fail().view.progress(workflow.now())
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
@@ -167,8 +154,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
         by the validator in one line naming the field."""
         if not workflow.patched(APPROVER_IDENTITY_PATCH):
-            return apply_approval(self._model, raw, self._publish)
-        return await decide_approval(self._model, raw, self._publish)
+            return apply_approval(self._model, raw, self._details.changed)
+        return await decide_approval(self._model, raw, self._details.changed)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
@@ -183,21 +170,22 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Starts each task once its dependencies have succeeded, and grants the worker slots
         once the tasks it started have asked for theirs, until every task has ended or the
         plan stops (`fail_fast`)."""
+        graph = model.graph
 
         def moved() -> bool:
-            stopped = model.stopping is not None or self._bug is not None
-            startable = model.has_startable() or model.finished() or stopped
+            stopped = graph.stopping is not None or self._bug is not None
+            startable = graph.has_startable() or model.finished() or stopped
             return startable or self._slots.grantable()
 
         while True:
-            launched = model.take_startable()
+            launched = graph.take_startable()
             for task in launched:
                 self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
             if not launched:
                 self._slots.grant()
             if self._bug is not None:
                 raise self._bug
-            if model.finished() or model.stopping is not None:
+            if model.finished() or graph.stopping is not None:
                 return
             await workflow.wait_condition(moved)
 
@@ -215,7 +203,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _task(self, task: PlanTask) -> GatedTaskRun:
         workflow_id = workflow.info().workflow_id
         return GatedTaskRun(
-            self._slots, task, workflow_id, self._publish, self._fan_out, self._picker
+            self._slots, task, workflow_id, self._details.changed, self._fan_out, self._picker
         )
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
@@ -233,9 +221,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
         state = model.finish(workflow.now(), cancelled=cancelled)
         self._upsert_status()
-        workflow.upsert_memo({PLAN_RECORD_MEMO: model.memo_record()})
+        workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
         self._scratchpad.plan_ended(state)
-        self._publish_now()
+        self._details.publish_now()
         workflow.logger.info(
             "plan ended",
             extra={
@@ -246,45 +234,6 @@ class TaskGraph(metaclass=SurplusStartArguments):
         )
         return state
 
-    async def _watch_progress(self, model: PlanModel) -> None:
-        """Runs recorded before `PROGRESS_ON_DEMAND_PATCH`: every `progress_interval` while
-        tasks run, reads their activities' heartbeat details (the agents' progress summaries,
-        attempts and last failures) into the record."""
-        interval = model.spec.progress_interval
-        while True:
-            await workflow.wait_condition(model.running)
-            await workflow.sleep(interval, summary="next progress read")
-            if model.running():
-                await self._read_progress(model)
-
-    async def _read_progress(self, model: PlanModel) -> None:
-        try:
-            seen = await workflow.execute_local_activity(
-                PLAN_PROGRESS_ACTIVITY,
-                workflow.info().workflow_id,
-                result_type=list[ActivityProgress],
-                start_to_close_timeout=PROGRESS_READ_TIMEOUT,
-                retry_policy=PROGRESS_READ_RETRY,
-            )
-        except ActivityError:
-            return
-        now = workflow.now()
-        if any([model.activity_seen(item, now) for item in seen]):
-            self._publish()
-
     def _upsert_status(self) -> None:
         if self._model is not None:
             upsert_search_attributes(self._model.state.search_attributes())
-
-    def _publish(self) -> None:
-        """The current details are rendered once per workflow step, however many changes the
-        step made (each task's lifecycle reports every change): rendering them per change cost
-        a large plan time quadratic in its tasks."""
-        if not self._publishing:
-            self._publishing = True
-            asyncio.get_running_loop().call_soon(self._publish_now)
-
-    def _publish_now(self) -> None:
-        self._publishing = False
-        if self._model is not None:
-            workflow.set_current_details(self._model.details(workflow.now()))

@@ -15,6 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.plan.report import (
         ScratchpadWrite,
         excerpt,
@@ -23,8 +24,8 @@ with workflow.unsafe.imports_passed_through():
         worker_result_files,
     )
     from coord.models.plan.spec import MAX_NOTES, PlanSpec, PlanState, TaskRecord
-    from coord.models.wire.contract import WRITE_SCRATCHPAD_ACTIVITY
     from coord.models.wire.sizes import json_size
+    from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import task_error
     from coord.workflows._runtime.fan_out import FanOut
 
@@ -69,8 +70,8 @@ class Scratchpad:
         names = ", ".join(request.files)
         await self._fan_out.room(json_size(request))
         try:
-            await workflow.execute_activity(
-                WRITE_SCRATCHPAD_ACTIVITY,
+            await calls.execute(
+                refs.WRITE_SCRATCHPAD,
                 request,
                 start_to_close_timeout=WRITE_TIMEOUT,
                 retry_policy=WRITE_RETRY,

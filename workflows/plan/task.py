@@ -8,7 +8,7 @@ while it waits or runs ends it `cancelled`.
 
 Extension points (for the gates):
 - `before_run()`: runs before the task asks for its first slot (approval waits here); return
-  False after recording why the task ended (`PlanModel.task_error`).
+  False after recording why the task ended (`PlanGraph.task_error`).
 - `after_run(result, round)`: runs after a successful run of round `round`, before the task is
   recorded `succeeded` (reviews and verification go here); return False after recording why it
   ended. A fix round calls `run_agent(round + 1, extra_inputs)` again.
@@ -21,19 +21,25 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.runs import RunDetour
     from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import Dispatch, PlanTask, TaskError, run_activity_id
-    from coord.models.plan.votes import task_vote, vote_error
+    from coord.models.plan.votes import task_vote, vote_ended
     from coord.models.vote.spec import VoteState
     from coord.models.wire.contract import FailureType
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import (
+        SCOPED_VOTE_ID_PATCH,
+        UNSENT_RUN_PATCH,
+    )
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import AgentPicker, attempts, task_error
@@ -42,24 +48,9 @@ with workflow.unsafe.imports_passed_through():
 AgentActivity = asyncio.Task[AgentResult]
 T = TypeVar("T")
 
-UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
-"""Runs after this patch take back the attempt of a run cancelled before it reached the server
-(`PlanModel.run_unsent`); runs recorded before counted it."""
-SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
-"""Runs after this patch wait for a worker slot on a future the plan's loop resolves when it
-grants the slot; runs recorded before wait with one wait condition per request."""
-FAN_OUT_PATCH = "plan-fan-out-within-task-budget"
-"""Runs after this patch start their agent runs, reviews, votes and scratchpad writes within a
-byte budget per workflow task (`FanOut`); runs recorded before started a whole wave in one task
-(forty 110 KB inputs were more than the server takes in one)."""
-SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
-"""Runs after this patch start a vote task's vote as `vote-<plan_id>~<task_id>`, which no other
-plan's task shares; runs recorded before started `vote-<plan_id>-<task_id>` (plan `a-b`'s task
-`c` and plan `a`'s task `b-c` collided), and keep that id on replay."""
-
 
 class WorkerSlots:
-    """The plan's worker slots as its agent activities wait for them (`PlanModel` decides who
+    """The plan's worker slots as its agent activities wait for them (`SlotQueue` decides who
     gets one). A condition per waiting request is re-checked at every workflow step, which
     cost a 200-task plan thousands of checks; so the plan's own loop grants the slots (one
     condition, `grantable`) and resolves each granted request's future, in rank order.
@@ -90,7 +81,7 @@ class WorkerSlots:
         """Free slots to the requests ranked first; each one's activity starts next."""
         if not self.by_the_plan:
             return
-        for key in self.model.grant():
+        for key in self.model.slots.grant():
             granted = self._waiting[key]
             if not granted.done():
                 granted.set_result(None)
@@ -112,6 +103,8 @@ class TaskRun:
         self.picker = picker or AgentPicker()
         """Shared by the plan's tasks, so the picks of one wave are made together."""
         self.model = slots.model
+        self.graph = slots.model.graph
+        self.runs = slots.model.runs
         self.task = task
         self.workflow_id = workflow_id
         self.changed = changed
@@ -125,13 +118,13 @@ class TaskRun:
         try:
             if not await self.before_run():
                 return
-            self.model.task_ready(self.task.id, workflow.now())
+            self.graph.task_ready(self.task.id, workflow.now())
             self.changed()
             if await self.do_work():
-                self.model.task_succeeded(self.task.id, workflow.now())
+                self.graph.task_succeeded(self.task.id, workflow.now())
         except asyncio.CancelledError:
             reason = self.model.stopping or "cancelled"
-            self.model.task_cancelled(self.task.id, workflow.now(), reason)
+            self.graph.task_cancelled(self.task.id, workflow.now(), reason)
         self.changed()
 
     async def do_work(self) -> bool:
@@ -159,9 +152,9 @@ class TaskRun:
 
         async def start() -> AgentResult:
             await self.assign()
-            request = self.model.agent_request(task, round, self.workflow_id, extra_inputs)
+            request = self.model.requests.agent_request(task, round, self.workflow_id, extra_inputs)
             await self.fan_out.room(json_size(request))
-            self.model.run_started(task.id, workflow.now(), round)
+            self.runs.run_started(task.id, workflow.now(), round)
             self.changed()
             summary = f"{task.id}: {task.summary or request.agent}"
             activity_id = run_activity_id(task.id, round)
@@ -171,20 +164,12 @@ class TaskRun:
             result = await self.slotted(run_activity_id(task.id, round), start)
         except asyncio.CancelledError as cancelled:
             if never_scheduled(cancelled) and workflow.patched(UNSENT_RUN_PATCH):
-                self.model.run_unsent(task.id, round)
+                self.runs.run_unsent(task.id, round)
             raise
         except ActivityError as error:
-            failed = task_error(error)
-            self.model.run_failed(task.id, workflow.now(), failed, attempts(error, retry_policy))
+            self.runs.run_failed(task.id, workflow.now(), run_failure(error, retry_policy))
             return None
-        attempt = result.metadata.get("attempt")
-        self.model.run_succeeded(
-            task.id,
-            workflow.now(),
-            data=result.data,
-            reference=result.reference,
-            attempt=attempt if isinstance(attempt, int) else None,
-        )
+        self.runs.run_succeeded(task.id, workflow.now(), result)
         return result
 
     async def run_vote(self) -> bool:
@@ -196,12 +181,12 @@ class TaskRun:
             vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
         except SpecError as error:
             invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
-            self.model.task_error(self.task.id, workflow.now(), invalid)
+            self.graph.task_error(self.task.id, workflow.now(), invalid)
             return False
 
         async def start() -> VoteState:
             await self.fan_out.room(json_size(vote))
-            self.model.run_started(self.task.id, workflow.now())
+            self.runs.run_started(self.task.id, workflow.now())
             self.changed()
             return await hold_vote(vote, self.task.id)
 
@@ -211,17 +196,10 @@ class TaskRun:
             if is_cancelled_exception(error) and self.model.stopping is not None:
                 raise asyncio.CancelledError from error
             kind, message = vote_failure(error)
-            self.model.run_failed(
-                self.task.id, workflow.now(), TaskError(type=kind, message=message), 1
-            )
+            failed = RunFailure(type=kind, message=message)
+            self.runs.run_failed(self.task.id, workflow.now(), failed)
             return False
-        record = self.model.record(self.task.id)
-        record.result = outcome.model_dump(mode="json")
-        record.ended_as = outcome.outcome_line()
-        failed = vote_error(outcome)
-        if failed is not None:
-            self.model.run_failed(self.task.id, workflow.now(), failed, 1)
-        return failed is None
+        return vote_ended(self.model, self.task.id, workflow.now(), outcome)
 
     async def assign(self) -> None:
         """A task naming capabilities gets its agent picked once, when its first run has a
@@ -231,7 +209,7 @@ class TaskRun:
             return
         assignment = await self.picker.pick(self.task.route, self.task.id)
         if assignment is not None:
-            self.model.task_assigned(self.task.id, assignment)
+            self.runs.task_assigned(self.task.id, assignment)
             self.changed()
 
     def start_agent(
@@ -256,7 +234,7 @@ class TaskRun:
 
     def detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
         """A run of this task that waited for its agent or went elsewhere: in its record."""
-        self.model.task_detoured(self.task.id, detour, assignment)
+        self.runs.task_detoured(self.task.id, detour, assignment)
         self.changed()
 
     async def slotted(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
@@ -273,10 +251,19 @@ class TaskRun:
                 raise asyncio.CancelledError from error
             raise
         finally:
-            self.model.release_slot(key)
+            self.model.slots.release(key)
 
 
 def never_scheduled(cancelled: asyncio.CancelledError) -> bool:
     """Whether the cancel came from an activity cancelled before the server scheduled it."""
     cause = cancelled.__cause__
     return isinstance(cause, ActivityError) and cause.scheduled_event_id == 0
+
+
+def run_failure(error: ActivityError, retry_policy: RetryPolicy) -> RunFailure:
+    """How a task's run failed for good (the failure type, the agent's own words) and the
+    attempt it failed at."""
+    failed = task_error(error)
+    return RunFailure(
+        type=failed.type, message=failed.message, attempts=attempts(error, retry_policy)
+    )

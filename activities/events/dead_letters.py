@@ -9,6 +9,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from coord.infra.dead_letters import park_dead_letter
+from coord.models import calls as refs
 from coord.models.chain.spec import ChainInput
 from coord.models.dlq.letter import (
     AgentLookup,
@@ -20,10 +21,7 @@ from coord.models.mesh.config import AgentConfig
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import (
     CHAIN_WORKFLOW,
-    DECLARED_AGENT_ACTIVITY,
     EVENT_SIGNAL,
-    PARK_DEAD_LETTER_ACTIVITY,
-    REDELIVER_ACTIVITY,
     RERUN_SIGNAL,
     SAGA_WORKFLOW,
     FailureType,
@@ -37,15 +35,15 @@ DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
 """Where each workflow type that runs agents keeps its inline declarations in its input."""
 
 
-class Delivery:
+class DeadLetterActivities:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name=PARK_DEAD_LETTER_ACTIVITY)
+    @activity.defn(name=refs.PARK_DEAD_LETTER.name)
     async def park(self, letter: DeadLetter) -> str:
         return await park_dead_letter(self._client, letter, activity.info().task_queue)
 
-    @activity.defn(name=REDELIVER_ACTIVITY)
+    @activity.defn(name=refs.REDELIVER.name)
     async def redeliver(self, redelivery: Redelivery) -> None:
         """To a chain's agent (the chain runs it again and continues from there), or as an event
         to its workflow."""
@@ -69,7 +67,7 @@ class Delivery:
                 non_retryable=True,
             ) from None
 
-    @activity.defn(name=DECLARED_AGENT_ACTIVITY)
+    @activity.defn(name=refs.DECLARED_AGENT.name)
     async def declared_agent(self, lookup: AgentLookup) -> DeclaredAgent:
         """The agent's inline declaration in the target saga's or chain's spec, read from that
         workflow's own start event (which the server recorded, not whoever parked the entry).

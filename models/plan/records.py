@@ -1,0 +1,110 @@
+"""A plan's task records as it keeps them while it runs: each task's state and how it got there
+(its transitions), with what the workflow asks of them at every step kept at hand (the tasks by
+state, the tasks the progress view lists, the tasks whose agent was picked by capability).
+
+Every change of a task's state goes through `transition`, so these stay true; they are derived
+from the record alone (`PlanState.tasks`), so a model read back from its JSON has the same."""
+
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+
+from coord.models.mesh.assignment import Assignment
+from coord.models.plan.spec import (
+    ENDED_TASK_STATES,
+    PlanState,
+    TaskRecord,
+    TaskState,
+    Transition,
+)
+
+ACTIVE_STATES = frozenset({TaskState.RUNNING, TaskState.REVIEWING})
+"""A task holding (or about to hold) worker slots: what the progress view lists."""
+WATCHED_STATES = ACTIVE_STATES | {TaskState.AWAITING_APPROVAL}
+
+
+class TaskBook:
+    """The records of a plan's tasks by id, in declaration order (`order`: task id -> index)."""
+
+    def __init__(self, state: PlanState, order: Mapping[str, int]) -> None:
+        self._records = {record.id: record for record in state.tasks}
+        self._order = order
+        self._counts = Counter(record.state for record in state.tasks)
+        self._watched = {r.id: None for r in state.tasks if r.state in WATCHED_STATES}
+        """The tasks the progress view lists (running, under review, awaiting approval), kept
+        as they change so that publishing the details after each change does not walk every
+        task."""
+        self._assigned = {r.id: None for r in state.tasks if r.assignment is not None}
+        """The tasks whose agent was picked by capability (the details list them)."""
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._records
+
+    def record(self, task_id: str) -> TaskRecord:
+        return self._records[task_id]
+
+    def transition(
+        self,
+        task_id: str,
+        state: TaskState,
+        now: datetime,
+        *,
+        attempt: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """The task moves to `state`; the record keeps the move."""
+        record = self._records[task_id]
+        self._counts[record.state] -= 1
+        self._counts[state] += 1
+        record.state = state
+        if state in WATCHED_STATES:
+            self._watched[task_id] = None
+        else:
+            self._watched.pop(task_id, None)
+        record.transitions.append(Transition(state=state, at=now, attempt=attempt, reason=reason))
+
+    def end(self, task_id: str, state: TaskState, now: datetime, reason: str | None = None) -> None:
+        """The task ends in `state` (one of `ENDED_TASK_STATES`)."""
+        record = self._records[task_id]
+        record.ended_at = now
+        record.progress = None
+        self.transition(task_id, state, now, reason=reason)
+
+    def assign(self, task_id: str, assignment: Assignment) -> None:
+        """The task is done by the agent picked for it by capability."""
+        record = self._records[task_id]
+        record.agent = assignment.agent
+        record.assignment = assignment
+        self._assigned[task_id] = None
+
+    def count(self, state: TaskState) -> int:
+        return self._counts[state]
+
+    def counts(self) -> dict[TaskState, int]:
+        """The tasks by state, in the states' order, none at zero."""
+        counts = self._counts
+        return {state: counts[state] for state in TaskState if counts[state]}
+
+    def busy(self) -> bool:
+        """Some task is running or being reviewed (what the progress reader watches)."""
+        counts = self._counts
+        return any(counts[state] for state in ACTIVE_STATES)
+
+    def finished(self) -> bool:
+        """Every task has ended."""
+        counts = self._counts
+        return sum(counts[state] for state in ENDED_TASK_STATES) == len(self._records)
+
+    def watched(self) -> list[TaskRecord]:
+        """The records of the tasks running, under review or awaiting approval, in
+        declaration order."""
+        return [self._records[t] for t in sorted(self._watched, key=self._order.__getitem__)]
+
+    def active(self) -> list[TaskRecord]:
+        """The records of the tasks running or under review, in declaration order."""
+        return [record for record in self.watched() if record.state in ACTIVE_STATES]
+
+    def assigned(self) -> list[TaskRecord]:
+        """The records of the tasks whose agent was picked by capability, in declaration
+        order."""
+        return [self._records[t] for t in sorted(self._assigned, key=self._order.__getitem__)]

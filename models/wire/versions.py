@@ -1,0 +1,171 @@
+"""Every patch id a workflow branches on, with the date it was introduced and what it changed.
+
+A patch id is part of running workflows' histories: it never changes and is never reused. Code
+that changes the commands a workflow issues goes behind a new one (`workflow.patched(ID)`), named
+here with what it changed, so replaying a history recorded before the change takes the old path."""
+
+CHAIN_SEND_ONCE_PATCH = "saga-stops-sending-to-a-missing-chain"
+"""Since 2026-11-22, in saga: Runs after this patch stop sending events once a send finds no
+running chain."""
+
+DEADLINE_FIRST_PATCH = "aggregator-deadline-first"
+"""Since 2026-11-22, in aggregator: Runs recorded before it attached and looked back before
+arming the deadline, parked every event after the end, and never detached nor continued-as-
+new; they replay that way."""
+
+DEAD_LETTER_PATCH = "dead-letter-queue"
+"""Since 2026-11-22, in _runtime.common: Runs after it park what they reject in the dead-letter
+queue (one `DeadLetterEntry` workflow per letter); runs recorded before only logged it."""
+
+DECODE_IN_TASK_PATCH = "chain-decodes-events-in-bounded-tasks"
+"""Since 2026-11-22, in chain.reactive: Runs after it decode incoming events in bounded tasks of
+their own, not in the signal handlers, and carry undecoded events across continue-as-new as
+JSON text."""
+
+FLOOD_PATCH = "chain-bounded-tasks-and-signal-budget"
+"""Since 2026-11-22, in chain.reactive: Runs after it take events in bounded tasks within a
+signal budget per workflow task and keep large events by reference, so a flood loses nothing."""
+
+KEEP_DISPATCHING_PATCH = "chain-dispatch-while-continuing"
+"""Since 2026-11-22, in chain.reactive: Runs after it go on dispatching queued agent runs while
+a due continue-as-new waits for runs in flight."""
+
+KEPT_RECORD_PATCH = "aggregator-cancel-keeps-record"
+"""Since 2026-11-22, in aggregator: Cancelled runs started after it keep their final record in
+the memo; older ones replay without."""
+
+LIFECYCLE_NOTICES_PATCH = "chain-lifecycle-notices"
+"""Since 2026-11-22, in chain.reactive: Runs after it neither forward lifecycle notices to
+listeners nor park them when rejected."""
+
+PARK_BEFORE_INVALID_INPUT_FAILS_PATCH = "park-before-invalid-input-fails"
+"""Since 2026-11-22, in _runtime.common: A run whose input is invalid still parks the signals it
+rejected before it fails."""
+
+PARK_QUEUED_RUNS_PATCH = "chain-park-queued-runs"
+"""Since 2026-11-22, in chain.reactive: Runs after it park the agent runs still queued when the
+chain ends, instead of dropping them."""
+
+SAGA_EVENTS_PATCH = "saga-events-to-chain"
+"""Since 2026-11-22, in saga: Runs started after this patch announce their events to the
+correlation's chain and keep their final record in the memo when cancelled; older runs replay
+without either."""
+
+SETTLE_PATCH = "chain-await-every-send"
+"""Since 2026-11-22, in chain.reactive: Runs after it count a background send or parking from
+when it is made, not from when its task first runs, so a run ending or continuing as new in
+the same workflow task awaits it; events arriving while the chain ends are parked."""
+
+AGENTS_ATTRIBUTE_PATCH = "chain-agents-search-attribute"
+"""Since 2026-11-23, in chain.reactive: Runs after it name their agents in `CoordAgents`, where
+the agent monitor finds them."""
+
+AGENT_QUEUES_PATCH = "agents-on-their-own-task-queues"
+"""Since 2026-11-23, in _runtime.common: Runs after this patch dispatch a named agent's runs to
+the agent's own task queue, with a schedule-to-start limit; runs recorded before ran every
+agent on the workflow's queue."""
+
+AGENT_RUN_PRIORITY_PATCH = "agent-runs-by-priority-and-fairness"
+"""Since 2026-11-23, in _runtime.common: Runs after this patch give each `run_agent` the task
+priority of its event and the fairness key of its correlation (models/task_priority.py); runs
+recorded before set neither."""
+
+CAPABILITY_ROUTING_PATCH = "runs-routed-by-capability"
+"""Since 2026-11-23, in _runtime.common: Runs after this patch may name capabilities instead of
+an agent (a spec field that did not exist before): they ask the coordinator's `choose_agent`
+which agent runs."""
+
+PERMIT_POOL_PATCH = "ledger-permit-pool"
+"""Since 2026-11-23, in mesh.ledger: Runs after this patch keep the pool's leases and waits on
+time (a timer at the next end); runs recorded before waited only for their history to fill."""
+
+SIGNALS_RUN_TO_THE_END_PATCH = "external-signals-are-never-cancelled"
+"""Since 2026-11-23, in _runtime.common: A cancel never reaches a signal this workflow sent to
+another one (see `signal_if_running`)."""
+
+SLOTS_GRANTED_BY_THE_PLAN_PATCH = "plan-slots-granted-by-the-plan"
+"""Since 2026-11-23, in plan.task: Runs after this patch wait for a worker slot on a future the
+plan's loop resolves when it grants the slot; runs recorded before wait with one wait
+condition per request."""
+
+SMALLEST_POOL_PATCH = "ledger-pool-smallest-declaration"
+"""Since 2026-11-23, in mesh.ledger: Runs after this patch size the pool by the smallest
+max_concurrent of the workers taking part (`PermitPool.size`); runs recorded before took the
+latest request's."""
+
+STRICT_VERDICTS_PATCH = "plan-strict-verdicts"
+"""Since 2026-11-23, in plan.gates: Runs after it hold reviewers' and verifiers' verdicts to the
+strict shape: an unknown key, a `passed` that is not a JSON boolean, or a failing verdict
+without notes is the reviewer's `invalid_payload`, recorded as a failed verdict; runs
+recorded before took such answers leniently."""
+
+UNSENT_RUN_PATCH = "plan-unsent-run-is-no-attempt"
+"""Since 2026-11-23, in plan.task: Runs after this patch take back the attempt of a run
+cancelled before it reached the server (`TaskRuns.run_unsent`); runs recorded before counted
+it."""
+
+AGENT_RUN_GATES_PATCH = "agent-run-gates-in-the-workflow"
+"""Since 2026-11-26, in _runtime.agent_runs: Runs after this patch take breaker and pool
+refusals back in the workflow (waiting without spending attempts), go elsewhere when the
+agent cannot serve them, and spread retries by jitter; runs recorded before let Temporal
+retry refusals like failures."""
+
+APPROVER_IDENTITY_PATCH = "plan-approval-by-caller-identity"
+"""Since 2026-11-26, in plan.gates: Runs after this patch take a decision's author from the
+caller's client identity (read from the run's history once the update is accepted, by the
+`update_caller` activity), refuse a caller the gate's `approvers` do not name, and record
+refusals; the approval's timer waits for a decision being checked. Runs recorded before took
+the request's `by` as the author."""
+
+CHAIN_FAN_OUT_PATCH = "chain-fan-out-within-task-budget"
+"""Since 2026-11-26, in chain.reactive: Runs after it start their agent runs and votes and
+forward to their listeners within a byte budget per workflow task (`FanOut`): one event
+matched by forty subscriptions, or forwarded to forty listeners, could be more than the
+server takes in one task. Runs recorded before sent them all at once."""
+
+COUNTED_RETRIES_PATCH = "agent-runs-count-their-own-retries"
+"""Since 2026-11-26, in _runtime.common: Runs after this patch hand a `run_agent` its retry
+budget (`AgentRequest.budget`) and set no attempt limit on the server: its worker counts the
+agent's own failures against `max_retries`, so the attempts a server outage or a dead worker
+cost spend none of them. Runs recorded before let the server count every attempt."""
+
+HAND_OVER_PATCH = "chain-runs-in-workflows-of-their-own"
+"""Since 2026-11-26, in chain.reactive: Runs after it hand each agent run and vote to a
+`ChainRun` of its own, which reports its outcome by signal, and continue as new without
+waiting for them (carrying them in flight); runs recorded before ran them here and waited for
+the slowest before continuing."""
+
+PLAN_FAN_OUT_PATCH = "plan-fan-out-within-task-budget"
+"""Since 2026-11-26, in plan.task: Runs after this patch start their agent runs, reviews, votes
+and scratchpad writes within a byte budget per workflow task (`FanOut`); runs recorded before
+started a whole wave in one task (forty 110 KB inputs were more than the server takes in
+one)."""
+
+PROGRESS_ON_DEMAND_PATCH = "plan-progress-read-on-demand"
+"""Since 2026-11-26, in plan.graph: Runs after this patch never read their agents' progress
+themselves: whoever asks reads it from the server (`coord.infra.activity_progress`), so the
+history grows with the plan's work, not with its age. Runs recorded before read it every
+`progress_interval` (a timer and a local activity each time, about five history events a
+second at 1s) and go on doing so."""
+
+PUBLISH_RULE_PATCH = "chain-agents-publish-only-what-is-allowed"
+"""Since 2026-11-26, in chain.reactive: Runs after it refuse, record and park an agent's
+publication of a type neither its subscription's `publishes` nor its declaration allows; runs
+recorded before published it."""
+
+ROUTING_PICKS_BATCHED_PATCH = "routing-picks-of-a-step-batched"
+"""Since 2026-11-26, in _runtime.common: Runs after this patch ask for the agents of the runs
+one workflow step starts (a plan's wave) in one `choose_agents`, each pick seeing the ones
+before it; runs recorded before asked `choose_agent` once per run, each reading the same idle
+agents and picking the same one."""
+
+SCOPED_VOTE_ID_PATCH = "plan-vote-id-scoped"
+"""Since 2026-11-26, in plan.task: Runs after this patch start a vote task's vote as
+`vote-<plan_id>~<task_id>`, which no other plan's task shares; runs recorded before started
+`vote-<plan_id>-<task_id>` (plan `a-b`'s task `c` and plan `a`'s task `b-c` collided), and
+keep that id on replay."""
+
+VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
+"""Since 2026-11-26, in vote: Runs after this patch start their voters within a byte budget per
+workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
+in one task. Runs recorded before started every voter in the first task."""

@@ -1,0 +1,203 @@
+"""A dead-letter entry's states and rules on their own (no server): parking, what may be replayed
+and how (with a fix, by which agent, how many times), archiving, the notice and the carry."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from coord.models.dlq.letter import DeadLetter
+from coord.models.dlq.model import CarriedEntry, DeadLetterEntryModel
+from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.mesh.config import PythonAgent
+from coord.models.wire.contract import FailureType
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+ENTRY_ID = "dlq-0123456789abcdef0123"
+
+
+def parked_event(event_type: str = "UserStoryApproved", **header: Any) -> EventEnvelope:
+    return EventEnvelope.new(
+        event_type,
+        "/product-owner",
+        payload={"story": 42},
+        correlation_id=header.get("correlation_id", "story-42"),
+        topic="stories",
+        priority=Priority.HIGH,
+    )
+
+
+def entry(**letter: Any) -> DeadLetterEntryModel:
+    fields: dict[str, Any] = {
+        "event": parked_event(),
+        "target_workflow": "chain-story-42",
+        "failure_type": FailureType.TARGET_ENDED,
+        "message": "planner failed: boom",
+        "first_failed_at": NOW,
+        "last_failed_at": NOW,
+        **letter,
+    }
+    return DeadLetterEntryModel.parked(
+        DeadLetter(**fields), entry_id=ENTRY_ID, parked_at=NOW + timedelta(seconds=1)
+    )
+
+
+def compensation(**letter: Any) -> DeadLetterEntryModel:
+    """A saga's failed compensation, as the saga parks it."""
+    return entry(
+        event=parked_event("RemoveFromStagingCommand"),
+        target_workflow="saga-deploy-1",
+        target_agent="RemoveFromStaging",
+        failure_type=FailureType.COMPENSATION_FAILED,
+        replay="run_agent",
+        idempotency_key="saga-deploy-1/run-1/DeployToStaging/undo",
+        inputs={"undoes": {"step": "DeployToStaging", "result": {"url": "s"}}},
+        **letter,
+    )
+
+
+def test_a_parked_entry_waits_for_a_person() -> None:
+    model = entry()
+    assert model.status == "parked" and not model.closed
+    assert model.entry.entry_id == ENTRY_ID and model.entry.parked_at == NOW + timedelta(seconds=1)
+    assert model.not_parked() is None and model.replay_refusal() is None
+    details = model.details()
+    assert "**Status:** parked · **failure:** target_ended" in details
+    assert "**Target:** chain-story-42 · **attempts:** 1" in details
+
+
+def test_an_unreadable_letter_is_kept_raw_and_can_only_be_archived() -> None:
+    letter = DeadLetterEntryModel.unreadable("{not json", "dead letter: cannot be decoded", NOW)
+    model = DeadLetterEntryModel.parked(letter, entry_id=ENTRY_ID, parked_at=NOW)
+    assert model.entry.raw == "{not json"
+    assert model.entry.failure_type == FailureType.INVALID_DEAD_LETTER
+    assert model.replay_refusal() == (
+        "an entry without an event or a target cannot be replayed; archive it"
+    )
+    assert model.not_parked() is None  # archiving is allowed
+    assert "**Event:** (invalid, kept raw)" in model.details()
+
+
+def test_an_entry_without_a_target_cannot_be_replayed() -> None:
+    assert entry(target_workflow=None).replay_refusal() is not None
+
+
+def test_a_replay_delivers_a_new_event_caused_by_the_parked_one() -> None:
+    model = entry()
+    parked = model.entry.event
+    assert parked is not None
+    model.replay_started()
+    assert model.status == "replaying"
+    event = model.replayed_event(None)
+    assert event.event.id != parked.event.id
+    assert event.event.causation_id == parked.event.id
+    assert (event.event.type, event.event.source) == (parked.event.type, parked.event.source)
+    assert event.event.correlation_id == "story-42"
+    assert (event.routing.topic, event.routing.priority) == ("stories", Priority.HIGH)
+    assert event.payload == {"story": 42}
+    assert not model.runs_agent
+    redelivery = model.redelivery(event)
+    assert (redelivery.target_workflow, redelivery.target_agent) == ("chain-story-42", None)
+    model.replay_ended(NOW, corrected=False, error=None, event_id=event.event.id)
+    assert model.closed and model.entry.status == "replayed"
+    [replay] = model.entry.replays
+    assert (replay.outcome, replay.corrected) == (f"delivered as {event.event.id}", False)
+
+
+def test_a_fixed_replay_carries_the_corrected_payload() -> None:
+    model = entry()
+    event = model.replayed_event({"story": 43, "fixed": True})
+    assert event.payload == {"story": 43, "fixed": True}
+    model.replay_ended(NOW, corrected=True, error=None, event_id=event.event.id)
+    assert model.entry.replays[0].corrected
+
+
+def test_one_replay_at_a_time_and_never_again_once_delivered() -> None:
+    model = entry()
+    model.replay_started()
+    assert model.replay_refusal() == f"{ENTRY_ID} is replaying, not parked"
+    assert model.not_parked() == f"{ENTRY_ID} is replaying, not parked"  # nor an archive
+    model.replay_ended(NOW, corrected=False, error=None, event_id="evt-1")
+    assert model.replay_refusal() == f"{ENTRY_ID} is replayed, not parked"
+
+
+def test_a_failed_replay_parks_the_entry_again_as_often_as_it_fails() -> None:
+    model = entry()
+    for attempt in range(3):
+        model.replay_started()
+        model.replay_ended(NOW, corrected=False, error=f"target ended {attempt}", event_id="e")
+        assert model.status == "parked" and model.replay_refusal() is None
+    outcomes = [replay.outcome for replay in model.entry.replays]
+    assert outcomes == [f"not delivered: target ended {n}" for n in range(3)]
+
+
+def test_a_compensation_replay_runs_the_agent_as_its_saga_declares_it() -> None:
+    model = compensation()
+    assert model.runs_agent
+    event = model.replayed_event(None)
+    declared = PythonAgent(kind="python", callable="agents.staging:remove")
+    request = model.agent_request(event, declared)
+    assert (request.agent, request.config) == ("RemoveFromStaging", declared)
+    assert request.idempotency_key == "saga-deploy-1/run-1/DeployToStaging/undo"
+    assert request.inputs == model.entry.inputs
+    assert model.agent_request(event, None).config is None  # the worker's registry decides
+    model.replay_ended(NOW, corrected=False, error="still down", event_id=event.event.id)
+    assert model.entry.replays[0].outcome == "not delivered: RemoveFromStaging: still down"
+
+
+def test_a_chain_rerun_names_its_agent_and_run() -> None:
+    model = entry(
+        target_agent="planner", replay="rerun", idempotency_key="k-1", inputs={"slot": {"a": 1}}
+    )
+    assert not model.runs_agent
+    redelivery = model.redelivery(model.replayed_event(None))
+    assert redelivery.target_agent == "planner"
+    assert (redelivery.idempotency_key, redelivery.inputs) == ("k-1", {"slot": {"a": 1}})
+
+
+def test_a_run_agent_entry_without_an_agent_is_delivered_as_a_signal() -> None:
+    assert not entry(replay="run_agent").runs_agent
+
+
+def test_archiving_closes_the_entry_with_its_note() -> None:
+    model = entry()
+    model.archive("duplicate of a handled story")
+    assert model.status == "archived" and model.closed
+    assert model.entry.archive_note == "duplicate of a handled story"
+    assert model.not_parked() == f"{ENTRY_ID} is archived, not parked"
+    assert "**Archived:** duplicate of a handled story" in model.details()
+
+
+def test_the_notice_joins_the_parked_event_correlation() -> None:
+    model = entry(causation_depth=3)
+    notice = model.notice()
+    assert notice is not None
+    parked = model.entry.event
+    assert parked is not None
+    assert (notice.event.type, notice.event.source) == ("EventDeadLettered", "/dead-letter-queue")
+    assert notice.event.correlation_id == "story-42"
+    assert notice.event.causation_id == parked.event.id
+    assert notice.payload["entry_id"] == ENTRY_ID
+    assert notice.payload["parked_event_id"] == parked.event.id
+    assert notice.payload["causation_depth"] == 3
+
+
+@pytest.mark.parametrize(
+    "letter",
+    [
+        {"event": parked_event(correlation_id=None)},
+        {"event": parked_event("EventDeadLettered")},
+        {"event": parked_event("CompensationFailed")},
+        {"event": None, "raw": {"x": 1}},
+    ],
+)
+def test_no_notice_without_a_correlation_or_about_a_notice(letter: dict[str, Any]) -> None:
+    assert entry(**letter).notice() is None
+
+
+def test_the_carry_keeps_the_whole_record() -> None:
+    model = entry()
+    model.replay_started()
+    model.replay_ended(NOW, corrected=True, error="boom", event_id="e")
+    carried = CarriedEntry.model_validate(model.carry().model_dump(mode="json"))
+    assert carried.carried == model.entry
