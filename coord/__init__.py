@@ -7,9 +7,12 @@ base of every error the project raises (docs/api.md). Agent authors import `coor
 
     import coord
 
-    client = await coord.connect()
-    spec = coord.load_spec(coord.SagaSpec, Path("deploy.yaml"))
-    state = await coord.saga_outcome(await coord.start_saga(client, spec))
+    async def main() -> None:
+        client = await coord.connect()
+        spec = coord.load_spec(coord.SagaSpec, Path("deploy.yaml"))
+        state = await coord.saga_outcome(await coord.start_saga(client, spec))
+
+    coord.run(main())
 
 The names load when first used, so `import coord` costs nothing and never loads the worker, the
 agents' code or Temporal's worker: a script pays only for what it touches. Everything the
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
         PayloadStoreError,
         PayloadUnavailable,
     )
+    from coord.infra.process import run
     from coord.infra.search_attributes import (
         SetupNeeded,
     )
@@ -154,6 +158,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "PayloadStoreError",
         "PayloadUnavailable",
     ),
+    "coord.infra.process": ("run",),
     "coord.infra.extras": ("MissingExtra",),
     "coord.models.wire.errors": ("CoordError",),
     "coord.models.wire.specs": (
@@ -336,6 +341,7 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "run",
     "saga_handle",
     "saga_outcome",
     "saga_state",

@@ -23,7 +23,7 @@ import coord.testing
 from coord.infra.extras import EXTRAS, PROJECT
 from coord.models.mesh import agents as sdk
 from coord.models.wire.contract import FailureType, failure
-from coord.starter.exits import ExitCode
+from coord.starter.exits import ExitCode, failure_exit
 from coord.testing import Coordination
 from tests.conftest import ROOT
 from tests.workers import COORD, run
@@ -191,3 +191,9 @@ async def test_the_api_guides_example_runs_as_written(coord: Coordination) -> No
     assert out.decode().splitlines()[0].startswith("completed ['BuildArtifact', 'RunTests'")
     chain = await coord.chain_outcome("story-7")  # the event started it; it runs to its end
     assert chain.terminal_seen
+
+
+def test_a_missing_extra_met_anywhere_is_one_line_and_exit_code_1() -> None:
+    """Where no setting wraps it (the S3 listing of `coord gc`, say), it is still the line."""
+    missing = coord.MissingExtra("the S3 payload store needs the s3 extra, ...")
+    assert failure_exit(missing) == (ExitCode.REFUSED, str(missing))
