@@ -29,6 +29,7 @@ from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
+from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
@@ -248,10 +249,18 @@ async def start_agent_monitor(client: Client, home: str) -> None:
     )
 
 
-def worker_runtime() -> Runtime:
+def worker_runtime(metrics: MetricsEndpoint | None = None) -> Runtime:
     """The SDK runtime of a process that runs workers: they report themselves to the server
-    every WORKER_HEARTBEAT_INTERVAL, which `coord agents` reads as their health."""
-    return Runtime(telemetry=TelemetryConfig(), worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL)
+    every WORKER_HEARTBEAT_INTERVAL, which `coord agents` reads as their health; with `metrics`,
+    its exporter serves the SDK's and the product's metrics there (raises SpecError when it
+    cannot: the port taken)."""
+    telemetry = TelemetryConfig(metrics=metrics.prometheus() if metrics else None)
+    try:
+        return Runtime(telemetry=telemetry, worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL)
+    except ValueError as error:
+        if metrics is None:
+            raise
+        raise metrics.refused(error) from None
 
 
 def served_only(registry: AgentRegistry, names: Sequence[str]) -> AgentRegistry:
@@ -268,13 +277,15 @@ async def run_worker(
     demo_agents: bool = False,
     only: Sequence[str] | None = None,
     workflows: bool = True,
+    metrics: MetricsEndpoint | None = None,
 ) -> None:
+    """`coord worker`: with `metrics`, its Prometheus endpoint (docs/metrics.md)."""
     registry = default_registry(agents_file, demo_agents=demo_agents)
     if only is not None:
         registry = served_only(registry, only)
     collection, sweeping = options_for(registry.settings, task_queue())
     settings = ConnectionSettings.load()
-    client = await settings.connect(worker_runtime(), retry=WORKER_RETRY)
+    client = await settings.connect(worker_runtime(metrics), retry=WORKER_RETRY)
     worker = build_worker(client, registry=registry, workflows=workflows)
     if workflows:
         await require_search_attributes(client)
@@ -287,6 +298,8 @@ async def run_worker(
         inline_agents=registry.settings.inline_agents,
     )
     log.info("task dispatch", order=await server_dispatch_order(client))
+    if metrics is not None:
+        log.info("metrics endpoint", url=metrics.url)
     sweeper = None
     if workflows and sweeping.every is not None:
         # The periodic collection (README "Retention"), beside the worker, stopping with it.
@@ -302,7 +315,7 @@ async def run_worker(
 def main() -> None:
     configure_logging()
     configure_tracing("coord-worker")
-    asyncio.run(run_worker())
+    asyncio.run(run_worker(metrics=MetricsEndpoint.of(None)))
 
 
 if __name__ == "__main__":

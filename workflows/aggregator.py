@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         KEPT_RECORD_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
     )
-    from coord.workflows._runtime import calls
+    from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -147,7 +147,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         except ActivityError as error:
             self._model.lookback_failed(failure_message(error))
         else:
-            self._model.looked_back(recorded, workflow.now())
+            metrics.events_consumed(self._model.looked_back(recorded, workflow.now()))
         workflow.set_current_details(self._model.details())
 
     async def _finish(self, status: AggregatorStatus) -> None:
@@ -156,6 +156,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         handlers in progress. A cancel arriving meanwhile changes nothing: the outcome is
         decided."""
         self._model.finish(status)
+        metrics.aggregator_ended(status)
         self._publish()
         if status == AggregatorStatus.CANCELLED and workflow.patched(KEPT_RECORD_PATCH):
             workflow.upsert_memo({AGGREGATOR_RECORD_MEMO: self.state()})
@@ -194,6 +195,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._publish()
             raise
         emitted = self._model.finish(status)
+        metrics.aggregator_ended(status)
         if emitted is not None:
             await self._publish_to_chain(emitted)
         self._publish()
@@ -220,8 +222,10 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._model.reject(str(error))
             await park(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
             return
+        metrics.event_published(envelope, addressed=addressed)
         if self._model.waiting:
-            self._model.offer(envelope, workflow.now())
+            if self._model.offer(envelope, workflow.now()):
+                metrics.event_consumed(envelope)
             workflow.set_current_details(self._model.details())
             return
         settled = self._deadline_first

@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
         failure,
         failure_message,
     )
-    from coord.workflows._runtime import calls
+    from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -83,6 +83,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         JSON or its text."""
         self._publish()
         if self._carried is None:
+            metrics.dead_letter_parked(self._model.entry)
             await self._announce()
         await workflow.wait_condition(
             lambda: self._model.closed or workflow.info().is_continue_as_new_suggested()
@@ -103,6 +104,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             self._model.replay_started()
             self._publish()
             await self._redeliver(request.payload)
+            metrics.dead_letter_replayed(self._model.entry)
             self._publish()
         return self._model.entry
 

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_PATCH,
         SAGA_EVENTS_PATCH,
     )
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         RunSettings,
         declared_settings,
@@ -194,6 +195,7 @@ class Saga:
     async def _undo(self, entry: StackEntry) -> bool:
         """Run one compensation; one that fails for good is parked for a person."""
         step, request = self._model.undo_request(entry)
+        metrics.saga_compensation(entry.compensate)
         settings = RunSettings(
             f"compensate: {entry.compensate}",
             step.compensation_retry,
@@ -262,6 +264,7 @@ class Saga:
         state = self._model.state
         if state.status != self._shown:
             self._shown = state.status
+            metrics.saga_status(state.status)
             upsert_search_attributes(state.search_attributes())
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())

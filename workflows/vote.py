@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import AGENT_RUN_GATES_PATCH, VOTE_FAN_OUT_PATCH
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import RunSettings, outcomes_landed, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -187,6 +188,7 @@ class Vote(metaclass=SurplusStartArguments):
         """Republishes the details; upserts the search attributes when the status moved."""
         if model.state.status != self._upserted:
             self._upserted = model.state.status
+            metrics.vote_status(model.state.status)
             upsert_search_attributes(model.state.search_attributes())
         workflow.set_current_details(model.details())
 

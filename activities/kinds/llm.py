@@ -20,6 +20,7 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, Field, ValidationError
 
+from coord.activities import metrics
 from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
@@ -78,6 +79,7 @@ async def run_llm(
     with chat_span(config.model, config.base_url, event.event.correlation_id) as span:
         result = await _ask(config, messages, key, limit, who, context)
         record_usage(span, result.get("metadata", {}))
+    metrics.llm_tokens(context.agent, config.model, result["metadata"]["usage"])
     return result
 
 

@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from coord.activities import metrics
 from coord.activities.mesh.pools import run_key
 from coord.infra.ledgers import LedgerClient
 from coord.infra.logs import get_logger
@@ -184,6 +185,7 @@ class AgentBreaker:
 
     def _seen(self, state: AgentLedgerState) -> None:
         self._view = state
+        metrics.breaker_seen(self.agent, state)
         self._read_at = time.monotonic()
 
     def _schedule_flush(self, *, urgent: bool) -> None:

@@ -24,6 +24,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
+from coord.activities import metrics
 from coord.infra.ledgers import LedgerClient
 from coord.infra.logs import get_logger
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
@@ -156,7 +157,7 @@ class AgentPools:
         finally:
             renewing.cancel()
             await asyncio.wait({renewing})  # not raising: its cancel is not this run's
-            await _release(ledger, run)
+            metrics.pool_seen(agent, await _release(ledger, run))
 
     async def _acquire(
         self, ledger: LedgerClient, agent: str, run: str, size: int, share: int
@@ -176,6 +177,7 @@ class AgentPools:
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
             if grant is not None and grant.granted:
+                metrics.pool_seen(agent, grant.pool)
                 return
             activity.heartbeat()
             waited = datetime.now(UTC) - started
@@ -234,13 +236,16 @@ async def _renew(ledger: LedgerClient, run: str, size: int) -> None:
             log.warning("a run's permit lapsed before its renewal; it runs on", run=run)
 
 
-async def _release(ledger: LedgerClient, run: str) -> None:
-    """Gives the permit back, waiting a bounded time for the ledger's answer; the release goes
-    on if this run is cancelled meanwhile. When the ledger cannot be reached, the lease ends on
-    its own."""
+async def _release(ledger: LedgerClient, run: str) -> PoolState | None:
+    """Gives the permit back, waiting a bounded time for the ledger's answer (the pool after,
+    None without one); the release goes on if this run is cancelled meanwhile. When the ledger
+    cannot be reached, the lease ends on its own."""
     releasing = asyncio.ensure_future(answered(ledger.release_permit, run))
     releasing.add_done_callback(_log_failed_release)
     await asyncio.wait({releasing}, timeout=ASK_TIMEOUT.total_seconds())
+    if not releasing.done() or releasing.cancelled() or releasing.exception() is not None:
+        return None
+    return releasing.result().pool
 
 
 def _log_failed_release(releasing: "asyncio.Future[Any]") -> None:

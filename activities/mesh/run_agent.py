@@ -14,7 +14,9 @@
 4. run (`run`): the kind's function on the event, told of its run by its context (heartbeats
    and progress, from any thread), within the run's own time limit (run_tally.py). The kind
    brings its own watch: an `async def` python agent's loop is watched for blocking
-   (kinds/python.py, `agent_blocked`), a shell agent is killed with its children.
+   (kinds/python.py, `agent_blocked`), a shell agent is killed with its children. The run's
+   metrics (activities/metrics.py) wrap resolve and run: in flight, then counted by how it
+   ended, with its duration.
 5. keep (`result_of`, then `ResultStore.kept` in result_refs.py): the output as the run's
    `AgentResult` (`invalid_payload` when it does not validate), its data in the payload store
    when larger than the request's `result_limit`.
@@ -49,6 +51,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from coord.activities import metrics
 from coord.activities.kinds import agent_from_config
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.pools import AgentPools
@@ -94,7 +97,11 @@ class AgentActivities:
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
         try:
-            async with admit(self._pools, request), guard(self._breakers, request):
+            async with (
+                admit(self._pools, request),
+                guard(self._breakers, request),
+                metrics.agent_run(request, self._registry),
+            ):
                 started = time.monotonic()  # the run's duration leaves out its wait for a permit
                 resolved = await resolve(self._registry, self._results, request)
                 output = await run(resolved, request, tally)

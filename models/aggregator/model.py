@@ -112,29 +112,34 @@ class AggregatorModel:
         """An event reached it by signal: counted before anything else is known of it."""
         self.state.received += 1
 
-    def offer(self, envelope: EventEnvelope, now: datetime) -> None:
+    def offer(self, envelope: EventEnvelope, now: datetime) -> bool:
         """While it waits: a duplicate, an event of another correlation (unmatched), or one
-        offered to the join (which fills a slot, or matches none)."""
+        offered to the join (which fills a slot, or matches none). True: it matched a slot."""
         header = envelope.event
         scope = self.spec.correlation_id
         if header.id in self._seen:
             self.state.duplicates += 1
-            return
+            return False
         self._remember(header.id)
         if scope is not None and header.correlation_id not in (None, scope):
             self.state.unmatched += 1
-            return
+            return False
         if self.join.offer(envelope, now) == "unmatched":
             self.state.unmatched += 1
-        else:
-            self.state.matched += 1
+            return False
+        self.state.matched += 1
+        return True
 
-    def looked_back(self, recorded: list[EventEnvelope], now: datetime) -> None:
-        """The chain's earlier events, oldest first; lifecycle notices are not events to join."""
+    def looked_back(self, recorded: list[EventEnvelope], now: datetime) -> list[EventEnvelope]:
+        """The chain's earlier events, oldest first; lifecycle notices are not events to join.
+        Returns those that matched a slot."""
+        matched = []
         for envelope in sorted(recorded, key=lambda e: e.event.timestamp):
             if envelope.event.type not in LIFECYCLE_NOTICES:
                 self.state.received += 1
-                self.offer(envelope, now)
+                if self.offer(envelope, now):
+                    matched.append(envelope)
+        return matched
 
     def lookback_failed(self, message: str) -> None:
         """The chain could not be read: recorded, and the join goes on with the live events."""

@@ -12,6 +12,7 @@ import typer
 from temporalio.runtime import Runtime
 
 from coord.infra.devserver import local_temporal
+from coord.infra.metrics import DEFAULT_BIND, MetricsEndpoint
 from coord.starter.commands.common import runs_async
 
 app = typer.Typer()
@@ -40,13 +41,29 @@ async def worker(
             help="Serve agents only; the coordinator queue's workflows run elsewhere",
         ),
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics at http://BIND:PORT/metrics (also $COORD_METRICS_PORT)"
+        ),
+    ] = None,
+    metrics_bind: Annotated[
+        str | None,
+        typer.Option(
+            help=f"The IP address the metrics endpoint listens on (also $COORD_METRICS_BIND; "
+            f"default {DEFAULT_BIND}, 0.0.0.0 for every interface)"
+        ),
+    ] = None,
 ) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233): the
     workflows on the coordinator queue, and each agent on its own queue (`agent-<name>`)."""
     from coord.worker import run_worker
 
     names = [name.strip() for name in only.split(",") if name.strip()] if only is not None else None
-    await run_worker(agents, demo_agents=demo_agents, only=names, workflows=not no_workflows)
+    endpoint = MetricsEndpoint.of(metrics_port, metrics_bind)
+    await run_worker(
+        agents, demo_agents=demo_agents, only=names, workflows=not no_workflows, metrics=endpoint
+    )
 
 
 @app.command()

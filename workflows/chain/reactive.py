@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         PARK_QUEUED_RUNS_PATCH,
         SETTLE_PATCH,
     )
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
@@ -103,6 +104,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._model = ChainModel(chain_input, workflow.info().workflow_id, WorkflowRun())
         self._outbound = Outbound(self._model)
         self._runner = ChainRunner(self._model, self._outbound)
+        self._facts = metrics.ChainFacts(self._model.spec, self._model.record.seq)
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
@@ -138,6 +140,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 return False
         pacing.note_time()
         more = self._take_in()
+        self._facts.seen(self._model.record)
         self._runner.dispatch()
         workflow.set_current_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):

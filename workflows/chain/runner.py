@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import AGENTS_ATTRIBUTE_PATCH
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import assign_agent, attempts
@@ -48,6 +49,7 @@ class ChainRunner:
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
             seq, run = self._model.runs.start_next()
+            metrics.chain_run_dispatched(run.agent)
             voting = self._model.spec.subscription(run.subscription).vote is not None
             run_work = self._run_vote if voting else self._run_agent
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
+    from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import outcomes_landed
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -220,6 +221,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
         state = model.finish(workflow.now(), cancelled=cancelled)
+        metrics.plan_ended(state)
         self._upsert_status()
         workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
         self._scratchpad.plan_ended(state)

@@ -1,0 +1,132 @@
+"""What the workflows tell the worker's metrics (the catalogue, coord.models.ops.metrics): one
+function per fact, called by the workflow where the fact happens.
+
+Through the workflow's metric meter: it records nothing while a workflow replays (a fact is
+counted once, when it first happens, whichever worker replays the run later) and it issues no
+command, so a call added here or there changes no workflow's history. On a worker without a
+metrics endpoint the meter is the SDK's no-op one."""
+
+from collections.abc import Iterable
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.chain.spec import ChainCarry, ChainSpec
+    from coord.models.dlq.letter import DlqEntry
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.events.timeline import TimelineEntry
+    from coord.models.ops import metrics as catalogue
+    from coord.models.ops.metrics import NONE, MetricSpec
+    from coord.models.plan.spec import PlanState
+
+SAGA_ENDS = frozenset({"completed", "compensated", "compensation_failed", "failed"})
+VOTE_ENDS = frozenset({"decided", "rejected", "no_quorum", "cancelled"})
+
+
+def _record(spec: MetricSpec, value: float = 1, /, **labels: str) -> None:
+    spec.record(workflow.metric_meter(), value, labels)
+
+
+def _event_labels(envelope: EventEnvelope) -> dict[str, str]:
+    return {"topic": envelope.routing.topic or NONE, "type": envelope.event.type}
+
+
+def event_published(envelope: EventEnvelope, *, addressed: bool = True) -> None:
+    """An event taken in by the workflow it was published to; one a chain forwards to its
+    listeners (not `addressed` to them) was counted by the chain."""
+    if addressed:
+        _record(catalogue.EVENTS_PUBLISHED, **_event_labels(envelope))
+
+
+def event_consumed(envelope: EventEnvelope) -> None:
+    """An event a pattern's workflow took in, and how long after its time."""
+    _record(catalogue.EVENTS_CONSUMED, **_event_labels(envelope))
+    waited = workflow.now() - envelope.event.timestamp
+    _record(catalogue.EVENT_LATENCY, waited.total_seconds(), topic=envelope.routing.topic or NONE)
+
+
+def events_consumed(envelopes: Iterable[EventEnvelope]) -> None:
+    for envelope in envelopes:
+        event_consumed(envelope)
+
+
+class ChainFacts:
+    """What a chain's model did since the workflow last looked, read from its record: the
+    events it recorded (published, consumed, their latency, and those its agents published,
+    by their source) and the runs it queued. Both are numbered in one sequence that only grows
+    and is carried across continue-as-new (`ChainCarry.seq`); the workflow looks once a turn,
+    after taking events in and before dispatching runs, so every one is seen once."""
+
+    def __init__(self, spec: ChainSpec, seq: int) -> None:
+        self._counted = seq
+        self._agents = {f"/{agent}" for _, agent in spec.agents_named() if agent}
+
+    def seen(self, record: ChainCarry) -> None:
+        if record.seq <= self._counted:
+            return
+        for entry in record.timeline:
+            if entry.seq > self._counted:
+                self._recorded(entry)
+        for queued in record.queue:
+            if queued.seq > self._counted:
+                _record(catalogue.CHAIN_RUNS_QUEUED, agent=queued.run.agent)
+        self._counted = record.seq
+
+    def _recorded(self, entry: TimelineEntry) -> None:
+        topic = entry.topic or NONE
+        _record(catalogue.EVENTS_PUBLISHED, topic=topic, type=entry.event)
+        _record(catalogue.EVENTS_CONSUMED, topic=topic, type=entry.event)
+        waited = workflow.now() - entry.time
+        _record(catalogue.EVENT_LATENCY, waited.total_seconds(), topic=topic)
+        if entry.agent in self._agents:
+            _record(catalogue.AGENT_EVENTS_PUBLISHED, agent=entry.agent.removeprefix("/"))
+
+
+def chain_run_dispatched(agent: str) -> None:
+    _record(catalogue.CHAIN_RUNS_DISPATCHED, agent=agent)
+
+
+def saga_status(status: str) -> None:
+    """A saga's status changed; an ending one is counted."""
+    if status in SAGA_ENDS:
+        _record(catalogue.SAGAS, outcome=status)
+
+
+def saga_compensation(agent: str) -> None:
+    _record(catalogue.SAGA_COMPENSATIONS, agent=agent)
+
+
+def aggregator_ended(status: str) -> None:
+    _record(catalogue.AGGREGATORS, outcome=status)
+
+
+def vote_status(status: str) -> None:
+    """A vote's status changed; an ending one is counted."""
+    if status in VOTE_ENDS:
+        _record(catalogue.VOTES, outcome=status)
+
+
+def plan_ended(state: PlanState) -> None:
+    """The plan's outcome, and each of its tasks' final state."""
+    _record(catalogue.PLANS, outcome=state.status)
+    for task_state, count in state.counts().items():
+        _record(catalogue.PLAN_TASKS, count, state=task_state)
+
+
+def dead_letter_parked(entry: DlqEntry) -> None:
+    """A dead letter parked, and the event it carries: refused, or dead-lettered after an
+    agent's run (`catalogue.parked_event`)."""
+    _record(catalogue.DLQ_PARKED, failure_type=entry.failure_type)
+    counter = catalogue.parked_event(
+        entry.failure_type, has_event=entry.event is not None, target_agent=entry.target_agent
+    )
+    if counter is None:
+        return
+    labels = _event_labels(entry.event) if entry.event else {"topic": NONE, "type": "invalid"}
+    _record(counter, **labels)
+
+
+def dead_letter_replayed(entry: DlqEntry) -> None:
+    """A replay ended: delivered (the entry is `replayed`), or not (parked again)."""
+    outcome = "delivered" if entry.status == "replayed" else "not_delivered"
+    _record(catalogue.DLQ_REPLAYED, failure_type=entry.failure_type, outcome=outcome)
