@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup demo test test-tools lint docs fuzz soak histories bench clean
+.PHONY: setup demo test test-tools lint docs fuzz soak histories bench schemas clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ lint: $(INSTALLED)
 # code; tests/test_docs.py fails when the committed ones differ.
 docs: $(INSTALLED)
 	$(BIN)/python -m docs.generate
+
+# The spec kinds' JSON Schemas, from their models (`coord schema`), which editors read through
+# the examples' `# yaml-language-server: $schema=...` line; tests/test_specs_cli.py fails when a
+# committed schema is not what `coord schema` prints, so run this after changing a spec model.
+SPEC_KINDS := saga chain aggregator plan vote agents
+
+schemas: $(INSTALLED)
+	for kind in $(SPEC_KINDS); do $(BIN)/coord schema $$kind > schemas/$$kind.json || exit 1; done
 
 # The heavier property-based fuzz runs (300 random examples per workflow; a few minutes).
 fuzz: $(INSTALLED)

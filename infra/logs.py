@@ -2,7 +2,7 @@
 
 The SDK's replay-safe `workflow.logger` and `activity.logger` are stdlib loggers; their records go
 through the same processors, with the workflow id and correlation id lifted into the line; a
-line written while an agent runs carries its run's ids (`coord.infra.tracing.RunContext`), and
+line written while an agent runs carries its run's ids (`coord.infra.run_context.RunContext`), and
 the trace and span ids when tracing is on."""
 
 import logging

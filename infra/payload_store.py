@@ -48,9 +48,11 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
+from coord.infra.extras import MissingExtra
 from coord.infra.logs import get_logger
 from coord.infra.s3_store import put_owner_mark, s3_driver
 from coord.models.ops.retention import OwnerMark
+from coord.models.wire.errors import CoordError
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
@@ -63,11 +65,11 @@ OWNERS_SUFFIX = ".owners"
 log = get_logger("coord.payloads")
 
 
-class PayloadStoreError(ValueError):
+class PayloadStoreError(CoordError, ValueError):
     """The payload store settings are wrong; the message names the variable."""
 
 
-class PayloadUnavailable(LookupError):
+class PayloadUnavailable(CoordError, LookupError):
     """A stored object that cannot be read back (a wiped or expired store, a forged name)."""
 
     def __init__(self, digest: str, reason: str) -> None:
@@ -262,7 +264,5 @@ def _s3_driver(location: str) -> StorageDriver:
         raise PayloadStoreError(f"{STORE_ENV}: {location!r} should be s3://BUCKET")
     try:
         return s3_driver(bucket)
-    except ImportError:
-        raise PayloadStoreError(
-            f"{STORE_ENV}: {location!r} needs the s3 extra (pip install 'event-coordinator[s3]')"
-        ) from None
+    except MissingExtra as missing:
+        raise PayloadStoreError(f"{STORE_ENV}: {location!r}: {missing}") from None

@@ -1,9 +1,10 @@
 """Ending a process that used the Temporal SDK."""
 
+import asyncio
 import os
 import sys
-from collections.abc import Callable
-from typing import NoReturn
+from collections.abc import Callable, Coroutine
+from typing import Any, NoReturn
 
 from coord.infra.tracing import flush_tracing
 
@@ -21,3 +22,11 @@ def exit_without_teardown(main: Callable[[], object]) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def run(main: Coroutine[Any, Any, object]) -> NoReturn:
+    """Run a script's coroutine (as `asyncio.run` does) and end the process with exit code 0,
+    or the code of a SystemExit it raises, without the interpreter's teardown, which the SDK's
+    runtime threads can crash (`exit_without_teardown`). Any other exception is raised as
+    usual, with its traceback."""
+    exit_without_teardown(lambda: asyncio.run(main))

@@ -1,6 +1,6 @@
 """The payload store on an S3-compatible bucket: the SDK's S3 driver and its aioboto3 adapter.
 Used when `COORD_PAYLOAD_STORE` names a bucket; aioboto3 comes with the `s3` extra and is
-imported only then, so this module imports without it."""
+imported only then, so this module imports without it (and says which extra is missing)."""
 
 from collections.abc import Mapping
 from datetime import datetime
@@ -8,15 +8,15 @@ from typing import Any
 
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 
+from coord.infra.extras import needs_extra
+
 
 class SessionS3Client(S3StorageDriverClient):
     """Opens an aioboto3 client per operation, so a `Client.connect` needs no extra lifetime to
     manage; only payloads over the threshold come here, so the cost is rare."""
 
     def __init__(self) -> None:
-        import aioboto3
-
-        self._session = aioboto3.Session()
+        self._session = _session()
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
         async with self._session.client("s3") as s3:
@@ -42,7 +42,7 @@ def _adapter(s3: Any) -> S3StorageDriverClient:
 
 
 def s3_driver(bucket: str) -> S3StorageDriver:
-    """Raises ImportError without the `s3` extra."""
+    """Raises MissingExtra without the `s3` extra."""
     return S3StorageDriver(client=SessionS3Client(), bucket=bucket)
 
 
@@ -58,8 +58,9 @@ async def put_owner_mark(bucket: str, digest: str, name: str, text: str) -> None
 
 
 def _session() -> Any:
-    import aioboto3
-
+    """An aioboto3 session; MissingExtra, naming the extra, when the `s3` extra is missing."""
+    with needs_extra("s3", "the S3 payload store"):
+        import aioboto3
     return aioboto3.Session()
 
 

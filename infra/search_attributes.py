@@ -15,13 +15,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.logs import get_logger
 from coord.models.wire import contract
+from coord.models.wire.errors import CoordError
 
 UNREADABLE = (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED)
 """The time-skipping test server has no operator service; a Temporal Cloud API key may not be
 allowed to read it (Cloud registers search attributes through its own control plane)."""
 
 
-class SetupNeeded(RuntimeError):
+class SetupNeeded(CoordError, RuntimeError):
     """The namespace lacks some of the project's search attributes."""
 
     def __init__(self, missing: list[str]) -> None:

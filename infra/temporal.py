@@ -16,6 +16,7 @@ from temporalio.service import RetryConfig
 from coord.infra.payload_store import data_converter
 from coord.infra.tracing import client_interceptors
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
+from coord.models.wire.errors import CoordError
 
 DEFAULT_ADDRESS = "localhost:7233"
 DEFAULT_UI_URL = "http://localhost:8233"
@@ -45,8 +46,8 @@ def ui_url() -> str:
     return os.environ.get("COORD_UI_URL", DEFAULT_UI_URL).rstrip("/")
 
 
-class ServerUnreachable(RuntimeError):
-    pass
+class ServerUnreachable(CoordError, RuntimeError):
+    """No Temporal server answers at the configured address."""
 
 
 OUTAGE_TOLERANCE = timedelta(minutes=10)
@@ -114,6 +115,16 @@ class ConnectionSettings:
                 f"cannot reach Temporal at {self.address}; is it running? "
                 "`coord server` starts one here, TEMPORAL_ADDRESS points elsewhere"
             ) from None
+
+
+async def connect(*, identity: str | None = None) -> Client:
+    """A client of the configured server, as every `coord` command connects: the address,
+    namespace, TLS and API key from the environment (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+    TEMPORAL_API_KEY, ...) or a profile of Temporal's config file (`temporalio.envconfig`), else
+    localhost:7233; with the project's data converter (large payloads go to the payload store).
+    `identity` is who the server records as the caller (default: $COORD_IDENTITY, else
+    user@host). ServerUnreachable when no server answers."""
+    return await ConnectionSettings.load().connect(identity=identity or client_identity())
 
 
 def workflow_link(workflow_id: str, namespace: str = "default") -> str:

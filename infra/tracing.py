@@ -13,7 +13,8 @@ connecting (tests do, with an in-memory exporter). Then:
   correlation, from any process, lands in the same trace;
 - the correlation id travels as OpenTelemetry baggage with the context, and `CorrelationSpans`
   writes it (`coord.correlation_id`) on every span started under it, in any process;
-- an agent run's span carries its event's ids and type and the agent (`RunAttributes`).
+- an agent run's span carries its event's ids and type and the agent (`run_context.RunContext`,
+  the worker's side, kept apart so that a client loads no worker code).
 """
 
 import hashlib
@@ -22,24 +23,16 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import structlog
 from opentelemetry import baggage, context, trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pydantic import BaseModel
-from temporalio import activity
 from temporalio import client as temporal_client
-from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
-from temporalio.worker import Interceptor as WorkerInterceptor
-
-from coord.models.mesh.agents import AgentRequest
 
 __all__ = [
     "CORRELATION_ATTRIBUTE",
     "CorrelationSpans",
-    "RunContext",
     "client_interceptors",
     "configure_tracing",
     "correlation_parent",
@@ -203,40 +196,11 @@ def client_interceptors() -> list[temporal_client.Interceptor]:
     costs nothing. A worker built on the client takes the tracing interceptor's worker side."""
     if not tracing_on():
         return []
+    # Loaded only when tracing is on: the SDK's tracing module loads its worker side too, which
+    # a client (a script's `import coord`) otherwise never needs.
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
     return [_Outbound(_CorrelationOutbound), TracingInterceptor(), _Outbound(_EventOutbound)]
-
-
-class _RunContextInbound(ActivityInboundInterceptor):
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        request = input.args[0] if input.args else None
-        if not isinstance(request, AgentRequest):
-            return await super().execute_activity(input)
-        envelope = request.event.event
-        fields = {
-            "correlation_id": envelope.correlation_id,
-            "causation_id": envelope.causation_id,
-            "event_id": envelope.id,
-            "workflow_id": activity.info().workflow_id,
-            "agent": request.agent,
-        }
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.set_attributes(event_attributes(request.event.model_dump(mode="json")))
-            span.set_attribute("coord.agent", request.agent)
-            if envelope.correlation_id:
-                span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
-        with structlog.contextvars.bound_contextvars(
-            **{key: value for key, value in fields.items() if value is not None}
-        ):
-            return await super().execute_activity(input)
-
-
-class RunContext(WorkerInterceptor):
-    """An agent run's event and agent, on its span (when tracing is on) and on every log line
-    written while it runs: correlation id, causation id, event id, workflow id, agent."""
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _RunContextInbound(next)
 
 
 def flush_tracing() -> None:

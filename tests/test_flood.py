@@ -24,7 +24,7 @@ from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
-from coord.workflows._runtime.arguments import SurplusArguments
+from coord.workflows._runtime.interceptor import SurplusArguments
 from tests.conftest import start_dev_server
 
 SIGNALS_PER_RUN = 400

@@ -1,5 +1,5 @@
 """The worker's Prometheus endpoint (`coord worker --metrics-port`), scraped over HTTP after a known
-scenario run by a `coord worker` process on the session's dev server: the seed's user-story
+scenario run by a `coord worker` process on the session's dev server: the user-story
 chain with one agent run dead-lettered and replayed, the phase-1 aggregator, the Feature
 Deployment saga compensated, the coordinator-mode plan through a review round, a vote with an
 `llm` voter, and an event that does not decode. Every metric of the
@@ -123,7 +123,7 @@ def agents_file(folder: Path, chat_url: str) -> Path:
 
 
 async def chain_with_a_replayed_dead_letter(client: Client, queue: str) -> None:
-    """The seed's chain, ux-designer failing for good on the first try (parked), replayed with
+    """The chain, ux-designer failing for good on the first try (parked), replayed with
     a fixed payload: the chain then runs to TestingCompleted. One event sent to the chain does
     not decode (refused, parked)."""
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
@@ -143,7 +143,7 @@ async def chain_with_a_replayed_dead_letter(client: Client, queue: str) -> None:
 
 
 async def aggregator_fed_directly(client: Client, queue: str) -> None:
-    """The seed's phase-1 aggregator, its three events addressed to it (no chain: nothing
+    """The phase-1 aggregator, its three events addressed to it (no chain: nothing
     else arrives in a chain's last workflow task, see docs/metrics.md "Counted once")."""
     spec = phase1()
     for kind, source in (API, WIREFRAME, TEST_PLAN):

@@ -12,9 +12,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.worker import Worker
 
-from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
+from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import WORKFLOWS, WorkerSet, build_worker

@@ -22,10 +22,11 @@ import pytest
 import yaml
 from temporalio.client import Client
 
-from coord.activities.kinds.demo import FEATURE_DEPLOYMENT_AGENTS, register_demo_agents
+from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.ledgers import read_ledger
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.contract import agent_task_queue
 from coord.starter import api

@@ -32,7 +32,10 @@ pytestmark = pytest.mark.slow
 def shipped_modules() -> list[str]:
     """Every module of the shipped packages, found in the checkout, so a package that
     discovery missed fails the import (`__main__` modules run `coord`: --help covers them)."""
-    modules = ["coord", "coord.worker"]
+    modules = ["coord", "coord.worker", "coord.agents", "coord.testing"]
+    modules += [
+        f"coord.testing.{path.stem}" for path in (ROOT / "coord" / "testing").glob("[!_]*.py")
+    ]
     for package in SHIPPED:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path.name == "__main__.py":
@@ -102,12 +105,18 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
         outside,
         env,
     )
-    (wheel,) = tmp_path.glob("event_coordinator-*.whl")  # with its s3 extra: infra.s3_store
+    (wheel,) = tmp_path.glob("event_coordinator-*.whl")  # with its extras: every module imports
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], outside, env)
     bin_dir = venv / "bin"
     run(
-        [str(bin_dir / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[s3]"],
+        [
+            str(bin_dir / "pip"),
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            f"{wheel}[llm,s3,testing]",
+        ],
         outside,
         env,
         timeout=600,
@@ -118,8 +127,12 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
         "import models, workflows\n"
         "from coord.starter.demo import EXAMPLES\n"
         "found = {m: importlib.import_module(m).__file__ for m in sys.argv[1:]}\n"
+        "from importlib.metadata import entry_points\n"
+        "root = pathlib.Path(found['coord']).parent\n"
         "print(json.dumps({'files': found, 'users': [models.OWNER, workflows.OWNER],\n"
-        "  'typed': (pathlib.Path(found['coord']).parent / 'py.typed').exists(),\n"
+        "  'typed': (root / 'py.typed').exists(),\n"
+        "  'schemas': sorted(p.name for p in (root / 'schemas').glob('*.json')),\n"
+        "  'plugin': [e.value for e in entry_points(group='pytest11') if e.name == 'coord'],\n"
         "  'examples': sorted(p.name for p in EXAMPLES.glob('*.yaml'))}))\n"
     )
     imported = json.loads(
@@ -129,10 +142,17 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
     assert imported["users"] == ["user models", "user workflows"]
     assert all(str(venv) in file for file in imported["files"].values())
     assert "feature-deployment.yaml" in imported["examples"]
+    assert imported["plugin"] == ["coord.testing.plugin"]
+    kinds = ["agents", "aggregator", "chain", "plan", "saga", "vote"]
+    assert imported["schemas"] == [f"{kind}.json" for kind in kinds]
 
     coord = str(bin_dir / "coord")
     assert "Usage: coord" in run([coord, "--help"], outside, env)
     assert run([coord, "--version"], outside, env).startswith("coord 0.1.0")
+    shipped = Path(imported["files"]["coord"]).parent
+    assert (
+        run([coord, "schema", "saga"], outside, env) == (shipped / "schemas/saga.json").read_text()
+    )
 
     port, ui_port = free_port(), free_port()
     server_env = {**env, "TEMPORAL_ADDRESS": f"127.0.0.1:{port}", "COORD_DEMO_AGENTS": "1"}

@@ -2,9 +2,19 @@
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    RootModel,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.filters import compile_filter
@@ -26,6 +36,10 @@ def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+EventTypes = str | Annotated[list[str], Field(max_length=MAX_ITEMS)]
+"""What a field taking one event type or several may be written as (its JSON Schema)."""
+
+
 class Publishes(BaseModel):
     """The event types a subscription declares: those the chain publishes around each run
     (`on_start`, `on_success`, `on_failure`) and those its agent may publish itself, by its
@@ -41,12 +55,24 @@ class Publishes(BaseModel):
     declaration decides (`AgentResult.may_publish`); set (`[]` included), the agent publishes
     only the types this subscription declares, and those its declaration allows."""
 
-    _one_or_many = field_validator("on_success", mode="before")(_as_list)
+    _one_or_many = field_validator("on_success", mode="before", json_schema_input_type=EventTypes)(
+        _as_list
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _a_list_is_events(cls, value: Any) -> Any:
         return {"events": value} if isinstance(value, list) else value
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        """A spec may write the list form (`publishes: [TypeA, TypeB]`, `_a_list_is_events`)."""
+        json_schema = handler(schema)
+        if handler.mode != "validation":
+            return json_schema
+        return {"anyOf": [json_schema, {"type": "array", "items": {"type": "string"}}]}
 
     @property
     def all(self) -> list[str]:
@@ -89,7 +115,9 @@ class Subscription(Routed):
     it (for agents that may run long); `false`: every run stays in the chain; unset: a run stays
     in the chain (the fast path) unless it starts while the chain is due to continue as new."""
 
-    _one_or_many = field_validator("events", mode="before")(_as_list)
+    _one_or_many = field_validator("events", mode="before", json_schema_input_type=EventTypes)(
+        _as_list
+    )
 
     @field_validator("filter")
     @classmethod

@@ -18,6 +18,7 @@ from coord.models.mesh.config import (
     WorkerSettings,
     publishes_allowed,
 )
+from coord.models.mesh.declared import unknown_agent
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RunBudget
 from coord.models.mesh.runs import RetryJitter
@@ -164,11 +165,7 @@ class AgentRegistry:
             ) from None
 
     def unknown(self, name: str) -> str:
-        """The one message for a name no agent answers to, from the worker and the CLI alike."""
-        known = (
-            ", ".join(sorted(self)) or "none (demo agents: --demo-agents or COORD_DEMO_AGENTS=1)"
-        )
-        return f"unknown agent {name!r}; known agents: {known}"
+        return unknown_agent(name, self)
 
     def __contains__(self, name: object) -> bool:
         return name in self._agents

@@ -9,6 +9,7 @@ from pydantic import (
     BeforeValidator,
     ValidationError,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     WrapValidator,
 )
 
@@ -53,8 +54,16 @@ def _naming_accepted_forms(value: Any, handler: ValidatorFunctionWrapHandler) ->
         raise ValueError(f"{value!r} is not a duration; use {ACCEPTED_FORMS}") from None
 
 
+DURATION_SCHEMA = {
+    "anyOf": [{"type": "string", "minLength": 1}, {"type": "number", "exclusiveMinimum": 0}],
+    "examples": ["90s", "2h", "1d", "1h30m", "500ms", 30, "PT1M30S"],
+}
+"""What a spec may write for a duration, in its JSON Schema: one of ACCEPTED_FORMS (the
+model's own refusal names them: the schema only tells a string or a number of seconds)."""
+
 Duration = Annotated[
     timedelta,
+    WithJsonSchema(DURATION_SCHEMA, mode="validation"),
     WrapValidator(_naming_accepted_forms),
     BeforeValidator(parse_duration),
     AfterValidator(_within_bounds),

@@ -1,12 +1,14 @@
 """Turning YAML/JSON documents into validated models, with errors that name the field."""
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ValidationError
+
+from coord.models.wire.errors import CoordError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -17,8 +19,13 @@ SCOPED_IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(~[A-Za-z0-9][A-Za-z0-9._:-]*)
 """An identifier, or two joined by `~` (a plan task's vote: `<plan_id>~<task_id>`)."""
 
 
-class SpecError(ValueError):
-    """A spec or payload that does not validate; the message is meant for the user as is."""
+class SpecError(CoordError, ValueError):
+    """A spec or payload that does not validate; the message is meant for the user as is, and
+    `problems` are its problems one by one (`coord validate` prints a line for each)."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = list(problems) or [message]
 
 
 MAX_COUNT = 2**31 - 2
@@ -64,21 +71,27 @@ def _field_path(location: tuple[int | str, ...]) -> str:
     return path
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """`field: problem; ...`, or just the problem when it concerns the whole document (whose
+def validation_problems(error: ValidationError) -> list[str]:
+    """`field: problem` each, or just the problem when it concerns the whole document (whose
     message then names its place itself)."""
     problems = []
     for e in error.errors():
         message = e["msg"].removeprefix("Value error, ")
         problems.append(f"{_field_path(e['loc'])}: {message}" if e["loc"] else message)
-    return "; ".join(problems)
+    return problems
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """`field: problem; ...`: every problem, on one line."""
+    return "; ".join(validation_problems(error))
 
 
 def parse_model(model: type[M], data: Any, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise SpecError(f"{source}: {describe_validation_error(error)}") from None
+        problems = [f"{source}: {problem}" for problem in validation_problems(error)]
+        raise SpecError(f"{source}: {describe_validation_error(error)}", problems) from None
 
 
 def read_document(path: Path) -> Any:

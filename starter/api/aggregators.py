@@ -41,6 +41,8 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
 async def start_aggregator(
     client: Client, spec: AggregatorSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, AggregatorState]:
+    """Start an aggregator on `queue` (default: $COORD_TASK_QUEUE); its first events may arrive
+    before it (`lookback`). Undeliverable when one with its workflow id already exists."""
     try:
         return await client.start_workflow(
             Aggregator.run, spec.model_dump(mode="json"), **_aggregator_start_options(spec, queue)
@@ -69,12 +71,15 @@ async def publish_to_aggregator(
 
 
 def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
+    """The handle of an aggregator, by its workflow id or its aggregator id."""
     return client.get_workflow_handle_for(
         Aggregator.run, contract.as_aggregator_workflow_id(workflow_id)
     )
 
 
 async def cancel_aggregator(client: Client, workflow_id: str) -> None:
+    """Stop an aggregator before it completes or times out; its record (kept in its memo)
+    stays readable with `aggregator_state`."""
     await aggregator_handle(client, workflow_id).cancel()
 
 

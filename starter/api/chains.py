@@ -42,6 +42,7 @@ def chain_summary(spec: ChainSpec, correlation_id: str) -> str:
 
 
 def chain_handle(client: Client, correlation_id: str) -> WorkflowHandle[Any, ChainState]:
+    """The handle of the chain of a correlation (`chain-<correlation_id>`)."""
     return client.get_workflow_handle_for(
         ReactiveChain.run, contract.chain_workflow_id(correlation_id)
     )
@@ -129,6 +130,8 @@ async def with_backpressure(
 async def start_chain(
     client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
 ) -> WorkflowHandle[Any, ChainState]:
+    """Start the chain of `correlation_id` on `queue` (default: $COORD_TASK_QUEUE), waiting for
+    its triggers. Undeliverable when the correlation already has a chain, running or ended."""
     try:
         return await client.start_workflow(
             ReactiveChain.run,
@@ -182,6 +185,8 @@ async def publish(
 
 
 async def chain_state(client: Client, correlation_id: str) -> ChainState:
+    """The chain's record: an ended chain's from its result (no worker needed), a running
+    one's from its `state` query."""
     handle = chain_handle(client, correlation_id)
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
@@ -190,10 +195,13 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
 
 
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
+    """The correlation table: one row per event the chain saw, with the ids linking each to
+    its cause (`causation_id`, `causes`), oldest first."""
     return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
 
 
 async def chain_running(client: Client, correlation_id: str) -> bool:
+    """Whether the correlation's chain is still running (an RPCError NOT_FOUND: it has none)."""
     description = await chain_handle(client, correlation_id).describe()
     return description.status == WorkflowExecutionStatus.RUNNING
 

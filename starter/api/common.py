@@ -23,6 +23,7 @@ from coord.infra.temporal import task_queue
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
+from coord.models.wire.errors import CoordError
 
 log = get_logger("coord.api")
 R = TypeVar("R")
@@ -44,19 +45,19 @@ class Recorded(Protocol):
     def search_attributes(self) -> contract.SearchValues: ...
 
 
-class Undeliverable(RuntimeError):
+class Undeliverable(CoordError, RuntimeError):
     """The event could not be delivered; the message says why and what to do."""
 
 
-class Conflict(RuntimeError):
+class Conflict(CoordError, RuntimeError):
     """The workflow's state forbids the operation: its id is running, or it has ended."""
 
 
-class NotFound(RuntimeError):
+class NotFound(CoordError, RuntimeError):
     """No workflow with that id."""
 
 
-class NoWorker(RuntimeError):
+class NoWorker(CoordError, RuntimeError):
     """No worker polls the task queue, so nothing would ever run; the message says which."""
 
 

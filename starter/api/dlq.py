@@ -197,6 +197,7 @@ async def dlq_replay(
 async def dlq_archive(
     client: Client, entry_id: str, note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> DlqEntry:
+    """Close one entry without delivering it, saying why (`note`)."""
     request = ArchiveRequest(note=note)
     return await _ask(client, entry_id, DeadLetterEntry.archive, request, answer_time)
 
@@ -234,6 +235,8 @@ async def dlq_replay_many(
     *,
     answer_time: timedelta = ANSWER_TIME,
 ) -> list[BulkOutcome]:
+    """Replay each entry (with the corrected payload when there is one entry); one refusal
+    does not stop the others, and each outcome says how its entry went."""
     if payload is not None and len(entry_ids) > 1:
         raise SpecError("--payload: a corrected payload replaces one entry's payload, not several")
     return await _each(
@@ -244,6 +247,7 @@ async def dlq_replay_many(
 async def dlq_archive_many(
     client: Client, entry_ids: Sequence[str], note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> list[BulkOutcome]:
+    """Archive each entry with `note`; one refusal does not stop the others."""
     return await _each(
         entry_ids, lambda entry_id: dlq_archive(client, entry_id, note, answer_time=answer_time)
     )

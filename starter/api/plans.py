@@ -63,6 +63,8 @@ def plan_details(spec: PlanSpec) -> str:
 async def start_plan(
     client: Client, spec: PlanSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, PlanState]:
+    """Start the plan on `queue` (default: $COORD_TASK_QUEUE); `plan_outcome(handle)` waits for
+    its final report."""
     first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
     summary, details = plan_summary(spec), plan_details(spec)
     return await start_run(client, TaskGraph.run, spec, first, queue, summary, details)

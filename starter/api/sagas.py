@@ -34,6 +34,8 @@ def saga_summary(spec: SagaSpec) -> str:
 async def start_saga(
     client: Client, spec: SagaSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, SagaState]:
+    """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
+    its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running."""
     return await client.start_workflow(
         Saga.run,
         spec.model_dump(mode="json"),
@@ -48,6 +50,7 @@ async def start_saga(
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
+    """The handle of a saga, by its saga id (`saga-<saga_id>`)."""
     return client.get_workflow_handle_for(Saga.run, contract.saga_workflow_id(saga_id))
 
 
@@ -70,6 +73,8 @@ async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
 
 
 async def saga_state(client: Client, saga_id: str) -> SagaState:
+    """The saga's record: steps done, compensations, the events it published; an ended saga's
+    read without a worker."""
     return await saga_record(saga_handle(client, saga_id))
 
 

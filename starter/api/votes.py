@@ -28,6 +28,8 @@ def vote_summary(spec: VoteSpec) -> str:
 async def start_vote(
     client: Client, spec: VoteSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, VoteState]:
+    """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
+    its record."""
     first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
     summary, details = vote_summary(spec), spec.description or None
     return await start_run(client, Vote.run, spec, first, queue, summary, details)

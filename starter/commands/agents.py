@@ -12,12 +12,12 @@ from rich.text import Text
 from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.temporal import task_queue
+from coord.models.mesh.declared import declared_agents
 from coord.models.mesh.health import AgentHealth
 from coord.models.mesh.ledger import WINDOW
 from coord.models.wire.durations import format_duration
 from coord.starter import render
 from coord.starter.commands.common import AsJson, connect, runs_async, show_record
-from coord.worker import default_registry
 
 app = typer.Typer()
 WINDOW_TEXT = format_duration(WINDOW)
@@ -42,7 +42,7 @@ async def agents(
     or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
     agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
     worker reports serving."""
-    registry = default_registry(agents_file)
+    registry = declared_agents(agents_file)
     client = await connect()
     rows = [
         row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})

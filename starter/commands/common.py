@@ -18,17 +18,18 @@ from rich.console import RenderableType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from coord.infra import temporal
 from coord.infra.logs import get_logger
-from coord.infra.temporal import ConnectionSettings, client_identity, task_queue, workflow_link
+from coord.infra.temporal import task_queue, workflow_link
 from coord.models import checks
 from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.declared import declared_agents
 from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
 from coord.starter.progress import Watch, outcome_with_progress
-from coord.worker import default_registry
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -102,9 +103,9 @@ def unexpected(error: Exception) -> tuple[ExitCode, str]:
 
 
 async def connect() -> Client:
-    """A client of the configured server (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, profiles: see
-    infra/temporal.py); an unreachable one is ServerUnreachable, exit code 6."""
-    return await ConnectionSettings.load().connect(identity=client_identity())
+    """A client of the configured server (`coord.infra.temporal.connect`, as scripts connect);
+    an unreachable one is ServerUnreachable, exit code 6."""
+    return await temporal.connect()
 
 
 def echo_started(client: Client, workflow_id: str) -> None:
@@ -183,5 +184,6 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
 
 def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
     """The SDK's one check (`coord.models.checks.check_agents`, the rule `run_agent` applies)
-    against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS)."""
-    checks.check_agents(source, spec, default_registry())
+    against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS),
+    read from their declarations: no agent's code is imported or run here."""
+    checks.check_agents(source, spec, declared_agents())

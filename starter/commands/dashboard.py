@@ -8,13 +8,13 @@ import httpx
 import typer
 
 from coord.infra.temporal import task_queue
+from coord.models.mesh.declared import declared_agents
 from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import connect, runs_async
 from coord.starter.dashboard.collect import Dashboard, metrics_source
 from coord.starter.dashboard.terminal import show_live, show_once
 from coord.starter.dashboard.web import serve
 from coord.starter.exits import ExitCode
-from coord.worker import default_registry
 
 app = typer.Typer()
 DEFAULT_PORT = 8765
@@ -62,7 +62,7 @@ async def dashboard(
         board = Dashboard(
             metrics_source(prometheus, metrics or [], http, once=once),
             connect,
-            default_registry(agents_file),
+            declared_agents(agents_file),
             task_queue(),
         )
         if web:

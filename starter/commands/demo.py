@@ -5,7 +5,6 @@ from typing import Annotated
 import typer
 
 from coord.starter.commands.common import runs_async
-from coord.starter.demo import run_demo
 
 app = typer.Typer()
 
@@ -18,4 +17,6 @@ async def demo(
     ] = False,
 ) -> None:
     """Run the Feature Deployment saga to success, then failing at DeployToProduction."""
+    from coord.starter.demo import run_demo  # hosts a worker: loaded only for this command
+
     await run_demo(keep_serving=not exit_when_done)

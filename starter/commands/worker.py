@@ -1,5 +1,8 @@
 """`coord worker` runs a worker against the configured server; `coord dev` runs an embedded
-server and a worker together."""
+server and a worker together.
+
+The only commands that host a worker, so the only ones that load it (with the agents' code), and
+only when they run: every other command checks specs against the agents' declarations alone."""
 
 import asyncio
 from pathlib import Path
@@ -11,13 +14,6 @@ from temporalio.runtime import Runtime
 from coord.infra.devserver import local_temporal
 from coord.infra.metrics import DEFAULT_BIND, MetricsEndpoint
 from coord.starter.commands.common import runs_async
-from coord.worker import (
-    build_worker,
-    default_registry,
-    run_worker,
-    start_agent_monitor,
-    worker_runtime,
-)
 
 app = typer.Typer()
 DemoAgents = Annotated[
@@ -61,6 +57,8 @@ async def worker(
 ) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233): the
     workflows on the coordinator queue, and each agent on its own queue (`agent-<name>`)."""
+    from coord.worker import run_worker
+
     names = [name.strip() for name in only.split(",") if name.strip()] if only is not None else None
     endpoint = MetricsEndpoint.of(metrics_port, metrics_bind)
     await run_worker(
@@ -72,6 +70,8 @@ async def worker(
 @runs_async
 async def dev(demo_agents: DemoAgents = False) -> None:
     """Run server and worker together for local work."""
+    from coord.worker import build_worker, default_registry, start_agent_monitor, worker_runtime
+
     Runtime.set_default(worker_runtime(), error_if_already_set=False)
     registry = default_registry(demo_agents=demo_agents)
     async with (

@@ -12,6 +12,7 @@ from temporalio.service import RPCError
 
 from coord.infra.temporal import ServerUnreachable
 from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.declared import DeclaredAgents
 from coord.models.ops.dashboard import EventFigures, PatternFigures, Snapshot, Source, snapshot
 from coord.starter.dashboard.metrics import (
     SOURCE_ERRORS,
@@ -56,7 +57,7 @@ class Dashboard:
         self,
         metrics: MetricsSource | None,
         connect: Callable[[], Awaitable[Client]],
-        registry: AgentRegistry,
+        registry: AgentRegistry | DeclaredAgents,
         queue: str,
     ) -> None:
         self.metrics = metrics

@@ -13,6 +13,7 @@ from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledger
 from coord.models.dlq.letter import DlqSelection, EntrySummary
 from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.declared import DeclaredAgents
 from coord.models.ops.dashboard import (
     Breaker,
     OldEntry,
@@ -52,7 +53,7 @@ class TemporalReader:
     def __init__(
         self,
         client: Client,
-        registry: AgentRegistry,
+        registry: AgentRegistry | DeclaredAgents,
         queue: str,
         *,
         oldest_shown: int = OLDEST_SHOWN,

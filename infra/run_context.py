@@ -1,0 +1,47 @@
+"""An agent run's context, on its span and its log lines: the worker's side of tracing
+(`coord.infra.tracing`), apart from it so that a client, which never runs an agent, loads no
+worker code."""
+
+from typing import Any
+
+import structlog
+from opentelemetry import trace
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
+from temporalio.worker import Interceptor as WorkerInterceptor
+
+from coord.infra.tracing import CORRELATION_ATTRIBUTE, event_attributes
+from coord.models.mesh.agents import AgentRequest
+
+
+class _RunContextInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        request = input.args[0] if input.args else None
+        if not isinstance(request, AgentRequest):
+            return await super().execute_activity(input)
+        envelope = request.event.event
+        fields = {
+            "correlation_id": envelope.correlation_id,
+            "causation_id": envelope.causation_id,
+            "event_id": envelope.id,
+            "workflow_id": activity.info().workflow_id,
+            "agent": request.agent,
+        }
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(event_attributes(request.event.model_dump(mode="json")))
+            span.set_attribute("coord.agent", request.agent)
+            if envelope.correlation_id:
+                span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
+        with structlog.contextvars.bound_contextvars(
+            **{key: value for key, value in fields.items() if value is not None}
+        ):
+            return await super().execute_activity(input)
+
+
+class RunContext(WorkerInterceptor):
+    """An agent run's event and agent, on its span (when tracing is on) and on every log line
+    written while it runs: correlation id, causation id, event id, workflow id, agent."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _RunContextInbound(next)

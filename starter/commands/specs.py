@@ -1,0 +1,65 @@
+"""`coord schema` prints a spec kind's JSON Schema; `coord validate` checks spec files offline
+(docs/specs.md). Neither needs a server, and neither loads any agent's code."""
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.models.kinds import SpecKind, file_problems, schema_of
+from coord.models.mesh.declared import declared_agents
+from coord.starter.commands.common import runs_async
+from coord.starter.exits import ExitCode
+
+app = typer.Typer()
+
+
+@app.command()
+def schema(
+    kind: Annotated[
+        SpecKind,
+        typer.Argument(metavar="KIND", help="saga, chain, aggregator, plan, vote or agents"),
+    ],
+) -> None:
+    """Print the JSON Schema (draft 2020-12) of a kind of spec file, for editors and CI; the
+    repository ships them as schemas/<kind>.json."""
+    typer.echo(json.dumps(schema_of(kind), indent=2))
+
+
+@app.command()
+@runs_async
+async def validate(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files (YAML or JSON)")],
+    kind: Annotated[
+        SpecKind | None,
+        typer.Option(help="Their kind, when their shape does not tell (default: by shape)"),
+    ] = None,
+    agents: Annotated[
+        Path | None,
+        typer.Option(help="Check agents against this agents file (also $COORD_AGENTS)"),
+    ] = None,
+    demo_agents: Annotated[
+        bool,
+        typer.Option("--demo-agents", help="Count the demo agents in (also $COORD_DEMO_AGENTS)"),
+    ] = False,
+    correlation_id: Annotated[
+        str | None,
+        typer.Option(help="As `start --correlation-id` gives it, to specs that have the field"),
+    ] = None,
+) -> None:
+    """Check spec files without a server: each is read, its kind told by its shape (or
+    --kind), validated as `coord ... start` would, and its agents checked against those a
+    worker started here would serve (--agents, --demo-agents), from their declarations. One
+    line per problem, `FILE: FIELD: PROBLEM`; exit code 0 when every file is valid, 1 when not."""
+    declared = declared_agents(agents, demo_agents=demo_agents)
+    overrides = {"correlation_id": correlation_id} if correlation_id else None
+    failing = 0
+    for path in files:
+        problems = file_problems(path, declared, kind, overrides)
+        failing += bool(problems)
+        for line in problems:
+            typer.echo(line)
+    typer.echo(f"{len(files) - failing} of {len(files)} files valid", err=True)
+    if failing:
+        raise typer.Exit(ExitCode.REFUSED)

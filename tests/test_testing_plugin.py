@@ -1,0 +1,189 @@
+"""The pytest plugin users test with (coord/testing.py): loaded once, by its entry point; its
+helpers on the real servers (time skipping, aggregators, plans); its assertions' messages; and a
+user's project outside this repository that has nothing but the plugin."""
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from coord import testing
+from coord.models.aggregator.spec import AggregatorStatus
+from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.spec import PlanStatus
+from coord.models.saga.spec import SagaState, SagaStatus
+from coord.testing import (
+    Coordination,
+    assert_caused,
+    assert_plan,
+    assert_saga,
+    assert_timeline,
+    causation_path,
+    plugin,
+)
+from tests.helpers import PHASE1
+
+WITH_WORKER = pytest.mark.usefixtures("coord_worker")
+
+
+def test_the_plugin_is_registered_once_by_its_entry_point(pytestconfig: pytest.Config) -> None:
+    manager = pytestconfig.pluginmanager
+    assert manager.get_plugin("coord") is plugin
+    assert [each for each in manager.get_plugins() if each is plugin] == [plugin]
+
+
+def test_loading_the_plugin_costs_a_project_that_does_not_use_it_nothing() -> None:
+    """pytest loads it in every project of the environment: it imports no Temporal, no worker."""
+    probe = (
+        "import sys, coord.testing.plugin; "
+        "print(sorted(m for m in sys.modules if m.startswith(('coord', 'temporalio'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    assert loaded.stdout.strip() == (
+        "['coord', 'coord.testing', 'coord.testing.names', 'coord.testing.plugin']"
+    )
+
+
+@pytest.mark.coord_time_skipping
+@WITH_WORKER
+async def test_skip_moves_the_time_skipping_servers_clock_past_a_deadline(
+    coord: Coordination,
+) -> None:
+    """The aggregator waits 2 hours for phase 1; skipping 3 hours times it out."""
+    workflow_id = await coord.start_aggregator(PHASE1, correlation_id="story-1", lookback=False)
+    assert (await coord.aggregator(workflow_id)).status == AggregatorStatus.WAITING
+    await coord.skip(timedelta(hours=3))
+
+    async def timed_out() -> bool:
+        return (await coord.aggregator(workflow_id)).status == AggregatorStatus.TIMED_OUT
+
+    await testing.eventually(timed_out)
+
+
+async def test_skip_on_the_dev_server_says_which_mark_it_needs(coord: Coordination) -> None:
+    with pytest.raises(RuntimeError, match=r"mark the test @pytest.mark.coord_time_skipping"):
+        await coord.skip(timedelta(seconds=1))
+
+
+@WITH_WORKER
+async def test_a_plan_runs_from_its_fields_and_its_report_is_asserted(coord: Coordination) -> None:
+    spec = {
+        "plan_id": testing.unique("docs"),
+        "tasks": [
+            {"id": "write", "agent": "doc-writer"},
+            {"id": "test", "agent": "doc-tester", "depends_on": ["write"]},
+        ],
+    }
+    state = await coord.run_plan(spec)
+    assert_plan(state, PlanStatus.COMPLETED, tasks={"write": "succeeded", "test": "succeeded"})
+    with pytest.raises(AssertionError, match=r"expected tasks \{'test': 'error'\}"):
+        assert_plan(state, PlanStatus.COMPLETED, tasks={"test": "error"})
+
+
+def row(
+    seq: int, event: str, cause: str | None = None, causes: list[str] | None = None
+) -> TimelineEntry:
+    return TimelineEntry(
+        seq=seq,
+        time=datetime(2026, 1, 1, tzinfo=UTC),
+        event=event,
+        agent="/test",
+        correlation_id="c",
+        event_id=f"e{seq}",
+        causation_id=cause,
+        causes=causes if causes is not None else [cause] if cause else [],
+    )
+
+
+TIMELINE = [row(1, "A"), row(2, "B", "e1"), row(3, "C"), row(4, "D", "e3", ["e2", "e3"])]
+
+
+def test_the_timeline_assertions_say_what_happened_instead() -> None:
+    assert_timeline(TIMELINE, "A", "C", "D")
+    with pytest.raises(AssertionError, match=r"A is missing after what came before it.*B → C"):
+        assert_timeline(TIMELINE, "B", "A")
+    assert causation_path(TIMELINE, "D") == ["C", "D"]
+    assert causation_path(TIMELINE, "B") == ["A", "B"]
+    assert_caused(TIMELINE, "D", by="B")  # a join: every event it waited for is a cause
+    with pytest.raises(AssertionError, match="D was caused by B, C, not A"):
+        assert_caused(TIMELINE, "D", by="A")
+    with pytest.raises(AssertionError, match="no E in the timeline: A, B, C, D"):
+        causation_path(TIMELINE, "E")
+
+
+def test_the_saga_assertion_shows_the_record() -> None:
+    state = SagaState(saga_id="s", status=SagaStatus.COMPENSATED, failure_reason="boom")
+    with pytest.raises(AssertionError, match=r"saga s: compensated, steps .*, failure: boom"):
+        assert_saga(state, SagaStatus.COMPLETED)
+
+
+USER_TEST = """
+import pytest
+from coord.testing import Coordination, assert_timeline
+
+@pytest.fixture
+def coord_agents():
+    return "agents.yaml"
+
+@pytest.mark.usefixtures("coord_worker")
+async def test_echo(coord: Coordination) -> None:
+    correlation_id = await coord.start_chain("chain.yaml")
+    await coord.publish(correlation_id, "Ping", {"n": 1})
+    await coord.close_chain(correlation_id)
+    assert_timeline(await coord.timeline(correlation_id), "Ping", "Pong")
+"""
+
+
+def user_project(directory: Path, loop_scope: str) -> None:
+    (directory / "pyproject.toml").write_text(
+        "[tool.pytest.ini_options]\n"
+        'asyncio_mode = "auto"\n'
+        'asyncio_default_fixture_loop_scope = "session"\n'
+        f'asyncio_default_test_loop_scope = "{loop_scope}"\n'
+    )
+    (directory / "echo.py").write_text(
+        "async def echo(event, context):\n    return dict(event.payload)\n"
+    )
+    (directory / "agents.yaml").write_text(
+        "agents:\n  echo: {kind: python, callable: 'echo:echo'}\n"
+    )
+    (directory / "chain.yaml").write_text(
+        "name: echo\ntriggers: [Ping]\n"
+        "subscriptions: [{agent: echo, events: Ping, publishes: {on_success: Pong}}]\n"
+    )
+    (directory / "test_echo.py").write_text(USER_TEST)
+
+
+def run_pytest(directory: Path) -> subprocess.CompletedProcess[str]:
+    """pytest in a project of the user's: only the installed package and its entry point."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COORD_", "TEMPORAL_"))}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(directory)],
+        cwd=directory,
+        env={**env, "PYTHONPATH": str(directory)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_users_project_tests_its_chain_with_the_plugin_alone(tmp_path: Path) -> None:
+    user_project(tmp_path, "session")
+    done = run_pytest(tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
+
+
+def test_a_test_on_a_loop_of_its_own_is_stopped_saying_what_to_set(tmp_path: Path) -> None:
+    """A test on its own event loop would wait forever on the session's clients."""
+    user_project(tmp_path, "function")
+    done = run_pytest(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert 'set asyncio_default_test_loop_scope = "session"' in done.stdout

@@ -1,0 +1,63 @@
+"""The worker interceptor folding a signal's, update's or run's surplus arguments into the
+handler's last one (`arguments.fitted`); the worker installs it, the workflows never import it."""
+
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    HandleSignalInput,
+    HandleUpdateInput,
+    Interceptor,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from coord.workflows._runtime.arguments import fitted, positional
+
+
+class SurplusArguments(Interceptor):
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _SurplusArgumentsInbound
+
+
+class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
+    async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+        input.args = fitted(input.args, positional(input.run_fn) - 1)  # unbound: less self
+        return await super().execute_workflow(input)
+
+    async def handle_signal(self, input: HandleSignalInput) -> None:
+        # The method itself, not the SDK's handler (async ones are wrapped as `*args`); our
+        # handlers are named after their signals.
+        method = getattr(workflow.instance(), input.signal, None)
+        if workflow.get_signal_handler(input.signal) is not None and callable(method):
+            function = getattr(method, "__func__", None)
+            takes = positional(method) if function is None else positional(function) - 1
+            input.args = fitted(input.args, takes)
+        await super().handle_signal(input)
+
+    def handle_update_validator(self, input: HandleUpdateInput) -> None:
+        input.args = _raw_update_args(input.update, input.args)
+        super().handle_update_validator(input)
+
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        input.args = _raw_update_args(input.update, input.args)
+        return await super().handle_update_handler(input)
+
+
+def _raw_update_args(update: str, args: Sequence[Any]) -> Sequence[Any]:
+    """Updates whose handler takes its input raw (a plan's `approve`, named after its update)
+    are folded like signals, so their validator refuses the count instead of raising a
+    TypeError; typed handlers (the dead-letter entry's) are left as the SDK calls them."""
+    function = getattr(getattr(workflow.instance(), update, None), "__func__", None)
+    if function is None:
+        return args
+    parameters = list(inspect.signature(function).parameters.values())[1:]  # less self
+    if not parameters or parameters[-1].annotation is not RawValue:
+        return args
+    return fitted(args, positional(function) - 1)
