@@ -91,7 +91,7 @@ def test_server_dispatches_tasks_as_the_embedded_one() -> None:
 # --- Metrics: every worker's endpoint, Prometheus scraping them, Grafana provisioned ------------
 
 DEPLOY = ROOT / "deploy"
-SEED_SECTIONS = {
+EVENT_SECTIONS = {
     "Throughput (last hour)": {
         "Events published",
         "Events consumed",
@@ -177,13 +177,13 @@ def test_the_dashboards_load_each_with_its_own_uid() -> None:
         assert len(set(ids)) == len(ids)
 
 
-def test_the_event_dashboard_has_the_seed_s_four_sections() -> None:
+def test_the_event_dashboard_has_the_four_sections_of_the_event_system() -> None:
     found = sections(dashboards()["coord-events.json"])
-    for section, wanted in SEED_SECTIONS.items():
+    for section, wanted in EVENT_SECTIONS.items():
         assert wanted <= found[section], section
 
 
-def test_the_seed_s_tables_show_the_seed_s_columns() -> None:
+def test_the_topic_and_agent_tables_show_their_columns() -> None:
     by_title = {panel["title"]: panel for panel in panels(dashboards()["coord-events.json"])}
     columns = {
         "Topics (last hour)": ["Published", "Consumed", "Lag"],
