@@ -89,6 +89,7 @@ def test_the_schema_describes_fields_in_the_models_words() -> None:
 
 
 async def test_validate_passes_the_examples_with_the_agents_they_are_run_with() -> None:
+    examples = sorted((ROOT / "examples").glob("*.yaml"))
     code, out, err = await run(
         COORD,
         "validate",
@@ -97,11 +98,11 @@ async def test_validate_passes_the_examples_with_the_agents_they_are_run_with() 
         str(ROOT / "examples" / "vote-agents.yaml"),
         "--correlation-id",
         "story-42",
-        *map(str, sorted((ROOT / "examples").glob("*.yaml"))),
+        *map(str, examples),
         env=NO_AGENTS,
     )
     assert (code, out) == (0, ""), out + err
-    assert err == "10 of 10 files valid\n"
+    assert err == f"{len(examples)} of {len(examples)} files valid\n"
 
 
 async def test_validate_prints_each_problem_of_each_file_on_its_own_line(tmp_path: Path) -> None:
