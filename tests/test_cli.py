@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -62,17 +63,23 @@ async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
 
 @pytest.mark.slow
 async def test_saga_start_wait_state_and_cancel(
-    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     env = server_env(dev_env, task_queue)
     failing = json.dumps({"inject": {"fail": ["DeployToProduction"]}})
     saga_id = f"cli-{task_queue}"
+    # one retry, not jittered: it waits its whole 4 s, long enough for --wait to see it waiting
+    spec = yaml.safe_load(FEATURE_DEPLOYMENT.read_text())
+    production = next(s for s in spec["steps"] if s["name"] == "DeployToProduction")
+    production["retry"] |= {"max_retries": 1, "initial_delay": "4s", "jitter": "none"}
+    retried = tmp_path / "feature-deployment.yaml"
+    retried.write_text(yaml.safe_dump(spec))
     async with build_worker(client, task_queue):
         code, out, progress = await run(
             COORD,
             "saga",
             "start",
-            str(FEATURE_DEPLOYMENT),
+            str(retried),
             "--id",
             saga_id,
             "--input",

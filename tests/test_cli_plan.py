@@ -63,7 +63,8 @@ async def test_start_wait_prints_the_final_table_and_state_reads_it_as_table_and
     failing = {"inject": {"fail": ["python-pro"]}}
     document = yaml.safe_load(path.read_text())
     document["tasks"][2]["input"] = failing
-    document["tasks"][2]["retry"] = {"max_retries": 1, "initial_delay": "3s"}
+    # no jitter: the retry waits its whole 6 s, long enough for --wait to see it waiting
+    document["tasks"][2]["retry"] = {"max_retries": 1, "initial_delay": "6s", "jitter": "none"}
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, out, err = await run(COORD, "plan", "start", str(path), "--wait", env=env)
