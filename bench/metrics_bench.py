@@ -1,7 +1,12 @@
-"""What the metrics endpoint costs: saga and chain throughput with metrics on and off, in
-interleaved rounds in one process.
+"""What the metrics endpoint costs, or tracing: saga and chain throughput with it on and off,
+in interleaved rounds in one process.
 
     .venv/bin/python -m bench.metrics_bench [--sagas 20] [--events 200] [--rounds 3]
+    .venv/bin/python -m bench.metrics_bench --tracing   # tracing on and off instead
+
+With `--tracing`, `on` is a client (and so its workers) with the tracing interceptors
+(`coord.infra.tracing.client_interceptors`, spans batched into memory), `off` one without;
+both run with the no-op meter.
 
 Why the comparison is fair: both sides are the project's own workers, in one process, against
 one server, each on its own task queue and on an SDK runtime of its own: `on` with the
@@ -23,6 +28,10 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
 from bench.chain_bench import (
@@ -43,6 +52,7 @@ from bench.saga_bench import project_side
 from bench.server import bench_server
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.process import exit_without_teardown
+from coord.infra.tracing import CorrelationSpans, client_interceptors
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.saga.spec import SagaSpec
@@ -83,13 +93,16 @@ def free_port() -> int:
     return port
 
 
-async def side_of(base: Client, name: str, endpoint: MetricsEndpoint | None) -> Side:
+async def side_of(
+    base: Client, name: str, endpoint: MetricsEndpoint | None, tracing: bool = False
+) -> Side:
     config = base.service_client.config
     client = await Client.connect(
         config.target_host,
         namespace=base.namespace,
         runtime=worker_runtime(endpoint),
         data_converter=base.data_converter,
+        interceptors=client_interceptors() if tracing else [],
     )
     return Side(
         name, client, f"bench-metrics-{name}-{uuid.uuid4().hex[:8]}", StartRecorder(), endpoint
@@ -167,11 +180,24 @@ def report(rounds: list[Round]) -> None:
         )
 
 
-async def bench(sagas: int, events: int, concurrency: int, warmup: int, rounds: int) -> int:
+def trace_into_memory() -> InMemorySpanExporter:
+    """Spans go to memory, batched as an exporter to a collector would have them."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(CorrelationSpans())
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+async def bench(
+    sagas: int, events: int, concurrency: int, warmup: int, rounds: int, tracing: bool
+) -> int:
     spec = load_spec(SagaSpec, EXAMPLE)
+    spans = trace_into_memory() if tracing else None
     async with bench_server() as (base, server):
         sides = {
-            ON: await side_of(base, ON, MetricsEndpoint(free_port())),
+            ON: await side_of(base, ON, None if tracing else MetricsEndpoint(free_port()), tracing),
             OFF: await side_of(base, OFF, None),
         }
         runs = {name: project_side(side.client, side.queue, spec) for name, side in sides.items()}
@@ -186,16 +212,22 @@ async def bench(sagas: int, events: int, concurrency: int, warmup: int, rounds: 
                     chain = await chain_round(sides[name], events)
                     results.append(Round(round_, name, sagas_done, chain))
             endpoint = sides[ON].endpoint
-            assert endpoint is not None
-            recorded = recorded_sagas(endpoint)
-    print("Metrics on (Prometheus exporter) vs off (no-op meter): project sagas and chains")
+            recorded = recorded_sagas(endpoint) if endpoint is not None else 0.0
+    if spans is not None:
+        print("Tracing on (interceptors, spans batched to memory) vs off: project sagas and chains")
+    else:
+        print("Metrics on (Prometheus exporter) vs off (no-op meter): project sagas and chains")
     print(f"server: {server}; CPUs: {os.cpu_count()}")
     print(
         f"per side and round: {sagas} sagas (concurrency {concurrency}), {events} chain events "
         f"({COMPARISON_SENDERS} senders); rounds: {rounds}, interleaved; warm-up: {warmup} sagas"
     )
     report(results)
-    print(f"the `on` endpoint counted {recorded:.0f} sagas ended")
+    if spans is not None:
+        trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
+        print(f"the `on` side's spans: {len(spans.get_finished_spans())}")
+    else:
+        print(f"the `on` endpoint counted {recorded:.0f} sagas ended")
     failures = [failure for result in results for failure in result.sagas.failures]
     return 1 if failures else 0
 
@@ -207,10 +239,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10, help="sagas in flight at most")
     parser.add_argument("--warmup", type=int, default=3, help="untimed sagas per side first")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per side")
+    parser.add_argument("--tracing", action="store_true", help="compare tracing on and off")
     args = parser.parse_args()
     if min(args.sagas, args.events, args.concurrency, args.warmup, args.rounds) < 1:
         parser.error("every count must be at least 1")
-    run = bench(args.sagas, args.events, args.concurrency, args.warmup, args.rounds)
+    run = bench(args.sagas, args.events, args.concurrency, args.warmup, args.rounds, args.tracing)
     exit_without_teardown(lambda: asyncio.run(run))
 
 
