@@ -1,1 +1,0 @@
-"""The manual's tooling: what renders the generated parts of docs/ from the code."""
