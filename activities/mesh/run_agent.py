@@ -173,6 +173,7 @@ def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) ->
         inputs=inputs,
         reporter=ProgressReporter(_heartbeat_from_any_thread()),
         tokens=request.tokens,
+        effort=request.effort,
     )
 
 

@@ -22,6 +22,7 @@ from coord.models.mesh.declared import unknown_agent
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RunBudget
 from coord.models.mesh.runs import RetryJitter
+from coord.models.mesh.tiers import Effort
 from coord.models.mesh.usage import TokenAllowance
 from coord.models.wire.contract import FailureType, failure
 from coord.models.wire.specs import MAX_COUNT, JsonObject, SpecError
@@ -85,6 +86,9 @@ class AgentContext:
     tokens: TokenAllowance | None = None
     """The request's `tokens`: what the run's workflow has used and its spec's budget (an
     `llm` agent refuses to run when nothing is left; another agent may read it too)."""
+    effort: Effort | None = None
+    """The request's `effort`: the model tier its task asks for (an `llm` agent's model and
+    timeout when it declares none of its own)."""
 
     def progress(self, summary: str) -> None:
         """Say what the agent is doing now, in a few words (`"Fixing null check"`); the run's
@@ -211,6 +215,9 @@ class AgentRequest(BaseModel):
     """The tokens the run's workflow has used and its spec's token budget, for an `llm` agent to
     refuse the run when nothing is left (`coord.models.mesh.usage`). None: nothing used and no
     budget in the spec."""
+    effort: Effort | None = None
+    """The model tier the run's task asks for (a plan task's `kind`, `TASK_KIND_EFFORT`); None:
+    the agent's own `effort`."""
 
 
 class PublishRequest(BaseModel):

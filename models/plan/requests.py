@@ -7,6 +7,7 @@ from typing import Any
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentRequest
+from coord.models.mesh.tiers import TASK_KIND_EFFORT
 from coord.models.plan.records import TaskBook
 from coord.models.plan.spec import PlanSpec, PlanTask
 
@@ -28,6 +29,7 @@ class TaskRequests:
         key = f"{workflow_id}/{task.id}/{round}"
         request = self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
         request.result_limit = self._spec.result_limit
+        request.effort = TASK_KIND_EFFORT[task.kind] if task.kind else None
         return request
 
     def reviewer_request(

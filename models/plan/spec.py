@@ -27,6 +27,7 @@ from coord.models.mesh.lifecycle import RunFailure
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
+from coord.models.mesh.tiers import TaskKind
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
@@ -178,6 +179,9 @@ class PlanTask(Routed):
     priority: Priority = Priority.NORMAL
     summary: str = Field(default="", max_length=MAX_NAME)
     """What the task does, in a few words: the activity summary shown in the UI."""
+    kind: TaskKind | None = None
+    """`mechanical`, `integration` or `review`: the model tier its run asks of an `llm` agent
+    that names no model of its own (`TASK_KIND_EFFORT`: quick, normal, thorough)."""
     review: ReviewGate | None = None
     verify: DualVerification | None = None
     approval: ApprovalGate | None = None

@@ -413,6 +413,10 @@ class FailureType(StrEnum):
     """An `llm` run refused before the model was called: the token budget of its correlation's
     workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has
     nothing left. Not retried: nothing left now is nothing left on a retry."""
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
+    """An `llm` agent's model called a tool its declaration's `tools` whitelist does not name:
+    the run fails before any tool of that answer runs. Not retried: the whitelist or the
+    prompt needs a change."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
