@@ -137,6 +137,11 @@ class HttpAgent(AgentDeclarationBase):
     origin. Off: any 3xx is a failure naming its Location."""
 
 
+PROMPT_DEFAULT = "$payload\n\nWhat it depends on: $inputs"
+"""An `llm` agent's prompt unless it says one: the run's task (a plan task's input, a chain's
+event payload) and what it depends on (a plan task's dependencies' results), as JSON."""
+
+
 class PromptTemplate(Template):
     """`$name` or `${name}` placeholders, nothing else: a name is looked up, never evaluated
     (no attribute access, no indexing, no calls). A braced name may be any task id (`${build-1}`,
@@ -166,8 +171,12 @@ class LlmAgent(AgentDeclarationBase):
     api_key_env: str = Field(min_length=1)
     """The environment variable holding the API key (never logged); only one the worker names in
     `worker.secrets`."""
+    definition: str | None = Field(default=None, min_length=1)
+    """A markdown agent definition (front matter: description, tools, model, effort,
+    background; body: the system prompt) that fills the fields this declaration leaves out;
+    its path relative to the agents file, read with it. Only an agents file may name one."""
     system: str | None = None
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(default=PROMPT_DEFAULT, min_length=1)
     """A template filled from the event payload and the run's inputs (see `PromptTemplate`)."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
@@ -269,6 +278,11 @@ class WorkerSettings(BaseModel):
     def inline_refusal(self, name: str, config: AgentConfig) -> str | None:
         """Why this worker will not run `config` when it comes from outside (None: it will).
         The one rule `run_agent` and the CLI's pre-start check both apply."""
+        if isinstance(config, LlmAgent) and config.definition is not None:
+            return (
+                f"inline agent {name!r}: `definition` names a file on the worker; only the "
+                "worker's agents file may"
+            )
         if config.kind not in self.inline_agents:
             return (
                 f"inline agent {name!r} (kind {config.kind}) is not allowed on this worker; "
