@@ -30,7 +30,12 @@ def schema(
 @app.command()
 @runs_async
 async def validate(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files (YAML or JSON)")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE", help="Spec files (YAML or JSON), or agent definitions (markdown)"
+        ),
+    ],
     kind: Annotated[
         SpecKind | None,
         typer.Option(help="Their kind, when their shape does not tell (default: by shape)"),
