@@ -14,7 +14,13 @@ from coord.models.kinds import file_problems
 from coord.models.mesh.config import AgentsFile, LlmAgent, PythonAgent, WorkerSettings
 from coord.models.mesh.declared import DeclaredAgents, read_agents_file
 from coord.models.mesh.definitions import parse_definition
-from coord.models.mesh.tiers import TASK_KIND_EFFORT, ModelChoice, ModelTier, choose_model
+from coord.models.mesh.tiers import (
+    TASK_KIND_EFFORT,
+    ModelChoice,
+    ModelTier,
+    Tiers,
+    choose_model,
+)
 from coord.models.plan.spec import PlanSpec
 from coord.models.wire.specs import SpecError
 from tests.conftest import ROOT
@@ -28,7 +34,7 @@ background: true
 ---
 # Agent instructions...
 """
-TIERS = {
+TIERS: Tiers = {
     "quick": ModelTier(model="cheap", timeout=timedelta(seconds=30)),
     "normal": ModelTier(model="standard"),
     "thorough": ModelTier(model="strong", timeout=timedelta(minutes=5)),
