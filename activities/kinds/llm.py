@@ -167,7 +167,7 @@ async def _converse(
         _refuse_unlisted(message.tool_calls, config.tools, asking.who)
         messages.append(_assistant(message))
         for call in message.tool_calls:
-            messages.append(await _call_tool(call, asking))
+            messages.append(await _call_tool(call, asking, context))
     raise failure(
         FailureType.INVALID_PAYLOAD,
         f"{asking.who}: still calling tools after {config.max_tool_rounds} chat completions "
@@ -203,10 +203,13 @@ def _assistant(message: AnswerMessage) -> ChatCompletionAssistantMessageParam:
     }
 
 
-async def _call_tool(call: ToolCall, asking: Asking) -> ChatCompletionToolMessageParam:
+async def _call_tool(
+    call: ToolCall, asking: Asking, context: AgentContext
+) -> ChatCompletionToolMessageParam:
     """The tool called with the model's arguments (one JSON object, passed as one dict: data,
-    never keyword arguments), its result sent back as JSON, at most the worker's output
-    limit. A plain `def` runs in a thread; what a tool raises fails the run."""
+    never keyword arguments), heartbeating while it runs, its result sent back as JSON, at
+    most the worker's output limit. A plain `def` runs in a thread; what a tool raises fails
+    the run."""
     who, name = asking.who, call.function.name
     try:
         arguments = json.loads(call.function.arguments or "{}")
@@ -219,10 +222,11 @@ async def _call_tool(call: ToolCall, asking: Asking) -> ChatCompletionToolMessag
             f"{_excerpt(call.function.arguments, asking.key)!r}",
         )
     function = asking.tools[name]
+    context.progress(f"Calling {name}")
     if inspect.iscoroutinefunction(function):
-        answer = await function(arguments)
+        answer = await _beating(function(arguments), context)
     else:
-        answer = await asyncio.to_thread(function, arguments)
+        answer = await _beating(asyncio.to_thread(function, arguments), context)
     content = _json(answer)
     if len(content.encode()) > asking.limit:
         raise failure(
