@@ -1,5 +1,7 @@
 """LLM agents: one chat completion on an OpenAI-compatible endpoint, through the official `openai`
-package; the answer, a JSON object, is the agent's result.
+package; the answer, a JSON object, is the agent's result. When the model calls tools instead
+(only those of the agent's whitelist are offered, and a call of any other fails the run
+`tool_not_allowed`), the worker runs them and asks again, up to `max_tool_rounds` times.
 
 The package's own retries are off: Temporal's retry policy retries, with the server's Retry-After
 as the next delay, by the http kind's status taxonomy. Its HTTP client is the worker's own: no
