@@ -88,6 +88,7 @@ EXIT_EXAMPLES: dict[str, str] = {
         "a dead letter no worker archived within a minute, a deletion the server refused; the "
         "next run tries again"
     ),
+    "DIFFERS": "`coord diff C C2` when a row is changed or only in one of them",
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",
     "READER_GONE": "`coord events C --json | head -1`",

@@ -49,6 +49,8 @@ class ExitCode(IntEnum):
     GC_INCOMPLETE = 12
     """`coord gc`: something that had outlived its retention could not be removed (a dead
     letter no worker archived, a deletion the server refused); each is listed with why."""
+    DIFFERS = 13
+    """`coord diff`: the two correlations differ (the aligned rows are printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130

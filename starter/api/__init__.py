@@ -45,6 +45,7 @@ from coord.starter.api.plans import (
     plan_state,
     start_plan,
 )
+from coord.starter.api.rewind import diff_correlations
 from coord.starter.api.routing import broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
@@ -86,6 +87,7 @@ __all__ = [
     "correlation_events",
     "correlation_tokens",
     "deliver",
+    "diff_correlations",
     "dlq_archive",
     "dlq_archive_many",
     "dlq_counts",
