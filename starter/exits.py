@@ -14,6 +14,7 @@ from coord.infra.extras import MissingExtra
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
+from coord.models.rewind.plan import RewindRefused
 from coord.models.wire.contract import failure_message
 from coord.models.wire.specs import SpecError, describe_validation_error
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
@@ -96,7 +97,7 @@ PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((ServerUnreachable,), ExitCode.UNREACHABLE),
     ((SetupNeeded,), ExitCode.SETUP_NEEDED),
     ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
-    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra), ExitCode.REFUSED),
+    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra, RewindRefused), ExitCode.REFUSED),
 )
 """The errors whose own message is the line to print, by the exit code each means."""
 

@@ -11,8 +11,8 @@ rewind point, the event the copy starts from:
 - the other rows are **regenerated**: they were caused by an event at or after the point, so
   the copy, handling that event for real with its own agents and specs, makes its own.
 
-The log must be whole up to the point (sequence numbers 1, 2, ... without a gap): a copy built
-on a partial past would run from a state the original never had, so the rewind is refused
+The log must be whole up to the point (it still starts at the correlation's first event): a copy
+built on a partial past would run from a state the original never had, so the rewind is refused
 naming the missing part."""
 
 from collections.abc import Sequence
@@ -78,19 +78,13 @@ def plan_rewind(
 
 
 def require_whole_past(ordered: Sequence[TimelineEntry], original: str, point_seq: int) -> None:
-    """Refuses a log with a gap before the point, naming the first missing sequence numbers."""
-    expected = 1
-    for row in ordered:
-        if row.seq >= point_seq:
-            return
-        if row.seq != expected:
-            raise RewindRefused(
-                f"the log of {original!r} lacks events {expected}-{row.seq - 1} before the "
-                f"rewind point (event {point_seq}): they are no longer kept"
-            )
-        expected += 1
-    if expected != point_seq:
+    """Refuses a log that lost its beginning. A chain numbers its events and its runs from one
+    sequence, so numbers between two rows are runs, not lost events; what a chain forgets is
+    always its oldest rows (its window keeps the newest), so a log is whole up to the point
+    when it still starts at the first event, number 1."""
+    first = ordered[0].seq
+    if first != 1:
         raise RewindRefused(
-            f"the log of {original!r} lacks events {expected}-{point_seq - 1} before the "
-            f"rewind point (event {point_seq})"
+            f"the log of {original!r} lacks its first events (numbers 1-{first - 1}, before the "
+            f"rewind point at {point_seq}): they are no longer kept"
         )
