@@ -88,6 +88,7 @@ EXIT_EXAMPLES: dict[str, str] = {
         "a dead letter no worker archived within a minute, a deletion the server refused; the "
         "next run tries again"
     ),
+    "DIFFERS": "`coord diff C C2` when a row is changed or only in one of them",
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",
     "READER_GONE": "`coord events C --json | head -1`",
@@ -399,6 +400,7 @@ FAILURE_MEANINGS: dict[str, str] = {
     "invalid_input": "a chain started with an input that does not validate",
     "invalid_envelope": "an `event` signal that does not decode or validate as an envelope",
     "invalid_rerun": "a `rerun` signal (a replayed chain run) that does not validate",
+    "invalid_recorded": "a `recorded` signal (a rewound copy's past) that does not validate",
     "invalid_attach": "an `attach` signal without a listener's workflow id",
     "invalid_detach": "a `detach` signal without a listener's workflow id",
     "invalid_dead_letter": "a dead letter that does not validate, kept raw: it cannot be replayed",

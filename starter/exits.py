@@ -14,6 +14,7 @@ from coord.infra.extras import MissingExtra
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
+from coord.models.rewind.plan import RewindRefused
 from coord.models.wire.contract import failure_message
 from coord.models.wire.specs import SpecError, describe_validation_error
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
@@ -49,6 +50,8 @@ class ExitCode(IntEnum):
     GC_INCOMPLETE = 12
     """`coord gc`: something that had outlived its retention could not be removed (a dead
     letter no worker archived, a deletion the server refused); each is listed with why."""
+    DIFFERS = 13
+    """`coord diff`: the two correlations differ (the aligned rows are printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130
@@ -94,7 +97,7 @@ PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((ServerUnreachable,), ExitCode.UNREACHABLE),
     ((SetupNeeded,), ExitCode.SETUP_NEEDED),
     ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
-    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra), ExitCode.REFUSED),
+    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra, RewindRefused), ExitCode.REFUSED),
 )
 """The errors whose own message is the line to print, by the exit code each means."""
 

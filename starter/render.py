@@ -20,6 +20,7 @@ from coord.models.dlq.letter import ENTRY_STATUSES, DlqCounts, EntrySummary
 from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.report import elapsed, outcome, summary_line
 from coord.models.plan.spec import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
+from coord.models.rewind.diff import CorrelationDiff, RowStatus
 from coord.models.wire.contract import dlq_action
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
@@ -48,6 +49,10 @@ STATUS_STYLES = {
     "closed": "green",
     "half_open": "yellow",
     "open": "red",
+    "same": "dim",
+    "changed": "yellow",
+    "only_left": "red",
+    "only_right": "green",
 }
 ACTIVE_TASK_STATES = (TaskState.RUNNING, TaskState.REVIEWING)
 
@@ -233,3 +238,28 @@ def doing_now(task: TaskRecord) -> str:
     if task.state in ACTIVE_TASK_STATES:
         return task.progress or task.summary or "-"
     return task.summary or "-"
+
+
+def diff_table(diff: CorrelationDiff) -> Group:
+    """Two correlations side by side, one aligned row per event, and the counts under them."""
+    labels = {
+        RowStatus.SAME: "same",
+        RowStatus.CHANGED: "changed",
+        RowStatus.ONLY_LEFT: f"only in {diff.left}",
+        RowStatus.ONLY_RIGHT: f"only in {diff.right}",
+    }
+    view = table("", "Event", diff.left, diff.right, "What differs")
+    for row in diff.rows:
+        view.add_row(
+            status(row.status.value, labels[row.status]),
+            Text(row.event, style="bold"),
+            _side(row.left),
+            _side(row.right),
+            ", ".join(row.changed) or "-",
+        )
+    counts = ", ".join(f"{n} {labels[s]}" for s, n in diff.counts().items())
+    return Group(view, Text(counts))
+
+
+def _side(entry: TimelineEntry | None) -> str:
+    return f"{entry.agent} {entry.event_id}" if entry is not None else "-"

@@ -54,6 +54,7 @@ WIRE_NAMES = {
     contract.EVENT_SIGNAL: "event",
     contract.CHAIN_EVENT_SIGNAL: "chain_event",
     contract.RERUN_SIGNAL: "rerun",
+    contract.RECORDED_SIGNAL: "recorded",
     contract.ATTACH_SIGNAL: "attach",
     contract.DETACH_SIGNAL: "detach",
     contract.CLOSE_SIGNAL: "close",
@@ -97,6 +98,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         "CoordEventType",
         "CoordTopic",
         "CoordAgents",
+        "CoordRewindOf",
     ]
 
 
@@ -110,6 +112,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {
                 contract.EVENT_SIGNAL,
                 contract.RERUN_SIGNAL,
+                contract.RECORDED_SIGNAL,
                 contract.ATTACH_SIGNAL,
                 contract.DETACH_SIGNAL,
                 contract.CLOSE_SIGNAL,

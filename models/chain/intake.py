@@ -90,6 +90,14 @@ class ChainIntake:
             self._record.joined_causes[envelope.event.id] = causes
         self._record.inbox.append(envelope)
 
+    def taken_as_recorded(self, envelope: EventEnvelope) -> bool:
+        """Whether this event is a rewound copy's past (it is then no longer waited for)."""
+        recorded = self._record.recorded
+        if recorded and envelope.event.id in recorded:
+            recorded.remove(envelope.event.id)
+            return True
+        return False
+
     def waiting(self) -> bool:
         """Events wait to be taken: decoded, or signals not decoded yet."""
         return bool(self._record.inbox or self._record.arrivals)

@@ -59,6 +59,7 @@ class ChainModel:
         self.pacing = ChainPacing(chain_input.signals_per_run, self.runs, context)
         self._context = context
         self._signals_per_run = chain_input.signals_per_run
+        self.rewind_of = chain_input.rewind_of
 
     def receive(self, arrival: Arrival) -> None:
         """An `event` signal's event, handed over once: it enters the intake's queue."""
@@ -92,18 +93,30 @@ class ChainModel:
 
     def _handle(self, envelope: EventEnvelope) -> None:
         """One event taken in: rejected (parked), a duplicate (counted), or recorded, then
-        forwarded, its alert applied and the runs it completes queued."""
+        forwarded, its alert applied and the runs it completes queued. A rewound copy's past
+        is recorded and matched, but runs nothing and is forwarded to no one."""
+        past = self.intake.taken_as_recorded(envelope)
         admission = self.intake.admit(envelope)
         if isinstance(admission, Rejection):
             self.intake.reject(admission, envelope=envelope)
         elif admission == "recorded":
-            notices = self._forward(envelope)
+            notices = self._forward(envelope, heard=not past)
             if self.matching.apply_alerts(envelope, resolutions_never_pause=notices):
                 self.outbox.put(StatusChanged(self.status_attributes()))
             for fired in self.matching.match(envelope, self._context.now()):
-                self.runs.enqueue(fired.subscription, envelope, fired.causes, inputs=fired.inputs)
+                if not past:
+                    self.runs.enqueue(
+                        fired.subscription, envelope, fired.causes, inputs=fired.inputs
+                    )
 
-    def _forward(self, envelope: EventEnvelope) -> bool:
+    def receive_recorded(self, events: list[EventEnvelope]) -> None:
+        """A rewound copy's past enters the queue in order, each event marked as recorded: its
+        runs were the original's, and their results are among these events (or re-delivered)."""
+        for envelope in events:
+            self.record.recorded.append(envelope.event.id)
+            self.intake.receive(envelope)
+
+    def _forward(self, envelope: EventEnvelope, *, heard: bool = True) -> bool:
         """Listeners get the events the chain records as `chain_event` (events they listen to,
         unlike `event`, which is addressed to them), never the chain's lifecycle notices: those
         are about this chain's handling, not the listener's work. Returns whether this run
@@ -111,7 +124,7 @@ class ChainModel:
         notices = self._context.patched(LIFECYCLE_NOTICES_PATCH)
         if notices and envelope.event.type in LIFECYCLE_NOTICES:
             return notices
-        if self.record.listeners:
+        if self.record.listeners and heard:
             signal = CHAIN_EVENT_SIGNAL if notices else EVENT_SIGNAL
             self.outbox.put(Forward(envelope, signal, tuple(self.record.listeners)))
         return notices
@@ -205,6 +218,7 @@ class ChainModel:
             correlation_id=record.state.correlation_id,
             signals_per_run=self._signals_per_run,
             carried=ChainCarry(**(dict(record) | trimmed)),
+            rewind_of=self.rewind_of,
         )
 
 

@@ -388,6 +388,33 @@ class QueuedRun(BaseModel):
         return (self.rank, self.seq) < (other.rank, other.seq)
 
 
+RECORDED_BATCH = 100
+"""The most events one `recorded` signal carries (the driver also keeps a batch's bytes small)."""
+
+
+class RewindOrigin(BaseModel):
+    """Where a rewound copy comes from: its original correlation and the event it starts at."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    correlation_id: str = Field(max_length=MAX_NAME)
+    event_id: str = Field(max_length=MAX_NAME)
+
+    def describe(self) -> str:
+        return f"rewind of {self.correlation_id} at {self.event_id}"
+
+    def search_value(self) -> str:
+        return f"{self.correlation_id}@{self.event_id}"
+
+
+class RecordedEvents(BaseModel):
+    """A batch of a rewound copy's past, in the original's order (`recorded` signal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[EventEnvelope] = Field(max_length=RECORDED_BATCH)
+
+
 class ChainCarry(BaseModel):
     """What a chain hands to its next run at continue-as-new. Its windows are trimmed to a fixed
     number of rows and ids, so its size depends on payload sizes, not on the chain's age."""
@@ -408,6 +435,9 @@ class ChainCarry(BaseModel):
     """`event` signals not decoded yet, after the inbox: the JSON text each carried. The next run
     validates them a bounded number a workflow task, as this one would have: validating
     thousands at continue-as-new would hold one activation for seconds."""
+    recorded: list[str] = Field(default_factory=list)
+    """Ids of waiting events a rewound copy takes as they stood in its original: recorded and
+    matched, but no agent runs for them and no listener hears them again."""
     in_flight: dict[int, AgentRun] = Field(default_factory=dict)
     """Runs handed to a `ChainRun` of their own, by their queue number, whose outcome has not
     come back yet: it comes to whichever run of the chain is current (`run_outcome`)."""
@@ -423,6 +453,8 @@ class ChainInput(BaseModel):
     spec: ChainSpec
     correlation_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     carried: ChainCarry | None = None
+    rewind_of: RewindOrigin | None = None
+    """Set on a rewound copy: the correlation and event it was rewound from."""
     signals_per_run: int = Field(default=SERVER_SIGNALS_PER_RUN, ge=100, le=1_000_000)
     """The server's limit on signals per run, which the chain must continue-as-new before: it
     continues at a quarter of it (or when the server suggests), and from half of it holds new

@@ -208,6 +208,9 @@ CHAIN_EVENT_SIGNAL: Final = "chain_event"
 """An event a chain recorded, forwarded to a listener (an aggregator) of its correlation."""
 RERUN_SIGNAL: Final = "rerun"
 """A dead letter replayed to a chain: run the subscription's agent again on the event."""
+RECORDED_SIGNAL: Final = "recorded"
+"""A rewound copy's past: events its chain takes as they stood in the original, matching them
+(joins, alerts, the terminal event) without running an agent for them."""
 ATTACH_SIGNAL: Final = "attach"
 """An aggregator asks its correlation's chain to forward what it records (with its id)."""
 DETACH_SIGNAL: Final = "detach"
@@ -323,6 +326,9 @@ AGENTS = SearchAttributeKey.for_keyword_list("CoordAgents")
 """The agents a chain's subscriptions name (`agent_search_values`), so the agent monitor finds
 the chains to tell when one of them changes health (`agent_clause`)."""
 
+REWIND_OF = SearchAttributeKey.for_keyword("CoordRewindOf")
+"""On a rewound copy's runs: `<original correlation>@<event id>`, what it was rewound from."""
+
 SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
     CORRELATION_ID,
     COORD_PATTERN,
@@ -331,6 +337,7 @@ SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
     EVENT_TYPE,
     TOPIC,
     AGENTS,
+    REWIND_OF,
 )
 """Every custom search attribute; every server the project starts registers them."""
 MAX_AGENT_SEARCH_VALUE: Final = 64
@@ -422,6 +429,7 @@ class FailureType(StrEnum):
     INVALID_INPUT = "invalid_input"
     INVALID_ENVELOPE = "invalid_envelope"
     INVALID_RERUN = "invalid_rerun"
+    INVALID_RECORDED = "invalid_recorded"
     INVALID_ATTACH = "invalid_attach"
     INVALID_DETACH = "invalid_detach"
     INVALID_RUN_OUTCOME = "invalid_run_outcome"

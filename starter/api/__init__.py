@@ -45,6 +45,7 @@ from coord.starter.api.plans import (
     plan_state,
     start_plan,
 )
+from coord.starter.api.rewind import diff_correlations, rewind_chain
 from coord.starter.api.routing import broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
@@ -86,6 +87,7 @@ __all__ = [
     "correlation_events",
     "correlation_tokens",
     "deliver",
+    "diff_correlations",
     "dlq_archive",
     "dlq_archive_many",
     "dlq_counts",
@@ -101,6 +103,7 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "rewind_chain",
     "saga_handle",
     "saga_outcome",
     "saga_state",

@@ -24,7 +24,13 @@ from tenacity import (
 
 from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
-from coord.models.chain.spec import SERVER_SIGNALS_PER_RUN, ChainInput, ChainSpec, ChainState
+from coord.models.chain.spec import (
+    SERVER_SIGNALS_PER_RUN,
+    ChainInput,
+    ChainSpec,
+    ChainState,
+    RewindOrigin,
+)
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
@@ -48,15 +54,20 @@ def chain_handle(client: Client, correlation_id: str) -> WorkflowHandle[Any, Cha
     )
 
 
-def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None) -> dict[str, Any]:
+def _chain_start_options(
+    spec: ChainSpec, correlation_id: str, queue: str | None, rewind_of: RewindOrigin | None
+) -> dict[str, Any]:
+    attributes = ChainState(correlation_id=correlation_id, spec=spec.name).search_attributes()
+    summary = chain_summary(spec, correlation_id)
+    if rewind_of is not None:
+        attributes[contract.REWIND_OF] = rewind_of.search_value()
+        summary = f"{summary} ({rewind_of.describe()})"
     return {
         "id": contract.chain_workflow_id(correlation_id),
         "task_queue": queue or task_queue(),
-        "static_summary": chain_summary(spec, correlation_id),
+        "static_summary": summary,
         "static_details": spec.description or None,
-        "search_attributes": contract.as_start_attributes(
-            ChainState(correlation_id=correlation_id, spec=spec.name).search_attributes()
-        ),
+        "search_attributes": contract.as_start_attributes(attributes),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
         "task_timeout": CHAIN_TASK_TIMEOUT,
     }
@@ -82,10 +93,15 @@ def signals_per_run() -> int:
     return int(os.environ.get(SIGNALS_PER_RUN_ENV, SERVER_SIGNALS_PER_RUN))
 
 
-def _chain_input(spec: ChainSpec, correlation_id: str) -> dict[str, Any]:
+def _chain_input(
+    spec: ChainSpec, correlation_id: str, rewind_of: RewindOrigin | None = None
+) -> dict[str, Any]:
     return ChainInput(
-        spec=spec, correlation_id=correlation_id, signals_per_run=signals_per_run()
-    ).model_dump(mode="json")
+        spec=spec,
+        correlation_id=correlation_id,
+        signals_per_run=signals_per_run(),
+        rewind_of=rewind_of,
+    ).model_dump(mode="json", exclude={"rewind_of"} if rewind_of is None else None)
 
 
 def refused_for_now(error: BaseException) -> bool:
@@ -128,15 +144,21 @@ async def with_backpressure(
 
 
 async def start_chain(
-    client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
+    client: Client,
+    spec: ChainSpec,
+    correlation_id: str,
+    *,
+    queue: str | None = None,
+    rewind_of: RewindOrigin | None = None,
 ) -> WorkflowHandle[Any, ChainState]:
     """Start the chain of `correlation_id` on `queue` (default: $COORD_TASK_QUEUE), waiting for
-    its triggers. Undeliverable when the correlation already has a chain, running or ended."""
+    its triggers (a rewound copy names its original in `rewind_of`). Undeliverable when the
+    correlation already has a chain, running or ended."""
     try:
         return await client.start_workflow(
             ReactiveChain.run,
-            _chain_input(spec, correlation_id),
-            **_chain_start_options(spec, correlation_id, queue),
+            _chain_input(spec, correlation_id, rewind_of),
+            **_chain_start_options(spec, correlation_id, queue, rewind_of),
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(
@@ -168,7 +190,7 @@ async def publish(
                 start_signal=contract.EVENT_SIGNAL,
                 start_signal_args=[event],
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                **_chain_start_options(spec, correlation_id, queue),
+                **_chain_start_options(spec, correlation_id, queue, None),
             )
 
     try:

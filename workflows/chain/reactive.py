@@ -40,7 +40,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.intake import TaskShare
     from coord.models.chain.model import ChainModel, standin_input
     from coord.models.chain.run import RunOutcome
-    from coord.models.chain.spec import ChainInput, ChainState, ListenerId, RerunRequest
+    from coord.models.chain.spec import (
+        ChainInput,
+        ChainState,
+        ListenerId,
+        RecordedEvents,
+        RerunRequest,
+    )
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.timeline import TimelineEntry
     from coord.models.wire.contract import (
@@ -49,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
+        RECORDED_SIGNAL,
         RERUN_SIGNAL,
         RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
@@ -201,6 +208,16 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         request = self._decoded(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN)
         if request is not None:
             self._model.matching.rerun(request)
+        self._outbound.flush()
+
+    @workflow.signal(name=RECORDED_SIGNAL)
+    def recorded(self, raw: PlainInput = NO_INPUT) -> None:
+        """A rewound copy's past, in the original's order: taken in like events, but no agent
+        runs for them (their results are among them, or re-delivered after them)."""
+        invalid = FailureType.INVALID_RECORDED
+        batch = self._decoded(RecordedEvents, raw, RECORDED_SIGNAL, invalid)
+        if batch is not None:
+            self._model.receive_recorded(batch.events)
         self._outbound.flush()
 
     @workflow.signal(name=ATTACH_SIGNAL)

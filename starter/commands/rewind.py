@@ -1,0 +1,84 @@
+"""`coord rewind`: a correlation re-run from one of its events on a copy; `coord diff`: two
+correlations side by side, a rewound copy beside its original."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.declared import read_agents_file
+from coord.models.wire.specs import SpecError, load_spec
+from coord.starter import api, render
+from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
+from coord.starter.exits import ExitCode
+
+app = typer.Typer()
+
+
+@app.command()
+@runs_async
+async def rewind(
+    correlation_id: Annotated[str, typer.Argument(help="The original correlation")],
+    to: Annotated[str, typer.Option("--to", help="The event id the copy starts from")],
+    copy_id: Annotated[str, typer.Option("--as", help="The copy's new correlation id")],
+    agents_file: Annotated[
+        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+    ] = None,
+    specs: Annotated[
+        list[str] | None, typer.Option("--spec", help="PATTERN=FILE: the copy's spec (chain=...)")
+    ] = None,
+    speed: Annotated[
+        float,
+        typer.Option(help="Re-deliver later events N times faster than they came (0: at once)"),
+    ] = 0,
+    as_json: AsJson = False,
+) -> None:
+    """Re-run a correlation from one of its events on a copy: what came before is taken from
+    the original's log (no agent runs again for it), what came after from outside is sent
+    again, and the rest is made anew by the copy's agents. The original is never touched."""
+    spec = copy_spec(specs or [])
+    agents = read_agents_file(agents_file).agents if agents_file else None
+    client = await connect()
+    plan = await api.rewind_chain(
+        client, correlation_id, to=to, copy_id=copy_id, spec=spec, agents=agents, speed=speed
+    )
+    if as_json:
+        echo_json(plan)
+    else:
+        typer.echo(
+            f"rewound {correlation_id} at {to} onto {copy_id}: {len(plan.recorded)} events "
+            f"taken as recorded, {len(plan.redelivered)} sent again, "
+            f"{len(plan.regenerated)} to be made anew"
+        )
+
+
+def copy_spec(specs: list[str]) -> ChainSpec | None:
+    """The `--spec PATTERN=FILE` options: a chain spec for the copy (the only pattern a rewind
+    re-runs yet), or None to keep the original's."""
+    chain: ChainSpec | None = None
+    for option in specs:
+        pattern, _, path = option.partition("=")
+        if pattern != "chain" or not path:
+            raise SpecError(f"--spec: {option!r}: give chain=FILE (a rewind re-runs the chain)")
+        chain = load_spec(ChainSpec, Path(path))
+    return chain
+
+
+@app.command()
+@runs_async
+async def diff(
+    left: Annotated[str, typer.Argument(help="A correlation id (the original)")],
+    right: Annotated[str, typer.Argument(help="Another correlation id (the copy)")],
+    as_json: AsJson = False,
+) -> None:
+    """Show two correlations' tables side by side, aligned by causation: the rows that are the
+    same, changed (payload or source) or only in one. Exits 13 when they differ."""
+    client = await connect()
+    compared = await api.diff_correlations(client, left, right)
+    if as_json:
+        echo_json(compared)
+    else:
+        render.show(render.diff_table(compared))
+    if compared.differs:
+        raise typer.Exit(ExitCode.DIFFERS)

@@ -1,0 +1,165 @@
+"""Rewind and compare on the real dev server: `coord diff` beside two runs of one story."""
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from coord.activities.kinds.demo import register_demo_agents
+from coord.models.chain.intake import TIMELINE_WINDOW
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.rewind.diff import RowStatus
+from coord.models.rewind.plan import RewindRefused
+from coord.models.wire import contract
+from coord.models.wire.specs import read_document
+from coord.starter import api
+from coord.starter.exits import ExitCode
+from coord.worker import build_worker
+from tests.helpers import eventually
+from tests.test_cli import USER_STORY
+from tests.workers import COORD, run, server_env
+
+BROKEN_PYTHON_PRO = {"fail": ["python-pro"], "error_type": "invalid_payload"}
+
+
+def approved(
+    correlation_id: str, event_type: str = "UserStoryApproved", **payload: Any
+) -> EventEnvelope:
+    return EventEnvelope.new(
+        event_type,
+        "/product-strategist",
+        payload={"story": "reset password", **payload},
+        correlation_id=correlation_id,
+        topic="project.tasks",
+    )
+
+
+async def story(client: Client, queue: str, correlation_id: str, **payload: Any) -> None:
+    spec = ChainSpec.model_validate(read_document(USER_STORY))
+    await api.start_chain(client, spec, correlation_id, queue=queue)
+    await api.publish(client, approved(correlation_id, **payload))
+
+
+async def test_coord_diff_aligns_two_runs_of_a_story_by_causation(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    env = server_env(dev_env, task_queue)
+    broken, fixed = f"broken-{task_queue}", f"fixed-{task_queue}"
+    async with build_worker(client, task_queue):
+        await story(client, task_queue, broken, inject=BROKEN_PYTHON_PRO)
+        await story(client, task_queue, fixed)
+        await asyncio.wait_for(api.chain_handle(client, fixed).result(), 60)
+
+        async def backend_failed() -> bool:
+            rows = await api.correlation_events(client, broken)
+            return any(row.event == "BackendImplementationFailed" for row in rows)
+
+        await eventually(backend_failed)
+        code, out, err = await run(COORD, "diff", broken, fixed, "--json", env=env)
+        assert code == ExitCode.DIFFERS, err
+        compared = json.loads(out)
+        code, table, _ = await run(COORD, "diff", fixed, fixed, env=env)
+    counts = table.splitlines()[-1]
+    assert code == ExitCode.OK
+    assert counts.endswith(f"same, 0 changed, 0 only in {fixed}, 0 only in {fixed}")
+    rows = {(row["event"], row["status"]) for row in compared["rows"]}
+    assert ("UserStoryApproved", RowStatus.CHANGED) in rows  # its payload carries the injection
+    assert ("APIDesignStarted", RowStatus.SAME) in rows
+    changed = {row["event"]: row["changed"] for row in compared["rows"] if row["changed"]}
+    assert "payload.inject" in changed["APIDesignCompleted"]  # the demo agents carry it on
+    assert ("BackendImplementationFailed", RowStatus.ONLY_LEFT) in rows
+    assert ("BackendImplementationCompleted", RowStatus.ONLY_RIGHT) in rows
+    assert ("TestingCompleted", RowStatus.ONLY_RIGHT) in rows
+
+
+BROKEN = {"kind": "shell", "argv": ["sh", "-c", "exit 3"]}
+FIXED = {"kind": "shell", "argv": ["sh", "-c", "echo {}"]}
+EARLIER_AGENTS_EVENTS = ("APIDesign", "Wireframe", "TestPlan")
+"""The events of the agents that ran before the rewind point: never made again by the copy."""
+
+
+def story_with(python_pro: Mapping[str, object]) -> ChainSpec:
+    """The user-story chain with its `python-pro` declared inline, not retried."""
+    document = read_document(USER_STORY)
+    document["agents"] = {"python-pro": python_pro}
+    for subscription in document["subscriptions"]:
+        if subscription["agent"] == "python-pro":
+            subscription["retry"] = {"max_retries": 0}
+    return ChainSpec.model_validate(document)
+
+
+async def test_a_story_rewound_past_a_bad_agent_reaches_its_end_on_a_copy(
+    client: Client, task_queue: str
+) -> None:
+    original, copy = f"bad-{task_queue}", f"fixed-{task_queue}"
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
+        await api.start_chain(client, story_with(BROKEN), original, queue=task_queue)
+        await api.publish(client, approved(original))
+
+        async def backend_failed_and_parked() -> bool:
+            events = {r.event for r in await api.chain_timeline(client, original)}
+            return {"BackendImplementationFailed", "EventDeadLettered"} <= events
+
+        await eventually(backend_failed_and_parked)
+        before = await api.chain_timeline(client, original)
+        point = next(r.event_id for r in before if r.event == "APIDesignCompleted")
+        fixed = AgentsFile.model_validate({"agents": {"python-pro": FIXED}}).agents
+        plan = await api.rewind_chain(
+            client, original, to=point, copy_id=copy, agents=fixed, queue=task_queue
+        )
+        ended = await asyncio.wait_for(api.chain_handle(client, copy).result(), 60)
+        rewound = await api.chain_timeline(client, copy)
+        after = await api.chain_timeline(client, original)
+        described = await api.chain_handle(client, copy).describe()
+        compared = await api.diff_correlations(client, original, copy)
+    assert ended.status == "completed" and rewound[-1].event == "TestingCompleted"
+    assert [r.event_id for r in rewound[: len(plan.recorded)]] == [
+        r.event_id for r in plan.recorded
+    ]
+    original_ids = {r.event_id for r in before}
+    earlier = [r for r in rewound if r.event.startswith(EARLIER_AGENTS_EVENTS)]
+    assert earlier and all(r.event_id in original_ids for r in earlier), "no earlier agent re-ran"
+    assert after == before, "the original is untouched"
+    assert described.typed_search_attributes.get(contract.REWIND_OF) == f"{original}@{point}"
+    rows = {(r.event, r.status) for r in compared.rows}
+    assert ("BackendImplementationFailed", RowStatus.ONLY_LEFT) in rows
+    assert ("BackendImplementationCompleted", RowStatus.ONLY_RIGHT) in rows
+    assert ("TestingCompleted", RowStatus.ONLY_RIGHT) in rows
+    assert ("APIDesignCompleted", RowStatus.SAME) in rows
+
+
+async def test_a_rewind_over_a_log_that_lost_its_beginning_is_refused(
+    client: Client, task_queue: str
+) -> None:
+    """The chain's window of its log keeps the newest rows (trimmed once it holds twice its
+    size); a rewind to a point whose past is gone would start the copy from a state the
+    original never had."""
+    original = f"long-{task_queue}"
+    async with build_worker(client, task_queue):
+        await api.start_chain(client, story_with(FIXED), original, queue=task_queue)
+        noise = [approved(original, "Noise", n=n) for n in range(2 * TIMELINE_WINDOW + 1)]
+        for start in range(0, len(noise), 50):
+            await asyncio.gather(*(api.publish(client, e) for e in noise[start : start + 50]))
+
+        async def windowed() -> bool:
+            return (await api.chain_timeline(client, original))[0].seq > 1
+
+        await eventually(windowed, timeout=60)
+        rows = await api.chain_timeline(client, original)
+        with pytest.raises(
+            RewindRefused, match=f"lacks its first events \\(numbers 1-{rows[0].seq - 1},"
+        ):
+            await api.rewind_chain(
+                client, original, to=rows[-1].event_id, copy_id=f"copy-{task_queue}"
+            )
+        with pytest.raises(RPCError, match="workflow not found"):
+            await api.chain_running(client, f"copy-{task_queue}")  # no copy was started
