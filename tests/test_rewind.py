@@ -3,6 +3,7 @@
 import asyncio
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,11 +19,13 @@ from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
 from coord.models.rewind.diff import RowStatus
 from coord.models.rewind.plan import RewindRefused
+from coord.models.saga.spec import SagaStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
+from tests.conftest import feature_deployment
 from tests.helpers import eventually
 from tests.test_cli import USER_STORY
 from tests.workers import COORD, run, server_env
@@ -163,3 +166,38 @@ async def test_a_rewind_over_a_log_that_lost_its_beginning_is_refused(
             )
         with pytest.raises(RPCError, match="workflow not found"):
             await api.chain_running(client, f"copy-{task_queue}")  # no copy was started
+
+
+def counting(log: Path) -> dict[str, object]:
+    """A shell agent that appends its step's name to `log` each time it runs."""
+    return {"kind": "shell", "argv": ["sh", "-c", f'echo "$STEP" >> {log}; echo {{}}']}
+
+
+async def test_a_saga_rewound_to_step_4_reuses_steps_1_to_3_and_completes_with_a_fixed_agent(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs.log"
+    first_three = ["BuildArtifact", "RunTests", "DeployToStaging"]
+    agents = {name: {**counting(runs), "env": {"STEP": name}} for name in first_three}
+    failing = {"inject": {"fail": ["DeployToProduction"], "error_type": "invalid_payload"}}
+    spec = feature_deployment(input=failing, agents=agents)
+    copy_id = f"{spec.saga_id}-fixed"
+    fixed = AgentsFile.model_validate({"agents": {"DeployToProduction": FIXED}}).agents
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
+        original = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        handle = await api.rewind_saga(
+            client, spec.saga_id, to_step=4, copy_id=copy_id, agents=fixed, queue=task_queue
+        )
+        copy = await api.saga_outcome(handle)
+        described = await handle.describe()
+        with pytest.raises(RewindRefused, match="--to-step: 6 is not a step after the first"):
+            await api.rewind_saga(client, spec.saga_id, to_step=6, copy_id=f"{copy_id}-2")
+    assert original.status == SagaStatus.COMPENSATED
+    assert copy.status == SagaStatus.COMPLETED
+    assert runs.read_text().split() == first_three, "steps 1-3 ran once, in the original"
+    assert copy.completed_steps[:3] == original.completed_steps[:3]
+    assert [e.event for e in copy.events][3:] == ["E2EPassed", "ProductionDeployed"]
+    assert described.typed_search_attributes.get(contract.REWIND_OF) == (
+        f"{spec.saga_id}@step 4 RunE2ETests"
+    )

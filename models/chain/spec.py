@@ -19,6 +19,7 @@ from pydantic_core import CoreSchema
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.filters import compile_filter
 from coord.models.events.joins import JoinState, Slot
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -390,21 +391,6 @@ class QueuedRun(BaseModel):
 
 RECORDED_BATCH = 100
 """The most events one `recorded` signal carries (the driver also keeps a batch's bytes small)."""
-
-
-class RewindOrigin(BaseModel):
-    """Where a rewound copy comes from: its original correlation and the event it starts at."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    correlation_id: str = Field(max_length=MAX_NAME)
-    event_id: str = Field(max_length=MAX_NAME)
-
-    def describe(self) -> str:
-        return f"rewind of {self.correlation_id} at {self.event_id}"
-
-    def search_value(self) -> str:
-        return f"{self.correlation_id}@{self.event_id}"
 
 
 class RecordedEvents(BaseModel):

@@ -45,7 +45,7 @@ from coord.starter.api.plans import (
     plan_state,
     start_plan,
 )
-from coord.starter.api.rewind import diff_correlations, rewind_chain
+from coord.starter.api.rewind import diff_correlations, rewind_chain, rewind_saga
 from coord.starter.api.routing import broadcast, deliver
 from coord.starter.api.sagas import (
     cancel_saga,
@@ -104,6 +104,7 @@ __all__ = [
     "plan_state",
     "publish",
     "rewind_chain",
+    "rewind_saga",
     "saga_handle",
     "saga_outcome",
     "saga_state",

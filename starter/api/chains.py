@@ -29,9 +29,9 @@ from coord.models.chain.spec import (
     ChainInput,
     ChainSpec,
     ChainState,
-    RewindOrigin,
 )
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
 from coord.starter.api.common import (

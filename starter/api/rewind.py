@@ -8,25 +8,30 @@ with its own agents and spec. The original is only read, never sent anything."""
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
 
-from temporalio.client import Client
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowHandle
 
 from coord.models.chain.spec import (
     RECORDED_BATCH,
     ChainInput,
     ChainSpec,
     RecordedEvents,
-    RewindOrigin,
 )
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
 from coord.models.rewind.diff import CorrelationDiff, diff_logs
-from coord.models.rewind.plan import RewindPlan, plan_rewind
+from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
+from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, chain_timeline, publish, start_chain
-from coord.starter.api.sagas import correlation_events
+from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
+
+M = TypeVar("M", bound=BaseModel)
 
 RECORDED_BATCH_BYTES = 512 * 1024
 """A `recorded` signal's payloads at most, well under the server's 2 MB a payload."""
@@ -53,7 +58,7 @@ async def rewind_chain(
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
-    origin = RewindOrigin(correlation_id=original, event_id=to)
+    origin = RewindOrigin(original=original, at=to)
     handle = await start_chain(client, copy_spec, copy_id, queue=queue, rewind_of=origin)
     for batch in batches(plan.recorded, copy_id):
         await handle.signal(
@@ -65,10 +70,7 @@ async def rewind_chain(
 
 async def original_spec(client: Client, original: str) -> ChainSpec:
     """The spec the original chain runs with, from its current run's input."""
-    history = await chain_handle(client, original).fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
-    [raw] = await client.data_converter.decode(started.input.payloads[:1])
-    return ChainInput.model_validate(raw).spec
+    return (await started_with(client, chain_handle(client, original), ChainInput)).spec
 
 
 def moved(row: TimelineEntry, copy_id: str) -> EventEnvelope:
@@ -101,6 +103,66 @@ async def redeliver(client: Client, plan: RewindPlan, speed: float | None) -> No
     for after, row in plan.schedule(speed):
         await asyncio.sleep(max(0.0, started + after - loop.time()))
         await publish(client, moved(row, plan.copy_id))
+
+
+async def rewind_saga(
+    client: Client,
+    saga_id: str,
+    *,
+    to_step: int,
+    copy_id: str,
+    agents: dict[str, AgentConfig] | None = None,
+    input: dict[str, Any] | None = None,
+    queue: str | None = None,
+) -> WorkflowHandle[Any, SagaState]:
+    """Re-run the saga `saga_id` from its step `to_step` (numbered from 1) as the new saga
+    `copy_id`, its own correlation: the steps before are the original's (results, events and
+    compensations as they stood, never run again), the rest run with `agents` declared inline
+    (fixed agents) and `input` merged into the saga's input. RewindRefused when the original
+    did not complete the steps before."""
+    original = saga_handle(client, saga_id)
+    record = await saga_record(original)
+    spec = await started_with(client, original, SagaSpec)
+    if not 1 < to_step <= len(spec.steps):
+        raise RewindRefused(f"--to-step: {to_step} is not a step after the first of {saga_id!r}")
+    if copy_id == saga_id:
+        raise RewindRefused(f"--as: the copy needs its own saga id, not {saga_id!r}")
+    reused = [recorded_step(record, index) for index in range(1, to_step)]
+    point = spec.steps[to_step - 1].name
+    rewind = SagaRewind(
+        of=RewindOrigin(original=saga_id, at=f"step {to_step} {point}"), steps=reused
+    )
+    copy = spec.model_copy(
+        update={
+            "saga_id": copy_id,
+            "correlation_id": copy_id,
+            "agents": {**spec.agents, **(agents or {})},
+            "input": {**spec.input, **(input or {})},
+            "rewind": rewind,
+        }
+    )
+    return await start_saga(client, SagaSpec.model_validate(copy.model_dump()), queue=queue)
+
+
+def recorded_step(record: SagaState, index: int) -> RecordedStep:
+    """Step `index` of the original as it completed: its result is the payload of the event it
+    announced. Refused when it did not complete (nothing to reuse)."""
+    done = next((d for d in record.completed_steps if d.step == index), None)
+    event = next((e for e in record.events if done and e.event_id == done.event_id), None)
+    if done is None or event is None:
+        raise RewindRefused(
+            f"--to-step: step {index} of {record.saga_id!r} did not complete, so there is no "
+            "result to reuse; rewind to it or to an earlier step"
+        )
+    return RecordedStep(name=done.name, result=event.payload, event=event)
+
+
+async def started_with(client: Client, handle: WorkflowHandle[Any, Any], model: type[M]) -> M:
+    """What the workflow's current run was started with, read from its history."""
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [raw] = await client.data_converter.decode(started.input.payloads[:1])
+    return model.model_validate(raw)
 
 
 async def diff_correlations(client: Client, left: str, right: str) -> CorrelationDiff:

@@ -36,16 +36,21 @@ async def start_saga(
 ) -> WorkflowHandle[Any, SagaState]:
     """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
     its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running."""
+    attributes = SagaState(
+        saga_id=spec.saga_id, correlation_id=spec.correlation_id
+    ).search_attributes()
+    summary = saga_summary(spec)
+    if spec.rewind is not None:
+        attributes[contract.REWIND_OF] = spec.rewind.of.search_value()
+        summary = f"{summary} ({spec.rewind.of.describe()})"
     return await client.start_workflow(
         Saga.run,
         spec.model_dump(mode="json"),
         id=spec.workflow_id,
         task_queue=queue or task_queue(),
-        static_summary=saga_summary(spec),
+        static_summary=summary,
         static_details=spec.description or None,
-        search_attributes=contract.as_start_attributes(
-            SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id).search_attributes()
-        ),
+        search_attributes=contract.as_start_attributes(attributes),
     )
 
 
