@@ -128,14 +128,21 @@ async def with_backpressure(
 
 
 async def start_chain(
-    client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
+    client: Client,
+    spec: ChainSpec,
+    correlation_id: str,
+    *,
+    queue: str | None = None,
+    eager: bool = False,
 ) -> WorkflowHandle[Any, ChainState]:
     """Start the chain of `correlation_id` on `queue` (default: $COORD_TASK_QUEUE), waiting for
-    its triggers. Undeliverable when the correlation already has a chain, running or ended."""
+    its triggers. Undeliverable when the correlation already has a chain, running or ended.
+    `eager`: this client's own worker takes its first task (`start_run`)."""
     try:
         return await client.start_workflow(
             ReactiveChain.run,
             _chain_input(spec, correlation_id),
+            request_eager_start=eager,
             **_chain_start_options(spec, correlation_id, queue),
         )
     except WorkflowAlreadyStartedError:
