@@ -275,12 +275,14 @@ async def _ask(
     except WorkflowUpdateFailedError as refused:
         if refused_for_now(refused):
             raise
+        kind = contract.failure_type_of(refused.cause)
         return contract.PublishAnswer(
             verdict="refused",
             event_id=envelope.event.id,
             workflow_id=contract.chain_workflow_id(correlation_id),
-            failure_type=contract.failure_type_of(refused.cause),
-            reason=contract.failure_message(refused.cause),
+            failure_type=kind,
+            # A validator's refusal comes back as "<type>: <message>".
+            reason=contract.failure_message(refused.cause).removeprefix(f"{kind}: "),
         )
 
 
