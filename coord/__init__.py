@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from coord.models.events.timeline import (
         TimelineEntry,
     )
+    from coord.models.wire.contract import (
+        PublishAnswer,
+    )
     from coord.models.mesh.config import (
         AgentsFile,
     )
@@ -135,6 +138,7 @@ if TYPE_CHECKING:
         plan_progress,
         plan_state,
         publish,
+        publish_acked,
         saga_handle,
         saga_outcome,
         saga_state,
@@ -175,6 +179,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "Priority",
     ),
     "coord.models.events.timeline": ("TimelineEntry",),
+    "coord.models.wire.contract": ("PublishAnswer",),
     "coord.models.saga.spec": (
         "SagaSpec",
         "SagaState",
@@ -249,6 +254,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "plan_progress",
         "plan_state",
         "publish",
+        "publish_acked",
         "saga_handle",
         "saga_outcome",
         "saga_state",
@@ -303,6 +309,7 @@ __all__ = [
     "SetupNeeded",
     "SpecError",
     "TimelineEntry",
+    "PublishAnswer",
     "Undeliverable",
     "VoteSpec",
     "VoteState",
@@ -341,6 +348,7 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "publish_acked",
     "run",
     "saga_handle",
     "saga_outcome",
