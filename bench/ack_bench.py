@@ -7,14 +7,15 @@ What each side measures, one event at a time into one running chain (an event ty
 subscription matches, so only the intake's work counts): for the acknowledged publish, from the
 call to the answer in the publisher's hands; for the signal, from the call to the moment the
 chain recorded the event: the completion of the workflow task that took it in, read from the
-chain's history (the server runs on this machine's clock). The signal's publisher learns nothing at that moment: the
-acknowledged side buys that knowledge, and ack/signal prices it. Each round runs both sides, in
-an order that rotates (bench.rounds); the next event goes once the previous one is recorded.
+chain's history (the server runs on this machine's clock). The signal's publisher learns nothing
+at that moment: the acknowledged side buys that knowledge, and ack/signal prices it. Each round
+runs both sides, in an order that rotates (bench.rounds); the next event goes once the previous
+one is recorded.
 """
 
 import argparse
-import json
 import asyncio
+import json
 import os
 import statistics
 import time

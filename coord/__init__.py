@@ -65,9 +65,6 @@ if TYPE_CHECKING:
     from coord.models.events.timeline import (
         TimelineEntry,
     )
-    from coord.models.wire.contract import (
-        PublishAnswer,
-    )
     from coord.models.mesh.config import (
         AgentsFile,
     )
@@ -92,6 +89,9 @@ if TYPE_CHECKING:
         VoteSpec,
         VoteState,
         VoteStatus,
+    )
+    from coord.models.wire.contract import (
+        PublishAnswer,
     )
     from coord.models.wire.errors import (
         CoordError,
@@ -302,6 +302,7 @@ __all__ = [
     "PlanState",
     "PlanStatus",
     "Priority",
+    "PublishAnswer",
     "SagaSpec",
     "SagaState",
     "SagaStatus",
@@ -309,7 +310,6 @@ __all__ = [
     "SetupNeeded",
     "SpecError",
     "TimelineEntry",
-    "PublishAnswer",
     "Undeliverable",
     "VoteSpec",
     "VoteState",

@@ -253,25 +253,29 @@ async def _ask(
     event = envelope.model_dump(mode="json")
     try:
         if spec is None:
-            return await chain_handle(client, correlation_id).execute_update(
+            answer: contract.PublishAnswer = await chain_handle(
+                client, correlation_id
+            ).execute_update(
                 contract.PUBLISH_UPDATE,
                 event,
                 result_type=contract.PublishAnswer,
                 rpc_timeout=answer_time,
             )
+            return answer
         start = WithStartWorkflowOperation(
             ReactiveChain.run,
             _chain_input(spec, correlation_id),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             **_chain_start_options(spec, correlation_id, queue),
         )
-        return await client.execute_update_with_start_workflow(
+        started: contract.PublishAnswer = await client.execute_update_with_start_workflow(
             contract.PUBLISH_UPDATE,
             event,
             start_workflow_operation=start,
             result_type=contract.PublishAnswer,
             rpc_timeout=answer_time,
         )
+        return started
     except WorkflowUpdateFailedError as refused:
         if refused_for_now(refused):
             raise

@@ -39,7 +39,8 @@ async def start_saga(
     `eager`: this client's own worker takes its first task (`start_run`)."""
     first = SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id)
     details = spec.description or None
-    return await start_run(client, Saga.run, spec, first, queue, saga_summary(spec), details, eager=eager)
+    summary = saga_summary(spec)
+    return await start_run(client, Saga.run, spec, first, queue, summary, details, eager=eager)
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:

@@ -20,8 +20,8 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
-from coord.starter.exits import ExitCode
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
+from coord.starter.exits import ExitCode
 
 app = typer.Typer()
 
@@ -76,18 +76,10 @@ async def publish(
         raise SpecError("give --correlation-id, --to or --all-chains")
     if ack and (all_chains or to):
         raise SpecError("--ack publishes to the correlation's chain: not with --to or --all-chains")
-    if payload is not None and payload_file is not None:
-        raise SpecError("--payload and --payload-file: give one or the other")
-    body: object = {}
-    if payload is not None:
-        body = parse_json_object(payload, "--payload")
-    elif payload_file is not None:
-        body = read_document(payload_file)
+    body = publish_payload(payload, payload_file)
     header = {"type": type, "source": source, "correlation_id": correlation_id}
-    if event_id is not None:
-        header["id"] = event_id
-    if caused_by is not None:
-        header["causation_id"] = caused_by
+    optional = {"id": event_id, "causation_id": caused_by}
+    header |= {key: value for key, value in optional.items() if value is not None}
     envelope = parse_model(
         EventEnvelope,
         {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
@@ -109,6 +101,17 @@ async def publish(
         typer.echo(json.dumps({**published, **delivery.model_dump()}))
     else:
         typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
+
+
+def publish_payload(payload: str | None, payload_file: Path | None) -> object:
+    """`--payload` (a JSON object) or `--payload-file` (JSON or YAML), or none: `{}`."""
+    if payload is not None and payload_file is not None:
+        raise SpecError("--payload and --payload-file: give one or the other")
+    if payload is not None:
+        return parse_json_object(payload, "--payload")
+    if payload_file is not None:
+        return read_document(payload_file)
+    return {}
 
 
 async def publish_acked(
