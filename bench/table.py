@@ -105,10 +105,14 @@ class Row:
     note: str = ""
 
 
-def p50_rows(output: str) -> list[tuple[str, float, list[float], float]]:
+Ratio = tuple[str, float, list[float], float]
+"""A ratio a bench printed: its label, overall, each round's, and their median."""
+
+
+def p50_rows(output: str) -> list[Ratio]:
     """Each side's p50 over each baseline side's (`baseline...`), from the bench's summary line
     (medians of the rounds' p50s, so no per-round ratios)."""
-    found = []
+    found: list[Ratio] = []
     for line in output.splitlines():
         p50 = {m["side"]: float(m["p50"]) for m in SIDE_P50.finditer(line)}
         bases = [side for side in p50 if side.startswith("baseline")]
@@ -119,10 +123,10 @@ def p50_rows(output: str) -> list[tuple[str, float, list[float], float]]:
     return found
 
 
-def ratio_rows(output: str) -> list[tuple[str, float, list[float], float]]:
+def ratio_rows(output: str) -> list[Ratio]:
     """Every `ratio_line` a bench printed (its label, overall ratio, rounds and median), then the
     p50 ratios of its summary line (`p50_rows`)."""
-    found = []
+    found: list[Ratio] = []
     for line in output.splitlines():
         match = RATIO.match(line.strip())
         if match is None:
