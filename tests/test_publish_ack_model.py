@@ -42,11 +42,14 @@ def test_what_the_intake_would_reject_is_refused_and_nothing_changes() -> None:
     assert model.record.model_dump() == before
 
 
-def test_a_closing_chain_refuses_and_an_overdue_run_is_busy() -> None:
+def test_a_closing_or_ended_chain_refuses_and_an_overdue_run_is_busy() -> None:
     model = new_model(terminal_event=None)
     model.record.closing = True
     closing = model.refusal(event("Unrelated"))
     assert closing is not None and closing.kind == FailureType.CHAIN_CLOSING
+    model.end()
+    ended = model.refusal(event("Unrelated"))
+    assert ended is not None and ended.kind == FailureType.CHAIN_ENDED
     overdue = new_model(FixedRun(length=10_000), terminal_event=None)
     busy = overdue.busy(event("Unrelated"))
     assert busy is not None and busy.kind == FailureType.CHAIN_BUSY

@@ -95,9 +95,11 @@ class ChainModel:
 
     def refusal(self, envelope: EventEnvelope) -> Rejection | None:
         """Why an acknowledged publish of the event is refused, changing nothing (a validator
-        asks): the chain is closing, or the intake would reject it; None for a duplicate (it is
-        answered as one)."""
+        asks): the chain has ended (its run is settling: nothing it took in would run) or is
+        closing, or the intake would reject it; None for a duplicate (it is answered as one)."""
         header = envelope.event
+        if self.record.state.status not in (ChainStatus.RUNNING, ChainStatus.PAUSED):
+            return Rejection(FailureType.CHAIN_ENDED, f"event {header.id}: the chain has ended")
         if self.record.closing:
             return Rejection(FailureType.CHAIN_CLOSING, f"event {header.id}: the chain is closing")
         if self.intake.seen(header.id):

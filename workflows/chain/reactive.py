@@ -222,7 +222,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def _acked_event(self, raw: PlainInput) -> EventEnvelope:
         """The acknowledged publish's event, if the chain takes it now; else a typed failure
         whose message is one line saying why (the chain's input is invalid, the event does not
-        validate, the chain is closing or continuing as new, or the intake would reject it)."""
+        validate, the chain has ended or is closing, or the intake would reject it)."""
         if self._input_error:
             raise failure(FailureType.INVALID_INPUT, self._input_error)
         envelope = named_envelope(raw)
