@@ -90,6 +90,9 @@ if TYPE_CHECKING:
         VoteState,
         VoteStatus,
     )
+    from coord.models.wire.contract import (
+        PublishAnswer,
+    )
     from coord.models.wire.errors import (
         CoordError,
     )
@@ -135,6 +138,7 @@ if TYPE_CHECKING:
         plan_progress,
         plan_state,
         publish,
+        publish_acked,
         saga_handle,
         saga_outcome,
         saga_state,
@@ -175,6 +179,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "Priority",
     ),
     "coord.models.events.timeline": ("TimelineEntry",),
+    "coord.models.wire.contract": ("PublishAnswer",),
     "coord.models.saga.spec": (
         "SagaSpec",
         "SagaState",
@@ -249,6 +254,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "plan_progress",
         "plan_state",
         "publish",
+        "publish_acked",
         "saga_handle",
         "saga_outcome",
         "saga_state",
@@ -296,6 +302,7 @@ __all__ = [
     "PlanState",
     "PlanStatus",
     "Priority",
+    "PublishAnswer",
     "SagaSpec",
     "SagaState",
     "SagaStatus",
@@ -341,6 +348,7 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "publish_acked",
     "run",
     "saga_handle",
     "saga_outcome",

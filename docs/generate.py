@@ -88,6 +88,10 @@ EXIT_EXAMPLES: dict[str, str] = {
         "a dead letter no worker archived within a minute, a deletion the server refused; the "
         "next run tries again"
     ),
+    "EVENT_REFUSED": (
+        "`refused evt-1 by chain-story-42 (causation_loop): event evt-1 (Note): causation "
+        "depth 33 exceeds 32, ...`"
+    ),
     "DIFFERS": "`coord diff C C2` when a row is changed or only in one of them",
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",

@@ -50,7 +50,10 @@ class ExitCode(IntEnum):
     GC_INCOMPLETE = 12
     """`coord gc`: something that had outlived its retention could not be removed (a dead
     letter no worker archived, a deletion the server refused); each is listed with why."""
-    DIFFERS = 13
+    EVENT_REFUSED = 13
+    """`publish --ack`: the chain refused the event (the line says why: closing, a probable
+    causation loop, an envelope that does not validate); nothing was recorded or parked."""
+    DIFFERS = 14
     """`coord diff`: the two correlations differ (the aligned rows are printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""

@@ -131,14 +131,31 @@ class ChainIntake:
         """Deduplicates, checks the correlation and the causation depth, then records the event
         in the timeline (it is then matched)."""
         header = envelope.event
-        if header.id in self._record.depths:
+        if self.seen(header.id):
             self._record.state.received += 1
             self._record.state.duplicates += 1
             return "duplicate"
-        correlation_id = self._record.state.correlation_id
+        rejection = self.screen(envelope)
+        if rejection is not None:
+            return rejection
         if header.correlation_id is None:
-            header.correlation_id = correlation_id
-        if header.correlation_id != correlation_id:
+            header.correlation_id = self._record.state.correlation_id
+        self._record.state.received += 1
+        self.remember(envelope, self.depth(envelope))
+        if header.type == self._spec.terminal_event:
+            self._record.state.terminal_seen = True
+        return "recorded"
+
+    def seen(self, event_id: str) -> bool:
+        """The chain has taken this event id in already (within `SEEN_WINDOW`)."""
+        return event_id in self._record.depths
+
+    def screen(self, envelope: EventEnvelope) -> Rejection | None:
+        """Why admitting the event would reject it (another correlation's, or a probable
+        causation loop), changing nothing: an acknowledged publish's validator refuses with it."""
+        header = envelope.event
+        correlation_id = self._record.state.correlation_id
+        if header.correlation_id not in (None, correlation_id):
             return Rejection(
                 FailureType.FOREIGN_CORRELATION,
                 f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
@@ -153,11 +170,14 @@ class ChainIntake:
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
                 depth,
             )
-        self._record.state.received += 1
-        self.remember(envelope, depth)
-        if header.type == self._spec.terminal_event:
-            self._record.state.terminal_seen = True
-        return "recorded"
+        return None
+
+    def seq_of(self, event_id: str) -> int | None:
+        """The timeline number the event got, while the timeline window keeps its row."""
+        for entry in reversed(self._record.timeline):
+            if entry.event_id == event_id:
+                return entry.seq
+        return None
 
     def reject(
         self, rejection: Rejection, *, envelope: EventEnvelope | None = None, raw: Any = None

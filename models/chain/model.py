@@ -14,6 +14,7 @@ from coord.models.chain.boundary import (
 )
 from coord.models.chain.intake import (
     SEEN_WINDOW,
+    Admission,
     Arrival,
     ChainIntake,
     TaskShare,
@@ -28,6 +29,8 @@ from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
 from coord.models.wire.contract import (
     CHAIN_EVENT_SIGNAL,
     EVENT_SIGNAL,
+    FailureType,
+    PublishAnswer,
     SearchValues,
     correlation_id_of_chain,
 )
@@ -91,7 +94,47 @@ class ChainModel:
             or pacing.continue_as_new_now(outbound)
         )
 
-    def _handle(self, envelope: EventEnvelope) -> None:
+    def refusal(self, envelope: EventEnvelope) -> Rejection | None:
+        """Why an acknowledged publish of the event is refused, changing nothing (a validator
+        asks): the chain has ended (its run is settling: nothing it took in would run) or is
+        closing, or the intake would reject it; None for a duplicate (it is answered as one)."""
+        header = envelope.event
+        if self.record.state.status not in (ChainStatus.RUNNING, ChainStatus.PAUSED):
+            return Rejection(FailureType.CHAIN_ENDED, f"event {header.id}: the chain has ended")
+        if self.record.closing:
+            return Rejection(FailureType.CHAIN_CLOSING, f"event {header.id}: the chain is closing")
+        if self.intake.seen(header.id):
+            return None
+        return self.intake.screen(envelope)
+
+    def busy(self, envelope: EventEnvelope) -> Rejection | None:
+        """An acknowledged publish refused for now: the run takes no new events until it has
+        continued as new (`ChainPacing.holding_events`); the publisher publishes again."""
+        if not self.pacing.holding_events():
+            return None
+        why = "the chain is continuing as new; publish it again"
+        return Rejection(FailureType.CHAIN_BUSY, f"event {envelope.event.id}: {why}")
+
+    def take_acked(self, envelope: EventEnvelope, workflow_id: str) -> PublishAnswer:
+        """An acknowledged publish's event, taken in at once (ahead of the events waiting in
+        the queue, as the chain's own events are) and answered: accepted with its timeline
+        number, a duplicate with the one it had, or refused (a rejection the validator did not
+        foresee is recorded and parked, as the queue's are)."""
+        admission = self._handle(envelope)
+        event_id = envelope.event.id
+        if isinstance(admission, Rejection):
+            return PublishAnswer(
+                verdict="refused",
+                event_id=event_id,
+                workflow_id=workflow_id,
+                failure_type=admission.kind,
+                reason=admission.reason,
+            )
+        verdict = "accepted" if admission == "recorded" else "duplicate"
+        seq = self.intake.seq_of(event_id)
+        return PublishAnswer(verdict=verdict, event_id=event_id, workflow_id=workflow_id, seq=seq)
+
+    def _handle(self, envelope: EventEnvelope) -> Admission | Rejection:
         """One event taken in: rejected (parked), a duplicate (counted), or recorded, then
         forwarded, its alert applied and the runs it completes queued. A rewound copy's past
         is recorded and matched, but runs nothing and is forwarded to no one."""
@@ -108,6 +151,7 @@ class ChainModel:
                     self.runs.enqueue(
                         fired.subscription, envelope, fired.causes, inputs=fired.inputs
                     )
+        return admission
 
     def receive_recorded(self, events: list[EventEnvelope]) -> None:
         """A rewound copy's past enters the queue in order, each event marked as recorded: its

@@ -91,6 +91,7 @@ class SagaModel:
             saga_id=spec.saga_id,
             correlation_id=spec.correlation_id,
             status=SagaStatus.IN_PROGRESS,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
         for index, recorded in enumerate(spec.rewind.steps if spec.rewind else [], start=1):
             self._reuse(index, spec.steps[index - 1], recorded)

@@ -14,6 +14,7 @@ from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.wire.contract import (
+    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -194,8 +195,16 @@ class SagaState(BaseModel):
     compensation events), as rows of the correlation table."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the saga's agent runs reported using (an `llm` agent's tokens), in all and by model."""
+    rewind_of: str | None = None
+    """A rewound copy's original and step (`CoordRewindOf`): `<saga id>@step N <name>`."""
 
     def search_attributes(self) -> SearchValues:
-        """What the run is found by: set at start (the first record), upserted on every change."""
+        """What the run is found by: set at start (the first record), upserted on every change;
+        a rewound copy is found by its original too."""
         key = self.correlation_id or self.saga_id
-        return coordination_attributes(correlation_id=key, pattern=Pattern.SAGA, status=self.status)
+        values = coordination_attributes(
+            correlation_id=key, pattern=Pattern.SAGA, status=self.status
+        )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values

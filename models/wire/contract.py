@@ -14,8 +14,9 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Literal
 
+from pydantic import BaseModel
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
@@ -250,6 +251,36 @@ ACQUIRE_PERMIT_UPDATE: Final = "acquire_permit"
 (waiting a bounded time for one); answers whether it was granted."""
 RELEASE_PERMIT_UPDATE: Final = "release_permit"
 """A run gives its pool permit back (or stops waiting for one)."""
+PUBLISH_UPDATE: Final = "publish"
+"""An acknowledged publish: the chain takes the event in at once and answers `PublishAnswer`;
+its validator refuses (one line, a failure type) an event the chain would reject."""
+
+PublishVerdict = Literal["accepted", "duplicate", "refused"]
+
+
+class PublishAnswer(BaseModel):
+    """What a chain answers an acknowledged publish (`PUBLISH_UPDATE`): the event was
+    `accepted` and recorded as `seq` in the chain's timeline; a `duplicate` of one it had
+    already seen (`seq`: the number that one got, while the chain still keeps it in its
+    timeline window); or `refused`, with the intake's `failure_type` and `reason` (the API
+    builds that answer from the validator's refusal: nothing was recorded or parked)."""
+
+    verdict: PublishVerdict
+    event_id: str
+    workflow_id: str
+    seq: int | None = None
+    failure_type: str | None = None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """One line for a person: what the chain did with the event."""
+        if self.verdict == "accepted":
+            return f"accepted {self.event_id} as seq {self.seq} by {self.workflow_id}"
+        if self.verdict == "duplicate":
+            had = f"seq {self.seq}" if self.seq is not None else "a seq no longer kept"
+            return f"duplicate {self.event_id} (it had {had}) at {self.workflow_id}"
+        return f"refused {self.event_id} by {self.workflow_id} ({self.failure_type}): {self.reason}"
+
 
 # --- Activities -------------------------------------------------------------------------------
 
@@ -442,6 +473,10 @@ class FailureType(StrEnum):
     CHAIN_CLOSING = "chain_closing"
     FOREIGN_CORRELATION = "foreign_correlation"
     CAUSATION_LOOP = "causation_loop"
+    CHAIN_BUSY = "chain_busy"
+    """An acknowledged publish refused for now: the chain's run is overdue to continue as new
+    and takes no new events until it has; nothing was recorded, and publishing again (the API
+    does, for a while) reaches the new run."""
     PUBLISH_NOT_ALLOWED = "publish_not_allowed"
     """An event a chain's agent asked to publish (its result's `publish`) of a type neither
     its subscription's `publishes` nor its own declaration allows: refused, recorded in the

@@ -20,6 +20,7 @@ from coord.starter.api.chains import (
     chain_timeline,
     close_chain,
     publish,
+    publish_acked,
     start_chain,
 )
 from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
@@ -103,6 +104,7 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "publish_acked",
     "rewind_chain",
     "rewind_saga",
     "saga_handle",

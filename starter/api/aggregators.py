@@ -39,13 +39,17 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
 
 
 async def start_aggregator(
-    client: Client, spec: AggregatorSpec, *, queue: str | None = None
+    client: Client, spec: AggregatorSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, AggregatorState]:
     """Start an aggregator on `queue` (default: $COORD_TASK_QUEUE); its first events may arrive
-    before it (`lookback`). Undeliverable when one with its workflow id already exists."""
+    before it (`lookback`). Undeliverable when one with its workflow id already exists.
+    `eager`: this client's own worker takes its first task (`start_run`)."""
     try:
         return await client.start_workflow(
-            Aggregator.run, spec.model_dump(mode="json"), **_aggregator_start_options(spec, queue)
+            Aggregator.run,
+            spec.model_dump(mode="json"),
+            request_eager_start=eager,
+            **_aggregator_start_options(spec, queue),
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None

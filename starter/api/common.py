@@ -84,12 +84,21 @@ async def start_run(
     queue: str | None,
     summary: str,
     details: str | None,
+    *,
+    eager: bool = False,
 ) -> WorkflowHandle[Any, R]:
     """Starts the workflow whose `run` takes `spec`, under the spec's workflow id, on `queue`
     (else the configured task queue). The spec goes as plain JSON, which the run decodes and
     checks itself (a malformed one fails the run naming the field); the UI shows `summary` and
     `details`; the run starts with the search attributes of its `first` record, so that lists
-    find it from its first moment."""
+    find it from its first moment.
+
+    `eager` asks the server to hand the run's first workflow task back in the start call's
+    answer, to a worker on this same client that polls `queue`, instead of queuing it: the run
+    starts a round trip sooner, and its history says `eager_execution_accepted`. For callers
+    whose worker shares their client (the demo, tests, a program hosting its own worker); off
+    by default, since a remote caller has no worker to take the task (the server then queues
+    it as usual)."""
     return await client.start_workflow(
         run,
         spec.model_dump(mode="json"),
@@ -98,6 +107,7 @@ async def start_run(
         static_summary=summary,
         static_details=details,
         search_attributes=contract.as_start_attributes(first.search_attributes()),
+        request_eager_start=eager,
     )
 
 

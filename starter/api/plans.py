@@ -61,13 +61,13 @@ def plan_details(spec: PlanSpec) -> str:
 
 
 async def start_plan(
-    client: Client, spec: PlanSpec, *, queue: str | None = None
+    client: Client, spec: PlanSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, PlanState]:
     """Start the plan on `queue` (default: $COORD_TASK_QUEUE); `plan_outcome(handle)` waits for
-    its final report."""
+    its final report. `eager`: this client's own worker takes its first task (`start_run`)."""
     first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
     summary, details = plan_summary(spec), plan_details(spec)
-    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details)
+    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details, eager=eager)
 
 
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:

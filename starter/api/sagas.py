@@ -11,7 +11,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.infra.temporal import task_queue
 from coord.models.events.timeline import TimelineEntry
 from coord.models.saga.spec import SagaSpec, SagaState
 from coord.models.wire import contract
@@ -22,6 +21,7 @@ from coord.starter.api.common import (
     closed_with_result,
     described,
     ended_record,
+    start_run,
 )
 from coord.workflows.saga import Saga
 
@@ -32,26 +32,18 @@ def saga_summary(spec: SagaSpec) -> str:
 
 
 async def start_saga(
-    client: Client, spec: SagaSpec, *, queue: str | None = None
+    client: Client, spec: SagaSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, SagaState]:
     """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
-    its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running."""
-    attributes = SagaState(
-        saga_id=spec.saga_id, correlation_id=spec.correlation_id
-    ).search_attributes()
+    its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running.
+    `eager`: this client's own worker takes its first task (`start_run`)."""
+    first = SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id)
     summary = saga_summary(spec)
     if spec.rewind is not None:
-        attributes[contract.REWIND_OF] = spec.rewind.of.search_value()
+        first.rewind_of = spec.rewind.of.search_value()
         summary = f"{summary} ({spec.rewind.of.describe()})"
-    return await client.start_workflow(
-        Saga.run,
-        spec.model_dump(mode="json"),
-        id=spec.workflow_id,
-        task_queue=queue or task_queue(),
-        static_summary=summary,
-        static_details=spec.description or None,
-        search_attributes=contract.as_start_attributes(attributes),
-    )
+    details = spec.description or None
+    return await start_run(client, Saga.run, spec, first, queue, summary, details, eager=eager)
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:

@@ -26,13 +26,13 @@ def vote_summary(spec: VoteSpec) -> str:
 
 
 async def start_vote(
-    client: Client, spec: VoteSpec, *, queue: str | None = None
+    client: Client, spec: VoteSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, VoteState]:
     """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
-    its record."""
+    its record. `eager`: this client's own worker takes its first task (`start_run`)."""
     first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
     summary, details = vote_summary(spec), spec.description or None
-    return await start_run(client, Vote.run, spec, first, queue, summary, details)
+    return await start_run(client, Vote.run, spec, first, queue, summary, details, eager=eager)
 
 
 def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:

@@ -21,6 +21,7 @@ from coord.models.wire.specs import SpecError, parse_json_object, parse_model, r
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
+from coord.starter.exits import ExitCode
 
 app = typer.Typer()
 
@@ -50,6 +51,9 @@ async def publish(
     event_id: Annotated[
         str | None, typer.Option("--id", help="Event id (retries reuse it)")
     ] = None,
+    caused_by: Annotated[
+        str | None, typer.Option(help="The id of the event that caused this one")
+    ] = None,
     spec_file: Annotated[
         Path | None, typer.Option("--spec", help="Chain spec: start the chain if it does not exist")
     ] = None,
@@ -57,21 +61,25 @@ async def publish(
         bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
     ] = False,
     to: Annotated[str | None, typer.Option("--to", help="Deliver to this workflow id only")] = None,
+    ack: Annotated[
+        bool,
+        typer.Option(
+            help="Wait for the chain's answer: accepted (with its seq), duplicate, or refused "
+            "(exit 13)"
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain."""
+    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain.
+    With --ack, to its correlation's chain only, which answers at once what became of it."""
     if not correlation_id and not all_chains and not to:
         raise SpecError("give --correlation-id, --to or --all-chains")
-    if payload is not None and payload_file is not None:
-        raise SpecError("--payload and --payload-file: give one or the other")
-    body: object = {}
-    if payload is not None:
-        body = parse_json_object(payload, "--payload")
-    elif payload_file is not None:
-        body = read_document(payload_file)
+    if ack and (all_chains or to):
+        raise SpecError("--ack publishes to the correlation's chain: not with --to or --all-chains")
+    body = publish_payload(payload, payload_file)
     header = {"type": type, "source": source, "correlation_id": correlation_id}
-    if event_id is not None:
-        header["id"] = event_id
+    optional = {"id": event_id, "causation_id": caused_by}
+    header |= {key: value for key, value in optional.items() if value is not None}
     envelope = parse_model(
         EventEnvelope,
         {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
@@ -79,6 +87,9 @@ async def publish(
     )
     spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
     client = await connect()
+    if ack:
+        await publish_acked(client, envelope, spec, as_json)
+        return
     if all_chains:
         delivery = await api.broadcast(client, envelope)
         target = delivery.describe(f"{len(delivery.reached)} running chains")
@@ -90,6 +101,29 @@ async def publish(
         typer.echo(json.dumps({**published, **delivery.model_dump()}))
     else:
         typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
+
+
+def publish_payload(payload: str | None, payload_file: Path | None) -> object:
+    """`--payload` (a JSON object) or `--payload-file` (JSON or YAML), or none: `{}`."""
+    if payload is not None and payload_file is not None:
+        raise SpecError("--payload and --payload-file: give one or the other")
+    if payload is not None:
+        return parse_json_object(payload, "--payload")
+    if payload_file is not None:
+        return read_document(payload_file)
+    return {}
+
+
+async def publish_acked(
+    client: Client, envelope: EventEnvelope, spec: ChainSpec | AggregatorSpec | None, as_json: bool
+) -> None:
+    """`publish --ack`: one line, the chain's answer; a refusal exits `EVENT_REFUSED`."""
+    if isinstance(spec, AggregatorSpec):
+        raise SpecError("--ack publishes to a chain: --spec must be a chain spec")
+    answer = await api.publish_acked(client, envelope, spec=spec)
+    typer.echo(answer.model_dump_json() if as_json else answer.describe())
+    if answer.verdict == "refused":
+        raise typer.Exit(ExitCode.EVENT_REFUSED)
 
 
 @app.command()

@@ -4,6 +4,8 @@ Events arrive as `event` signals (plain JSON envelopes). Each enters the chain's
 as the signal handler hands it to the model (`ChainIntake`), and is handed out once, when a
 workflow task takes it in (`ChainModel.take_next`): deduplicated, checked, logged in order,
 matched against the subscriptions (topic, type, CEL filter, join), which may queue agent runs.
+An acknowledged publish (the `publish` update) is taken in at once instead, so that its answer
+says what became of the event; its validator refuses what the intake would reject.
 Runs start up to the spec's concurrency limit (`ChainRunner`); their results are published back
 into the queue as new events, caused by the event that triggered them. What the chain decides is
 its model's (coord.models.chain.model); this module is its Temporal side: signals and queries,
@@ -55,12 +57,14 @@ with workflow.unsafe.imports_passed_through():
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
+        PUBLISH_UPDATE,
         RECORDED_SIGNAL,
         RERUN_SIGNAL,
         RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
+        PublishAnswer,
         failure,
     )
     from coord.models.wire.specs import SpecError
@@ -81,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRun,
         decoded,
         json_text,
+        named_envelope,
         park_letter,
     )
     from coord.workflows.chain.runner import ChainRunner
@@ -200,6 +205,40 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         else:
             self._model.receive(decoded(EventEnvelope, raw, "event"))
         self._outbound.flush()
+
+    @workflow.update(name=PUBLISH_UPDATE)
+    def publish(self, raw: PlainInput = NO_INPUT) -> PublishAnswer:
+        """An acknowledged publish: the event is taken in at once, and the answer says what
+        became of it (accepted with its timeline number, or a duplicate). Raw on purpose, as
+        `event` is; what the chain would reject is refused by the validator, so nothing is
+        recorded or parked and the publisher learns why. A run overdue to continue as new
+        fails the update as `chain_busy` (the validator may not ask for the patch that decides
+        it), and the publisher publishes again to the next run."""
+        envelope = self._acked_event(raw)
+        busy = self._model.busy(envelope)
+        if busy is not None:
+            raise failure(busy.kind, busy.reason)
+        answer = self._model.take_acked(envelope, workflow.info().workflow_id)
+        self._outbound.flush()
+        return answer
+
+    @publish.validator
+    def _validate_publish(self, raw: PlainInput = NO_INPUT) -> None:
+        self._acked_event(raw)
+
+    def _acked_event(self, raw: PlainInput) -> EventEnvelope:
+        """The acknowledged publish's event, if the chain takes it now; else a typed failure
+        whose message is one line saying why (the chain's input is invalid, the event does not
+        validate, the chain has ended or is closing, or the intake would reject it)."""
+        if self._input_error:
+            raise failure(FailureType.INVALID_INPUT, self._input_error)
+        envelope = named_envelope(raw)
+        if isinstance(envelope, Undecodable):
+            raise failure(FailureType.INVALID_ENVELOPE, envelope.reason)
+        refusal = self._model.refusal(envelope)
+        if refusal is not None:
+            raise failure(refusal.kind, refusal.reason)
+        return envelope
 
     @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
