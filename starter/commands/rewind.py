@@ -73,7 +73,7 @@ async def diff(
     as_json: AsJson = False,
 ) -> None:
     """Show two correlations' tables side by side, aligned by causation: the rows that are the
-    same, changed (payload or source) or only in one. Exits 13 when they differ."""
+    same, changed (payload or source) or only in one. Exits 14 when they differ."""
     client = await connect()
     compared = await api.diff_correlations(client, left, right)
     if as_json:
