@@ -119,7 +119,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
                 contract.RUN_OUTCOME_SIGNAL,
             },
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
-            set(),
+            {contract.PUBLISH_UPDATE},
         ),
         (ChainRun, contract.CHAIN_RUN_WORKFLOW, set(), set(), set()),
         (
