@@ -27,12 +27,14 @@ from tests.test_vote import YES, Voters, vote
 
 
 def watching(*events: str) -> ChainSpec:
-    """A chain whose one agent (`approval-desk`) answers each of `events`."""
+    """A chain whose one agent (`approval-desk`) answers each of `events`; its depth limit is
+    far below the plan's length, which never counts as a loop."""
     return ChainSpec.model_validate(
         {
             "name": "plan-watch",
             "triggers": list(events),
             "alerts": None,
+            "max_causation_depth": 3,
             "subscriptions": [
                 {
                     "agent": "approval-desk",
