@@ -27,6 +27,7 @@ from coord.models.events.taxonomy import (
     TaskStarted,
     VerificationCompleted,
 )
+from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.spec import (
     PlanSpec,
     PlanState,
@@ -38,14 +39,18 @@ from coord.models.plan.spec import (
 )
 
 Sink = Callable[[EventEnvelope], None]
+EVENTS_WINDOW = 200
+"""The newest announcements a plan's record keeps (the chain's timeline keeps as many)."""
 
 
 class PlanAnnouncer:
     """The plan's announcements and the latest event of each task (what its next one is
     caused by)."""
 
-    def __init__(self, spec: PlanSpec, sink: Sink) -> None:
+    def __init__(self, spec: PlanSpec, state: PlanState, sink: Sink) -> None:
         self._spec = spec
+        self._state = state
+        self._seq = 0
         self._sink = sink
         self._source = f"/plan/{spec.plan_id}"
         self._tasks = {task.id: task for task in spec.tasks}
@@ -197,4 +202,16 @@ class PlanAnnouncer:
         )
         self._sink(envelope)
         self._last = envelope.event.id
+        self._keep(envelope)
         return envelope.event.id
+
+    def _keep(self, envelope: EventEnvelope) -> None:
+        """The event's row in the record's window (trimmed when it reaches twice its size)."""
+        self._seq += 1
+        events = self._state.events
+        row = TimelineEntry.recording(
+            envelope, seq=self._seq, correlation_id=self._spec.correlation_id
+        )
+        events.append(row)
+        if len(events) >= 2 * EVENTS_WINDOW:
+            del events[:-EVENTS_WINDOW]

@@ -111,7 +111,7 @@ class PlanModel(BaseModel):
     def announce_to(self, sink: Sink) -> None:
         """From now on the plan announces its lifecycle to `sink`, starting with
         `PlanStarted`."""
-        self._book.announcer = PlanAnnouncer(self.spec, sink)
+        self._book.announcer = PlanAnnouncer(self.spec, self.state, sink)
 
     def latest_event(self, task_id: str) -> str | None:
         """The id of the task's latest announced event (what a vote it starts is caused by);

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import share_needed
 from coord.models.events.taxonomy import BallotCast, DecisionMade, Payload, VoteOpened
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import (
@@ -201,6 +202,8 @@ class VoteState(BaseModel):
     itself was cancelled."""
     ended_at: datetime | None = None
     summary: str = ""
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The events the vote announced, as rows of the correlation table."""
 
     def tally(self) -> Tally:
         """The counted ballots by choice."""
@@ -374,6 +377,10 @@ class VoteModel:
             causation_id=cause,
         )
         self._sink(envelope)
+        row = TimelineEntry.recording(
+            envelope, seq=len(self.state.events) + 1, correlation_id=self.spec.correlation_id
+        )
+        self.state.events.append(row)
         return envelope.event.id
 
     def details(self) -> str:
