@@ -164,3 +164,47 @@ async def test_a_votes_ballots_and_decision_land_in_the_chain(
     prepared = next(entry for entry in timeline if entry.event == "ApprovalPrepared")
     assert prepared.causation_id == decided.event_id
     assert (chain_state.rejected_count, chain_state.dead_lettered) == (0, 0)
+
+
+async def notes(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    return {"notes": "2.4.0: faster queries"}
+
+
+async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_records(
+    client: Client, task_queue: str
+) -> None:
+    """No chain runs: the plan's sends stop at the first that finds none, and `coord events`
+    reads the events from the plan's record and its vote's, each after its cause."""
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": f"rel-{uuid.uuid4().hex[:8]}",
+            "correlation_id": correlation_id,
+            "tasks": [
+                {"id": "notes", "agent": "notes"},
+                {
+                    "id": "approve",
+                    "depends_on": ["notes"],
+                    "input": {"release": "2.4.0"},
+                    "vote": {"voters": ["qa", "security", "ops"]},
+                },
+            ],
+        }
+    )
+    voters = Voters({"qa": YES, "security": YES, "ops": YES})
+    registry = voters.registry()
+    registry.register("notes")(notes)
+    async with build_worker(client, task_queue, registry):
+        state = await api.plan_outcome(await api.start_plan(client, spec, queue=task_queue))
+        table = await api.correlation_events(client, correlation_id)
+    assert state.status == PlanStatus.COMPLETED
+    kinds = [entry.event for entry in table]
+    assert kinds[0] == "PlanStarted" and "PlanCompleted" in kinds
+    assert {"VoteOpened", "BallotCast", "DecisionMade", "DependencyResolved"} <= set(kinds)
+    position = {entry.event_id: n for n, entry in enumerate(table)}
+    for n, entry in enumerate(table[1:], start=1):
+        assert entry.causation_id in position and position[entry.causation_id] < n
+    opened = next(entry for entry in table if entry.event == "VoteOpened")
+    cause = table[position[opened.causation_id or ""]]
+    assert (cause.event, cause.payload["task"]) == ("TaskStarted", "approve")
+    assert state.events == [entry for entry in table if entry.agent == f"/plan/{spec.plan_id}"]
