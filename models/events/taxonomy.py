@@ -161,6 +161,22 @@ class CompensationFailed(Payload):
     error: str
 
 
+class StepOutcome(Payload):
+    """A saga step's event: the agent's result as it answered (any fields), or `error`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: dict[str, str] | None = None
+
+
+class Aggregation(Payload):
+    aggregator_id: str
+    inputs: dict[str, object]
+    """The joined events' payloads by slot."""
+    missing: list[dict[str, object]]
+    needed: int
+
+
 @dataclass(frozen=True)
 class EventKind:
     """One row of the taxonomy."""
@@ -172,6 +188,8 @@ class EventKind:
     payload: type[Payload]
     cause: str
     """What causes it: the event its `causation_id` names."""
+    named_by_spec: bool = False
+    """The spec names the type (`name` says which fields name it)."""
 
 
 PLAN, VOTE = "plan", "vote"
@@ -262,6 +280,22 @@ TAXONOMY: tuple[EventKind, ...] = (
     ),
     EventKind("BallotCast", Category.DOMAIN, (VOTE,), BallotCast, "`VoteOpened`"),
     EventKind(
+        "a saga step's `on_success`, `on_failure`, `on_compensated`",
+        Category.DOMAIN,
+        ("saga",),
+        StepOutcome,
+        "the saga's previous event",
+        named_by_spec=True,
+    ),
+    EventKind(
+        "an aggregator's `on_complete`, `on_timeout`",
+        Category.INTEGRATION,
+        ("aggregator",),
+        Aggregation,
+        "the last event it joined",
+        named_by_spec=True,
+    ),
+    EventKind(
         "EventDeadLettered",
         Category.SYSTEM,
         ("dead-letter queue",),
@@ -279,7 +313,7 @@ TAXONOMY: tuple[EventKind, ...] = (
 """Every event type the coordinator publishes under a name of its own, in the order a plan
 meets them."""
 
-BY_TYPE = {kind.name: kind for kind in TAXONOMY}
+BY_TYPE = {kind.name: kind for kind in TAXONOMY if not kind.named_by_spec}
 
 ANNOUNCEMENTS = frozenset(kind.name for kind in TAXONOMY if set(kind.publishers) <= {PLAN, VOTE})
 """The lifecycle plans and votes announce: subscribable, never parked, depth-free among
