@@ -80,7 +80,9 @@ async def test_the_seed_plan_announces_its_lifecycle_into_its_correlations_chain
     client: Client, task_queue: str
 ) -> None:
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    spec = plan_run(load_spec(PlanSpec, PLAN_EXAMPLE), f"seed-{uuid.uuid4().hex[:8]}", {})
+    spec = plan_run(
+        load_spec(PlanSpec, PLAN_EXAMPLE), f"seed-announcing-{uuid.uuid4().hex[:8]}", {}
+    )
     release = spec.tasks[-1].model_copy(update={"approval": ApprovalGate()})
     spec = spec.model_copy(
         update={"correlation_id": correlation_id, "tasks": [*spec.tasks[:-1], release]}
@@ -178,7 +180,7 @@ async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_r
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     spec = PlanSpec.model_validate(
         {
-            "plan_id": f"rel-{uuid.uuid4().hex[:8]}",
+            "plan_id": f"vote-task-announcing-{uuid.uuid4().hex[:8]}",
             "correlation_id": correlation_id,
             "tasks": [
                 {"id": "notes", "agent": "notes"},
