@@ -73,7 +73,7 @@ class Vote(metaclass=SurplusStartArguments):
         if model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
-        announcements = ChainAnnouncements(model.spec.correlation_id)
+        announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
         if workflow.patched(VOTE_ANNOUNCES_PATCH):
             model.announce_to(announcements.send)
         try:
