@@ -3,8 +3,8 @@ of it a workflow task takes, admission, rejection and parking, the timeline's wi
 
 from coord.models.chain.boundary import ParkDetails, Parking, Rejection
 from coord.models.chain.intake import EVENTS_PER_TASK, SEEN_WINDOW, TIMELINE_WINDOW, TaskShare
-from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.models.events.envelope import EventEnvelope
+from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.models.wire.versions import (
     CHAIN_TAKES_ANNOUNCEMENTS_PATCH,
     FLOOD_PATCH,
