@@ -13,7 +13,7 @@ from temporalio.client import Client
 from coord.models.chain.spec import ChainSpec
 from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
-from coord.models.events.taxonomy import BY_TYPE
+from coord.models.events.taxonomy import ANNOUNCEMENTS, BY_TYPE
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentContext
 from coord.models.plan.spec import ApprovalGate, ApprovalRequest, PlanSpec, PlanStatus, TaskState
@@ -210,3 +210,51 @@ async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_r
     cause = table[position[opened.causation_id or ""]]
     assert (cause.event, cause.payload["task"]) == ("TaskStarted", "approve")
     assert state.events == [entry for entry in table if entry.agent == f"/plan/{spec.plan_id}"]
+
+
+async def test_a_chain_that_votes_on_every_decision_is_stopped_at_its_depth_limit(
+    client: Client, task_queue: str
+) -> None:
+    """Each vote's `DecisionMade` opens the next vote: `VoteOpened` counts one level deeper than
+    the decision that caused it, so the fourth vote's events are refused at depth 4 (recorded,
+    never parked) and no fifth vote starts."""
+    correlation_id = f"loop-{uuid.uuid4().hex[:8]}"
+    spec = ChainSpec.model_validate(
+        {
+            "name": "vote-loop",
+            "triggers": ["Go"],
+            "alerts": None,
+            "max_causation_depth": 3,
+            "subscriptions": [
+                {
+                    "name": "again",
+                    "events": ["Go", "DecisionMade"],
+                    "vote": {"voters": ["a"]},
+                    "publishes": {"on_success": "Agreed", "on_failure": "Refused"},
+                }
+            ],
+        }
+    )
+    voters = Voters({"a": YES})
+    go = EventEnvelope.new("Go", "/test", payload={"n": 1}, correlation_id=correlation_id)
+    query = f"CoordPattern = 'vote' AND CorrelationId = '{correlation_id}'"
+    async with build_worker(client, task_queue, voters.registry()):
+        await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        await api.publish(client, go)
+
+        async def decision_refused() -> bool:
+            state = await api.chain_state(client, correlation_id)
+            return any("(DecisionMade): causation depth 4" in r.reason for r in state.rejected)
+
+        await eventually(decision_refused, timeout=90)
+        state = await api.chain_state(client, correlation_id)
+        await api.close_chain(client, correlation_id)
+
+        async def four_votes() -> bool:
+            return len([v async for v in client.list_workflows(query)]) == 4
+
+        await eventually(four_votes)
+    refused = [r.reason.split("(")[1].split(")")[0] for r in state.rejected]
+    assert {"VoteOpened", "BallotCast", "DecisionMade"} <= set(refused)
+    agents_events = [kind for kind in refused if kind not in ANNOUNCEMENTS]
+    assert state.dead_lettered == len(agents_events), "a refused announcement is never parked"
