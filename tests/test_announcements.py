@@ -21,7 +21,7 @@ from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import plan_run
 from coord.worker import build_worker, default_registry
-from tests.helpers import eventually
+from tests.helpers import API, TEST_PLAN, WIREFRAME, completed, eventually, phase1
 from tests.test_plan_demo import PLAN_EXAMPLE
 from tests.test_vote import YES, Voters, vote
 
@@ -258,3 +258,21 @@ async def test_a_chain_that_votes_on_every_decision_is_stopped_at_its_depth_limi
     assert {"VoteOpened", "BallotCast", "DecisionMade"} <= set(refused)
     agents_events = [kind for kind in refused if kind not in ANNOUNCEMENTS]
     assert state.dead_lettered == len(agents_events), "a refused announcement is never parked"
+
+
+async def test_without_a_chain_the_table_reads_an_aggregators_emitted_event(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"agg-{uuid.uuid4().hex[:8]}"
+    spec = phase1(correlation_id=correlation_id)
+    events = [completed(kind, correlation_id) for kind in (TEST_PLAN, WIREFRAME, API)]
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, spec, queue=task_queue)
+        for envelope in events:
+            await handle.signal("event", envelope.model_dump(mode="json"))
+        state = await handle.result()
+        table = await api.correlation_events(client, correlation_id)
+    assert state.emitted is not None
+    assert [(row.event, row.event_id) for row in table] == [
+        ("Phase1CompletedEvent", state.emitted.event.id)
+    ]
