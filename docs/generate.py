@@ -25,7 +25,7 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from coord.models.events import envelope
+from coord.models.events import envelope, taxonomy
 from coord.models.vote.spec import VOTE_REQUESTED
 from coord.models.wire import contract
 from coord.starter import exits
@@ -359,6 +359,28 @@ def product_events_table() -> str:
     return "\n".join(["| event type | what it says |", "| --- | --- |", *rows])
 
 
+def payload_fields(model: type[BaseModel]) -> str:
+    """`plan_id`, `task`, ...: a payload model's fields, in order."""
+    return ", ".join(f"`{name}`" for name in model.model_fields)
+
+
+def taxonomy_table() -> str:
+    header = [
+        "| event type | category | published by | payload | caused by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join([*header, *(taxonomy_row(kind) for kind in taxonomy.TAXONOMY)])
+
+
+def taxonomy_row(kind: taxonomy.EventKind) -> str:
+    """A type a spec names has a free-form payload, which its model's docstring describes."""
+    name, payload = f"`{kind.name}`", payload_fields(kind.payload)
+    if kind.named_by_spec:
+        name, payload = kind.name, cell(kind.payload.__doc__ or "")
+    publishers = ", ".join(kind.publishers)
+    return f"| {name} | {kind.category.value} | {publishers} | {payload} | {cell(kind.cause)} |"
+
+
 def failure_groups() -> list[tuple[str, list[tuple[str, str]]]]:
     """`FailureType`'s members as its source groups them (the comment above each group), each
     with its docstring."""
@@ -426,6 +448,7 @@ FAILURE_MEANINGS: dict[str, str] = {
 EVENT_TABLES: dict[str, Callable[[], str]] = {
     "envelope": envelope_table,
     "product-events": product_events_table,
+    "taxonomy": taxonomy_table,
     "failure-types": failure_types_table,
 }
 

@@ -21,10 +21,11 @@ from coord.models.chain.boundary import (
 )
 from coord.models.chain.spec import ChainCarry, ChainSpec, RejectedEvent
 from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
+from coord.models.events.taxonomy import announcement_depth, is_announcement
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import FailureType
 from coord.models.wire.sizes import ByteBudget, json_size, newest_within, preview
-from coord.models.wire.versions import LIFECYCLE_NOTICES_PATCH
+from coord.models.wire.versions import CHAIN_TAKES_ANNOUNCEMENTS_PATCH, LIFECYCLE_NOTICES_PATCH
 
 TIMELINE_WINDOW = 200
 TIMELINE_BYTES = 8 * 1024 * 1024
@@ -184,9 +185,12 @@ class ChainIntake:
     ) -> None:
         """Counts an event received and rejected, keeps it in the record's window and parks it,
         but a lifecycle notice (recorded only: parking it would announce another; runs
-        recorded before parked those too)."""
+        recorded before parked those too) or a plan's or vote's announcement (the pattern's
+        own record has it)."""
         notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
         parked = not (notice and self._context.patched(LIFECYCLE_NOTICES_PATCH))
+        if envelope is not None and self._announced(envelope):
+            parked = False
         state = self._record.state
         state.received += 1
         state.rejected_count += 1
@@ -210,15 +214,21 @@ class ChainIntake:
     def depth(self, envelope: EventEnvelope) -> int:
         """How many causes lead to this event; 0 for an event whose cause is unknown here. A
         lifecycle notice about an event this chain no longer remembers carries that event's
-        depth."""
+        depth; an announcement adds no depth to its cause's (`announcement_depth`)."""
         cause = envelope.event.causation_id
         if cause is None:
             return 0
         depth = self._record.depths.get(cause)
+        if self._announced(envelope):
+            return announcement_depth(envelope, depth)
         carried = envelope.payload.get("causation_depth")
         if depth is None and envelope.event.type in LIFECYCLE_NOTICES and isinstance(carried, int):
             depth = carried
         return 0 if depth is None else depth + 1
+
+    def _announced(self, envelope: EventEnvelope) -> bool:
+        """A plan's or vote's announcement, in a run that takes them as such."""
+        return is_announcement(envelope) and self._context.patched(CHAIN_TAKES_ANNOUNCEMENTS_PATCH)
 
     def remember(self, envelope: EventEnvelope, depth: int) -> None:
         """The event's row in the timeline, its depth and cause; the windows trimmed when they

@@ -194,6 +194,7 @@ class ChainRuns:
             run.trigger.payload,
             correlation_id=correlation_id,
             agents=self._spec.agents,
+            causation_id=run.trigger.event.id,
         )
 
     def run_assigned(self, run: AgentRun, assignment: Assignment) -> None:

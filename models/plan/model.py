@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from coord.models.plan.announcer import PlanAnnouncer, Sink
 from coord.models.plan.gates import Decisions
 from coord.models.plan.graph import PlanGraph
 from coord.models.plan.records import TaskBook
@@ -107,6 +108,17 @@ class PlanModel(BaseModel):
     def task(self, task_id: str) -> PlanTask:
         return self.graph.task(task_id)
 
+    def announce_to(self, sink: Sink) -> None:
+        """From now on the plan announces its lifecycle to `sink`, starting with
+        `PlanStarted`."""
+        self._book.announcer = PlanAnnouncer(self.spec, self.state, sink)
+
+    def latest_event(self, task_id: str) -> str | None:
+        """The id of the task's latest announced event (what a vote it starts is caused by);
+        None when the plan does not announce."""
+        announcer = self._book.announcer
+        return announcer.latest(task_id) if announcer is not None else None
+
     # --- Worker slots ---------------------------------------------------------------------
 
     def request_slot(self, key: str, task_id: str) -> None:
@@ -161,4 +173,6 @@ class PlanModel(BaseModel):
         self.state.status = status
         self.state.ended_at = now
         self.state.summary = summary_of(counts, total, stopping)
+        if self._book.announcer is not None:
+            self._book.announcer.plan_ended(self.state)
         return self.state

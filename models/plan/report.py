@@ -113,13 +113,13 @@ def summary_of(counts: dict[TaskState, int], total: int, stopping: str | None) -
 
 
 def memo_record(state: PlanState) -> PlanState:
-    """The record kept in the memo: bounded, so without task results, transitions and review
-    rounds (the result, or the failure's details, has them all)."""
+    """The record kept in the memo: bounded, so without task results, transitions, review
+    rounds and events (the result, or the failure's details, has them all)."""
     tasks = [
         record.model_copy(update={"result": None, "transitions": [], "reviews": []})
         for record in state.tasks
     ]
-    return state.model_copy(update={"tasks": tasks})
+    return state.model_copy(update={"tasks": tasks, "events": []})
 
 
 # --- Words shared by the markdown and the terminal ---------------------------------------------

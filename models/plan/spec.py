@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from coord.models.events.envelope import Priority
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.lifecycle import RunFailure
@@ -530,6 +531,9 @@ class PlanState(BaseModel):
     """The first scratchpad write that failed, and why (the plan goes on without it)."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the plan's agent runs reported using (an `llm` agent's tokens), in all and by model."""
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The newest of the events the plan announced (`EVENTS_WINDOW`), as rows of the
+    correlation table; its correlation's chain, when one runs, has them all."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}

@@ -169,3 +169,19 @@ VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
 """Since 2026-11-26, in vote: Runs after this patch start their voters within a byte budget per
 workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
 in one task. Runs recorded before started every voter in the first task."""
+
+PLAN_ANNOUNCES_PATCH = "plan-announces-its-lifecycle"
+"""Since 2026-11-27, in plan.graph: Runs after this patch announce their lifecycle (the event
+taxonomy: `PlanStarted`, `TaskStarted`, `TaskCompleted`, ..., `PlanCompleted`) into their
+correlation's chain, each caused by the event before it, and await the sends before they end;
+runs recorded before sent nothing."""
+
+VOTE_ANNOUNCES_PATCH = "vote-announces-its-lifecycle"
+"""Since 2026-11-27, in vote: Runs after this patch announce `VoteOpened`, each `BallotCast` and
+`DecisionMade` into their correlation's chain and await the sends before they end; runs
+recorded before sent nothing."""
+
+CHAIN_TAKES_ANNOUNCEMENTS_PATCH = "chain-takes-pattern-announcements"
+"""Since 2026-11-27, in chain.intake: Runs after it give a plan's or vote's announcement the
+depth of its cause (one more for `PlanStarted` and `VoteOpened`) and never park one they refuse;
+runs recorded before counted them as agents' events."""

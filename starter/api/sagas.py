@@ -11,7 +11,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.events.timeline import TimelineEntry
+from coord.models.events.timeline import TimelineEntry, logical_order
 from coord.models.saga.spec import SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.starter.api.chains import chain_timeline
@@ -23,6 +23,7 @@ from coord.starter.api.common import (
     ended_record,
     start_run,
 )
+from coord.starter.api.correlation import pattern_rows
 from coord.workflows.saga import Saga
 
 
@@ -90,10 +91,11 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
 
 
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
-    """The correlation table: the chain's timeline, which holds the events of the sagas
-    that ran beside it, and every saga event of the correlation it does not hold (no chain, or
-    one started later), in time order. With neither a chain nor a saga, the chain's lookup
-    error says what is missing."""
+    """The correlation table: the chain's timeline, which holds the events of the sagas,
+    aggregators, plans and votes that ran beside it, and every event of theirs it does not hold
+    (no chain, or one started later), in logical order (`logical_order`: the chain's sequence,
+    then causation; never wall clock). With neither a chain nor any pattern's run, the chain's
+    lookup error says what is missing."""
     no_chain: RPCError | None = None
     try:
         entries = await chain_timeline(client, correlation_id)
@@ -101,15 +103,14 @@ async def correlation_events(client: Client, correlation_id: str) -> list[Timeli
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
         entries, no_chain = [], error
-    known = {entry.event_id for entry in entries}
     records = [
-        await saga_record(handle) async for handle in correlated_sagas(client, correlation_id)
+        (await saga_record(handle)).events
+        async for handle in correlated_sagas(client, correlation_id)
     ]
+    records += await pattern_rows(client, correlation_id)
     if no_chain is not None and not records:
         raise no_chain
-    for record in records:
-        entries += [entry for entry in record.events if entry.event_id not in known]
-    return sorted(entries, key=lambda entry: entry.time)
+    return logical_order(entries, records)
 
 
 async def correlated_sagas(

@@ -27,9 +27,12 @@ app = typer.Typer(
 )
 
 
-def load_plan_spec(file: Path, plan_id: str | None) -> PlanSpec:
-    """The spec file with `--id` over its plan id, its agents checked as the worker would."""
-    spec = load_spec(PlanSpec, file, {"plan_id": plan_id} if plan_id is not None else None)
+def load_plan_spec(file: Path, plan_id: str | None, correlation_id: str | None = None) -> PlanSpec:
+    """The spec file with `--id` over its plan id and `--correlation-id` over its correlation,
+    its agents checked as the worker would."""
+    given = {"plan_id": plan_id, "correlation_id": correlation_id}
+    overrides = {field: value for field, value in given.items() if value is not None}
+    spec = load_spec(PlanSpec, file, overrides or None)
     check_agents(file, spec)
     return spec
 
@@ -60,6 +63,13 @@ async def start(
     plan_id: Annotated[
         str | None, typer.Option("--id", help="Plan id (overrides the spec's)")
     ] = None,
+    correlation_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The correlation it belongs to (overrides the spec's): its lifecycle events "
+            "go to that correlation's chain"
+        ),
+    ] = None,
     wait: Annotated[
         bool, typer.Option(help="Wait for the plan to end and print its final report")
     ] = False,
@@ -67,7 +77,7 @@ async def start(
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a plan from a YAML or JSON spec."""
-    spec = load_plan_spec(file, plan_id)
+    spec = load_plan_spec(file, plan_id, correlation_id)
     await PLANS.run(
         spec, spec.plan_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
     )

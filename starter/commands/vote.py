@@ -31,9 +31,12 @@ VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow i
 CHOICE_STYLES = {"approve": "green", "reject": "red", "abstain": "yellow"}
 
 
-def load_vote_spec(file: Path, vote_id: str | None) -> VoteSpec:
-    """The spec file with `--id` over its vote id, its voters checked as the worker would."""
-    spec = load_spec(VoteSpec, file, {"vote_id": vote_id} if vote_id is not None else None)
+def load_vote_spec(file: Path, vote_id: str | None, correlation_id: str | None = None) -> VoteSpec:
+    """The spec file with `--id` over its vote id and `--correlation-id` over its correlation,
+    its voters checked as the worker would."""
+    given = {"vote_id": vote_id, "correlation_id": correlation_id}
+    overrides = {field: value for field, value in given.items() if value is not None}
+    spec = load_spec(VoteSpec, file, overrides or None)
     if contract.ID_PART_SEPARATOR in spec.vote_id:
         raise SpecError(
             f"{file}: vote_id: {spec.vote_id!r} holds `~`, which only the votes of plan tasks "
@@ -117,12 +120,19 @@ async def start(
     vote_id: Annotated[
         str | None, typer.Option("--id", help="Vote id (overrides the spec's)")
     ] = None,
+    correlation_id: Annotated[
+        str | None,
+        typer.Option(
+            help="The correlation it belongs to (overrides the spec's): its lifecycle events "
+            "go to that correlation's chain"
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the outcome and print the ballots")] = False,
     as_json: AsJson = False,
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a vote from a YAML or JSON spec."""
-    spec = load_vote_spec(file, vote_id)
+    spec = load_vote_spec(file, vote_id, correlation_id)
     await VOTES.run(
         spec, spec.vote_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
     )

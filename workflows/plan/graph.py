@@ -36,12 +36,14 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
+        PLAN_ANNOUNCES_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import outcomes_landed
+    from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -98,6 +100,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model_or_fail()
+        self._announcements = ChainAnnouncements(model.spec.correlation_id)
+        if workflow.patched(PLAN_ANNOUNCES_PATCH):
+            model.announce_to(self._announcements.send)
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
         self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
         self._fan_out = FanOut(FAN_OUT_PATCH)
@@ -125,6 +130,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         await uncancellable(self._stop(model, "plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
+        await self._announcements.flush()
 
     async def _ended(self, model: PlanModel) -> PlanState:
         """Every task has ended, or `fail_fast` stopped the plan: the final record. What it
@@ -133,6 +139,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
             await uncancellable(self._stop(model, model.stopping))
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
+        await self._announcements.flush()
         await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))
         if model.stopping is not None:
             raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)

@@ -189,7 +189,8 @@ class TaskRun:
             await self.fan_out.room(json_size(vote))
             self.runs.run_started(self.task.id, workflow.now())
             self.changed()
-            return await hold_vote(vote, self.task.id)
+            opened_by = {"causation_id": self.model.latest_event(self.task.id)}
+            return await hold_vote(vote.model_copy(update=opened_by), self.task.id)
 
         try:
             outcome = await self.slotted(vote.workflow_id, start)
