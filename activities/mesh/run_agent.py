@@ -160,7 +160,19 @@ async def run(resolved: Resolved, request: AgentRequest, tally: RunCounter) -> O
     """Step 4: the agent called on the request's event, ended as its own `timeout` a little
     before the run's time limit when the run counts its retries (`within_time_limit`)."""
     context = _run_context(request, tally.attempt, resolved.inputs)
-    return await tally.within_time_limit(resolved.agent(request.event, context))
+    output = await tally.within_time_limit(resolved.agent(request.event, context))
+    return with_outbox(output, context)
+
+
+def with_outbox(output: Output, context: AgentContext) -> Output:
+    """The output with what the agent asked to `send` through its context, after any its
+    output's own `send` key holds."""
+    if not context.outbox:
+        return output
+    sent = [message.model_dump() for message in context.outbox]
+    document = dict(output or {})
+    document["send"] = [*document.get("send", []), *sent]
+    return document
 
 
 def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) -> AgentContext:
@@ -173,6 +185,7 @@ def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) ->
         inputs=inputs,
         reporter=ProgressReporter(_heartbeat_from_any_thread()),
         tokens=request.tokens,
+        messages=request.messages,
     )
 
 

@@ -76,6 +76,12 @@ AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
 CHAIN_RUN_WORKFLOW: Final = "ChainRun"
 """One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
+TEAM_MEMBER_WORKFLOW: Final = "TeamMember"
+"""A plan's long-lived team member: a mailbox, its agent run on each message, its memory."""
+DELIVER_SIGNAL: Final = "deliver"
+"""A message for a long-lived team member (`TeamMessage`), from its plan."""
+CLOSE_SIGNAL: Final = "close"
+"""A long-lived member's plan has ended: handle what is in the mailbox, then end."""
 
 
 class Pattern(StrEnum):
@@ -160,6 +166,11 @@ def dead_letter_workflow_id(digest: str) -> str:
 
 def plan_workflow_id(plan_id: str) -> str:
     return PLAN_ID_PREFIX + plan_id
+
+
+def member_workflow_id(plan_id: str, member: str) -> str:
+    """`member-<plan_id>~<member>`: a long-lived team member of a plan."""
+    return "member-" + scoped_id(plan_id, member)
 
 
 def plan_id_of(workflow_id: str) -> str:
@@ -409,6 +420,8 @@ class FailureType(StrEnum):
     """An `async def` python agent blocked its event loop (one of its own) past its
     `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
     async agent is in its code and would block again, each attempt leaving a thread stuck."""
+    NO_MESSAGE = "no_message"
+    """A team member's task that waits for a message (`wait_for_message`) got none in time."""
     BUDGET_EXCEEDED = "budget_exceeded"
     """An `llm` run refused before the model was called: the token budget of its correlation's
     workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has

@@ -169,3 +169,9 @@ VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
 """Since 2026-11-26, in vote: Runs after this patch start their voters within a byte budget per
 workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
 in one task. Runs recorded before started every voter in the first task."""
+
+TEAM_MESSAGES_PATCH = "plan-team-messages"
+"""Since 2026-11-27, in plan.team: Runs after this patch check what a team member's run asks
+to `send` (`coord.models.plan.team`), record it, publish each accepted message into the
+correlation's chain as a `TeamMessage` event and hand it to a long-lived recipient; runs
+recorded before ignored a result's messages."""

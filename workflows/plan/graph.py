@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
+    from coord.workflows.plan.team import TeamRoom
     from coord.workflows.plan.views import Details, watch_progress
 
 
@@ -105,6 +106,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
+        self._team = TeamRoom(model)
+        await self._team.start_members()
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
@@ -131,6 +134,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
             await uncancellable(self._stop(model, model.stopping))
+        await uncancellable(self._team.close())
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
         await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))
@@ -204,7 +208,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _task(self, task: PlanTask) -> GatedTaskRun:
         workflow_id = workflow.info().workflow_id
         return GatedTaskRun(
-            self._slots, task, workflow_id, self._details.changed, self._fan_out, self._picker
+            self._slots,
+            task,
+            workflow_id,
+            self._details.changed,
+            self._fan_out,
+            self._picker,
+            team=self._team,
         )
 
     async def _stop(self, model: PlanModel, reason: str) -> None:

@@ -1,0 +1,131 @@
+"""Teams that talk, on the real dev server: a team of three where the closer's result is the
+code word the scout sent it, the messages in the correlation's log and the plan's record, a
+message to someone outside the team refused with its reason, a long-lived member handed two
+messages in order, and a task waiting for a message that never comes."""
+
+import asyncio
+import uuid
+from typing import Any
+
+from temporalio.client import Client
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.wire.contract import FailureType, member_workflow_id
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import task_failures
+from tests.team_agents import CODE_WORD, team_registry
+
+TEAM = {
+    "a": {"role": "scout", "agent": "scout"},
+    "b": {"role": "helper", "agent": "helper"},
+    "c": {"role": "closer", "agent": "closer", "messages": {"max_per_run": 2}},
+    "keeper": {"role": "memory", "agent": "keeper", "long_lived": True},
+}
+
+
+def team_plan(correlation_id: str, **extra: Any) -> PlanSpec:
+    return PlanSpec.model_validate(
+        {
+            "plan_id": f"team-{uuid.uuid4().hex[:8]}",
+            "correlation_id": correlation_id,
+            "team": TEAM,
+            "tasks": [
+                {"id": "scout", "member": "a", "input": {"notes": ["first", "second"]}},
+                {"id": "help", "member": "b"},
+                {"id": "close", "member": "c", "wait_for_message": "60s"},
+            ],
+            **extra,
+        }
+    )
+
+
+def listening_chain() -> ChainSpec:
+    """A chain of the plan's correlation that keeps its log (it reacts to nothing of note)."""
+    return ChainSpec.model_validate(
+        {
+            "name": "team-log",
+            "triggers": ["TeamMessage"],
+            "subscriptions": [{"agent": "helper", "events": "TeamMessage"}],
+        }
+    )
+
+
+async def run_team(client: Client, task_queue: str, spec: PlanSpec) -> PlanState:
+    handle = await api.start_plan(client, spec, queue=task_queue)
+    state = await asyncio.wait_for(api.plan_outcome(handle), 90)
+    assert await task_failures(handle) == []
+    return state
+
+
+async def test_a_team_of_three_talks_and_the_messages_are_in_the_correlations_log(
+    client: Client, task_queue: str
+) -> None:
+    correlation = f"team-{uuid.uuid4().hex[:8]}"
+    spec = team_plan(correlation)
+    async with build_worker(client, task_queue, team_registry()):
+        chain = await api.start_chain(client, listening_chain(), correlation, queue=task_queue)
+        state = await run_team(client, task_queue, spec)
+        timeline = await api.correlation_events(client, correlation)
+        await chain.terminate("test over")
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    closed = next(task for task in state.tasks if task.id == "close")
+    assert closed.result is not None and closed.result["code"] == CODE_WORD
+    sent = [(m.seq, m.sender, m.to, m.task) for m in state.messages.sent]
+    assert sent == [(1, "a", "c", "scout"), (2, "a", "keeper", "scout"), (3, "a", "keeper", "scout")]
+    assert closed.result["heard"] == [["a", 1]]
+    logged = [entry for entry in timeline if entry.event == "TeamMessage"]
+    assert [(e.payload["seq"], e.payload["to"]) for e in logged] == [(1, "c"), (2, "keeper"), (3, "keeper")]
+    assert all(e.agent == "/plan/{}/team/a".format(spec.plan_id) for e in logged)
+
+
+async def test_a_message_to_someone_outside_the_team_is_refused_with_its_reason(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue, team_registry()):
+        state = await run_team(client, task_queue, team_plan("no-chain-" + uuid.uuid4().hex[:8]))
+    assert state.status == PlanStatus.COMPLETED
+    [refused] = state.messages.refused
+    assert (refused.task, refused.sender, refused.to) == ("scout", "a", "mallory")
+    assert refused.reason == "send.to: 'mallory' is not a member of the team (a, b, c, keeper)"
+    assert [m.to for m in state.messages.sent] == ["c", "keeper", "keeper"]
+
+
+async def test_a_long_lived_member_is_handed_its_messages_in_order(
+    client: Client, task_queue: str
+) -> None:
+    spec = team_plan("keeper-" + uuid.uuid4().hex[:8])
+    async with build_worker(client, task_queue, team_registry()):
+        state = await run_team(client, task_queue, spec)
+        member = client.get_workflow_handle(member_workflow_id(spec.plan_id, "keeper"))
+        described = await member.describe()
+    keeper = state.members["keeper"]
+    assert keeper.handled == 2
+    assert [run.seq for run in keeper.memory] == [2, 3]
+    assert [run.result for run in keeper.memory] == [
+        {"got": ["first"], "remembered": []},
+        {"got": ["second"], "remembered": [2]},
+    ]
+    assert described.parent_id == spec.workflow_id
+
+
+async def test_a_task_waiting_for_a_message_that_never_comes_ends_no_message(
+    client: Client, task_queue: str
+) -> None:
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": f"lonely-{uuid.uuid4().hex[:8]}",
+            "team": {"b": {"agent": "helper"}, "c": {"agent": "closer"}},
+            "tasks": [
+                {"id": "help", "member": "b"},
+                {"id": "close", "member": "c", "wait_for_message": "1s"},
+            ],
+        }
+    )
+    async with build_worker(client, task_queue, team_registry()):
+        state = await run_team(client, task_queue, spec)
+    closed = next(task for task in state.tasks if task.id == "close")
+    assert closed.state == TaskState.ERROR
+    assert closed.error is not None and closed.error.type == FailureType.NO_MESSAGE
+    assert closed.error.message == "no message came to c within 0:00:01"

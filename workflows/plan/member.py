@@ -1,0 +1,96 @@
+"""The `TeamMember` workflow: a plan's long-lived team member, an entity with a mailbox.
+
+One state structure (`MemberStart`, which the workflow also continues as new with), typed
+inputs checked where they enter (the `deliver` signal, decoded raw so a malformed one is
+logged and dropped, never failing the workflow task), one message handled at a time in the
+plan's order, and continue-as-new only between messages, once the handlers have finished and
+the history is past its bound (`MemberModel.continue_due`). The rules are in
+`coord.models.plan.member`."""
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.mesh.agents import TeamMessage
+    from coord.models.mesh.retry import RetryConfig
+    from coord.models.plan.member import MemberModel, MemberStart
+    from coord.models.plan.spec import DEFAULT_TASK_TIMEOUT, MemberRecord
+    from coord.models.wire.contract import (
+        CLOSE_SIGNAL,
+        DELIVER_SIGNAL,
+        STATE_QUERY,
+        TEAM_MEMBER_WORKFLOW,
+    )
+    from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
+    from coord.workflows._runtime.common import (
+        InvalidInput,
+        PlainInput,
+        decode_input,
+        task_error,
+    )
+
+
+@workflow.defn(name=TEAM_MEMBER_WORKFLOW, sandboxed=False)
+class TeamMemberEntity:
+    """Runs its agent on each message it is handed, until its plan closes it; its result is
+    its record (what it handled, its memory)."""
+
+    @workflow.init
+    def __init__(self, start: MemberStart) -> None:
+        self._model = MemberModel(start)
+
+    @workflow.run
+    async def run(self, start: MemberStart) -> MemberRecord:
+        model = self._model
+        while True:
+            await workflow.wait_condition(lambda: model.has_mail() or model.start.closing)
+            if model.has_mail():
+                await self._handle(model.next_message())
+            elif model.done():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                return model.record
+            info = workflow.info()
+            due = model.continue_due(
+                info.get_current_history_length(), info.is_continue_as_new_suggested()
+            )
+            if due:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(model.start)
+
+    async def _handle(self, message: TeamMessage) -> None:
+        """The member's agent on the oldest message; its outcome joins the memory."""
+        model = self._model
+        settings = RunSettings(
+            summary=f"{model.start.member}: message {message.seq} from {message.sender}",
+            retry=RetryConfig(),
+            start_to_close=DEFAULT_TASK_TIMEOUT,
+            agent_queue=model.start.agent_queue,
+            activity_id=f"{model.start.member}/message/{message.seq}",
+        )
+        try:
+            result = await start_agent_run(model.request(message), settings)
+        except ActivityError as error:
+            model.handled(None, task_error(error), workflow.now())
+            return
+        model.handled(result.data, None, workflow.now())
+
+    @workflow.signal(name=DELIVER_SIGNAL)
+    def deliver(self, raw: PlainInput) -> None:
+        """A message from the plan, in its order; a malformed one, or one for another member,
+        is logged and dropped."""
+        try:
+            message = decode_input(TeamMessage, raw, "message")
+        except InvalidInput as error:
+            workflow.logger.warning("message refused", extra={"reason": str(error)})
+            return
+        refused = self._model.receive(message)
+        if refused is not None:
+            workflow.logger.warning("message refused", extra={"reason": refused})
+
+    @workflow.signal(name=CLOSE_SIGNAL)
+    def close(self) -> None:
+        self._model.close()
+
+    @workflow.query(name=STATE_QUERY)
+    def state(self) -> MemberStart:
+        return self._model.start
