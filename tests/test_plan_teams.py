@@ -5,16 +5,18 @@ messages in order, and a task waiting for a message that never comes."""
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from typing import Any
 
 from temporalio.client import Client
 
 from coord.models.chain.spec import ChainSpec
+from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, TaskState
 from coord.models.wire.contract import FailureType, member_workflow_id
 from coord.starter import api
 from coord.worker import build_worker
-from tests.helpers import task_failures
+from tests.helpers import eventually, task_failures
 from tests.team_agents import CODE_WORD, team_registry
 
 TEAM = {
@@ -67,17 +69,35 @@ async def test_a_team_of_three_talks_and_the_messages_are_in_the_correlations_lo
     async with build_worker(client, task_queue, team_registry()):
         chain = await api.start_chain(client, listening_chain(), correlation, queue=task_queue)
         state = await run_team(client, task_queue, spec)
-        timeline = await api.correlation_events(client, correlation)
+
+        async def logged() -> list[TimelineEntry]:
+            timeline = await api.correlation_events(client, correlation)
+            return [entry for entry in timeline if entry.event == "TeamMessage"]
+
+        await eventually(lambda: _counted(logged(), 3))
+        messages = await logged()
         await chain.terminate("test over")
     assert state.status == PlanStatus.COMPLETED, state.summary
     closed = next(task for task in state.tasks if task.id == "close")
     assert closed.result is not None and closed.result["code"] == CODE_WORD
     sent = [(m.seq, m.sender, m.to, m.task) for m in state.messages.sent]
-    assert sent == [(1, "a", "c", "scout"), (2, "a", "keeper", "scout"), (3, "a", "keeper", "scout")]
+    assert sent == [
+        (1, "a", "c", "scout"),
+        (2, "a", "keeper", "scout"),
+        (3, "a", "keeper", "scout"),
+    ]
     assert closed.result["heard"] == [["a", 1]]
-    logged = [entry for entry in timeline if entry.event == "TeamMessage"]
-    assert [(e.payload["seq"], e.payload["to"]) for e in logged] == [(1, "c"), (2, "keeper"), (3, "keeper")]
-    assert all(e.agent == "/plan/{}/team/a".format(spec.plan_id) for e in logged)
+    assert [(e.payload["seq"], e.payload["to"]) for e in messages] == [
+        (1, "c"),
+        (2, "keeper"),
+        (3, "keeper"),
+    ]
+    assert [e.seq for e in messages] == sorted(e.seq for e in messages)
+    assert all(e.agent == f"/plan/{spec.plan_id}/team/a" for e in messages)
+
+
+async def _counted(entries: Awaitable[list[TimelineEntry]], count: int) -> bool:
+    return len(await entries) >= count
 
 
 async def test_a_message_to_someone_outside_the_team_is_refused_with_its_reason(

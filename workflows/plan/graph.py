@@ -134,7 +134,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
             await uncancellable(self._stop(model, model.stopping))
-        await uncancellable(self._team.close())
+        if self._team.busy():
+            await uncancellable(self._team.close())
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
         await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))

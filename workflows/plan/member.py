@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 @workflow.defn(name=TEAM_MEMBER_WORKFLOW, sandboxed=False)
-class TeamMemberEntity:
+class TeamMember:
     """Runs its agent on each message it is handed, until its plan closes it; its result is
     its record (what it handled, its memory)."""
 

@@ -41,7 +41,9 @@ class TeamRoom:
         self._handing: dict[str, asyncio.Task[None]] = {}
         """Per long-lived member, the latest hand-over: each waits for the one before, so a
         member gets its messages in the plan's order."""
-        self._publishing: list[asyncio.Task[None]] = []
+        self._publishing: asyncio.Task[None] | None = None
+        """The latest publication: each waits for the one before, so the correlation's log
+        has the messages in the plan's order."""
         self._chain_reachable = True
 
     async def start_members(self) -> None:
@@ -89,14 +91,17 @@ class TeamRoom:
     def _publish(self, message: TeamMessage) -> None:
         """Into the correlation's chain, in the background; once no chain answers, the plan's
         record alone keeps the messages."""
-        if self._chain_reachable:
-            spec = self._model.spec
-            event = message_event(spec.plan_id, spec.correlation_id, message)
-            self._publishing.append(asyncio.create_task(self._signal_chain(event.model_dump(mode="json"))))
+        spec = self._model.spec
+        event = message_event(spec.plan_id, spec.correlation_id, message)
+        raw = event.model_dump(mode="json")
+        self._publishing = asyncio.create_task(self._signal_chain(self._publishing, raw))
 
-    async def _signal_chain(self, raw: dict[str, Any]) -> None:
-        if not await signal_chain(self._model.spec.correlation_id, EVENT_SIGNAL, raw):
-            self._chain_reachable = False
+    async def _signal_chain(self, before: asyncio.Task[None] | None, raw: dict[str, Any]) -> None:
+        if before is not None:
+            await before
+        if self._chain_reachable:
+            reached = await signal_chain(self._model.spec.correlation_id, EVENT_SIGNAL, raw)
+            self._chain_reachable = reached
 
     def _hand_over(self, member: str) -> None:
         messages = self._model.state.messages.deliver(member)
@@ -111,10 +116,16 @@ class TeamRoom:
         for message in messages:
             await self._members[member].signal(DELIVER_SIGNAL, message)
 
+    def busy(self) -> bool:
+        """Whether the team has anything to close: long-lived members, messages on their way
+        (a plan without either awaits nothing, so it ends in the steps it always did)."""
+        return bool(self._members or self._publishing is not None or self._handing)
+
     async def close(self) -> None:
         """The plan has ended: every message published and handed over, then each long-lived
         member closed and its record kept in the plan's."""
-        await asyncio.gather(*self._publishing, *self._handing.values())
+        publishing = [self._publishing] if self._publishing is not None else []
+        await asyncio.gather(*publishing, *self._handing.values())
         for name, handle in self._members.items():
             await handle.signal(CLOSE_SIGNAL)
         for name, handle in self._members.items():
