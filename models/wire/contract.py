@@ -80,8 +80,6 @@ TEAM_MEMBER_WORKFLOW: Final = "TeamMember"
 """A plan's long-lived team member: a mailbox, its agent run on each message, its memory."""
 DELIVER_SIGNAL: Final = "deliver"
 """A message for a long-lived team member (`TeamMessage`), from its plan."""
-CLOSE_SIGNAL: Final = "close"
-"""A long-lived member's plan has ended: handle what is in the mailbox, then end."""
 
 
 class Pattern(StrEnum):
@@ -224,7 +222,8 @@ ATTACH_SIGNAL: Final = "attach"
 DETACH_SIGNAL: Final = "detach"
 """A finished aggregator asks its chain to forward nothing more (with its id)."""
 CLOSE_SIGNAL: Final = "close"
-"""A chain accepts no more events, finishes what it started, and ends."""
+"""A chain accepts no more events, finishes what it started, and ends; a long-lived team
+member handles what its mailbox holds, and ends."""
 RUN_OUTCOME_SIGNAL: Final = "run_outcome"
 """A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
 

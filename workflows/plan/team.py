@@ -126,7 +126,7 @@ class TeamRoom:
         member closed and its record kept in the plan's."""
         publishing = [self._publishing] if self._publishing is not None else []
         await asyncio.gather(*publishing, *self._handing.values())
-        for name, handle in self._members.items():
+        for handle in self._members.values():
             await handle.signal(CLOSE_SIGNAL)
         for name, handle in self._members.items():
             self._model.state.members[name] = await handle
