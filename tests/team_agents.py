@@ -8,11 +8,25 @@ from typing import Any
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import WorkerSettings
 
 CODE_WORD = "tangerine"
 
 
+PAD_FILE = "scout-notes.txt"
+"""What the scout leaves in the team's scratchpad, when its plan keeps one."""
+
+
+def pad_note(context: AgentContext) -> str | None:
+    """What the scout left in the team's scratchpad (None: no scratchpad, or nothing there)."""
+    if context.scratchpad is None or not (context.scratchpad / PAD_FILE).exists():
+        return None
+    return (context.scratchpad / PAD_FILE).read_text()
+
+
 async def scout(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    if context.scratchpad is not None:
+        (context.scratchpad / PAD_FILE).write_text("left by the scout")
     context.send("c", f"the code word is {CODE_WORD}")
     context.send("mallory", "the code word leaks")
     for note in event.payload.get("notes", []):
@@ -27,16 +41,18 @@ async def helper(event: EventEnvelope, context: AgentContext) -> Mapping[str, An
 async def closer(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
     heard = [message.message for message in context.messages]
     code = next((words.rsplit(" ", 1)[-1] for words in heard if "code word" in words), None)
-    return {"code": code, "heard": [(m.sender, m.seq) for m in context.messages]}
+    heard_from = [(m.sender, m.seq) for m in context.messages]
+    return {"code": code, "heard": heard_from, "pad": pad_note(context)}
 
 
 async def keeper(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
     remembered = [run["seq"] for run in context.inputs.get("memory", [])]
-    return {"got": [m.message for m in context.messages], "remembered": remembered}
+    got = [m.message for m in context.messages]
+    return {"got": got, "remembered": remembered, "pad": pad_note(context)}
 
 
-def team_registry() -> AgentRegistry:
-    registry = AgentRegistry()
+def team_registry(scratchpad_root: str | None = None) -> AgentRegistry:
+    registry = AgentRegistry(WorkerSettings(scratchpad_root=scratchpad_root))
     for agent in (scout, helper, closer, keeper):
         registry.register(agent.__name__)(agent)
     return registry

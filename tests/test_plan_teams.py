@@ -1,11 +1,13 @@
 """Teams that talk, on the real dev server: a team of three where the closer's result is the
 code word the scout sent it, the messages in the correlation's log and the plan's record, a
 message to someone outside the team refused with its reason, a long-lived member handed two
-messages in order, and a task waiting for a message that never comes."""
+messages in order, a task waiting for a message that never comes, and the scratchpad every
+member's run reaches."""
 
 import asyncio
 import uuid
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
@@ -17,7 +19,7 @@ from coord.models.wire.contract import FailureType, member_workflow_id
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually, task_failures
-from tests.team_agents import CODE_WORD, team_registry
+from tests.team_agents import CODE_WORD, PAD_FILE, team_registry
 
 TEAM = {
     "a": {"role": "scout", "agent": "scout"},
@@ -124,8 +126,8 @@ async def test_a_long_lived_member_is_handed_its_messages_in_order(
     assert keeper.handled == 2
     assert [run.seq for run in keeper.memory] == [2, 3]
     assert [run.result for run in keeper.memory] == [
-        {"got": ["first"], "remembered": []},
-        {"got": ["second"], "remembered": [2]},
+        {"got": ["first"], "remembered": [], "pad": None},
+        {"got": ["second"], "remembered": [2], "pad": None},
     ]
     assert described.parent_id == spec.workflow_id
 
@@ -149,3 +151,19 @@ async def test_a_task_waiting_for_a_message_that_never_comes_ends_no_message(
     assert closed.state == TaskState.ERROR
     assert closed.error is not None and closed.error.type == FailureType.NO_MESSAGE
     assert closed.error.message == "no message came to c within 0:00:01"
+
+
+async def test_the_team_shares_its_scratchpad_from_every_members_run(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    spec = team_plan("pad-" + uuid.uuid4().hex[:8], scratchpad="pads")
+    async with build_worker(client, task_queue, team_registry(str(tmp_path))):
+        state = await run_team(client, task_queue, spec)
+    closed = next(task for task in state.tasks if task.id == "close")
+    assert closed.result is not None and closed.result["pad"] == "left by the scout"
+    assert [run.result["pad"] for run in state.members["keeper"].memory if run.result] == [
+        "left by the scout",
+        "left by the scout",
+    ]
+    assert (tmp_path / "pads" / spec.plan_id / PAD_FILE).read_text() == "left by the scout"
+    assert (tmp_path / "pads" / spec.plan_id / "final-report.md").exists()

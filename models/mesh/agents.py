@@ -8,6 +8,7 @@ pre-start check, `check_agents`) import this module, never each other."""
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -118,6 +119,10 @@ class AgentContext:
     member was handed."""
     outbox: list[OutgoingMessage] = field(default_factory=list, repr=False, compare=False)
     """What the run asked to `send`; it travels in the run's result."""
+    scratchpad: Path | None = None
+    """The directory its plan's team shares on this worker (the plan's `scratchpad`, under the
+    worker's `scratchpad_root`), where members leave files for each other; None outside a
+    plan with one, or on a worker that keeps no scratchpads."""
 
     def send(self, to: str, message: str) -> None:
         """Send `message` to team member `to`, with the run's result: the plan delivers it
@@ -252,6 +257,10 @@ class AgentRequest(BaseModel):
     budget in the spec."""
     messages: list[TeamMessage] = Field(default_factory=list, max_length=MAX_COUNT)
     """Messages from the run's team members (`AgentContext.messages`)."""
+    scratchpad: str | None = None
+    """Its plan's scratchpad (`<scratchpad>/<plan_id>`), relative to the worker's
+    `scratchpad_root`: the worker resolves it (`AgentContext.scratchpad`), never trusting it
+    to leave that root."""
 
 
 class PublishRequest(BaseModel):

@@ -40,6 +40,8 @@ class MemberStart(BaseModel):
     config: AgentConfig | None = None
     """The agent's inline declaration, when the plan's spec carries one."""
     agent_queue: bool = True
+    scratchpad: str | None = None
+    """The plan's shared scratchpad (`PlanSpec.shared_scratchpad`)."""
     history_limit: int = Field(default=DEFAULT_HISTORY_LIMIT, ge=10)
     mailbox: list[TeamMessage] = Field(default_factory=list, max_length=MAX_SENT_MESSAGES)
     record: MemberRecord | None = None
@@ -108,6 +110,7 @@ class MemberModel:
             idempotency_key=f"{start.workflow_id}/{message.seq}",
             inputs={MEMORY_KEY: memory},
             messages=[message],
+            scratchpad=start.scratchpad,
         )
 
     def handled(

@@ -71,6 +71,7 @@ class TaskRequests:
             config=self._spec.agents.get(agent),
             idempotency_key=idempotency_key,
             inputs=inputs,
+            scratchpad=self._spec.shared_scratchpad(),
         )
 
     def dependency_results(self, task: PlanTask) -> dict[str, Any]:

@@ -305,6 +305,11 @@ class PlanSpec(BaseModel):
         with `-`, so plan `a-b`'s task `c` and plan `a`'s task `b-c` held the same vote."""
         return scoped_id(self.plan_id, task.id) if scoped else f"{self.plan_id}-{task.id}"
 
+    def shared_scratchpad(self) -> str | None:
+        """`<scratchpad>/<plan_id>`, relative to a worker's scratchpad root: where the plan
+        writes its files and its agents' runs share theirs."""
+        return f"{self.scratchpad}/{self.plan_id}" if self.scratchpad is not None else None
+
     def message_limits(self) -> dict[str, MessageLimits]:
         """Each member's limits on what its runs send: who may be messaged at all."""
         return {name: member.messages for name, member in self.team.items()}

@@ -61,6 +61,7 @@ class TeamRoom:
                 memory=member.memory,
                 config=spec.agents.get(member.agent),
                 agent_queue=spec.dispatch == Dispatch.AGENT_QUEUES,
+                scratchpad=spec.shared_scratchpad(),
             )
             self._members[name] = await workflow.start_child_workflow(
                 TEAM_MEMBER_WORKFLOW,
