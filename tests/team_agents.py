@@ -1,7 +1,7 @@
 """A team of python agents that talk (a plan's `team`): `scout` sends a code word to the
-`closer` (and two notes to the long-lived `keeper`, one to someone outside the team), `helper`
+`closer` (and notes to the long-lived `keeper`, one to someone outside the team), `helper`
 works alone, `closer` answers with what it heard, `keeper` answers each message it is handed
-with what it remembers."""
+with what it remembers, and `relay` (long-lived) passes each `to|words` message on."""
 
 from collections.abc import Mapping
 from typing import Any
@@ -27,10 +27,11 @@ def pad_note(context: AgentContext) -> str | None:
 async def scout(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
     if context.scratchpad is not None:
         (context.scratchpad / PAD_FILE).write_text("left by the scout")
-    context.send("c", f"the code word is {CODE_WORD}")
+    if event.payload.get("tell_c", True):
+        context.send("c", f"the code word is {CODE_WORD}")
     context.send("mallory", "the code word leaks")
     for note in event.payload.get("notes", []):
-        context.send("keeper", note)
+        context.send(event.payload.get("notes_to", "keeper"), note)
     return {"scouted": True}
 
 
@@ -51,8 +52,16 @@ async def keeper(event: EventEnvelope, context: AgentContext) -> Mapping[str, An
     return {"got": got, "remembered": remembered, "pad": pad_note(context)}
 
 
+async def relay(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """Passes each message `to|words` on to `to`."""
+    for message in context.messages:
+        to, _, words = message.message.partition("|")
+        context.send(to, words)
+    return {"relayed": len(context.messages)}
+
+
 def team_registry(scratchpad_root: str | None = None) -> AgentRegistry:
     registry = AgentRegistry(WorkerSettings(scratchpad_root=scratchpad_root))
-    for agent in (scout, helper, closer, keeper):
+    for agent in (scout, helper, closer, keeper, relay):
         registry.register(agent.__name__)(agent)
     return registry

@@ -167,3 +167,45 @@ async def test_the_team_shares_its_scratchpad_from_every_members_run(
     ]
     assert (tmp_path / "pads" / spec.plan_id / PAD_FILE).read_text() == "left by the scout"
     assert (tmp_path / "pads" / spec.plan_id / "final-report.md").exists()
+
+
+async def test_a_long_lived_members_run_sends_through_its_plan(
+    client: Client, task_queue: str
+) -> None:
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": f"relay-{uuid.uuid4().hex[:8]}",
+            "team": {
+                "a": {"agent": "scout"},
+                "c": {"agent": "closer"},
+                "relay": {"agent": "relay", "long_lived": True},
+            },
+            "tasks": [
+                {
+                    "id": "scout",
+                    "member": "a",
+                    "input": {
+                        "tell_c": False,
+                        "notes_to": "relay",
+                        "notes": [f"c|the code word is {CODE_WORD}", "nobody|hello"],
+                    },
+                },
+                {"id": "close", "member": "c", "wait_for_message": "60s"},
+            ],
+        }
+    )
+    async with build_worker(client, task_queue, team_registry()):
+        state = await run_team(client, task_queue, spec)
+    closed = next(task for task in state.tasks if task.id == "close")
+    assert closed.result is not None and closed.result["code"] == CODE_WORD
+    sent = [(m.seq, m.sender, m.to, m.task) for m in state.messages.sent]
+    assert sent[:3] == [
+        (1, "a", "relay", "scout"),
+        (2, "a", "relay", "scout"),
+        (3, "relay", "c", "relay/message/1"),
+    ]
+    refusals = [(r.task, r.reason) for r in state.messages.refused]
+    assert ("relay/message/2", "send.to: 'nobody' is not a member of the team (a, c, relay)") in (
+        refusals
+    )
+    assert state.members["relay"].handled == 2

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentRequest, TeamMessage
+from coord.models.mesh.agents import AgentRequest, OutgoingMessage, TeamMessage
 from coord.models.mesh.config import AgentConfig
 from coord.models.plan.spec import MemberRecord, MemberRun, TaskError
 from coord.models.plan.team import MAX_SENT_MESSAGES, TEAM_MESSAGE_EVENT
@@ -50,6 +50,20 @@ class MemberStart(BaseModel):
     @property
     def workflow_id(self) -> str:
         return member_workflow_id(self.plan_id, self.member)
+
+
+class MemberSent(BaseModel):
+    """What the run of a long-lived member on its message `seq` asked to send: its plan checks
+    it as any member's (`TeamPost.post`)."""
+
+    member: str
+    seq: int = Field(ge=1)
+    messages: list[OutgoingMessage] = Field(max_length=MAX_SENT_MESSAGES)
+
+    @property
+    def task(self) -> str:
+        """What the plan's record names as the sending task: `<member>/message/<seq>`."""
+        return f"{self.member}/message/{self.seq}"
 
 
 class MemberModel:

@@ -80,6 +80,8 @@ TEAM_MEMBER_WORKFLOW: Final = "TeamMember"
 """A plan's long-lived team member: a mailbox, its agent run on each message, its memory."""
 DELIVER_SIGNAL: Final = "deliver"
 """A message for a long-lived team member (`TeamMessage`), from its plan."""
+MEMBER_SENT_SIGNAL: Final = "member_sent"
+"""What a long-lived member's run asked to send (`MemberSent`), to its plan, which checks it."""
 
 
 class Pattern(StrEnum):
@@ -419,8 +421,6 @@ class FailureType(StrEnum):
     """An `async def` python agent blocked its event loop (one of its own) past its
     `blocked_after`: the run is abandoned, not waited on. Not retried: a blocking call in an
     async agent is in its code and would block again, each attempt leaving a thread stuck."""
-    NO_MESSAGE = "no_message"
-    """A team member's task that waits for a message (`wait_for_message`) got none in time."""
     BUDGET_EXCEEDED = "budget_exceeded"
     """An `llm` run refused before the model was called: the token budget of its correlation's
     workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has
@@ -464,6 +464,8 @@ class FailureType(StrEnum):
     """An approval naming no waiting task, or malformed."""
     DEPENDENCY_FAILED = "dependency_failed"
     """A task skipped because a task it depends on did not succeed."""
+    NO_MESSAGE = "no_message"
+    """A team member's task that waits for a message (`wait_for_message`) got none in time."""
     VOTE_REJECTED = "vote_rejected"
     """A vote task's or subscription's vote ended rejected."""
     NO_QUORUM = "no_quorum"

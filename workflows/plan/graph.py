@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
+        MEMBER_SENT_SIGNAL,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
         PROGRESS_QUERY,
@@ -86,6 +87,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._bug: Exception | None = None
         self._picker = AgentPicker()
+        self._team: TeamRoom | None = None
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -134,7 +136,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
             await uncancellable(self._stop(model, model.stopping))
-        if self._team.busy():
+        if self._team is not None and self._team.busy():
             await uncancellable(self._team.close())
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
@@ -162,6 +164,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
         if not workflow.patched(APPROVER_IDENTITY_PATCH):
             return apply_approval(self._model, raw, self._details.changed)
         return await decide_approval(self._model, raw, self._details.changed)
+
+    @workflow.signal(name=MEMBER_SENT_SIGNAL)
+    def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
+        """What a long-lived team member's run asked to send (`TeamRoom.member_sent`)."""
+        if self._team is not None:
+            self._team.member_sent(raw)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:

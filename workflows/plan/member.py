@@ -13,11 +13,12 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import TeamMessage
     from coord.models.mesh.retry import RetryConfig
-    from coord.models.plan.member import MemberModel, MemberStart
+    from coord.models.plan.member import MemberModel, MemberSent, MemberStart
     from coord.models.plan.spec import DEFAULT_TASK_TIMEOUT, MemberRecord
     from coord.models.wire.contract import (
         CLOSE_SIGNAL,
         DELIVER_SIGNAL,
+        MEMBER_SENT_SIGNAL,
         STATE_QUERY,
         TEAM_MEMBER_WORKFLOW,
     )
@@ -26,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         decode_input,
+        signal_if_running,
         task_error,
     )
 
@@ -73,6 +75,21 @@ class TeamMember:
             model.handled(None, task_error(error), workflow.now())
             return
         model.handled(result.data, None, workflow.now())
+        if result.messages:
+            await self._tell_plan(
+                MemberSent(member=model.start.member, seq=message.seq, messages=result.messages)
+            )
+
+    async def _tell_plan(self, sent: MemberSent) -> None:
+        """What the run asked to send goes to the plan, which checks and delivers it (a member
+        started on its own, without a plan, has nobody to tell)."""
+        parent = workflow.info().parent
+        if parent is None:
+            workflow.logger.warning("no plan to send messages through", extra={"seq": sent.seq})
+            return
+        await signal_if_running(
+            parent.workflow_id, MEMBER_SENT_SIGNAL, sent.model_dump(mode="json")
+        )
 
     @workflow.signal(name=DELIVER_SIGNAL)
     def deliver(self, raw: PlainInput) -> None:

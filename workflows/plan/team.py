@@ -12,10 +12,11 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.mesh.agents import AgentResult, TeamMessage
-    from coord.models.plan.member import MemberStart
+    from coord.models.mesh.agents import AgentResult, OutgoingMessage, TeamMessage
+    from coord.models.plan.member import MemberSent, MemberStart
     from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import Dispatch, MemberRecord, PlanTask
     from coord.models.plan.team import message_event
@@ -27,7 +28,12 @@ with workflow.unsafe.imports_passed_through():
         member_workflow_id,
     )
     from coord.models.wire.versions import TEAM_MESSAGES_PATCH
-    from coord.workflows._runtime.common import signal_chain
+    from coord.workflows._runtime.common import (
+        InvalidInput,
+        PlainInput,
+        decode_input,
+        signal_chain,
+    )
 
 MemberHandle = workflow.ChildWorkflowHandle[object, MemberRecord]
 
@@ -73,13 +79,27 @@ class TeamRoom:
 
     def ran(self, task: PlanTask, result: AgentResult) -> None:
         """A run of `task` succeeded: what it asked to send, checked, recorded and sent on."""
-        if not result.messages or not workflow.patched(TEAM_MESSAGES_PATCH):
+        if result.messages and workflow.patched(TEAM_MESSAGES_PATCH):
+            self._post(task.member, task.id, result.messages)
+
+    def member_sent(self, raw: PlainInput) -> None:
+        """What a long-lived member's run asked to send, from its workflow: checked as any
+        member's. Anything else (malformed, from no member of this plan) is logged and
+        dropped."""
+        try:
+            sent = decode_input(MemberSent, raw, "member_sent")
+        except InvalidInput as error:
+            workflow.logger.warning("member_sent refused", extra={"reason": str(error)})
             return
+        if sent.member not in self._members:
+            workflow.logger.warning("member_sent from no member", extra={"member": sent.member})
+            return
+        self._post(sent.member, sent.task, sent.messages)
+
+    def _post(self, sender: str | None, task: str, messages: list[OutgoingMessage]) -> None:
         spec = self._model.spec
         post = self._model.state.messages
-        posted = post.post(
-            spec.message_limits(), task.member, task.id, result.messages, workflow.now()
-        )
+        posted = post.post(spec.message_limits(), sender, task, messages, workflow.now())
         for message in posted.sent:
             self._publish(message)
             if message.to in self._members:
@@ -115,7 +135,11 @@ class TeamRoom:
         if before is not None:
             await before
         for message in messages:
-            await self._members[member].signal(DELIVER_SIGNAL, message)
+            try:
+                await self._members[member].signal(DELIVER_SIGNAL, message)
+            except ApplicationError:
+                workflow.logger.warning("member ended", extra={"member": member})
+                return
 
     def busy(self) -> bool:
         """Whether the team has anything to close: long-lived members, messages on their way
@@ -131,3 +155,4 @@ class TeamRoom:
             await handle.signal(CLOSE_SIGNAL)
         for name, handle in self._members.items():
             self._model.state.members[name] = await handle
+        await asyncio.gather(*self._handing.values())
