@@ -1,11 +1,16 @@
 """Teams that talk, without a server: who may send to whom, the bounds, the delivery order, the
 spec's rules for members, and a long-lived member's mailbox and memory."""
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from coord.activities.mesh.run_agent import with_outbox
+from coord.activities.kinds.llm import prompt_fields
+from coord.activities.kinds.output import request_json
+from coord.activities.mesh.run_agent import shared_scratchpad, with_outbox
 from coord.models.mesh.agents import AgentContext, AgentResult, OutgoingMessage, TeamMessage
 from coord.models.plan.member import MAX_MEMORY_RESULT, MemberModel, MemberStart
 from coord.models.plan.model import PlanModel
@@ -182,3 +187,23 @@ def test_a_long_lived_member_carries_its_state_across_continue_as_new() -> None:
     assert again.done()
     assert again.continue_due(10, suggested=False) is False
     assert again.continue_due(2000, suggested=False) and again.continue_due(1, suggested=True)
+
+
+def test_shell_http_and_llm_agents_are_given_their_messages() -> None:
+    message = TeamPost().post(TEAM, "a", "t1", [out("c", "tango")], NOW).sent[0]
+    context = AgentContext(agent="c", attempt=1, idempotency_key="k", messages=[message])
+    event = message_event("p", "p", message)
+    sent = json.loads(request_json(event, context))["messages"]
+    assert sent == [message.model_dump(mode="json")]
+    assert json.loads(prompt_fields({}, {}, [message])["messages"]) == sent
+    assert "messages" not in prompt_fields({}, {})
+    assert "messages" not in json.loads(request_json(event, replace(context, messages=())))
+
+
+def test_the_shared_scratchpad_stays_under_the_workers_root(tmp_path: Path) -> None:
+    assert shared_scratchpad(str(tmp_path), "pads/p") == tmp_path.resolve() / "pads" / "p"
+    assert (tmp_path / "pads" / "p").is_dir()
+    assert shared_scratchpad(None, "pads/p") is None
+    assert shared_scratchpad(str(tmp_path), None) is None
+    assert shared_scratchpad(str(tmp_path), "../out") is None
+    assert shared_scratchpad(str(tmp_path), ".") is None

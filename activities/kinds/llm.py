@@ -12,7 +12,7 @@ the key redacted, so it reaches no message, log or history."""
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -24,7 +24,7 @@ from coord.activities import metrics
 from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentContext
+from coord.models.mesh.agents import AgentContext, TeamMessage
 from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
 from coord.models.mesh.usage import refusal
 from coord.models.wire.contract import FailureType, Health, failure
@@ -124,11 +124,15 @@ async def _beating(call: Awaitable[T], context: AgentContext) -> T:
         await asyncio.wait({asking})
 
 
-def prompt_fields(payload: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, str]:
+def prompt_fields(
+    payload: Mapping[str, Any], inputs: Mapping[str, Any], messages: Sequence[TeamMessage] = ()
+) -> dict[str, str]:
     """What a prompt's placeholders name: `$payload` and `$inputs` (each as JSON), then each
     field of the payload and each input by name (an input wins over a payload field of the same
-    name). Strings go in as they are, anything else as JSON."""
-    named = {"payload": dict(payload), "inputs": dict(inputs), **payload, **inputs}
+    name). Strings go in as they are, anything else as JSON. A team member's run also has
+    `$messages`: what its team sent it, as JSON (a payload field or input of that name wins)."""
+    sent = {"messages": [m.model_dump(mode="json") for m in messages]} if messages else {}
+    named = {"payload": dict(payload), "inputs": dict(inputs), **sent, **payload, **inputs}
     return {name: text if isinstance(text, str) else _json(text) for name, text in named.items()}
 
 
@@ -139,7 +143,7 @@ def _json(value: Any) -> str:
 def _messages(
     config: LlmAgent, event: EventEnvelope, context: AgentContext, who: str
 ) -> list[ChatCompletionMessageParam]:
-    fields = prompt_fields(event.payload, context.inputs)
+    fields = prompt_fields(event.payload, context.inputs, context.messages)
     try:
         prompt = PromptTemplate(config.prompt).substitute(fields)
     except KeyError as missing:
