@@ -15,7 +15,14 @@ from coord.models.mesh.agents import AgentContext, AgentResult, OutgoingMessage,
 from coord.models.plan.member import MAX_MEMORY_RESULT, MemberModel, MemberStart
 from coord.models.plan.model import PlanModel
 from coord.models.plan.spec import PlanSpec
-from coord.models.plan.team import MessageLimits, TeamPost, message_event
+from coord.models.plan.report import final_report_markdown, memo_record
+from coord.models.plan.team import (
+    MAX_MESSAGE_CHARS,
+    MAX_SENT_CHARS,
+    MessageLimits,
+    TeamPost,
+    message_event,
+)
 from coord.models.wire.specs import SpecError, parse_model
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
@@ -207,3 +214,29 @@ def test_the_shared_scratchpad_stays_under_the_workers_root(tmp_path: Path) -> N
     assert shared_scratchpad(str(tmp_path), None) is None
     assert shared_scratchpad(str(tmp_path), "../out") is None
     assert shared_scratchpad(str(tmp_path), ".") is None
+
+
+def test_the_plans_messages_are_bounded_in_all() -> None:
+    post = TeamPost()
+    wide = {"a": MessageLimits(max_chars=MAX_MESSAGE_CHARS), "c": MessageLimits()}
+    for _ in range(MAX_SENT_CHARS // MAX_MESSAGE_CHARS):
+        assert not post.post(wide, "a", "t", [out("c", "x" * MAX_MESSAGE_CHARS)], NOW).refused
+    [refused] = post.post(wide, "a", "t", [out("c", "x")], NOW).refused
+    assert (
+        refused.reason == f"send: the plan's messages would pass {MAX_SENT_CHARS} characters in all"
+    )
+    assert post.summary() == f"{MAX_SENT_CHARS // MAX_MESSAGE_CHARS} sent, 1 refused"
+
+
+def test_the_final_report_lists_the_messages_and_the_memo_leaves_them_out() -> None:
+    model = PlanModel.begin(PlanSpec.model_validate(team_spec()), NOW)
+    model.state.messages.post(
+        model.spec.message_limits(), "a", "t1", [out("c", "tango"), out("zed")], NOW
+    )
+    report = final_report_markdown(model.state)
+    assert "## Team messages" in report
+    assert "- 1. a -> c (t1): tango" in report
+    assert "- refused (t1): send.to: 'zed' is not a member of the team (a, c, l)" in report
+    kept = memo_record(model.state)
+    assert kept.messages.sent == [] and len(kept.messages.refused) == 1
+    assert "Team messages" not in final_report_markdown(PlanModel.begin(model.spec, NOW).state)

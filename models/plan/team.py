@@ -34,6 +34,8 @@ nothing more."""
 MAX_SENT_MESSAGES = MAX_ITEMS
 """Messages a plan accepts in all; more are refused (the record, and its history, stay
 bounded whatever the agents ask)."""
+MAX_SENT_CHARS = 1024 * 1024
+"""Characters of all the messages a plan accepts; one that would pass it is refused."""
 
 
 class MessageLimits(BaseModel):
@@ -129,7 +131,18 @@ class TeamPost(BaseModel):
             )
         if len(self.sent) >= MAX_SENT_MESSAGES:
             return f"send: the plan has sent {MAX_SENT_MESSAGES} messages, its most"
+        if self.chars() + len(asked.message) > MAX_SENT_CHARS:
+            return f"send: the plan's messages would pass {MAX_SENT_CHARS} characters in all"
         return None
+
+    def chars(self) -> int:
+        return sum(len(message.message) for message in self.sent)
+
+    def summary(self) -> str:
+        """`3 sent, 1 refused`: what the team said, in a few words ('' when nothing)."""
+        parts = [f"{len(self.sent)} sent"] if self.sent else []
+        parts += [f"{len(self.refused)} refused"] if self.refused else []
+        return ", ".join(parts)
 
     def inbox(self, member: str) -> list[TeamMessage]:
         """The messages to `member` not yet handed to it, oldest first."""
