@@ -240,3 +240,10 @@ def test_the_final_report_lists_the_messages_and_the_memo_leaves_them_out() -> N
     kept = memo_record(model.state)
     assert kept.messages.sent == [] and len(kept.messages.refused) == 1
     assert "Team messages" not in final_report_markdown(PlanModel.begin(model.spec, NOW).state)
+
+
+def test_the_progress_view_names_the_tasks_waiting_for_a_message() -> None:
+    model = PlanModel.begin(PlanSpec.model_validate(team_spec(wait_for_message="1m")), NOW)
+    model.state.messages.waiting["t2"] = "c"
+    assert model.view.waiting_for() == ["a message to c (task t2)"]
+    assert model.view.progress(NOW).waiting_for == ["a message to c (task t2)"]

@@ -74,6 +74,8 @@ class TeamPost(BaseModel):
     refused: list[RefusedMessage] = Field(default_factory=list)
     delivered: dict[str, int] = Field(default_factory=dict)
     """Member -> the seq of the last message handed to it (its run's context, or its entity)."""
+    waiting: dict[str, str] = Field(default_factory=dict)
+    """Task -> its member, for each task waiting for a message now (`wait_for_message`)."""
 
     def post(
         self,
@@ -159,6 +161,10 @@ class TeamPost(BaseModel):
 
     def has_mail(self, member: str) -> bool:
         return bool(self.inbox(member))
+
+    def waits(self) -> list[str]:
+        """What the plan waits for from its team, in words (`PlanProgress.waiting_for`)."""
+        return [f"a message to {member} (task {task})" for task, member in self.waiting.items()]
 
 
 def message_event(plan_id: str, correlation_id: str, message: TeamMessage) -> EventEnvelope:

@@ -150,6 +150,8 @@ class TaskRun:
         if wait is None or member is None:
             return True
         post = self.model.state.messages
+        post.waiting[self.task.id] = member
+        self.changed()
         try:
             await workflow.wait_condition(lambda: post.has_mail(member), timeout=wait)
         except TimeoutError:
@@ -157,6 +159,8 @@ class TaskRun:
             error = TaskError(type=FailureType.NO_MESSAGE, message=message)
             self.graph.task_error(self.task.id, workflow.now(), error)
             return False
+        finally:
+            del post.waiting[self.task.id]
         return True
 
     async def after_run(self, result: AgentResult, round: int) -> bool:
