@@ -14,8 +14,8 @@ from coord.activities.mesh.run_agent import shared_scratchpad, with_outbox
 from coord.models.mesh.agents import AgentContext, AgentResult, OutgoingMessage, TeamMessage
 from coord.models.plan.member import MAX_MEMORY_RESULT, MemberModel, MemberStart
 from coord.models.plan.model import PlanModel
-from coord.models.plan.spec import PlanSpec
 from coord.models.plan.report import final_report_markdown, memo_record
+from coord.models.plan.spec import PlanSpec
 from coord.models.plan.team import (
     MAX_MESSAGE_CHARS,
     MAX_SENT_CHARS,
