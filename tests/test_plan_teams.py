@@ -1,21 +1,31 @@
 """Teams that talk, on the real dev server: a team of three where the closer's result is the
 code word the scout sent it, the messages in the correlation's log and the plan's record, a
 message to someone outside the team refused with its reason, a long-lived member handed two
-messages in order, a task waiting for a message that never comes, and the scratchpad every
-member's run reaches."""
+messages in order, a task waiting for a message that never comes, the scratchpad every
+member's run reaches, a long-lived member's sends going through its plan, and its entity
+continuing as new between messages with its mailbox and memory."""
 
 import asyncio
 import uuid
 from collections.abc import Awaitable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.timeline import TimelineEntry
-from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, TaskState
-from coord.models.wire.contract import FailureType, member_workflow_id
+from coord.models.mesh.agents import TeamMessage
+from coord.models.plan.member import MemberStart
+from coord.models.plan.spec import MemberRecord, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.wire.contract import (
+    CLOSE_SIGNAL,
+    DELIVER_SIGNAL,
+    TEAM_MEMBER_WORKFLOW,
+    FailureType,
+    member_workflow_id,
+)
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually, task_failures
@@ -209,3 +219,38 @@ async def test_a_long_lived_members_run_sends_through_its_plan(
         refusals
     )
     assert state.members["relay"].handled == 2
+
+
+async def test_a_long_lived_member_continues_as_new_between_messages_and_keeps_its_state(
+    client: Client, task_queue: str
+) -> None:
+    start = MemberStart(
+        plan_id=f"entity-{uuid.uuid4().hex[:8]}",
+        member="keeper",
+        agent="keeper",
+        correlation_id="entity",
+        memory=2,
+        history_limit=10,
+    )
+    now = datetime.now(UTC)
+    async with build_worker(client, task_queue, team_registry()):
+        handle = await client.start_workflow(
+            TEAM_MEMBER_WORKFLOW, start, id=start.workflow_id, task_queue=task_queue
+        )
+        first_run = handle.first_execution_run_id
+        for seq in range(1, 6):
+            words = f"m{seq}"
+            message = TeamMessage(seq=seq, sender="a", to="keeper", message=words, task="t", at=now)
+            await handle.signal(DELIVER_SIGNAL, message)
+        await handle.signal(DELIVER_SIGNAL, {"seq": "not a number"})  # dropped, never failing
+        await handle.signal(CLOSE_SIGNAL)
+        record = MemberRecord.model_validate(await asyncio.wait_for(handle.result(), 90))
+        first = client.get_workflow_handle(start.workflow_id, run_id=first_run)
+        assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
+        assert await task_failures(handle) == []
+    assert record.handled == 5
+    assert [run.seq for run in record.memory] == [4, 5]
+    assert [run.result for run in record.memory] == [
+        {"got": ["m4"], "remembered": [2, 3], "pad": None},
+        {"got": ["m5"], "remembered": [3, 4], "pad": None},
+    ]
