@@ -12,7 +12,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.timeline import TimelineEntry
@@ -254,3 +256,21 @@ async def test_a_long_lived_member_continues_as_new_between_messages_and_keeps_i
         {"got": ["m4"], "remembered": [2, 3], "pad": None},
         {"got": ["m5"], "remembered": [3, 4], "pad": None},
     ]
+
+
+async def test_a_member_started_with_a_malformed_input_fails_typed_not_its_task(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue, team_registry()):
+        handle = await client.start_workflow(
+            TEAM_MEMBER_WORKFLOW,
+            {"plan_id": "p", "member": "m"},
+            id=f"member-hostile-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 60)
+        assert await task_failures(handle) == []
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_SPEC
+    assert cause.message.startswith("member start: agent: Field required")

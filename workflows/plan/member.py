@@ -1,8 +1,9 @@
 """The `TeamMember` workflow: a plan's long-lived team member, an entity with a mailbox.
 
 One state structure (`MemberStart`, which the workflow also continues as new with), typed
-inputs checked where they enter (the `deliver` signal, decoded raw so a malformed one is
-logged and dropped, never failing the workflow task), one message handled at a time in the
+inputs checked where they enter (the start input and the `deliver` signal are decoded raw: a
+malformed start fails the run `invalid_spec`, a malformed message is logged and dropped,
+neither ever failing a workflow task), one message handled at a time in the
 plan's order, and continue-as-new only between messages, once the handlers have finished and
 the history is past its bound (`MemberModel.continue_due`). The rules are in
 `coord.models.plan.member`."""
@@ -21,9 +22,14 @@ with workflow.unsafe.imports_passed_through():
         MEMBER_SENT_SIGNAL,
         STATE_QUERY,
         TEAM_MEMBER_WORKFLOW,
+        FailureType,
+        failure,
     )
+    from coord.models.wire.specs import SpecError
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
+    from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
+        NO_INPUT,
         InvalidInput,
         PlainInput,
         decode_input,
@@ -33,17 +39,24 @@ with workflow.unsafe.imports_passed_through():
 
 
 @workflow.defn(name=TEAM_MEMBER_WORKFLOW, sandboxed=False)
-class TeamMember:
+class TeamMember(metaclass=SurplusStartArguments):
     """Runs its agent on each message it is handed, until its plan closes it; its result is
     its record (what it handled, its memory)."""
 
     @workflow.init
-    def __init__(self, start: MemberStart) -> None:
-        self._model = MemberModel(start)
+    def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
+        """Decodes the start input here, so the query answers from the first task on; one
+        that does not decode fails the run `invalid_spec` (never its workflow task)."""
+        self._problem: str | None = None
+        self._model: MemberModel | None = None
+        try:
+            self._model = MemberModel(decode_input(MemberStart, raw_start, "member start"))
+        except SpecError as error:
+            self._problem = str(error)
 
     @workflow.run
-    async def run(self, start: MemberStart) -> MemberRecord:
-        model = self._model
+    async def run(self, raw_start: PlainInput = NO_INPUT) -> MemberRecord:
+        model = self._model_or_fail()
         while True:
             await workflow.wait_condition(lambda: model.has_mail() or model.start.closing)
             if model.has_mail():
@@ -59,9 +72,14 @@ class TeamMember:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(model.start)
 
+    def _model_or_fail(self) -> MemberModel:
+        if self._model is None:
+            raise failure(FailureType.INVALID_SPEC, self._problem or "", non_retryable=True)
+        return self._model
+
     async def _handle(self, message: TeamMessage) -> None:
         """The member's agent on the oldest message; its outcome joins the memory."""
-        model = self._model
+        model = self._model_or_fail()
         settings = RunSettings(
             summary=f"{model.start.member}: message {message.seq} from {message.sender}",
             retry=RetryConfig(),
@@ -100,14 +118,15 @@ class TeamMember:
         except InvalidInput as error:
             workflow.logger.warning("message refused", extra={"reason": str(error)})
             return
-        refused = self._model.receive(message)
+        refused = self._model.receive(message) if self._model is not None else "no member"
         if refused is not None:
             workflow.logger.warning("message refused", extra={"reason": refused})
 
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
-        self._model.close()
+        if self._model is not None:
+            self._model.close()
 
     @workflow.query(name=STATE_QUERY)
     def state(self) -> MemberStart:
-        return self._model.start
+        return self._model_or_fail().start
