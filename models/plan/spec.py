@@ -155,6 +155,8 @@ class ApprovalGate(BaseModel):
 
 DEFAULT_MEMBER_MEMORY = 10
 """Handled messages a long-lived member remembers (the latest), passed to its next run."""
+MAX_MEMORY = 100
+"""The most a member may remember: its memory crosses each continue-as-new whole."""
 
 
 class TeamMember(BaseModel):
@@ -170,7 +172,7 @@ class TeamMember(BaseModel):
     agent: str = Field(min_length=1, max_length=MAX_NAME)
     messages: MessageLimits = Field(default_factory=MessageLimits)
     long_lived: bool = False
-    memory: int = Field(default=DEFAULT_MEMBER_MEMORY, ge=0, le=MAX_ITEMS)
+    memory: int = Field(default=DEFAULT_MEMBER_MEMORY, ge=0, le=MAX_MEMORY)
 
 
 class PlanTask(Routed):
