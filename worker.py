@@ -51,6 +51,7 @@ from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.mesh.ledger import AgentLedger
 from coord.workflows.mesh.monitor import AgentMonitor
 from coord.workflows.plan.graph import TaskGraph
+from coord.workflows.plan.member import TeamMember
 from coord.workflows.saga import Saga
 from coord.workflows.vote import Vote
 
@@ -61,6 +62,7 @@ WORKFLOWS: Sequence[type] = (
     Aggregator,
     DeadLetterEntry,
     TaskGraph,
+    TeamMember,
     Vote,
     AgentLedger,
     AgentMonitor,

@@ -26,6 +26,7 @@ import typer
 from pydantic import BaseModel
 
 from coord.models.events import envelope, taxonomy
+from coord.models.plan.team import TEAM_MESSAGE_EVENT
 from coord.models.vote.spec import VOTE_REQUESTED
 from coord.models.wire import contract
 from coord.starter import exits
@@ -310,6 +311,11 @@ PRODUCT_EVENTS: dict[str, str] = {
     VOTE_REQUESTED: (
         "the event type of each voter's run, the proposal its payload ([Votes](votes.md))"
     ),
+    TEAM_MESSAGE_EVENT: (
+        "a plan's team member sent another a message; published into the correlation's chain, "
+        "source `/plan/<plan_id>/team/<sender>`, and the event a long-lived member's run is "
+        "handed ([Plans](plans.md#teams-that-talk))"
+    ),
 }
 """The events the product publishes itself (not the ones specs name), with where they come from."""
 
@@ -354,7 +360,14 @@ def envelope_table() -> str:
 
 
 def product_events_table() -> str:
-    names = sorted({contract.AGENT_HEALTH_EVENT, VOTE_REQUESTED, *envelope.LIFECYCLE_NOTICES})
+    names = sorted(
+        {
+            contract.AGENT_HEALTH_EVENT,
+            VOTE_REQUESTED,
+            TEAM_MESSAGE_EVENT,
+            *envelope.LIFECYCLE_NOTICES,
+        }
+    )
     rows = [f"| `{name}` | {cell(PRODUCT_EVENTS[name])} |" for name in names]
     return "\n".join(["| event type | what it says |", "| --- | --- |", *rows])
 

@@ -214,6 +214,8 @@ def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) 
     lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
     if state.tokens.runs:
         lines.append(f"Tokens: {state.tokens.describe()}")
+    if said := state.messages.summary():
+        lines.append(f"Team messages: {said}")
     lines += [f"Waiting for {what}" for what in waiting_for]
     if TaskState.AWAITING_APPROVAL in state.counts():
         lines.append(

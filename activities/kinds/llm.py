@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -36,7 +36,7 @@ from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.activities.kinds.python import imported
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentContext, AgentFn
+from coord.models.mesh.agents import AgentContext, AgentFn, TeamMessage
 from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
 from coord.models.mesh.tiers import ModelChoice, tool_problem, tool_schema
 from coord.models.mesh.usage import refusal
@@ -278,11 +278,15 @@ async def _beating(call: Awaitable[T], context: AgentContext) -> T:
         await asyncio.wait({asking})
 
 
-def prompt_fields(payload: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, str]:
+def prompt_fields(
+    payload: Mapping[str, Any], inputs: Mapping[str, Any], messages: Sequence[TeamMessage] = ()
+) -> dict[str, str]:
     """What a prompt's placeholders name: `$payload` and `$inputs` (each as JSON), then each
     field of the payload and each input by name (an input wins over a payload field of the same
-    name). Strings go in as they are, anything else as JSON."""
-    named = {"payload": dict(payload), "inputs": dict(inputs), **payload, **inputs}
+    name). Strings go in as they are, anything else as JSON. A team member's run also has
+    `$messages`: what its team sent it, as JSON (a payload field or input of that name wins)."""
+    sent = {"messages": [m.model_dump(mode="json") for m in messages]} if messages else {}
+    named = {"payload": dict(payload), "inputs": dict(inputs), **sent, **payload, **inputs}
     return {name: text if isinstance(text, str) else _json(text) for name, text in named.items()}
 
 
@@ -293,7 +297,7 @@ def _json(value: Any) -> str:
 def _messages(
     config: LlmAgent, event: EventEnvelope, context: AgentContext, who: str
 ) -> list[ChatCompletionMessageParam]:
-    fields = prompt_fields(event.payload, context.inputs)
+    fields = prompt_fields(event.payload, context.inputs, context.messages)
     try:
         prompt = PromptTemplate(config.prompt).substitute(fields)
     except KeyError as missing:

@@ -78,7 +78,7 @@ class PlanModel(BaseModel):
         self._book = book = TaskBook(self.state, index)
         self.graph.attach(self.spec, book, index)
         self.runs.attach(book, self.graph)
-        self._requests = TaskRequests(self.spec, book)
+        self._requests = TaskRequests(self.spec, book, self.state.messages)
         self._view = PlanView(self.state, book, self.graph, self.slots)
 
     @property

@@ -5,6 +5,7 @@ The spec is checked whole before anything runs (unknown dependencies, repeated i
 their path), so a plan that starts can always finish. The record follows each task through the
 plan's state machine and is the final report once the plan ends."""
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -30,6 +31,7 @@ from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.tiers import TaskKind
 from coord.models.mesh.usage import TokenBudget, TokenUsage
+from coord.models.plan.team import MessageLimits, TeamPost
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
     Pattern,
@@ -153,13 +155,26 @@ class ApprovalGate(BaseModel):
     approvers: list[Decider] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
 
 
+DEFAULT_MEMBER_MEMORY = 10
+"""Handled messages a long-lived member remembers (the latest), passed to its next run."""
+MAX_MEMORY = 100
+"""The most a member may remember: its memory crosses each continue-as-new whole."""
+
+
 class TeamMember(BaseModel):
-    """Seed 004 level 2: a named member of the team with a role, played by an agent."""
+    """Seed 004 level 2: a named member of the team with a role, played by an agent. Members
+    message each other (`coord.models.plan.team`) within their `messages` limits. A per-task
+    member does the tasks that name it and gets its messages in its next run; a `long_lived`
+    one is a workflow of its own for the plan's lifetime, running its agent on each message it
+    receives, in order, with a memory of the latest `memory` it handled."""
 
     model_config = ConfigDict(extra="forbid")
 
     role: str = Field(default="", max_length=MAX_NAME)
     agent: str = Field(min_length=1, max_length=MAX_NAME)
+    messages: MessageLimits = Field(default_factory=MessageLimits)
+    long_lived: bool = False
+    memory: int = Field(default=DEFAULT_MEMBER_MEMORY, ge=0, le=MAX_MEMORY)
 
 
 class PlanTask(Routed):
@@ -190,6 +205,10 @@ class PlanTask(Routed):
     """A consensus vote instead of an agent's run: the task's input and its dependencies'
     results (under `results`) are the proposal; decided is success, rejected or no quorum an
     error."""
+    wait_for_message: Duration | None = None
+    """A member's task waits, once its dependencies have succeeded and before it takes a slot,
+    until a message to its member arrives (at most this long; none: the task ends `error`,
+    `no_message`). Its run gets the message in its context."""
 
     @model_validator(mode="after")
     def _one_doer(self) -> Self:
@@ -271,6 +290,7 @@ class PlanSpec(BaseModel):
         self.correlation_id = self.correlation_id or self.plan_id
         _check_graph(self)
         _check_vote_ids(self)
+        _check_team(self)
         return self
 
     @property
@@ -291,6 +311,18 @@ class PlanSpec(BaseModel):
         which no other plan's task shares. Runs recorded before (`scoped` False) joined the two
         with `-`, so plan `a-b`'s task `c` and plan `a`'s task `b-c` held the same vote."""
         return scoped_id(self.plan_id, task.id) if scoped else f"{self.plan_id}-{task.id}"
+
+    def shared_scratchpad(self) -> str | None:
+        """`<scratchpad>/<plan_id>`, relative to a worker's scratchpad root: where the plan
+        writes its files and its agents' runs share theirs."""
+        return f"{self.scratchpad}/{self.plan_id}" if self.scratchpad is not None else None
+
+    def message_limits(self) -> dict[str, MessageLimits]:
+        """Each member's limits on what its runs send: who may be messaged at all."""
+        return {name: member.messages for name, member in self.team.items()}
+
+    def long_lived_members(self) -> list[str]:
+        return [name for name, member in self.team.items() if member.long_lived]
 
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
@@ -327,6 +359,29 @@ def _check_graph(spec: PlanSpec) -> None:
     if cycle:
         path = " -> ".join(reversed(cycle))
         raise ValueError(f"tasks: dependency cycle {path}; a plan must be acyclic")
+
+
+def _check_team(spec: PlanSpec) -> None:
+    """A long-lived member works from its mailbox, never from a task; only a member's task can
+    wait for a message to its member. A long-lived member's name is part of its workflow's id."""
+    for name in spec.long_lived_members():
+        if not re.match(IDENTIFIER, name):
+            raise ValueError(
+                f"team: {name!r}: a long-lived member's name is an identifier (letters, digits, "
+                "`.`, `_`, `:`, `-`)"
+            )
+    for i, task in enumerate(spec.tasks):
+        member = spec.team.get(task.member) if task.member is not None else None
+        if member is not None and member.long_lived:
+            raise ValueError(
+                f"tasks[{i}].member: {task.member!r} is long-lived: it runs on the messages it "
+                "receives, not on tasks; send it messages, or make it a per-task member"
+            )
+        if task.wait_for_message is not None and task.member is None:
+            raise ValueError(
+                f"tasks[{i}].wait_for_message: only a team member's task waits for a message; "
+                "name a `member`"
+            )
 
 
 def _check_vote_ids(spec: PlanSpec) -> None:
@@ -495,6 +550,28 @@ class TaskRecord(BaseModel):
         return self.ended_at - self.started_at
 
 
+class MemberRun(BaseModel):
+    """One run of a long-lived member's agent on a message it received."""
+
+    seq: int
+    """The message's."""
+    sender: str
+    result: dict[str, Any] | None = None
+    """Its data (an excerpt note when larger than the member's limit)."""
+    error: TaskError | None = None
+    at: datetime
+
+
+class MemberRecord(BaseModel):
+    """A long-lived member: its memory (the latest runs, oldest first) and how many messages
+    it handled in all."""
+
+    member: str
+    agent: str
+    handled: int = 0
+    memory: list[MemberRun] = Field(default_factory=list)
+
+
 class PlanStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
@@ -534,6 +611,11 @@ class PlanState(BaseModel):
     events: list[TimelineEntry] = Field(default_factory=list)
     """The newest of the events the plan announced (`EVENTS_WINDOW`), as rows of the
     correlation table; its correlation's chain, when one runs, has them all."""
+    messages: TeamPost = Field(default_factory=TeamPost)
+    """The team's messages: every one sent, in order, the latest refused with why, and how far
+    each member's mailbox has been delivered."""
+    members: dict[str, MemberRecord] = Field(default_factory=dict)
+    """Each long-lived member's record, once the plan has closed it: what it handled."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}

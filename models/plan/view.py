@@ -56,12 +56,14 @@ class PlanView:
         )
 
     def waiting_for(self) -> list[str]:
-        """What the plan waits for besides running agents: people, and free worker slots."""
+        """What the plan waits for besides running agents: people, messages to its team's
+        members, and free worker slots."""
         waits = [
             self._approval_awaited(record)
             for record in self._book.watched()
             if record.state == TaskState.AWAITING_APPROVAL
         ]
+        waits += self._state.messages.waits()
         slot = self._slots.waiting_line()
         return waits if slot is None else [*waits, slot]
 

@@ -77,6 +77,12 @@ AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
 CHAIN_RUN_WORKFLOW: Final = "ChainRun"
 """One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
+TEAM_MEMBER_WORKFLOW: Final = "TeamMember"
+"""A plan's long-lived team member: a mailbox, its agent run on each message, its memory."""
+DELIVER_SIGNAL: Final = "deliver"
+"""A message for a long-lived team member (`TeamMessage`), from its plan."""
+MEMBER_SENT_SIGNAL: Final = "member_sent"
+"""What a long-lived member's run asked to send (`MemberSent`), to its plan, which checks it."""
 
 
 class Pattern(StrEnum):
@@ -163,6 +169,11 @@ def plan_workflow_id(plan_id: str) -> str:
     return PLAN_ID_PREFIX + plan_id
 
 
+def member_workflow_id(plan_id: str, member: str) -> str:
+    """`member-<plan_id>~<member>`: a long-lived team member of a plan."""
+    return "member-" + scoped_id(plan_id, member)
+
+
 def plan_id_of(workflow_id: str) -> str:
     """The plan id a plan's workflow id carries."""
     return workflow_id.removeprefix(PLAN_ID_PREFIX)
@@ -217,7 +228,8 @@ ATTACH_SIGNAL: Final = "attach"
 DETACH_SIGNAL: Final = "detach"
 """A finished aggregator asks its chain to forward nothing more (with its id)."""
 CLOSE_SIGNAL: Final = "close"
-"""A chain accepts no more events, finishes what it started, and ends."""
+"""A chain accepts no more events, finishes what it started, and ends; a long-lived team
+member handles what its mailbox holds, and ends."""
 RUN_OUTCOME_SIGNAL: Final = "run_outcome"
 """A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
 
@@ -499,6 +511,8 @@ class FailureType(StrEnum):
     """An approval naming no waiting task, or malformed."""
     DEPENDENCY_FAILED = "dependency_failed"
     """A task skipped because a task it depends on did not succeed."""
+    NO_MESSAGE = "no_message"
+    """A team member's task that waits for a message (`wait_for_message`) got none in time."""
     VOTE_REJECTED = "vote_rejected"
     """A vote task's or subscription's vote ended rejected."""
     NO_QUORUM = "no_quorum"

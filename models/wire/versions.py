@@ -185,3 +185,9 @@ CHAIN_TAKES_ANNOUNCEMENTS_PATCH = "chain-takes-pattern-announcements"
 """Since 2026-11-27, in chain.intake: Runs after it give a plan's or vote's announcement the
 depth of its cause (one more for `PlanStarted` and `VoteOpened`) and never park one they refuse;
 runs recorded before counted them as agents' events."""
+
+TEAM_MESSAGES_PATCH = "plan-team-messages"
+"""Since 2026-11-27, in plan.team: Runs after this patch check what a team member's run asks
+to `send` (`coord.models.plan.team`), record it, publish each accepted message into the
+correlation's chain as a `TeamMessage` event and hand it to a long-lived recipient; runs
+recorded before ignored a result's messages."""

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
+        MEMBER_SENT_SIGNAL,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
         PROGRESS_QUERY,
@@ -62,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
+    from coord.workflows.plan.team import TeamRoom
     from coord.workflows.plan.views import Details, watch_progress
 
 
@@ -87,6 +89,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._bug: Exception | None = None
         self._picker = AgentPicker()
+        self._team: TeamRoom | None = None
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -110,6 +113,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
+        self._team = TeamRoom(model)
+        await self._team.start_members()
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
@@ -137,6 +142,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
             await uncancellable(self._stop(model, model.stopping))
+        if self._team is not None and self._team.busy():
+            await uncancellable(self._team.close())
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
         await self._announcements.flush()
@@ -164,6 +171,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
         if not workflow.patched(APPROVER_IDENTITY_PATCH):
             return apply_approval(self._model, raw, self._details.changed)
         return await decide_approval(self._model, raw, self._details.changed)
+
+    @workflow.signal(name=MEMBER_SENT_SIGNAL)
+    def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
+        """What a long-lived team member's run asked to send (`TeamRoom.member_sent`)."""
+        if self._team is not None:
+            self._team.member_sent(raw)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
@@ -211,7 +224,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _task(self, task: PlanTask) -> GatedTaskRun:
         workflow_id = workflow.info().workflow_id
         return GatedTaskRun(
-            self._slots, task, workflow_id, self._details.changed, self._fan_out, self._picker
+            self._slots,
+            task,
+            workflow_id,
+            self._details.changed,
+            self._fan_out,
+            self._picker,
+            team=self._team,
         )
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
