@@ -169,3 +169,9 @@ VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
 """Since 2026-11-26, in vote: Runs after this patch start their voters within a byte budget per
 workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
 in one task. Runs recorded before started every voter in the first task."""
+
+LOG_SEGMENTS_PATCH = "chain-writes-its-log-in-segments"
+"""Since 2026-11-27, in chain.reactive: Runs after it write their timeline to the payload store
+in segments (`write_log_segment`, one per 200 rows or 1 MiB of payload, the rest when the chain
+ends) and keep every row not yet written in the timeline they carry across continue-as-new; runs
+recorded before kept only the window, and scheduled no such activity."""

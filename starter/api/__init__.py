@@ -36,6 +36,7 @@ from coord.starter.api.dlq import (
     dlq_replay_many,
     dlq_selected,
 )
+from coord.starter.api.log import LogPage, read_log, read_log_page, replay_into
 from coord.starter.api.plans import (
     approve_task,
     cancel_plan,
@@ -66,6 +67,7 @@ __all__ = [
     "ChainBusy",
     "Conflict",
     "Delivery",
+    "LogPage",
     "NoWorker",
     "NotFound",
     "Undeliverable",
@@ -101,6 +103,9 @@ __all__ = [
     "plan_progress",
     "plan_state",
     "publish",
+    "read_log",
+    "read_log_page",
+    "replay_into",
     "saga_handle",
     "saga_outcome",
     "saga_state",

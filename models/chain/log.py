@@ -1,0 +1,56 @@
+"""The chain's side of its log (coord.models.events.log): which rows wait to be written, the next
+segment, and what was written. A run that writes its log keeps every row not yet written in its
+timeline (the window trims only written rows) and carries them across continue-as-new, so a row
+can leave the chain's memory only once it is in the store. The workflow writes a segment when a
+full one waits (`due`), so the hot path pays one activity per `SEGMENT_ROWS` events, and writes
+what is left when the chain ends."""
+
+from collections.abc import Callable
+
+from coord.models.chain.spec import ChainCarry
+from coord.models.events.log import SEGMENT_BYTES, SEGMENT_ROWS, LogSegment, next_segment
+from coord.models.wire.sizes import json_size
+
+
+class ChainLog:
+    def __init__(self, record: ChainCarry, timeline_bytes: Callable[[], int]) -> None:
+        self._record = record
+        self._timeline_bytes = timeline_bytes
+        self.enabled = False
+        """Set once the run starts: whether it writes its log (runs recorded before did not)."""
+
+    def keep_after(self) -> int | None:
+        """The sequence number after which the timeline's rows must stay in memory (None: the
+        window alone decides)."""
+        return self._record.logged if self.enabled else None
+
+    def due(self) -> bool:
+        """A full segment waits: `SEGMENT_ROWS` rows, or `SEGMENT_BYTES` of payload (summed only
+        when the whole timeline holds that much: this is asked every workflow task)."""
+        pending = self._pending()
+        if pending >= SEGMENT_ROWS:
+            return True
+        if not pending or self._timeline_bytes() < SEGMENT_BYTES:
+            return False
+        rows = self._record.timeline[-pending:]
+        return sum(json_size(row.payload) for row in rows) >= SEGMENT_BYTES
+
+    def pending(self) -> bool:
+        """Rows wait to be written (at the end, however few)."""
+        return self._pending() > 0
+
+    def _pending(self) -> int:
+        """Rows not written yet: the timeline's rows are numbered one after another."""
+        timeline = self._record.timeline
+        if not self.enabled or not timeline:
+            return 0
+        return max(0, timeline[-1].seq - self._record.logged)
+
+    def next_segment(self) -> LogSegment:
+        """The oldest rows not written yet, a segment's worth; only when `pending`."""
+        record = self._record
+        rows = next_segment(record.timeline, record.logged)
+        return LogSegment(correlation_id=record.state.correlation_id, rows=rows)
+
+    def written(self, segment: LogSegment) -> None:
+        self._record.logged = max(self._record.logged, segment.last)
