@@ -5,11 +5,17 @@ can leave the chain's memory only once it is in the store. The workflow writes a
 full one waits (`due`), so the hot path pays one activity per `SEGMENT_ROWS` events, and writes
 what is left when the chain ends."""
 
+from bisect import bisect_right
 from collections.abc import Callable
 
 from coord.models.chain.spec import ChainCarry
 from coord.models.events.log import SEGMENT_BYTES, SEGMENT_ROWS, LogSegment, next_segment
+from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.sizes import json_size
+
+
+def by_seq(row: TimelineEntry) -> int:
+    return row.seq
 
 
 class ChainLog:
@@ -40,11 +46,12 @@ class ChainLog:
         return self._pending() > 0
 
     def _pending(self) -> int:
-        """Rows not written yet: the timeline's rows are numbered one after another."""
-        timeline = self._record.timeline
-        if not self.enabled or not timeline:
+        """Rows not written yet: those numbered after `logged` (the timeline is in sequence
+        order; its numbers rise with gaps, since queued runs take numbers from the same count)."""
+        if not self.enabled:
             return 0
-        return max(0, timeline[-1].seq - self._record.logged)
+        timeline = self._record.timeline
+        return len(timeline) - bisect_right(timeline, self._record.logged, key=by_seq)
 
     def next_segment(self) -> LogSegment:
         """The oldest rows not written yet, a segment's worth; only when `pending`."""
