@@ -9,7 +9,8 @@ What refers to what, as the server and the store say it:
 - a dead letter is parked until someone acts: one parked for longer than its retention is
   archived with a note (so it completes and its record stays readable); one replayed or archived
   longer ago than that is deleted from the server;
-- a scratchpad is its plan's while the plan runs (`plan-<plan_id>` is running).
+- a scratchpad is its plan's while the plan runs (`plan-<plan_id>` is running);
+- a correlation's log is its chain's while the chain (`chain-<correlation_id>`) is on the server.
 
 Every listing is bounded (`batch` things of each kind per run, page by page), and a run that
 stops at the bound says where the next one goes on (`GcReport.next_cursor`)."""
