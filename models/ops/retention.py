@@ -4,10 +4,10 @@ worker's sweep decide about each stored thing: kept (and why) or removed (and wh
 Five kinds of stored things outlive the workflows that made them unless something removes them:
 payloads stored by reference (large events, inputs and query results), results stored by
 reference (an agent's result over its `result_limit`), parked dead letters (one open workflow
-each), plans' scratchpads and correlations' logs (their chains' segments). Each has a retention: how old it must be before it may go. Age
-alone never removes anything: a stored payload also needs every workflow that stored it to be gone
-from the server, a scratchpad its plan to have ended, and a log its chain to be gone (`verdict`,
-`scratchpad_verdict`, `log_verdict`)."""
+each), plans' scratchpads and correlations' logs (their chains' segments). Each has a retention:
+how old it must be before it may go. Age alone never removes anything: a stored payload also needs
+every workflow that stored it to be gone from the server, a scratchpad its plan to have ended,
+and a log its chain to be gone (`verdict`, `scratchpad_verdict`, `log_verdict`)."""
 
 import os
 from collections.abc import Iterable, Mapping
