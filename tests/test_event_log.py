@@ -117,17 +117,21 @@ async def test_every_event_of_a_chain_that_continued_as_new_and_ended_is_read_in
     assert out.rstrip().endswith(f"10 events, seq {seqs[-10]:,}-{seqs[-1]:,}")
 
 
-@pytest.mark.usefixtures("coord_worker")
 async def test_a_read_model_replayed_from_the_log_equals_the_live_one(
     coord: Coordination, dev_env: WorkflowEnvironment
 ) -> None:
-    correlation_id = await coord.start_chain(user_story())
-    await coord.publish(
-        correlation_id, "UserStoryApproved", source="/product-strategist", topic="project.tasks"
-    )
-    await coord.chain_outcome(correlation_id)
-    live = await api.correlation_events(coord.client, correlation_id)
+    async with coord.worker():
+        correlation_id = await coord.start_chain(user_story())
+        await coord.publish(
+            correlation_id,
+            "UserStoryApproved",
+            source="/product-strategist",
+            topic="project.tasks",
+        )
+        await coord.chain_outcome(correlation_id)
+        live = await api.correlation_events(coord.client, correlation_id)
     assert len({row.agent for row in live}) > 3
+    # No worker from here on: the chain has ended, its log is in the store.
     for name in ("table", "agents"):
         replayed = await api.replay_into(coord.client, correlation_id, name, page_size=4)
         assert replayed == fold(view_named(name), live), name
