@@ -111,6 +111,20 @@ def test_written_rows_leave_the_window_and_the_rest_is_written_at_the_end() -> N
     assert len(model.carry().carried.timeline) == TIMELINE_WINDOW  # type: ignore[union-attr]
 
 
+def test_a_segment_is_due_at_its_bytes_too() -> None:
+    model = logging_model()
+    blob = "x" * (SEGMENT_BYTES // 4)
+    for n in range(3):
+        take(model, event("Big", n=n, blob=blob))
+        assert not model.log.due()
+    take(model, event("Big", n=3, blob=blob))
+    assert model.log.due()
+    segment = model.log.next_segment()
+    assert [r.seq for r in segment.rows] == [1, 2, 3], "a segment stays within its bytes"
+    model.log.written(segment)
+    assert not model.log.due() and model.log.pending()
+
+
 def test_a_run_that_does_not_write_its_log_trims_as_before() -> None:
     model = new_model(max_concurrency=1)
     for n in range(3 * TIMELINE_WINDOW):

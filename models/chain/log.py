@@ -22,6 +22,10 @@ class ChainLog:
     def __init__(self, record: ChainCarry, timeline_bytes: Callable[[], int]) -> None:
         self._record = record
         self._timeline_bytes = timeline_bytes
+        self._summed_to = record.logged
+        self._pending_bytes = 0
+        """The payload bytes of the rows not written yet, summed up to row `_summed_to`: each
+        row is measured once, however many workflow tasks ask `due`."""
         self.enabled = False
         """Set once the run starts: whether it writes its log (runs recorded before did not)."""
 
@@ -31,15 +35,18 @@ class ChainLog:
         return self._record.logged if self.enabled else None
 
     def due(self) -> bool:
-        """A full segment waits: `SEGMENT_ROWS` rows, or `SEGMENT_BYTES` of payload (summed only
-        when the whole timeline holds that much: this is asked every workflow task)."""
+        """A full segment waits: `SEGMENT_ROWS` rows, or `SEGMENT_BYTES` of payload (measured
+        only when the whole timeline holds that much: this is asked every workflow task)."""
         pending = self._pending()
         if pending >= SEGMENT_ROWS:
             return True
         if not pending or self._timeline_bytes() < SEGMENT_BYTES:
             return False
-        rows = self._record.timeline[-pending:]
-        return sum(json_size(row.payload) for row in rows) >= SEGMENT_BYTES
+        for row in self._record.timeline[-pending:]:
+            if row.seq > self._summed_to:
+                self._pending_bytes += json_size(row.payload)
+                self._summed_to = row.seq
+        return self._pending_bytes >= SEGMENT_BYTES
 
     def pending(self) -> bool:
         """Rows wait to be written (at the end, however few)."""
@@ -60,4 +67,6 @@ class ChainLog:
         return LogSegment(correlation_id=record.state.correlation_id, rows=rows)
 
     def written(self, segment: LogSegment) -> None:
+        """The segment is in the store; the rows still waiting are measured again."""
         self._record.logged = max(self._record.logged, segment.last)
+        self._summed_to, self._pending_bytes = self._record.logged, 0
