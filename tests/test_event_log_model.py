@@ -1,12 +1,14 @@
 """The whole log without a server: segments, joining them with the live window, the chain's side
-(rows kept until written, carried across continue-as-new), the store's idempotent writes, and
-the read models folded over rows."""
+(rows kept until written, carried across continue-as-new), the store's idempotent writes (in a
+directory, and in a bucket on a local S3-compatible server), and the read models folded over
+rows."""
 
 from pathlib import Path
 
+import aioboto3
 import pytest
 
-from coord.infra.event_log import DirectorySegments
+from coord.infra.event_log import BucketSegments, DirectorySegments, SegmentStore
 from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.model import ChainModel
 from coord.models.events.log import (
@@ -23,6 +25,7 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.events.views import AgentsView, TableView, fold, view_named
 from coord.starter.api.log import _stored
 from tests.chain_models import NOW, event, new_model, take
+from tests.test_large_payloads import s3_server  # noqa: F401  (the moto server fixture)
 
 
 def row(
@@ -133,15 +136,13 @@ def test_a_run_that_does_not_write_its_log_trims_as_before() -> None:
     assert not model.log.due() and not model.log.pending()
 
 
-async def test_a_retried_segment_write_never_duplicates_a_row(tmp_path: Path) -> None:
-    store = DirectorySegments(tmp_path)
+async def check_idempotent_writes(store: SegmentStore) -> None:
     first = LogSegment(correlation_id="c1", rows=rows(1, 200))
     await store.write(first)
     await store.write(first)  # the activity retried after its write landed
     await store.write(LogSegment(correlation_id="c1", rows=rows(201, 400)))
-    await store.write(
-        LogSegment(correlation_id="c1", rows=rows(150, 300))
-    )  # written again, cut elsewhere
+    await store.write(LogSegment(correlation_id="c1", rows=rows(150, 300)))  # cut elsewhere
+    await store.write(LogSegment(correlation_id="c2", rows=rows(1, 3)))
     assert sorted(await store.names("c1")) == [
         segment_name(1, 200),
         segment_name(150, 300),
@@ -151,10 +152,25 @@ async def test_a_retried_segment_write_never_duplicates_a_row(tmp_path: Path) ->
     assert [r.seq for r in read] == list(range(1, 401)) and up_to == 400
     read, up_to = await _stored(store, "c1", 250, 100)
     assert [r.seq for r in read] == list(range(251, 351)) and up_to == 400
-    assert await store.correlations(None, 10) == ["c1"]
-    assert await store.correlations("c1", 10) == []
+    assert await store.correlations(None, 10) == ["c1", "c2"]
+    assert await store.correlations("c1", 10) == ["c2"]
+    assert await store.correlations(None, 1) == ["c1"]
+    assert await store.newest("c1") is not None
     await store.remove("c1")
-    assert await store.names("c1") == []
+    assert await store.names("c1") == [] and await store.newest("c1") is None
+    assert await store.correlations(None, 10) == ["c2"]
+
+
+async def test_a_retried_segment_write_never_duplicates_a_row(tmp_path: Path) -> None:
+    await check_idempotent_writes(DirectorySegments(tmp_path))
+
+
+async def test_a_bucket_keeps_segments_as_a_directory_does(
+    s3_server: str,  # noqa: F811  (the fixture)
+) -> None:
+    async with aioboto3.Session().client("s3") as s3:
+        await s3.create_bucket(Bucket=s3_server)
+    await check_idempotent_writes(BucketSegments(s3_server))
 
 
 async def test_the_store_refuses_a_correlation_id_that_is_not_an_identifier(tmp_path: Path) -> None:
