@@ -15,6 +15,7 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from coord.activities.events.dead_letters import DeadLetterActivities
+from coord.activities.events.log import LogWriter
 from coord.activities.events.lookback import ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
@@ -223,6 +224,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
     activities: list[Callable[..., Any]] = [
         process.run_agent(registry),
         ChainLookback(client).chain_events,
+        LogWriter().write_log_segment,
         delivery.park,
         delivery.redeliver,
         delivery.declared_agent,

@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 from coord.models.dlq.letter import AgentLookup, DeadLetter, DeclaredAgent, Redelivery
 from coord.models.events.delivery import Delivery
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import LogSegment
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
@@ -30,6 +31,7 @@ __all__ = [
     "REDELIVER",
     "RUN_AGENT",
     "UPDATE_CALLER",
+    "WRITE_LOG_SEGMENT",
     "WRITE_SCRATCHPAD",
     "ActivityRef",
 ]
@@ -85,4 +87,7 @@ READ_AGENT_HEALTH: ActivityRef[HealthRead, HealthReading] = ActivityRef(
 )
 PUBLISH_AGENT_HEALTH: ActivityRef[HealthPublication, Delivery] = ActivityRef(
     contract.PUBLISH_AGENT_HEALTH_ACTIVITY, HealthPublication, Delivery
+)
+WRITE_LOG_SEGMENT: ActivityRef[LogSegment, None] = ActivityRef(
+    contract.WRITE_LOG_SEGMENT_ACTIVITY, LogSegment, None
 )

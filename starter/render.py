@@ -18,6 +18,7 @@ from rich.tree import Tree
 from coord.models.aggregator.spec import AggregatorState
 from coord.models.dlq.letter import ENTRY_STATUSES, DlqCounts, EntrySummary
 from coord.models.events.timeline import TimelineEntry
+from coord.models.events.views import AgentsView
 from coord.models.plan.report import elapsed, outcome, summary_line
 from coord.models.plan.spec import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
 from coord.models.rewind.diff import CorrelationDiff, RowStatus
@@ -265,3 +266,15 @@ def diff_table(diff: CorrelationDiff) -> Group:
 
 def _side(entry: TimelineEntry | None) -> str:
     return f"{entry.agent} {entry.event_id}" if entry is not None else "-"
+
+
+def agents_activity(view: AgentsView) -> Table:
+    """Per-agent activity (`coord events C --replay-into agents`), by agent name."""
+    shown = table("Agent", "Events", "Runs", "Succeeded", "Failed", "Last event")
+    for name in sorted(view.agents):
+        a = view.agents[name]
+        last = f"{a.last_event} (#{a.last_seq})"
+        shown.add_row(
+            name, f"{a.events:,}", f"{a.runs:,}", f"{a.successes:,}", f"{a.failures:,}", last
+        )
+    return shown

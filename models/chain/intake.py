@@ -8,6 +8,7 @@ before took them. Each taken event is admitted (deduplicated, its correlation an
 depth checked) and recorded in the timeline, or rejected: counted, kept in a window and parked.
 Both lanes are part of the record, so what waits is carried across continue-as-new."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -68,6 +69,13 @@ class ChainIntake:
         self._outbox = outbox
         self._context = context
         self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
+        self.keep_after: Callable[[], int | None] = lambda: None
+        """The sequence number after which rows are kept whatever the window (the log's rows
+        not written yet; `ChainLog.keep_after`)."""
+
+    def timeline_bytes(self) -> int:
+        """The payload bytes the timeline holds now."""
+        return self._timeline_bytes
 
     def receive(self, arrival: Arrival) -> None:
         """A signal's event enters the queue: its text waits to be decoded; one decoded already
@@ -248,7 +256,7 @@ class ChainIntake:
         )
         self._timeline_bytes += json_size(envelope.payload)
         if len(record.timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
-            record.timeline = timeline_window(record.timeline)
+            record.timeline = timeline_window(record.timeline, self.keep_after())
             self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
         if len(record.depths) > 2 * SEEN_WINDOW:
             for stale in list(record.depths)[:-SEEN_WINDOW]:
@@ -271,8 +279,15 @@ class ChainIntake:
         return path
 
 
-def timeline_window(timeline: list[TimelineEntry]) -> list[TimelineEntry]:
-    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload."""
-    return newest_within(
+def timeline_window(
+    timeline: list[TimelineEntry], keep_after: int | None = None
+) -> list[TimelineEntry]:
+    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload,
+    and every row after sequence `keep_after` (not yet in the log) besides."""
+    window = newest_within(
         timeline, TIMELINE_WINDOW, TIMELINE_BYTES, lambda entry: json_size(entry.payload)
     )
+    if keep_after is None:
+        return window
+    unwritten = [entry for entry in timeline if entry.seq > keep_after]
+    return unwritten if len(unwritten) > len(window) else window

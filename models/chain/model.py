@@ -20,6 +20,7 @@ from coord.models.chain.intake import (
     TaskShare,
     timeline_window,
 )
+from coord.models.chain.log import ChainLog
 from coord.models.chain.matching import ChainMatching
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.pacing import ChainPacing
@@ -60,6 +61,8 @@ class ChainModel:
         self.runs = ChainRuns(self.record, spec, workflow_id, self.outcomes)
         self.matching = ChainMatching(self.record, spec, workflow_id, self.intake, self.runs)
         self.pacing = ChainPacing(chain_input.signals_per_run, self.runs, context)
+        self.log = ChainLog(self.record, self.intake.timeline_bytes)
+        self.intake.keep_after = self.log.keep_after
         self._context = context
         self._signals_per_run = chain_input.signals_per_run
         self.rewind_of = chain_input.rewind_of
@@ -253,7 +256,7 @@ class ChainModel:
         record = self.record
         trimmed = {
             "state": self.snapshot(),
-            "timeline": timeline_window(record.timeline),
+            "timeline": timeline_window(record.timeline, self.log.keep_after()),
             "causes": dict(list(record.causes.items())[-SEEN_WINDOW:]),
             "depths": dict(list(record.depths.items())[-SEEN_WINDOW:]),
         }

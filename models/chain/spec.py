@@ -427,6 +427,9 @@ class ChainCarry(BaseModel):
     in_flight: dict[int, AgentRun] = Field(default_factory=dict)
     """Runs handed to a `ChainRun` of their own, by their queue number, whose outcome has not
     come back yet: it comes to whichever run of the chain is current (`run_outcome`)."""
+    logged: int = 0
+    """The sequence number of the last timeline row written to the correlation's log (the
+    payload store); the rows after it stay in the timeline until written."""
 
 
 SERVER_SIGNALS_PER_RUN = 10_000

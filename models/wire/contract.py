@@ -312,6 +312,8 @@ the plans that poll them (started before plans stopped polling)."""
 UPDATE_CALLER_ACTIVITY: Final = "update_caller"
 """Reads who sent a workflow update (the client identity the server recorded with it) from the
 run's history: the author of a plan's approval."""
+WRITE_LOG_SEGMENT_ACTIVITY: Final = "write_log_segment"
+"""Writes a segment of a chain's log (consecutive timeline rows) to the payload store."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"

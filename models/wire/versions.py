@@ -191,3 +191,9 @@ TEAM_MESSAGES_PATCH = "plan-team-messages"
 to `send` (`coord.models.plan.team`), record it, publish each accepted message into the
 correlation's chain as a `TeamMessage` event and hand it to a long-lived recipient; runs
 recorded before ignored a result's messages."""
+
+LOG_SEGMENTS_PATCH = "chain-writes-its-log-in-segments"
+"""Since 2026-11-27, in chain.reactive: Runs after it write their timeline to the payload store
+in segments (`write_log_segment`, one per 200 rows or 1 MiB of payload, the rest when the chain
+ends) and keep every row not yet written in the timeline they carry across continue-as-new; runs
+recorded before kept only the window, and scheduled no such activity."""

@@ -37,6 +37,7 @@ from coord.starter.api.dlq import (
     dlq_replay_many,
     dlq_selected,
 )
+from coord.starter.api.log import LogPage, read_log, read_log_page, replay_into
 from coord.starter.api.plans import (
     approve_task,
     cancel_plan,
@@ -68,6 +69,7 @@ __all__ = [
     "ChainBusy",
     "Conflict",
     "Delivery",
+    "LogPage",
     "NoWorker",
     "NotFound",
     "Undeliverable",
@@ -105,6 +107,9 @@ __all__ = [
     "plan_state",
     "publish",
     "publish_acked",
+    "read_log",
+    "read_log_page",
+    "replay_into",
     "rewind_chain",
     "rewind_saga",
     "saga_handle",

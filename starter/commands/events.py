@@ -16,7 +16,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import MAX_PAGE_ROWS, PAGE_ROWS
 from coord.models.events.timeline import TimelineEntry
+from coord.models.events.views import TableView
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
@@ -137,10 +139,34 @@ async def events(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
     ] = False,
+    whole_log: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every event of the chain's log, read from the store page by page"
+        ),
+    ] = False,
+    since: Annotated[
+        int | None,
+        typer.Option(help="The log's events after this sequence number (implies --all)", min=0),
+    ] = None,
+    replay_into: Annotated[
+        str | None,
+        typer.Option(help="Rebuild a read model by replaying the whole log: table or agents"),
+    ] = None,
+    page_size: Annotated[
+        int, typer.Option(help="Rows read from the log at a time", min=1, max=MAX_PAGE_ROWS)
+    ] = PAGE_ROWS,
 ) -> None:
     """Print the correlation table (or causation tree) of a chain and its sagas' events, then
-    the tokens the correlation's language-model runs used (when any reported usage)."""
+    the tokens the correlation's language-model runs used (when any reported usage). With
+    --all, --since or --replay-into, the chain's whole log (`docs/events.md`)."""
     client = await connect()
+    if replay_into is not None:
+        await show_replay(client, correlation_id, replay_into, as_json, page_size)
+        return
+    if whole_log or since is not None:
+        await show_log(client, correlation_id, since, as_json, page_size)
+        return
     timeline = await api.correlation_events(client, correlation_id)
     view = render.causation_tree if tree else render.timeline_table
     if follow and not as_json and render.console().is_terminal:
@@ -151,6 +177,46 @@ async def events(
             await follow_rows(client, correlation_id, timeline, as_json)
     if not as_json:
         await show_tokens(client, correlation_id)
+
+
+async def show_log(
+    client: Client, correlation_id: str, since: int | None, as_json: bool, page_size: int
+) -> None:
+    """The log page by page: JSON Lines, or a table per page (one header), then the span."""
+    shown, first = 0, None
+    cursor = since
+    while True:
+        page = await api.read_log_page(client, correlation_id, since=cursor, page_size=page_size)
+        if as_json:
+            for row in page.rows:
+                echo_json(row, one_line=True)
+        elif page.rows:
+            render.show(render.timeline_table(page.rows, show_header=first is None))
+        if page.rows:
+            first = page.rows[0].seq if first is None else first
+            shown += len(page.rows)
+            cursor = page.rows[-1].seq
+        if page.next_since is None:
+            break
+    if not as_json:
+        span = f", seq {first:,}-{cursor:,}" if first is not None else ""
+        render.show(Text(f"{shown:,} events{span}"))
+
+
+async def show_replay(
+    client: Client, correlation_id: str, view: str, as_json: bool, page_size: int
+) -> None:
+    """The view rebuilt from the whole log: its JSON object, or shown as a table."""
+    try:
+        rebuilt = await api.replay_into(client, correlation_id, view, page_size=page_size)
+    except ValueError as error:
+        raise SpecError(str(error)) from None
+    if as_json:
+        echo_json(rebuilt, one_line=True)
+    elif isinstance(rebuilt, TableView):
+        render.show(render.timeline_table(rebuilt.rows))
+    else:
+        render.show(render.agents_activity(rebuilt))
 
 
 def show_rows(

@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
+        LOG_SEGMENTS_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         PARK_QUEUED_RUNS_PATCH,
         SETTLE_PATCH,
@@ -88,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
         named_envelope,
         park_letter,
     )
+    from coord.workflows.chain.log import write_log
     from coord.workflows.chain.runner import ChainRunner
 
 M = TypeVar("M", bound=BaseModel)
@@ -126,12 +128,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._model.pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
+        self._model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
         self._outbound.upsert_status()
         self._runner.announce_agents()
         while not self._model.finished(self._outbound.count):
             if not await self._take_turn():
                 break
         self._model.end()
+        await write_log(self._model.log, to_the_end=True)
         if self._model.record.queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
             await asyncio.gather(*(park_letter(p) for p in self._model.runs.take_queued()))
         self._outbound.upsert_status()
@@ -154,6 +158,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         more = self._take_in()
         self._facts.seen(self._model.record)
         self._runner.dispatch()
+        await write_log(self._model.log)
         workflow.set_current_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):
             await workflow.wait_condition(self._quiet)
