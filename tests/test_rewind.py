@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds.demo import register_demo_agents
-from coord.models.chain.intake import TIMELINE_WINDOW
+from coord.infra.event_log import DirectorySegments, segment_store
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import SEGMENT_ROWS
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
 from coord.models.rewind.diff import RowStatus
@@ -23,6 +23,7 @@ from coord.models.saga.spec import SagaStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.starter.api.common import NotFound
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -143,28 +144,28 @@ async def test_a_story_rewound_past_a_bad_agent_reaches_its_end_on_a_copy(
 async def test_a_rewind_over_a_log_that_lost_its_beginning_is_refused(
     client: Client, task_queue: str
 ) -> None:
-    """The chain's window of its log keeps the newest rows (trimmed once it holds twice its
-    size); a rewind to a point whose past is gone would start the copy from a state the
-    original never had."""
-    original = f"long-{task_queue}"
+    """The whole log is kept in segments; one lost (a store emptied by hand, a bucket's object
+    removed) leaves the past before the point incomplete, and a copy built on part of the past
+    would start from a state the original never had."""
+    original = f"lost-{task_queue}"
     async with build_worker(client, task_queue):
         await api.start_chain(client, story_with(FIXED), original, queue=task_queue)
-        noise = [approved(original, "Noise", n=n) for n in range(2 * TIMELINE_WINDOW + 1)]
+        noise = [approved(original, "Noise", n=n) for n in range(SEGMENT_ROWS + 1)]
         for start in range(0, len(noise), 50):
             await asyncio.gather(*(api.publish(client, e) for e in noise[start : start + 50]))
+        store = segment_store()
 
-        async def windowed() -> bool:
-            return (await api.chain_timeline(client, original))[0].seq > 1
+        async def a_segment_written() -> bool:
+            return bool(await store.names(original))
 
-        await eventually(windowed, timeout=60)
-        rows = await api.chain_timeline(client, original)
-        with pytest.raises(
-            RewindRefused, match=f"lacks its first events \\(numbers 1-{rows[0].seq - 1},"
-        ):
-            await api.rewind_chain(
-                client, original, to=rows[-1].event_id, copy_id=f"copy-{task_queue}"
-            )
-        with pytest.raises(RPCError, match="workflow not found"):
+        await eventually(a_segment_written, timeout=60)
+        [first, *_] = await store.names(original)
+        assert isinstance(store, DirectorySegments)
+        (store.root / original / first).unlink()
+        last = [row async for row in api.read_log(client, original)][-1]
+        with pytest.raises(RewindRefused, match="lacks its first events \\(numbers 1-"):
+            await api.rewind_chain(client, original, to=last.event_id, copy_id=f"copy-{task_queue}")
+        with pytest.raises(NotFound):
             await api.chain_running(client, f"copy-{task_queue}")  # no copy was started
 
 

@@ -1,6 +1,6 @@
 """Rewind a correlation onto a copy (`coord rewind`) and compare two correlations (`coord diff`).
 
-A rewind reads the original chain's log, splits it at the rewind point
+A rewind reads the original chain's whole log (`read_log`), splits it at the rewind point
 (`coord.models.rewind.plan`), starts the copy's chain marked with where it comes from, hands it
 the past as recorded events (matched, never run again), then re-delivers what came from outside
 after the point in its original order and timing; from the point on, the copy runs for real
@@ -28,7 +28,8 @@ from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
-from coord.starter.api.chains import chain_handle, chain_timeline, publish, start_chain
+from coord.starter.api.chains import chain_handle, publish, start_chain
+from coord.starter.api.log import read_log
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
 M = TypeVar("M", bound=BaseModel)
@@ -52,9 +53,8 @@ async def rewind_chain(
     with `spec` instead of the original's and `agents` declared inline (fixed agents); the
     past is re-delivered its original gaps divided by `speed` (None or 0: at once). Returns the
     plan it followed. RewindRefused when the log before the point is incomplete."""
-    plan = plan_rewind(
-        await chain_timeline(client, original), original=original, copy_id=copy_id, point=to
-    )
+    log = [row async for row in read_log(client, original)]
+    plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
