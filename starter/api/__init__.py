@@ -37,6 +37,7 @@ from coord.starter.api.dlq import (
     dlq_selected,
 )
 from coord.starter.api.plans import (
+    add_tasks,
     approve_task,
     cancel_plan,
     plan_handle,
@@ -69,6 +70,7 @@ __all__ = [
     "NoWorker",
     "NotFound",
     "Undeliverable",
+    "add_tasks",
     "aggregator_handle",
     "aggregator_state",
     "approve_task",
