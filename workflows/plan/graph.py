@@ -133,7 +133,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
             self._open = False
             state = model.planning_refused(planning, workflow.now())
             self._published(state)
-            raise failure(FailureType.PLANNING_FAILED, state.summary, state, non_retryable=True)
+            error = planning.error or ""
+            raise failure(FailureType.PLANNING_FAILED, error, state, non_retryable=True)
         fresh = PlanModel.begin(planned, workflow.now())
         fresh.state.planning = planning
         fresh.state.started_at = model.state.started_at
