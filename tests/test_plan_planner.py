@@ -12,8 +12,14 @@ from typing import Any
 
 import pytest
 import yaml
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds import load_agents
@@ -209,6 +215,38 @@ async def test_tasks_added_to_a_running_plan_run_and_a_cycle_is_refused(
         ("c", TaskState.SUCCEEDED),
     ]
     assert state.tasks[1].result is not None and state.tasks[1].result["given"] == ["a"]
+
+
+async def test_tasks_sent_while_the_planner_plans_wait_for_its_graph(
+    client: Client, task_queue: str
+) -> None:
+    thinking = Held()
+
+    async def slow(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        await thinking.hold(event, context)
+        return await planners.graph(event, context)
+
+    spec = goal_plan("planner")
+    async with build_worker(client, task_queue, agents(planner=slow)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        await asyncio.wait_for(thinking.started.wait(), 30)
+        more = [{"id": "publish", "agent": "work", "depends_on": ["review"]}]
+        adding = asyncio.create_task(api.add_tasks(client, spec.plan_id, more))
+        await eventually(lambda: _accepted(handle))
+        assert not adding.done(), "the update waits for the planner's graph"
+        thinking.released.set()
+        added = await asyncio.wait_for(adding, 30)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+    assert (added.added, added.total) == (["publish"], 4)
+    assert [t.id for t in state.tasks] == ["research", "write", "review", "publish"]
+    assert state.status == PlanStatus.COMPLETED
+    assert state.tasks[3].result is not None and state.tasks[3].result["given"] == ["review"]
+
+
+async def _accepted(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the plan has accepted an update (its history says so)."""
+    accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    return accepted in [event.event_type async for event in handle.fetch_history_events()]
 
 
 async def test_tasks_are_refused_once_the_plan_has_ended(client: Client, task_queue: str) -> None:

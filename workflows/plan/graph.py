@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         PlanTask,
     )
     from coord.models.wire.contract import (
-        ADD_TASKS_UPDATE,
         APPROVE_UPDATE,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
@@ -60,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
         checked_approval,
         decide_approval,
     )
-    from coord.workflows.plan.planning import checked_tasks, plan_tasks
+    from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
     from coord.workflows.plan.views import Details, watch_progress
@@ -133,6 +132,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
             self._open = False
             state = model.planning_refused(planning, workflow.now())
             self._published(state)
+            await workflow.wait_condition(workflow.all_handlers_finished)
             error = planning.error or ""
             raise failure(FailureType.PLANNING_FAILED, error, state, non_retryable=True)
         fresh = PlanModel.begin(planned, workflow.now())
@@ -189,12 +189,15 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
         checked_approval(self._model, raw)
 
-    @workflow.update(name=ADD_TASKS_UPDATE)
-    def add_tasks(self, raw: PlainInput = NO_INPUT) -> AddedTasks:
+    @workflow.update  # named `add_tasks` (ADD_TASKS_UPDATE) by the method (tests/test_contract.py)
+    async def add_tasks(self, raw: PlainInput = NO_INPUT) -> AddedTasks:
         """More tasks for the running plan (`AddTasks`), checked against its graph as it is
         now (a cycle, a repeated id, an unknown dependency or one that already ended without
         succeeding, the caps, a plan that has ended): a refusal names the field. A new task
-        whose dependencies have all succeeded starts at once."""
+        whose dependencies have all succeeded starts at once. Tasks sent while the planner
+        plans wait for its graph, and are checked against it."""
+        if self._planning():
+            await workflow.wait_condition(lambda: not self._planning())
         tasks = checked_tasks(self._model, raw, open=self._open)
         assert self._model is not None
         self._model.add_tasks(tasks, workflow.now())
@@ -203,7 +206,16 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     @add_tasks.validator
     def _validate_tasks(self, raw: PlainInput = NO_INPUT) -> None:
-        checked_tasks(self._model, raw, open=self._open)
+        if self._planning():
+            checked_request(raw)
+        else:
+            checked_tasks(self._model, raw, open=self._open)
+
+    def _planning(self) -> bool:
+        """The planner is writing the graph (there is none yet to check tasks against)."""
+        model = self._model
+        planned = model is None or model.spec.planner is None or model.state.planning is not None
+        return self._open and not planned
 
     def _model_or_fail(self) -> PlanModel:
         if self._model is None:

@@ -8,7 +8,8 @@ planner whose run failed for good, ends the planning step with the reason in the
 task runs, and the workflow task never fails.
 
 Growth: the `add_tasks` update's checks (`checked_tasks`), which its validator and its handler
-both make (the plan may have moved between the two)."""
+both make (the plan may have moved between the two); while the planner plans, the validator
+checks the request's shape alone (`checked_request`) and the handler waits for the graph."""
 
 from datetime import timedelta
 from typing import TypeVar
@@ -104,10 +105,12 @@ async def _ask(
 
 
 async def _checked_agents(planned: PlanSpec) -> str | None:
-    """The planned graph's first agent problem by the worker's agents; a check that cannot be
-    made is one too (the graph is not run unchecked)."""
+    """The planned graph's first agent problem by the worker's agents (the planner itself has
+    answered, wherever it is served); a check that cannot be made is one too (the graph is not
+    run unchecked)."""
+    graph = planned.model_copy(update={"planner": None})
     try:
-        return await _worker_check(refs.CHECK_PLAN_AGENTS, planned, "planner: check agents")
+        return await _worker_check(refs.CHECK_PLAN_AGENTS, graph, "planner: check agents")
     except ActivityError as error:
         return f"tasks: the agents could not be checked: {task_error(error).message}"
 
@@ -127,15 +130,20 @@ def checked_tasks(model: PlanModel | None, raw: PlainInput, *, open: bool) -> li
     runs); else an `invalid_tasks` failure whose message is one line naming the field."""
     if model is None:
         raise _invalid("plan: it did not start (its spec is invalid): it takes no tasks")
-    if model.spec.planner is not None and model.state.planning is None:
-        raise _invalid("add_tasks: the plan is still being planned; add tasks once it runs")
     if not open or model.stopping is not None:
         why = model.stopping or "it has ended"
         raise _invalid(f"add_tasks: plan {model.spec.plan_id} takes no new tasks: {why}")
     try:
-        request = decode_input(AddTasks, raw, "add_tasks")
-        return extended_tasks(model.spec, model.state, request)
-    except (InvalidInput, SpecError) as error:
+        return extended_tasks(model.spec, model.state, checked_request(raw))
+    except SpecError as error:
+        raise _invalid(str(error)) from None
+
+
+def checked_request(raw: PlainInput) -> AddTasks:
+    """The update's request as sent (its shape only), else `invalid_tasks` naming the field."""
+    try:
+        return decode_input(AddTasks, raw, "add_tasks")
+    except InvalidInput as error:
         raise _invalid(str(error)) from None
 
 
