@@ -4,11 +4,16 @@ and the planned graph's agents checked by the one rule every spec is checked by 
 (`coord.models.checks.check_agents`), so a planned graph meets the check a written one meets
 in `coord plan start`."""
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 from temporalio import activity
 
 from coord.models import calls as refs
 from coord.models.checks import agent_problems
 from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import WorkerSettings
+from coord.models.mesh.declared import unknown_agent
 from coord.models.plan.spec import PlanSpec
 
 
@@ -26,4 +31,26 @@ class PlanningActivities:
     @activity.defn(name=refs.CHECK_PLAN_AGENTS.name)
     async def check_plan_agents(self, spec: PlanSpec) -> str | None:
         """The graph's first agent problem (`tasks[1].agent: ...`), or None."""
-        return next(agent_problems(spec, self._registry), None)
+        return next(agent_problems(spec, Catalogued(self._registry)), None)
+
+
+@dataclass(frozen=True)
+class Catalogued:
+    """The agents declared to the worker, served here or not (`coord worker --only` serves
+    some; a plan's runs go to each agent's own queue, served wherever it is)."""
+
+    registry: AgentRegistry
+
+    @property
+    def settings(self) -> WorkerSettings:
+        return self.registry.settings
+
+    @property
+    def catalogue(self) -> Mapping[str, Sequence[str]]:
+        return self.registry.catalogue
+
+    def unknown(self, name: str) -> str:
+        return unknown_agent(name, self.registry.catalogue)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.registry.catalogue
