@@ -44,6 +44,10 @@ def test_a_plan_needs_tasks_or_a_planner_with_a_goal() -> None:
         PlanSpec.model_validate({"plan_id": "p"})
     with pytest.raises(ValueError, match="goal: a plan with a `planner` needs the goal"):
         PlanSpec.model_validate({"plan_id": "p", "planner": {"agent": "planner"}})
+    with pytest.raises(ValueError, match="approve_plan: only a planned graph is approved"):
+        PlanSpec.model_validate(
+            {"plan_id": "p", "tasks": [{"id": "a", "agent": "w"}], "approve_plan": True}
+        )
     spec = goal_spec()
     assert spec.planner is not None and spec.planner.agent == "planner"
     assert ("planner.agent", "planner") in spec.agents_named()

@@ -340,6 +340,11 @@ def _check_planner(spec: PlanSpec) -> None:
         raise ValueError("tasks: a plan needs at least one task, or a `planner` to write them")
     if spec.planner is not None and not spec.goal.strip():
         raise ValueError("goal: a plan with a `planner` needs the goal it plans for")
+    if spec.planner is None and spec.approve_plan is not False:
+        raise ValueError(
+            "approve_plan: only a planned graph is approved as a whole; give written tasks "
+            "their own `approval`"
+        )
 
 
 def _check_graph(spec: PlanSpec) -> None:
