@@ -243,6 +243,21 @@ async def test_tasks_sent_while_the_planner_plans_wait_for_its_graph(
     assert state.tasks[3].result is not None and state.tasks[3].result["given"] == ["review"]
 
 
+async def test_a_plan_cancelled_while_its_planner_plans_ends_cancelled(
+    client: Client, task_queue: str
+) -> None:
+    thinking = Held()
+    spec = goal_plan("planner")
+    async with build_worker(client, task_queue, agents(planner=thinking.hold)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        await asyncio.wait_for(thinking.started.wait(), 30)
+        await api.cancel_plan(client, spec.plan_id)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+        assert await task_failures(handle) == []
+    assert state.status == PlanStatus.CANCELLED and state.tasks == []
+    assert state.planning is None
+
+
 async def _accepted(handle: WorkflowHandle[Any, Any]) -> bool:
     """Whether the plan has accepted an update (its history says so)."""
     accepted = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED

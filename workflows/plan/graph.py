@@ -126,8 +126,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     async def _planned(self, model: PlanModel) -> PlanModel:
         """The planner's graph, the plan's from now on (its record says how it was planned);
-        an answer refused ends the plan `planning_failed`, saying why, before any task ran."""
-        planned, planning = await plan_tasks(model.spec, model.state)
+        an answer refused ends the plan `planning_failed`, saying why, before any task ran; a
+        plan cancelled while its planner plans ends `cancelled`, its record in the memo."""
+        try:
+            planned, planning = await plan_tasks(model.spec, model.state)
+        except asyncio.CancelledError:
+            self._open = False
+            self._published(model.finish(workflow.now(), cancelled=True))
+            raise
         if planned is None:
             self._open = False
             state = model.planning_refused(planning, workflow.now())

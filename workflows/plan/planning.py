@@ -11,12 +11,13 @@ Growth: the `add_tasks` update's checks (`checked_tasks`), which its validator a
 both make (the plan may have moved between the two); while the planner plans, the validator
 checks the request's shape alone (`checked_request`) and the handler waits for the graph."""
 
+import asyncio
 from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
@@ -58,6 +59,8 @@ async def plan_tasks(spec: PlanSpec, state: PlanState) -> tuple[PlanSpec | None,
         catalogue = await _worker_check(refs.PLANNING_CATALOGUE, workflow_id, "planner: agents")
         result = await _ask(spec, state, catalogue, workflow_id)
     except ActivityError as error:
+        if is_cancelled_exception(error):
+            raise asyncio.CancelledError from error
         failed = task_error(error)
         problem = f"planner.agent: the planner's run failed: {failed.type}: {failed.message}"
         return None, planning_failed(spec, problem, workflow.now())
