@@ -25,7 +25,14 @@ from temporalio.testing import WorkflowEnvironment
 from coord.activities.kinds import load_agents
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
-from coord.models.plan.spec import Level, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan.spec import (
+    ApprovalRequest,
+    Level,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    TaskState,
+)
 from coord.models.wire.contract import FailureType, failure_message, failure_type_of
 from coord.starter import api
 from coord.starter.exits import ExitCode
@@ -95,6 +102,30 @@ async def test_a_python_planner_writes_the_graph_that_runs_to_completion(
     assert await description.static_summary() == (
         f"Plan {spec.plan_id} ({spec.plan_id}): planned by planner, at most 5 at once"
     )
+
+
+async def test_a_planned_graph_waits_for_a_person_when_the_spec_asks(
+    client: Client, task_queue: str
+) -> None:
+    spec = goal_plan("planner", approve_plan=True)
+    async with build_worker(client, task_queue, agents(planner=planners.graph)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+
+        async def waiting() -> bool:
+            progress = await api.plan_progress(client, spec.plan_id)
+            return any(wait.startswith("approval of research") for wait in progress.waiting_for)
+
+        await eventually(waiting)
+        request = ApprovalRequest(task="research", reason="the plan reads well")
+        decided = await api.approve_task(client, spec.plan_id, request)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+    assert decided.approved
+    assert state.status == PlanStatus.COMPLETED
+    assert (
+        state.tasks[0].approval is not None
+        and state.tasks[0].approval.reason == "the plan reads well"
+    )
+    assert [t.approval for t in state.tasks[1:]] == [None, None], "only the first task is gated"
 
 
 async def test_an_llm_planner_writes_the_graph_that_runs(

@@ -30,8 +30,10 @@ class PlanningActivities:
 
     @activity.defn(name=refs.CHECK_PLAN_AGENTS.name)
     async def check_plan_agents(self, spec: PlanSpec) -> str | None:
-        """The graph's first agent problem (`tasks[1].agent: ...`), or None."""
-        return next(agent_problems(spec, Catalogued(self._registry)), None)
+        """The graph's first agent problem (`tasks[1].agent: ...`), or None. Its planner is
+        not checked: it has answered, from wherever it is served."""
+        graph = spec.model_copy(update={"planner": None})
+        return next(agent_problems(graph, Catalogued(self._registry)), None)
 
 
 @dataclass(frozen=True)

@@ -146,8 +146,6 @@ class TaskGraph(metaclass=SurplusStartArguments):
         fresh.state.started_at = model.state.started_at
         fresh.state.tokens = model.state.tokens
         self._model = self._details.model = fresh
-        if not planned.tasks:  # the direct level: the planner answered the goal itself
-            self._details.changed()
         return fresh
 
     async def _cancelled(self, model: PlanModel) -> None:

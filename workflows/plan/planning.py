@@ -108,12 +108,10 @@ async def _ask(
 
 
 async def _checked_agents(planned: PlanSpec) -> str | None:
-    """The planned graph's first agent problem by the worker's agents (the planner itself has
-    answered, wherever it is served); a check that cannot be made is one too (the graph is not
-    run unchecked)."""
-    graph = planned.model_copy(update={"planner": None})
+    """The planned graph's first agent problem by the worker's agents; a check that cannot be
+    made is one too (the graph is not run unchecked)."""
     try:
-        return await _worker_check(refs.CHECK_PLAN_AGENTS, graph, "planner: check agents")
+        return await _worker_check(refs.CHECK_PLAN_AGENTS, planned, "planner: check agents")
     except ActivityError as error:
         return f"tasks: the agents could not be checked: {task_error(error).message}"
 
@@ -134,7 +132,9 @@ def checked_tasks(model: PlanModel | None, raw: PlainInput, *, open: bool) -> li
     if model is None:
         raise _invalid("plan: it did not start (its spec is invalid): it takes no tasks")
     if not open or model.stopping is not None:
-        why = model.stopping or "it has ended"
+        state = model.state
+        ended = f"it has ended {state.status.value} ({state.summary})" if state.summary else ""
+        why = model.stopping or ended or "it has ended"
         raise _invalid(f"add_tasks: plan {model.spec.plan_id} takes no new tasks: {why}")
     try:
         return extended_tasks(model.spec, model.state, checked_request(raw))
