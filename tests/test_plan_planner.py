@@ -102,6 +102,7 @@ async def test_a_python_planner_writes_the_graph_that_runs_to_completion(
     assert await description.static_summary() == (
         f"Plan {spec.plan_id} ({spec.plan_id}): planned by planner, at most 5 at once"
     )
+    assert "- planned by: planner" in (await description.static_details() or "")
 
 
 async def test_a_planned_graph_waits_for_a_person_when_the_spec_asks(
