@@ -25,6 +25,7 @@ from coord.activities.mesh.reports import ReportKeeper
 from coord.activities.mesh.routing import AgentRouter
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.activities.mesh.run_tally import TallyCarrier
+from coord.activities.plan.planning import PlanningActivities
 from coord.activities.plan.progress import PlanProgressReader
 from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
@@ -221,6 +222,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
     delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
     router = AgentRouter(client, registry)
+    planning = PlanningActivities(registry)
     activities: list[Callable[..., Any]] = [
         process.run_agent(registry),
         ChainLookback(client).chain_events,
@@ -231,6 +233,8 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         ScratchpadWriter(registry.settings).write_scratchpad,
         PlanProgressReader(client).plan_progress,
         UpdateCallers(client).update_caller,
+        planning.planning_catalogue,
+        planning.check_plan_agents,
         router.choose_agent,
         router.choose_agents,
         router.agent_served,

@@ -15,16 +15,18 @@ from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
 from coord.models.plan.report import ScratchpadWrite
-from coord.models.plan.spec import ActivityProgress, UpdateCaller
+from coord.models.plan.spec import ActivityProgress, PlanSpec, UpdateCaller
 from coord.models.wire import contract
 
 __all__ = [
     "AGENT_SERVED",
     "CHAIN_EVENTS",
+    "CHECK_PLAN_AGENTS",
     "CHOOSE_AGENT",
     "CHOOSE_AGENTS",
     "DECLARED_AGENT",
     "PARK_DEAD_LETTER",
+    "PLANNING_CATALOGUE",
     "PLAN_PROGRESS",
     "PUBLISH_AGENT_HEALTH",
     "READ_AGENT_HEALTH",
@@ -68,6 +70,12 @@ CHAIN_EVENTS: ActivityRef[str, list[EventEnvelope]] = ActivityRef(
 )
 PLAN_PROGRESS: ActivityRef[str, list[ActivityProgress]] = ActivityRef(
     contract.PLAN_PROGRESS_ACTIVITY, str, list[ActivityProgress]
+)
+PLANNING_CATALOGUE: ActivityRef[str, dict[str, list[str]]] = ActivityRef(
+    contract.PLANNING_CATALOGUE_ACTIVITY, str, dict[str, list[str]]
+)
+CHECK_PLAN_AGENTS: ActivityRef[PlanSpec, str | None] = ActivityRef(
+    contract.CHECK_PLAN_AGENTS_ACTIVITY, PlanSpec, str | None
 )
 UPDATE_CALLER: ActivityRef[UpdateCaller, str] = ActivityRef(
     contract.UPDATE_CALLER_ACTIVITY, UpdateCaller, str

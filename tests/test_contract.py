@@ -141,7 +141,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             contract.PLAN_WORKFLOW,
             set(),
             {contract.STATE_QUERY, contract.PROGRESS_QUERY},
-            {contract.APPROVE_UPDATE},
+            {contract.APPROVE_UPDATE, contract.ADD_TASKS_UPDATE},
         ),
         (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
         (AgentMonitor, contract.AGENT_MONITOR_WORKFLOW, set(), {contract.STATE_QUERY}, set()),

@@ -24,8 +24,10 @@ from coord.models.plan.requests import TaskRequests
 from coord.models.plan.runs import TaskRuns
 from coord.models.plan.slots import SlotQueue
 from coord.models.plan.spec import (
+    Planning,
     PlanSpec,
     PlanState,
+    PlanStatus,
     PlanTask,
     TaskRecord,
     TaskState,
@@ -52,15 +54,7 @@ class PlanModel(BaseModel):
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
         """A new plan: every task pending, the roots startable."""
-        records = [
-            TaskRecord(
-                id=task.id,
-                agent=spec.agent_of(task),
-                summary=task.summary,
-                transitions=[Transition(state=TaskState.PENDING, at=now)],
-            )
-            for task in spec.tasks
-        ]
+        records = [_pending(spec, task, now) for task in spec.tasks]
         state = PlanState(
             plan_id=spec.plan_id,
             name=spec.name,
@@ -74,6 +68,9 @@ class PlanModel(BaseModel):
     def model_post_init(self, context: Any, /) -> None:
         """The parts joined up over the one record (so a model read back from its JSON
         schedules the same)."""
+        self._join()
+
+    def _join(self) -> None:
         index = {task.id: i for i, task in enumerate(self.spec.tasks)}
         self._book = book = TaskBook(self.state, index)
         self.graph.attach(self.spec, book, index)
@@ -118,6 +115,15 @@ class PlanModel(BaseModel):
         None when the plan does not announce."""
         announcer = self._book.announcer
         return announcer.latest(task_id) if announcer is not None else None
+
+    def add_tasks(self, tasks: list[PlanTask], now: datetime) -> None:
+        """A running plan grows (`coord.models.plan.planner.extended_tasks` validated them):
+        the tasks join the spec and the record pending, and the parts are joined up again
+        over them, as for a model read back from its JSON (a new task whose dependencies have
+        all succeeded is startable at once)."""
+        self.spec.tasks.extend(tasks)
+        self.state.tasks.extend(_pending(self.spec, task, now) for task in tasks)
+        self._join()
 
     # --- Worker slots ---------------------------------------------------------------------
 
@@ -165,6 +171,15 @@ class PlanModel(BaseModel):
         """Every task has ended."""
         return self._book.finished()
 
+    def planning_refused(self, planning: Planning, now: datetime) -> PlanState:
+        """The planner gave no graph the plan can run: the plan ends failed, saying why, and
+        no task ran."""
+        self.state.planning = planning
+        self.state.status = PlanStatus.FAILED
+        self.state.ended_at = now
+        self.state.summary = f"planning failed: {planning.error}"
+        return self.state
+
     def finish(self, now: datetime, *, cancelled: bool = False) -> PlanState:
         """The plan's status and summary line, once every task has ended."""
         counts, total = self._book.counts(), len(self.state.tasks)
@@ -176,3 +191,12 @@ class PlanModel(BaseModel):
         if self._book.announcer is not None:
             self._book.announcer.plan_ended(self.state)
         return self.state
+
+
+def _pending(spec: PlanSpec, task: PlanTask, now: datetime) -> TaskRecord:
+    return TaskRecord(
+        id=task.id,
+        agent=spec.agent_of(task),
+        summary=task.summary,
+        transitions=[Transition(state=TaskState.PENDING, at=now)],
+    )

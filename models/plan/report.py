@@ -197,6 +197,8 @@ def task_plan_markdown(spec: PlanSpec) -> str:
     lines = [f"# Task plan: {spec.name} ({spec.plan_id})", ""]
     if spec.description:
         lines += [spec.description.strip(), ""]
+    if spec.planner is not None:
+        lines += [f"- goal: {spec.goal}", f"- planned by: {spec.planner.agent}"]
     lines += [
         f"- tasks: {len(spec.tasks)}; at most {spec.max_workers} running at once",
         f"- on a failure: {ON_FAILURE[spec.fail_fast]}",

@@ -177,6 +177,26 @@ class TeamMember(BaseModel):
     memory: int = Field(default=DEFAULT_MEMBER_MEMORY, ge=0, le=MAX_MEMORY)
 
 
+class PlannerSpec(BaseModel):
+    """The agent that writes the plan's task graph from its `goal` before anything runs
+    (`coord.models.plan.planner`): its answer is validated as a written spec is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=MAX_NAME)
+    timeout: Duration = DEFAULT_TASK_TIMEOUT
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    choose_level: bool = False
+    """Ask the planner which level of coordination fits the goal (`direct`, `single`, `team`,
+    `coordinator`) besides the graph: what `coord run GOAL --planner AGENT` asks."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_alone(cls, value: Any) -> Any:
+        """`planner: NAME` is short for `planner: {agent: NAME}`."""
+        return {"agent": value} if isinstance(value, str) else value
+
+
 class PlanTask(Routed):
     model_config = ConfigDict(extra="forbid")
 
@@ -274,7 +294,16 @@ class PlanSpec(BaseModel):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     team: dict[str, TeamMember] = Field(default_factory=dict)
-    tasks: list[PlanTask] = Field(min_length=1, max_length=MAX_ITEMS)
+    tasks: list[PlanTask] = Field(default_factory=list, max_length=MAX_ITEMS)
+    goal: str = Field(default="", max_length=MAX_NOTES)
+    """What the planner is asked to plan (with `planner`)."""
+    planner: PlannerSpec | None = None
+    """An agent that writes `tasks` from `goal` when the plan starts (`tasks` is then left
+    out): the planned graph is validated as a written one, recorded, then run."""
+    approve_plan: bool | ApprovalGate = False
+    """A person approves the planned graph before it runs: each of its first tasks (those that
+    depend on none) waits for `coord plan approve`, with this gate (`true`: the default gate)
+    unless the planner gave it one."""
     budget: TokenBudget | None = None
     """`{tokens: N}`: the most tokens the plan's runs, reviews and verifications may use
     (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
@@ -288,6 +317,7 @@ class PlanSpec(BaseModel):
     def _runnable_graph(self) -> Self:
         self.name = self.name or self.plan_id
         self.correlation_id = self.correlation_id or self.plan_id
+        _check_planner(self)
         _check_graph(self)
         _check_vote_ids(self)
         _check_team(self)
@@ -327,6 +357,8 @@ class PlanSpec(BaseModel):
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
         named = [(f"team.{name}.agent", member.agent) for name, member in self.team.items()]
+        if self.planner is not None:
+            named.append(("planner.agent", self.planner.agent))
         for i, task in enumerate(self.tasks):
             if task.vote is not None:
                 named += [(f"tasks[{i}].vote.voters", voter) for voter in task.vote.voters]
@@ -337,6 +369,19 @@ class PlanSpec(BaseModel):
             if task.verify is not None:
                 named += [(f"tasks[{i}].verify.verifiers", v) for v in task.verify.verifiers]
         return named
+
+
+def _check_planner(spec: PlanSpec) -> None:
+    """Tasks come from the spec or from its planner, which needs a goal."""
+    if spec.planner is None and not spec.tasks:
+        raise ValueError("tasks: a plan needs at least one task, or a `planner` to write them")
+    if spec.planner is not None and not spec.goal.strip():
+        raise ValueError("goal: a plan with a `planner` needs the goal it plans for")
+    if spec.planner is None and spec.approve_plan is not False:
+        raise ValueError(
+            "approve_plan: only a planned graph is approved as a whole; give written tasks "
+            "their own `approval`"
+        )
 
 
 def _check_graph(spec: PlanSpec) -> None:
@@ -591,6 +636,35 @@ def counts_line(counts: dict[TaskState, int], total: int) -> str:
     return ", ".join([done, *others])
 
 
+class Level(StrEnum):
+    """Seed 004's levels of coordination, as a planner chooses among them: the simplest that
+    fits the goal."""
+
+    DIRECT = "direct"
+    """Simple: the planner answers the goal itself; no agent is spawned."""
+    SINGLE = "single"
+    """One clear subtask: a single delegation (one task, one agent)."""
+    TEAM = "team"
+    """Agents that must talk to each other: a team whose members do the tasks."""
+    COORDINATOR = "coordinator"
+    """Several independent subtasks: a task graph run under the worker cap."""
+
+
+class Planning(BaseModel):
+    """What the plan's planner was asked and answered: the level it chose and why, the tasks it
+    planned (the spec's `tasks` from then on), its own answer at the direct level, or why its
+    answer was refused (then no task ran)."""
+
+    planner: str
+    goal: str
+    level: Level | None = None
+    why: str = Field(default="", max_length=MAX_NOTES)
+    tasks: list[str] = Field(default_factory=list)
+    answer: dict[str, Any] | None = None
+    error: str | None = Field(default=None, max_length=MAX_NOTES)
+    at: datetime | None = None
+
+
 class PlanState(BaseModel):
     """The plan's record while it runs, and the final report once it ends."""
 
@@ -616,6 +690,8 @@ class PlanState(BaseModel):
     each member's mailbox has been delivered."""
     members: dict[str, MemberRecord] = Field(default_factory=dict)
     """Each long-lived member's record, once the plan has closed it: what it handled."""
+    planning: Planning | None = None
+    """A plan written by its planner: what it planned, and how (None: a written plan)."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}

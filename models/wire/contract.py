@@ -251,6 +251,8 @@ ARCHIVE_UPDATE: Final = "archive"
 """Archive a dead-letter entry with a note."""
 APPROVE_UPDATE: Final = "approve"
 """Approve or reject a plan task waiting for a person (who, why)."""
+ADD_TASKS_UPDATE: Final = "add_tasks"
+"""Add tasks to a running plan (validated against its graph; refused naming the field)."""
 REPORT_OUTCOME_UPDATE: Final = "report_outcome"
 """A worker tells an agent's ledger of a run that matters to its breaker (a failure, the success
 ending a streak, a probe's outcome); answers the ledger's state."""
@@ -316,6 +318,11 @@ WRITE_LOG_SEGMENT_ACTIVITY: Final = "write_log_segment"
 """Writes a segment of a chain's log (consecutive timeline rows) to the payload store."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
+PLANNING_CATALOGUE_ACTIVITY: Final = "planning_catalogue"
+"""The agents a plan's planner may give tasks to, with their capabilities (the worker's)."""
+CHECK_PLAN_AGENTS_ACTIVITY: Final = "check_plan_agents"
+"""Checks a planned graph's agents and capabilities against the worker's agents (the rule a
+spec is checked by where it enters); answers the first problem, or none."""
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 """Picks the agent for a run that names capabilities: candidates, their load and record, the
 strategy's winner (on the coordinator queue)."""
@@ -521,6 +528,12 @@ class FailureType(StrEnum):
     """A vote task's or subscription's vote ended without quorum (abstentions, the deadline)."""
     PLAN_FAILED = "plan_failed"
     """A plan that ends without success and is configured to fail (`fail_fast`)."""
+    PLANNING_FAILED = "planning_failed"
+    """A plan's planner gave no graph the plan can run (its answer is refused naming the
+    field, or its run failed): no task ran."""
+    INVALID_TASKS = "invalid_tasks"
+    """Tasks refused by a running plan (`add_tasks`): a cycle, an unknown or failed
+    dependency, a repeated id, a cap, or a plan that has ended."""
     SCRATCHPAD_REFUSED = "scratchpad_refused"
     """A scratchpad write the worker will not do: it has no scratchpad root, or the path would
     leave it, or a file is too large (not retried; the plan records it and goes on)."""

@@ -39,6 +39,7 @@ from coord.starter.api.dlq import (
 )
 from coord.starter.api.log import LogPage, read_log, read_log_page, replay_into
 from coord.starter.api.plans import (
+    add_tasks,
     approve_task,
     cancel_plan,
     plan_handle,
@@ -73,6 +74,7 @@ __all__ = [
     "NoWorker",
     "NotFound",
     "Undeliverable",
+    "add_tasks",
     "aggregator_handle",
     "aggregator_state",
     "approve_task",

@@ -15,6 +15,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
+from coord.models.plan.planner import AddedTasks, AddTasks
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
     ApprovalDecision,
@@ -48,6 +49,8 @@ at a line, saying where the whole of it is."""
 
 def plan_summary(spec: PlanSpec) -> str:
     tasks = f"{len(spec.tasks)} task{'s' if len(spec.tasks) != 1 else ''}"
+    if spec.planner is not None:
+        tasks = f"planned by {spec.planner.agent}"
     return f"Plan {spec.name} ({spec.plan_id}): {tasks}, at most {spec.max_workers} at once"
 
 
@@ -148,6 +151,34 @@ async def approve_task(
             handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
         ) from None
     return decided
+
+
+async def add_tasks(
+    client: Client,
+    plan: str,
+    tasks: list[dict[str, Any]],
+    *,
+    answer_time: timedelta = ANSWER_TIME,
+) -> AddedTasks:
+    """Add `tasks` (each in the shape of a spec's task) to a running plan; a task whose
+    dependencies have all succeeded starts at once. The plan refuses, in one line naming the
+    field (`invalid_tasks`), a cycle, a repeated id, a dependency that is no task of the plan
+    or that already ended without succeeding, the caps, and a plan that has ended; NoWorker
+    when no worker took the request up within `answer_time`."""
+    request = AddTasks.model_validate({"tasks": tasks})
+    handle = plan_handle(client, plan)
+    try:
+        added: AddedTasks = await handle.execute_update(
+            TaskGraph.add_tasks, request.model_dump(mode="json"), rpc_timeout=answer_time
+        )
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise NoWorker(
+            f"plan {plan!r}: no worker took the tasks up within {answer_time.total_seconds():g}s"
+            " (is one running on its task queue?)"
+        ) from None
+    except RPCError as error:
+        raise await ended_or_missing(handle, f"plan {plan!r}", "no task was added", error) from None
+    return added
 
 
 async def cancel_plan(client: Client, plan: str) -> None:

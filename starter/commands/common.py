@@ -182,7 +182,7 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
         render.show(view(record))
 
 
-def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
+def check_agents(source: Path | str, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
     """The SDK's one check (`coord.models.checks.check_agents`, the rule `run_agent` applies)
     against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS),
     read from their declarations: no agent's code is imported or run here."""

@@ -1,5 +1,7 @@
-"""`coord plan start|state|approve|cancel`: coordinator mode from the command line."""
+"""`coord plan start|state|approve|add-tasks|cancel`: coordinator mode from the command
+line."""
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -7,8 +9,9 @@ from typing import Annotated
 
 import typer
 
+from coord.models.plan.planner import AddTasks, planning_line
 from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus
-from coord.models.wire.specs import load_spec, parse_model
+from coord.models.wire.specs import load_spec, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
@@ -41,8 +44,12 @@ def show_plan(state: PlanState, as_json: bool, waiting_for: Sequence[str] = ()) 
     """The record on one line for tools, else the table for people."""
     if as_json:
         echo_json(state, one_line=True)
-    else:
-        render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
+        return
+    render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
+    if state.planning is not None:
+        typer.echo(planning_line(state.planning))
+        if state.planning.answer is not None:
+            typer.echo(json.dumps(state.planning.answer, indent=2))
 
 
 PLANS = StartCommand(
@@ -110,6 +117,17 @@ async def approve(
     decided = await api.approve_task(await connect(), plan, request)
     verb = "approved" if decided.approved else "rejected"
     typer.echo(f"{verb} task {task} of plan {plan} (by {decided.by})")
+
+
+@app.command("add-tasks")
+@runs_async
+async def add_tasks(plan: str, file: Path) -> None:
+    """Add tasks to a running plan from a YAML or JSON file (`tasks:`, a list in the shape of a
+    spec's tasks). The plan refuses, naming the field, a cycle, a repeated id, a dependency that
+    is unknown or already failed, and a plan that has ended."""
+    request = parse_model(AddTasks, read_document(file), str(file))
+    added = await api.add_tasks(await connect(), plan, request.tasks)
+    typer.echo(f"added {', '.join(added.added)} to plan {plan} ({added.total} tasks)")
 
 
 @app.command("cancel")

@@ -14,6 +14,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.plan.model import PlanModel
+    from coord.models.plan.planner import AddedTasks
     from coord.models.plan.report import memo_record
     from coord.models.plan.spec import (
         ApprovalDecision,
@@ -61,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         checked_approval,
         decide_approval,
     )
+    from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
     from coord.workflows.plan.team import TeamRoom
@@ -90,6 +92,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._bug: Exception | None = None
         self._picker = AgentPicker()
         self._team: TeamRoom | None = None
+        self._open = True
+        """Whether the loop that starts tasks still runs: a task added once it has returned
+        would never start, so `add_tasks` is refused from then on."""
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -104,6 +109,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model_or_fail()
         self._announcements = ChainAnnouncements(model.spec.correlation_id)
+        if model.spec.planner is not None:
+            model = await self._planned(model)
         if workflow.patched(PLAN_ANNOUNCES_PATCH):
             model.announce_to(self._announcements.send)
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
@@ -126,6 +133,30 @@ class TaskGraph(metaclass=SurplusStartArguments):
             if watcher is not None:
                 watcher.cancel()
         return await self._ended(model)
+
+    async def _planned(self, model: PlanModel) -> PlanModel:
+        """The planner's graph, the plan's from now on (its record says how it was planned);
+        an answer refused ends the plan `planning_failed`, saying why, before any task ran; a
+        plan cancelled while its planner plans ends `cancelled`, its record in the memo."""
+        try:
+            planned, planning = await plan_tasks(model.spec, model.state)
+        except asyncio.CancelledError:
+            self._open = False
+            self._published(model.finish(workflow.now(), cancelled=True))
+            raise
+        if planned is None:
+            self._open = False
+            state = model.planning_refused(planning, workflow.now())
+            self._published(state)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            error = planning.error or ""
+            raise failure(FailureType.PLANNING_FAILED, error, state, non_retryable=True)
+        fresh = PlanModel.begin(planned, workflow.now())
+        fresh.state.planning = planning
+        fresh.state.started_at = model.state.started_at
+        fresh.state.tokens = model.state.tokens
+        self._model = self._details.model = fresh
+        return fresh
 
     async def _cancelled(self, model: PlanModel) -> None:
         """The run was cancelled: its tasks are, and it keeps its record in the memo. A
@@ -182,6 +213,34 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
         checked_approval(self._model, raw)
 
+    @workflow.update  # named `add_tasks` (ADD_TASKS_UPDATE) by the method (tests/test_contract.py)
+    async def add_tasks(self, raw: PlainInput = NO_INPUT) -> AddedTasks:
+        """More tasks for the running plan (`AddTasks`), checked against its graph as it is
+        now (a cycle, a repeated id, an unknown dependency or one that already ended without
+        succeeding, the caps, a plan that has ended): a refusal names the field. A new task
+        whose dependencies have all succeeded starts at once. Tasks sent while the planner
+        plans wait for its graph, and are checked against it."""
+        if self._planning():
+            await workflow.wait_condition(lambda: not self._planning())
+        tasks = checked_tasks(self._model, raw, open=self._open)
+        assert self._model is not None
+        self._model.add_tasks(tasks, workflow.now())
+        self._details.changed()
+        return AddedTasks(added=[task.id for task in tasks], total=len(self._model.spec.tasks))
+
+    @add_tasks.validator
+    def _validate_tasks(self, raw: PlainInput = NO_INPUT) -> None:
+        if self._planning():
+            checked_request(raw)
+        else:
+            checked_tasks(self._model, raw, open=self._open)
+
+    def _planning(self) -> bool:
+        """The planner is writing the graph (there is none yet to check tasks against)."""
+        model = self._model
+        planned = model is None or model.spec.planner is None or model.state.planning is not None
+        return self._open and not planned
+
     def _model_or_fail(self) -> PlanModel:
         if self._model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
@@ -207,6 +266,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
             if self._bug is not None:
                 raise self._bug
             if model.finished() or graph.stopping is not None:
+                self._open = False
                 return
             await workflow.wait_condition(moved)
 
@@ -246,12 +306,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
         model.cancel_waiting(workflow.now())
 
     def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
+        self._open = False
         state = model.finish(workflow.now(), cancelled=cancelled)
-        metrics.plan_ended(state)
-        self._upsert_status()
-        workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
+        self._published(state)
         self._scratchpad.plan_ended(state)
-        self._details.publish_now()
         workflow.logger.info(
             "plan ended",
             extra={
@@ -261,6 +319,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
             },
         )
         return state
+
+    def _published(self, state: PlanState) -> None:
+        """The ended plan's status, memo, metrics and details."""
+        metrics.plan_ended(state)
+        self._upsert_status()
+        workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
+        self._details.publish_now()
 
     def _upsert_status(self) -> None:
         if self._model is not None:
