@@ -16,7 +16,6 @@ from coord.models.wire.specs import SpecError, load_spec
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
-    NoWorkerTimeout,
     StartCommand,
     check_agents,
     connect,
@@ -110,22 +109,7 @@ VOTES = StartCommand(
 )
 
 
-@app.command("start")
-@runs_async
-async def start(
-    file: Path,
-    vote_id: Annotated[
-        str | None, typer.Option("--id", help="Vote id (overrides the spec's)")
-    ] = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the outcome and print the ballots")] = False,
-    as_json: AsJson = False,
-    no_worker_timeout: NoWorkerTimeout = 30,
-) -> None:
-    """Start a vote from a YAML or JSON spec."""
-    spec = load_vote_spec(file, vote_id)
-    await VOTES.run(
-        spec, spec.vote_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
-    )
+VOTES.register(app, load_vote_spec, lambda spec: spec.vote_id)
 
 
 @app.command("state")
