@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from coord.models.vote.spec import VoteState as VoteState
     from coord.models.vote.spec import VoteStatus as VoteStatus
     from coord.models.wire.errors import CoordError as CoordError
+    from coord.models.wire.errors import RunFailed as RunFailed
+    from coord.models.wire.errors import ServerRefused as ServerRefused
     from coord.models.wire.specs import SpecError as SpecError
     from coord.models.wire.specs import load_spec as load_spec
     from coord.starter.api import *  # noqa: F403 (the Python API's whole `__all__`)

@@ -30,6 +30,7 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
 from coord.starter.api.common import (
     Undeliverable,
+    api_call,
     closed_with_result,
     ended_or_missing,
     undeliverable,
@@ -127,6 +128,7 @@ async def with_backpressure(
         ) from None
 
 
+@api_call
 async def start_chain(
     client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
 ) -> WorkflowHandle[Any, ChainState]:
@@ -144,6 +146,7 @@ async def start_chain(
         ) from None
 
 
+@api_call
 async def publish(
     client: Client,
     envelope: EventEnvelope,
@@ -160,7 +163,7 @@ async def publish(
 
     async def send() -> None:
         if spec is None:
-            await chain_handle(client, correlation_id).signal(contract.EVENT_SIGNAL, event)
+            await chain_handle(client, correlation_id).signal(ReactiveChain.event, event)
         else:
             await client.start_workflow(
                 ReactiveChain.run,
@@ -184,6 +187,7 @@ async def publish(
     return contract.chain_workflow_id(correlation_id)
 
 
+@api_call
 async def chain_state(client: Client, correlation_id: str) -> ChainState:
     """The chain's record: an ended chain's from its result (no worker needed), a running
     one's from its `state` query."""
@@ -194,18 +198,21 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
     return await handle.query(ReactiveChain.state)
 
 
+@api_call
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: one row per event the chain saw, with the ids linking each to
     its cause (`causation_id`, `causes`), oldest first."""
     return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
 
 
+@api_call
 async def chain_running(client: Client, correlation_id: str) -> bool:
     """Whether the correlation's chain is still running (an RPCError NOT_FOUND: it has none)."""
     description = await chain_handle(client, correlation_id).describe()
     return description.status == WorkflowExecutionStatus.RUNNING
 
 
+@api_call
 async def close_chain(client: Client, correlation_id: str) -> None:
     """A run that is full or closing is waited for, as a publish is: the close goes to the run
     it continues as (`with_backpressure`)."""

@@ -6,11 +6,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from coord.models.mesh.usage import TokenUsage
 from coord.models.wire import contract
 from coord.starter.api.chains import chain_state
+from coord.starter.api.common import api_call
 from coord.starter.api.plans import plan_record
 from coord.starter.api.sagas import correlated_sagas, saga_record
 from coord.workflows.plan.graph import TaskGraph
 
 
+@api_call
 async def correlation_tokens(client: Client, correlation_id: str) -> TokenUsage:
     """The tokens every workflow of the correlation recorded (its chain's, across its
     continue-as-new; each saga's and plan's of that correlation id), in all and by model. Each

@@ -19,6 +19,7 @@ from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
     NotFound,
+    api_call,
     closed_with_result,
     described,
     ended_record,
@@ -31,6 +32,7 @@ def saga_summary(spec: SagaSpec) -> str:
     return f"Saga {spec.name} ({spec.saga_id}): {steps}"
 
 
+@api_call
 async def start_saga(
     client: Client, spec: SagaSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, SagaState]:
@@ -54,6 +56,7 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
     return client.get_workflow_handle_for(Saga.run, contract.saga_workflow_id(saga_id))
 
 
+@api_call
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
@@ -72,12 +75,14 @@ async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     return await handle.query(Saga.state)
 
 
+@api_call
 async def saga_state(client: Client, saga_id: str) -> SagaState:
     """The saga's record: steps done, compensations, the events it published; an ended saga's
     read without a worker."""
     return await saga_record(saga_handle(client, saga_id))
 
 
+@api_call
 async def cancel_saga(client: Client, saga_id: str) -> None:
     """Refused when the saga has ended: the server would accept the request and nothing would
     run, so a caller would believe compensations are under way."""
@@ -92,6 +97,7 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     await handle.cancel()
 
 
+@api_call
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: the chain's timeline, which holds the events of the sagas
     that ran beside it, and every saga event of the correlation it does not hold (no chain, or

@@ -11,6 +11,7 @@ from coord.models.vote.spec import VoteSpec, VoteState
 from coord.models.wire import contract
 from coord.starter.api.common import (
     NotFound,
+    api_call,
     cancel_running,
     closed_with_result,
     described,
@@ -25,6 +26,7 @@ def vote_summary(spec: VoteSpec) -> str:
     return f"Vote {spec.vote_id}: {spec.needed} of {len(spec.voters)} approvals decide ({voters})"
 
 
+@api_call
 async def start_vote(
     client: Client, spec: VoteSpec, *, queue: str | None = None
 ) -> WorkflowHandle[Any, VoteState]:
@@ -40,12 +42,14 @@ def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
     return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
 
 
+@api_call
 async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
     """Wait for the vote to end and return its record: decided, rejected or without quorum (its
     result), or cancelled (its memo). A run whose spec was invalid raises its failure."""
     return await ended_record(handle, contract.VOTE_RECORD_MEMO, VoteState)
 
 
+@api_call
 async def vote_state(client: Client, vote: str) -> VoteState:
     """A running vote answers its `state` query; an ended one from its result or memo, so no
     worker is needed to read it."""
@@ -57,6 +61,7 @@ async def vote_state(client: Client, vote: str) -> VoteState:
     return state
 
 
+@api_call
 async def cancel_vote(client: Client, vote: str) -> None:
     """The voters' runs still out are cancelled and the record (in the memo) says so; a plan
     task or chain subscription waiting on the vote takes it as failed. Refused when the vote

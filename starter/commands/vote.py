@@ -24,6 +24,7 @@ from coord.starter.commands.common import (
 )
 from coord.starter.exits import ExitCode
 from coord.starter.progress import Sighting
+from coord.workflows.vote import Vote
 
 app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel consensus votes.")
 VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow id")]
@@ -88,7 +89,7 @@ def show_vote(state: VoteState, as_json: bool) -> None:
 
 async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each ballot as it is cast, while `vote start --wait` waits."""
-    state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    state = await handle.query(Vote.state)
     return [((ballot.voter,), ballot_line(ballot)) for ballot in state.ballots]
 
 
