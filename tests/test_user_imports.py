@@ -57,7 +57,9 @@ def test_coord_agents_loads_no_worker() -> None:
     assert not [module for module in loaded if module.startswith(HEAVY)]
 
 
-@pytest.mark.parametrize("facade", [coord, coord.testing], ids=lambda module: module.__name__)
+@pytest.mark.parametrize(
+    "facade", [coord, coord.testing, coord.agents], ids=lambda module: module.__name__
+)
 def test_a_facade_serves_the_names_it_tells_type_checkers(facade: ModuleType) -> None:
     """`coord` and `coord.testing` load their names on first use from the one list type checkers
     read (their `if TYPE_CHECKING:` imports): `__all__`, `dir()` and every name agree with it."""
