@@ -17,7 +17,7 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.types import MethodAsyncSingleParam
+from temporalio.types import MethodAsyncSingleParam, MethodSyncOrAsyncNoParam
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
@@ -170,6 +170,21 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
         WorkflowExecutionStatus.FAILED,
         WorkflowExecutionStatus.CANCELED,
     )
+
+
+async def current_record(
+    handle: WorkflowHandle[Any, M],
+    outcome: Callable[[WorkflowHandle[Any, M]], Awaitable[M]],
+    state: MethodSyncOrAsyncNoParam[Any, M],
+    missing: Exception,
+) -> M:
+    """A run's record now: a running run answers its `state` query, an ended one its `outcome`
+    (result, failure or memo), so no worker is needed to read it; `missing` when there is no
+    such run."""
+    await described(handle, missing)
+    if await closed_with_result(handle):
+        return await outcome(handle)
+    return await handle.query(state)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:

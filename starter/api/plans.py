@@ -32,8 +32,7 @@ from coord.starter.api.common import (
     NoWorker,
     api_call,
     cancel_running,
-    closed_with_result,
-    described,
+    current_record,
     ended_or_missing,
     ended_record,
     start_run,
@@ -86,13 +85,9 @@ async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 
 
 async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
-    """A running plan answers its `state` query; an ended one from its result, failure or memo,
-    so no worker is needed to read it."""
-    await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
-    if await closed_with_result(handle):
-        return await plan_outcome(handle)
-    state: PlanState = await handle.query(TaskGraph.state)
-    return state
+    """The plan's record now (`current_record`)."""
+    missing = NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, plan_outcome, TaskGraph.state, missing)
 
 
 @api_call

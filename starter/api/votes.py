@@ -13,8 +13,7 @@ from coord.starter.api.common import (
     NotFound,
     api_call,
     cancel_running,
-    closed_with_result,
-    described,
+    current_record,
     ended_record,
     start_run,
 )
@@ -51,14 +50,11 @@ async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
 
 @api_call
 async def vote_state(client: Client, vote: str) -> VoteState:
-    """A running vote answers its `state` query; an ended one from its result or memo, so no
-    worker is needed to read it."""
+    """The vote's record now (`current_record`): a running vote's from its `state` query, an
+    ended one's from its result or memo, without a worker."""
     handle = vote_handle(client, vote)
-    await described(handle, NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist"))
-    if await closed_with_result(handle):
-        return await vote_outcome(handle)
-    state: VoteState = await handle.query(Vote.state)
-    return state
+    missing = NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, vote_outcome, Vote.state, missing)
 
 
 @api_call
