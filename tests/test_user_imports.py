@@ -18,7 +18,6 @@ import pytest
 
 import coord
 import coord.agents
-import coord.starter.api
 import coord.testing
 from coord._lazy import typing_imports
 from coord.infra.extras import EXTRAS, PROJECT
@@ -58,22 +57,23 @@ def test_coord_agents_loads_no_worker() -> None:
 
 
 @pytest.mark.parametrize(
-    "facade", [coord, coord.testing, coord.agents], ids=lambda module: module.__name__
+    "facade",
+    [coord, coord.testing, coord.agents, importlib.import_module("coord.starter.api")],
+    ids=lambda module: module.__name__,
 )
 def test_a_facade_serves_the_names_it_tells_type_checkers(facade: ModuleType) -> None:
-    """`coord` and `coord.testing` load their names on first use from the one list type checkers
-    read (their `if TYPE_CHECKING:` imports): `__all__`, `dir()` and every name agree with it."""
+    """`coord`, `coord.testing`, `coord.agents` and the Python API load their names on first use
+    from the one list type checkers read (their `if TYPE_CHECKING:` imports, `X as X` each, or a
+    module's whole `__all__`): `__all__`, `dir()` and every name agree with it."""
     imports = typing_imports(Path(facade.__file__ or "").read_text())
-    told = {alias.asname or alias.name for node in imports for alias in node.names}
-    homes = {alias.name: node.module or "" for node in imports for alias in node.names}
-    assert all(
-        alias.asname == alias.name for n in imports for alias in n.names if alias.name != "*"
-    )
-    wholes = [module for name, module in homes.items() if name == "*"]
-    served = (told - {"*"}) | {n for m in wholes for n in importlib.import_module(m).__all__}
-    assert facade.__all__ == sorted(served) and set(facade.__all__) <= set(dir(facade))
+    aliases = [(alias, node.module or "") for node in imports for alias in node.names]
+    homes = {alias.name: module for alias, module in aliases if alias.name != "*"}
+    assert all(alias.asname == alias.name for alias, _ in aliases if alias.name != "*")
+    wholes = [module for alias, module in aliases if alias.name == "*"]
+    whole = {n: m for m in wholes for n in importlib.import_module(m).__all__}
+    assert facade.__all__ == sorted({*homes, *whole}) and set(facade.__all__) <= set(dir(facade))
     for name in facade.__all__:
-        home = importlib.import_module(homes.get(name, wholes[0] if wholes else ""))
+        home = importlib.import_module(homes.get(name) or whole[name])
         assert getattr(facade, name) is getattr(home, name)
     with pytest.raises(AttributeError, match=f"module '{facade.__name__}' has no attribute 'no'"):
         _ = facade.no
@@ -81,7 +81,7 @@ def test_a_facade_serves_the_names_it_tells_type_checkers(facade: ModuleType) ->
 
 def test_a_public_name_of_the_api_is_served_by_coord() -> None:
     """`coord` serves the Python API's whole `__all__`: a new API function needs no second line."""
-    assert set(coord.starter.api.__all__) <= set(coord.__all__)
+    assert set(importlib.import_module("coord.starter.api").__all__) <= set(coord.__all__)
 
 
 @pytest.mark.parametrize(
