@@ -9,7 +9,6 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
 from coord.models.events.timeline import TimelineEntry
@@ -103,12 +102,10 @@ async def correlation_events(client: Client, correlation_id: str) -> list[Timeli
     that ran beside it, and every saga event of the correlation it does not hold (no chain, or
     one started later), in time order. With neither a chain nor a saga, the chain's lookup
     error says what is missing."""
-    no_chain: RPCError | None = None
+    no_chain: NotFound | None = None
     try:
         entries = await chain_timeline(client, correlation_id)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
+    except NotFound as error:
         entries, no_chain = [], error
     known = {entry.event_id for entry in entries}
     records = [
