@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         RunSettings,
+        assign_agent,
         declared_settings,
         outcomes_landed,
         start_agent_run,
@@ -56,7 +57,6 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.common import (
         NO_INPUT,
         PlainInput,
-        assign_agent,
         attempts,
         decode_input,
         park,

@@ -40,6 +40,7 @@ from coord.models.wire import contract
 from coord.starter.api.common import (
     NoWorker,
     Undeliverable,
+    api_call,
     closed_with_result,
     ended_or_missing,
     undeliverable,
@@ -155,6 +156,7 @@ async def with_backpressure(
         ) from None
 
 
+@api_call
 async def start_chain(
     client: Client,
     spec: ChainSpec,
@@ -181,6 +183,7 @@ async def start_chain(
         ) from None
 
 
+@api_call
 async def publish(
     client: Client,
     envelope: EventEnvelope,
@@ -197,7 +200,7 @@ async def publish(
 
     async def send() -> None:
         if spec is None:
-            await chain_handle(client, correlation_id).signal(contract.EVENT_SIGNAL, event)
+            await chain_handle(client, correlation_id).signal(ReactiveChain.event, event)
         else:
             await client.start_workflow(
                 ReactiveChain.run,
@@ -221,6 +224,7 @@ async def publish(
     return contract.chain_workflow_id(correlation_id)
 
 
+@api_call
 async def publish_acked(
     client: Client,
     envelope: EventEnvelope,
@@ -311,6 +315,7 @@ async def _ask(
         )
 
 
+@api_call
 async def chain_state(client: Client, correlation_id: str) -> ChainState:
     """The chain's record: an ended chain's from its result (no worker needed), a running
     one's from its `state` query."""
@@ -321,18 +326,21 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
     return await handle.query(ReactiveChain.state)
 
 
+@api_call
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: one row per event the chain saw, with the ids linking each to
     its cause (`causation_id`, `causes`), oldest first."""
     return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
 
 
+@api_call
 async def chain_running(client: Client, correlation_id: str) -> bool:
-    """Whether the correlation's chain is still running (an RPCError NOT_FOUND: it has none)."""
+    """Whether the correlation's chain is still running (NotFound: it has none)."""
     description = await chain_handle(client, correlation_id).describe()
     return description.status == WorkflowExecutionStatus.RUNNING
 
 
+@api_call
 async def close_chain(client: Client, correlation_id: str) -> None:
     """A run that is full or closing is waited for, as a publish is: the close goes to the run
     it continues as (`with_backpressure`)."""

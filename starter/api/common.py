@@ -1,8 +1,11 @@
 """Shared by the API modules: starting and cancelling a run, why an event could not be delivered,
 and closed runs."""
 
+import functools
+import re
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -14,20 +17,23 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.types import MethodAsyncSingleParam
+from temporalio.types import MethodAsyncSingleParam, MethodSyncOrAsyncNoParam
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
+from coord.infra.search_attributes import SetupNeeded
 from coord.infra.signals import target_name
-from coord.infra.temporal import task_queue
+from coord.infra.temporal import ServerUnreachable, task_queue
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
-from coord.models.wire.errors import CoordError
+from coord.models.wire.errors import CoordError, RunFailed, ServerRefused
 
 log = get_logger("coord.api")
 R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
+MISSING_SEARCH_ATTRIBUTE = re.compile(r"no mapping defined for search attribute (\w+)")
 
 
 class Startable(Protocol):
@@ -59,6 +65,38 @@ class NotFound(CoordError, RuntimeError):
 
 class NoWorker(CoordError, RuntimeError):
     """No worker polls the task queue, so nothing would ever run; the message says which."""
+
+
+def server_error(error: RPCError, call: str = "") -> CoordError:
+    """The CoordError a refused server call means, by its status (the CLI's exit code follows
+    from the class: docs/cli.md), its message naming the `call` and the server's words."""
+    words = f"{call}: {error.message}" if call else error.message
+    missing = MISSING_SEARCH_ATTRIBUTE.search(error.message)
+    if missing:
+        return SetupNeeded([missing.group(1)])
+    if error.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(words)
+    if error.status == RPCStatusCode.ALREADY_EXISTS:
+        return Conflict(words)
+    if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        return ServerUnreachable(f"the Temporal server did not answer: {words}")
+    return ServerRefused(f"{words} ({error.status.name.lower()})")
+
+
+def api_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """The API's edge: a server's refusal or a run's bare failure leaves a public function as a
+    CoordError naming the function, with Temporal's own error as its `__cause__`."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except RPCError as error:
+            raise server_error(error, fn.__name__) from error
+        except WorkflowFailureError as error:
+            raise RunFailed(f"{fn.__name__}: {contract.failure_message(error)}") from error
+
+    return call
 
 
 async def ended_or_missing(
@@ -142,6 +180,21 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
         WorkflowExecutionStatus.FAILED,
         WorkflowExecutionStatus.CANCELED,
     )
+
+
+async def current_record(
+    handle: WorkflowHandle[Any, M],
+    outcome: Callable[[WorkflowHandle[Any, M]], Awaitable[M]],
+    state: MethodSyncOrAsyncNoParam[Any, M],
+    missing: Exception,
+) -> M:
+    """A run's record now: a running run answers its `state` query, an ended one its `outcome`
+    (result, failure or memo), so no worker is needed to read it; `missing` when there is no
+    such run."""
+    await described(handle, missing)
+    if await closed_with_result(handle):
+        return await outcome(handle)
+    return await handle.query(state)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:

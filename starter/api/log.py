@@ -26,7 +26,7 @@ from coord.models.events.log import (
 from coord.models.events.timeline import TimelineEntry
 from coord.models.events.views import view_named
 from coord.starter.api.chains import chain_handle, chain_state, chain_timeline
-from coord.starter.api.common import NotFound, closed_with_result
+from coord.starter.api.common import NotFound, api_call, closed_with_result
 
 
 class LogPage(BaseModel):
@@ -51,6 +51,8 @@ async def _window(client: Client, correlation_id: str) -> tuple[list[TimelineEnt
         if await closed_with_result(handle):
             return [], (await chain_state(client, correlation_id)).events_seen
         return await chain_timeline(client, correlation_id), None
+    except NotFound:
+        raise NotFound(f"no chain for correlation id {correlation_id!r}") from None
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             raise NotFound(f"no chain for correlation id {correlation_id!r}") from None
@@ -83,6 +85,7 @@ async def _segments_read(
     return rows[:page_size]
 
 
+@api_call
 async def read_log_page(
     client: Client,
     correlation_id: str,
@@ -133,6 +136,7 @@ async def read_log(
         cursor = page.next_since
 
 
+@api_call
 async def replay_into(
     client: Client,
     correlation_id: str,

@@ -5,7 +5,7 @@ The calls name the workflow, its queries and its update by their wire names (the
 this side needs nothing of the workflow's code."""
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio.client import (
     Client,
@@ -31,9 +31,9 @@ from coord.models.wire import contract
 from coord.starter.api.common import (
     NotFound,
     NoWorker,
+    api_call,
     cancel_running,
-    closed_with_result,
-    described,
+    current_record,
     ended_or_missing,
     ended_record,
     start_run,
@@ -63,6 +63,7 @@ def plan_details(spec: PlanSpec) -> str:
     return f"{cut}\n\n… cut here; `coord plan state {spec.plan_id}` lists every task\n"
 
 
+@api_call
 async def start_plan(
     client: Client, spec: PlanSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, PlanState]:
@@ -78,6 +79,7 @@ def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
     return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
 
 
+@api_call
 async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     """Wait for the plan to end and return its final record (the final report), however
     it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
@@ -86,15 +88,12 @@ async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 
 
 async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
-    """A running plan answers its `state` query; an ended one from its result, failure or memo,
-    so no worker is needed to read it."""
-    await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
-    if await closed_with_result(handle):
-        return await plan_outcome(handle)
-    state: PlanState = await handle.query(TaskGraph.state)
-    return state
+    """The plan's record now (`current_record`)."""
+    missing = NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, plan_outcome, TaskGraph.state, missing)
 
 
+@api_call
 async def plan_state(client: Client, plan: str) -> PlanState:
     """The record; a running plan's with what its agents say now (their progress summaries and
     attempts, read from the server's pending activities: the plan itself never polls them)."""
@@ -105,6 +104,7 @@ async def plan_state(client: Client, plan: str) -> PlanState:
     return as_seen(state, await pending_progress(client, handle.id))
 
 
+@api_call
 async def plan_progress(client: Client, plan: str) -> PlanProgress:
     """Running tasks with their agents' latest summaries (read from the server's pending
     activities as the answer is made) and elapsed time, counts by state, and what the plan
@@ -125,6 +125,7 @@ async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> Pla
     return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 
+@api_call
 async def approve_task(
     client: Client, plan: str, request: ApprovalRequest, *, answer_time: timedelta = ANSWER_TIME
 ) -> ApprovalDecision:
@@ -135,11 +136,15 @@ async def approve_task(
     no worker took the decision up within `answer_time`."""
     handle = plan_handle(client, plan)
     try:
-        decided: ApprovalDecision = await handle.execute_update(
-            contract.APPROVE_UPDATE,
-            request.model_dump(mode="json", exclude_none=True),
-            rpc_timeout=answer_time,
-            result_type=ApprovalDecision,
+        # The SDK types a named async update's result as its coroutine; the decoded result is
+        # the handler's declared return type.
+        decided = cast(
+            ApprovalDecision,
+            await handle.execute_update(
+                TaskGraph.approve,
+                request.model_dump(mode="json", exclude_none=True),
+                rpc_timeout=answer_time,
+            ),
         )
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise NoWorker(
@@ -153,6 +158,7 @@ async def approve_task(
     return decided
 
 
+@api_call
 async def add_tasks(
     client: Client,
     plan: str,
@@ -181,6 +187,7 @@ async def add_tasks(
     return added
 
 
+@api_call
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""

@@ -29,6 +29,7 @@ from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
+from coord.starter.api.common import api_call
 from coord.starter.api.log import read_log
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
@@ -38,6 +39,7 @@ RECORDED_BATCH_BYTES = 512 * 1024
 """A `recorded` signal's payloads at most, well under the server's 2 MB a payload."""
 
 
+@api_call
 async def rewind_chain(
     client: Client,
     original: str,
@@ -105,6 +107,7 @@ async def redeliver(client: Client, plan: RewindPlan, speed: float | None) -> No
         await publish(client, moved(row, plan.copy_id))
 
 
+@api_call
 async def rewind_saga(
     client: Client,
     saga_id: str,
@@ -165,6 +168,7 @@ async def started_with(client: Client, handle: WorkflowHandle[Any, Any], model: 
     return model.model_validate(raw)
 
 
+@api_call
 async def diff_correlations(client: Client, left: str, right: str) -> CorrelationDiff:
     """The correlations `left` and `right` side by side (a rewound copy beside its original)."""
     return diff_logs(left, await _in_order(client, left), right, await _in_order(client, right))

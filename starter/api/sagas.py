@@ -9,7 +9,6 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.events.timeline import TimelineEntry, logical_order
 from coord.models.saga.spec import SagaSpec, SagaState
@@ -18,6 +17,7 @@ from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
     NotFound,
+    api_call,
     closed_with_result,
     described,
     ended_record,
@@ -32,6 +32,7 @@ def saga_summary(spec: SagaSpec) -> str:
     return f"Saga {spec.name} ({spec.saga_id}): {steps}"
 
 
+@api_call
 async def start_saga(
     client: Client, spec: SagaSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, SagaState]:
@@ -52,6 +53,7 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
     return client.get_workflow_handle_for(Saga.run, contract.saga_workflow_id(saga_id))
 
 
+@api_call
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
@@ -70,12 +72,14 @@ async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     return await handle.query(Saga.state)
 
 
+@api_call
 async def saga_state(client: Client, saga_id: str) -> SagaState:
     """The saga's record: steps done, compensations, the events it published; an ended saga's
     read without a worker."""
     return await saga_record(saga_handle(client, saga_id))
 
 
+@api_call
 async def cancel_saga(client: Client, saga_id: str) -> None:
     """Refused when the saga has ended: the server would accept the request and nothing would
     run, so a caller would believe compensations are under way."""
@@ -90,18 +94,17 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     await handle.cancel()
 
 
+@api_call
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: the chain's timeline, which holds the events of the sagas,
     aggregators, plans and votes that ran beside it, and every event of theirs it does not hold
     (no chain, or one started later), in logical order (`logical_order`: the chain's sequence,
     then causation; never wall clock). With neither a chain nor any pattern's run, the chain's
     lookup error says what is missing."""
-    no_chain: RPCError | None = None
+    no_chain: NotFound | None = None
     try:
         entries = await chain_timeline(client, correlation_id)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
+    except NotFound as error:
         entries, no_chain = [], error
     records = [
         (await saga_record(handle)).events

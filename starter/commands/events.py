@@ -11,7 +11,6 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
@@ -280,7 +279,5 @@ async def chain_still_running(client: Client, correlation_id: str) -> bool:
     """False once the chain has ended, or when there is none (sagas' events alone)."""
     try:
         return await api.chain_running(client, correlation_id)
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
+    except api.NotFound:
+        return False

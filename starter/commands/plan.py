@@ -15,7 +15,6 @@ from coord.models.wire.specs import load_spec, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
-    NoWorkerTimeout,
     StartCommand,
     check_agents,
     connect,
@@ -63,31 +62,7 @@ PLANS = StartCommand(
 )
 
 
-@app.command("start")
-@runs_async
-async def start(
-    file: Path,
-    plan_id: Annotated[
-        str | None, typer.Option("--id", help="Plan id (overrides the spec's)")
-    ] = None,
-    correlation_id: Annotated[
-        str | None,
-        typer.Option(
-            help="The correlation it belongs to (overrides the spec's): its lifecycle events "
-            "go to that correlation's chain"
-        ),
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option(help="Wait for the plan to end and print its final report")
-    ] = False,
-    as_json: AsJson = False,
-    no_worker_timeout: NoWorkerTimeout = 30,
-) -> None:
-    """Start a plan from a YAML or JSON spec."""
-    spec = load_plan_spec(file, plan_id, correlation_id)
-    await PLANS.run(
-        spec, spec.plan_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
-    )
+PLANS.register(app, load_plan_spec, lambda spec: spec.plan_id)
 
 
 @app.command("state")

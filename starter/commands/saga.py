@@ -12,7 +12,9 @@ from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,
     NoWorkerTimeout,
+    SpecId,
     StartCommand,
+    Wait,
     check_agents,
     connect,
     echo_json,
@@ -62,12 +64,8 @@ async def start(
     input: Annotated[
         str | None, typer.Option(help="JSON object merged into the spec's input")
     ] = None,
-    saga_id: Annotated[
-        str | None, typer.Option("--id", help="Saga id (overrides the spec's)")
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option(help="Wait for the saga to end and print its state")
-    ] = False,
+    saga_id: SpecId = None,
+    wait: Wait = False,
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""

@@ -44,12 +44,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import outcomes_landed
+    from coord.workflows._runtime.agent_runs import AgentPicker, outcomes_landed
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
-        AgentPicker,
         PlainInput,
         decode_input,
         uncancellable,

@@ -41,9 +41,9 @@ with workflow.unsafe.imports_passed_through():
         SCOPED_VOTE_ID_PATCH,
         UNSENT_RUN_PATCH,
     )
-    from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
+    from coord.workflows._runtime.agent_runs import AgentPicker, declared_settings, start_agent_run
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows._runtime.common import AgentPicker, attempts, task_error
+    from coord.workflows._runtime.common import attempts, task_error
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows.plan.team import TeamRoom
 
