@@ -8,7 +8,6 @@ name, loaded on first use (`coord._lazy`); the helpers behind them live in the s
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coord._lazy import LazyExports
     from coord.models.checks import check_agents as check_agents
     from coord.models.events.delivery import Delivery as Delivery
     from coord.starter.api.aggregators import aggregator_handle as aggregator_handle
@@ -67,6 +66,8 @@ if TYPE_CHECKING:
     from coord.starter.api.votes import vote_handle as vote_handle
     from coord.starter.api.votes import vote_outcome as vote_outcome
     from coord.starter.api.votes import vote_state as vote_state
+else:
+    from coord._lazy import LazyExports
 
     _EXPORTS = LazyExports(__name__, __file__)
     __getattr__, __dir__ = _EXPORTS.attribute, _EXPORTS.listing
