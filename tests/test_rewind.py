@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from coord import testing
 from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.event_log import DirectorySegments, segment_store
 from coord.models.chain.spec import ChainSpec
@@ -17,6 +18,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.events.log import SEGMENT_ROWS
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.plan.spec import PlanSpec, PlanStatus
 from coord.models.rewind.diff import RowStatus
 from coord.models.rewind.plan import RewindRefused
 from coord.models.saga.spec import SagaStatus
@@ -202,3 +204,55 @@ async def test_a_saga_rewound_to_step_4_reuses_steps_1_to_3_and_completes_with_a
     assert described.typed_search_attributes.get(contract.REWIND_OF) == (
         f"{spec.saga_id}@step 4 RunE2ETests"
     )
+
+
+def counted_plan(runs: Path) -> PlanSpec:
+    """research -> build -> ship, their agents inline shell agents: research and ship count
+    their runs in `runs`, build fails for good (exit 3, not retried)."""
+    never_again = {"max_retries": 0}
+    return PlanSpec.model_validate(
+        {
+            "plan_id": testing.unique("rewound-plan"),
+            "agents": {
+                "researcher": {**counting(runs), "env": {"STEP": "research"}},
+                "builder": BROKEN,
+                "shipper": {**counting(runs), "env": {"STEP": "ship"}},
+            },
+            "tasks": [
+                {"id": "research", "agent": "researcher"},
+                {
+                    "id": "build",
+                    "agent": "builder",
+                    "depends_on": ["research"],
+                    "retry": never_again,
+                },
+                {"id": "ship", "agent": "shipper", "depends_on": ["build"]},
+            ],
+        }
+    )
+
+
+async def test_a_plan_rewound_to_its_failed_task_reuses_what_succeeded_and_completes(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs.log"
+    spec = counted_plan(runs)
+    copy_id = f"{spec.plan_id}-fixed"
+    fixed = AgentsFile.model_validate({"agents": {"builder": FIXED}}).agents
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
+        original = await api.plan_outcome(await api.start_plan(client, spec, queue=task_queue))
+        handle = await api.rewind_plan(
+            client, spec.plan_id, copy_id=copy_id, to_task="build", agents=fixed, queue=task_queue
+        )
+        copy = await api.plan_outcome(handle)
+        described = await handle.describe()
+        with pytest.raises(RewindRefused, match="--to-task: 'nope' is no task"):
+            await api.rewind_plan(client, spec.plan_id, copy_id=f"{copy_id}-2", to_task="nope")
+    states = {task.id: task.state for task in original.tasks}
+    assert states == {"research": "succeeded", "build": "error", "ship": "skipped"}
+    assert copy.status == PlanStatus.COMPLETED
+    assert runs.read_text().split() == ["research", "ship"], "research ran once, in the original"
+    research = next(task for task in copy.tasks if task.id == "research")
+    assert research.result == next(t for t in original.tasks if t.id == "research").result
+    assert described.typed_search_attributes.get(contract.REWIND_OF) == f"{spec.plan_id}@build"

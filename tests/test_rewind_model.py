@@ -5,6 +5,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.model import PlanModel
+from coord.models.plan.rewind import reused_tasks, run_again
+from coord.models.plan.spec import PlanSpec, TaskState
 from coord.models.rewind.diff import RowStatus, diff_logs
 from coord.models.rewind.plan import RewindRefused, plan_rewind
 
@@ -101,3 +104,33 @@ def test_two_runs_of_the_same_story_with_new_ids_are_the_same() -> None:
     ]
     diff = diff_logs("story", STORY, "again", again)
     assert not diff.differs and len(diff.rows) == len(STORY)
+
+
+def test_a_plan_rewound_to_a_task_runs_it_and_all_that_depends_on_it_again() -> None:
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": "p",
+            "tasks": [
+                {"id": "a", "agent": "x"},
+                {"id": "b", "agent": "x", "depends_on": ["a"]},
+                {"id": "c", "agent": "x", "depends_on": ["b"]},
+                {"id": "d", "agent": "x", "depends_on": ["a"]},
+            ],
+        }
+    )
+    state = PlanModel.begin(spec, START).state
+    for record in state.tasks:
+        record.state, record.result = TaskState.SUCCEEDED, {"done": record.id}
+    assert run_again(spec, "b") == {"b", "c"}
+    assert [t.id for t in reused_tasks(spec, state, "b")] == ["a", "d"]
+    state.tasks[1].state = TaskState.ERROR
+    assert [t.id for t in reused_tasks(spec, state, None)] == ["a", "c", "d"]
+    with pytest.raises(ValueError, match="--to-task: 'z' is no task of plan 'p'"):
+        reused_tasks(spec, state, "z")
+    copy = spec.model_copy(
+        update={
+            "rewind": {"of": {"original": "p", "at": "b"}, "tasks": reused_tasks(spec, state, "b")}
+        }
+    )
+    begun = PlanModel.begin(PlanSpec.model_validate(copy.model_dump()), START)
+    assert [t.id for t in begun.graph.take_startable()] == ["b"], "a and d are done already"

@@ -29,6 +29,7 @@ from coord.models.plan.spec import (
     PlanState,
     PlanStatus,
     PlanTask,
+    ReusedTask,
     TaskRecord,
     TaskState,
     Transition,
@@ -53,8 +54,15 @@ class PlanModel(BaseModel):
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
-        """A new plan: every task pending, the roots startable."""
-        records = [_pending(spec, task, now) for task in spec.tasks]
+        """A new plan: every task pending, the roots startable (a rewound copy's reused tasks
+        succeeded already, so what depends on them alone is startable too)."""
+        reused = {task.id: task for task in spec.rewind.tasks} if spec.rewind else {}
+        records = [
+            _reused(spec, task, reused[task.id], now)
+            if task.id in reused
+            else _pending(spec, task, now)
+            for task in spec.tasks
+        ]
         state = PlanState(
             plan_id=spec.plan_id,
             name=spec.name,
@@ -62,6 +70,7 @@ class PlanModel(BaseModel):
             max_workers=spec.max_workers,
             started_at=now,
             tasks=records,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
         return cls(spec=spec, state=state, slots=SlotQueue(max_workers=spec.max_workers))
 
@@ -191,6 +200,18 @@ class PlanModel(BaseModel):
         if self._book.announcer is not None:
             self._book.announcer.plan_ended(self.state)
         return self.state
+
+
+def _reused(spec: PlanSpec, task: PlanTask, reused: ReusedTask, now: datetime) -> TaskRecord:
+    """A task a rewound copy takes from its original as it succeeded: never run here."""
+    record = _pending(spec, task, now)
+    record.state, record.result, record.result_ref = (
+        TaskState.SUCCEEDED,
+        reused.result,
+        reused.result_ref,
+    )
+    record.transitions.append(Transition(state=TaskState.SUCCEEDED, at=now))
+    return record
 
 
 def _pending(spec: PlanSpec, task: PlanTask, now: datetime) -> TaskRecord:

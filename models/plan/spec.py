@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from coord.models.events.envelope import Priority
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -34,6 +35,7 @@ from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.plan.team import MessageLimits, TeamPost
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
+    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -261,6 +263,38 @@ def _check_vote_task(task: PlanTask) -> None:
         )
 
 
+def _check_reused(spec: "PlanSpec") -> None:
+    """A copy reuses tasks of its own graph, and runs at least one."""
+    if spec.rewind is None:
+        return
+    ids = {task.id for task in spec.tasks}
+    for index, reused in enumerate(spec.rewind.tasks):
+        if reused.id not in ids:
+            raise ValueError(f"rewind.tasks[{index}].id: {reused.id!r} is no task of the plan")
+    if ids <= {reused.id for reused in spec.rewind.tasks}:
+        raise ValueError("rewind.tasks: a rewound copy must leave at least one task to run")
+
+
+class ReusedTask(BaseModel):
+    """A task of the original plan that a rewound copy takes as it succeeded: its result (what
+    its dependents' agents are handed), never run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(max_length=MAX_NAME)
+    result: dict[str, Any] | None = None
+    result_ref: ResultReference | None = None
+
+
+class PlanRewind(BaseModel):
+    """A copy's past: the original's tasks that succeeded and are not run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin
+    tasks: list[ReusedTask] = Field(max_length=MAX_ITEMS)
+
+
 class PlanSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -307,6 +341,8 @@ class PlanSpec(BaseModel):
     budget: TokenBudget | None = None
     """`{tokens: N}`: the most tokens the plan's runs, reviews and verifications may use
     (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
+    rewind: PlanRewind | None = None
+    """Set on a rewound copy (`coord plan rewind`): the tasks it takes from its original."""
 
     @field_validator("scratchpad")
     @classmethod
@@ -321,6 +357,7 @@ class PlanSpec(BaseModel):
         _check_graph(self)
         _check_vote_ids(self)
         _check_team(self)
+        _check_reused(self)
         return self
 
     @property
@@ -692,6 +729,8 @@ class PlanState(BaseModel):
     """Each long-lived member's record, once the plan has closed it: what it handled."""
     planning: Planning | None = None
     """A plan written by its planner: what it planned, and how (None: a written plan)."""
+    rewind_of: str | None = None
+    """A rewound copy's original and point (`CoordRewindOf`): `<plan id>@<task>`."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}
@@ -700,8 +739,14 @@ class PlanState(BaseModel):
         return {state: n for state, n in counted.items() if n}
 
     def search_attributes(self) -> SearchValues:
+        """What the run is found by; a rewound copy is found by its original too."""
         key = self.correlation_id or self.plan_id
-        return coordination_attributes(correlation_id=key, pattern=Pattern.PLAN, status=self.status)
+        values = coordination_attributes(
+            correlation_id=key, pattern=Pattern.PLAN, status=self.status
+        )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values
 
 
 class RunningTask(BaseModel):

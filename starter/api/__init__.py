@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from coord.starter.api.plans import start_plan as start_plan
     from coord.starter.api.rewind import diff_correlations as diff_correlations
     from coord.starter.api.rewind import rewind_chain as rewind_chain
+    from coord.starter.api.rewind import rewind_plan as rewind_plan
     from coord.starter.api.rewind import rewind_saga as rewind_saga
     from coord.starter.api.routing import broadcast as broadcast
     from coord.starter.api.routing import deliver as deliver

@@ -71,6 +71,9 @@ async def start_plan(
     its final report. `eager`: this client's own worker takes its first task (`start_run`)."""
     first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
     summary, details = plan_summary(spec), plan_details(spec)
+    if spec.rewind is not None:
+        first.rewind_of = spec.rewind.of.search_value()
+        summary = f"{summary} ({spec.rewind.of.describe()})"
     return await start_run(client, TaskGraph.run, spec, first, queue, summary, details, eager=eager)
 
 

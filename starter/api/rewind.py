@@ -23,6 +23,8 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
+from coord.models.plan.rewind import reused_tasks
+from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState
 from coord.models.rewind.diff import CorrelationDiff, diff_logs
 from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
@@ -31,6 +33,7 @@ from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
 from coord.starter.api.common import api_call
 from coord.starter.api.log import read_log
+from coord.starter.api.plans import plan_handle, plan_state, start_plan
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
 M = TypeVar("M", bound=BaseModel)
@@ -145,6 +148,43 @@ async def rewind_saga(
         }
     )
     return await start_saga(client, SagaSpec.model_validate(copy.model_dump()), queue=queue)
+
+
+@api_call
+async def rewind_plan(
+    client: Client,
+    plan_id: str,
+    *,
+    copy_id: str,
+    to_task: str | None = None,
+    agents: dict[str, AgentConfig] | None = None,
+    queue: str | None = None,
+) -> WorkflowHandle[Any, PlanState]:
+    """Re-run the plan `plan_id` as the new plan `copy_id`, its own correlation: `to_task` and
+    what depends on it run again (without it, every task that did not succeed), the other
+    tasks that succeeded are reused as they stood, never run again; `agents` are declared
+    inline (fixed agents). RewindRefused for a planned plan, or a task it does not have."""
+    original = plan_handle(client, plan_id)
+    spec = await started_with(client, original, PlanSpec)
+    if spec.planner is not None:
+        raise RewindRefused(f"plan {plan_id!r} was written by its planner: rewind it by hand")
+    if copy_id == plan_id:
+        raise RewindRefused(f"--as: the copy needs its own plan id, not {plan_id!r}")
+    try:
+        reused = reused_tasks(spec, await plan_state(client, plan_id), to_task)
+    except ValueError as error:
+        raise RewindRefused(str(error)) from None
+    at = to_task or "its unfinished tasks"
+    rewind = PlanRewind(of=RewindOrigin(original=plan_id, at=at), tasks=reused)
+    copy = spec.model_copy(
+        update={
+            "plan_id": copy_id,
+            "correlation_id": copy_id,
+            "agents": {**spec.agents, **(agents or {})},
+            "rewind": rewind,
+        }
+    )
+    return await start_plan(client, PlanSpec.model_validate(copy.model_dump()), queue=queue)
 
 
 def recorded_step(record: SagaState, index: int) -> RecordedStep:

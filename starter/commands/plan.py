@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from coord.models.mesh.declared import read_agents_file
 from coord.models.plan.planner import AddTasks, planning_line
 from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus
 from coord.models.wire.specs import load_spec, parse_model, read_document
@@ -19,6 +20,7 @@ from coord.starter.commands.common import (
     check_agents,
     connect,
     echo_json,
+    echo_started,
     runs_async,
 )
 from coord.starter.exits import ExitCode
@@ -111,3 +113,24 @@ async def cancel(plan: str) -> None:
     """Cancel a plan; its running tasks are cancelled and the record says so."""
     await api.cancel_plan(await connect(), plan)
     typer.echo(f"cancellation requested for plan {plan}; its running tasks are cancelled")
+
+
+@app.command("rewind")
+@runs_async
+async def rewind(
+    plan: str,
+    copy_id: Annotated[str, typer.Option("--as", help="The copy's plan id")],
+    to_task: Annotated[
+        str | None, typer.Option(help="The task run again, with all that depends on it")
+    ] = None,
+    agents_file: Annotated[
+        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+    ] = None,
+) -> None:
+    """Re-run a plan as a new plan: `--to-task` and what depends on it run again (without it,
+    every task that did not succeed); the other tasks that succeeded are reused as they stood,
+    never run again. The original is never touched."""
+    agents = read_agents_file(agents_file).agents if agents_file else None
+    client = await connect()
+    handle = await api.rewind_plan(client, plan, copy_id=copy_id, to_task=to_task, agents=agents)
+    echo_started(client, handle.id)
