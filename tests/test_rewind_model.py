@@ -4,10 +4,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.model import PlanModel
 from coord.models.plan.rewind import reused_tasks, run_again
-from coord.models.plan.spec import PlanSpec, TaskState
+from coord.models.plan.spec import PlanRewind, PlanSpec, TaskState
 from coord.models.rewind.diff import RowStatus, diff_logs
 from coord.models.rewind.plan import RewindRefused, plan_rewind
 
@@ -127,10 +128,7 @@ def test_a_plan_rewound_to_a_task_runs_it_and_all_that_depends_on_it_again() -> 
     assert [t.id for t in reused_tasks(spec, state, None)] == ["a", "c", "d"]
     with pytest.raises(ValueError, match="--to-task: 'z' is no task of plan 'p'"):
         reused_tasks(spec, state, "z")
-    copy = spec.model_copy(
-        update={
-            "rewind": {"of": {"original": "p", "at": "b"}, "tasks": reused_tasks(spec, state, "b")}
-        }
-    )
+    rewind = PlanRewind(of=RewindOrigin(original="p", at="b"), tasks=reused_tasks(spec, state, "b"))
+    copy = spec.model_copy(update={"rewind": rewind})
     begun = PlanModel.begin(PlanSpec.model_validate(copy.model_dump()), START)
     assert [t.id for t in begun.graph.take_startable()] == ["b"], "a and d are done already"
