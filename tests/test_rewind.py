@@ -13,9 +13,9 @@ from temporalio.testing import WorkflowEnvironment
 from coord import testing
 from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.event_log import DirectorySegments, segment_store
+from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
-from coord.models.events.log import SEGMENT_ROWS
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
 from coord.models.plan.spec import PlanSpec, PlanStatus
@@ -73,6 +73,12 @@ async def test_coord_diff_aligns_two_runs_of_a_story_by_causation(
         assert code == ExitCode.DIFFERS, err
         compared = json.loads(out)
         code, table, _ = await run(COORD, "diff", fixed, fixed, env=env)
+        refused = await run(COORD, "rewind", fixed, "--to", "nope", "--as", broken, env=env)
+    assert refused == (
+        ExitCode.REFUSED,
+        "",
+        f"error: --to: 'nope' is neither an event id nor an event type in the log of {fixed!r}\n",
+    )
     counts = table.splitlines()[-1]
     assert code == ExitCode.OK
     assert counts.endswith(f"same, 0 changed, 0 only in {fixed}, 0 only in {fixed}")
@@ -146,21 +152,22 @@ async def test_a_story_rewound_past_a_bad_agent_reaches_its_end_on_a_copy(
 async def test_a_rewind_over_a_log_that_lost_its_beginning_is_refused(
     client: Client, task_queue: str
 ) -> None:
-    """The whole log is kept in segments; one lost (a store emptied by hand, a bucket's object
-    removed) leaves the past before the point incomplete, and a copy built on part of the past
+    """The whole log is kept in segments, the chain's window holding the newest rows; a lost
+    segment (a store emptied by hand, a bucket's object removed) of rows the window no longer
+    holds leaves the past before the point incomplete, and a copy built on part of the past
     would start from a state the original never had."""
     original = f"lost-{task_queue}"
     async with build_worker(client, task_queue):
         await api.start_chain(client, story_with(FIXED), original, queue=task_queue)
-        noise = [approved(original, "Noise", n=n) for n in range(SEGMENT_ROWS + 1)]
+        noise = [approved(original, "Noise", n=n) for n in range(2 * TIMELINE_WINDOW + 1)]
         for start in range(0, len(noise), 50):
             await asyncio.gather(*(api.publish(client, e) for e in noise[start : start + 50]))
         store = segment_store()
 
-        async def a_segment_written() -> bool:
-            return bool(await store.names(original))
+        async def the_window_forgot_the_first_events() -> bool:
+            return (await api.chain_timeline(client, original))[0].seq > 1
 
-        await eventually(a_segment_written, timeout=60)
+        await eventually(the_window_forgot_the_first_events, timeout=60)
         [first, *_] = await store.names(original)
         assert isinstance(store, DirectorySegments)
         (store.root / original / first).unlink()

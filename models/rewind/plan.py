@@ -57,15 +57,19 @@ class RewindPlan(BaseModel):
 def plan_rewind(
     rows: Sequence[TimelineEntry], *, original: str, copy_id: str, point: str
 ) -> RewindPlan:
-    """The rewind of `original`'s log to the event `point`, onto the correlation `copy_id`."""
+    """The rewind of `original`'s log to the event `point` (its id, or the first event of that
+    type), onto the correlation `copy_id`."""
     if copy_id == original:
         raise RewindRefused(f"--as: the copy needs its own correlation id, not {original!r}")
     ordered = sorted(rows, key=lambda row: row.seq)
     at = next((row for row in ordered if row.event_id == point), None)
+    at = at or next((row for row in ordered if row.event == point), None)
     if at is None:
-        raise RewindRefused(f"--to: event {point!r} is not in the log of {original!r}")
+        raise RewindRefused(
+            f"--to: {point!r} is neither an event id nor an event type in the log of {original!r}"
+        )
     require_whole_past(ordered, original, at.seq)
-    plan = RewindPlan(original=original, copy_id=copy_id, point=point, point_seq=at.seq)
+    plan = RewindPlan(original=original, copy_id=copy_id, point=at.event_id, point_seq=at.seq)
     seq_of = {row.event_id: row.seq for row in ordered}
     for row in ordered:
         if row.seq < at.seq:

@@ -63,7 +63,7 @@ async def rewind_chain(
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
-    origin = RewindOrigin(original=original, at=to)
+    origin = RewindOrigin(original=original, at=plan.point)
     handle = await start_chain(client, copy_spec, copy_id, queue=queue, rewind_of=origin)
     for batch in batches(plan.recorded, copy_id):
         await handle.signal(

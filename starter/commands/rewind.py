@@ -20,7 +20,12 @@ app = typer.Typer()
 @runs_async
 async def rewind(
     correlation_id: Annotated[str, typer.Argument(help="The original correlation")],
-    to: Annotated[str, typer.Option("--to", help="The event id the copy starts from")],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="The event the copy starts from: its id, or its type (the first)"
+        ),
+    ],
     copy_id: Annotated[str, typer.Option("--as", help="The copy's new correlation id")],
     agents_file: Annotated[
         Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
@@ -47,7 +52,7 @@ async def rewind(
         echo_json(plan)
     else:
         typer.echo(
-            f"rewound {correlation_id} at {to} onto {copy_id}: {len(plan.recorded)} events "
+            f"rewound {correlation_id} at {plan.point} onto {copy_id}: {len(plan.recorded)} events "
             f"taken as recorded, {len(plan.redelivered)} sent again, "
             f"{len(plan.regenerated)} to be made anew"
         )
