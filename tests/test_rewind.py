@@ -16,7 +16,7 @@ from coord.infra.event_log import DirectorySegments, segment_store
 from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
 from coord.models.plan.spec import PlanSpec, PlanStatus
 from coord.models.rewind.diff import RowStatus
@@ -134,6 +134,7 @@ async def test_a_story_rewound_past_a_bad_agent_reaches_its_end_on_a_copy(
         described = await api.chain_handle(client, copy).describe()
         compared = await api.diff_correlations(client, original, copy)
     assert ended.status == "completed" and rewound[-1].event == "TestingCompleted"
+    assert ended.rewind_of == f"{original}@{point}", "the copy's record, and its runs, say so"
     assert [r.event_id for r in rewound[: len(plan.recorded)]] == [
         r.event_id for r in plan.recorded
     ]
@@ -213,6 +214,11 @@ async def test_a_saga_rewound_to_step_4_reuses_steps_1_to_3_and_completes_with_a
     )
 
 
+async def witness(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """A fixed agent that says whether it runs in a rewound copy, and of what."""
+    return {"rewind_of": context.rewind_of}
+
+
 def counted_plan(runs: Path) -> PlanSpec:
     """research -> build -> ship, their agents inline shell agents: research and ship count
     their runs in `runs`, build fails for good (exit 3, not retried)."""
@@ -245,8 +251,10 @@ async def test_a_plan_rewound_to_its_failed_task_reuses_what_succeeded_and_compl
     runs = tmp_path / "runs.log"
     spec = counted_plan(runs)
     copy_id = f"{spec.plan_id}-fixed"
-    fixed = AgentsFile.model_validate({"agents": {"builder": FIXED}}).agents
-    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    witnessing = {"kind": "python", "callable": f"{__name__}:witness"}
+    fixed = AgentsFile.model_validate({"agents": {"builder": witnessing}}).agents
+    inline = WorkerSettings(inline_agents=["shell", "python"])
+    allowing = register_demo_agents(AgentRegistry(inline))
     async with build_worker(client, task_queue, allowing):
         original = await api.plan_outcome(await api.start_plan(client, spec, queue=task_queue))
         handle = await api.rewind_plan(
@@ -263,3 +271,5 @@ async def test_a_plan_rewound_to_its_failed_task_reuses_what_succeeded_and_compl
     research = next(task for task in copy.tasks if task.id == "research")
     assert research.result == next(t for t in original.tasks if t.id == "research").result
     assert described.typed_search_attributes.get(contract.REWIND_OF) == f"{spec.plan_id}@build"
+    build = next(task for task in copy.tasks if task.id == "build")
+    assert build.result == {"rewind_of": f"{spec.plan_id}@build"}, "the agent knows it is a copy"

@@ -204,6 +204,7 @@ def _run_context(request: AgentRequest, attempt: int, resolved: Resolved) -> Age
         tokens=request.tokens,
         effort=request.effort,
         messages=request.messages,
+        rewind_of=request.rewind_of,
     )
 
 

@@ -46,7 +46,11 @@ class ChainModel:
         spec = chain_input.spec
         self.spec = spec
         self.record = chain_input.carried or ChainCarry(
-            state=ChainState(correlation_id=chain_input.correlation_id, spec=spec.name),
+            state=ChainState(
+                correlation_id=chain_input.correlation_id,
+                spec=spec.name,
+                rewind_of=chain_input.rewind_of.search_value() if chain_input.rewind_of else None,
+            ),
             seq=0,
             timeline=[],
             causes={},

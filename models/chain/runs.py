@@ -174,6 +174,7 @@ class ChainRuns:
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
             tokens=self._record.state.tokens.allowance(self._spec.budget),
+            rewind_of=self._record.state.rewind_of,
         )
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:

@@ -117,6 +117,9 @@ class AgentContext:
     """The request's `effort`: the model tier its task asks for (an `llm` agent's model and
     timeout when it declares none of its own)."""
 
+    rewind_of: str | None = None
+    """Set when the run belongs to a rewound copy (`<original>@<point>`, the request's): an agent
+    with side effects outside the coordinator may tell a what-if from the real thing."""
     messages: Sequence[TeamMessage] = ()
     """Messages from other members of the run's team (a plan's), oldest first, each with its
     `sender`: those that arrived since the member's previous run, or the one a long-lived
@@ -264,6 +267,8 @@ class AgentRequest(BaseModel):
     the agent's own `effort`."""
     messages: list[TeamMessage] = Field(default_factory=list, max_length=MAX_COUNT)
     """Messages from the run's team members (`AgentContext.messages`)."""
+    rewind_of: str | None = None
+    """The rewound copy the run belongs to (`CoordRewindOf`), for `AgentContext.rewind_of`."""
     scratchpad: str | None = None
     """Its plan's scratchpad (`<scratchpad>/<plan_id>`), relative to the worker's
     `scratchpad_root`: the worker resolves it (`AgentContext.scratchpad`), never trusting it

@@ -74,6 +74,7 @@ class TaskRequests:
             idempotency_key=idempotency_key,
             inputs=inputs,
             scratchpad=self._spec.shared_scratchpad(),
+            rewind_of=self._spec.rewind.of.search_value() if self._spec.rewind else None,
         )
 
     def dependency_results(self, task: PlanTask) -> dict[str, Any]:

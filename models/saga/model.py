@@ -195,6 +195,7 @@ class SagaModel:
             config=self.spec.agents.get(agent),
             idempotency_key=key,
             inputs=inputs,
+            rewind_of=self.state.rewind_of,
         )
 
     def agent_of(self, step: SagaStep) -> str:

@@ -65,17 +65,17 @@ def _chain_start_options(
     queue: str | None,
     rewind_of: RewindOrigin | None = None,
 ) -> dict[str, Any]:
-    attributes = ChainState(correlation_id=correlation_id, spec=spec.name).search_attributes()
+    copy_of = rewind_of.search_value() if rewind_of is not None else None
+    first = ChainState(correlation_id=correlation_id, spec=spec.name, rewind_of=copy_of)
     summary = chain_summary(spec, correlation_id)
     if rewind_of is not None:
-        attributes[contract.REWIND_OF] = rewind_of.search_value()
         summary = f"{summary} ({rewind_of.describe()})"
     return {
         "id": contract.chain_workflow_id(correlation_id),
         "task_queue": queue or task_queue(),
         "static_summary": summary,
         "static_details": spec.description or None,
-        "search_attributes": contract.as_start_attributes(attributes),
+        "search_attributes": contract.as_start_attributes(first.search_attributes()),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
         "task_timeout": CHAIN_TASK_TIMEOUT,
     }
