@@ -11,9 +11,11 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds.demo import register_demo_agents
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import WorkerSettings
 from coord.starter import api
+from coord.starter.api.rewind_batch import unmatched
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.helpers import eventually
@@ -90,3 +92,32 @@ async def test_fifty_stories_rewound_in_two_runs_and_the_changed_outcomes_counte
         f"{STORIES // 2} outcomes changed",
         f"  failed -> completed: {STORIES // 2}",
     ]
+
+
+async def test_a_batch_is_checked_before_the_server_is_asked() -> None:
+    """Each wrong option is one line naming it (exit 1), with no server to reach."""
+    nowhere = {"TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    cases = [
+        (["rewind", "--all", "--suffix", "-x"], "error: --since: give the earliest start time"),
+        (["rewind", "--all", "--since", "2h"], "error: --suffix: give the suffix"),
+        (["rewind", "--all", "--since", "soon", "--suffix", "-x"], "error: --since: 'soon' is"),
+        (["rewind", "story-1"], "error: rewind: give C --to EVENT --as C2, or --all"),
+        (
+            ["diff", "--summary", "--since", "1h", "--until", "2h", "--suffix", "-x"],
+            "error: --until: ",
+        ),
+        (["diff", "story-1"], "error: diff: give two correlation ids, or --summary"),
+    ]
+    for argv, message in cases:
+        code, _, err = await run(COORD, *argv, env=nowhere)
+        assert (code, err.startswith(message)) == (ExitCode.REFUSED, True), (argv, err)
+
+
+def test_a_where_that_cannot_be_evaluated_on_the_first_event_filters_it_out() -> None:
+    entry = TimelineEntry.recording(approved("story-1", n=3), seq=1, correlation_id="story-1")
+    assert unmatched("payload.n < 10", entry) is None
+    assert unmatched("story=reset password", entry) is None, (
+        "the short forms of subscriptions' filters"
+    )
+    assert unmatched("payload.n > 10", entry) == "--where: no match"
+    assert (unmatched("payload.missing > 1", entry) or "").startswith("--where: ")

@@ -25,10 +25,15 @@ class BatchRefused(RewindRefused):
     """The batch as asked cannot run (a window too wide, options that do not fit)."""
 
 
-def window_query(since: datetime, until: datetime) -> str:
-    """The visibility query of the chains started in [since, until)."""
+def checked_window(since: datetime, until: datetime) -> tuple[datetime, datetime]:
     if until <= since:
         raise BatchRefused(f"--until: {until.isoformat()} is not after --since")
+    return since, until
+
+
+def window_query(since: datetime, until: datetime) -> str:
+    """The visibility query of the chains started in [since, until)."""
+    checked_window(since, until)
     pattern = contract.pattern_clause(contract.Pattern.CHAIN)
     return f"{pattern} AND StartTime >= '{since.isoformat()}' AND StartTime < '{until.isoformat()}'"
 

@@ -83,14 +83,15 @@ def rewind_point(log: list[TimelineEntry], to_type: str | None) -> TimelineEntry
     return found
 
 
-def matches(where: str | None, first: TimelineEntry) -> bool:
-    """The `--where` filter on the correlation's first event, as a subscription sees it."""
+def unmatched(where: str | None, first: TimelineEntry) -> str | None:
+    """Why the correlation's first event fails the `--where` filter (None: it passes), as a
+    subscription's filter sees the event: one that cannot be evaluated on it does not match."""
     if where is None:
-        return True
+        return None
     outcome = evaluate(where, first.to_envelope().model_dump(mode="json"))
-    if outcome.error:
-        raise RewindRefused(f"--where: {outcome.error}")
-    return outcome.matched
+    if outcome.matched:
+        return None
+    return f"--where: {outcome.error}" if outcome.error else "--where: no match"
 
 
 class Batch:
@@ -127,8 +128,8 @@ class Batch:
         log = [row async for row in read_log(self.client, original)]
         if not log:
             raise RewindRefused("its log holds no event yet")
-        if not matches(self.where, log[0]):
-            return line.model_copy(update={"status": LineStatus.FILTERED, "reason": "--where"})
+        if reason := unmatched(self.where, log[0]):
+            return line.model_copy(update={"status": LineStatus.FILTERED, "reason": reason})
         point = rewind_point(log, self.to_type).event_id
         plan = await rewind_chain(
             self.client,

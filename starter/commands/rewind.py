@@ -65,14 +65,13 @@ async def rewind(
     With --all, every chain started between --since and --until, each onto `<C><SUFFIX>`."""
     spec = copy_spec(specs or [])
     agents = read_agents_file(agents_file).agents if agents_file else None
-    client = await connect()
     if batch:
         window = Window(since, until, suffix)
-        options = (where, to_type, spec, agents, concurrency)
-        await rewind_all(client, window, options, as_json)
+        await rewind_all(window, (where, to_type, spec, agents, concurrency), as_json)
         return
     if correlation_id is None or to is None or copy_id is None:
         raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")
+    client = await connect()
     plan = await api.rewind_chain(
         client, correlation_id, to=to, copy_id=copy_id, spec=spec, agents=agents, speed=speed
     )
@@ -115,12 +114,12 @@ async def diff(
     same, changed (payload or source) or only in one. Exits 14 when they differ. With
     --summary, every chain started between --since and --until beside its copy `<C><SUFFIX>`:
     how many pairs changed outcome (and which way) and how many differ row by row."""
-    client = await connect()
     if summary:
-        await summarise_copies(client, Window(since, until, suffix), as_json)
+        await summarise_copies(Window(since, until, suffix), as_json)
         return
     if left is None or right is None:
         raise SpecError("diff: give two correlation ids, or --summary --since T --suffix S")
+    client = await connect()
     compared = await api.diff_correlations(client, left, right)
     if as_json:
         echo_json(compared)

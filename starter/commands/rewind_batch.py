@@ -6,20 +6,20 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
-from temporalio.client import Client
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.config import AgentConfig
 from coord.models.rewind.batch import (
     BatchLine,
     BatchRefused,
+    checked_window,
     count_line,
     describe,
     instant,
 )
 from coord.models.rewind.summary import summary_lines
 from coord.starter import api, render
-from coord.starter.commands.common import echo_json
+from coord.starter.commands.common import connect, echo_json
 
 BatchOptions = Annotated[
     bool, typer.Option("--all", help="Rewind every chain started between --since and --until")
@@ -53,7 +53,7 @@ class Window:
             raise BatchRefused("--since: give the earliest start time of the chains to take")
         now = datetime.now(UTC)
         until = instant(self.until, now, "--until") if self.until else now
-        return instant(self.since, now, "--since"), until
+        return checked_window(instant(self.since, now, "--since"), until)
 
     def copies(self) -> str:
         if not self.suffix:
@@ -61,10 +61,12 @@ class Window:
         return self.suffix
 
 
-async def rewind_all(client: Client, window: Window, options: BatchRewind, as_json: bool) -> None:
+async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> None:
     """Rewind the window's chains, a line each (or JSON), then the counts."""
     where, to_type, spec, agents, concurrency = options
     since, until = window.bounds()
+    suffix = window.copies()
+    client = await connect()
     with render.progress_bar("rewinding") as advance:
         done: list[BatchLine] = []
 
@@ -76,7 +78,7 @@ async def rewind_all(client: Client, window: Window, options: BatchRewind, as_js
             client,
             since=since,
             until=until,
-            suffix=window.copies(),
+            suffix=suffix,
             where=where,
             to_type=to_type,
             spec=spec,
@@ -92,10 +94,11 @@ async def rewind_all(client: Client, window: Window, options: BatchRewind, as_js
     typer.echo(count_line(report.counts()))
 
 
-async def summarise_copies(client: Client, window: Window, as_json: bool) -> None:
+async def summarise_copies(window: Window, as_json: bool) -> None:
     """Every original of the window beside its copy: the counts (or JSON with every pair)."""
     since, until = window.bounds()
-    summary = await api.diff_summary(client, since=since, until=until, suffix=window.copies())
+    suffix = window.copies()
+    summary = await api.diff_summary(await connect(), since=since, until=until, suffix=suffix)
     if as_json:
         echo_json(summary)
         return
