@@ -11,6 +11,7 @@ from typing import IO, Any
 import typer
 from rich import box
 from rich.console import Console, Group, RenderableType
+from rich.progress import Progress
 from rich.table import Column, Table
 from rich.text import Text
 from rich.tree import Tree
@@ -82,6 +83,16 @@ def progress(awaited: str) -> Iterator[Callable[[str], None]]:
         return
     with err.status(Text(awaited)):
         yield err.print
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr that the caller moves (`advance(done, total)`); piped, nothing: the
+    lines a command prints are its record, the bar only shows a person how far it got."""
+    err = console(stderr=True)
+    with Progress(console=err, disable=not err.is_terminal, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def plain(view: RenderableType) -> str:

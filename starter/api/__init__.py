@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from coord.starter.api.rewind import rewind_chain as rewind_chain
     from coord.starter.api.rewind import rewind_plan as rewind_plan
     from coord.starter.api.rewind import rewind_saga as rewind_saga
+    from coord.starter.api.rewind_batch import diff_summary as diff_summary
+    from coord.starter.api.rewind_batch import rewind_many as rewind_many
     from coord.starter.api.routing import broadcast as broadcast
     from coord.starter.api.routing import deliver as deliver
     from coord.starter.api.sagas import cancel_saga as cancel_saga
