@@ -90,7 +90,10 @@ def planner_request(
     payload: JsonObject = {"goal": spec.goal}
     inputs: JsonObject = {
         "agents": agents,
-        "team": {name: member.model_dump() for name, member in spec.team.items()},
+        "team": {
+            name: member.model_dump(mode="json", exclude_defaults=True)
+            for name, member in spec.team.items()
+        },
     }
     if spec.planner is not None and spec.planner.choose_level:
         inputs["levels"] = {level.value: told for level, told in LEVELS_ASKED.items()}
