@@ -69,7 +69,6 @@ class ChainModel:
         self.intake.keep_after = self.log.keep_after
         self._context = context
         self._signals_per_run = chain_input.signals_per_run
-        self.rewind_of = chain_input.rewind_of
 
     def receive(self, arrival: Arrival) -> None:
         """An `event` signal's event, handed over once: it enters the intake's queue."""
@@ -269,7 +268,6 @@ class ChainModel:
             correlation_id=record.state.correlation_id,
             signals_per_run=self._signals_per_run,
             carried=ChainCarry(**(dict(record) | trimmed)),
-            rewind_of=self.rewind_of,
         )
 
 

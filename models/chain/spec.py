@@ -449,7 +449,8 @@ class ChainInput(BaseModel):
     correlation_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     carried: ChainCarry | None = None
     rewind_of: RewindOrigin | None = None
-    """Set on a rewound copy: the correlation and event it was rewound from."""
+    """Set on a rewound copy's first run: the correlation and event it was rewound from (its
+    record keeps it as `ChainState.rewind_of`, carried across continue-as-new)."""
     signals_per_run: int = Field(default=SERVER_SIGNALS_PER_RUN, ge=100, le=1_000_000)
     """The server's limit on signals per run, which the chain must continue-as-new before: it
     continues at a quarter of it (or when the server suggests), and from half of it holds new

@@ -214,14 +214,21 @@ async def publish(
     try:
         await with_backpressure(send, correlation_id)
     except (RPCError, WorkflowAlreadyStartedError) as error:
-        missing = (
-            f"no chain for correlation id {correlation_id!r}; start one with "
-            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
-        )
-        raise await undeliverable(
-            client, contract.chain_workflow_id(correlation_id), envelope, error, missing
-        ) from None
+        raise await _not_delivered(client, correlation_id, envelope, error) from None
     return contract.chain_workflow_id(correlation_id)
+
+
+async def _not_delivered(
+    client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
+) -> Undeliverable:
+    """Why a publish to the chain of `correlation_id` did not land (the event then parked)."""
+    missing = (
+        f"no chain for correlation id {correlation_id!r}; start one with "
+        "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+    )
+    return await undeliverable(
+        client, contract.chain_workflow_id(correlation_id), envelope, error, missing
+    )
 
 
 @api_call
@@ -255,13 +262,7 @@ async def publish_acked(
             "publish it again: events are deduplicated by id"
         ) from None
     except (RPCError, WorkflowAlreadyStartedError) as error:
-        missing = (
-            f"no chain for correlation id {correlation_id!r}; start one with "
-            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
-        )
-        raise await undeliverable(
-            client, contract.chain_workflow_id(correlation_id), envelope, error, missing
-        ) from None
+        raise await _not_delivered(client, correlation_id, envelope, error) from None
     return answers[-1]
 
 

@@ -138,16 +138,9 @@ async def rewind_saga(
     rewind = SagaRewind(
         of=RewindOrigin(original=saga_id, at=f"step {to_step} {point}"), steps=reused
     )
-    copy = spec.model_copy(
-        update={
-            "saga_id": copy_id,
-            "correlation_id": copy_id,
-            "agents": {**spec.agents, **(agents or {})},
-            "input": {**spec.input, **(input or {})},
-            "rewind": rewind,
-        }
-    )
-    return await start_saga(client, SagaSpec.model_validate(copy.model_dump()), queue=queue)
+    fields = {"saga_id": copy_id, "input": {**spec.input, **(input or {})}}
+    copy = copied(spec, copy_id, agents, rewind, **fields)
+    return await start_saga(client, copy, queue=queue)
 
 
 @api_call
@@ -176,15 +169,29 @@ async def rewind_plan(
         raise RewindRefused(str(error)) from None
     at = to_task or "its unfinished tasks"
     rewind = PlanRewind(of=RewindOrigin(original=plan_id, at=at), tasks=reused)
-    copy = spec.model_copy(
-        update={
-            "plan_id": copy_id,
-            "correlation_id": copy_id,
-            "agents": {**spec.agents, **(agents or {})},
-            "rewind": rewind,
-        }
-    )
-    return await start_plan(client, PlanSpec.model_validate(copy.model_dump()), queue=queue)
+    copy = copied(spec, copy_id, agents, rewind, plan_id=copy_id)
+    return await start_plan(client, copy, queue=queue)
+
+
+S = TypeVar("S", SagaSpec, PlanSpec)
+
+
+def copied(
+    spec: S,
+    copy_id: str,
+    agents: dict[str, AgentConfig] | None,
+    rewind: SagaRewind | PlanRewind,
+    **fields: Any,
+) -> S:
+    """A rewound copy's spec: its own id (`fields`) and correlation, the fixed `agents` over the
+    original's inline ones, and its past; validated again, as a spec that came in would be."""
+    update = {
+        "correlation_id": copy_id,
+        "agents": {**spec.agents, **(agents or {})},
+        "rewind": rewind,
+        **fields,
+    }
+    return type(spec).model_validate(spec.model_copy(update=update).model_dump())
 
 
 def recorded_step(record: SagaState, index: int) -> RecordedStep:
