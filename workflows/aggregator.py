@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
+        AGGREGATOR_REWIND_PATCH,
         DEADLINE_FIRST_PATCH,
         KEPT_RECORD_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
@@ -80,6 +81,8 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._model = AggregatorModel.begin(decode_json(raw_input, "aggregator spec"), start)
         except SpecError as error:
             self._model = AggregatorModel.invalid(str(error), workflow.now())
+        if self._model.rewound and workflow.patched(AGGREGATOR_REWIND_PATCH):
+            self._model.take_past(start)
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> AggregatorState:

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         AGENT_RUN_GATES_PATCH,
         VOTE_ANNOUNCES_PATCH,
         VOTE_FAN_OUT_PATCH,
+        VOTE_REWIND_PATCH,
     )
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import RunSettings, outcomes_landed, start_agent_run
@@ -75,7 +76,10 @@ class Vote(metaclass=SurplusStartArguments):
         self._changed(model)
         announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
         if workflow.patched(VOTE_ANNOUNCES_PATCH):
-            model.announce_to(announcements.send)
+            model.start_announcing(announcements.send)
+        if model.spec.rewind is not None and workflow.patched(VOTE_REWIND_PATCH):
+            model.take_past(workflow.info().workflow_start_time)
+            self._changed(model)
         try:
             await self._vote(model)
         finally:
@@ -134,8 +138,9 @@ class Vote(metaclass=SurplusStartArguments):
         self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]
     ) -> None:
         """Every voter's run, in as many workflow tasks as the budget needs (the ballots of the
-        first are counted meanwhile); once the outcome is known the rest never start."""
-        for voter in model.spec.voters:
+        first are counted meanwhile); once the outcome is known the rest never start. A rewound
+        copy's voters whose ballots it took from its original are not asked again."""
+        for voter in model.to_ask():
             if model.over:
                 return
             runs[voter] = run = await self._start_voter(model, voter)

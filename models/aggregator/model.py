@@ -66,13 +66,37 @@ class AggregatorModel:
         self.chain_joined = carried.chain_joined
         """Attached to its chain and looked back already: a continued run does neither again."""
         self._seen = dict.fromkeys(carried.seen)
+        self.first_run = False
+        """Made from a spec, not from what a previous run carried."""
 
     @classmethod
     def begin(cls, raw: Any, start: datetime) -> "AggregatorModel":
         """From the run's decoded input: a first run's deadline is `start` plus the timeout.
         Raises SpecError naming the field when the input is not a valid spec or carry."""
         spec, carried = parse_aggregator_input(raw)
-        return cls(spec, carried or cls._fresh(spec, start + spec.timeout))
+        model = cls(spec, carried or cls._fresh(spec, start + spec.timeout))
+        model.first_run = carried is None
+        return model
+
+    @property
+    def rewound(self) -> bool:
+        """A rewound copy's first run: it has a past to take (`take_past`)."""
+        return self.first_run and self.spec.rewind is not None
+
+    def take_past(self, start: datetime) -> None:
+        """A rewound copy starts from its original's join as it stood just before the point:
+        the slots filled then, counted as received and matched, their ids remembered (so the
+        same event heard again is a duplicate), and the deadline its original had left."""
+        past = self.spec.rewind
+        if past is None:
+            return
+        self.join.received = dict(past.slots)
+        for arrival in past.slots.values():
+            self._remember(arrival.event_id)
+        self.state.received += len(past.slots)
+        self.state.matched += len(past.slots)
+        if past.time_left is not None:
+            self.deadline = start + past.time_left
 
     @classmethod
     def invalid(cls, reason: str, now: datetime) -> "AggregatorModel":
@@ -82,7 +106,9 @@ class AggregatorModel:
     @staticmethod
     def _fresh(spec: AggregatorSpec, deadline: datetime) -> AggregatorCarry:
         state = AggregatorState(
-            aggregator_id=spec.aggregator_id, correlation_id=spec.correlation_id
+            aggregator_id=spec.aggregator_id,
+            correlation_id=spec.correlation_id,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
         return AggregatorCarry(
             state=state, join=spec.new_join(), deadline=deadline, seen=[], chain_joined=False

@@ -7,8 +7,10 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.events.envelope import EventEnvelope
-from coord.models.events.joins import JoinState, Slot
+from coord.models.events.joins import Arrival, JoinState, Slot
+from coord.models.events.rewind import RewindOrigin
 from coord.models.wire.contract import (
+    REWIND_OF,
     Pattern,
     SearchValues,
     aggregator_workflow_id,
@@ -16,6 +18,18 @@ from coord.models.wire.contract import (
 )
 from coord.models.wire.durations import Duration
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, parse_model
+
+
+class AggregatorRewind(BaseModel):
+    """A rewound copy's past: the slots its original's join held just before the rewind point
+    (slot index: the event that filled it), and the time its deadline had left then."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin
+    slots: dict[int, Arrival] = Field(default_factory=dict, max_length=MAX_ITEMS)
+    time_left: Duration | None = None
+    """None: the copy waits its whole `timeout`, as a new aggregator would."""
 
 
 class AggregatorSpec(BaseModel):
@@ -33,6 +47,8 @@ class AggregatorSpec(BaseModel):
     keep: Literal["first", "latest"] = "first"
     correlation_id: str | None = Field(default=None, pattern=IDENTIFIER, max_length=MAX_NAME)
     lookback: bool = False
+    rewind: AggregatorRewind | None = None
+    """Set on a rewound copy (`coord rewind`): the slots it takes from its original."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -44,6 +60,10 @@ class AggregatorSpec(BaseModel):
             )
         if self.lookback and self.correlation_id is None:
             raise ValueError("lookback: needs correlation_id (it reads that correlation's chain)")
+        if self.rewind is not None:
+            outside = sorted(i for i in self.rewind.slots if not 0 <= i < len(self.wait_for))
+            if outside:
+                raise ValueError(f"rewind.slots: {outside[0]} is no slot of wait_for")
         return self
 
     def new_join(self) -> JoinState:
@@ -103,6 +123,8 @@ class AggregatorState(BaseModel):
     """Why reading the chain's earlier events failed, when it did; the join went on without."""
     emitted: EventEnvelope | None = None
     published_to_chain: bool = False
+    rewind_of: str | None = None
+    """A rewound copy's original and event (`CoordRewindOf`): `<correlation>@<event id>`."""
 
     def as_of(self, now: datetime) -> "AggregatorState":
         """The record with the time left until the deadline, seen at `now`."""
@@ -114,9 +136,12 @@ class AggregatorState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""
         key = self.correlation_id or self.aggregator_id
-        return coordination_attributes(
+        values = coordination_attributes(
             correlation_id=key, pattern=Pattern.AGGREGATOR, status=self.status
         )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values
 
 
 class AggregatorCarry(BaseModel):

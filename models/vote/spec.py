@@ -20,11 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import share_needed
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.taxonomy import BallotCast, DecisionMade, Payload, VoteOpened
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import (
+    REWIND_OF,
     FailureType,
     Pattern,
     SearchValues,
@@ -106,10 +108,16 @@ class VoteSpec(VoteRules):
     """What is voted on: each voter's run receives it as its event's payload."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
+    rewind: "VoteRewind | None" = None
+    """Set on a rewound copy (`coord rewind`): the ballots it takes from its original."""
 
     @model_validator(mode="after")
     def _correlated(self) -> Self:
         self.correlation_id = self.correlation_id or self.vote_id
+        if self.rewind is not None:
+            strangers = [b.voter for b in self.rewind.ballots if b.voter not in self.voters]
+            if strangers:
+                raise ValueError(f"rewind.ballots: {strangers[0]!r} is no voter of the vote")
         return self
 
     @classmethod
@@ -163,6 +171,23 @@ class Ballot(BaseModel):
     the deciding ballot counts; no later ballot can change an outcome, only complete the tally."""
 
 
+class VoteRewind(BaseModel):
+    """A rewound copy's past: the ballots its original's voters cast before the rewind point
+    (counted again, never asked of their agents), the id of its original's `VoteOpened` (the
+    cause of the copy's later events) and the time its deadline had left then."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin
+    ballots: list[Ballot] = Field(default_factory=list, max_length=MAX_ITEMS)
+    opened: str | None = Field(default=None, max_length=MAX_NAME)
+    time_left: Duration | None = None
+    """None: the copy waits its whole `deadline`, as a new vote would."""
+
+
+VoteSpec.model_rebuild()
+
+
 class VoterAnswer(BaseModel):
     """What a voter's agent answers; other keys are ignored."""
 
@@ -204,6 +229,8 @@ class VoteState(BaseModel):
     summary: str = ""
     events: list[TimelineEntry] = Field(default_factory=list)
     """The events the vote announced, as rows of the correlation table."""
+    rewind_of: str | None = None
+    """A rewound copy's original and event (`CoordRewindOf`): `<correlation>@<event id>`."""
 
     def tally(self) -> Tally:
         """The counted ballots by choice."""
@@ -237,7 +264,12 @@ class VoteState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""
         key = self.correlation_id or self.vote_id
-        return coordination_attributes(correlation_id=key, pattern=Pattern.VOTE, status=self.status)
+        values = coordination_attributes(
+            correlation_id=key, pattern=Pattern.VOTE, status=self.status
+        )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values
 
 
 def summary_line(state: VoteState) -> str:
@@ -278,9 +310,37 @@ class VoteModel:
             voters=list(spec.voters),
             needed=spec.needed,
             deadline=started_at + spec.deadline,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
         state.summary = summary_line(state)
         return cls(spec, state)
+
+    def take_past(self, started_at: datetime) -> None:
+        """A rewound copy starts from its original as it stood just before the point: the
+        ballots cast then are counted (and decide, should they), announced no more (the copy's
+        correlation holds them), and its later events are caused by the original's opening."""
+        past = self.spec.rewind
+        if past is None:
+            return
+        self._opened = past.opened
+        if past.time_left is not None:
+            self.state.deadline = started_at + past.time_left
+        for ballot in past.ballots:
+            self.state.ballots.append(ballot.model_copy(update={"counted": True}))
+        self.state.summary = summary_line(self.state)
+        if past.ballots:
+            self._decide(past.ballots[-1].at, self._opened)
+
+    def start_announcing(self, sink: Callable[[EventEnvelope], None]) -> None:
+        """Announce from now on; a rewound copy's opening is its original's, in its past."""
+        if self.spec.rewind is None:
+            self.announce_to(sink)
+        else:
+            self._sink = sink
+
+    def to_ask(self) -> list[str]:
+        """The voters whose agents are asked: those without a ballot yet."""
+        return [voter for voter in self.spec.voters if self.state.ballot_of(voter) is None]
 
     @property
     def over(self) -> bool:

@@ -197,3 +197,14 @@ LOG_SEGMENTS_PATCH = "chain-writes-its-log-in-segments"
 in segments (`write_log_segment`, one per 200 rows or 1 MiB of payload, the rest when the chain
 ends) and keep every row not yet written in the timeline they carry across continue-as-new; runs
 recorded before kept only the window, and scheduled no such activity."""
+
+AGGREGATOR_REWIND_PATCH = "aggregator-takes-its-rewound-past"
+"""Since 2026-11-27, in aggregator: A rewound copy's first run (its spec's `rewind` set, which
+no run recorded before could carry) starts from the slots its original held just before the
+rewind point and the deadline it had left then, so it may complete on its first event."""
+
+VOTE_REWIND_PATCH = "vote-takes-its-rewound-ballots"
+"""Since 2026-11-27, in vote: A rewound copy (its spec's `rewind` set, which no run recorded
+before could carry) counts the ballots its original's voters cast before the rewind point and
+starts runs only for the other voters; it announces neither `VoteOpened` nor those ballots
+again (its correlation's copy holds them), its later events caused by the original's opening."""

@@ -37,7 +37,9 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
         "static_details": spec.description or None,
         "search_attributes": contract.as_start_attributes(
             AggregatorState(
-                aggregator_id=spec.aggregator_id, correlation_id=spec.correlation_id
+                aggregator_id=spec.aggregator_id,
+                correlation_id=spec.correlation_id,
+                rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
             ).search_attributes()
         ),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,

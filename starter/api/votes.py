@@ -31,7 +31,8 @@ async def start_vote(
 ) -> WorkflowHandle[Any, VoteState]:
     """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
     its record. `eager`: this client's own worker takes its first task (`start_run`)."""
-    first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
+    rewind_of = spec.rewind.of.search_value() if spec.rewind else None
+    first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id, rewind_of=rewind_of)
     summary, details = vote_summary(spec), spec.description or None
     return await start_run(client, Vote.run, spec, first, queue, summary, details, eager=eager)
 

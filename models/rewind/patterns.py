@@ -1,0 +1,96 @@
+"""What a rewound copy of a correlation's aggregators and votes takes from their originals.
+
+A pattern of the correlation that was at work at the rewind point (started before it, not yet
+ended) is copied into the new correlation starting from its state just before the point:
+- an aggregator from the slots its join held: the log's rows before the point that it heard,
+  offered to a fresh join of its spec in their order (so `keep: latest` and quorums hold as
+  they did), and the time its deadline had left;
+- a vote from the ballots its voters had cast: those whose `BallotCast` the log holds before
+  the point, never asked of their agents again, and the time its deadline had left.
+
+A pattern that ended before the point is part of the copy's past (its events are among the
+rows the copy takes as recorded) and is not copied; one started after the point is not copied
+either: the copy's chain starts what it would start (its votes), and nothing else is started
+on the copy's behalf."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+
+from coord.models.aggregator.spec import AggregatorRewind, AggregatorSpec, AggregatorState
+from coord.models.events.envelope import LIFECYCLE_NOTICES
+from coord.models.events.rewind import RewindOrigin
+from coord.models.events.timeline import TimelineEntry
+from coord.models.vote.spec import VoteRewind, VoteSpec, VoteState
+
+
+class PatternRun(BaseModel):
+    """A run of one of the correlation's patterns, as visibility lists it."""
+
+    workflow_id: str
+    started_at: datetime
+    closed_at: datetime | None = None
+    parent: str | None = None
+    """The workflow that started it (a chain's or a plan's vote): that one's rewind covers it."""
+
+    def at_work(self, point: TimelineEntry) -> bool:
+        """Started on its own before the point, and not ended before it."""
+        ended_before = self.closed_at is not None and self.closed_at < point.time
+        return self.parent is None and self.started_at < point.time and not ended_before
+
+
+def time_left(deadline: datetime | None, point: TimelineEntry) -> timedelta | None:
+    """What a deadline had left at the point (None: the copy waits as long as a new one)."""
+    return None if deadline is None else max(deadline - point.time, timedelta())
+
+
+def aggregator_past(
+    spec: AggregatorSpec,
+    record: AggregatorState,
+    before: Sequence[TimelineEntry],
+    *,
+    run: PatternRun,
+    point: TimelineEntry,
+    origin: RewindOrigin,
+) -> AggregatorRewind | None:
+    """The slots `spec`'s aggregator held just before `point`, from the rows `before` it that
+    it heard: every one with `lookback`, else those recorded once it ran, and those its record
+    names as filling a slot. None when it had ended by then: its event is in the past."""
+    if record.emitted is not None and record.emitted.event.id in {r.event_id for r in before}:
+        return None
+    named = {slot.event_id for slot in record.slots if slot.event_id}
+    join = spec.new_join()
+    for row in before:
+        heard = spec.lookback or row.time >= run.started_at or row.event_id in named
+        if heard and row.event not in LIFECYCLE_NOTICES:
+            join.offer(row.to_envelope(), row.time)
+    if join.satisfied:
+        return None
+    return AggregatorRewind(
+        of=origin, slots=join.received, time_left=time_left(record.deadline, point)
+    )
+
+
+def vote_past(
+    spec: VoteSpec,
+    record: VoteState,
+    before: Sequence[TimelineEntry],
+    *,
+    point: TimelineEntry,
+    origin: RewindOrigin,
+) -> VoteRewind | None:
+    """The ballots `spec`'s vote counted just before `point`: those whose `BallotCast` the rows
+    `before` it hold. None when it had decided by then: its outcome is in the past."""
+    source = f"/vote/{spec.vote_id}"
+    own = [row for row in before if row.agent == source]
+    if any(row.event == "DecisionMade" for row in own):
+        return None
+    cast = {str(row.payload.get("voter")) for row in own if row.event == "BallotCast"}
+    opened = next((row.event_id for row in own if row.event == "VoteOpened"), None)
+    return VoteRewind(
+        of=origin,
+        ballots=[ballot for ballot in record.ballots if ballot.voter in cast and ballot.counted],
+        opened=opened,
+        time_left=time_left(record.deadline, point),
+    )
