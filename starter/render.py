@@ -255,7 +255,8 @@ def doing_now(task: TaskRecord) -> str:
 
 
 def diff_table(diff: CorrelationDiff) -> Group:
-    """Two correlations side by side, one aligned row per event, and the counts under them."""
+    """Two correlations side by side: each pattern's outcome on both sides, then one aligned
+    row per event, and the counts under them."""
     labels = {
         RowStatus.SAME: "same",
         RowStatus.CHANGED: "changed",
@@ -271,8 +272,11 @@ def diff_table(diff: CorrelationDiff) -> Group:
             _side(row.right),
             ", ".join(row.changed) or "-",
         )
+    outcomes = table("Pattern", "Run", diff.left, diff.right)
+    for run in diff.outcomes:
+        outcomes.add_row(run.pattern, run.workflow_id, run.left or "-", run.right or "-")
     counts = ", ".join(f"{n} {labels[s]}" for s, n in diff.counts().items())
-    return Group(view, Text(counts))
+    return Group(outcomes, view, Text(counts))
 
 
 def _side(entry: TimelineEntry | None) -> str:

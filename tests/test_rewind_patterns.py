@@ -53,7 +53,9 @@ LOG = [
 
 
 def waiting(deadline: datetime = START + timedelta(hours=2)) -> AggregatorState:
-    return AggregatorState(aggregator_id="phase1-complete", correlation_id="story", deadline=deadline)
+    return AggregatorState(
+        aggregator_id="phase1-complete", correlation_id="story", deadline=deadline
+    )
 
 
 def test_an_aggregator_takes_the_slots_its_join_held_before_the_point() -> None:
@@ -103,7 +105,7 @@ def test_the_copy_starts_from_the_slots_and_completes_on_the_next_event() -> Non
 def test_a_past_naming_a_slot_the_spec_lacks_is_refused() -> None:
     arrival = {"event_id": "e2", "source": "/x", "received_at": START.isoformat()}
     rewind = {"of": ORIGIN.model_dump(), "slots": {"7": arrival}}
-    with pytest.raises(SpecError, match="rewind.slots: 7 is no slot"):
+    with pytest.raises(SpecError, match=r"rewind\.slots: 7 is no slot"):
         AggregatorModel.begin(phase1_document(rewind=rewind), START)
 
 
@@ -137,7 +139,7 @@ def test_a_vote_takes_the_ballots_cast_before_the_point() -> None:
     assert past is not None
     assert [b.voter for b in past.ballots] == ["alice"] and past.opened == "e1"
     assert past.time_left == timedelta(minutes=5) - timedelta(seconds=3)
-    decided = log + [row(4, "DecisionMade", "/vote/release", "e3")]
+    decided = [*log, row(4, "DecisionMade", "/vote/release", "e3")]
     assert vote_past(vote_spec(), record, decided, point=row(5, "X"), origin=ORIGIN) is None
 
 
@@ -158,5 +160,5 @@ def test_the_copy_counts_its_past_ballots_and_asks_only_the_others() -> None:
 
 def test_a_past_ballot_of_no_voter_is_refused() -> None:
     past = {"of": ORIGIN, "ballots": [cast("mallory", Choice.APPROVE, 2)]}
-    with pytest.raises(ValueError, match="rewind.ballots: 'mallory' is no voter"):
+    with pytest.raises(ValueError, match=r"rewind\.ballots: 'mallory' is no voter"):
         vote_spec(rewind=past)

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from coord.models.events.timeline import TimelineEntry
+from coord.models.rewind.patterns import copy_name
 
 
 class RowStatus(StrEnum):
@@ -37,10 +38,32 @@ class RowDiff(BaseModel):
     """What differs between the two: `source`, or `payload.<field>` for each payload field."""
 
 
+class ListedRun(BaseModel):
+    """One of a correlation's runs as visibility lists it: its pattern, workflow id and
+    status (`CoordStatus`)."""
+
+    pattern: str
+    workflow_id: str
+    status: str
+
+
+class PatternOutcome(BaseModel):
+    """A pattern's outcome on each side (None where that side has no such run)."""
+
+    pattern: str
+    workflow_id: str
+    """The left side's workflow id (the right's, for a run only the right has)."""
+    left: str | None = None
+    right: str | None = None
+
+
 class CorrelationDiff(BaseModel):
     left: str
     right: str
     rows: list[RowDiff] = Field(default_factory=list)
+    outcomes: list[PatternOutcome] = Field(default_factory=list)
+    """Each pattern's outcome on both sides: the chain's, each aggregator's, vote's, saga's
+    and plan's, paired by workflow id with the left's correlation id read as the right's."""
 
     def counts(self) -> dict[RowStatus, int]:
         """How many rows of each status, every status named (zero included)."""
@@ -88,6 +111,26 @@ def diff_logs(
         ordered.append(((row.seq, 1), only))
     ordered.sort(key=lambda item: item[0])
     return CorrelationDiff(left=left_id, right=right_id, rows=[row for _, row in ordered])
+
+
+def pair_outcomes(
+    left_id: str, left: Sequence[ListedRun], right_id: str, right: Sequence[ListedRun]
+) -> list[PatternOutcome]:
+    """Each run of the left beside its counterpart on the right: the run whose workflow id is
+    the left's with `left_id` read as `right_id` (`copy_name`, how a rewound copy names its
+    patterns' copies), then the right's runs without one."""
+    others = {run.workflow_id: run for run in right}
+    paired = []
+    for run in left:
+        counterpart = others.pop(copy_name(run.workflow_id, left_id, right_id), None)
+        status = counterpart.status if counterpart else None
+        paired.append(PatternOutcome(**_side_of(run), left=run.status, right=status))
+    paired += [PatternOutcome(**_side_of(run), right=run.status) for run in others.values()]
+    return paired
+
+
+def _side_of(run: ListedRun) -> dict[str, str]:
+    return {"pattern": run.pattern, "workflow_id": run.workflow_id}
 
 
 def _keyed(rows: Sequence[TimelineEntry], keys: dict[str, str]) -> list[tuple[TimelineEntry, str]]:

@@ -23,6 +23,7 @@ from coord.models.events.envelope import LIFECYCLE_NOTICES
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.vote.spec import VoteRewind, VoteSpec, VoteState
+from coord.models.wire.specs import MAX_NAME
 
 
 class PatternRun(BaseModel):
@@ -33,6 +34,15 @@ class PatternRun(BaseModel):
     closed_at: datetime | None = None
     parent: str | None = None
     """The workflow that started it (a chain's or a plan's vote): that one's rewind covers it."""
+
+    def spanning(self, other: "PatternRun") -> "PatternRun":
+        """Two runs of one workflow (continued as new) as one: from the first start to the
+        last close (None while either runs)."""
+        closed = None
+        if self.closed_at is not None and other.closed_at is not None:
+            closed = max(self.closed_at, other.closed_at)
+        started = min(self.started_at, other.started_at)
+        return self.model_copy(update={"started_at": started, "closed_at": closed})
 
     def at_work(self, point: TimelineEntry) -> bool:
         """Started on its own before the point, and not ended before it."""
@@ -94,3 +104,10 @@ def vote_past(
         opened=opened,
         time_left=time_left(record.deadline, point),
     )
+
+
+def copy_name(name: str, original: str, copy_id: str) -> str:
+    """A copied pattern's own id (a vote's, a saga's): the original's with the correlation id
+    in it replaced by the copy's, or the copy's appended; what `coord diff` pairs them by."""
+    named = name.replace(original, copy_id) if original in name else f"{name}-{copy_id}"
+    return named[:MAX_NAME]

@@ -35,6 +35,18 @@ class Redelivery(BaseModel):
     row: TimelineEntry
 
 
+class PatternCopy(BaseModel):
+    """A pattern of the original copied into the rewound correlation."""
+
+    pattern: str
+    original: str
+    """Its workflow id in the original correlation."""
+    copy_id: str
+    """Its copy's workflow id."""
+    taken: int
+    """What the copy took from its past: an aggregator's slots, a vote's ballots."""
+
+
 class RewindPlan(BaseModel):
     original: str
     copy_id: str
@@ -45,6 +57,19 @@ class RewindPlan(BaseModel):
     redelivered: list[Redelivery] = Field(default_factory=list)
     regenerated: list[str] = Field(default_factory=list)
     """The event ids the copy makes anew (listed so a diff can say what to expect)."""
+    copies: list[PatternCopy] = Field(default_factory=list)
+    """The patterns at work at the point, copied with their state just before it."""
+
+    def made_by_copies(self, sources: set[str]) -> None:
+        """The events after the point that copied patterns announced (`/vote/<id>`,
+        `/aggregator/<id>`) are theirs to make again: regenerated, never re-delivered."""
+        kept = []
+        for item in self.redelivered:
+            if item.row.agent in sources and item.row.event_id != self.point:
+                self.regenerated.append(item.row.event_id)
+            else:
+                kept.append(item)
+        self.redelivered = kept
 
     def schedule(self, speed: float | None) -> list[tuple[float, TimelineEntry]]:
         """When to send each re-delivered row, in seconds after the copy starts: the original

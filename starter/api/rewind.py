@@ -2,12 +2,13 @@
 
 A rewind reads the original chain's whole log (`read_log`), splits it at the rewind point
 (`coord.models.rewind.plan`), starts the copy's chain marked with where it comes from, hands it
-the past as recorded events (matched, never run again), then re-delivers what came from outside
-after the point in its original order and timing; from the point on, the copy runs for real
-with its own agents and spec. The original is only read, never sent anything."""
+the past as recorded events (matched, never run again), copies the aggregators and votes at work
+at the point with their slots and ballots then (`rewind_patterns`), then re-delivers what came
+from outside after the point in its original order and timing; from the point on, the copy runs
+for real with its own agents and specs. The original is only read, never sent anything."""
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -25,7 +26,7 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
 from coord.models.plan.rewind import reused_tasks
 from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState
-from coord.models.rewind.diff import CorrelationDiff, diff_logs
+from coord.models.rewind.diff import CorrelationDiff, diff_logs, pair_outcomes
 from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
@@ -34,6 +35,7 @@ from coord.starter.api.chains import chain_handle, publish, start_chain
 from coord.starter.api.common import api_call
 from coord.starter.api.log import read_log
 from coord.starter.api.plans import plan_handle, plan_state, start_plan
+from coord.starter.api.rewind_patterns import PatternRewind, listed_runs, started_input
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
 M = TypeVar("M", bound=BaseModel)
@@ -53,13 +55,20 @@ async def rewind_chain(
     agents: dict[str, AgentConfig] | None = None,
     speed: float | None = None,
     queue: str | None = None,
+    specs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RewindPlan:
-    """Rewind the chain of `original` to the event `to` onto the new correlation `copy_id`,
-    with `spec` instead of the original's and `agents` declared inline (fixed agents); the
-    past is re-delivered its original gaps divided by `speed` (None or 0: at once). Returns the
-    plan it followed. RewindRefused when the log before the point is incomplete."""
+    """Rewind the correlation `original` to the event `to` onto the new correlation
+    `copy_id`: its chain, with `spec` instead of the original's, and each aggregator and vote
+    at work at that point (`rewind_patterns`), with `specs[name]` (a spec document) instead of
+    the original's where given; `agents` are declared inline in every copy (fixed agents).
+    What came from outside after the point is re-delivered its original gaps divided by
+    `speed` (None or 0: at once). Returns the plan it followed. RewindRefused when the log
+    before the point is incomplete, or a name of `specs` matches no pattern at work."""
     log = [row async for row in read_log(client, original)]
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
+    point = next(row for row in log if row.event_id == plan.point)
+    patterns = PatternRewind(client, plan, agents=agents, specs=specs, queue=queue)
+    plan.made_by_copies(await patterns.find(point))
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
@@ -69,6 +78,7 @@ async def rewind_chain(
         await handle.signal(
             contract.RECORDED_SIGNAL, RecordedEvents(events=batch).model_dump(mode="json")
         )
+    await patterns.start(plan.recorded, point)
     await redeliver(client, plan, speed)
     return plan
 
@@ -209,16 +219,16 @@ def recorded_step(record: SagaState, index: int) -> RecordedStep:
 
 async def started_with(client: Client, handle: WorkflowHandle[Any, Any], model: type[M]) -> M:
     """What the workflow's current run was started with, read from its history."""
-    history = await handle.fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
-    [raw] = await client.data_converter.decode(started.input.payloads[:1])
-    return model.model_validate(raw)
+    return model.model_validate(await started_input(client, handle))
 
 
 @api_call
 async def diff_correlations(client: Client, left: str, right: str) -> CorrelationDiff:
     """The correlations `left` and `right` side by side (a rewound copy beside its original)."""
-    return diff_logs(left, await _in_order(client, left), right, await _in_order(client, right))
+    compared = diff_logs(left, await _in_order(client, left), right, await _in_order(client, right))
+    runs = [await listed_runs(client, left), await listed_runs(client, right)]
+    compared.outcomes = pair_outcomes(left, runs[0], right, runs[1])
+    return compared
 
 
 async def _in_order(client: Client, correlation_id: str) -> list[TimelineEntry]:
