@@ -18,6 +18,7 @@ from coord.models.vote.spec import VOTE_REQUESTED, VoteSpec, VoteStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.starter.api.rewind_patterns import attached
 from coord.worker import build_worker
 from tests.conftest import ROOT
 from tests.helpers import eventually
@@ -70,7 +71,11 @@ async def test_a_correlation_rewound_copies_its_aggregator_and_vote_with_their_p
     team = Team()
     chain = ChainSpec.model_validate(read_document(USER_STORY))
     phase1 = read_document(ROOT / "examples" / "phase1-aggregator.yaml")
-    aggregator = AggregatorSpec.model_validate({**phase1, "correlation_id": original})
+    # Without lookback: it hears only what its chain forwards once attached, so the copy's
+    # slots before the point come from its past, not from reading the copy's chain.
+    aggregator = AggregatorSpec.model_validate(
+        {**phase1, "correlation_id": original, "lookback": False}
+    )
     vote = VoteSpec(
         vote_id=f"release-{task_queue}",
         correlation_id=original,
@@ -81,6 +86,7 @@ async def test_a_correlation_rewound_copies_its_aggregator_and_vote_with_their_p
     async with build_worker(client, task_queue, team.registry()):
         await api.start_chain(client, chain, original, queue=task_queue)
         await api.start_aggregator(client, aggregator, queue=task_queue)
+        await attached(client, original, {aggregator.workflow_id})
         await api.start_vote(client, vote, queue=task_queue)
 
         async def alice_voted() -> bool:
