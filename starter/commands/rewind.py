@@ -2,13 +2,13 @@
 correlations side by side, a rewound copy beside its original."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.declared import read_agents_file
-from coord.models.wire.specs import SpecError, load_spec
+from coord.models.wire.specs import SpecError, load_spec, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
 from coord.starter.commands.rewind_batch import (
@@ -47,7 +47,10 @@ async def rewind(
         Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
     ] = None,
     specs: Annotated[
-        list[str] | None, typer.Option("--spec", help="PATTERN=FILE: the copy's spec (chain=...)")
+        list[str] | None,
+        typer.Option(
+            "--spec", help="PATTERN=FILE: a copy's spec (chain=..., or an aggregator or vote id)"
+        ),
     ] = None,
     speed: Annotated[
         float,
@@ -66,38 +69,57 @@ async def rewind(
     the original's log (no agent runs again for it), what came after from outside is sent
     again, and the rest is made anew by the copy's agents. The original is never touched.
     With --all, every chain started between --since and --until, each onto `<C><SUFFIX>`."""
-    spec = copy_spec(specs or [])
+    spec, pattern_specs = copy_specs(specs or [])
     agents = read_agents_file(agents_file).agents if agents_file else None
     if batch:
         window = Window(since, until, suffix)
+        if pattern_specs:
+            raise SpecError("--spec: with --all, give chain=FILE only (each batch has its own)")
         await rewind_all(window, (where, to_type, spec, agents, concurrency), as_json)
         return
     if correlation_id is None or to is None or copy_id is None:
         raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")
     client = await connect()
     plan = await api.rewind_chain(
-        client, correlation_id, to=to, copy_id=copy_id, spec=spec, agents=agents, speed=speed
+        client,
+        correlation_id,
+        to=to,
+        copy_id=copy_id,
+        spec=spec,
+        agents=agents,
+        speed=speed,
+        specs=pattern_specs,
     )
     if as_json:
         echo_json(plan)
-    else:
-        typer.echo(
-            f"rewound {correlation_id} at {plan.point} onto {copy_id}: {len(plan.recorded)} events "
-            f"taken as recorded, {len(plan.redelivered)} sent again, "
-            f"{len(plan.regenerated)} to be made anew"
-        )
+        return
+    typer.echo(
+        f"rewound {correlation_id} at {plan.point} onto {copy_id}: {len(plan.recorded)} events "
+        f"taken as recorded, {len(plan.redelivered)} sent again, "
+        f"{len(plan.regenerated)} to be made anew"
+    )
+    for copy in plan.copies:
+        taken = "slots" if copy.pattern == "aggregator" else "ballots"
+        typer.echo(f"  {copy.pattern} {copy.original} -> {copy.copy_id} ({copy.taken} {taken})")
 
 
-def copy_spec(specs: list[str]) -> ChainSpec | None:
-    """The `--spec PATTERN=FILE` options: a chain spec for the copy (the only pattern a rewind
-    re-runs yet), or None to keep the original's."""
+def copy_specs(specs: list[str]) -> tuple[ChainSpec | None, dict[str, dict[str, Any]]]:
+    """The `--spec PATTERN=FILE` options: a chain spec for the copy (`chain=FILE`; None keeps
+    the original's) and, by aggregator or vote id, the spec documents of those copies."""
     chain: ChainSpec | None = None
+    documents: dict[str, dict[str, Any]] = {}
     for option in specs:
         pattern, _, path = option.partition("=")
-        if pattern != "chain" or not path:
-            raise SpecError(f"--spec: {option!r}: give chain=FILE (a rewind re-runs the chain)")
-        chain = load_spec(ChainSpec, Path(path))
-    return chain
+        if not pattern or not path:
+            raise SpecError(f"--spec: {option!r}: give PATTERN=FILE (chain, or a pattern's id)")
+        if pattern == "chain":
+            chain = load_spec(ChainSpec, Path(path))
+        else:
+            document = read_document(Path(path))
+            if not isinstance(document, dict):
+                raise SpecError(f"--spec: {option!r}: {path} holds no spec (a mapping)")
+            documents[pattern] = document
+    return chain, documents
 
 
 @app.command()
