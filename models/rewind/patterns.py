@@ -6,7 +6,11 @@ ended) is copied into the new correlation starting from its state just before th
   offered to a fresh join of its spec in their order (so `keep: latest` and quorums hold as
   they did), and the time its deadline had left;
 - a vote from the ballots its voters had cast: those whose `BallotCast` the log holds before
-  the point, never asked of their agents again, and the time its deadline had left.
+  the point, never asked of their agents again, and the time its deadline had left;
+- a saga to its step at the point: the steps that had completed before it (their events among
+  the rows before the point) are reused, the next runs again;
+- a plan to its tasks at the point: the tasks that had succeeded before it (their
+  `TaskCompleted` among the rows before the point) are reused, the others run again.
 
 A pattern that ended before the point is part of the copy's past (its events are among the
 rows the copy takes as recorded) and is not copied; one started after the point is not copied
@@ -22,6 +26,8 @@ from coord.models.aggregator.spec import AggregatorRewind, AggregatorSpec, Aggre
 from coord.models.events.envelope import LIFECYCLE_NOTICES
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState, ReusedTask, TaskState
+from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.vote.spec import VoteRewind, VoteSpec, VoteState
 from coord.models.wire.specs import MAX_NAME
 
@@ -104,6 +110,41 @@ def vote_past(
         opened=opened,
         time_left=time_left(record.deadline, point),
     )
+
+
+def saga_past(
+    spec: SagaSpec, record: SagaState, before: Sequence[TimelineEntry], *, origin: RewindOrigin
+) -> SagaRewind | None:
+    """The saga's first steps that had completed before the point, as the copy reuses them.
+    None when every step had: the saga's outcome is in the past."""
+    ids = {row.event_id for row in before}
+    events = {row.event_id: row for row in record.events}
+    steps: list[RecordedStep] = []
+    for done in sorted(record.completed_steps, key=lambda d: d.step):
+        event = events.get(done.event_id)
+        if done.step != len(steps) + 1 or done.event_id not in ids or event is None:
+            break
+        steps.append(RecordedStep(name=done.name, result=event.payload, event=event))
+    return None if len(steps) >= len(spec.steps) else SagaRewind(of=origin, steps=steps)
+
+
+def plan_past(
+    spec: PlanSpec, record: PlanState, before: Sequence[TimelineEntry], *, origin: RewindOrigin
+) -> PlanRewind | None:
+    """The plan's tasks that had succeeded before the point (their `TaskCompleted` among the
+    rows before it), as the copy reuses them. None when every task had."""
+    ids = {row.event_id for row in before}
+    done = {
+        str(row.payload.get("task"))
+        for row in record.events
+        if row.event == "TaskCompleted" and row.event_id in ids
+    }
+    reused = [
+        ReusedTask(id=task.id, result=task.result, result_ref=task.result_ref)
+        for task in record.tasks
+        if task.state == TaskState.SUCCEEDED and task.id in done
+    ]
+    return None if len(reused) >= len(spec.tasks) else PlanRewind(of=origin, tasks=reused)
 
 
 def copy_name(name: str, original: str, copy_id: str) -> str:

@@ -44,7 +44,8 @@ class PatternCopy(BaseModel):
     copy_id: str
     """Its copy's workflow id."""
     taken: int
-    """What the copy took from its past: an aggregator's slots, a vote's ballots."""
+    """What the copy took from its past: an aggregator's slots, a vote's ballots, a saga's
+    steps, a plan's tasks."""
 
 
 class RewindPlan(BaseModel):
@@ -60,12 +61,12 @@ class RewindPlan(BaseModel):
     copies: list[PatternCopy] = Field(default_factory=list)
     """The patterns at work at the point, copied with their state just before it."""
 
-    def made_by_copies(self, sources: set[str]) -> None:
-        """The events after the point that copied patterns announced (`/vote/<id>`,
-        `/aggregator/<id>`) are theirs to make again: regenerated, never re-delivered."""
+    def made_by_copies(self, events: set[str]) -> None:
+        """The events after the point of the patterns copied beside the chain (their ids in
+        `events`) are their copies' to make again: regenerated, never re-delivered."""
         kept = []
         for item in self.redelivered:
-            if item.row.agent in sources and item.row.event_id != self.point:
+            if item.row.event_id in events and item.row.event_id != self.point:
                 self.regenerated.append(item.row.event_id)
             else:
                 kept.append(item)

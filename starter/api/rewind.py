@@ -68,7 +68,7 @@ async def rewind_chain(
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
     point = next(row for row in log if row.event_id == plan.point)
     patterns = PatternRewind(client, plan, agents=agents, specs=specs, queue=queue)
-    plan.made_by_copies(await patterns.find(point))
+    plan.made_by_copies(await patterns.prepare(plan.recorded, point))
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
@@ -78,7 +78,7 @@ async def rewind_chain(
         await handle.signal(
             contract.RECORDED_SIGNAL, RecordedEvents(events=batch).model_dump(mode="json")
         )
-    await patterns.start(plan.recorded, point)
+    await patterns.start()
     await redeliver(client, plan, speed)
     return plan
 

@@ -1,40 +1,71 @@
-"""The patterns of a rewound correlation beside its chain: each aggregator and vote the
-original ran on its own and that was at work at the rewind point is copied into the new
-correlation with its state just before the point (`coord.models.rewind.patterns`).
+"""The patterns of a rewound correlation beside its chain: each aggregator, vote, saga and plan
+the original ran on its own (not as a chain's or a plan's child) and that was at work at the
+rewind point is copied into the new correlation with its state just before the point
+(`coord.models.rewind.patterns`).
 
-The copies start after the copy's chain has its past, and the re-delivery waits until every
-aggregator copy is attached to that chain, so none misses an event sent again."""
+Every copy's spec is made and validated before anything starts, so a refusal leaves nothing
+behind. The copies start after the copy's chain has its past, and the re-delivery waits until
+every aggregator copy is attached to that chain, so none misses an event sent again."""
 
 import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
-from temporalio.client import Client
+from pydantic import BaseModel
+from temporalio.client import Client, WorkflowHandle
 
 from coord.models.aggregator.spec import AggregatorSpec, parse_aggregator_input
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
+from coord.models.plan.spec import PlanSpec
 from coord.models.rewind.diff import ListedRun
-from coord.models.rewind.patterns import PatternRun, aggregator_past, copy_name, vote_past
+from coord.models.rewind.patterns import (
+    PatternRun,
+    aggregator_past,
+    copy_name,
+    plan_past,
+    saga_past,
+    vote_past,
+)
 from coord.models.rewind.plan import PatternCopy, RewindPlan, RewindRefused
+from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.models.wire import contract
 from coord.models.wire.specs import parse_model
 from coord.starter.api.aggregators import aggregator_handle, aggregator_state, start_aggregator
 from coord.starter.api.chains import chain_state
 from coord.starter.api.common import NoWorker
+from coord.starter.api.plans import plan_handle, plan_record, start_plan
+from coord.starter.api.sagas import saga_handle, saga_record, start_saga
 from coord.starter.api.votes import start_vote, vote_handle, vote_state
 
-COPIED = (contract.Pattern.AGGREGATOR, contract.Pattern.VOTE)
+Pattern = contract.Pattern
+COPIED = (Pattern.AGGREGATOR, Pattern.VOTE, Pattern.SAGA, Pattern.PLAN)
 ATTACH_WAIT = 60.0
 """Seconds an aggregator copy has to attach to the copy's chain (its first workflow task)."""
+CopySpec = AggregatorSpec | VoteSpec | SagaSpec | PlanSpec
+S = TypeVar("S", AggregatorSpec, VoteSpec, SagaSpec, PlanSpec)
+
+
+class Prepared(NamedTuple):
+    """A pattern's copy, ready to start."""
+
+    pattern: Pattern
+    name: str
+    """Its original's id (aggregator, vote, saga or plan id): what `--spec NAME=FILE` names."""
+    original: str
+    spec: CopySpec
+    taken: int
+    events: set[str]
+    """The original's events, which the copy makes again from the point on."""
 
 
 class PatternRewind:
-    """One rewind's copies of the original's patterns: found at the point, started beside the
-    copy's chain, with the specs of `--spec NAME=FILE` where a name matches."""
+    """One rewind's copies of the original's patterns: found and prepared at the point, started
+    beside the copy's chain, with the spec documents of `--spec NAME=FILE` where a name
+    matches and the fixed `agents` declared inline in each."""
 
     def __init__(
         self,
@@ -51,98 +82,152 @@ class PatternRewind:
         self._specs = dict(specs or {})
         self._queue = queue
         self._origin = RewindOrigin(original=plan.original, at=plan.point)
-        self._runs: list[tuple[contract.Pattern, PatternRun]] = []
+        self._ready: list[Prepared] = []
 
-    async def find(self, point: TimelineEntry) -> set[str]:
-        """The patterns at work at the point; returns the sources of their events, which their
-        copies make again. Refused when a `--spec` name matches none of them."""
-        found = await pattern_runs(self._client, self._plan.original)
-        self._runs = [(pattern, run) for pattern, run in found if run.at_work(point)]
-        names = {name_of(pattern, run) for pattern, run in self._runs}
-        unknown = sorted(set(self._specs) - names)
+    async def prepare(self, before: Sequence[TimelineEntry], point: TimelineEntry) -> set[str]:
+        """The copies of the patterns at work at the point; returns the ids of the originals'
+        events, which the copies make again. Refused when a `--spec` name matches none."""
+        for pattern, run in await pattern_runs(self._client, self._plan.original):
+            if run.at_work(point):
+                prepared = await self._prepare(pattern, run, before, point)
+                self._ready += [prepared] if prepared else []
+        unknown = sorted(set(self._specs) - {prepared.name for prepared in self._ready})
         if unknown:
             raise RewindRefused(
-                f"--spec: {unknown[0]!r} names no aggregator or vote of {self._plan.original!r} "
-                "at work at the rewind point"
+                f"--spec: {unknown[0]!r} names no chain, aggregator, vote, saga or plan of "
+                f"{self._plan.original!r} at work at the rewind point"
             )
-        return {f"/{pattern.value}/{name_of(pattern, run)}" for pattern, run in self._runs}
+        return set().union(*(prepared.events for prepared in self._ready))
 
-    async def start(self, before: Sequence[TimelineEntry], point: TimelineEntry) -> None:
-        """Each pattern's copy, with its past; the aggregators' attached to the copy's chain."""
-        for pattern, run in self._runs:
-            if pattern == contract.Pattern.AGGREGATOR:
-                copy = await self._aggregator(run, before, point)
-            else:
-                copy = await self._vote(run, before, point)
-            if copy is not None:
-                self._plan.copies.append(copy)
-        aggregators = {c.copy_id for c in self._plan.copies if c.pattern == "aggregator"}
-        await attached(self._client, self._plan.copy_id, aggregators)
+    async def start(self) -> None:
+        """Each prepared copy; then until the aggregators' are attached to the copy's chain."""
+        for prepared in self._ready:
+            workflow_id = await self._start(prepared.spec)
+            self._plan.copies.append(
+                PatternCopy(
+                    pattern=prepared.pattern.value,
+                    original=prepared.original,
+                    copy_id=workflow_id,
+                    taken=prepared.taken,
+                )
+            )
+        listeners = {c.copy_id for c in self._plan.copies if c.pattern == Pattern.AGGREGATOR}
+        await attached(self._client, self._plan.copy_id, listeners)
+
+    async def _start(self, spec: CopySpec) -> str:
+        client, queue = self._client, self._queue
+        if isinstance(spec, AggregatorSpec):
+            await start_aggregator(client, spec, queue=queue)
+        elif isinstance(spec, VoteSpec):
+            await start_vote(client, spec, queue=queue)
+        elif isinstance(spec, SagaSpec):
+            await start_saga(client, spec, queue=queue)
+        else:
+            await start_plan(client, spec, queue=queue)
+        return spec.workflow_id
+
+    async def _prepare(
+        self,
+        pattern: Pattern,
+        run: PatternRun,
+        before: Sequence[TimelineEntry],
+        point: TimelineEntry,
+    ) -> Prepared | None:
+        if pattern == Pattern.AGGREGATOR:
+            return await self._aggregator(run, before, point)
+        if pattern == Pattern.VOTE:
+            return await self._vote(run, before, point)
+        if pattern == Pattern.SAGA:
+            return await self._saga(run, before)
+        return await self._plan_copy(run, before)
 
     async def _aggregator(
         self, run: PatternRun, before: Sequence[TimelineEntry], point: TimelineEntry
-    ) -> PatternCopy | None:
+    ) -> Prepared | None:
         handle = aggregator_handle(self._client, run.workflow_id)
         spec, _ = parse_aggregator_input(await started_input(self._client, handle))
         record = await aggregator_state(self._client, run.workflow_id)
         past = aggregator_past(spec, record, before, run=run, point=point, origin=self._origin)
         if past is None:
             return None
-        document = self._specs.get(spec.aggregator_id) or spec.model_dump(mode="json")
-        fields = {"correlation_id": self._plan.copy_id, "rewind": past.model_dump(mode="json")}
-        copy = parse_model(AggregatorSpec, {**document, **fields}, "aggregator")
-        await start_aggregator(self._client, copy, queue=self._queue)
-        return PatternCopy(
-            pattern="aggregator",
-            original=run.workflow_id,
-            copy_id=copy.workflow_id,
-            taken=len(past.slots),
-        )
+        name = spec.aggregator_id
+        copy = self._copy(spec, name, {}, past)
+        emitted = {record.emitted.event.id} if record.emitted else set()
+        return Prepared(Pattern.AGGREGATOR, name, run.workflow_id, copy, len(past.slots), emitted)
 
     async def _vote(
         self, run: PatternRun, before: Sequence[TimelineEntry], point: TimelineEntry
-    ) -> PatternCopy | None:
+    ) -> Prepared | None:
         handle = vote_handle(self._client, run.workflow_id)
         spec = parse_model(VoteSpec, await started_input(self._client, handle), "vote")
         record = await vote_state(self._client, run.workflow_id)
         past = vote_past(spec, record, before, point=point, origin=self._origin)
         if past is None:
             return None
-        document = self._specs.get(spec.vote_id) or spec.model_dump(mode="json")
-        voters = {v: self._agents[v] for v in document.get("voters", []) if v in self._agents}
-        fields = {
-            "vote_id": copy_name(spec.vote_id, self._plan.original, self._plan.copy_id),
+        name = spec.vote_id
+        copy = self._copy(spec, name, self._agents, past, vote_id=self._named(name))
+        events = {row.event_id for row in record.events}
+        return Prepared(Pattern.VOTE, name, run.workflow_id, copy, len(past.ballots), events)
+
+    async def _saga(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
+        handle = saga_handle(self._client, run.workflow_id)
+        spec = parse_model(SagaSpec, await started_input(self._client, handle), "saga")
+        record = await saga_record(handle)
+        past = saga_past(spec, record, before, origin=self._origin)
+        if past is None:
+            return None
+        name = spec.saga_id
+        copy = self._copy(spec, name, self._agents, past, saga_id=self._named(name))
+        events = {row.event_id for row in record.events}
+        return Prepared(Pattern.SAGA, name, run.workflow_id, copy, len(past.steps), events)
+
+    async def _plan_copy(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
+        handle = plan_handle(self._client, run.workflow_id)
+        spec = parse_model(PlanSpec, await started_input(self._client, handle), "plan")
+        if spec.planner is not None:
+            raise RewindRefused(
+                f"plan {spec.plan_id!r} of {self._plan.original!r} was written by its planner, "
+                "so it cannot be rewound with the correlation: rewind it from a written spec"
+            )
+        record = await plan_record(handle)
+        past = plan_past(spec, record, before, origin=self._origin)
+        if past is None:
+            return None
+        name = spec.plan_id
+        copy = self._copy(spec, name, self._agents, past, plan_id=self._named(name))
+        events = {row.event_id for row in record.events}
+        return Prepared(Pattern.PLAN, name, run.workflow_id, copy, len(past.tasks), events)
+
+    def _named(self, name: str) -> str:
+        return copy_name(name, self._plan.original, self._plan.copy_id)
+
+    def _copy(
+        self, spec: S, name: str, agents: Mapping[str, AgentConfig], past: BaseModel, **fields: str
+    ) -> S:
+        """A copy's spec: `--spec NAME=FILE`'s document or the original's, in the copy's
+        correlation with its own id (`fields`), its past, and the fixed `agents` over its own;
+        validated as a spec that came in would be."""
+        document = dict(self._specs.get(name) or spec.model_dump(mode="json"))
+        if agents:
+            fixed = {n: a.model_dump(mode="json") for n, a in agents.items()}
+            document["agents"] = {**document.get("agents", {}), **fixed}
+        document |= {
+            **fields,
             "correlation_id": self._plan.copy_id,
-            "agents": {**document.get("agents", {}), **voters},
             "rewind": past.model_dump(mode="json"),
         }
-        copy = parse_model(VoteSpec, {**document, **fields}, "vote")
-        await start_vote(self._client, copy, queue=self._queue)
-        taken = len(past.ballots)
-        return PatternCopy(
-            pattern="vote", original=run.workflow_id, copy_id=copy.workflow_id, taken=taken
-        )
+        kind = type(spec)
+        return parse_model(kind, document, kind.__name__.removesuffix("Spec").lower())
 
 
-def name_of(pattern: contract.Pattern, run: PatternRun) -> str:
-    """The name `--spec NAME=FILE` gives a pattern: its aggregator or vote id."""
-    if pattern == contract.Pattern.VOTE:
-        return contract.vote_id_of(run.workflow_id)
-    scoped = run.workflow_id.removeprefix(contract.AGGREGATOR_ID_PREFIX)
-    return scoped.partition(contract.ID_PART_SEPARATOR)[0]
-
-
-async def pattern_runs(
-    client: Client, correlation_id: str
-) -> list[tuple[contract.Pattern, PatternRun]]:
-    """The correlation's aggregators and votes as visibility lists them, each from its first
-    run's start to its last run's close."""
+async def pattern_runs(client: Client, correlation_id: str) -> list[tuple[Pattern, PatternRun]]:
+    """The correlation's aggregators, votes, sagas and plans as visibility lists them, each from
+    its first run's start to its last run's close."""
     clauses = " OR ".join(contract.pattern_clause(pattern) for pattern in COPIED)
     query = f"({clauses}) AND {contract.CORRELATION_ID.name} = '{correlation_id}'"
-    runs: dict[str, tuple[contract.Pattern, PatternRun]] = {}
+    runs: dict[str, tuple[Pattern, PatternRun]] = {}
     async for execution in client.list_workflows(query):
-        value = execution.typed_search_attributes.get(contract.COORD_PATTERN)
-        pattern = contract.Pattern(value or contract.Pattern.VOTE)
+        pattern = Pattern(str(execution.typed_search_attributes.get(contract.COORD_PATTERN)))
         run = PatternRun(
             workflow_id=execution.id,
             started_at=execution.start_time,
@@ -160,7 +245,7 @@ async def listed_runs(client: Client, correlation_id: str) -> list[ListedRun]:
     line per workflow (its latest run), in the order they started."""
     query = (
         f"{contract.CORRELATION_ID.name} = '{correlation_id}' AND "
-        f"{contract.COORD_PATTERN.name} != '{contract.Pattern.DLQ.value}'"
+        f"{contract.COORD_PATTERN.name} != '{Pattern.DLQ.value}'"
     )
     latest: dict[str, tuple[datetime, ListedRun]] = {}
     async for execution in client.list_workflows(query):
@@ -175,7 +260,7 @@ async def listed_runs(client: Client, correlation_id: str) -> list[ListedRun]:
     return [run for _, run in sorted(latest.values(), key=lambda item: item[0])]
 
 
-async def started_input(client: Client, handle: Any) -> Any:
+async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> Any:
     """What the workflow's current run was started with, decoded, unvalidated."""
     history = await handle.fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
