@@ -6,23 +6,31 @@ before the point is asked again, and the original is untouched."""
 import asyncio
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
+from coord.activities.kinds.demo import register_demo_agents
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.saga.spec import SagaStatus
 from coord.models.vote.spec import VOTE_REQUESTED, VoteSpec, VoteStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.api.rewind_patterns import attached
+from coord.starter.exits import ExitCode
 from coord.worker import build_worker
-from tests.conftest import ROOT
+from tests.conftest import ROOT, feature_deployment
 from tests.helpers import eventually
 from tests.test_cli import USER_STORY
+from tests.test_rewind import FIXED, counting
+from tests.workers import COORD, run, server_env
 
 PHASE1 = ("APIDesignCompleted", "WireframeCompleted", "TestPlanCompleted")
 STORY_AGENTS = (
@@ -146,3 +154,46 @@ async def test_a_correlation_rewound_copies_its_aggregator_and_vote_with_their_p
     outcomes = {(o.pattern, o.left, o.right) for o in compared.outcomes}
     assert ("aggregator", "completed", "completed") in outcomes
     assert ("vote", "decided", "decided") in outcomes
+
+
+async def test_a_saga_of_the_correlation_is_rewound_to_its_step_at_the_point(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    original, copy = f"deploying-{task_queue}", f"deploying-fixed-{task_queue}"
+    runs = tmp_path / "runs.log"
+    first_three = ["BuildArtifact", "RunTests", "DeployToStaging"]
+    agents = {name: {**counting(runs), "env": {"STEP": name}} for name in first_three}
+    failing = {"inject": {"fail": ["DeployToProduction"], "error_type": "invalid_payload"}}
+    saga = feature_deployment(input=failing, agents=agents, correlation_id=original)
+    chain = ChainSpec.model_validate(read_document(USER_STORY))
+    fixed = AgentsFile.model_validate({"agents": {"DeployToProduction": FIXED}}).agents
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("aggregator_id: nope\n")
+    env = server_env(dev_env, task_queue)
+    async with build_worker(client, task_queue, allowing):
+        await api.start_chain(client, chain, original, queue=task_queue)
+        failed = await api.saga_outcome(await api.start_saga(client, saga, queue=task_queue))
+        before = await rows_of(client, original)
+        refused = await run(
+            COORD, "rewind", original, "--to", "StagingDeployed", "--as", copy,
+            "--spec", f"nope={unknown}", env=env,
+        )  # fmt: skip
+        plan = await api.rewind_chain(
+            client, original, to="StagingDeployed", copy_id=copy, agents=fixed, queue=task_queue
+        )
+        [saga_copy] = plan.copies
+        copied = api.saga_handle(client, contract.saga_id_of(saga_copy.copy_id))
+        fixed_saga = await api.saga_outcome(copied)
+        after = await rows_of(client, original)
+        rows = await rows_of(client, copy)
+    assert failed.status == SagaStatus.COMPENSATED
+    assert refused[0] == ExitCode.REFUSED and "--spec: 'nope' names no chain" in refused[2]
+    assert saga_copy.pattern == "saga" and saga_copy.taken == 2, "steps 1-2 came before"
+    assert fixed_saga.status == SagaStatus.COMPLETED and fixed_saga.correlation_id == copy
+    assert fixed_saga.completed_steps[:2] == failed.completed_steps[:2]
+    assert runs.read_text().split() == [*first_three, "DeployToStaging"], "only step 3 re-ran"
+    assert after == before, "the original is untouched"
+    staged = [r for r in rows if r.event == "StagingDeployed"]
+    assert len(staged) == 1, "the copy's own, never the original's re-delivered too"
+    assert staged[0].event_id not in {r.event_id for r in before}

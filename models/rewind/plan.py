@@ -62,11 +62,12 @@ class RewindPlan(BaseModel):
     """The patterns at work at the point, copied with their state just before it."""
 
     def made_by_copies(self, events: set[str]) -> None:
-        """The events after the point of the patterns copied beside the chain (their ids in
-        `events`) are their copies' to make again: regenerated, never re-delivered."""
+        """The events from the point on of the patterns copied beside the chain (their ids in
+        `events`, the point too when it is one of theirs) are their copies' to make again:
+        regenerated, never re-delivered."""
         kept = []
         for item in self.redelivered:
-            if item.row.event_id in events and item.row.event_id != self.point:
+            if item.row.event_id in events:
                 self.regenerated.append(item.row.event_id)
             else:
                 kept.append(item)

@@ -170,7 +170,7 @@ class PatternRewind:
         return Prepared(Pattern.VOTE, name, run.workflow_id, copy, len(past.ballots), events)
 
     async def _saga(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
-        handle = saga_handle(self._client, run.workflow_id)
+        handle = saga_handle(self._client, contract.saga_id_of(run.workflow_id))
         spec = parse_model(SagaSpec, await started_input(self._client, handle), "saga")
         record = await saga_record(handle)
         past = saga_past(spec, record, before, origin=self._origin)
