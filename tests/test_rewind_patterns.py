@@ -1,5 +1,6 @@
-"""A rewound copy's aggregators and votes, without a server: the slots and ballots they take
-from their originals as they stood just before the rewind point, and how the copies start."""
+"""A rewound correlation's patterns, without a server: the slots, ballots, steps and tasks
+their copies take from their originals as they stood just before the rewind point, how the
+copies start, what they make again, and how `coord diff` pairs each with its original."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,10 +12,21 @@ from coord.models.aggregator.spec import AggregatorSpec, AggregatorState, Aggreg
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
-from coord.models.rewind.patterns import PatternRun, aggregator_past, vote_past
+from coord.models.plan.spec import PlanSpec, PlanState, TaskRecord, TaskState
+from coord.models.rewind.diff import ListedRun, pair_outcomes
+from coord.models.rewind.patterns import (
+    PatternRun,
+    aggregator_past,
+    copy_name,
+    plan_past,
+    saga_past,
+    vote_past,
+)
+from coord.models.rewind.plan import plan_rewind
+from coord.models.saga.spec import CompletedStep, SagaRewind, SagaState
 from coord.models.vote.spec import Ballot, Choice, VoteModel, VoteSpec, VoteState, VoteStatus
 from coord.models.wire.specs import SpecError, read_document
-from tests.conftest import ROOT
+from tests.conftest import ROOT, feature_deployment
 
 START = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
 ORIGIN = RewindOrigin(original="story", at="e4")
@@ -162,3 +174,101 @@ def test_a_past_ballot_of_no_voter_is_refused() -> None:
     past = {"of": ORIGIN, "ballots": [cast("mallory", Choice.APPROVE, 2)]}
     with pytest.raises(ValueError, match=r"rewind\.ballots: 'mallory' is no voter"):
         vote_spec(rewind=past)
+
+
+def test_a_saga_is_rewound_to_the_first_step_not_completed_before_the_point() -> None:
+    built, tested, staged = (
+        row(n, event, "/saga/deploy", f"e{n - 1}" if n > 1 else None, ok=n)
+        for n, event in ((1, "ArtifactBuilt"), (2, "TestsPassed"), (3, "StagingDeployed"))
+    )
+    record = SagaState(
+        saga_id="deploy",
+        completed_steps=[
+            CompletedStep(step=n, event=r.event, event_id=r.event_id, name=name)
+            for n, (r, name) in enumerate(
+                ((built, "BuildArtifact"), (tested, "RunTests"), (staged, "DeployToStaging")),
+                start=1,
+            )
+        ],
+        events=[built, tested, staged],
+    )
+    spec = feature_deployment(saga_id="deploy")
+    past = saga_past(spec, record, [built, tested], origin=ORIGIN)
+    assert past is not None
+    assert [(s.name, s.result) for s in past.steps] == [
+        ("BuildArtifact", {"ok": 1}),
+        ("RunTests", {"ok": 2}),
+    ]
+    assert saga_past(spec, record, [tested], origin=ORIGIN) == SagaRewind(of=ORIGIN, steps=[])
+
+
+def test_a_plan_reuses_the_tasks_completed_before_the_point() -> None:
+    spec = PlanSpec.model_validate(
+        {
+            "plan_id": "ship",
+            "tasks": [
+                {"id": "research", "agent": "a"},
+                {"id": "build", "agent": "b", "depends_on": ["research"]},
+            ],
+        }
+    )
+    record = PlanState(
+        plan_id="ship",
+        tasks=[
+            TaskRecord(id="research", agent="a", state=TaskState.SUCCEEDED, result={"r": 1}),
+            TaskRecord(id="build", agent="b", state=TaskState.SUCCEEDED, result={"b": 2}),
+        ],
+    )
+    done = row(1, "TaskCompleted", "/plan/ship", task="research", agent="a")
+    past = plan_past(spec, record, [done], origin=ORIGIN)
+    assert past is not None and [(t.id, t.result) for t in past.tasks] == [("research", {"r": 1})]
+    both = [done, row(2, "TaskCompleted", "/plan/ship", task="build", agent="b")]
+    assert plan_past(spec, record, both, origin=ORIGIN) is None, "it had ended: in the past"
+
+
+def test_what_copies_make_again_is_not_re_delivered() -> None:
+    log = [
+        row(1, "UserStoryApproved"),
+        row(2, "VoteOpened", "/vote/v"),
+        row(3, "BallotCast", "/vote/v", "e2"),  # the point
+        row(4, "BallotCast", "/vote/v", "e2"),
+        row(5, "Outside"),
+    ]
+    plan = plan_rewind(log, original="story", copy_id="copy", point="e3")
+    assert [r.row.event_id for r in plan.redelivered] == ["e3", "e4", "e5"]
+    plan.made_by_copies({"e2", "e3", "e4"})
+    assert [r.row.event_id for r in plan.redelivered] == ["e5"]
+    assert plan.regenerated == ["e3", "e4"]
+
+
+def test_diff_pairs_each_pattern_with_its_copy() -> None:
+    left = [
+        ListedRun(pattern="chain", workflow_id="chain-story", status="completed"),
+        ListedRun(pattern="vote", workflow_id="vote-release", status="rejected"),
+        ListedRun(pattern="saga", workflow_id="saga-gone", status="compensated"),
+    ]
+    right = [
+        ListedRun(pattern="chain", workflow_id="chain-story2", status="completed"),
+        ListedRun(pattern="vote", workflow_id="vote-release-story2", status="decided"),
+        ListedRun(pattern="vote", workflow_id="vote-story2-x", status="decided"),
+    ]
+    paired = [
+        (o.workflow_id, o.left, o.right) for o in pair_outcomes("story", left, "story2", right)
+    ]
+    assert paired == [
+        ("chain-story", "completed", "completed"),
+        ("vote-release", "rejected", "decided"),
+        ("saga-gone", "compensated", None),
+        ("vote-story2-x", None, "decided"),
+    ]
+    assert copy_name("story-vote", "story", "story2") == "story2-vote"
+
+
+def test_two_runs_of_one_workflow_span_from_the_first_start_to_the_last_close() -> None:
+    first = PatternRun(workflow_id="a", started_at=START, closed_at=START + timedelta(1))
+    second = PatternRun(workflow_id="a", started_at=START + timedelta(1))
+    spanned = second.spanning(first)
+    assert (spanned.started_at, spanned.closed_at) == (START, None)
+    point = row(5, "X")
+    assert spanned.at_work(point)
+    assert not first.model_copy(update={"parent": "chain-story"}).at_work(point)

@@ -132,12 +132,13 @@ def plan_past(
     spec: PlanSpec, record: PlanState, before: Sequence[TimelineEntry], *, origin: RewindOrigin
 ) -> PlanRewind | None:
     """The plan's tasks that had succeeded before the point (their `TaskCompleted` among the
-    rows before it), as the copy reuses them. None when every task had."""
-    ids = {row.event_id for row in before}
+    rows before it: the log holds them all, the plan's record only its newest events), as the
+    copy reuses them. None when every task had."""
+    source = f"/plan/{spec.plan_id}"
     done = {
         str(row.payload.get("task"))
-        for row in record.events
-        if row.event == "TaskCompleted" and row.event_id in ids
+        for row in before
+        if row.agent == source and row.event == "TaskCompleted"
     }
     reused = [
         ReusedTask(id=task.id, result=task.result, result_ref=task.result_ref)

@@ -166,7 +166,7 @@ class PatternRewind:
             return None
         name = spec.vote_id
         copy = self._copy(spec, name, self._agents, past, vote_id=self._named(name))
-        events = {row.event_id for row in record.events}
+        events = self._announced(f"/vote/{name}", record.events)
         return Prepared(Pattern.VOTE, name, run.workflow_id, copy, len(past.ballots), events)
 
     async def _saga(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
@@ -195,8 +195,16 @@ class PatternRewind:
             return None
         name = spec.plan_id
         copy = self._copy(spec, name, self._agents, past, plan_id=self._named(name))
-        events = {row.event_id for row in record.events}
+        events = self._announced(f"/plan/{name}", record.events)
         return Prepared(Pattern.PLAN, name, run.workflow_id, copy, len(past.tasks), events)
+
+    def _announced(self, source: str, kept: Sequence[TimelineEntry]) -> set[str]:
+        """The ids of what a plan or vote announced: those its record keeps and those of the
+        log's rows after the point from it (`source`, its team's too), since a record keeps
+        only its newest."""
+        later = [item.row for item in self._plan.redelivered]
+        theirs = [r for r in later if r.agent == source or r.agent.startswith(f"{source}/")]
+        return {row.event_id for row in kept} | {row.event_id for row in theirs}
 
     def _named(self, name: str) -> str:
         return copy_name(name, self._plan.original, self._plan.copy_id)
