@@ -12,13 +12,13 @@ from coord.models.aggregator.spec import AggregatorSpec, AggregatorState, Aggreg
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.rewind import plan_past
 from coord.models.plan.spec import PlanSpec, PlanState, TaskRecord, TaskState
 from coord.models.rewind.diff import ListedRun, pair_outcomes
 from coord.models.rewind.patterns import (
     PatternRun,
     aggregator_past,
     copy_name,
-    plan_past,
     saga_past,
     vote_past,
 )

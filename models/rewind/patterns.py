@@ -9,8 +9,7 @@ ended) is copied into the new correlation starting from its state just before th
   the point, never asked of their agents again, and the time its deadline had left;
 - a saga to its step at the point: the steps that had completed before it (their events among
   the rows before the point) are reused, the next runs again;
-- a plan to its tasks at the point: the tasks that had succeeded before it (their
-  `TaskCompleted` among the rows before the point) are reused, the others run again.
+- a plan to its tasks at the point (`coord.models.plan.rewind.plan_past`).
 
 A pattern that ended before the point is part of the copy's past (its events are among the
 rows the copy takes as recorded) and is not copied; one started after the point is not copied
@@ -26,7 +25,6 @@ from coord.models.aggregator.spec import AggregatorRewind, AggregatorSpec, Aggre
 from coord.models.events.envelope import LIFECYCLE_NOTICES
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
-from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState, ReusedTask, TaskState
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.vote.spec import VoteRewind, VoteSpec, VoteState
 from coord.models.wire.specs import MAX_NAME
@@ -126,26 +124,6 @@ def saga_past(
             break
         steps.append(RecordedStep(name=done.name, result=event.payload, event=event))
     return None if len(steps) >= len(spec.steps) else SagaRewind(of=origin, steps=steps)
-
-
-def plan_past(
-    spec: PlanSpec, record: PlanState, before: Sequence[TimelineEntry], *, origin: RewindOrigin
-) -> PlanRewind | None:
-    """The plan's tasks that had succeeded before the point (their `TaskCompleted` among the
-    rows before it: the log holds them all, the plan's record only its newest events), as the
-    copy reuses them. None when every task had."""
-    source = f"/plan/{spec.plan_id}"
-    done = {
-        str(row.payload.get("task"))
-        for row in before
-        if row.agent == source and row.event == "TaskCompleted"
-    }
-    reused = [
-        ReusedTask(id=task.id, result=task.result, result_ref=task.result_ref)
-        for task in record.tasks
-        if task.state == TaskState.SUCCEEDED and task.id in done
-    ]
-    return None if len(reused) >= len(spec.tasks) else PlanRewind(of=origin, tasks=reused)
 
 
 def copy_name(name: str, original: str, copy_id: str) -> str:

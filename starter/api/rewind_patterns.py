@@ -19,13 +19,13 @@ from coord.models.aggregator.spec import AggregatorSpec, parse_aggregator_input
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
+from coord.models.plan.rewind import plan_past
 from coord.models.plan.spec import PlanSpec
 from coord.models.rewind.diff import ListedRun
 from coord.models.rewind.patterns import (
     PatternRun,
     aggregator_past,
     copy_name,
-    plan_past,
     saga_past,
     vote_past,
 )
