@@ -18,6 +18,7 @@ from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.plan.spec import PlanStatus
 from coord.models.saga.spec import SagaStatus
 from coord.models.vote.spec import VOTE_REQUESTED, VoteSpec, VoteStatus
 from coord.models.wire import contract
@@ -29,7 +30,7 @@ from coord.worker import build_worker
 from tests.conftest import ROOT, feature_deployment
 from tests.helpers import eventually
 from tests.test_cli import USER_STORY
-from tests.test_rewind import FIXED, counting
+from tests.test_rewind import FIXED, counted_plan, counting
 from tests.workers import COORD, run, server_env
 
 PHASE1 = ("APIDesignCompleted", "WireframeCompleted", "TestPlanCompleted")
@@ -197,3 +198,31 @@ async def test_a_saga_of_the_correlation_is_rewound_to_its_step_at_the_point(
     staged = [r for r in rows if r.event == "StagingDeployed"]
     assert len(staged) == 1, "the copy's own, never the original's re-delivered too"
     assert staged[0].event_id not in {r.event_id for r in before}
+
+
+async def test_a_plan_of_the_correlation_is_rewound_to_its_tasks_at_the_point(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    original, copy = f"planning-{task_queue}", f"planning-fixed-{task_queue}"
+    runs = tmp_path / "runs.log"
+    spec = counted_plan(runs).model_copy(update={"correlation_id": original})
+    chain = ChainSpec.model_validate(read_document(USER_STORY))
+    fixed = AgentsFile.model_validate({"agents": {"builder": FIXED}}).agents
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
+        await api.start_chain(client, chain, original, queue=task_queue)
+        failed = await api.plan_outcome(await api.start_plan(client, spec, queue=task_queue))
+
+        async def announced_its_end() -> bool:
+            return any(r.event == "PlanCompleted" for r in await rows_of(client, original))
+
+        await eventually(announced_its_end)
+        plan = await api.rewind_chain(
+            client, original, to="TaskFailed", copy_id=copy, agents=fixed, queue=task_queue
+        )
+        [plan_copy] = plan.copies
+        fixed_plan = await api.plan_outcome(api.plan_handle(client, plan_copy.copy_id))
+    assert failed.status != PlanStatus.COMPLETED
+    assert plan_copy.pattern == "plan" and plan_copy.taken == 1, "research succeeded before"
+    assert fixed_plan.status == PlanStatus.COMPLETED and fixed_plan.correlation_id == copy
+    assert runs.read_text().split() == ["research", "ship"], "research ran once, in the original"
