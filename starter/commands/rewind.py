@@ -67,8 +67,10 @@ async def rewind(
 ) -> None:
     """Re-run a correlation from one of its events on a copy: what came before is taken from
     the original's log (no agent runs again for it), what came after from outside is sent
-    again, and the rest is made anew by the copy's agents. The original is never touched.
-    With --all, every chain started between --since and --until, each onto `<C><SUFFIX>`."""
+    again, and the rest is made anew by the copy's agents; its aggregators, votes, sagas and
+    plans at work at that event are copied with their slots, ballots, steps and tasks then.
+    The original is never touched. With --all, every chain started between --since and
+    --until, each onto `<C><SUFFIX>`."""
     spec, pattern_specs = copy_specs(specs or [])
     agents = read_agents_file(agents_file).agents if agents_file else None
     if batch:
