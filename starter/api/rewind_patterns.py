@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowHandle
 
 from coord.models.aggregator.spec import AggregatorSpec, parse_aggregator_input
+from coord.models.chain.spec import ChainStatus
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
@@ -45,6 +46,8 @@ Pattern = contract.Pattern
 COPIED = (Pattern.AGGREGATOR, Pattern.VOTE, Pattern.SAGA, Pattern.PLAN)
 ATTACH_WAIT = 60.0
 """Seconds an aggregator copy has to attach to the copy's chain (its first workflow task)."""
+LISTENING = (ChainStatus.RUNNING, ChainStatus.PAUSED)
+"""A chain in these states forwards what it records to its listeners."""
 CopySpec = AggregatorSpec | VoteSpec | SagaSpec | PlanSpec
 S = TypeVar("S", AggregatorSpec, VoteSpec, SagaSpec, PlanSpec)
 
@@ -277,11 +280,15 @@ async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> Any
 
 
 async def attached(client: Client, correlation_id: str, listeners: set[str]) -> None:
-    """Until the copy's chain lists every aggregator copy among its listeners. NoWorker when
-    they have not attached within ATTACH_WAIT seconds (no worker took their first task)."""
+    """Until the copy's chain lists every aggregator copy among its listeners, or has ended
+    (rewound past its end: there is nothing to attach to). NoWorker when they have not
+    attached within ATTACH_WAIT seconds (no worker took their first task)."""
 
     async def poll() -> None:
-        while not listeners <= set((await chain_state(client, correlation_id)).listeners):
+        while True:
+            state = await chain_state(client, correlation_id)
+            if state.status not in LISTENING or listeners <= set(state.listeners):
+                return
             await asyncio.sleep(0.1)
 
     if not listeners:
