@@ -207,7 +207,8 @@ async def test_a_plan_of_the_correlation_is_rewound_to_its_tasks_at_the_point(
     runs = tmp_path / "runs.log"
     spec = counted_plan(runs).model_copy(update={"correlation_id": original})
     chain = ChainSpec.model_validate(read_document(USER_STORY))
-    fixed = AgentsFile.model_validate({"agents": {"builder": FIXED}}).agents
+    document = spec.model_dump(mode="json")
+    fixed = {**document, "agents": {**document["agents"], "builder": FIXED}}  # --spec PLAN=FILE
     allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
     async with build_worker(client, task_queue, allowing):
         await api.start_chain(client, chain, original, queue=task_queue)
@@ -218,7 +219,12 @@ async def test_a_plan_of_the_correlation_is_rewound_to_its_tasks_at_the_point(
 
         await eventually(announced_its_end)
         plan = await api.rewind_chain(
-            client, original, to="TaskFailed", copy_id=copy, agents=fixed, queue=task_queue
+            client,
+            original,
+            to="TaskFailed",
+            copy_id=copy,
+            specs={spec.plan_id: fixed},
+            queue=task_queue,
         )
         [plan_copy] = plan.copies
         fixed_plan = await api.plan_outcome(api.plan_handle(client, plan_copy.copy_id))
