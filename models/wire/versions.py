@@ -197,3 +197,8 @@ LOG_SEGMENTS_PATCH = "chain-writes-its-log-in-segments"
 in segments (`write_log_segment`, one per 200 rows or 1 MiB of payload, the rest when the chain
 ends) and keep every row not yet written in the timeline they carry across continue-as-new; runs
 recorded before kept only the window, and scheduled no such activity."""
+
+LOG_POSITIONS_PATCH = "chain-log-rows-numbered"
+"""Since 2026-11-27, in chain.intake: Runs after it give each timeline row its `position` in
+the correlation's log (the count of rows recorded, carried across continue-as-new), so the
+segments they write let a reader prove the log whole; runs recorded before left it unset."""

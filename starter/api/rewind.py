@@ -20,13 +20,14 @@ from coord.models.chain.spec import (
     RecordedEvents,
 )
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import LogCheck
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
 from coord.models.plan.rewind import reused_tasks
 from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState
 from coord.models.rewind.diff import CorrelationDiff, diff_logs
-from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
+from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind, require_whole_log
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
@@ -58,7 +59,9 @@ async def rewind_chain(
     with `spec` instead of the original's and `agents` declared inline (fixed agents); the
     past is re-delivered its original gaps divided by `speed` (None or 0: at once). Returns the
     plan it followed. RewindRefused when the log before the point is incomplete."""
-    log = [row async for row in read_log(client, original)]
+    check = LogCheck()
+    log = [row async for row in read_log(client, original, check=check)]
+    require_whole_log(check, original)
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
     copy_spec = spec or await original_spec(client, original)
     if agents:
