@@ -4,16 +4,25 @@ and `coord events C --all` says it is incomplete; a batch interrupted halfway th
 makes that copy again on its next run, and skips the copies it finished."""
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.event_log import DirectorySegments, segment_store
+from coord.models.chain.spec import RecordedEvents
 from coord.models.events.log import SEGMENT_ROWS
-from coord.models.rewind.plan import RewindRefused
+from coord.models.events.rewind import RewindOrigin
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import WorkerSettings
+from coord.models.rewind.batch import BatchReport, LineStatus, Resumed, count_line
+from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
+from coord.models.wire import contract
 from coord.starter import api
 from coord.starter.api.common import NotFound
+from coord.starter.api.rewind import moved
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.helpers import eventually
@@ -82,3 +91,82 @@ async def test_a_whole_log_reads_without_a_warning(
         await api.publish(client, approved(original, "Noise"))
         code, out, err = await run(COORD, "events", original, "--all", env=env)
     assert code == 0 and err == "" and "1 events" in out
+
+
+SUFFIX = "-copy"
+POINT = "APIDesignCompleted"
+
+
+async def completed_stories(client: Client, queue: str, names: list[str]) -> list[str]:
+    """User stories that reached their end, tagged with the queue (the batch's `--where`)."""
+    ids = [f"{name}-{queue}" for name in names]
+    for correlation in ids:
+        await api.start_chain(client, story_with(FIXED), correlation, queue=queue)
+        await api.publish(client, approved(correlation, tag=queue))
+
+    async def all_completed() -> bool:
+        states = await asyncio.gather(*(api.chain_state(client, c) for c in ids))
+        return all(state.terminal_seen for state in states)
+
+    await eventually(all_completed, timeout=120, interval=0.5)
+    return ids
+
+
+async def half_made(client: Client, queue: str, original: str) -> RewindPlan:
+    """What a batch killed in the middle of a copy leaves: the copy's chain started, marked as
+    a copy, and handed only the first event of its past."""
+    log = [row async for row in api.read_log(client, original)]
+    plan = plan_rewind(log, original=original, copy_id=original + SUFFIX, point=POINT)
+    origin = RewindOrigin(original=original, at=plan.point)
+    await api.start_chain(client, story_with(FIXED), plan.copy_id, queue=queue, rewind_of=origin)
+    first = RecordedEvents(events=[moved(plan.recorded[0], plan.copy_id)])
+    handle = api.chain_handle(client, plan.copy_id)
+    await handle.signal(contract.RECORDED_SIGNAL, first.model_dump(mode="json"))
+    return plan
+
+
+async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_a_whole_one(
+    client: Client, task_queue: str
+) -> None:
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    async with build_worker(client, task_queue, allowing):
+        whole, running, ended = await completed_stories(
+            client, task_queue, ["whole", "running", "ended"]
+        )
+        await api.rewind_chain(client, whole, to=POINT, copy_id=whole + SUFFIX, queue=task_queue)
+        plans = {c: await half_made(client, task_queue, c) for c in (running, ended)}
+        await api.close_chain(client, ended + SUFFIX)
+
+        async def the_ended_copy_ended() -> bool:
+            return not await api.chain_running(client, ended + SUFFIX)
+
+        await eventually(the_ended_copy_ended, timeout=60)
+
+        async def batch() -> BatchReport:
+            return await api.rewind_many(
+                client,
+                since=since,
+                until=datetime.now(UTC) + timedelta(minutes=1),
+                suffix=SUFFIX,
+                where=f"payload.tag == '{task_queue}'",
+                to_type=POINT,
+                queue=task_queue,
+            )
+
+        first = await batch()
+        copies = [api.chain_handle(client, c + SUFFIX).result() for c in (running, ended)]
+        done = await asyncio.wait_for(asyncio.gather(*copies), 120)
+        again = await batch()
+        logs = {c: [r async for r in api.read_log(client, c + SUFFIX)] for c in plans}
+    lines = {line.original: line for line in first.lines}
+    assert lines[running].resumed is Resumed.FINISHED, "the running copy was sent what it lacked"
+    assert lines[ended].resumed is Resumed.REMADE, "the ended copy was made again"
+    assert lines[whole].status is LineStatus.SKIPPED, "the whole copy was left alone"
+    assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 0 refused"
+    assert count_line(again.counts()) == "0 rewound, 3 skipped, 0 filtered, 0 refused"
+    assert all(state.terminal_seen and state.rewind_complete for state in done)
+    for original, plan in plans.items():
+        ids = [row.event_id for row in logs[original]]
+        assert len(ids) == len(set(ids)), "no event of the past twice"
+        assert {row.event_id for row in plan.recorded} <= set(ids), "its whole past"

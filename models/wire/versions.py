@@ -202,3 +202,8 @@ LOG_POSITIONS_PATCH = "chain-log-rows-numbered"
 """Since 2026-11-27, in chain.intake: Runs after it give each timeline row its `position` in
 the correlation's log (the count of rows recorded, carried across continue-as-new), so the
 segments they write let a reader prove the log whole; runs recorded before left it unset."""
+
+REWIND_COMPLETE_PATCH = "chain-copy-records-its-hand-over"
+"""Since 2026-11-27, in chain.model: Runs after it mark a rewound copy's record complete
+(`ChainState.rewind_complete`) when the `recorded` signal that ends a rewind's hand-over
+arrives; runs recorded before never marked it."""

@@ -54,26 +54,56 @@ async def rewind_chain(
     agents: dict[str, AgentConfig] | None = None,
     speed: float | None = None,
     queue: str | None = None,
+    replacing: bool = False,
 ) -> RewindPlan:
     """Rewind the chain of `original` to the event `to` onto the new correlation `copy_id`,
     with `spec` instead of the original's and `agents` declared inline (fixed agents); the
     past is re-delivered its original gaps divided by `speed` (None or 0: at once). Returns the
-    plan it followed. RewindRefused when the log before the point is incomplete."""
-    check = LogCheck()
-    log = [row async for row in read_log(client, original, check=check)]
-    require_whole_log(check, original)
+    plan it followed. RewindRefused when the log has a gap anywhere. `replacing`: the copy's
+    chain may have ended already (an unfinished copy made again), a new run after it."""
+    log = await whole_log(client, original)
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
     copy_spec = spec or await original_spec(client, original)
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
     origin = RewindOrigin(original=original, at=plan.point)
-    handle = await start_chain(client, copy_spec, copy_id, queue=queue, rewind_of=origin)
-    for batch in batches(plan.recorded, copy_id):
+    await start_chain(
+        client, copy_spec, copy_id, queue=queue, rewind_of=origin, replacing=replacing
+    )
+    await hand_over(client, plan, speed)
+    return plan
+
+
+async def hand_over(
+    client: Client, plan: RewindPlan, speed: float | None, held: frozenset[str] = frozenset()
+) -> None:
+    """The copy is sent its past as recorded events, then what came from outside after the
+    point, then the mark that its hand-over is complete (`ChainState.rewind_complete`): a copy
+    without the mark was interrupted. `held`: the events the copy has already (a hand-over
+    finished after an interruption), never sent twice."""
+    rest = plan.model_copy(
+        update={
+            "recorded": [row for row in plan.recorded if row.event_id not in held],
+            "redelivered": [item for item in plan.redelivered if item.row.event_id not in held],
+        }
+    )
+    handle = chain_handle(client, plan.copy_id)
+    for batch in batches(rest.recorded, plan.copy_id):
         await handle.signal(
             contract.RECORDED_SIGNAL, RecordedEvents(events=batch).model_dump(mode="json")
         )
-    await redeliver(client, plan, speed)
-    return plan
+    await redeliver(client, rest, speed)
+    complete = RecordedEvents(events=[], complete=True)
+    await handle.signal(contract.RECORDED_SIGNAL, complete.model_dump(mode="json"))
+
+
+async def whole_log(client: Client, original: str) -> list[TimelineEntry]:
+    """Every row of the original's log; RewindRefused naming what is missing when it has a gap
+    anywhere (a copy must start from a state the original had, and see all it saw after)."""
+    check = LogCheck()
+    log = [row async for row in read_log(client, original, check=check)]
+    require_whole_log(check, original)
+    return log
 
 
 async def original_spec(client: Client, original: str) -> ChainSpec:

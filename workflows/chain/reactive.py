@@ -263,7 +263,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         invalid = FailureType.INVALID_RECORDED
         batch = self._decoded(RecordedEvents, raw, RECORDED_SIGNAL, invalid)
         if batch is not None:
-            self._model.receive_recorded(batch.events)
+            self._model.receive_recorded(batch)
         self._outbound.flush()
 
     @workflow.signal(name=ATTACH_SIGNAL)
