@@ -17,7 +17,14 @@ from coord.models.events.log import SEGMENT_ROWS
 from coord.models.events.rewind import RewindOrigin
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.config import WorkerSettings
-from coord.models.rewind.batch import BatchReport, LineStatus, Resumed, count_line
+from coord.models.rewind.batch import (
+    BatchLine,
+    BatchReport,
+    LineStatus,
+    Resumed,
+    count_line,
+    describe,
+)
 from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
 from coord.models.wire import contract
 from coord.starter import api
@@ -131,9 +138,10 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
     since = datetime.now(UTC) - timedelta(seconds=1)
     allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
     async with build_worker(client, task_queue, allowing):
-        whole, running, ended = await completed_stories(
-            client, task_queue, ["whole", "running", "ended"]
+        whole, running, ended, taken = await completed_stories(
+            client, task_queue, ["whole", "running", "ended", "taken"]
         )
+        await api.start_chain(client, story_with(FIXED), taken + SUFFIX, queue=task_queue)
         await api.rewind_chain(client, whole, to=POINT, copy_id=whole + SUFFIX, queue=task_queue)
         plans = {c: await half_made(client, task_queue, c) for c in (running, ended)}
         await api.close_chain(client, ended + SUFFIX)
@@ -163,10 +171,29 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
     assert lines[running].resumed is Resumed.FINISHED, "the running copy was sent what it lacked"
     assert lines[ended].resumed is Resumed.REMADE, "the ended copy was made again"
     assert lines[whole].status is LineStatus.SKIPPED, "the whole copy was left alone"
-    assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 0 refused"
-    assert count_line(again.counts()) == "0 rewound, 3 skipped, 0 filtered, 0 refused"
+    assert lines[taken].reason == (
+        f"--suffix: {taken + SUFFIX!r} is taken by a chain that is not a copy of {taken!r}"
+    )
+    assert lines[taken + SUFFIX].reason == "its log holds no event yet", "itself an original"
+    assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 2 refused"
+    assert count_line(again.counts()) == "0 rewound, 3 skipped, 0 filtered, 2 refused"
     assert all(state.terminal_seen and state.rewind_complete for state in done)
     for original, plan in plans.items():
         ids = [row.event_id for row in logs[original]]
         assert len(ids) == len(set(ids)), "no event of the past twice"
         assert {row.event_id for row in plan.recorded} <= set(ids), "its whole past"
+
+
+def test_a_line_says_how_it_took_up_an_unfinished_copy() -> None:
+    line = BatchLine(
+        original="story-4",
+        copy_id="story-4-fixed",
+        status=LineStatus.REWOUND,
+        point="evt-1",
+        recorded=4,
+        resumed=Resumed.REMADE,
+    )
+    assert describe(line) == (
+        "story-4 -> story-4-fixed: rewound at evt-1 (4 events taken as recorded), made again: "
+        "an earlier run left the copy unfinished and it had ended"
+    )

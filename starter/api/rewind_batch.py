@@ -74,13 +74,19 @@ class Copy(NamedTuple):
     running: bool
 
 
-async def existing_copy(client: Client, copy_id: str) -> Copy | None:
-    """The copy, if it exists."""
+async def existing_copy(client: Client, original: str, copy_id: str) -> Copy | None:
+    """The copy, if it exists. RewindRefused when its name is taken by a chain that is no copy
+    of `original`: that chain is never finished, made again or counted as the copy."""
     try:
         running = await chain_running(client, copy_id)
     except NotFound:
         return None
-    return Copy(await chain_state(client, copy_id), running)
+    record = await chain_state(client, copy_id)
+    if not (record.rewind_of or "").startswith(f"{original}@"):
+        raise RewindRefused(
+            f"--suffix: {copy_id!r} is taken by a chain that is not a copy of {original!r}"
+        )
+    return Copy(record, running)
 
 
 async def exists(client: Client, correlation_id: str) -> bool:
@@ -146,7 +152,7 @@ class Batch:
         finished while it runs, made again once it has ended (never skipped: it would stand as
         a what-if that never saw its whole past)."""
         line = BatchLine(original=original, copy_id=copy_id, status=LineStatus.SKIPPED)
-        copy = await existing_copy(self.client, copy_id)
+        copy = await existing_copy(self.client, original, copy_id)
         if copy is not None and copy.record.rewind_complete:
             return line
         check = LogCheck()
