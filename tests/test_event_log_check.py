@@ -87,6 +87,7 @@ def test_the_first_and_the_last_rows_missing_are_gaps_too() -> None:
         "events 1-2 (its first, before sequence number 7); "
         "events 5-6 (its last, after sequence number 8)"
     )
+    assert checked([], recorded=3).missing() == "events 1-3 (all of them)"
     assert checked([row(1, 1), row(5, 2)], recorded=2).whole, "sequence gaps are runs"
     assert checked([row(1, 1), row(5, 2)], recorded=None).whole, "a running chain's tail is live"
 

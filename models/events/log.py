@@ -127,6 +127,8 @@ class LogGap(BaseModel):
         events = (
             f"event {self.first}" if self.first == self.last else f"events {self.first}-{self.last}"
         )
+        if self.after_seq is None and self.before_seq is None:
+            return f"{events} (all of them)"
         if self.after_seq is None:
             return f"{events} (its first, before sequence number {self.before_seq})"
         if self.before_seq is None:
