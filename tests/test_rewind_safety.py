@@ -82,6 +82,8 @@ async def test_a_log_that_lost_a_middle_segment_is_refused_and_reported_incomple
         assert code == ExitCode.LOG_INCOMPLETE, err
         assert f"{NOISE - SEGMENT_ROWS:,} events" in out, "every row it has is shown"
         assert f"warning: the log of {original!r} is incomplete: it lacks events 201-400" in err
+        code, _, err = await run(COORD, "events", original, "--replay-into", "agents", env=env)
+        assert code == ExitCode.LOG_INCOMPLETE and "is incomplete: it lacks events 201-400" in err
 
         (store.root / original / second).write_text('{"correlation_id": "broken"')
         with pytest.raises(RewindRefused, match=f"segment {second} unreadable"):

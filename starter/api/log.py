@@ -175,11 +175,14 @@ async def replay_into(
     *,
     page_size: int = PAGE_ROWS,
     store: SegmentStore | None = None,
+    check: LogCheck | None = None,
 ) -> Any:
     """The read model `view` (coord.models.events.views: `table`, `agents`) rebuilt by folding
-    every row of the log, page by page. A ValueError names the views when there is no `view`."""
+    every row of the log, page by page (`check` hears them: was the log whole?). A ValueError
+    names the views when there is no `view`."""
     chosen = view_named(view)
     state = chosen.start()
-    async for row in read_log(client, correlation_id, page_size=page_size, store=store):
+    rows = read_log(client, correlation_id, page_size=page_size, store=store, check=check)
+    async for row in rows:
         state = chosen.step(state, row)
     return state

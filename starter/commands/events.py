@@ -224,9 +224,13 @@ def report_check(check: LogCheck, correlation_id: str) -> None:
 async def show_replay(
     client: Client, correlation_id: str, view: str, as_json: bool, page_size: int
 ) -> None:
-    """The view rebuilt from the whole log: its JSON object, or shown as a table."""
+    """The view rebuilt from the whole log: its JSON object, or shown as a table; a log found
+    incomplete says so, as `--all` does."""
+    check = LogCheck()
     try:
-        rebuilt = await api.replay_into(client, correlation_id, view, page_size=page_size)
+        rebuilt = await api.replay_into(
+            client, correlation_id, view, page_size=page_size, check=check
+        )
     except ValueError as error:
         raise SpecError(str(error)) from None
     if as_json:
@@ -235,6 +239,7 @@ async def show_replay(
         render.show(render.timeline_table(rebuilt.rows))
     else:
         render.show(render.agents_activity(rebuilt))
+    report_check(check, correlation_id)
 
 
 def show_rows(
