@@ -94,6 +94,10 @@ EXIT_EXAMPLES: dict[str, str] = {
         "depth 33 exceeds 32, ...`"
     ),
     "DIFFERS": "`coord diff C C2` when a row is changed or only in one of them",
+    "LOG_INCOMPLETE": (
+        "`warning: the log of 'story-42' is incomplete: it lacks events 201-400 (between "
+        "sequence numbers 215 and 431)`"
+    ),
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",
     "READER_GONE": "`coord events C --json | head -1`",

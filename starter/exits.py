@@ -56,6 +56,10 @@ class ExitCode(IntEnum):
     causation loop, an envelope that does not validate); nothing was recorded or parked."""
     DIFFERS = 14
     """`coord diff`: the two correlations differ (the aligned rows are printed)."""
+    LOG_INCOMPLETE = 15
+    """`coord events C --all` (or `--since`): the log has a gap (a segment lost or unreadable,
+    rows missing between segments, its last rows); every row it has is printed, and a warning
+    line names what is missing."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130

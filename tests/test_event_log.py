@@ -89,6 +89,9 @@ async def test_every_event_of_a_chain_that_continued_as_new_and_ended_is_read_in
     seqs = [row.seq for row in rows]
     assert len(rows) == EVENTS and seqs == sorted(set(seqs)), "each once, in the chain's order"
     assert len({row.event_id for row in rows}) == EVENTS
+    assert [row.position for row in rows] == list(range(1, EVENTS + 1)), (
+        "numbered with no gap across segments and continue-as-new"
+    )
     bursts = {row.event_id: row.payload["n"] for row in rows if row.event == "Burst"}
     for seq, row in enumerate(rows, 1):
         if row.event == "Noise":

@@ -148,10 +148,10 @@ async def check_idempotent_writes(store: SegmentStore) -> None:
         segment_name(150, 300),
         segment_name(201, 400),
     ]
-    read, up_to = await _stored(store, "c1", 0, 10_000)
-    assert [r.seq for r in read] == list(range(1, 401)) and up_to == 400
-    read, up_to = await _stored(store, "c1", 250, 100)
-    assert [r.seq for r in read] == list(range(251, 351)) and up_to == 400
+    read = await _stored(store, "c1", 0, 10_000)
+    assert [r.seq for r in read.rows] == list(range(1, 401)) and read.up_to == 400
+    read = await _stored(store, "c1", 250, 100)
+    assert [r.seq for r in read.rows] == list(range(251, 351)) and read.up_to == 400
     assert await store.correlations(None, 10) == ["c1", "c2"]
     assert await store.correlations("c1", 10) == ["c2"]
     assert await store.correlations(None, 1) == ["c1"]

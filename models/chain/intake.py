@@ -72,6 +72,9 @@ class ChainIntake:
         self.keep_after: Callable[[], int | None] = lambda: None
         """The sequence number after which rows are kept whatever the window (the log's rows
         not written yet; `ChainLog.keep_after`)."""
+        self.numbers_rows = False
+        """Set once the run starts: whether each row gets its `position` in the log (runs
+        recorded before left it unset)."""
 
     def timeline_bytes(self) -> int:
         """The payload bytes the timeline holds now."""
@@ -252,6 +255,7 @@ class ChainIntake:
                 seq=record.seq,
                 correlation_id=record.state.correlation_id,
                 causes=record.joined_causes.pop(header.id, None),
+                position=record.state.events_seen if self.numbers_rows else None,
             )
         )
         self._timeline_bytes += json_size(envelope.payload)

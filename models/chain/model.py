@@ -25,7 +25,14 @@ from coord.models.chain.matching import ChainMatching
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.pacing import ChainPacing
 from coord.models.chain.runs import ChainRuns
-from coord.models.chain.spec import ChainCarry, ChainInput, ChainSpec, ChainState, ChainStatus
+from coord.models.chain.spec import (
+    ChainCarry,
+    ChainInput,
+    ChainSpec,
+    ChainState,
+    ChainStatus,
+    RecordedEvents,
+)
 from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
 from coord.models.wire.contract import (
     CHAIN_EVENT_SIGNAL,
@@ -35,7 +42,11 @@ from coord.models.wire.contract import (
     SearchValues,
     correlation_id_of_chain,
 )
-from coord.models.wire.versions import FLOOD_PATCH, LIFECYCLE_NOTICES_PATCH
+from coord.models.wire.versions import (
+    FLOOD_PATCH,
+    LIFECYCLE_NOTICES_PATCH,
+    REWIND_COMPLETE_PATCH,
+)
 
 
 class ChainModel:
@@ -159,12 +170,15 @@ class ChainModel:
                     )
         return admission
 
-    def receive_recorded(self, events: list[EventEnvelope]) -> None:
+    def receive_recorded(self, batch: RecordedEvents) -> None:
         """A rewound copy's past enters the queue in order, each event marked as recorded: its
-        runs were the original's, and their results are among these events (or re-delivered)."""
-        for envelope in events:
+        runs were the original's, and their results are among these events (or re-delivered).
+        The batch that ends the hand-over marks the copy complete."""
+        for envelope in batch.events:
             self.record.recorded.append(envelope.event.id)
             self.intake.receive(envelope)
+        if batch.complete and self._context.patched(REWIND_COMPLETE_PATCH):
+            self.record.state.rewind_complete = True
 
     def _forward(self, envelope: EventEnvelope, *, heard: bool = True) -> bool:
         """Listeners get the events the chain records as `chain_event` (events they listen to,

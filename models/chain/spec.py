@@ -365,6 +365,10 @@ class ChainState(BaseModel):
     """What the chain's agent runs reported using (an `llm` agent's tokens), in all and by model."""
     rewind_of: str | None = None
     """A rewound copy's original and event (`CoordRewindOf`): `<correlation>@<event id>`."""
+    rewind_complete: bool = False
+    """A rewound copy was handed its whole past and every re-delivered event (the `recorded`
+    signal that ends a rewind's hand-over); a copy without it was interrupted halfway, and a
+    batch rewind finishes or remakes it rather than skip it."""
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change;
@@ -405,6 +409,10 @@ class RecordedEvents(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     events: list[EventEnvelope] = Field(max_length=RECORDED_BATCH)
+    complete: bool = False
+    """The last signal of a rewind's hand-over: every event the copy takes as recorded and every
+    re-delivered one was sent before it (its `events` are usually none). The copy's record says
+    so from then on (`ChainState.rewind_complete`)."""
 
 
 class ChainCarry(BaseModel):

@@ -25,6 +25,11 @@ class TimelineEntry(BaseModel):
     causes: list[str] = Field(default_factory=list)
     """Every event that caused this one: a joined agent's events are all its causes, in slot
     order (`causation_id` names the one that completed the join)."""
+    position: int | None = None
+    """The row's place in its correlation's log, counted from 1 with no gaps across segments
+    and continue-as-new (unlike `seq`, which queued runs share), so a reader can prove the log
+    whole (`coord.models.events.log.LogCheck`); None for rows recorded before chains numbered
+    them, and for rows that are not a chain's."""
 
     @field_validator("causes", mode="before")
     @classmethod
@@ -40,6 +45,7 @@ class TimelineEntry(BaseModel):
         seq: int,
         correlation_id: str,
         causes: list[str] | None = None,
+        position: int | None = None,
     ) -> "TimelineEntry":
         """The row a workflow records for an event; without joined causes, its cause is its
         causation id."""
@@ -56,6 +62,7 @@ class TimelineEntry(BaseModel):
             priority=envelope.routing.priority,
             payload=envelope.payload,
             causes=causes or [cause for cause in [header.causation_id] if cause],
+            position=position,
         )
 
     def to_envelope(self) -> EventEnvelope:

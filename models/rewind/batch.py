@@ -3,8 +3,8 @@
 A batch picks the chains started in a window (a visibility query on the pattern and the start
 time), never a copy (a copy of a copy would rewind a rewind), and rewinds each onto its own
 copy named by a suffix. The copy's name is fixed by the original's, so a second run of the same
-batch finds the copies the first made and skips them: an interrupted batch is finished by
-running it again."""
+batch finds the copies the first made: it skips those whose hand-over completed, and finishes or
+remakes one it left halfway, so an interrupted batch is finished by running it again."""
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -54,12 +54,23 @@ class LineStatus(StrEnum):
     """It could not be rewound (an incomplete log, no event of the asked type, ...)."""
 
 
+class Resumed(StrEnum):
+    """How a rewound line took up a copy an earlier run of the batch left unfinished (its
+    hand-over interrupted: `ChainState.rewind_complete` unset)."""
+
+    FINISHED = "finished"
+    """The copy still ran: it was sent the part of its hand-over it lacked."""
+    REMADE = "remade"
+    """The copy had ended: it was made again, its log removed first."""
+
+
 class BatchLine(BaseModel):
     """What the batch did with one correlation."""
 
     original: str
     copy_id: str
     status: LineStatus
+    resumed: Resumed | None = None
     point: str | None = None
     """The event the copy starts from."""
     recorded: int = 0
@@ -78,13 +89,20 @@ class BatchReport(BaseModel):
 def describe(line: BatchLine) -> str:
     """The line `coord rewind --all` prints for one correlation."""
     if line.status is LineStatus.REWOUND:
-        return (
+        rewound = (
             f"{line.original} -> {line.copy_id}: rewound at {line.point} "
             f"({line.recorded} events taken as recorded)"
         )
+        return rewound + (RESUMED_NOTES[line.resumed] if line.resumed else "")
     if line.status is LineStatus.SKIPPED:
         return f"{line.original} -> {line.copy_id}: skipped, the copy already exists"
     return f"{line.original}: {line.status.value}: {line.reason}"
+
+
+RESUMED_NOTES = {
+    Resumed.FINISHED: ", finishing the copy an earlier run left unfinished",
+    Resumed.REMADE: ", made again: an earlier run left the copy unfinished and it had ended",
+}
 
 
 def count_line(counts: dict[LineStatus, int]) -> str:

@@ -20,6 +20,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field
 
+from coord.models.events.log import LogCheck
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.errors import CoordError
 
@@ -118,4 +119,15 @@ def require_whole_past(ordered: Sequence[TimelineEntry], original: str, point_se
         raise RewindRefused(
             f"the log of {original!r} lacks its first events (numbers 1-{first - 1}, before the "
             f"rewind point at {point_seq}): they are no longer kept"
+        )
+
+
+def require_whole_log(check: LogCheck, original: str) -> None:
+    """Refuses a log with a gap anywhere (a segment lost or unreadable, rows missing between
+    segments, its last rows): before the point, the copy would start from a state the original
+    never had; after it, the copy would miss some of what it must be sent again."""
+    if not check.whole:
+        raise RewindRefused(
+            f"the log of {original!r} is incomplete: it lacks {check.missing()}; a rewind needs "
+            "the whole log"
         )

@@ -208,3 +208,13 @@ VOTE_REWIND_PATCH = "vote-takes-its-rewound-ballots"
 before could carry) counts the ballots its original's voters cast before the rewind point and
 starts runs only for the other voters; it announces neither `VoteOpened` nor those ballots
 again (its correlation's copy holds them), its later events caused by the original's opening."""
+
+LOG_POSITIONS_PATCH = "chain-log-rows-numbered"
+"""Since 2026-11-27, in chain.intake: Runs after it give each timeline row its `position` in
+the correlation's log (the count of rows recorded, carried across continue-as-new), so the
+segments they write let a reader prove the log whole; runs recorded before left it unset."""
+
+REWIND_COMPLETE_PATCH = "chain-copy-records-its-hand-over"
+"""Since 2026-11-27, in chain.model: Runs after it mark a rewound copy's record complete
+(`ChainState.rewind_complete`) when the `recorded` signal that ends a rewind's hand-over
+arrives; runs recorded before never marked it."""

@@ -64,6 +64,7 @@ def _chain_start_options(
     correlation_id: str,
     queue: str | None,
     rewind_of: RewindOrigin | None = None,
+    replacing: bool = False,
 ) -> dict[str, Any]:
     copy_of = rewind_of.search_value() if rewind_of is not None else None
     first = ChainState(correlation_id=correlation_id, spec=spec.name, rewind_of=copy_of)
@@ -76,7 +77,11 @@ def _chain_start_options(
         "static_summary": summary,
         "static_details": spec.description or None,
         "search_attributes": contract.as_start_attributes(first.search_attributes()),
-        "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        "id_reuse_policy": (
+            WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            if replacing
+            else WorkflowIDReusePolicy.REJECT_DUPLICATE
+        ),
         "task_timeout": CHAIN_TASK_TIMEOUT,
     }
 
@@ -165,17 +170,18 @@ async def start_chain(
     queue: str | None = None,
     rewind_of: RewindOrigin | None = None,
     eager: bool = False,
+    replacing: bool = False,
 ) -> WorkflowHandle[Any, ChainState]:
     """Start the chain of `correlation_id` on `queue` (default: $COORD_TASK_QUEUE), waiting for
     its triggers (a rewound copy names its original in `rewind_of`). Undeliverable when the
-    correlation already has a chain, running or ended. `eager`: this client's own worker takes
-    its first task (`start_run`)."""
+    correlation already has a chain, running or ended (`replacing`: ended is allowed, a new
+    run after it). `eager`: this client's own worker takes its first task (`start_run`)."""
     try:
         return await client.start_workflow(
             ReactiveChain.run,
             _chain_input(spec, correlation_id, rewind_of),
             request_eager_start=eager,
-            **_chain_start_options(spec, correlation_id, queue, rewind_of),
+            **_chain_start_options(spec, correlation_id, queue, rewind_of, replacing),
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(

@@ -11,7 +11,7 @@ their logs (then what its window kept is all there is)."""
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -19,6 +19,7 @@ from coord.infra.event_log import SegmentStore, segment_store
 from coord.models.events.log import (
     MAX_PAGE_ROWS,
     PAGE_ROWS,
+    LogCheck,
     joined,
     segment_span,
     segments_from,
@@ -35,6 +36,12 @@ class LogPage(BaseModel):
 
     rows: list[TimelineEntry]
     next_since: int | None
+    unreadable: list[str] = Field(default_factory=list)
+    """The stored segments this page would have read but could not (gone between listing and
+    reading, or not a segment any more): their rows are missing from it."""
+    recorded: int | None = None
+    """How many events the chain recorded in all, once it has ended (None while it runs): where
+    its log must end (`LogCheck.end`)."""
 
 
 def checked_page_size(page_size: int) -> int:
@@ -59,30 +66,34 @@ async def _window(client: Client, correlation_id: str) -> tuple[list[TimelineEnt
         raise
 
 
-async def _stored(
-    store: SegmentStore, correlation_id: str, since: int, page_size: int
-) -> tuple[list[TimelineEntry], int]:
-    """Up to `page_size` stored rows after `since`, reading only the segments it needs, and the
-    last sequence number the store holds (0: none)."""
+class Stored(BaseModel):
+    """Up to a page of stored rows, the segments that could not be read on the way, and the
+    last sequence number the store's segments name (0: none)."""
+
+    rows: list[TimelineEntry] = Field(default_factory=list)
+    unreadable: list[str] = Field(default_factory=list)
+    up_to: int = 0
+
+
+async def _stored(store: SegmentStore, correlation_id: str, since: int, page_size: int) -> Stored:
+    """Up to `page_size` stored rows after `since`, reading only the segments it needs; a
+    segment that cannot be read is named and passed over (its rows show as a gap)."""
     names = await store.names(correlation_id)
     spans = [span for name in names if (span := segment_span(name)) is not None]
-    return await _segments_read(store, correlation_id, names, since, page_size), max(
-        (last for _, last in spans), default=0
-    )
-
-
-async def _segments_read(
-    store: SegmentStore, correlation_id: str, names: list[str], since: int, page_size: int
-) -> list[TimelineEntry]:
-    rows: list[TimelineEntry] = []
+    stored = Stored(up_to=max((last for _, last in spans), default=0))
     last = since
     for name in segments_from(names, since):
-        segment = await store.read(correlation_id, name)
-        rows += joined([segment.rows], last)
-        last = rows[-1].seq if rows else last
-        if len(rows) >= page_size:
+        try:
+            segment = await store.read(correlation_id, name)
+        except (OSError, ValidationError):
+            stored.unreadable.append(name)
+            continue
+        stored.rows += joined([segment.rows], last)
+        last = stored.rows[-1].seq if stored.rows else last
+        if len(stored.rows) >= page_size:
             break
-    return rows[:page_size]
+    stored.rows = stored.rows[:page_size]
+    return stored
 
 
 @api_call
@@ -100,11 +111,16 @@ async def read_log_page(
     start = since or 0
     store = store or segment_store()
     window, recorded = await _window(client, correlation_id)
-    stored, stored_up_to = await _stored(store, correlation_id, start, page_size)
-    if recorded is not None and stored_up_to < recorded:
+    stored = await _stored(store, correlation_id, start, page_size)
+    if recorded is not None and stored.up_to < recorded:
         window = await _ended_window(client, correlation_id)
-    rows = list(joined([stored, window], start))[:page_size]
-    return LogPage(rows=rows, next_since=rows[-1].seq if len(rows) == page_size else None)
+    rows = list(joined([stored.rows, window], start))[:page_size]
+    return LogPage(
+        rows=rows,
+        next_since=rows[-1].seq if len(rows) == page_size else None,
+        unreadable=stored.unreadable,
+        recorded=recorded,
+    )
 
 
 async def _ended_window(client: Client, correlation_id: str) -> list[TimelineEntry]:
@@ -120,20 +136,35 @@ async def read_log(
     since: int | None = None,
     page_size: int = PAGE_ROWS,
     store: SegmentStore | None = None,
+    check: LogCheck | None = None,
 ) -> AsyncIterator[TimelineEntry]:
     """Every row of the correlation's log after `since`, oldest first (each with its `seq`, the
-    chain's sequence number: `since` for a later read), read `page_size` rows at a time."""
+    chain's sequence number: `since` for a later read), read `page_size` rows at a time. A
+    `check` (made `from_start` when `since` is None or 0) hears every row and segment read, and
+    says afterwards whether the log was whole."""
     store = store or segment_store()
     cursor: int | None = since
     while True:
         page = await read_log_page(
             client, correlation_id, since=cursor, page_size=page_size, store=store
         )
+        if check is not None:
+            checked_page(check, page)
         for row in page.rows:
             yield row
         if page.next_since is None:
             return
         cursor = page.next_since
+
+
+def checked_page(check: LogCheck, page: LogPage) -> None:
+    """The page told to `check`; the last page (no `next_since`) ends the log."""
+    for name in page.unreadable:
+        check.segment_unreadable(name)
+    for row in page.rows:
+        check.row(row)
+    if page.next_since is None:
+        check.end(page.recorded)
 
 
 @api_call
@@ -144,11 +175,14 @@ async def replay_into(
     *,
     page_size: int = PAGE_ROWS,
     store: SegmentStore | None = None,
+    check: LogCheck | None = None,
 ) -> Any:
     """The read model `view` (coord.models.events.views: `table`, `agents`) rebuilt by folding
-    every row of the log, page by page. A ValueError names the views when there is no `view`."""
+    every row of the log, page by page (`check` hears them: was the log whole?). A ValueError
+    names the views when there is no `view`."""
     chosen = view_named(view)
     state = chosen.start()
-    async for row in read_log(client, correlation_id, page_size=page_size, store=store):
+    rows = read_log(client, correlation_id, page_size=page_size, store=store, check=check)
+    async for row in rows:
         state = chosen.step(state, row)
     return state

@@ -21,13 +21,14 @@ from coord.models.chain.spec import (
     RecordedEvents,
 )
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import LogCheck
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
 from coord.models.plan.rewind import reused_tasks
 from coord.models.plan.spec import PlanRewind, PlanSpec, PlanState
 from coord.models.rewind.diff import CorrelationDiff, diff_logs, pair_outcomes
-from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind
+from coord.models.rewind.plan import RewindPlan, RewindRefused, plan_rewind, require_whole_log
 from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
@@ -56,15 +57,18 @@ async def rewind_chain(
     speed: float | None = None,
     queue: str | None = None,
     specs: Mapping[str, Mapping[str, Any]] | None = None,
+    replacing: bool = False,
 ) -> RewindPlan:
     """Rewind the correlation `original` to the event `to` onto the new correlation
-    `copy_id`: its chain, with `spec` instead of the original's, and each aggregator and vote
-    at work at that point (`rewind_patterns`), with `specs[name]` (a spec document) instead of
-    the original's where given; `agents` are declared inline in every copy (fixed agents).
-    What came from outside after the point is re-delivered its original gaps divided by
-    `speed` (None or 0: at once). Returns the plan it followed. RewindRefused when the log
-    before the point is incomplete, or a name of `specs` matches no pattern at work."""
-    log = [row async for row in read_log(client, original)]
+    `copy_id`: its chain, with `spec` instead of the original's, and each aggregator, vote,
+    saga and plan at work at that point (`rewind_patterns`), with `specs[name]` (a spec
+    document) instead of the original's where given; `agents` are declared inline in every copy
+    (fixed agents). What came from outside after the point is re-delivered its original gaps
+    divided by `speed` (None or 0: at once). Returns the plan it followed. RewindRefused when
+    the log has a gap anywhere, or a name of `specs` matches no pattern at work. `replacing`:
+    the copy's chain may have ended already (an unfinished copy made again), a new run after
+    it."""
+    log = await whole_log(client, original)
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
     point = next(row for row in log if row.event_id == plan.point)
     patterns = PatternRewind(client, plan, agents=agents, specs=specs, queue=queue)
@@ -73,14 +77,50 @@ async def rewind_chain(
     if agents:
         copy_spec = copy_spec.model_copy(update={"agents": {**copy_spec.agents, **agents}})
     origin = RewindOrigin(original=original, at=plan.point)
-    handle = await start_chain(client, copy_spec, copy_id, queue=queue, rewind_of=origin)
-    for batch in batches(plan.recorded, copy_id):
+    await start_chain(
+        client, copy_spec, copy_id, queue=queue, rewind_of=origin, replacing=replacing
+    )
+    await hand_over(client, plan, speed, patterns=patterns)
+    return plan
+
+
+async def hand_over(
+    client: Client,
+    plan: RewindPlan,
+    speed: float | None,
+    held: frozenset[str] = frozenset(),
+    patterns: PatternRewind | None = None,
+) -> None:
+    """The copy is sent its past as recorded events, then its `patterns` are started (they
+    attach to a chain that holds its past), then what came from outside after the point, then
+    the mark that its hand-over is complete (`ChainState.rewind_complete`): a copy without the
+    mark was interrupted. `held`: the events the copy has already (a hand-over finished after
+    an interruption), never sent twice."""
+    rest = plan.model_copy(
+        update={
+            "recorded": [row for row in plan.recorded if row.event_id not in held],
+            "redelivered": [item for item in plan.redelivered if item.row.event_id not in held],
+        }
+    )
+    handle = chain_handle(client, plan.copy_id)
+    for batch in batches(rest.recorded, plan.copy_id):
         await handle.signal(
             contract.RECORDED_SIGNAL, RecordedEvents(events=batch).model_dump(mode="json")
         )
-    await patterns.start()
-    await redeliver(client, plan, speed)
-    return plan
+    if patterns is not None:
+        await patterns.start()
+    await redeliver(client, rest, speed)
+    complete = RecordedEvents(events=[], complete=True)
+    await handle.signal(contract.RECORDED_SIGNAL, complete.model_dump(mode="json"))
+
+
+async def whole_log(client: Client, original: str) -> list[TimelineEntry]:
+    """Every row of the original's log; RewindRefused naming what is missing when it has a gap
+    anywhere (a copy must start from a state the original had, and see all it saw after)."""
+    check = LogCheck()
+    log = [row async for row in read_log(client, original, check=check)]
+    require_whole_log(check, original)
+    return log
 
 
 async def original_spec(client: Client, original: str) -> ChainSpec:

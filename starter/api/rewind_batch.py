@@ -9,12 +9,15 @@ correlation that cannot be rewound is a line of the report, never the end of the
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
+from typing import NamedTuple
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from coord.models.chain.spec import ChainSpec
+from coord.infra.event_log import segment_store
+from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.filters import compile_filter, evaluate
+from coord.models.events.log import LogCheck
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import AgentConfig
 from coord.models.rewind.batch import (
@@ -24,10 +27,11 @@ from coord.models.rewind.batch import (
     BatchRefused,
     BatchReport,
     LineStatus,
+    Resumed,
     copy_name,
     window_query,
 )
-from coord.models.rewind.plan import RewindRefused
+from coord.models.rewind.plan import RewindRefused, plan_rewind, require_whole_log
 from coord.models.rewind.summary import (
     ChainRecord,
     DiffSummary,
@@ -37,10 +41,10 @@ from coord.models.rewind.summary import (
 )
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
-from coord.starter.api.chains import chain_handle, chain_state
-from coord.starter.api.common import api_call
+from coord.starter.api.chains import chain_handle, chain_running, chain_state
+from coord.starter.api.common import NotFound, api_call
 from coord.starter.api.log import read_log
-from coord.starter.api.rewind import diff_correlations, rewind_chain
+from coord.starter.api.rewind import diff_correlations, hand_over, rewind_chain
 
 OnLine = Callable[[BatchLine, int], None]
 """Told of each correlation done, with how many the batch selected."""
@@ -61,6 +65,28 @@ async def originals(client: Client, since: datetime, until: datetime) -> AsyncIt
             raise BatchRefused(f"--since/--until: more than {MAX_BATCH} chains; narrow the window")
         seen.add(correlation)
         yield correlation
+
+
+class Copy(NamedTuple):
+    """A copy an earlier run of the batch made: its record, and whether its chain still runs."""
+
+    record: ChainState
+    running: bool
+
+
+async def existing_copy(client: Client, original: str, copy_id: str) -> Copy | None:
+    """The copy, if it exists. RewindRefused when its name is taken by a chain that is no copy
+    of `original`: that chain is never finished, made again or counted as the copy."""
+    try:
+        running = await chain_running(client, copy_id)
+    except NotFound:
+        return None
+    record = await chain_state(client, copy_id)
+    if not (record.rewind_of or "").startswith(f"{original}@"):
+        raise RewindRefused(
+            f"--suffix: {copy_id!r} is taken by a chain that is not a copy of {original!r}"
+        )
+    return Copy(record, running)
 
 
 async def exists(client: Client, correlation_id: str) -> bool:
@@ -122,15 +148,25 @@ class Batch:
             )
 
     async def _rewound(self, original: str, copy_id: str) -> BatchLine:
+        """A copy whose hand-over completed is skipped; one left halfway by an earlier run is
+        finished while it runs, made again once it has ended (never skipped: it would stand as
+        a what-if that never saw its whole past)."""
         line = BatchLine(original=original, copy_id=copy_id, status=LineStatus.SKIPPED)
-        if await exists(self.client, copy_id):
+        copy = await existing_copy(self.client, original, copy_id)
+        if copy is not None and copy.record.rewind_complete:
             return line
-        log = [row async for row in read_log(self.client, original)]
+        check = LogCheck()
+        log = [row async for row in read_log(self.client, original, check=check)]
         if not log:
             raise RewindRefused("its log holds no event yet")
         if reason := unmatched(self.where, log[0]):
             return line.model_copy(update={"status": LineStatus.FILTERED, "reason": reason})
+        require_whole_log(check, original)
+        if copy is not None and copy.running:
+            return await self._finished(line, log, copy.record)
         point = rewind_point(log, self.to_type).event_id
+        if copy is not None:
+            await segment_store().remove(copy_id)
         plan = await rewind_chain(
             self.client,
             original,
@@ -139,8 +175,31 @@ class Batch:
             spec=self.spec,
             agents=self.agents,
             queue=self.queue,
+            replacing=copy is not None,
         )
-        update = {"status": LineStatus.REWOUND, "point": point, "recorded": len(plan.recorded)}
+        update = {
+            "status": LineStatus.REWOUND,
+            "point": point,
+            "recorded": len(plan.recorded),
+            "resumed": Resumed.REMADE if copy is not None else None,
+        }
+        return line.model_copy(update=update)
+
+    async def _finished(
+        self, line: BatchLine, log: list[TimelineEntry], copy: ChainState
+    ) -> BatchLine:
+        """The running copy is sent what its interrupted hand-over had not sent yet (from the
+        point it was made at), then the mark that it is complete."""
+        point = (copy.rewind_of or "").partition("@")[2]
+        plan = plan_rewind(log, original=line.original, copy_id=line.copy_id, point=point)
+        held = frozenset([row.event_id async for row in read_log(self.client, line.copy_id)])
+        await hand_over(self.client, plan, None, held)
+        update = {
+            "status": LineStatus.REWOUND,
+            "point": plan.point,
+            "recorded": len(plan.recorded),
+            "resumed": Resumed.FINISHED,
+        }
         return line.model_copy(update=update)
 
 
@@ -161,7 +220,8 @@ async def rewind_many(
 ) -> BatchReport:
     """Rewind every chain started in [since, until) (never a copy) whose first event matches
     `where`, onto `<original><suffix>`, at its first event of `to_type` (default: its first
-    event), `concurrency` at a time. A copy that exists already is skipped, so running the
+    event), `concurrency` at a time. A copy whose hand-over completed is skipped, and one an
+    interrupted run left halfway is finished (or made again once it has ended), so running the
     batch again finishes an interrupted one. `on_line` hears of each correlation as it is done
     (a progress display)."""
     if not 1 <= concurrency <= MAX_CONCURRENCY:

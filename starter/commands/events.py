@@ -15,11 +15,12 @@ from temporalio.client import Client
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
-from coord.models.events.log import MAX_PAGE_ROWS, PAGE_ROWS
+from coord.models.events.log import MAX_PAGE_ROWS, PAGE_ROWS, LogCheck
 from coord.models.events.timeline import TimelineEntry
 from coord.models.events.views import TableView
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
+from coord.starter.api.log import checked_page
 from coord.starter.commands.aggregator import load_aggregator_spec
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
 from coord.starter.exits import ExitCode
@@ -181,11 +182,14 @@ async def events(
 async def show_log(
     client: Client, correlation_id: str, since: int | None, as_json: bool, page_size: int
 ) -> None:
-    """The log page by page: JSON Lines, or a table per page (one header), then the span."""
+    """The log page by page: JSON Lines, or a table per page (one header), then the span; a
+    log found incomplete says so on stderr and exits LOG_INCOMPLETE, after every row it has."""
     shown, first = 0, None
     cursor = since
+    check = LogCheck(from_start=not since)
     while True:
         page = await api.read_log_page(client, correlation_id, since=cursor, page_size=page_size)
+        checked_page(check, page)
         if as_json:
             for row in page.rows:
                 echo_json(row, one_line=True)
@@ -200,14 +204,33 @@ async def show_log(
     if not as_json:
         span = f", seq {first:,}-{cursor:,}" if first is not None else ""
         render.show(Text(f"{shown:,} events{span}"))
+    report_check(check, correlation_id)
+
+
+def report_check(check: LogCheck, correlation_id: str) -> None:
+    """A warning line on stderr when the log is incomplete (then exit LOG_INCOMPLETE), or when
+    part of it cannot be checked (rows written before logs numbered them)."""
+    if unknown := check.unknown():
+        typer.echo(f"note: the log of {correlation_id!r}: {unknown}", err=True)
+    if not check.whole:
+        typer.secho(
+            f"warning: the log of {correlation_id!r} is incomplete: it lacks {check.missing()}",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
+        raise typer.Exit(ExitCode.LOG_INCOMPLETE)
 
 
 async def show_replay(
     client: Client, correlation_id: str, view: str, as_json: bool, page_size: int
 ) -> None:
-    """The view rebuilt from the whole log: its JSON object, or shown as a table."""
+    """The view rebuilt from the whole log: its JSON object, or shown as a table; a log found
+    incomplete says so, as `--all` does."""
+    check = LogCheck()
     try:
-        rebuilt = await api.replay_into(client, correlation_id, view, page_size=page_size)
+        rebuilt = await api.replay_into(
+            client, correlation_id, view, page_size=page_size, check=check
+        )
     except ValueError as error:
         raise SpecError(str(error)) from None
     if as_json:
@@ -216,6 +239,7 @@ async def show_replay(
         render.show(render.timeline_table(rebuilt.rows))
     else:
         render.show(render.agents_activity(rebuilt))
+    report_check(check, correlation_id)
 
 
 def show_rows(

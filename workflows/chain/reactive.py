@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
+        LOG_POSITIONS_PATCH,
         LOG_SEGMENTS_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         PARK_QUEUED_RUNS_PATCH,
@@ -129,6 +130,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._model.pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
         self._model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
+        self._model.intake.numbers_rows = workflow.patched(LOG_POSITIONS_PATCH)
         self._outbound.upsert_status()
         self._runner.announce_agents()
         while not self._model.finished(self._outbound.count):
@@ -261,7 +263,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         invalid = FailureType.INVALID_RECORDED
         batch = self._decoded(RecordedEvents, raw, RECORDED_SIGNAL, invalid)
         if batch is not None:
-            self._model.receive_recorded(batch.events)
+            self._model.receive_recorded(batch)
         self._outbound.flush()
 
     @workflow.signal(name=ATTACH_SIGNAL)
