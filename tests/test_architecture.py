@@ -1,11 +1,8 @@
 """docs/architecture.md's "One event, end to end": the files a chain event crosses from
 `coord publish` to its agent run. The list is checked against the tree and its stated count, so
-it cannot go stale silently; the goal (under ten files) is held by a strict expected failure
-that turns red the day the path is short enough, to be made a plain assertion then."""
+it cannot go stale silently, and the path is held under ten files."""
 
 import re
-
-import pytest
 
 from tests.conftest import ROOT
 
@@ -31,7 +28,6 @@ def test_the_listed_files_exist_each_once_and_are_counted() -> None:
     assert stated == len(files)
 
 
-@pytest.mark.xfail(strict=True, reason="the path crosses 12 files; the goal is under 10")
 def test_one_event_crosses_fewer_than_ten_files() -> None:
     files, _ = crossed()
     assert len(files) < GOAL
