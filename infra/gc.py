@@ -164,14 +164,23 @@ class Collector:
     async def _judge(self, store: StoreListing, item: Stored) -> None:
         kind = stored_kind(item)
         found = verdict(item, self.options.retention, self.now, self._exists)
-        if not found.remove:
-            self._add(kind, item.name, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(kind, item.name, Action.WOULD_REMOVE, found.reason)
-        elif await store.remove(item, lambda marks: self._still_unowned(item, marks)):
+        if self._stays(kind, item.name, found):
+            return
+        if await store.remove(item, lambda marks: self._still_unowned(item, marks)):
             self._add(kind, item.name, Action.REMOVED, found.reason)
         else:
             self._add(kind, item.name, Action.KEPT, "stored again while it was being removed")
+
+    def _stays(self, kind: Kind, name: str, found: Verdict) -> bool:
+        """An item the verdict keeps, or that a dry run only says it would remove, is reported
+        so and stays; False for one to remove now (its caller removes it and says how)."""
+        if not found.remove:
+            self._add(kind, name, Action.KEPT, found.reason)
+        elif self.options.dry_run:
+            self._add(kind, name, Action.WOULD_REMOVE, found.reason)
+        else:
+            return False
+        return True
 
     def _still_unowned(self, item: Stored, marks: list[OwnerMark]) -> bool:
         """The verdict again on the marks read after the object was moved aside: an owner not
@@ -202,11 +211,7 @@ class Collector:
             self.options.retention.logs,
             self.now,
         )
-        if not found.remove:
-            self._add(Kind.LOGS, correlation_id, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(Kind.LOGS, correlation_id, Action.WOULD_REMOVE, found.reason)
-        else:
+        if not self._stays(Kind.LOGS, correlation_id, found):
             await segments.remove(correlation_id)
             self._add(Kind.LOGS, correlation_id, Action.REMOVED, found.reason)
 
@@ -294,11 +299,7 @@ class Collector:
             self.options.retention.scratchpads,
             self.now,
         )
-        if not found.remove:
-            self._add(Kind.SCRATCHPADS, name, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(Kind.SCRATCHPADS, name, Action.WOULD_REMOVE, found.reason)
-        else:
+        if not self._stays(Kind.SCRATCHPADS, name, found):
             left = await asyncio.to_thread(_remove_scratchpad, directory)
             reason = found.reason + (f"; left what the plan did not write: {left}" if left else "")
             self._add(Kind.SCRATCHPADS, name, Action.REMOVED, reason)

@@ -235,6 +235,14 @@ async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
     return delivery
 
 
+def chain_correlation(envelope: EventEnvelope) -> str:
+    """The correlation id of the chain an event is published to; Undeliverable without one."""
+    correlation_id = envelope.event.correlation_id
+    if not correlation_id:
+        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    return correlation_id
+
+
 @api_call
 async def publish(
     client: Client,
@@ -245,9 +253,7 @@ async def publish(
 ) -> str:
     """Deliver an event to its correlation's chain. With a spec the chain is started if needed
     (signal-with-start), so an event published before the chain exists is not lost."""
-    correlation_id = envelope.event.correlation_id
-    if not correlation_id:
-        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    correlation_id = chain_correlation(envelope)
     event = envelope.model_dump(mode="json")
 
     async def send() -> None:
@@ -297,9 +303,7 @@ async def publish_acked(
     or refused and why (nothing recorded or parked). With a spec the chain is started if needed
     (update-with-start). Undeliverable as `publish` is (no chain, or it has ended: then the
     event is parked); NoWorker when no worker answered within `answer_time`."""
-    correlation_id = envelope.event.correlation_id
-    if not correlation_id:
-        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    correlation_id = chain_correlation(envelope)
     answers: list[contract.PublishAnswer] = []
 
     async def send() -> None:
