@@ -113,12 +113,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._team = TeamRoom(model)
         await self._team.start_members()
         self._schedule = TaskSchedule(
-            model,
-            slots,
-            changed=self._details.changed,
-            fan_out=fan_out,
-            scratchpad=self._scratchpad,
-            team=self._team,
+            slots, self._scratchpad, changed=self._details.changed, fan_out=fan_out, team=self._team
         )
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None

@@ -6,11 +6,11 @@ task's lifecycle is `GatedTaskRun` (coord.workflows.plan.gates)."""
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.plan.model import PlanModel
     from coord.models.plan.spec import PlanTask
     from coord.workflows._runtime.agent_runs import AgentPicker, outcomes_landed
     from coord.workflows._runtime.fan_out import FanOut
@@ -25,23 +25,21 @@ class TaskSchedule:
 
     def __init__(
         self,
-        model: PlanModel,
         slots: WorkerSlots,
+        scratchpad: Scratchpad,
         *,
         changed: Callable[[], None],
         fan_out: FanOut,
-        scratchpad: Scratchpad,
         team: TeamRoom,
     ) -> None:
-        self._model = model
-        self._slots = slots
-        self._changed = changed
-        self._fan_out = fan_out
-        self._scratchpad = scratchpad
-        self._team = team
+        self._model, self._slots, self._scratchpad = slots.model, slots, scratchpad
+        self._gated = partial(
+            GatedTaskRun, changed=changed, fan_out=fan_out, picker=AgentPicker(), team=team
+        )
+        """A task's run: its changes republished, within the plan's budget per workflow task,
+        its agents picked together with the rest of its wave, its messages to the team."""
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._bug: Exception | None = None
-        self._picker = AgentPicker()
 
     async def run(self) -> None:
         """Starts each task once its dependencies have succeeded, and grants the worker slots
@@ -71,15 +69,7 @@ class TaskSchedule:
         bug, raised by the run so the workflow task fails (visible, retried once a fixed
         worker runs it) instead of the plan waiting forever for a task that cannot end."""
         try:
-            await GatedTaskRun(
-                self._slots,
-                task,
-                workflow.info().workflow_id,
-                self._changed,
-                self._fan_out,
-                self._picker,
-                team=self._team,
-            ).run()
+            await self._gated(self._slots, task, workflow.info().workflow_id).run()
         except Exception as error:
             self._bug = error
             return
