@@ -129,6 +129,14 @@ class Collector:
         if action not in (Action.KEPT, Action.WOULD_REMOVE, Action.WOULD_ARCHIVE):
             log.info("gc", kind=kind.value, name=name, action=action.value, reason=reason)
 
+    def _page(self, kind: Kind, names: list[str]) -> list[str]:
+        """This run's batch of `names` (asked for one more than a batch): when more remain, the
+        report's cursor for `kind` is the last one taken, and the next run goes on after it."""
+        if len(names) > self.options.batch:
+            names = names[: self.options.batch]
+            self.report.next_cursor[kind.value] = names[-1]
+        return names
+
     async def workflow_exists(self, namespace: str, workflow_id: str) -> bool:
         """On the server in any state; a workflow of another namespace counts as existing (this
         run cannot see it, so it cannot tell it is gone)."""
@@ -193,10 +201,7 @@ class Collector:
     async def _logs(self, after: str | None) -> None:
         segments = segment_store(self.options.store)
         names = await segments.correlations(after, self.options.batch + 1)
-        if len(names) > self.options.batch:
-            names = names[: self.options.batch]
-            self.report.next_cursor[Kind.LOGS.value] = names[-1]
-        for correlation_id in names:
+        for correlation_id in self._page(Kind.LOGS, names):
             await self._log(segments, correlation_id)
 
     async def _log(self, segments: SegmentStore, correlation_id: str) -> None:
@@ -280,10 +285,7 @@ class Collector:
     async def _scratchpads(self, root: Path, after: str | None) -> None:
         root = root.expanduser().resolve()
         names = list(_plan_dirs(root, after, self.options.batch + 1))
-        if len(names) > self.options.batch:
-            names = names[: self.options.batch]
-            self.report.next_cursor[Kind.SCRATCHPADS.value] = names[-1]
-        for name in names:
+        for name in self._page(Kind.SCRATCHPADS, names):
             await self._scratchpad(root, name)
 
     async def _scratchpad(self, root: Path, name: str) -> None:
