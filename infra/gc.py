@@ -129,6 +129,14 @@ class Collector:
         if action not in (Action.KEPT, Action.WOULD_REMOVE, Action.WOULD_ARCHIVE):
             log.info("gc", kind=kind.value, name=name, action=action.value, reason=reason)
 
+    def _page(self, kind: Kind, names: list[str]) -> list[str]:
+        """This run's batch of `names` (asked for one more than a batch): when more remain, the
+        report's cursor for `kind` is the last one taken, and the next run goes on after it."""
+        if len(names) > self.options.batch:
+            names = names[: self.options.batch]
+            self.report.next_cursor[kind.value] = names[-1]
+        return names
+
     async def workflow_exists(self, namespace: str, workflow_id: str) -> bool:
         """On the server in any state; a workflow of another namespace counts as existing (this
         run cannot see it, so it cannot tell it is gone)."""
@@ -164,14 +172,23 @@ class Collector:
     async def _judge(self, store: StoreListing, item: Stored) -> None:
         kind = stored_kind(item)
         found = verdict(item, self.options.retention, self.now, self._exists)
-        if not found.remove:
-            self._add(kind, item.name, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(kind, item.name, Action.WOULD_REMOVE, found.reason)
-        elif await store.remove(item, lambda marks: self._still_unowned(item, marks)):
+        if self._stays(kind, item.name, found):
+            return
+        if await store.remove(item, lambda marks: self._still_unowned(item, marks)):
             self._add(kind, item.name, Action.REMOVED, found.reason)
         else:
             self._add(kind, item.name, Action.KEPT, "stored again while it was being removed")
+
+    def _stays(self, kind: Kind, name: str, found: Verdict) -> bool:
+        """An item the verdict keeps, or that a dry run only says it would remove, is reported
+        so and stays; False for one to remove now (its caller removes it and says how)."""
+        if not found.remove:
+            self._add(kind, name, Action.KEPT, found.reason)
+        elif self.options.dry_run:
+            self._add(kind, name, Action.WOULD_REMOVE, found.reason)
+        else:
+            return False
+        return True
 
     def _still_unowned(self, item: Stored, marks: list[OwnerMark]) -> bool:
         """The verdict again on the marks read after the object was moved aside: an owner not
@@ -184,10 +201,7 @@ class Collector:
     async def _logs(self, after: str | None) -> None:
         segments = segment_store(self.options.store)
         names = await segments.correlations(after, self.options.batch + 1)
-        if len(names) > self.options.batch:
-            names = names[: self.options.batch]
-            self.report.next_cursor[Kind.LOGS.value] = names[-1]
-        for correlation_id in names:
+        for correlation_id in self._page(Kind.LOGS, names):
             await self._log(segments, correlation_id)
 
     async def _log(self, segments: SegmentStore, correlation_id: str) -> None:
@@ -202,11 +216,7 @@ class Collector:
             self.options.retention.logs,
             self.now,
         )
-        if not found.remove:
-            self._add(Kind.LOGS, correlation_id, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(Kind.LOGS, correlation_id, Action.WOULD_REMOVE, found.reason)
-        else:
+        if not self._stays(Kind.LOGS, correlation_id, found):
             await segments.remove(correlation_id)
             self._add(Kind.LOGS, correlation_id, Action.REMOVED, found.reason)
 
@@ -275,10 +285,7 @@ class Collector:
     async def _scratchpads(self, root: Path, after: str | None) -> None:
         root = root.expanduser().resolve()
         names = list(_plan_dirs(root, after, self.options.batch + 1))
-        if len(names) > self.options.batch:
-            names = names[: self.options.batch]
-            self.report.next_cursor[Kind.SCRATCHPADS.value] = names[-1]
-        for name in names:
+        for name in self._page(Kind.SCRATCHPADS, names):
             await self._scratchpad(root, name)
 
     async def _scratchpad(self, root: Path, name: str) -> None:
@@ -294,11 +301,7 @@ class Collector:
             self.options.retention.scratchpads,
             self.now,
         )
-        if not found.remove:
-            self._add(Kind.SCRATCHPADS, name, Action.KEPT, found.reason)
-        elif self.options.dry_run:
-            self._add(Kind.SCRATCHPADS, name, Action.WOULD_REMOVE, found.reason)
-        else:
+        if not self._stays(Kind.SCRATCHPADS, name, found):
             left = await asyncio.to_thread(_remove_scratchpad, directory)
             reason = found.reason + (f"; left what the plan did not write: {left}" if left else "")
             self._add(Kind.SCRATCHPADS, name, Action.REMOVED, reason)

@@ -103,12 +103,12 @@ def test_a_rerun_replays_the_event_with_the_failed_runs_key() -> None:
     take(model, approved)
     fixed = event("Approved", cause=approved.event.id)
     request = RerunRequest(subscription="planner", event=fixed, idempotency_key="key-1")
-    model.matching.rerun(request)
+    model.rerun(request)
     _, first = model.runs.start_next()
     _, replay = model.runs.start_next()
     assert (first.trigger.event.id, replay.idempotency_key) == (approved.event.id, "key-1")
     assert model.record.depths[fixed.event.id] == 0, "a replay takes its event's depth"
     model.outbox.take()
-    model.matching.rerun(RerunRequest(subscription="nobody", event=fixed))
+    model.rerun(RerunRequest(subscription="nobody", event=fixed))
     [letter] = parkings(model.outbox.take())
     assert letter.failure_type == "invalid_rerun" and letter.details.get("event") == fixed

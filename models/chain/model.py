@@ -1,7 +1,7 @@
 """A reactive chain's model, apart from Temporal: its record (`ChainCarry`: what it carries
 across continue-as-new, so it is tested without a server) and the parts that decide on it, each
-one job: `ChainIntake` (events in), `ChainMatching` (events to runs), `ChainRuns` and
-`RunOutcomes` (the runs and what they publish), `ChainPacing` (its budgets). The workflow
+one job: `ChainIntake` (events in) and `ChainMatching` (events to runs), in one module; `ChainRuns`
+and `RunOutcomes` (the runs and what they publish), `ChainPacing` (its budgets). The workflow
 (`coord.workflows.chain.reactive`) hands each event to it once and sends what it decides
 (`boundary.Outbox`); it keeps only signals, timers, starting runs and continue-as-new."""
 
@@ -17,11 +17,11 @@ from coord.models.chain.intake import (
     Admission,
     Arrival,
     ChainIntake,
+    ChainMatching,
     TaskShare,
     timeline_window,
 )
 from coord.models.chain.log import ChainLog
-from coord.models.chain.matching import ChainMatching
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.pacing import ChainPacing
 from coord.models.chain.runs import ChainRuns
@@ -32,6 +32,7 @@ from coord.models.chain.spec import (
     ChainState,
     ChainStatus,
     RecordedEvents,
+    RerunRequest,
 )
 from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
 from coord.models.wire.contract import (
@@ -74,7 +75,7 @@ class ChainModel:
         self.intake = ChainIntake(self.record, spec, self.outbox, context)
         self.outcomes = RunOutcomes(self.record, spec, self.intake, self.outbox, context)
         self.runs = ChainRuns(self.record, spec, workflow_id, self.outcomes)
-        self.matching = ChainMatching(self.record, spec, workflow_id, self.intake, self.runs)
+        self.matching = ChainMatching(self.record, spec, workflow_id, self.intake)
         self.pacing = ChainPacing(chain_input.signals_per_run, self.runs, context)
         self.log = ChainLog(self.record, self.intake.timeline_bytes)
         self.intake.keep_after = self.log.keep_after
@@ -169,6 +170,18 @@ class ChainModel:
                         fired.subscription, envelope, fired.causes, inputs=fired.inputs
                     )
         return admission
+
+    def rerun(self, request: RerunRequest) -> None:
+        """A dead letter replayed: its subscription's run queued again (`ChainMatching.rerun`)."""
+        fired = self.matching.rerun(request)
+        if fired is not None:
+            self.runs.enqueue(
+                fired.subscription,
+                request.event,
+                fired.causes,
+                inputs=fired.inputs,
+                idempotency_key=fired.idempotency_key,
+            )
 
     def receive_recorded(self, batch: RecordedEvents) -> None:
         """A rewound copy's past enters the queue in order, each event marked as recorded: its

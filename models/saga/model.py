@@ -142,7 +142,7 @@ class SagaModel:
     def step_succeeded(self, index: int, step: SagaStep, data: dict[str, Any]) -> EventEnvelope:
         """Records the result and announces `on_success`. A pivot turns recovery forward, and a
         cancel that came while it ran then lets the saga run on."""
-        completed = self.announce(step.on_success, f"/{self.agent_of(step)}", data)
+        completed = announced(self.state, step.on_success, f"/{self.agent_of(step)}", data)
         self._succeeded(index, step, data, completed.event.id)
         return completed
 
@@ -164,7 +164,7 @@ class SagaModel:
         self._outcomes[step.name] = {"failure": failure}
         self._step_failure = f"step {index} {step.name} failed: {message}"
         self.state.failed_event = step.on_failure
-        return self.announce(step.on_failure, f"/{self.agent_of(step)}", {"error": failure})
+        return announced(self.state, step.on_failure, f"/{self.agent_of(step)}", {"error": failure})
 
     def step_cancelled(self, step: SagaStep) -> None:
         """The step was cancelled before it ended: its outcome is unknown."""
@@ -253,7 +253,7 @@ class SagaModel:
         self.state.compensations.append(
             CompensationOutcome(step=entry.step, compensate=entry.compensate, status="compensated")
         )
-        return self.announce(step.on_compensated, f"/{entry.compensate}", data)
+        return announced(self.state, step.on_compensated, f"/{entry.compensate}", data)
 
     def undo_failed(self, entry: StackEntry, message: str) -> str:
         """A compensation failed for good: recorded, left on the stack; its dead letter's text."""
@@ -285,8 +285,10 @@ class SagaModel:
         """`CompensationFailed`, for the correlation's chain (in the timeline when `recorded`)."""
         notice = {"step": entry.step, "error": message}
         if recorded:
-            return self.announce("CompensationFailed", f"/saga/{self.state.saga_id}", notice)
-        return self.event("CompensationFailed", notice)
+            return announced(
+                self.state, "CompensationFailed", f"/saga/{self.state.saga_id}", notice
+            )
+        return saga_event(self.state, "CompensationFailed", notice)
 
     def compensated_end(self) -> SagaEnd:
         """A failed step's saga, unwound: the failure names the step and what was undone."""
@@ -299,35 +301,39 @@ class SagaModel:
         self.state.compensation_stack.clear()
         self.state.status = SagaStatus.COMPLETED
 
-    def announce(self, event_type: str, source: str, payload: dict[str, Any]) -> EventEnvelope:
-        """One of the saga's events, recorded in its timeline, for the correlation's chain."""
-        envelope = self.event(event_type, payload, source)
-        self.state.events.append(
-            TimelineEntry.recording(
-                envelope, seq=len(self.state.events) + 1, correlation_id=self.state.correlation_id
-            )
-        )
-        return envelope
-
-    def event(
-        self, event_type: str, payload: dict[str, Any], source: str | None = None
-    ) -> EventEnvelope:
-        """An event of this saga, caused by its latest recorded event."""
-        previous = self.state.events[-1].event_id if self.state.events else None
-        return EventEnvelope.new(
-            event_type,
-            source or f"/saga/{self.state.saga_id}",
-            payload=payload,
-            correlation_id=self.state.correlation_id,
-            causation_id=previous,
-        )
-
     def command(self, agent: str) -> EventEnvelope:
         """The command event a step's or a compensation's agent run is handed: the saga's input."""
-        return self.event(f"{agent}Command", payload=self.spec.input)
+        return saga_event(self.state, f"{agent}Command", self.spec.input)
 
     def details(self) -> str:
         return render_details(self.state, self._spec)
+
+
+def announced(
+    state: SagaState, event_type: str, source: str, payload: dict[str, Any]
+) -> EventEnvelope:
+    """One of the saga's events, recorded in its timeline, for the correlation's chain."""
+    envelope = saga_event(state, event_type, payload, source)
+    state.events.append(
+        TimelineEntry.recording(
+            envelope, seq=len(state.events) + 1, correlation_id=state.correlation_id
+        )
+    )
+    return envelope
+
+
+def saga_event(
+    state: SagaState, event_type: str, payload: dict[str, Any], source: str | None = None
+) -> EventEnvelope:
+    """An event of the saga, caused by its latest recorded event."""
+    previous = state.events[-1].event_id if state.events else None
+    return EventEnvelope.new(
+        event_type,
+        source or f"/saga/{state.saga_id}",
+        payload=payload,
+        correlation_id=state.correlation_id,
+        causation_id=previous,
+    )
 
 
 def render_details(state: SagaState, spec: SagaSpec | None) -> str:

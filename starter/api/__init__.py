@@ -3,7 +3,7 @@ sagas, chains, aggregators, plans and votes, deliver events, work the dead-lette
 spec's agents against a worker's registry before starting it (`check_agents`, the agent SDK's one
 rule, which the CLI's check uses too). The imports below are what a script needs, one line a
 name, loaded on first use (`coord._lazy`); the helpers behind them live in the submodules,
-`routing` owning where an event goes."""
+`chains` owning where an event goes (`deliver`)."""
 
 from typing import TYPE_CHECKING
 
@@ -15,11 +15,13 @@ if TYPE_CHECKING:
     from coord.starter.api.aggregators import cancel_aggregator as cancel_aggregator
     from coord.starter.api.aggregators import start_aggregator as start_aggregator
     from coord.starter.api.chains import ChainBusy as ChainBusy
+    from coord.starter.api.chains import broadcast as broadcast
     from coord.starter.api.chains import chain_handle as chain_handle
     from coord.starter.api.chains import chain_running as chain_running
     from coord.starter.api.chains import chain_state as chain_state
     from coord.starter.api.chains import chain_timeline as chain_timeline
     from coord.starter.api.chains import close_chain as close_chain
+    from coord.starter.api.chains import deliver as deliver
     from coord.starter.api.chains import publish as publish
     from coord.starter.api.chains import publish_acked as publish_acked
     from coord.starter.api.chains import start_chain as start_chain
@@ -56,8 +58,6 @@ if TYPE_CHECKING:
     from coord.starter.api.rewind import rewind_saga as rewind_saga
     from coord.starter.api.rewind_batch import diff_summary as diff_summary
     from coord.starter.api.rewind_batch import rewind_many as rewind_many
-    from coord.starter.api.routing import broadcast as broadcast
-    from coord.starter.api.routing import deliver as deliver
     from coord.starter.api.sagas import cancel_saga as cancel_saga
     from coord.starter.api.sagas import correlation_events as correlation_events
     from coord.starter.api.sagas import saga_handle as saga_handle

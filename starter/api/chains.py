@@ -1,4 +1,8 @@
-"""Reactive chains: start, publish (signal-with-start), read the timeline, close."""
+"""Reactive chains: start, publish (signal-with-start), read the timeline, close; and where an
+event goes, all in one place (`deliver`): one workflow (`to`), its correlation's chain and every
+running aggregator scoped to that correlation, or every running chain (`broadcast`). Each target
+is signalled on its own, and the `Delivery` says which were reached and why each other was
+skipped."""
 
 import contextlib
 import os
@@ -25,18 +29,21 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from coord.infra.signals import target_name
+from coord.infra.signals import running, signal_each, target_name
 from coord.infra.temporal import task_queue
+from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import (
     SERVER_SIGNALS_PER_RUN,
     ChainInput,
     ChainSpec,
     ChainState,
 )
+from coord.models.events.delivery import Delivery
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
+from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.common import (
     NoWorker,
     Undeliverable,
@@ -190,6 +197,59 @@ async def start_chain(
 
 
 @api_call
+async def deliver(
+    client: Client,
+    envelope: EventEnvelope,
+    *,
+    spec: ChainSpec | AggregatorSpec | None = None,
+    to: str | None = None,
+    queue: str | None = None,
+) -> Delivery:
+    """Deliver an event where it belongs: to one workflow (`to`), or to its correlation's chain
+    and every running aggregator scoped to that correlation, each on its own: a target that has
+    ended is skipped and reported, and only an event that reached nothing fails. An aggregator
+    spec starts that aggregator with the event (signal-with-start)."""
+    if isinstance(spec, AggregatorSpec):
+        return Delivery(reached=[await publish_to_aggregator(client, envelope, spec, queue=queue)])
+    if to is not None:
+        await signal_event(client, to, envelope)
+        return Delivery(reached=[to])
+    correlation_id = envelope.event.correlation_id or ""
+    aggregators = await running(client, contract.Pattern.AGGREGATOR, correlation_id)
+    delivery = await signal_each(client, aggregators, envelope.model_dump(mode="json"))
+    try:
+        delivery.reached.append(await publish(client, envelope, spec=spec, queue=queue))
+    except Undeliverable as error:
+        if not delivery.reached:
+            raise
+        delivery.skipped.append(str(error))
+    return delivery
+
+
+@api_call
+async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
+    """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
+    own correlation's. A chain that has ended since it was listed is skipped and reported; only
+    an event that reached no chain fails."""
+    event = envelope.model_dump(mode="json")
+    event["event"]["correlation_id"] = None
+    chains = await running(client, contract.Pattern.CHAIN)
+    delivery = await signal_each(client, chains, event)
+    if not delivery.reached:
+        skipped = f" ({'; '.join(delivery.skipped)})" if delivery.skipped else ""
+        raise Undeliverable(f"no running chain took event {envelope.event.id}{skipped}")
+    return delivery
+
+
+def chain_correlation(envelope: EventEnvelope) -> str:
+    """The correlation id of the chain an event is published to; Undeliverable without one."""
+    correlation_id = envelope.event.correlation_id
+    if not correlation_id:
+        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    return correlation_id
+
+
+@api_call
 async def publish(
     client: Client,
     envelope: EventEnvelope,
@@ -199,9 +259,7 @@ async def publish(
 ) -> str:
     """Deliver an event to its correlation's chain. With a spec the chain is started if needed
     (signal-with-start), so an event published before the chain exists is not lost."""
-    correlation_id = envelope.event.correlation_id
-    if not correlation_id:
-        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    correlation_id = chain_correlation(envelope)
     event = envelope.model_dump(mode="json")
 
     async def send() -> None:
@@ -251,9 +309,7 @@ async def publish_acked(
     or refused and why (nothing recorded or parked). With a spec the chain is started if needed
     (update-with-start). Undeliverable as `publish` is (no chain, or it has ended: then the
     event is parked); NoWorker when no worker answered within `answer_time`."""
-    correlation_id = envelope.event.correlation_id
-    if not correlation_id:
-        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    correlation_id = chain_correlation(envelope)
     answers: list[contract.PublishAnswer] = []
 
     async def send() -> None:
@@ -363,3 +419,14 @@ async def close_chain(client: Client, correlation_id: str) -> None:
     except RPCError as error:
         name = target_name(handle.id)
         raise await ended_or_missing(handle, name, "nothing to close", error) from None
+
+
+async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:
+    try:
+        await client.get_workflow_handle(workflow_id).signal(
+            contract.EVENT_SIGNAL, envelope.model_dump(mode="json")
+        )
+    except RPCError as error:
+        raise await undeliverable(
+            client, workflow_id, envelope, error, f"no workflow {workflow_id!r}"
+        ) from None

@@ -129,6 +129,10 @@ CorrelationId = Annotated[
 AgentsFile = Annotated[
     Path | None, typer.Option("--agents", help="The worker's agents YAML file (also $COORD_AGENTS)")
 ]
+CopyAgents = Annotated[
+    Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+]
+"""A rewound copy's agents, in place of its original's (`coord saga|plan|chain rewind`)."""
 DemoAgents = Annotated[
     bool,
     typer.Option("--demo-agents", help="Include the demo agents (also $COORD_DEMO_AGENTS=1)"),

@@ -16,6 +16,7 @@ from coord.models.wire.specs import load_spec, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
+    CopyAgents,
     StartCommand,
     check_agents,
     connect,
@@ -123,9 +124,7 @@ async def rewind(
     to_task: Annotated[
         str | None, typer.Option(help="The task run again, with all that depends on it")
     ] = None,
-    agents_file: Annotated[
-        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
-    ] = None,
+    agents_file: CopyAgents = None,
 ) -> None:
     """Re-run a plan as a new plan: `--to-task` and what depends on it run again (without it,
     every task that did not succeed); the other tasks that succeeded are reused as they stood,

@@ -10,7 +10,13 @@ from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.declared import read_agents_file
 from coord.models.wire.specs import SpecError, load_spec, read_document
 from coord.starter import api, render
-from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
+from coord.starter.commands.common import (
+    AsJson,
+    CopyAgents,
+    connect,
+    echo_json,
+    runs_async,
+)
 from coord.starter.commands.rewind_batch import (
     BatchOptions,
     Concurrency,
@@ -43,9 +49,7 @@ async def rewind(
     copy_id: Annotated[
         str | None, typer.Option("--as", help="The copy's new correlation id")
     ] = None,
-    agents_file: Annotated[
-        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
-    ] = None,
+    agents_file: CopyAgents = None,
     specs: Annotated[
         list[str] | None,
         typer.Option(

@@ -11,6 +11,7 @@ from coord.models.wire.specs import parse_json_object, parse_model, read_documen
 from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,
+    CopyAgents,
     NoWorkerTimeout,
     SpecId,
     StartCommand,
@@ -94,9 +95,7 @@ async def rewind(
     saga_id: str,
     to_step: Annotated[int, typer.Option(help="The step the copy starts at (numbered from 1)")],
     copy_id: Annotated[str, typer.Option("--as", help="The copy's saga id")],
-    agents_file: Annotated[
-        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
-    ] = None,
+    agents_file: CopyAgents = None,
     input: Annotated[
         str | None, typer.Option(help="JSON object merged into the copy's input")
     ] = None,

@@ -1,6 +1,6 @@
 """The chain's Temporal side of its model's boundary (`coord.models.chain.boundary`): what the
-model reads of its run (`WorkflowRun`), how signals' arguments are decoded (`decoded`), and the
-sending of what the model decides (`Outbound`)."""
+model reads of its run (`WorkflowRun`), how signals' arguments are decoded (`decoded`,
+`acked_event`), and the sending of what the model decides (`Outbound`)."""
 
 import asyncio
 from collections.abc import Coroutine
@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.boundary import Forward, Parking, Send, Undecodable
     from coord.models.chain.model import ChainModel
     from coord.models.events.envelope import EventEnvelope
+    from coord.models.wire.contract import FailureType, failure
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError, parse_model
     from coord.models.wire.versions import CHAIN_FAN_OUT_PATCH, SETTLE_PATCH
@@ -56,6 +57,21 @@ def named_envelope(raw: RawValue) -> EventEnvelope | Undecodable:
         return parse_model(EventEnvelope, data, "event")
     except SpecError as error:
         return Undecodable(str(error), data)
+
+
+def acked_event(raw: RawValue, model: ChainModel, input_error: str | None) -> EventEnvelope:
+    """The acknowledged publish's event, if the chain takes it now; else a typed failure whose
+    message is one line saying why (the chain's input is invalid, the event does not validate,
+    the chain has ended or is closing, or the intake would reject it)."""
+    if input_error:
+        raise failure(FailureType.INVALID_INPUT, input_error)
+    envelope = named_envelope(raw)
+    if isinstance(envelope, Undecodable):
+        raise failure(FailureType.INVALID_ENVELOPE, envelope.reason)
+    refusal = model.refusal(envelope)
+    if refusal is not None:
+        raise failure(refusal.kind, refusal.reason)
+    return envelope
 
 
 def json_text(signal: RawValue) -> str | None:

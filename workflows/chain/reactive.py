@@ -31,28 +31,40 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 """
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.chain.boundary import Rejection, Undecodable
     from coord.models.chain.intake import TaskShare
     from coord.models.chain.model import ChainModel, standin_input
-    from coord.models.chain.run import RunOutcome
+    from coord.models.chain.run import ChainRunInput, RunOutcome
     from coord.models.chain.spec import (
+        AgentRun,
         ChainInput,
         ChainState,
         ListenerId,
         RecordedEvents,
         RerunRequest,
+        Subscription,
     )
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.timeline import TimelineEntry
+    from coord.models.mesh.agents import AgentRequest
+    from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.lifecycle import RunFailure
+    from coord.models.mesh.runs import RunDetour
+    from coord.models.vote.spec import VoteSpec, VoteState
     from coord.models.wire.contract import (
+        AGENTS,
         ATTACH_SIGNAL,
+        CHAIN_RUN_WORKFLOW,
         CHAIN_WORKFLOW,
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
@@ -65,10 +77,17 @@ with workflow.unsafe.imports_passed_through():
         TIMELINE_QUERY,
         FailureType,
         PublishAnswer,
+        agent_search_values,
+        chain_run_workflow_id,
+        chain_workflow_id,
         failure,
+        failure_message,
+        failure_type_of,
     )
+    from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
+        AGENTS_ATTRIBUTE_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -79,19 +98,20 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_PATCH,
     )
     from coord.workflows._runtime import metrics
+    from coord.workflows._runtime.agent_runs import assign_agent, declared_settings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
-    from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
+    from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
+    from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
     from coord.workflows.chain.boundary import (
         Outbound,
         WorkflowRun,
+        acked_event,
         decoded,
         json_text,
-        named_envelope,
         park_letter,
     )
     from coord.workflows.chain.log import write_log
-    from coord.workflows.chain.runner import ChainRunner
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -221,7 +241,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         recorded or parked and the publisher learns why. A run overdue to continue as new
         fails the update as `chain_busy` (the validator may not ask for the patch that decides
         it), and the publisher publishes again to the next run."""
-        envelope = self._acked_event(raw)
+        envelope = acked_event(raw, self._model, self._input_error)
         busy = self._model.busy(envelope)
         if busy is not None:
             raise failure(busy.kind, busy.reason)
@@ -231,65 +251,42 @@ class ReactiveChain(metaclass=SurplusStartArguments):
 
     @publish.validator
     def _validate_publish(self, raw: PlainInput = NO_INPUT) -> None:
-        self._acked_event(raw)
-
-    def _acked_event(self, raw: PlainInput) -> EventEnvelope:
-        """The acknowledged publish's event, if the chain takes it now; else a typed failure
-        whose message is one line saying why (the chain's input is invalid, the event does not
-        validate, the chain has ended or is closing, or the intake would reject it)."""
-        if self._input_error:
-            raise failure(FailureType.INVALID_INPUT, self._input_error)
-        envelope = named_envelope(raw)
-        if isinstance(envelope, Undecodable):
-            raise failure(FailureType.INVALID_ENVELOPE, envelope.reason)
-        refusal = self._model.refusal(envelope)
-        if refusal is not None:
-            raise failure(refusal.kind, refusal.reason)
-        return envelope
+        acked_event(raw, self._model, self._input_error)
 
     @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
-        request = self._decoded(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN)
-        if request is not None:
-            self._model.matching.rerun(request)
-        self._outbound.flush()
+        self._take(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN, self._model.rerun)
 
     @workflow.signal(name=RECORDED_SIGNAL)
     def recorded(self, raw: PlainInput = NO_INPUT) -> None:
         """A rewound copy's past, in the original's order: taken in like events, but no agent
         runs for them (their results are among them, or re-delivered after them)."""
         invalid = FailureType.INVALID_RECORDED
-        batch = self._decoded(RecordedEvents, raw, RECORDED_SIGNAL, invalid)
-        if batch is not None:
-            self._model.receive_recorded(batch)
-        self._outbound.flush()
+        self._take(RecordedEvents, raw, RECORDED_SIGNAL, invalid, self._model.receive_recorded)
 
     @workflow.signal(name=ATTACH_SIGNAL)
     def attach(self, raw: PlainInput = NO_INPUT) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
-        listener = self._decoded(ListenerId, raw, ATTACH_SIGNAL, FailureType.INVALID_ATTACH)
-        if listener is not None:
-            self._model.attach(listener.root)
-        self._outbound.flush()
+        invalid = FailureType.INVALID_ATTACH
+        self._take(
+            ListenerId, raw, ATTACH_SIGNAL, invalid, lambda who: self._model.attach(who.root)
+        )
 
     @workflow.signal(name=DETACH_SIGNAL)
     def detach(self, raw: PlainInput = NO_INPUT) -> None:
         """A listener that has finished asks to receive no more events."""
-        listener = self._decoded(ListenerId, raw, DETACH_SIGNAL, FailureType.INVALID_DETACH)
-        if listener is not None:
-            self._model.detach(listener.root)
-        self._outbound.flush()
+        invalid = FailureType.INVALID_DETACH
+        self._take(
+            ListenerId, raw, DETACH_SIGNAL, invalid, lambda who: self._model.detach(who.root)
+        )
 
     @workflow.signal(name=RUN_OUTCOME_SIGNAL)
     def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
         """A run handed to a `ChainRun` is over: its outcome, taken as a run's here would be."""
         invalid = FailureType.INVALID_RUN_OUTCOME
-        outcome = self._decoded(RunOutcome, raw, RUN_OUTCOME_SIGNAL, invalid)
-        if outcome is not None:
-            self._runner.take_outcome(outcome)
-        self._outbound.flush()
+        self._take(RunOutcome, raw, RUN_OUTCOME_SIGNAL, invalid, self._runner.take_outcome)
 
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
@@ -304,11 +301,182 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def timeline(self) -> list[TimelineEntry]:
         return self._model.record.timeline
 
-    def _decoded(self, model: type[M], raw: RawValue, source: str, invalid: str) -> M | None:
-        """A signal's argument; one that does not decode or validate (empty, null, anything
-        else) is rejected and parked as `invalid`: acting on it could fail the workflow task."""
+    def _take(
+        self, model: type[M], raw: RawValue, source: str, invalid: str, act: Callable[[M], None]
+    ) -> None:
+        """A signal's argument acted on, and what that decides sent; one that does not decode or
+        validate (empty, null, anything else) is rejected and parked as `invalid` instead:
+        acting on it could fail the workflow task."""
         value = decoded(model, raw, source)
         if isinstance(value, Undecodable):
             self._model.intake.reject(Rejection(invalid, value.reason), raw=value.raw)
-            return None
-        return value
+        else:
+            act(value)
+        self._outbound.flush()
+
+
+class ChainRunner:
+    """Dispatches the model's queued runs and reports each one's stages to it."""
+
+    def __init__(self, model: ChainModel, outbound: Outbound) -> None:
+        self._model = model
+        self._outbound = outbound
+        self._announced: list[str] | None = None
+
+    def dispatch(self) -> None:
+        while self._model.pacing.dispatchable():
+            seq, run = self._model.runs.start_next()
+            metrics.chain_run_dispatched(run.agent)
+            voting = self._model.spec.subscription(run.subscription).vote is not None
+            run_work = self._run_vote if voting else self._run_agent
+            asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
+
+    async def _run_agent(self, seq: int, run: AgentRun) -> None:
+        """The agent picked (by capability), its `on_start` published, then the agent run here
+        (the fast path, and every run recorded before the hand-over), or handed to a `ChainRun`
+        when its subscription says so or the chain is due to continue as new."""
+        runs = self._model.runs
+        subscription = self._model.spec.subscription(run.subscription)
+        retry_policy = subscription.retry.to_retry_policy()
+        try:
+            try:
+                await self._assign(run, subscription)
+                runs.run_started(seq, workflow.now())
+                request = runs.agent_request(run)
+                if self._model.pacing.hands_over_run(subscription):
+                    await self._hand_over(seq, self._run_input(seq, run, request=request))
+                    return
+                await self._outbound.fan_out.room(json_size(request))
+                settings = declared_settings(
+                    subscription,
+                    f"{run.agent} ← {run.trigger.event.type}",
+                    inline_agents=self._model.spec.agents,
+                    room=self._outbound.fan_out.room,
+                )
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
+            except ActivityError as error:
+                failed = RunFailure(
+                    type=failure_type_of(error),
+                    message=failure_message(error),
+                    attempts=attempts(error, retry_policy),
+                )
+                runs.run_failed(seq, workflow.now(), failed)
+                await self._outbound.park_now()
+                return
+            runs.run_succeeded(seq, workflow.now(), result)
+            self._outbound.flush()
+        finally:
+            runs.finish(seq)
+
+    async def _run_vote(self, seq: int, run: AgentRun) -> None:
+        """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
+        handed to a `ChainRun` (runs recorded before held it here, and continue-as-new waited
+        for it); its outcome is published. One that gives no outcome (its proposal refused,
+        failed, or cancelled on its own) is published as the failure event and parked like a
+        failed agent run, to be run again by a `rerun`."""
+        runs = self._model.runs
+        failed: tuple[str, str]
+        try:
+            runs.run_started(seq, workflow.now())
+            try:
+                vote = runs.vote_spec(run)
+                if self._model.pacing.hands_over:
+                    await self._hand_over(seq, self._run_input(seq, run, vote=vote))
+                    return
+                await self._outbound.fan_out.room(json_size(vote))
+                outcome: VoteState = await hold_vote(vote, run.subscription)
+            except SpecError as error:
+                failed = (FailureType.INVALID_PAYLOAD, str(error))
+            except VOTE_FAILED as error:
+                failed = vote_failure(error)
+            else:
+                runs.run_succeeded(seq, workflow.now(), outcome)
+                self._outbound.flush()
+                return
+            runs.run_failed(seq, workflow.now(), RunFailure(type=failed[0], message=failed[1]))
+            await self._outbound.park_now()
+        finally:
+            runs.finish(seq)
+
+    def take_outcome(self, outcome: RunOutcome) -> None:
+        """A run handed to a `ChainRun` is over (this run or an earlier one of the chain handed
+        it over): its detours and outcome are taken as a run's here would be; one naming no
+        run in flight (sent twice, or by someone else) is rejected and parked."""
+        run = self._model.runs.landed(outcome)
+        if run is not None:
+            for detoured in outcome.detours:
+                self._detoured(run, detoured.detour, detoured.assignment)
+            self._model.runs.take_outcome(outcome, workflow.now())
+        self._outbound.flush()
+
+    def _run_input(
+        self,
+        seq: int,
+        run: AgentRun,
+        *,
+        request: AgentRequest | None = None,
+        vote: VoteSpec | None = None,
+    ) -> ChainRunInput:
+        """What the run's `ChainRun` starts with. The chain's id comes from its correlation id
+        (its input), not from where the run executes, so that its commands (the `ChainRun`'s
+        id) are the same wherever its history is replayed."""
+        summary = f"{run.agent} ← {run.trigger.event.type}" if request else run.subscription
+        return ChainRunInput(
+            chain_id=chain_workflow_id(self._model.record.state.correlation_id),
+            seq=seq,
+            subscription=self._model.spec.subscription(run.subscription),
+            summary=summary,
+            inline_agents=self._model.spec.agents,
+            request=request,
+            vote=vote,
+        )
+
+    async def _hand_over(self, seq: int, run_input: ChainRunInput) -> None:
+        """The run goes to a `ChainRun` (abandoned when this run closes, so it outlives a
+        continue-as-new), in flight from now, within the workflow task's budget of commands;
+        continue-as-new waits only for its start. A `ChainRun` of this number already running
+        (a chain reset) is the same run: its outcome will come."""
+        self._model.runs.hand_over(seq)
+        try:
+            started = run_input.model_dump(mode="json")
+            await self._outbound.fan_out.room(json_size(started))
+            await workflow.start_child_workflow(
+                CHAIN_RUN_WORKFLOW,
+                started,
+                id=chain_run_workflow_id(run_input.chain_id, seq),
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                static_summary=run_input.summary,
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.warning("chain run already started", extra={"seq": seq})
+        finally:
+            self._model.runs.confirmed(seq)
+
+    def _detoured(self, run: AgentRun, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A run that waited for its agent or went elsewhere: in the chain's record; a run
+        that went to another agent publishes as that agent."""
+        self._model.runs.run_detoured(run, detour, assignment)
+        workflow.set_current_details(self._model.details())
+        if assignment is not None:
+            self.announce_agents()
+
+    async def _assign(self, run: AgentRun, subscription: Subscription) -> None:
+        """A run of a subscription naming capabilities goes to the agent picked for it (before
+        its `on_start`, which names the agent); recorded in the chain's state."""
+        assignment = await assign_agent(subscription.route, subscription.name)
+        if assignment is not None:
+            self._model.runs.run_assigned(run, assignment)
+            workflow.set_current_details(self._model.details())
+            self.announce_agents()
+
+    def announce_agents(self) -> None:
+        """`CoordAgents`, where the agent monitor finds the chains to tell of an agent's health:
+        the agents its subscriptions name, and those recently picked for its runs by capability
+        (upserted when one is new). Runs recorded before named none."""
+        if not workflow.patched(AGENTS_ATTRIBUTE_PATCH):
+            return
+        picked = [each.assignment.agent for each in self._model.record.state.assignments]
+        agents = agent_search_values([*self._model.spec.served_agents(), *picked])
+        if agents != self._announced:
+            self._announced = agents
+            workflow.upsert_search_attributes([AGENTS.value_set(agents)])

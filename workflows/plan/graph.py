@@ -3,9 +3,10 @@ under a worker cap, each task started as soon as its dependencies have succeeded
 
 What the plan decides (which tasks may start, who gets a slot, the record, isolation, the
 outcome) is in `PlanModel` (coord.models.plan.model) and its parts; one task's lifecycle is
-`TaskRun` (coord.workflows.plan.task). This module is the Temporal side: the start input, the
-loop that starts tasks, cancellation, queries, search attributes and memo (the details and the
-progress polling of runs recorded before it was left to whoever asks: `views`).
+`TaskRun` (coord.workflows.plan.task), and the loop that starts tasks `TaskSchedule`
+(coord.workflows.plan.schedule). This module is the Temporal side: the start input,
+cancellation, queries, search attributes and memo (the details and the progress polling of runs
+recorded before it was left to whoever asks: `views`).
 """
 
 import asyncio
@@ -22,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         PlanSpec,
         PlanState,
         PlanStatus,
-        PlanTask,
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import AgentPicker, outcomes_landed
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -55,13 +54,9 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
-    from coord.workflows.plan.gates import (
-        GatedTaskRun,
-        apply_approval,
-        checked_approval,
-        decide_approval,
-    )
+    from coord.workflows.plan.gates import apply_approval, checked_approval, decide_approval
     from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
+    from coord.workflows.plan.schedule import TaskSchedule
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
     from coord.workflows.plan.team import TeamRoom
@@ -87,9 +82,6 @@ class TaskGraph(metaclass=SurplusStartArguments):
         not decode or validate is reported by `run` (nothing may fail the workflow task)."""
         self._spec_error: str | None = None
         self._model: PlanModel | None = None
-        self._runs: dict[str, asyncio.Task[None]] = {}
-        self._bug: Exception | None = None
-        self._picker = AgentPicker()
         self._team: TeamRoom | None = None
         self._open = True
         """Whether the loop that starts tasks still runs: a task added once it has returned
@@ -112,19 +104,22 @@ class TaskGraph(metaclass=SurplusStartArguments):
             model = await self._planned(model)
         if workflow.patched(PLAN_ANNOUNCES_PATCH):
             model.announce_to(self._announcements.send)
-        by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
-        self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
-        self._fan_out = FanOut(FAN_OUT_PATCH)
+        slots = WorkerSlots(model, by_the_plan=workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
+        fan_out = FanOut(FAN_OUT_PATCH)
         self._upsert_status()
         self._details.changed()
-        self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
+        self._scratchpad = Scratchpad(model.spec, model.state, fan_out)
         self._scratchpad.task_plan()
         self._team = TeamRoom(model)
         await self._team.start_members()
+        self._schedule = TaskSchedule(
+            slots, self._scratchpad, changed=self._details.changed, fan_out=fan_out, team=self._team
+        )
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
-            await self._run_tasks(model)
+            await self._schedule.run()
+            self._open = False
         except asyncio.CancelledError:
             await self._cancelled(model)
             raise
@@ -162,7 +157,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         decision accepted before the cancel is checked and recorded first (it came first)."""
         if model.decisions.any():
             await uncancellable(workflow.wait_condition(lambda: not model.decisions.any()))
-        await uncancellable(self._stop(model, "plan cancelled"))
+        await uncancellable(self._schedule.stop("plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
         await self._announcements.flush()
@@ -171,7 +166,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Every task has ended, or `fail_fast` stopped the plan: the final record. What it
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
-            await uncancellable(self._stop(model, model.stopping))
+            await uncancellable(self._schedule.stop(model.stopping))
         if self._team is not None and self._team.busy():
             await uncancellable(self._team.close())
         state = self._end(model)
@@ -245,78 +240,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         return self._model
 
-    async def _run_tasks(self, model: PlanModel) -> None:
-        """Starts each task once its dependencies have succeeded, and grants the worker slots
-        once the tasks it started have asked for theirs, until every task has ended or the
-        plan stops (`fail_fast`)."""
-        graph = model.graph
-
-        def moved() -> bool:
-            stopped = graph.stopping is not None or self._bug is not None
-            startable = graph.has_startable() or model.finished() or stopped
-            return startable or self._slots.grantable()
-
-        while True:
-            launched = graph.take_startable()
-            for task in launched:
-                self._runs[task.id] = asyncio.create_task(self._run_task(model, task))
-            if not launched:
-                self._slots.grant()
-            if self._bug is not None:
-                raise self._bug
-            if model.finished() or graph.stopping is not None:
-                self._open = False
-                return
-            await workflow.wait_condition(moved)
-
-    async def _run_task(self, model: PlanModel, task: PlanTask) -> None:
-        """One task's lifecycle. It records every outcome itself; an exception out of it is a
-        bug, raised by the run so the workflow task fails (visible, retried once a fixed
-        worker runs it) instead of the plan waiting forever for a task that cannot end."""
-        try:
-            await self._task(task).run()
-        except Exception as error:
-            self._bug = error
-            return
-        self._scratchpad.task_ended(model.record(task.id))
-
-    def _task(self, task: PlanTask) -> GatedTaskRun:
-        workflow_id = workflow.info().workflow_id
-        return GatedTaskRun(
-            self._slots,
-            task,
-            workflow_id,
-            self._details.changed,
-            self._fan_out,
-            self._picker,
-            team=self._team,
-        )
-
-    async def _stop(self, model: PlanModel, reason: str) -> None:
-        """Cancels the running tasks (their activities end `cancelled`, or with the outcome
-        they reached first) and every task still waiting. An outcome that arrived in the same
-        workflow task as the cancel is recorded first, never replaced by `cancelled`."""
-        await outcomes_landed()
-        model.stop(reason)
-        running = [run for run in self._runs.values() if not run.done()]
-        for run in running:
-            run.cancel()
-        await asyncio.gather(*running)
-        model.cancel_waiting(workflow.now())
-
     def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
         self._open = False
         state = model.finish(workflow.now(), cancelled=cancelled)
         self._published(state)
         self._scratchpad.plan_ended(state)
-        workflow.logger.info(
-            "plan ended",
-            extra={
-                "plan_id": state.plan_id,
-                "status": state.status.value,
-                "summary": state.summary,
-            },
-        )
+        ended = {"plan_id": state.plan_id, "status": state.status.value, "summary": state.summary}
+        workflow.logger.info("plan ended", extra=ended)
         return state
 
     def _published(self, state: PlanState) -> None:
