@@ -49,6 +49,8 @@ instead (at least MIN_LEASE), so its permit outlives a dead worker no longer tha
 on the server. Never beyond the run's start-to-close limit."""
 MIN_LEASE = timedelta(seconds=2)
 RENEWALS_PER_LEASE = 3
+HEARTBEATS_PER_TIMEOUT = 3
+"""How often a run waiting for its ledger's answer heartbeats, per heartbeat timeout."""
 ASK_TIMEOUT = POOL_WAIT + timedelta(seconds=10)
 """How long one request to the ledger may take, asked again while it fails, before the run
 counts the ledger unreachable."""
@@ -172,8 +174,9 @@ class AgentPools:
             leased = lease(info, datetime.now(UTC)).total_seconds()
             asked = time.monotonic()
             remaining = (patience - (datetime.now(UTC) - started)).total_seconds()
+            asking = answered(ledger.acquire_permit, run, size, leased)
             try:
-                grant = await _within(remaining, answered(ledger.acquire_permit, run, size, leased))
+                grant = await _within(remaining, _heartbeating(asking, info))
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
             if grant is not None and grant.granted:
@@ -202,6 +205,22 @@ async def _within(seconds: float, asking: Awaitable[T]) -> T | None:
         return await asyncio.wait_for(asking, max(seconds, REASK_PAUSE))
     except TimeoutError:
         return None
+
+
+async def _heartbeating(asking: Awaitable[T], info: activity.Info) -> T:
+    """`asking`'s answer, the run heartbeating meanwhile every third of its heartbeat timeout.
+    The ledger holds an ask up to POOL_WAIT (and longer when the server is slow), as long as a
+    short heartbeat timeout: a run heartbeating only between answers timed out while it waited
+    in line, was retried, and both of its attempts went on to run the agent."""
+    every = (info.heartbeat_timeout or RENEWED_LEASE).total_seconds() / HEARTBEATS_PER_TIMEOUT
+    waiting = asyncio.ensure_future(asking)
+    try:
+        while not waiting.done():
+            await asyncio.wait({waiting}, timeout=every)
+            activity.heartbeat()
+        return waiting.result()
+    finally:
+        waiting.cancel()  # nothing when answered; the ask's own when this wait is cancelled
 
 
 async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
