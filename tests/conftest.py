@@ -6,6 +6,7 @@ reach in seconds, the recording of histories (`make histories`), the demo agents
 and the short fixture names the test modules use."""
 
 import asyncio
+import faulthandler
 import logging
 import os
 import sys
@@ -53,17 +54,23 @@ def _payload_store(coord_payload_store: str) -> None:
 
 HANG_REPORT_AFTER = 240.0
 """Seconds after which a test still running prints where each of its tasks waits."""
+THREADS_REPORT_LATER = 5.0
+"""Seconds after the tasks' report that every thread's stack is written too."""
 
 
 @pytest.fixture(autouse=True)
 async def _report_a_hang(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     """A test still running after HANG_REPORT_AFTER writes every asyncio task's stack to the
     run's stderr (past pytest's capture), so a hang says where it waits; the session's
-    `timeout` (pyproject) then fails it, and the suite goes on."""
+    `timeout` (pyproject) then fails it, and the suite goes on. The tasks' report runs on the
+    event loop, so a loop blocked by a call that never returns could not write it: a watchdog
+    thread (faulthandler's) writes every thread's stack a little later whatever the loop does."""
     report = asyncio.get_running_loop().call_later(
         HANG_REPORT_AFTER, _print_tasks, request.node.nodeid
     )
+    faulthandler.dump_traceback_later(HANG_REPORT_AFTER + THREADS_REPORT_LATER, file=sys.__stderr__)
     yield
+    faulthandler.cancel_dump_traceback_later()
     report.cancel()
 
 
