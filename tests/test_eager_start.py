@@ -70,7 +70,12 @@ async def test_the_apis_default_start_is_queued(coord: Coordination) -> None:
     (what its client sends, seen by a client interceptor: this caller's client has no worker,
     so the server would record the start as queued whatever it asked)."""
     seen = StartsSeen()
-    remote = Client(**{**coord.client.config(), "interceptors": [seen]})
+    remote = Client(
+        coord.client.service_client,
+        namespace=coord.client.namespace,
+        data_converter=coord.client.data_converter,
+        interceptors=[seen],
+    )
     spec = feature_deployment(saga_id=f"queued-{coord.task_queue}")
     handle = await api.start_saga(remote, spec, queue=coord.task_queue)
     assert seen.eager == [False], "the start asked for no eager start"

@@ -512,21 +512,23 @@ def run_attempts(history: WorkflowHistory) -> list[int]:
     ]
 
 
+RUN_ENDS = {
+    "activity_task_completed_event_attributes": "completed",
+    "activity_task_failed_event_attributes": "failed",
+    "activity_task_timed_out_event_attributes": "timed_out",
+    "activity_task_canceled_event_attributes": "canceled",
+}
+
+
 def run_ends(history: WorkflowHistory) -> list[str]:
-    """How each agent run that ended did (`completed`, `failed`, `timed_out`, ...)."""
+    """How each agent run that ended did (`completed`, `failed`, `timed_out`, `canceled`)."""
     runs = run_ids(history)
-    ends = {
-        "completed": "activity_task_completed_event_attributes",
-        "failed": "activity_task_failed_event_attributes",
-        "timed_out": "activity_task_timed_out_event_attributes",
-        "canceled": "activity_task_canceled_event_attributes",
-    }
-    return [
-        how
-        for e in history.events
-        for how, attribute in ends.items()
-        if e.HasField(attribute) and getattr(e, attribute).scheduled_event_id in runs
-    ]
+    ends = []
+    for e in history.events:
+        kind = e.WhichOneof("attributes")
+        if kind in RUN_ENDS and getattr(e, kind).scheduled_event_id in runs:
+            ends.append(RUN_ENDS[kind])
+    return ends
 
 
 async def test_the_pools_permits_are_carried_across_the_ledgers_continue_as_new(
