@@ -39,7 +39,7 @@ from coord.models.wire.contract import (
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
-from tests.helpers import event, eventually
+from tests.helpers import connected_as, event, eventually
 from tests.workers import COORD, WorkerProcess, run, server_env
 
 
@@ -458,11 +458,7 @@ async def test_a_run_waiting_in_line_for_a_permit_outlives_its_heartbeat_timeout
     # Two workers serve the agent (each takes one run, its slot limit), the second on a client
     # of its own as another process's would be: the second run waits for the permit in the
     # ledger, not on the queue.
-    other = await Client.connect(
-        client.service_client.config.target_host,
-        namespace=client.namespace,
-        data_converter=client.data_converter,
-    )
+    other = await connected_as(client, "second-worker")
     async with (
         build_worker(client, task_queue, registry),
         build_worker(other, task_queue, registry, workflows=False),

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from coord.activities import metrics
+from coord.infra.heartbeats import beating
 from coord.infra.ledgers import LedgerClient
 from coord.infra.logs import get_logger
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
@@ -211,16 +212,10 @@ async def _heartbeating(asking: Awaitable[T], info: activity.Info) -> T:
     """`asking`'s answer, the run heartbeating meanwhile every third of its heartbeat timeout.
     The ledger holds an ask up to POOL_WAIT (and longer when the server is slow), as long as a
     short heartbeat timeout: a run heartbeating only between answers timed out while it waited
-    in line, was retried, and both of its attempts went on to run the agent."""
+    in line and was retried, and an attempt timed out in line could still take a permit and
+    run the agent beside its retry."""
     every = (info.heartbeat_timeout or RENEWED_LEASE).total_seconds() / HEARTBEATS_PER_TIMEOUT
-    waiting = asyncio.ensure_future(asking)
-    try:
-        while not waiting.done():
-            await asyncio.wait({waiting}, timeout=every)
-            activity.heartbeat()
-        return waiting.result()
-    finally:
-        waiting.cancel()  # nothing when answered; the ask's own when this wait is cancelled
+    return await beating(asking, every, activity.heartbeat)
 
 
 async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
