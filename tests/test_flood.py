@@ -5,6 +5,7 @@ And the backlog a worker meets after losing a run under a flood: every signal si
 last completed task, thousands, in one activation, taken without tripping the deadlock detector."""
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
@@ -40,6 +41,8 @@ could not shut down)."""
 QUERY_TIMEOUT = 60.0
 """Generous: the suite runs on a shared machine; what counts is that every query is answered."""
 PUBLISH_TIMEOUT = 300.0
+WORKER_TIMEOUT = 4 * QUERY_TIMEOUT
+"""For the worker's part: its three bounded waits and its shutdown."""
 """For BACKLOG publishes: seconds alone, minutes on a loaded machine, never unbounded."""
 T = TypeVar("T")
 
@@ -194,13 +197,14 @@ async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlo
     )
     replaying = replayer.replay_workflow(await first.fetch_history())
     await within(QUERY_TIMEOUT, replaying, "replaying the run's first task")
-    async with build_worker(client, task_queue, flood_registry()):
+    seen: list[ChainState] = []  # the state that answered the condition
+    serving = build_worker(client, task_queue, flood_registry())
+    async with stops_within(WORKER_TIMEOUT, "the worker's part, its shutdown included"), serving:
         # Past its history budget, the run takes the backlog in one activation and continues
         # as new, carrying it; the next run takes it in bounded tasks.
         with pytest.raises(WorkflowContinuedAsNewError):
             ended = first.result(follow_runs=False)
             await within(QUERY_TIMEOUT, ended, "the first run continuing as new")
-        seen: list[ChainState] = []  # the state that answered the condition
 
         async def took_a_task() -> bool:
             state = await api.chain_state(client, correlation_id)
@@ -210,10 +214,22 @@ async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlo
         taking = eventually(took_a_task, timeout=QUERY_TIMEOUT, interval=0.2)
         await within(QUERY_TIMEOUT, taking, f"the next run taking {EVENTS_PER_TASK} events")
     await api.chain_handle(client, correlation_id).terminate("test done")
-    deadlocks = [f for f in await failed_tasks(client, first.id) if "deadlock" in f.lower()]
+    failed = await within(QUERY_TIMEOUT, failed_tasks(client, first.id), "reading the histories")
+    deadlocks = [f for f in failed if "deadlock" in f.lower()]
     assert deadlocks == []
     [state] = seen
     assert state.received == state.events_seen and state.rejected_count == 0
+
+
+@contextlib.asynccontextmanager
+async def stops_within(seconds: float, what: str) -> AsyncIterator[None]:
+    """A block (its context managers' exits included, such as a worker's shutdown) that fails
+    naming `what` when it takes longer than `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise AssertionError(f"{what} took longer than {seconds:g}s") from None
 
 
 async def within(seconds: float, waited: Awaitable[T], what: str) -> T:
