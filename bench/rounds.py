@@ -2,8 +2,12 @@
 after the other see different loads, so every round runs each side once, in an order that
 rotates, and ratios are given over all rounds and as the median of the per-round ratios."""
 
+import asyncio
 import statistics
-from collections.abc import Callable, Sequence
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 T = TypeVar("T")
@@ -20,6 +24,48 @@ class Measured(Protocol):
 
 
 M = TypeVar("M", bound=Measured)
+
+RunOne = Callable[[str], Awaitable[str | None]]
+"""Runs one workflow under the given id; returns None when it did what it should, else why
+not."""
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One side's runs in one round: the wall time of them all, each one's latency, and why
+    those that failed did."""
+
+    wall: float
+    latencies: list[float]
+    failures: list[str]
+
+
+async def timed_runs(
+    side: str, run_one: RunOne, runs: int, concurrency: int, deadline: float
+) -> Timed:
+    """`runs` runs of `run_one`, at most `concurrency` at once, each under a new id and given
+    `deadline` seconds (one past it counts as failed instead of hanging the bench)."""
+    limit = asyncio.Semaphore(concurrency)
+    prefix = f"bench-{side}-{uuid.uuid4().hex[:8]}"
+
+    async def timed(index: int) -> tuple[float, str | None]:
+        async with limit:
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(deadline):
+                    failure = await run_one(f"{prefix}-{index}")
+            except Exception as error:
+                failure = f"{prefix}-{index}: {type(error).__name__}: {error}"
+            return time.perf_counter() - started, failure
+
+    started = time.perf_counter()
+    outcomes = await asyncio.gather(*(timed(index) for index in range(runs)))
+    wall = time.perf_counter() - started
+    return Timed(
+        wall,
+        latencies=[latency for latency, _ in outcomes],
+        failures=[failure for _, failure in outcomes if failure is not None],
+    )
 
 
 def rotated(sides: Sequence[T], round_: int) -> list[T]:

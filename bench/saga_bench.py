@@ -25,7 +25,6 @@ import math
 import os
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -40,7 +39,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.layouts import single_queue_client
-    from bench.rounds import per_round, ratio_line, rotated
+    from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
@@ -127,10 +126,6 @@ class BaselineSaga:
         return results
 
 
-RunOne = Callable[[str], Awaitable[str | None]]
-"""Runs one saga under the given id; returns None when it completed, else why not."""
-
-
 def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
     async def run_one(saga_id: str) -> str | None:
         # As `coord saga start --id` would: a new saga id, which is also its correlation id.
@@ -179,30 +174,8 @@ class Measurement:
 async def measure(
     side: str, run_one: RunOne, sagas: int, concurrency: int, round_: int = 0
 ) -> Measurement:
-    limit = asyncio.Semaphore(concurrency)
-    prefix = f"bench-{side}-{uuid.uuid4().hex[:8]}"
-
-    async def timed(index: int) -> tuple[float, str | None]:
-        async with limit:
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(SAGA_DEADLINE):
-                    failure = await run_one(f"{prefix}-{index}")
-            except Exception as error:
-                failure = f"{prefix}-{index}: {type(error).__name__}: {error}"
-            return time.perf_counter() - started, failure
-
-    started = time.perf_counter()
-    outcomes = await asyncio.gather(*(timed(index) for index in range(sagas)))
-    wall = time.perf_counter() - started
-    return Measurement(
-        side,
-        round_,
-        sagas,
-        wall,
-        latencies=[latency for latency, _ in outcomes],
-        failures=[failure for _, failure in outcomes if failure is not None],
-    )
+    timed = await timed_runs(side, run_one, sagas, concurrency, SAGA_DEADLINE)
+    return Measurement(side, round_, sagas, timed.wall, timed.latencies, timed.failures)
 
 
 def report(header: list[str], results: list[Measurement]) -> None:

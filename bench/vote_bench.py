@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import os
 import statistics
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from bench.rounds import per_round, ratio_line, rotated
+    from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.events.envelope import EventEnvelope
@@ -92,10 +91,6 @@ class BaselineVote:
         return approvals >= APPROVALS
 
 
-RunOne = Callable[[str], Awaitable[str | None]]
-"""Runs one vote under the given id; None when it was decided, else why not."""
-
-
 def project_side(client: Client, queue: str) -> RunOne:
     async def run_one(vote_id: str) -> str | None:
         spec = VoteSpec(vote_id=vote_id, proposal=PROPOSAL, voters=list(VOTERS))
@@ -135,24 +130,8 @@ class Measurement:
 async def measure(
     side: str, run_one: RunOne, votes: int, concurrency: int, round_: int
 ) -> Measurement:
-    limit = asyncio.Semaphore(concurrency)
-    prefix = f"bench-{side}-{uuid.uuid4().hex[:8]}"
-
-    async def timed(index: int) -> tuple[float, str | None]:
-        async with limit:
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(VOTE_DEADLINE):
-                    failure = await run_one(f"{prefix}-{index}")
-            except Exception as error:
-                failure = f"{prefix}-{index}: {type(error).__name__}: {error}"
-            return time.perf_counter() - started, failure
-
-    started = time.perf_counter()
-    outcomes = await asyncio.gather(*(timed(index) for index in range(votes)))
-    wall = time.perf_counter() - started
-    failures = [failure for _, failure in outcomes if failure is not None]
-    return Measurement(side, round_, votes, wall, [t for t, _ in outcomes], failures)
+    timed = await timed_runs(side, run_one, votes, concurrency, VOTE_DEADLINE)
+    return Measurement(side, round_, votes, timed.wall, timed.latencies, timed.failures)
 
 
 def report(results: list[Measurement]) -> None:

@@ -129,11 +129,12 @@ async def _agent_row(
 
 
 def _pool(heartbeats: list[WorkerHeartbeat], waiting: int) -> AgentPool | None:
-    """The pool of the live workers whose heartbeats report their activity slots."""
+    """The pool of the live workers whose heartbeats report their activity slots. A worker's
+    first heartbeat, sent as it starts, may report none used and none available: it says
+    nothing of its slots yet (read as a pool of none, the auction would weigh an idle agent
+    as full), so it counts as a worker not reporting them."""
     slots = [
-        heartbeat.activity_task_slots_info
-        for heartbeat in heartbeats
-        if heartbeat.HasField("activity_task_slots_info")
+        heartbeat.activity_task_slots_info for heartbeat in heartbeats if _reports_slots(heartbeat)
     ]
     if not slots:
         return None
@@ -142,6 +143,13 @@ def _pool(heartbeats: list[WorkerHeartbeat], waiting: int) -> AgentPool | None:
         free=sum(max(slot.current_available_slots, 0) for slot in slots),
         waiting=waiting,
     )
+
+
+def _reports_slots(heartbeat: WorkerHeartbeat) -> bool:
+    if not heartbeat.HasField("activity_task_slots_info"):
+        return False
+    slots = heartbeat.activity_task_slots_info
+    return slots.current_used_slots > 0 or slots.current_available_slots > 0
 
 
 async def worker_heartbeats(client: Client) -> Heartbeats:

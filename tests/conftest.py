@@ -6,12 +6,13 @@ reach in seconds, the recording of histories (`make histories`), the demo agents
 and the short fixture names the test modules use."""
 
 import asyncio
+import contextlib
+import faulthandler
 import logging
 import os
-import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 from temporalio.client import Client
@@ -53,25 +54,46 @@ def _payload_store(coord_payload_store: str) -> None:
 
 HANG_REPORT_AFTER = 240.0
 """Seconds after which a test still running prints where each of its tasks waits."""
+THREADS_REPORT_LATER = 5.0
+"""Seconds after the tasks' report that every thread's stack is written too."""
+
+
+@pytest.fixture(scope="session")
+def _terminal_stderr(request: pytest.FixtureRequest) -> Iterator[TextIO]:
+    """The run's own stderr, past pytest's capture: a test's captured output is shown only when
+    it fails, and lost with a process the session's timeout kills (under xdist, `worker
+    crashed` is then all that is said), which is where a hang report is needed."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        fd = os.dup(2)  # while capture is off, the process's own stderr
+    with os.fdopen(fd, "w", buffering=1) as stream:
+        yield stream
 
 
 @pytest.fixture(autouse=True)
-async def _report_a_hang(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+async def _report_a_hang(
+    request: pytest.FixtureRequest, _terminal_stderr: TextIO
+) -> AsyncIterator[None]:
     """A test still running after HANG_REPORT_AFTER writes every asyncio task's stack to the
     run's stderr (past pytest's capture), so a hang says where it waits; the session's
-    `timeout` (pyproject) then fails it, and the suite goes on."""
+    `timeout` (pyproject) then fails it, and the suite goes on. The tasks' report runs on the
+    event loop, so a loop blocked by a call that never returns could not write it: a watchdog
+    thread (faulthandler's) writes every thread's stack a little later whatever the loop does."""
     report = asyncio.get_running_loop().call_later(
-        HANG_REPORT_AFTER, _print_tasks, request.node.nodeid
+        HANG_REPORT_AFTER, _print_tasks, request.node.nodeid, _terminal_stderr
     )
+    threads_after = HANG_REPORT_AFTER + THREADS_REPORT_LATER
+    faulthandler.dump_traceback_later(threads_after, file=_terminal_stderr)
     yield
+    faulthandler.cancel_dump_traceback_later()
     report.cancel()
 
 
-def _print_tasks(nodeid: str) -> None:
-    stream = sys.__stderr__
+def _print_tasks(nodeid: str, stream: TextIO) -> None:
     print(f"\n=== {nodeid} still running after {HANG_REPORT_AFTER:g}s; its tasks:", file=stream)
     for task in asyncio.all_tasks():
         task.print_stack(limit=12, file=stream)
+    print(f"=== every thread's stack follows in {THREADS_REPORT_LATER:g}s", file=stream)
 
 
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:

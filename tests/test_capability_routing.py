@@ -2,16 +2,21 @@
 go to the agent the coordinator picks (`choose_agent`), which is recorded with the bids."""
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio import workflow
+from temporalio.api.enums.v1 import WorkerStatus
+from temporalio.api.worker.v1 import WorkerHeartbeat, WorkerSlotsInfo
+from temporalio.api.workflowservice.v1 import RecordWorkerHeartbeatRequest
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
@@ -418,3 +423,68 @@ async def test_routing_avoids_an_open_breaker_and_an_agent_without_workers_and_e
     assert bids["db-1"].bid > bids[first].bid, "its record alone would have won"
     assert again.agent == ({"db-3", "db-4"} - {first}).pop()
     assert first not in [bid.agent for bid in again.bids]
+
+
+async def starting_worker(client: Client, queue: str) -> None:
+    """The only worker of `queue`, as the server sees one that has just started: a heartbeat
+    a second (the server's clock, past any load) whose activity slots say none used and none
+    available, as a worker's first heartbeat often does. Runs until cancelled."""
+    identity = f"starting-{uuid.uuid4().hex[:8]}@test"
+    while True:
+        now = Timestamp()
+        now.FromDatetime(datetime.now(UTC))
+        heartbeat = WorkerHeartbeat(
+            worker_instance_key=identity,
+            worker_identity=identity,
+            task_queue=queue,
+            status=WorkerStatus.WORKER_STATUS_RUNNING,
+            start_time=now,
+            heartbeat_time=now,
+            activity_task_slots_info=WorkerSlotsInfo(slot_supplier_kind="Fixed"),
+        )
+        request = RecordWorkerHeartbeatRequest(
+            namespace=client.namespace, identity=identity, worker_heartbeat=[heartbeat]
+        )
+        await client.workflow_service.record_worker_heartbeat(request)
+        await asyncio.sleep(1)
+
+
+async def test_a_worker_that_has_not_reported_its_slots_yet_bids_as_an_idle_one(
+    mesh_client: Client, task_queue: str
+) -> None:
+    """db-2's worker has just started (its heartbeat reports no slots yet), db-1's has reported
+    its free slots: the auction weighs db-2's pool as unknown, like db-1's free one, so both
+    bid the same. Read as a pool of no slots, db-2 bid 0.1 less, and a wave picked right after
+    its workers started went mostly to the agents that had reported (4/1/1 instead of 2/2/2)."""
+    client = mesh_client
+    registry = registry_of({"db-1": ["sql"], "db-2": ["sql"]})
+    routing_queue = f"{task_queue}-routing"
+
+    async def db_1_reported_its_slots() -> bool:
+        rows = await candidates_health(client, ["db-1", "db-2"], home=task_queue)
+        return rows[0].pool is not None and all(row.status == "healthy" for row in rows)
+
+    async with (
+        build_worker(client, task_queue, registry, only=["db-1"]),
+        Worker(client, task_queue=routing_queue, workflows=[RouteOnce]),
+    ):
+        starting = asyncio.create_task(
+            starting_worker(client, agent_task_queue("db-2", task_queue))
+        )
+        try:
+            await eventually(db_1_reported_its_slots, timeout=60)
+            picked = await client.execute_workflow(
+                RouteOnce.run,
+                args=[task_queue, CapabilityRoute(capabilities=["sql"], strategy="auction")],
+                id=f"route-{uuid.uuid4().hex[:8]}",
+                task_queue=routing_queue,
+                execution_timeout=timedelta(seconds=60),
+            )
+        finally:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+    bids = {bid.agent: bid for bid in picked.bids}
+    assert bids["db-2"].available, picked.describe()
+    assert bids["db-2"].resource_availability == 1.0, picked.describe()
+    assert bids["db-2"].bid == bids["db-1"].bid, picked.describe()

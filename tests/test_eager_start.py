@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    StartWorkflowInput,
+    WorkflowHandle,
+)
 
 from coord.starter import api
 from coord.testing import Coordination
@@ -38,10 +44,40 @@ async def test_a_chain_the_fixtures_start_takes_its_first_task_eagerly(coord: Co
     assert await started_eagerly(coord.chains[correlation_id])
 
 
+class StartsSeen(Interceptor):
+    """A client interceptor that keeps what each start asked of the server."""
+
+    def __init__(self) -> None:
+        self.eager: list[bool] = []
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _Recording(next, self)
+
+
+class _Recording(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, seen: StartsSeen) -> None:
+        super().__init__(next)
+        self._seen = seen
+
+    async def start_workflow(self, input: StartWorkflowInput) -> WorkflowHandle[Any, Any]:
+        self._seen.eager.append(input.request_eager_start)
+        return await super().start_workflow(input)
+
+
 @WITH_WORKER
 async def test_the_apis_default_start_is_queued(coord: Coordination) -> None:
-    """A remote caller has no worker to hand the task to: the API asks for no eager start."""
+    """A remote caller has no worker to hand the task to: the API asks for no eager start
+    (what its client sends, seen by a client interceptor: this caller's client has no worker,
+    so the server would record the start as queued whatever it asked)."""
+    seen = StartsSeen()
+    remote = Client(
+        coord.client.service_client,
+        namespace=coord.client.namespace,
+        data_converter=coord.client.data_converter,
+        interceptors=[seen],
+    )
     spec = feature_deployment(saga_id=f"queued-{coord.task_queue}")
-    handle = await api.start_saga(coord.client, spec, queue=coord.task_queue)
+    handle = await api.start_saga(remote, spec, queue=coord.task_queue)
+    assert seen.eager == [False], "the start asked for no eager start"
     assert not await started_eagerly(handle)
     assert (await api.saga_outcome(handle)).status.value == "completed"

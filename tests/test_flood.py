@@ -5,10 +5,11 @@ And the backlog a worker meets after losing a run under a flood: every signal si
 last completed task, thousands, in one activation, taken without tripping the deadlock detector."""
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import Any, TypeVar
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -26,6 +27,7 @@ from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows._runtime.interceptor import SurplusArguments
 from tests.conftest import start_dev_server
+from tests.helpers import eventually
 
 SIGNALS_PER_RUN = 400
 EVENTS = 2_000
@@ -38,6 +40,11 @@ handlers, more than the SDK's 2 s deadlock limit, on every attempt, for good (an
 could not shut down)."""
 QUERY_TIMEOUT = 60.0
 """Generous: the suite runs on a shared machine; what counts is that every query is answered."""
+PUBLISH_TIMEOUT = 300.0
+WORKER_TIMEOUT = 4 * QUERY_TIMEOUT
+"""For the worker's part: its three bounded waits and its shutdown."""
+"""For BACKLOG publishes: seconds alone, minutes on a loaded machine, never unbounded."""
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -176,26 +183,58 @@ async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
 async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlock(
     client: Client, task_queue: str
 ) -> None:
+    """Every wait here has a bound that fails saying what did not happen in time (the suite's
+    900 s timeout once killed this test's process without saying where it waited)."""
     correlation_id = f"backlog-{uuid.uuid4().hex[:8]}"
     first = await api.start_chain(client, flood_spec(), correlation_id, queue=task_queue)
-    await publish_all(client, correlation_id, BACKLOG)
+    sending = publish_all(client, correlation_id, BACKLOG)
+    await within(PUBLISH_TIMEOUT, sending, f"publishing the {BACKLOG} events")
     # What a worker does with the run's first task, where a hang cannot outlive the test.
     replayer = Replayer(
         workflows=list(WORKFLOWS),
         data_converter=data_converter(),
         interceptors=[SurplusArguments()],
     )
-    await asyncio.wait_for(replayer.replay_workflow(await first.fetch_history()), QUERY_TIMEOUT)
-    async with build_worker(client, task_queue, flood_registry()):
+    replaying = replayer.replay_workflow(await first.fetch_history())
+    await within(QUERY_TIMEOUT, replaying, "replaying the run's first task")
+    seen: list[ChainState] = []  # the state that answered the condition
+    serving = build_worker(client, task_queue, flood_registry())
+    async with stops_within(WORKER_TIMEOUT, "the worker's part, its shutdown included"), serving:
         # Past its history budget, the run takes the backlog in one activation and continues
         # as new, carrying it; the next run takes it in bounded tasks.
         with pytest.raises(WorkflowContinuedAsNewError):
-            await asyncio.wait_for(first.result(follow_runs=False), QUERY_TIMEOUT)
-        state = await asyncio.wait_for(api.chain_state(client, correlation_id), QUERY_TIMEOUT)
-        while state.events_seen < EVENTS_PER_TASK:
-            await asyncio.sleep(0.2)
-            state = await asyncio.wait_for(api.chain_state(client, correlation_id), QUERY_TIMEOUT)
+            ended = first.result(follow_runs=False)
+            await within(QUERY_TIMEOUT, ended, "the first run continuing as new")
+
+        async def took_a_task() -> bool:
+            state = await api.chain_state(client, correlation_id)
+            seen[:] = [state]
+            return state.events_seen >= EVENTS_PER_TASK
+
+        taking = eventually(took_a_task, timeout=QUERY_TIMEOUT, interval=0.2)
+        await within(QUERY_TIMEOUT, taking, f"the next run taking {EVENTS_PER_TASK} events")
     await api.chain_handle(client, correlation_id).terminate("test done")
-    deadlocks = [f for f in await failed_tasks(client, first.id) if "deadlock" in f.lower()]
+    failed = await within(QUERY_TIMEOUT, failed_tasks(client, first.id), "reading the histories")
+    deadlocks = [f for f in failed if "deadlock" in f.lower()]
     assert deadlocks == []
+    [state] = seen
     assert state.received == state.events_seen and state.rejected_count == 0
+
+
+@contextlib.asynccontextmanager
+async def stops_within(seconds: float, what: str) -> AsyncIterator[None]:
+    """A block (its context managers' exits included, such as a worker's shutdown) that fails
+    naming `what` when it takes longer than `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise AssertionError(f"{what} took longer than {seconds:g}s") from None
+
+
+async def within(seconds: float, waited: Awaitable[T], what: str) -> T:
+    """`waited`'s result; AssertionError naming `what` when it takes longer than `seconds`."""
+    try:
+        return await asyncio.wait_for(waited, seconds)
+    except TimeoutError:
+        raise AssertionError(f"{what} took longer than {seconds:g}s") from None

@@ -4,6 +4,7 @@ as `coord agents` shows it, one correlation flooding a shared agent queue withou
 another, and idle workers taking the runs a slow one cannot (work stealing)."""
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds import load_agents
@@ -31,13 +32,14 @@ from coord.models.mesh.ledger import BreakerConfig, PoolState
 from coord.models.wire.contract import (
     ACQUIRE_PERMIT_UPDATE,
     REPORT_STATS_UPDATE,
+    RUN_AGENT_ACTIVITY,
     agent_ledger_workflow_id,
     agent_task_queue,
 )
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
-from tests.helpers import event, eventually
+from tests.helpers import connected_as, event, eventually
 from tests.workers import COORD, WorkerProcess, run, server_env
 
 
@@ -50,9 +52,12 @@ class AgentRuns:
     started: list[tuple[float, str, int]] = field(default_factory=list)
     """(monotonic time, correlation id, the event's `n`) of each run's start, in order."""
     done: int = 0
+    attempts: list[tuple[int, int]] = field(default_factory=list)
+    """(the event's `n`, the run's attempt) of each run's start, in order."""
 
 
 RUNS = AgentRuns()
+RELEASE = asyncio.Event()
 
 
 async def counted(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
@@ -66,6 +71,19 @@ async def counted(envelope: EventEnvelope, context: AgentContext) -> Mapping[str
     finally:
         RUNS.running -= 1
         RUNS.done += 1
+    return {}
+
+
+async def holding_the_first(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """The first run to start holds its permit until RELEASE, heartbeating as a live run
+    does; the others end at once."""
+    first = not RUNS.attempts
+    RUNS.attempts.append((envelope.payload["n"], context.attempt))
+    while first and not RELEASE.is_set():
+        context.heartbeat()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(RELEASE.wait(), 0.2)
+    RUNS.done += 1
     return {}
 
 
@@ -249,7 +267,12 @@ SHELL_AGENT = """\
 agents:
   {name}:
     kind: shell
-    argv: [sh, -c, 'echo "+ $PPID" >> "$RUNS"; {work}; echo "- $PPID" >> "$RUNS"; echo {{}}']
+    argv:
+      - sh
+      - -c
+      - >-
+        echo "+ $PPID" >> "$RUNS"; {work};
+        echo "- $PPID $COORD_IDEMPOTENCY_KEY" >> "$RUNS"; echo {{}}
     env: {{RUNS: '{runs}'}}
     {limit}
 """
@@ -258,8 +281,9 @@ agents:
 def shell_agent(path: Path, runs: Path, work: str, limit: str, name: str) -> Path:
     """An agents file with one shell agent, paced by `limit` (its declaration's line, such as
     `max_concurrent: 2`), that appends `+ PID` to `runs` (its worker's pid) when it starts,
-    does `work`, and appends `- PID` when it ends. Each line is one append: the file orders
-    the starts and ends of every worker's runs as they happened."""
+    does `work`, and appends `- PID KEY` (KEY: the run's idempotency key) when it ends. Each
+    line is one append: the file orders the starts and ends of every worker's runs as they
+    happened."""
     path.write_text(SHELL_AGENT.format(name=name, runs=runs, work=work, limit=limit))
     return path
 
@@ -268,9 +292,16 @@ def run_log(runs: Path) -> list[tuple[str, int]]:
     """The (`+` or `-`, worker pid) lines the shell agents appended."""
     if not runs.exists():
         return []
-    return [
-        (sign, int(pid)) for sign, pid in (line.split() for line in runs.read_text().splitlines())
-    ]
+    lines = (line.split() for line in runs.read_text().splitlines())
+    return [(sign, int(pid)) for sign, pid, *_ in lines]
+
+
+def runs_ended_by(runs: Path, pid: int) -> Counter[str]:
+    """How many times the worker `pid` ran each run (by its idempotency key) to its end."""
+    lines = (line.split() for line in runs.read_text().splitlines()) if runs.exists() else ()
+    return Counter(
+        " ".join(key) for sign, worker, *key in lines if sign == "-" and int(worker) == pid
+    )
 
 
 def most_at_once(log: list[tuple[str, int]]) -> int:
@@ -354,7 +385,10 @@ async def test_a_killed_workers_permits_come_back_when_their_leases_end(
     """A permit's lease is the run's heartbeat timeout (2 s here, plus 2 s slack), renewed while
     the run goes on: a live worker keeps its two permits for longer than a lease; SIGKILLed, it
     cannot give them back, the renewals stop and the leases end within seconds (not the runs'
-    2 minutes); the other worker then runs everything, the killed runs' retries too."""
+    2 minutes); the other worker then runs everything, the killed runs' retries too. Each
+    event's run ends once in the chain's record; its agent may have run it more than once (a
+    run is at least once: an attempt the server timed out under load is retried, which is why
+    agents get an idempotency key), so the agent's log is counted by run, not by line."""
     runs = tmp_path / "runs"
     log = tmp_path / "workers.log"
     queue = agent_task_queue("leased", task_queue)
@@ -364,7 +398,9 @@ async def test_a_killed_workers_permits_come_back_when_their_leases_end(
     retry = {"max_retries": 20, "initial_delay": "200ms", "max_delay": "1s"}
     doomed_worker = serving(client, task_queue, log, queue, hanging)
     async with build_worker(client, task_queue), doomed_worker as [doomed]:
-        await flood(client, task_queue, "leased", 10, heartbeat_timeout="2s", retry=retry)
+        correlation_id = await flood(
+            client, task_queue, "leased", 10, heartbeat_timeout="2s", retry=retry
+        )
 
         async def both_permits_held() -> bool:
             return started_by(run_log(runs), doomed.process.pid) == 2
@@ -388,15 +424,107 @@ async def test_a_killed_workers_permits_come_back_when_their_leases_end(
             await eventually(survivor_started, timeout=60)
             first_start = time.monotonic() - killed_at
 
+            chain = api.chain_handle(client, correlation_id)
+
             async def all_ended() -> bool:
-                return ended_by_worker(run_log(runs))[survivor.process.pid] == 10
+                return len(run_ends(await chain.fetch_history())) == 10
 
             await eventually(all_ended, timeout=60)
             await eventually(pool_shows(client, queue, PoolState(size=2, in_use=0, waiting=0)))
+            ends = run_ends(await chain.fetch_history())
     assert pool_renewed == PoolState(size=2, in_use=2, waiting=0), "renewed past one lease"
     assert 2 <= first_start <= 20, f"the survivor's first run started {first_start:.1f}s after"
-    assert ended_by_worker(run_log(runs)) == {survivor.process.pid: 10}
+    assert ends == ["completed"] * 10
+    assert set(ended_by_worker(run_log(runs))) == {survivor.process.pid}, "none of the killed"
+    ended = runs_ended_by(runs, survivor.process.pid)
+    assert len(ended) == 10, f"each event's run ended on the survivor: {ended}"
     assert most_at_once([line for line in run_log(runs) if line[1] != doomed.process.pid]) <= 2
+
+
+async def test_a_run_waiting_in_line_for_a_permit_outlives_its_heartbeat_timeout(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """One permit, heartbeat timeout 2 s, two workers: the first run holds the permit for three
+    heartbeat timeouts, the second waits in line all that time. Each ask waits up to POOL_WAIT
+    (2 s) in the ledger, as long as the timeout: the waiting run heartbeats while it asks, so
+    its attempt lives on and each event runs once, in its first attempt. (Heartbeating only
+    between answers, it timed out and was retried again and again, and the attempts that had
+    timed out still ran the agent when their turn came.)"""
+    global RELEASE
+    RELEASE = asyncio.Event()
+    registry = declared(tmp_path, max_concurrent=1, callable=f"{__name__}:holding_the_first")
+    queue = agent_task_queue("pooled", task_queue)
+    retry = {"max_retries": 20, "initial_delay": "200ms", "max_delay": "1s"}
+    # Two workers serve the agent (each takes one run, its slot limit), the second on a client
+    # of its own as another process's would be: the second run waits for the permit in the
+    # ledger, not on the queue.
+    other = await connected_as(client, "second-worker")
+    async with (
+        build_worker(client, task_queue, registry),
+        build_worker(other, task_queue, registry, workflows=False),
+    ):
+        correlation_id = await flood(
+            client, task_queue, "pooled", 2, heartbeat_timeout="2s", retry=retry
+        )
+        await eventually(pool_shows(client, queue, PoolState(size=1, in_use=1, waiting=1)))
+        in_line_from = time.monotonic()
+
+        async def waited_three_timeouts() -> bool:
+            return time.monotonic() - in_line_from > 3 * 2
+
+        await eventually(waited_three_timeouts)
+        RELEASE.set()
+        await runs_done(2)
+        chain = api.chain_handle(client, correlation_id)
+
+        async def both_recorded() -> bool:
+            return len(run_ends(await chain.fetch_history())) == 2
+
+        await eventually(both_recorded, timeout=60)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 30)
+        history = await chain.fetch_history()
+    assert run_attempts(history) == [1, 1], f"the runs' last attempts: {run_attempts(history)}"
+    assert run_ends(history) == ["completed", "completed"]
+    assert sorted(n for n, _ in RUNS.attempts) == [0, 1], f"each event ran once: {RUNS.attempts}"
+
+
+def run_ids(history: WorkflowHistory) -> set[int]:
+    """The scheduled event ids of the `run_agent` activities in `history`."""
+    return {
+        e.event_id
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == RUN_AGENT_ACTIVITY
+    }
+
+
+def run_attempts(history: WorkflowHistory) -> list[int]:
+    """Each agent run's last attempt, as its started event records it."""
+    runs = run_ids(history)
+    return [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.activity_task_started_event_attributes.scheduled_event_id in runs
+    ]
+
+
+RUN_ENDS = {
+    "activity_task_completed_event_attributes": "completed",
+    "activity_task_failed_event_attributes": "failed",
+    "activity_task_timed_out_event_attributes": "timed_out",
+    "activity_task_canceled_event_attributes": "canceled",
+}
+
+
+def run_ends(history: WorkflowHistory) -> list[str]:
+    """How each agent run that ended did (`completed`, `failed`, `timed_out`, `canceled`)."""
+    runs = run_ids(history)
+    ends = []
+    for e in history.events:
+        kind = e.WhichOneof("attributes")
+        if kind in RUN_ENDS and getattr(e, kind).scheduled_event_id in runs:
+            ends.append(RUN_ENDS[kind])
+    return ends
 
 
 async def test_the_pools_permits_are_carried_across_the_ledgers_continue_as_new(

@@ -35,6 +35,7 @@ from coord.activities import metrics
 from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
 from coord.activities.kinds.python import imported
+from coord.infra.heartbeats import beating
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, TeamMessage
 from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
@@ -267,15 +268,7 @@ async def _ask(
 async def _beating(call: Awaitable[T], context: AgentContext) -> T:
     """Heartbeat while the model thinks, so a step's heartbeat_timeout holds and a cancel
     reaches the run; the call is cancelled with it."""
-    asking = asyncio.ensure_future(call)
-    try:
-        while not asking.done():
-            await asyncio.wait({asking}, timeout=HEARTBEAT_SECONDS)
-            context.heartbeat()
-        return asking.result()
-    finally:
-        asking.cancel()
-        await asyncio.wait({asking})
+    return await beating(call, HEARTBEAT_SECONDS, context.heartbeat)
 
 
 def prompt_fields(

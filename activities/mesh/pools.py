@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from coord.activities import metrics
+from coord.infra.heartbeats import beating
 from coord.infra.ledgers import LedgerClient
 from coord.infra.logs import get_logger
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
@@ -49,6 +50,8 @@ instead (at least MIN_LEASE), so its permit outlives a dead worker no longer tha
 on the server. Never beyond the run's start-to-close limit."""
 MIN_LEASE = timedelta(seconds=2)
 RENEWALS_PER_LEASE = 3
+HEARTBEATS_PER_TIMEOUT = 3
+"""How often a run waiting for its ledger's answer heartbeats, per heartbeat timeout."""
 ASK_TIMEOUT = POOL_WAIT + timedelta(seconds=10)
 """How long one request to the ledger may take, asked again while it fails, before the run
 counts the ledger unreachable."""
@@ -172,8 +175,9 @@ class AgentPools:
             leased = lease(info, datetime.now(UTC)).total_seconds()
             asked = time.monotonic()
             remaining = (patience - (datetime.now(UTC) - started)).total_seconds()
+            asking = answered(ledger.acquire_permit, run, size, leased)
             try:
-                grant = await _within(remaining, answered(ledger.acquire_permit, run, size, leased))
+                grant = await _within(remaining, _heartbeating(asking, info))
             except Exception as error:  # any failure to be answered: the run does not go on
                 raise ledger_unreachable(agent, error) from None
             if grant is not None and grant.granted:
@@ -202,6 +206,16 @@ async def _within(seconds: float, asking: Awaitable[T]) -> T | None:
         return await asyncio.wait_for(asking, max(seconds, REASK_PAUSE))
     except TimeoutError:
         return None
+
+
+async def _heartbeating(asking: Awaitable[T], info: activity.Info) -> T:
+    """`asking`'s answer, the run heartbeating meanwhile every third of its heartbeat timeout.
+    The ledger holds an ask up to POOL_WAIT (and longer when the server is slow), as long as a
+    short heartbeat timeout: a run heartbeating only between answers timed out while it waited
+    in line and was retried, and an attempt timed out in line could still take a permit and
+    run the agent beside its retry."""
+    every = (info.heartbeat_timeout or RENEWED_LEASE).total_seconds() / HEARTBEATS_PER_TIMEOUT
+    return await beating(asking, every, activity.heartbeat)
 
 
 async def answered(ask: Callable[..., Awaitable[T]], *args: Any) -> T:
