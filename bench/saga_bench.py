@@ -39,12 +39,13 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from bench.layouts import single_queue_client
+    from bench.layouts import history_profile, phases, single_queue_client
     from bench.rounds import per_round, ratio_line, rotated
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
     from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
+    from coord.models.wire.contract import saga_workflow_id
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
     from coord.worker import build_worker
@@ -129,6 +130,8 @@ class BaselineSaga:
 
 RunOne = Callable[[str], Awaitable[str | None]]
 """Runs one saga under the given id; returns None when it completed, else why not."""
+WorkflowIdOf = Callable[[str], str]
+"""The workflow id of the saga run under the given id (to read its history)."""
 
 
 def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
@@ -166,6 +169,8 @@ class Measurement:
     wall: float
     latencies: list[float]
     failures: list[str]
+    last_id: str = ""
+    """The id the side's last saga of the round ran under."""
 
     @property
     def throughput(self) -> float:
@@ -202,6 +207,7 @@ async def measure(
         wall,
         latencies=[latency for latency, _ in outcomes],
         failures=[failure for _, failure in outcomes if failure is not None],
+        last_id=f"{prefix}-{sagas - 1}",
     )
 
 
@@ -227,6 +233,27 @@ def report(header: list[str], results: list[Measurement]) -> None:
     for side, other in RATIOS:
         ratios = per_round(results, side, other, lambda r: r.throughput)
         print(ratio_line(f"{side}/{other} throughput", rates[side] / rates[other], ratios))
+
+
+WORKFLOW_ID_OF: dict[str, WorkflowIdOf] = {
+    PROJECT: saga_workflow_id,
+    SINGLE: saga_workflow_id,
+    BASELINE: lambda saga_id: saga_id,
+}
+
+
+async def where_it_went(client: Client, results: list[Measurement]) -> list[str]:
+    """Each side's last saga, from its history: what it recorded, and where its time went."""
+    lines = ["each side's last saga, from its history:"]
+    last = {r.side: r for r in results}
+    for side, measured in last.items():
+        workflow_id = WORKFLOW_ID_OF[side](measured.last_id)
+        profile, phased = (
+            await history_profile(client, workflow_id),
+            await phases(client, workflow_id),
+        )
+        lines += [f"  {side}: {profile.line()}", f"  {side}: {phased.line()}"]
+    return lines
 
 
 def side_rate(results: list[Measurement], side: str) -> float:
@@ -263,6 +290,7 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
                 for round_ in range(1, rounds + 1)
                 for side in rotated(list(sides), round_)
             ]
+            histories = await where_it_went(client, results)
     report(
         [
             "Feature Deployment saga: project vs hand-written temporalio saga",
@@ -274,6 +302,8 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
         ],
         results,
     )
+    for line in histories:
+        print(line)
     failures = [failure for m in warm + results for failure in m.failures]
     if failures:
         print(f"{len(failures)} saga(s) did not complete, for example:", file=sys.stderr)
