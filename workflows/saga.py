@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
+        Placements,
         RunSettings,
         declared_settings,
         outcomes_landed,
@@ -82,7 +83,12 @@ class Saga:
         self._announcements: list[asyncio.Task[None]] = []
         self._chain_reachable = True
         """False once a send found no chain: a saga without one pays one failed signal."""
-        self._options: dict[str, Any] = {"cancellation": WAIT_FOR_CANCEL}
+        self._placements = Placements()
+        """Where the saga's agents run, asked of its worker before the first step."""
+        self._options: dict[str, Any] = {
+            "cancellation": WAIT_FOR_CANCEL,
+            "placements": self._placements,
+        }
         """What every run of the saga is started with besides its own settings."""
 
     @workflow.run
@@ -109,6 +115,7 @@ class Saga:
 
     async def _outcome(self) -> SagaState:
         try:
+            await self._placements.learn(self._model.spec.agents_run())
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:

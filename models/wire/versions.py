@@ -169,3 +169,11 @@ VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
 """Since 2026-11-26, in vote: Runs after this patch start their voters within a byte budget per
 workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
 in one task. Runs recorded before started every voter in the first task."""
+
+AGENT_PLACEMENT_PATCH = "agent-runs-placed-by-what-they-need"
+"""Since 2026-11-27, in _runtime.agent_runs: Runs after this patch ask their worker once (a local
+activity, `place_agents`) where each agent they name runs, and run it there
+(coord.models.mesh.placement): a short in-process agent the worker serves as a local activity
+(a marker, no activity task), another agent it serves without pool or rate limit on the
+workflow's own task queue (handed over eagerly), any other on its own agent queue. Runs
+recorded before sent every named agent's runs to its agent queue."""

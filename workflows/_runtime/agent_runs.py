@@ -34,20 +34,27 @@ run's result is counted into the record the moment it comes back, so the next ru
 new total. (A chain counts in its own model instead: its runs may end in a `ChainRun`.)"""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    RetryState,
+)
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+    from coord.models.mesh.placement import MAX_PLACED, Placement, PlacementAsk
     from coord.models.mesh.retry import LOST_RUNS_ALLOWED, RetryConfig
     from coord.models.mesh.runs import (
         GATE_FAILURES,
@@ -66,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         failure_type_of,
     )
     from coord.models.wire.sizes import json_size
-    from coord.models.wire.versions import AGENT_RUN_GATES_PATCH
+    from coord.models.wire.versions import AGENT_PLACEMENT_PATCH, AGENT_RUN_GATES_PATCH
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import (
         agent_dispatch,
@@ -81,8 +88,59 @@ SERVED_CHECK_TIMEOUT = timedelta(seconds=30)
 SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
 """What an execution sent again late in its run's time gets at least (Temporal refuses zero)."""
 
+PLACE_TIMEOUT = timedelta(seconds=10)
+PLACE_RETRY = RetryPolicy(maximum_attempts=3)
+"""The worker's answer to where its agents run is a look-up in its registry."""
+
 Detoured = Callable[[RunDetour, Assignment | None], None]
 """Told of each detour, and of the assignment when the run was routed again by capability."""
+
+
+class Placements:
+    """Where one workflow's agent runs go (coord.models.mesh.placement), as its worker said once
+    for the agents the workflow names (`learn`): an agent it was not asked about (one a route
+    picked, a fallback) goes to its own queue, as every named agent's run did before."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, Placement] = {}
+        self._asking: asyncio.Task[None] | None = None
+
+    async def learn(self, agents: Iterable[str]) -> None:
+        """Asks the worker running this workflow task, in one local activity, about the agents
+        not asked about yet (runs starting together wait for one question, then ask only what
+        it left out); nothing for runs recorded before (AGENT_PLACEMENT_PATCH)."""
+        while self._asking is not None and not self._asking.done():
+            await asyncio.shield(self._asking)
+        asked = sorted(set(agents) - self._known.keys())[:MAX_PLACED]
+        if not asked or not workflow.patched(AGENT_PLACEMENT_PATCH):
+            return
+        self._asking = asyncio.ensure_future(self._ask(asked))
+        try:
+            await asyncio.shield(self._asking)
+        finally:
+            self._asking = None
+
+    async def _ask(self, agents: list[str]) -> None:
+        """The worker's answer; without one (it cannot fail but by a bug), every agent asked
+        about goes to its own queue, as before runs were placed."""
+        try:
+            placed: dict[str, Placement] = await calls.execute_local(
+                refs.PLACE_AGENTS,
+                PlacementAsk(agents=agents),
+                start_to_close_timeout=PLACE_TIMEOUT,
+                retry_policy=PLACE_RETRY,
+                summary="where the agents run",
+            )
+        except ActivityError as error:
+            workflow.logger.warning("agents not placed: %s", failure_message(error))
+            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
+        self._known.update(placed)
+
+    def of(self, request: AgentRequest) -> Placement:
+        """Where `request` goes: an agent declared inline stays on this workflow's queue."""
+        if request.config is not None:
+            return Placement.HOME
+        return self._known.get(request.agent, Placement.AGENT_QUEUE)
 
 
 @dataclass(frozen=True)
@@ -110,6 +168,18 @@ class RunSettings:
     tokens: TokenMeter | None = None
     """The caller's record of its tokens and its spec's budget: each execution is sent the
     allowance (`AgentRequest.tokens`), and the run's usage is counted into it when it succeeds."""
+    placements: Placements | None = None
+    """Where the caller's agents run (`Placements`); none: each named agent on its own queue."""
+
+    def placement(self, request: AgentRequest) -> Placement:
+        """Where this run of `request` goes. A run with a heartbeat timeout is watched by its
+        heartbeats, which a local activity does not send: it goes to this workflow's queue."""
+        if self.placements is None:
+            return Placement.HOME if request.config is not None else Placement.AGENT_QUEUE
+        where = self.placements.of(request)
+        if where == Placement.LOCAL and self.heartbeat_timeout is not None:
+            return Placement.HOME
+        return where
 
 
 class DeclaredRun(Protocol):
@@ -156,6 +226,12 @@ def start_agent_run(
 def _start(
     request: AgentRequest, settings: RunSettings, policy: RetryPolicy
 ) -> workflow.ActivityHandle[AgentResult]:
+    """One execution where the run's placement says: a local activity, or an activity task on
+    the agent's queue or this workflow's own."""
+    where = settings.placement(request)
+    if where == Placement.LOCAL:
+        return _start_local(request, settings, policy)
+    agent_queue = settings.agent_queue and where == Placement.AGENT_QUEUE
     return calls.start(
         refs.RUN_AGENT,
         request,
@@ -166,8 +242,33 @@ def _start(
         retry_policy=policy,
         cancellation_type=settings.cancellation,
         summary=settings.summary,
-        **agent_dispatch(request, settings.schedule_to_start, agent_queue=settings.agent_queue),
+        **agent_dispatch(request, settings.schedule_to_start, agent_queue=agent_queue),
     )
+
+
+def _start_local(
+    request: AgentRequest, settings: RunSettings, policy: RetryPolicy
+) -> workflow.ActivityHandle[AgentResult]:
+    """The execution as a local activity: the same `run_agent` on this worker, with the run's
+    timeouts, retry policy and cancellation; no heartbeat timeout (a local activity sends
+    none), no queue to wait on, no priority (nothing waits in line)."""
+    return calls.start_local(
+        refs.RUN_AGENT,
+        request,
+        activity_id=settings.activity_id,
+        start_to_close_timeout=settings.start_to_close,
+        schedule_to_close_timeout=settings.schedule_to_close,
+        retry_policy=policy,
+        cancellation_type=settings.cancellation,
+        summary=settings.summary,
+    )
+
+
+def _local_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentRequest, RetryPolicy]:
+    """The request and retry policy of a local execution: retried by its worker with the
+    policy's attempts, which that worker counts itself (no tally to carry between attempts: a
+    local activity's attempts all run on this worker, and none is lost to a server outage)."""
+    return request, retry.to_retry_policy()
 
 
 class _AgentRun:
@@ -221,7 +322,8 @@ class _AgentRun:
         if self.settings.tokens is not None:
             update["tokens"] = self.settings.tokens.allowance()
         sent = self.request.model_copy(update=update)
-        request, policy = counted_retries(sent, self.settings.retry)
+        local = self.settings.placement(sent) == Placement.LOCAL
+        request, policy = (_local_retries if local else counted_retries)(sent, self.settings.retry)
         if policy.maximum_attempts:
             policy = replace(policy, maximum_attempts=self.allowance.remaining)
         settings = self.settings
@@ -341,8 +443,45 @@ async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResu
             return await asyncio.shield(execution)
         except asyncio.CancelledError:
             if execution.done():
-                return execution.result()
+                return _local_outcome(execution)
             execution.cancel()
+        except ActivityError:
+            raise
+        except FailureError as error:
+            raise _as_activity_error(error) from error
+
+
+def _local_outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+    try:
+        return execution.result()
+    except ActivityError:
+        raise
+    except FailureError as error:
+        raise _as_activity_error(error) from error
+
+
+def _as_activity_error(error: FailureError) -> ActivityError:
+    """A local execution's failure as an activity's (raised from it, its cause): the SDK
+    raises a local activity's own failure (the agent's ApplicationError, a timeout, a cancel)
+    where an activity task's comes wrapped in an ActivityError, which is what every caller
+    reads (its type, attempt, retry state, cancel)."""
+    return ActivityError(
+        error.message,
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=refs.RUN_AGENT.name,
+        activity_id="",
+        retry_state=_retry_state(error),
+    )
+
+
+def _retry_state(error: FailureError) -> RetryState:
+    if isinstance(error, CancelledError):
+        return RetryState.CANCEL_REQUESTED
+    if isinstance(error, ApplicationError) and error.non_retryable:
+        return RetryState.NON_RETRYABLE_FAILURE
+    return RetryState.MAXIMUM_ATTEMPTS_REACHED
 
 
 def _detour(

@@ -32,7 +32,11 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import AGENTS_ATTRIBUTE_PATCH
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
+    from coord.workflows._runtime.agent_runs import (
+        Placements,
+        declared_settings,
+        start_agent_run,
+    )
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import assign_agent, attempts
     from coord.workflows.chain.boundary import Outbound
@@ -45,6 +49,8 @@ class ChainRunner:
         self._model = model
         self._outbound = outbound
         self._announced: list[str] | None = None
+        self._placements = Placements()
+        """Where the chain's agents run, asked of its worker at its first run here."""
 
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
@@ -70,11 +76,13 @@ class ChainRunner:
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
+                await self._placements.learn([*self._model.spec.served_agents(), run.agent])
                 settings = declared_settings(
                     subscription,
                     f"{run.agent} ← {run.trigger.event.type}",
                     inline_agents=self._model.spec.agents,
                     room=self._outbound.fan_out.room,
+                    placements=self._placements,
                 )
                 result = await start_agent_run(request, settings, partial(self._detoured, run))
             except ActivityError as error:
