@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         CHAIN_SEND_ONCE_PATCH,
         DEAD_LETTER_PATCH,
+        SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_EVENTS_PATCH,
     )
     from coord.workflows._runtime import metrics
@@ -251,9 +252,21 @@ class Saga:
         self._publish()
 
     def _send(self, envelope: EventEnvelope) -> None:
-        """To the correlation's chain, in the background (the run waits for it before it ends)."""
-        if self._announcing and self._chain_reachable:
-            self._announcements.append(asyncio.create_task(self._signal_chain(envelope)))
+        """To the correlation's chain, in the background (the run waits for it before it ends):
+        after the first send has found the chain, when it is still in flight."""
+        if not (self._announcing and self._chain_reachable):
+            return
+        first = self._announcements[0] if self._announcements else None
+        if first is None or first.done() or not workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH):
+            first = None
+        self._announcements.append(asyncio.create_task(self._announce(envelope, first)))
+
+    async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
+        if first is not None:
+            await asyncio.wait([first])
+            if not self._chain_reachable:
+                return
+        await self._signal_chain(envelope)
 
     async def _signal_chain(self, envelope: EventEnvelope) -> None:
         """Into the correlation's chain; when none runs, the saga's own record has the event."""

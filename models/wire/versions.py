@@ -177,3 +177,9 @@ activity, `place_agents`) where each agent they name runs, and run it there
 (a marker, no activity task), another agent it serves without pool or rate limit on the
 workflow's own task queue (handed over eagerly), any other on its own agent queue. Runs
 recorded before sent every named agent's runs to its agent queue."""
+
+SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
+"""Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
+only once the first send has found the chain running (a saga without a chain sends one, as
+CHAIN_SEND_ONCE_PATCH meant); runs recorded before sent every event announced while the first
+was in flight, each failing alike when no chain ran (five with local agents)."""
