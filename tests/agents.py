@@ -19,7 +19,7 @@ from coord.activities.kinds.demo import register_demo_agents
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
-from coord.models.mesh.config import AgentsFile
+from coord.models.mesh.config import AgentsFile, PythonAgent
 from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 
 
@@ -41,10 +41,13 @@ class GatedAgents:
             self.released[name] = asyncio.Event()
 
     def registry(self) -> AgentRegistry:
-        """The gated agents, and the demo agents for every other name."""
+        """The gated agents, and the demo agents for every other name. A gated agent runs for as
+        long as the test holds it, heartbeating: declared `execution: remote`, an activity task
+        (a local activity is for short runs, and sends no heartbeats)."""
         registry = AgentRegistry()
+        gated = PythonAgent(kind="python", callable="tests.agents:gated", execution="remote")
         for name in self.names:
-            registry.register(name)(self._agent(name))
+            registry.register(name, "python", gated)(self._agent(name))
         demo = register_demo_agents(AgentRegistry())
         for name in demo:
             if name not in registry:

@@ -41,7 +41,7 @@ def saga(agent: str, **step: Any) -> SagaSpec:
     return SagaSpec.model_validate(
         {
             "saga_id": f"progress-{uuid.uuid4().hex[:8]}",
-            "steps": [{"name": "Step", "agent": agent, "heartbeat_timeout": "30s", **step}],
+            "steps": [{"name": "Step", "agent": agent, "heartbeat_timeout": "5s", **step}],
         }
     )
 

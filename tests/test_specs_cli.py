@@ -217,4 +217,3 @@ def test_the_cli_loads_neither_the_worker_nor_the_activities() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert loaded.strip() == "[]"
-

@@ -263,7 +263,7 @@ class Saga:
 
     async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
         if first is not None:
-            await asyncio.wait([first])
+            await workflow.wait([first])
             if not self._chain_reachable:
                 return
         await self._signal_chain(envelope)

@@ -37,7 +37,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -47,6 +47,7 @@ from temporalio.exceptions import (
     CancelledError,
     FailureError,
     RetryState,
+    TimeoutError,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -445,26 +446,39 @@ async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResu
             if execution.done():
                 return _local_outcome(execution)
             execution.cancel()
-        except ActivityError:
-            raise
         except FailureError as error:
-            raise _as_activity_error(error) from error
+            _raise_as_activity_error(error)
 
 
 def _local_outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
     try:
         return execution.result()
-    except ActivityError:
-        raise
     except FailureError as error:
-        raise _as_activity_error(error) from error
+        _raise_as_activity_error(error)
+
+
+def _raise_as_activity_error(error: FailureError) -> NoReturn:
+    if isinstance(error, ActivityError) and not _local_timeout(error):
+        raise error
+    cause = error.cause if isinstance(error, ActivityError) else error
+    raise _as_activity_error(error) from cause
+
+
+def _local_timeout(error: FailureError) -> bool:
+    """A local activity timed out after its attempts: the SDK says its retry state is
+    CANCEL_REQUESTED, which would read as one attempt."""
+    return (
+        isinstance(error, ActivityError)
+        and isinstance(error.cause, TimeoutError)
+        and error.retry_state == RetryState.CANCEL_REQUESTED
+    )
 
 
 def _as_activity_error(error: FailureError) -> ActivityError:
-    """A local execution's failure as an activity's (raised from it, its cause): the SDK
-    raises a local activity's own failure (the agent's ApplicationError, a timeout, a cancel)
-    where an activity task's comes wrapped in an ActivityError, which is what every caller
-    reads (its type, attempt, retry state, cancel)."""
+    """A local execution's failure as an activity's (raised from its cause): the SDK raises a
+    local activity's own failure (the agent's ApplicationError, a cancel) where an activity
+    task's comes wrapped in an ActivityError, which is what every caller reads (its type,
+    attempt, retry state, cancel); a local timeout after its attempts says it ran out of them."""
     return ActivityError(
         error.message,
         scheduled_event_id=0,
@@ -477,6 +491,8 @@ def _as_activity_error(error: FailureError) -> ActivityError:
 
 
 def _retry_state(error: FailureError) -> RetryState:
+    if isinstance(error, ActivityError):  # a local timeout (`_local_timeout`)
+        return RetryState.MAXIMUM_ATTEMPTS_REACHED
     if isinstance(error, CancelledError):
         return RetryState.CANCEL_REQUESTED
     if isinstance(error, ApplicationError) and error.non_retryable:
