@@ -72,9 +72,10 @@ class AgentDeclarationBase(BaseModel):
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
     execution: Literal["local", "remote"] | None = None
-    """How a saga or chain worker runs it when that worker serves it (coord.models.mesh.placement):
-    `local`, a local activity (for an agent whose `timeout` is at most LOCAL_TIMEOUT_MAX);
-    `remote`, always an activity task; unset: `local` for python agents, `remote` for others."""
+    """How a saga or chain runs it when the workflow's own worker serves it: `local`, a local
+    activity (a `timeout` of at most 10s); `remote`, an activity task on the workflow's queue;
+    unset: `local` for python agents, `remote` for the others. A pool or rate limit keeps its
+    runs on its own queue either way (docs/agents.md, "Where a run goes")."""
     publishes: list[str] | None = Field(default=None, max_length=MAX_PUBLISHED_TYPES)
     """The event types the agent may publish itself (its result's `publish`) in a chain,
     besides those the subscription declares. Unset: an `llm` agent may publish none; any other
