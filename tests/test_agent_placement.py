@@ -42,6 +42,9 @@ def test_a_run_goes_where_its_agent_needs() -> None:
     assert placement("python", python.model_copy(update={"rate_limit": 5.0})) == (
         Placement.AGENT_QUEUE
     )
+    assert placement("python", python.model_copy(update={"capabilities": ["sql"]})) == (
+        Placement.AGENT_QUEUE
+    ), "a routing candidate's load is read from its queue"
     shell = ShellAgent(kind="shell", argv=["true"], timeout=timedelta(seconds=5))
     assert placement("shell", shell) == Placement.HOME
     assert placement("shell", shell.model_copy(update={"execution": "local"})) == Placement.LOCAL

@@ -74,8 +74,9 @@ class AgentDeclarationBase(BaseModel):
     execution: Literal["local", "remote"] | None = None
     """How a saga or chain runs it when the workflow's own worker serves it: `local`, a local
     activity (a `timeout` of at most 10s); `remote`, an activity task on the workflow's queue;
-    unset: `local` for python agents, `remote` for the others. A pool or rate limit keeps its
-    runs on its own queue either way (docs/agents.md, "Where a run goes")."""
+    unset: `local` for python agents, `remote` for the others. A pool, a rate limit or
+    capabilities keep its runs on its own queue either way (docs/agents.md, "Where a run
+    goes")."""
     publishes: list[str] | None = Field(default=None, max_length=MAX_PUBLISHED_TYPES)
     """The event types the agent may publish itself (its result's `publish`) in a chain,
     besides those the subscription declares. Unset: an `llm` agent may publish none; any other

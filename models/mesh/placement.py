@@ -38,10 +38,11 @@ class PlacementAsk(BaseModel):
 
 def placement(kind: str, declaration: AgentDeclarationBase | None) -> Placement:
     """Where a run of an agent the workflow's worker serves goes: its own queue when it is
-    paced (pool, rate limit); else a local activity when it is short and in-process (`python`
-    unless declared `execution: remote`, any kind declared `execution: local`), else the
-    workflow's queue."""
-    if declaration is not None and declaration.paced:
+    paced (pool, rate limit) or offers capabilities (routing weighs the load it reads from the
+    agent's queue, which a run elsewhere would not add to); else a local activity when it is
+    short and in-process (`python` unless declared `execution: remote`, any kind declared
+    `execution: local`), else the workflow's queue."""
+    if declaration is not None and (declaration.paced or declaration.capabilities):
         return Placement.AGENT_QUEUE
     execution = declaration.execution if declaration is not None else None
     if execution == "local" or (execution is None and kind == "python"):

@@ -99,8 +99,9 @@ Detoured = Callable[[RunDetour, Assignment | None], None]
 
 class Placements:
     """Where one workflow's agent runs go (coord.models.mesh.placement), as its worker said once
-    for the agents the workflow names (`learn`): an agent it was not asked about (one a route
-    picked, a fallback) goes to its own queue, as every named agent's run did before."""
+    for the agents the workflow names (`learn`). An agent it was not asked about goes to its own
+    queue, as every named agent's run did before: one a route picked (routing weighs the load
+    it reads from the agents' queues, which a run elsewhere would not add to), a fallback."""
 
     def __init__(self) -> None:
         self._known: dict[str, Placement] = {}

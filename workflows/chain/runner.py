@@ -76,7 +76,7 @@ class ChainRunner:
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
-                await self._placements.learn([*self._model.spec.served_agents(), run.agent])
+                await self._placements.learn(self._model.spec.served_agents())
                 settings = declared_settings(
                     subscription,
                     f"{run.agent} ← {run.trigger.event.type}",
