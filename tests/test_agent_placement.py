@@ -29,6 +29,7 @@ from tests.helpers import STEPS, approved, failing_at, parked, user_story
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
+SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
 
 
 def test_a_run_goes_where_its_agent_needs() -> None:
@@ -88,6 +89,9 @@ async def test_a_saga_of_python_agents_runs_them_as_local_activities(
     events = await _history(handle)
     assert _agent_tasks(events) == {}, "no activity task for a local agent"
     assert _markers(events) >= len(STEPS) + 1, "a marker per run, and the placement's"
+    sent = [e for e in events if e.event_type == SIGNALED]
+    assert len(sent) == 1, "no chain runs: the first send found that out, no other was sent"
+    assert len(events) <= 35, "no longer than the hand-written five-step saga's history"
 
 
 async def test_a_failing_local_agent_is_retried_and_fails_with_its_type(
