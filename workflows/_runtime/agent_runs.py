@@ -103,9 +103,13 @@ class Placements:
     queue, as every named agent's run did before: one a route picked (routing weighs the load
     it reads from the agents' queues, which a run elsewhere would not add to), a fallback."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, local: bool = True) -> None:
+        """`local` False: an agent that would run as a local activity runs on this workflow's
+        queue instead (a chain: a local run in flight when it continues as new would run
+        again in the next run)."""
         self._known: dict[str, Placement] = {}
         self._asking: asyncio.Task[None] | None = None
+        self._local = local
 
     async def learn(self, agents: Iterable[str]) -> None:
         """Asks the worker running this workflow task, in one local activity, about the agents
@@ -142,7 +146,8 @@ class Placements:
         """Where `request` goes: an agent declared inline stays on this workflow's queue."""
         if request.config is not None:
             return Placement.HOME
-        return self._known.get(request.agent, Placement.AGENT_QUEUE)
+        where = self._known.get(request.agent, Placement.AGENT_QUEUE)
+        return Placement.HOME if where == Placement.LOCAL and not self._local else where
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,9 @@ class ChainRunner:
         self._model = model
         self._outbound = outbound
         self._announced: list[str] | None = None
-        self._placements = Placements()
-        """Where the chain's agents run, asked of its worker at its first run here."""
+        self._placements = Placements(local=False)
+        """Where the chain's agents run, asked of its worker at its first run here: on the
+        chain's own queue when its worker serves them (never as local activities)."""
 
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
