@@ -170,3 +170,19 @@ async def test_a_remote_agent_served_here_stays_on_the_workflow_queue_unless_pac
         state = await asyncio.wait_for(api.saga_outcome(handle), 60)
     assert state.status == SagaStatus.COMPLETED
     assert list(_agent_tasks(await _history(handle)).values()) == [queue_of(agent, task_queue)]
+
+
+async def test_a_local_compensation_that_fails_for_good_is_parked(
+    client: Client, task_queue: str
+) -> None:
+    spec = failing_at("DeployToProduction")
+    spec.input["inject"]["fail"].append("RollbackProduction")
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
+    assert state.status == SagaStatus.COMPENSATION_FAILED
+    assert entry.failure_type == "compensation_failed" and entry.replay == "run_agent"
+    assert entry.target_agent == "RollbackProduction" and entry.attempts == 2
+    assert _agent_tasks(await _history(handle)) == {}, "the compensation ran locally"
