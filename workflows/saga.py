@@ -83,6 +83,7 @@ class Saga:
         self._announcing = False
         self._announcements: list[asyncio.Task[None]] = []
         self._chain_reachable = True
+        self._waits_for_first: bool | None = None
         """False once a send found no chain: a saga without one pays one failed signal."""
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
@@ -253,13 +254,18 @@ class Saga:
 
     def _send(self, envelope: EventEnvelope) -> None:
         """To the correlation's chain, in the background (the run waits for it before it ends):
-        after the first send has found the chain, when it is still in flight."""
+        every send after the first once the first has found the chain."""
         if not (self._announcing and self._chain_reachable):
             return
-        first = self._announcements[0] if self._announcements else None
-        if first is None or first.done() or not workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH):
-            first = None
+        first = self._announcements[0] if self._announcements and self._after_first() else None
         self._announcements.append(asyncio.create_task(self._announce(envelope, first)))
+
+    def _after_first(self) -> bool:
+        """Whether sends after the first wait for its answer: asked once, at the second send
+        (by the order of the sends, never by when an answer came)."""
+        if self._waits_for_first is None:
+            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
+        return self._waits_for_first
 
     async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
         if first is not None:

@@ -127,8 +127,9 @@ class Placements:
             self._asking = None
 
     async def _ask(self, agents: list[str]) -> None:
-        """The worker's answer; without one (it cannot fail but by a bug), every agent asked
-        about goes to its own queue, as before runs were placed."""
+        """The worker's answer; without one (a worker serving the workflows without their
+        activities, or a bug), every agent asked about goes to its own queue, as before runs
+        were placed."""
         try:
             placed: dict[str, Placement] = await calls.execute_local(
                 refs.PLACE_AGENTS,
@@ -139,6 +140,9 @@ class Placements:
             )
         except ActivityError as error:
             workflow.logger.warning("agents not placed: %s", failure_message(error))
+            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
+        except ValueError as error:  # a worker running the workflows alone, without activities
+            workflow.logger.warning("agents not placed: %s", error)
             placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
         self._known.update(placed)
 
