@@ -70,15 +70,13 @@ soak: $(INSTALLED)
 histories: $(INSTALLED)
 	COORD_RECORD_HISTORIES=1 $(BIN)/pytest tests/test_saga.py tests/test_chain.py tests/test_aggregator.py -q
 
-# The benches' workers serve the seed's demo agents, as `coord worker --demo-agents` does.
+# One table: every pattern against its hand-written temporalio baseline, from one run on one
+# server (bench/table.py; `make bench BENCH_ARGS=--quick` for small runs on a shared machine).
+# The benches' workers serve the seed's demo agents, as `coord worker --demo-agents` does; each
+# bench also runs alone (`python -m bench.saga_bench --help`).
 bench: export COORD_DEMO_AGENTS = 1
 bench: $(INSTALLED)
-	$(BIN)/python -m bench.saga_bench
-	$(BIN)/python -m bench.chain_bench
-	$(BIN)/python -m bench.aggregator_bench
-	$(BIN)/python -m bench.plan_bench
-	$(BIN)/python -m bench.breaker_bench
-	$(BIN)/python -m bench.dispatch_bench
+	$(BIN)/python -m bench.table $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .temporal *.egg-info

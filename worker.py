@@ -15,6 +15,7 @@ from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from coord.activities.events.dead_letters import DeadLetterActivities
+from coord.activities.events.log import LogWriter
 from coord.activities.events.lookback import ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
@@ -24,6 +25,7 @@ from coord.activities.mesh.reports import ReportKeeper
 from coord.activities.mesh.routing import AgentRouter
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.activities.mesh.run_tally import TallyCarrier
+from coord.activities.plan.planning import PlanningActivities
 from coord.activities.plan.progress import PlanProgressReader
 from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
@@ -51,6 +53,7 @@ from coord.workflows.dlq import DeadLetterEntry
 from coord.workflows.mesh.ledger import AgentLedger
 from coord.workflows.mesh.monitor import AgentMonitor
 from coord.workflows.plan.graph import TaskGraph
+from coord.workflows.plan.member import TeamMember
 from coord.workflows.saga import Saga
 from coord.workflows.vote import Vote
 
@@ -61,6 +64,7 @@ WORKFLOWS: Sequence[type] = (
     Aggregator,
     DeadLetterEntry,
     TaskGraph,
+    TeamMember,
     Vote,
     AgentLedger,
     AgentMonitor,
@@ -218,15 +222,19 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
     delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
     router = AgentRouter(client, registry)
+    planning = PlanningActivities(registry)
     activities: list[Callable[..., Any]] = [
         process.run_agent(registry),
         ChainLookback(client).chain_events,
+        LogWriter().write_log_segment,
         delivery.park,
         delivery.redeliver,
         delivery.declared_agent,
         ScratchpadWriter(registry.settings).write_scratchpad,
         PlanProgressReader(client).plan_progress,
         UpdateCallers(client).update_caller,
+        planning.planning_catalogue,
+        planning.check_plan_agents,
         router.choose_agent,
         router.choose_agents,
         router.agent_served,

@@ -18,13 +18,13 @@ from typing import Any
 
 from temporalio import workflow
 
-from bench.server import bench_server
-from coord.infra.process import exit_without_teardown
-
 with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client, WorkflowHandle
     from temporalio.worker import Worker
 
+    from bench.rounds import ratio_line
+    from bench.server import bench_server
+    from coord.infra.process import exit_without_teardown
     from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
     from coord.models.events.envelope import EventEnvelope
     from coord.starter import api
@@ -127,10 +127,11 @@ async def bench(events: int, senders: int) -> int:
             f"{r.history_per_event:>15.2f}"
         )
     mine, theirs = results
-    print(
-        f"project/baseline: events/s {mine.per_second / theirs.per_second:.2f}x, "
-        f"history per event {mine.history_per_event / theirs.history_per_event:.2f}x"
-    )
+    for label, ratio in (
+        ("events/s", mine.per_second / theirs.per_second),
+        ("history per event", mine.history_per_event / theirs.history_per_event),
+    ):
+        print(ratio_line(f"project/baseline {label}", ratio, [ratio]))
     return 0
 
 

@@ -15,359 +15,64 @@ base of every error the project raises (docs/api.md). Agent authors import `coor
     coord.run(main())
 
 The names load when first used, so `import coord` costs nothing and never loads the worker, the
-agents' code or Temporal's worker: a script pays only for what it touches. Everything the
+agents' code or Temporal's worker: a script pays only for what it touches. The imports below are
+the one list of what `coord` serves (`coord._lazy`): one line a name, and the Python API's whole
+`__all__`. Everything the
 distribution installs lives under this one name, so it can sit beside a user's own `models` or
 `workflows` packages; in the repository the subpackages are links to the top-level folders
 (README, "Layout").
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coord.infra.extras import (
-        MissingExtra,
-    )
-    from coord.infra.payload_store import (
-        PayloadStoreError,
-        PayloadUnavailable,
-    )
-    from coord.infra.process import run
-    from coord.infra.search_attributes import (
-        SetupNeeded,
-    )
-    from coord.infra.temporal import (
-        ServerUnreachable,
-        connect,
-    )
-    from coord.models.aggregator.spec import (
-        AggregatorSpec,
-        AggregatorState,
-        AggregatorStatus,
-    )
-    from coord.models.chain.spec import (
-        ChainSpec,
-        ChainState,
-        ChainStatus,
-    )
-    from coord.models.dlq.letter import (
-        BulkOutcome,
-        DlqCounts,
-        DlqEntry,
-        DlqPage,
-        DlqSelection,
-        EntrySummary,
-    )
-    from coord.models.events.envelope import (
-        EventEnvelope,
-        Priority,
-    )
-    from coord.models.events.timeline import (
-        TimelineEntry,
-    )
-    from coord.models.mesh.config import (
-        AgentsFile,
-    )
-    from coord.models.mesh.declared import (
-        DeclaredAgents,
-        declared_agents,
-    )
-    from coord.models.plan.spec import (
-        ApprovalDecision,
-        ApprovalRequest,
-        PlanProgress,
-        PlanSpec,
-        PlanState,
-        PlanStatus,
-    )
-    from coord.models.saga.spec import (
-        SagaSpec,
-        SagaState,
-        SagaStatus,
-    )
-    from coord.models.vote.spec import (
-        VoteSpec,
-        VoteState,
-        VoteStatus,
-    )
-    from coord.models.wire.errors import (
-        CoordError,
-    )
-    from coord.models.wire.specs import (
-        SpecError,
-        load_spec,
-    )
-    from coord.starter.api import (
-        ChainBusy,
-        Conflict,
-        Delivery,
-        NotFound,
-        NoWorker,
-        Undeliverable,
-        aggregator_handle,
-        aggregator_state,
-        approve_task,
-        broadcast,
-        cancel_aggregator,
-        cancel_plan,
-        cancel_saga,
-        cancel_vote,
-        chain_handle,
-        chain_running,
-        chain_state,
-        chain_timeline,
-        check_agents,
-        close_chain,
-        correlation_events,
-        deliver,
-        dlq_archive,
-        dlq_archive_many,
-        dlq_counts,
-        dlq_entries,
-        dlq_entry,
-        dlq_page,
-        dlq_query,
-        dlq_replay,
-        dlq_replay_many,
-        dlq_selected,
-        plan_handle,
-        plan_outcome,
-        plan_progress,
-        plan_state,
-        publish,
-        saga_handle,
-        saga_outcome,
-        saga_state,
-        start_aggregator,
-        start_chain,
-        start_plan,
-        start_saga,
-        start_vote,
-        vote_handle,
-        vote_outcome,
-        vote_state,
-    )
+    __all__: list[str]  # the names below, served by `coord._lazy`
+    from coord.infra.extras import MissingExtra as MissingExtra
+    from coord.infra.payload_store import PayloadStoreError as PayloadStoreError
+    from coord.infra.payload_store import PayloadUnavailable as PayloadUnavailable
+    from coord.infra.process import run as run
+    from coord.infra.search_attributes import SetupNeeded as SetupNeeded
+    from coord.infra.temporal import ServerUnreachable as ServerUnreachable
+    from coord.infra.temporal import connect as connect
+    from coord.models.aggregator.spec import AggregatorSpec as AggregatorSpec
+    from coord.models.aggregator.spec import AggregatorState as AggregatorState
+    from coord.models.aggregator.spec import AggregatorStatus as AggregatorStatus
+    from coord.models.chain.spec import ChainSpec as ChainSpec
+    from coord.models.chain.spec import ChainState as ChainState
+    from coord.models.chain.spec import ChainStatus as ChainStatus
+    from coord.models.dlq.letter import BulkOutcome as BulkOutcome
+    from coord.models.dlq.letter import DlqCounts as DlqCounts
+    from coord.models.dlq.letter import DlqEntry as DlqEntry
+    from coord.models.dlq.letter import DlqPage as DlqPage
+    from coord.models.dlq.letter import DlqSelection as DlqSelection
+    from coord.models.dlq.letter import EntrySummary as EntrySummary
+    from coord.models.events.envelope import EventEnvelope as EventEnvelope
+    from coord.models.events.envelope import Priority as Priority
+    from coord.models.events.timeline import TimelineEntry as TimelineEntry
+    from coord.models.mesh.config import AgentsFile as AgentsFile
+    from coord.models.mesh.declared import DeclaredAgents as DeclaredAgents
+    from coord.models.mesh.declared import declared_agents as declared_agents
+    from coord.models.plan.spec import ApprovalDecision as ApprovalDecision
+    from coord.models.plan.spec import ApprovalRequest as ApprovalRequest
+    from coord.models.plan.spec import PlanProgress as PlanProgress
+    from coord.models.plan.spec import PlanSpec as PlanSpec
+    from coord.models.plan.spec import PlanState as PlanState
+    from coord.models.plan.spec import PlanStatus as PlanStatus
+    from coord.models.saga.spec import SagaSpec as SagaSpec
+    from coord.models.saga.spec import SagaState as SagaState
+    from coord.models.saga.spec import SagaStatus as SagaStatus
+    from coord.models.vote.spec import VoteSpec as VoteSpec
+    from coord.models.vote.spec import VoteState as VoteState
+    from coord.models.vote.spec import VoteStatus as VoteStatus
+    from coord.models.wire.contract import PublishAnswer as PublishAnswer
+    from coord.models.wire.errors import CoordError as CoordError
+    from coord.models.wire.errors import RunFailed as RunFailed
+    from coord.models.wire.errors import ServerRefused as ServerRefused
+    from coord.models.wire.specs import SpecError as SpecError
+    from coord.models.wire.specs import load_spec as load_spec
+    from coord.starter.api import *  # noqa: F403 (the Python API's whole `__all__`)
+else:
+    from coord._lazy import LazyExports
 
-EXPORTS: dict[str, tuple[str, ...]] = {
-    "coord.infra.temporal": (
-        "ServerUnreachable",
-        "connect",
-    ),
-    "coord.infra.search_attributes": ("SetupNeeded",),
-    "coord.infra.payload_store": (
-        "PayloadStoreError",
-        "PayloadUnavailable",
-    ),
-    "coord.infra.process": ("run",),
-    "coord.infra.extras": ("MissingExtra",),
-    "coord.models.wire.errors": ("CoordError",),
-    "coord.models.wire.specs": (
-        "SpecError",
-        "load_spec",
-    ),
-    "coord.models.mesh.config": ("AgentsFile",),
-    "coord.models.mesh.declared": (
-        "DeclaredAgents",
-        "declared_agents",
-    ),
-    "coord.models.events.envelope": (
-        "EventEnvelope",
-        "Priority",
-    ),
-    "coord.models.events.timeline": ("TimelineEntry",),
-    "coord.models.saga.spec": (
-        "SagaSpec",
-        "SagaState",
-        "SagaStatus",
-    ),
-    "coord.models.chain.spec": (
-        "ChainSpec",
-        "ChainState",
-        "ChainStatus",
-    ),
-    "coord.models.aggregator.spec": (
-        "AggregatorSpec",
-        "AggregatorState",
-        "AggregatorStatus",
-    ),
-    "coord.models.plan.spec": (
-        "ApprovalDecision",
-        "ApprovalRequest",
-        "PlanProgress",
-        "PlanSpec",
-        "PlanState",
-        "PlanStatus",
-    ),
-    "coord.models.vote.spec": (
-        "VoteSpec",
-        "VoteState",
-        "VoteStatus",
-    ),
-    "coord.models.dlq.letter": (
-        "BulkOutcome",
-        "DlqCounts",
-        "DlqEntry",
-        "DlqPage",
-        "DlqSelection",
-        "EntrySummary",
-    ),
-    "coord.starter.api": (
-        "ChainBusy",
-        "Conflict",
-        "Delivery",
-        "NoWorker",
-        "NotFound",
-        "Undeliverable",
-        "aggregator_handle",
-        "aggregator_state",
-        "approve_task",
-        "broadcast",
-        "cancel_aggregator",
-        "cancel_plan",
-        "cancel_saga",
-        "cancel_vote",
-        "chain_handle",
-        "chain_running",
-        "chain_state",
-        "chain_timeline",
-        "check_agents",
-        "close_chain",
-        "correlation_events",
-        "deliver",
-        "dlq_archive",
-        "dlq_archive_many",
-        "dlq_counts",
-        "dlq_entries",
-        "dlq_entry",
-        "dlq_page",
-        "dlq_query",
-        "dlq_replay",
-        "dlq_replay_many",
-        "dlq_selected",
-        "plan_handle",
-        "plan_outcome",
-        "plan_progress",
-        "plan_state",
-        "publish",
-        "saga_handle",
-        "saga_outcome",
-        "saga_state",
-        "start_aggregator",
-        "start_chain",
-        "start_plan",
-        "start_saga",
-        "start_vote",
-        "vote_handle",
-        "vote_outcome",
-        "vote_state",
-    ),
-}
-"""Where each name of `__all__` lives (what the imports above tell type checkers)."""
-
-__all__ = [
-    "AgentsFile",
-    "AggregatorSpec",
-    "AggregatorState",
-    "AggregatorStatus",
-    "ApprovalDecision",
-    "ApprovalRequest",
-    "BulkOutcome",
-    "ChainBusy",
-    "ChainSpec",
-    "ChainState",
-    "ChainStatus",
-    "Conflict",
-    "CoordError",
-    "DeclaredAgents",
-    "Delivery",
-    "DlqCounts",
-    "DlqEntry",
-    "DlqPage",
-    "DlqSelection",
-    "EntrySummary",
-    "EventEnvelope",
-    "MissingExtra",
-    "NoWorker",
-    "NotFound",
-    "PayloadStoreError",
-    "PayloadUnavailable",
-    "PlanProgress",
-    "PlanSpec",
-    "PlanState",
-    "PlanStatus",
-    "Priority",
-    "SagaSpec",
-    "SagaState",
-    "SagaStatus",
-    "ServerUnreachable",
-    "SetupNeeded",
-    "SpecError",
-    "TimelineEntry",
-    "Undeliverable",
-    "VoteSpec",
-    "VoteState",
-    "VoteStatus",
-    "aggregator_handle",
-    "aggregator_state",
-    "approve_task",
-    "broadcast",
-    "cancel_aggregator",
-    "cancel_plan",
-    "cancel_saga",
-    "cancel_vote",
-    "chain_handle",
-    "chain_running",
-    "chain_state",
-    "chain_timeline",
-    "check_agents",
-    "close_chain",
-    "connect",
-    "correlation_events",
-    "declared_agents",
-    "deliver",
-    "dlq_archive",
-    "dlq_archive_many",
-    "dlq_counts",
-    "dlq_entries",
-    "dlq_entry",
-    "dlq_page",
-    "dlq_query",
-    "dlq_replay",
-    "dlq_replay_many",
-    "dlq_selected",
-    "load_spec",
-    "plan_handle",
-    "plan_outcome",
-    "plan_progress",
-    "plan_state",
-    "publish",
-    "run",
-    "saga_handle",
-    "saga_outcome",
-    "saga_state",
-    "start_aggregator",
-    "start_chain",
-    "start_plan",
-    "start_saga",
-    "start_vote",
-    "vote_handle",
-    "vote_outcome",
-    "vote_state",
-]
-
-_HOME = {name: module for module, names in EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """A name of `__all__` is imported from its module on first use, then kept here."""
-    try:
-        module = _HOME[name]
-    except KeyError:
-        raise AttributeError(f"module 'coord' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    _EXPORTS = LazyExports(__name__, __file__)
+    __getattr__, __dir__ = _EXPORTS.attribute, _EXPORTS.listing

@@ -21,33 +21,26 @@ more.
 Importing this module loads neither the worker nor Temporal's worker: an agent's module is
 imported by the worker that runs it, and by nothing else."""
 
-from coord.models.events.envelope import EventEnvelope, Priority
-from coord.models.mesh.agents import (
-    MAX_PROGRESS,
-    RESERVED_RESULT_KEYS,
-    AgentContext,
-    AgentFn,
-    AgentProgress,
-    AgentRegistry,
-    AgentResult,
-    ProgressReporter,
-    PublishRequest,
-)
-from coord.models.wire.contract import FailureType, Health, failure
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "MAX_PROGRESS",
-    "RESERVED_RESULT_KEYS",
-    "AgentContext",
-    "AgentFn",
-    "AgentProgress",
-    "AgentRegistry",
-    "AgentResult",
-    "EventEnvelope",
-    "FailureType",
-    "Health",
-    "Priority",
-    "ProgressReporter",
-    "PublishRequest",
-    "failure",
-]
+if TYPE_CHECKING:
+    __all__: list[str]  # the names below, served by `coord._lazy`
+    from coord.models.events.envelope import EventEnvelope as EventEnvelope
+    from coord.models.events.envelope import Priority as Priority
+    from coord.models.mesh.agents import MAX_PROGRESS as MAX_PROGRESS
+    from coord.models.mesh.agents import RESERVED_RESULT_KEYS as RESERVED_RESULT_KEYS
+    from coord.models.mesh.agents import AgentContext as AgentContext
+    from coord.models.mesh.agents import AgentFn as AgentFn
+    from coord.models.mesh.agents import AgentProgress as AgentProgress
+    from coord.models.mesh.agents import AgentRegistry as AgentRegistry
+    from coord.models.mesh.agents import AgentResult as AgentResult
+    from coord.models.mesh.agents import ProgressReporter as ProgressReporter
+    from coord.models.mesh.agents import PublishRequest as PublishRequest
+    from coord.models.wire.contract import FailureType as FailureType
+    from coord.models.wire.contract import Health as Health
+    from coord.models.wire.contract import failure as failure
+else:
+    from coord._lazy import LazyExports
+
+    _EXPORTS = LazyExports(__name__, __file__)
+    __getattr__, __dir__ = _EXPORTS.attribute, _EXPORTS.listing

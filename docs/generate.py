@@ -25,7 +25,8 @@ from typing import Any
 import typer
 from pydantic import BaseModel
 
-from coord.models.events import envelope
+from coord.models.events import envelope, taxonomy
+from coord.models.plan.team import TEAM_MESSAGE_EVENT
 from coord.models.vote.spec import VOTE_REQUESTED
 from coord.models.wire import contract
 from coord.starter import exits
@@ -88,6 +89,11 @@ EXIT_EXAMPLES: dict[str, str] = {
         "a dead letter no worker archived within a minute, a deletion the server refused; the "
         "next run tries again"
     ),
+    "EVENT_REFUSED": (
+        "`refused evt-1 by chain-story-42 (causation_loop): event evt-1 (Note): causation "
+        "depth 33 exceeds 32, ...`"
+    ),
+    "DIFFERS": "`coord diff C C2` when a row is changed or only in one of them",
     "INTERNAL": "`coord --log-level DEBUG ...` logs the traceback",
     "INTERRUPTED": "Ctrl-C while a command waits",
     "READER_GONE": "`coord events C --json | head -1`",
@@ -305,6 +311,11 @@ PRODUCT_EVENTS: dict[str, str] = {
     VOTE_REQUESTED: (
         "the event type of each voter's run, the proposal its payload ([Votes](votes.md))"
     ),
+    TEAM_MESSAGE_EVENT: (
+        "a plan's team member sent another a message; published into the correlation's chain, "
+        "source `/plan/<plan_id>/team/<sender>`, and the event a long-lived member's run is "
+        "handed ([Plans](plans.md#teams-that-talk))"
+    ),
 }
 """The events the product publishes itself (not the ones specs name), with where they come from."""
 
@@ -349,9 +360,38 @@ def envelope_table() -> str:
 
 
 def product_events_table() -> str:
-    names = sorted({contract.AGENT_HEALTH_EVENT, VOTE_REQUESTED, *envelope.LIFECYCLE_NOTICES})
+    names = sorted(
+        {
+            contract.AGENT_HEALTH_EVENT,
+            VOTE_REQUESTED,
+            TEAM_MESSAGE_EVENT,
+            *envelope.LIFECYCLE_NOTICES,
+        }
+    )
     rows = [f"| `{name}` | {cell(PRODUCT_EVENTS[name])} |" for name in names]
     return "\n".join(["| event type | what it says |", "| --- | --- |", *rows])
+
+
+def payload_fields(model: type[BaseModel]) -> str:
+    """`plan_id`, `task`, ...: a payload model's fields, in order."""
+    return ", ".join(f"`{name}`" for name in model.model_fields)
+
+
+def taxonomy_table() -> str:
+    header = [
+        "| event type | category | published by | payload | caused by |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    return "\n".join([*header, *(taxonomy_row(kind) for kind in taxonomy.TAXONOMY)])
+
+
+def taxonomy_row(kind: taxonomy.EventKind) -> str:
+    """A type a spec names has a free-form payload, which its model's docstring describes."""
+    name, payload = f"`{kind.name}`", payload_fields(kind.payload)
+    if kind.named_by_spec:
+        name, payload = kind.name, cell(kind.payload.__doc__ or "")
+    publishers = ", ".join(kind.publishers)
+    return f"| {name} | {kind.category.value} | {publishers} | {payload} | {cell(kind.cause)} |"
 
 
 def failure_groups() -> list[tuple[str, list[tuple[str, str]]]]:
@@ -399,6 +439,7 @@ FAILURE_MEANINGS: dict[str, str] = {
     "invalid_input": "a chain started with an input that does not validate",
     "invalid_envelope": "an `event` signal that does not decode or validate as an envelope",
     "invalid_rerun": "a `rerun` signal (a replayed chain run) that does not validate",
+    "invalid_recorded": "a `recorded` signal (a rewound copy's past) that does not validate",
     "invalid_attach": "an `attach` signal without a listener's workflow id",
     "invalid_detach": "a `detach` signal without a listener's workflow id",
     "invalid_dead_letter": "a dead letter that does not validate, kept raw: it cannot be replayed",
@@ -420,6 +461,7 @@ FAILURE_MEANINGS: dict[str, str] = {
 EVENT_TABLES: dict[str, Callable[[], str]] = {
     "envelope": envelope_table,
     "product-events": product_events_table,
+    "taxonomy": taxonomy_table,
     "failure-types": failure_types_table,
 }
 

@@ -9,7 +9,8 @@ What refers to what, as the server and the store say it:
 - a dead letter is parked until someone acts: one parked for longer than its retention is
   archived with a note (so it completes and its record stays readable); one replayed or archived
   longer ago than that is deleted from the server;
-- a scratchpad is its plan's while the plan runs (`plan-<plan_id>` is running).
+- a scratchpad is its plan's while the plan runs (`plan-<plan_id>` is running);
+- a correlation's log is its chain's while the chain (`chain-<correlation_id>`) is on the server.
 
 Every listing is bounded (`batch` things of each kind per run, page by page), and a run that
 stops at the bound says where the next one goes on (`GcReport.next_cursor`)."""
@@ -31,6 +32,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from coord.infra.event_log import SegmentStore, segment_store
 from coord.infra.logs import get_logger
 from coord.infra.payload_store import PayloadStoreSettings
 from coord.infra.store_gc import StoreListing, store_listing
@@ -47,6 +49,7 @@ from coord.models.ops.retention import (
     Stored,
     Verdict,
     gc_from_env,
+    log_verdict,
     owner_keys,
     retention_from_env,
     scratchpad_verdict,
@@ -114,6 +117,7 @@ class Collector:
         cursor = cursor or {}
         store = store_listing(self.options.store or PayloadStoreSettings.load())
         await self._stored(store, cursor.get(Kind.PAYLOADS.value))
+        await self._logs(cursor.get(Kind.LOGS.value))
         await self._dead_letters()
         root = self.options.scratchpad_root
         if root is not None:
@@ -174,6 +178,37 @@ class Collector:
         seen before counts as existing, a fresh mark as holding it."""
         again = item.model_copy(update={"owners": marks})
         return verdict(again, self.options.retention, self.now, self._exists).remove
+
+    # --- correlations' logs ------------------------------------------------------------------
+
+    async def _logs(self, after: str | None) -> None:
+        segments = segment_store(self.options.store)
+        names = await segments.correlations(after, self.options.batch + 1)
+        if len(names) > self.options.batch:
+            names = names[: self.options.batch]
+            self.report.next_cursor[Kind.LOGS.value] = names[-1]
+        for correlation_id in names:
+            await self._log(segments, correlation_id)
+
+    async def _log(self, segments: SegmentStore, correlation_id: str) -> None:
+        newest = await segments.newest(correlation_id)
+        if newest is None:
+            return
+        chain = contract.chain_workflow_id(correlation_id)
+        found = log_verdict(
+            correlation_id,
+            await self.workflow_exists(self.client.namespace, chain),
+            newest,
+            self.options.retention.logs,
+            self.now,
+        )
+        if not found.remove:
+            self._add(Kind.LOGS, correlation_id, Action.KEPT, found.reason)
+        elif self.options.dry_run:
+            self._add(Kind.LOGS, correlation_id, Action.WOULD_REMOVE, found.reason)
+        else:
+            await segments.remove(correlation_id)
+            self._add(Kind.LOGS, correlation_id, Action.REMOVED, found.reason)
 
     # --- dead letters -----------------------------------------------------------------------
 

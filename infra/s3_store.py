@@ -100,6 +100,10 @@ class BucketListing:
             body: bytes = await response["Body"].read()
             return body
 
+    async def put(self, key: str, data: bytes) -> None:
+        async with self._session.client("s3") as s3:
+            await s3.put_object(Bucket=self.bucket, Key=key, Body=data)
+
     async def delete(self, key: str) -> None:
         async with self._session.client("s3") as s3:
             await s3.delete_object(Bucket=self.bucket, Key=key)

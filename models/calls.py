@@ -10,28 +10,32 @@ from typing import Any, Generic, TypeVar
 from coord.models.dlq.letter import AgentLookup, DeadLetter, DeclaredAgent, Redelivery
 from coord.models.events.delivery import Delivery
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import LogSegment
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
 from coord.models.mesh.placement import Placement, PlacementAsk
 from coord.models.plan.report import ScratchpadWrite
-from coord.models.plan.spec import ActivityProgress, UpdateCaller
+from coord.models.plan.spec import ActivityProgress, PlanSpec, UpdateCaller
 from coord.models.wire import contract
 
 __all__ = [
     "AGENT_SERVED",
     "CHAIN_EVENTS",
+    "CHECK_PLAN_AGENTS",
     "CHOOSE_AGENT",
     "CHOOSE_AGENTS",
     "DECLARED_AGENT",
     "PARK_DEAD_LETTER",
     "PLACE_AGENTS",
+    "PLANNING_CATALOGUE",
     "PLAN_PROGRESS",
     "PUBLISH_AGENT_HEALTH",
     "READ_AGENT_HEALTH",
     "REDELIVER",
     "RUN_AGENT",
     "UPDATE_CALLER",
+    "WRITE_LOG_SEGMENT",
     "WRITE_SCRATCHPAD",
     "ActivityRef",
 ]
@@ -69,6 +73,12 @@ CHAIN_EVENTS: ActivityRef[str, list[EventEnvelope]] = ActivityRef(
 PLAN_PROGRESS: ActivityRef[str, list[ActivityProgress]] = ActivityRef(
     contract.PLAN_PROGRESS_ACTIVITY, str, list[ActivityProgress]
 )
+PLANNING_CATALOGUE: ActivityRef[str, dict[str, list[str]]] = ActivityRef(
+    contract.PLANNING_CATALOGUE_ACTIVITY, str, dict[str, list[str]]
+)
+CHECK_PLAN_AGENTS: ActivityRef[PlanSpec, str | None] = ActivityRef(
+    contract.CHECK_PLAN_AGENTS_ACTIVITY, PlanSpec, str | None
+)
 UPDATE_CALLER: ActivityRef[UpdateCaller, str] = ActivityRef(
     contract.UPDATE_CALLER_ACTIVITY, UpdateCaller, str
 )
@@ -90,4 +100,7 @@ READ_AGENT_HEALTH: ActivityRef[HealthRead, HealthReading] = ActivityRef(
 )
 PUBLISH_AGENT_HEALTH: ActivityRef[HealthPublication, Delivery] = ActivityRef(
     contract.PUBLISH_AGENT_HEALTH_ACTIVITY, HealthPublication, Delivery
+)
+WRITE_LOG_SEGMENT: ActivityRef[LogSegment, None] = ActivityRef(
+    contract.WRITE_LOG_SEGMENT_ACTIVITY, LogSegment, None
 )

@@ -13,6 +13,8 @@ from coord.models.chain.spec import ChainSpec
 from coord.models.checks import agent_problems
 from coord.models.mesh.config import AgentsFile
 from coord.models.mesh.declared import DeclaredAgents, read_agents_file
+from coord.models.mesh.definitions import read_definition
+from coord.models.mesh.tiers import choose_model, tool_problem
 from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
@@ -39,6 +41,8 @@ MARKS: Mapping[SpecKind, str] = {
 """The top-level field only that kind of spec has (and must have). An agents file has none of
 them: it holds only `agents:` and `worker:`."""
 AGENTS_FILE_FIELDS = frozenset({"agents", "worker"})
+DEFINITION_SUFFIX = ".md"
+"""A file `coord validate` reads as an agent definition (markdown with a front matter)."""
 TITLES: Mapping[SpecKind, str] = {
     "saga": "Event Coordinator saga spec",
     "chain": "Event Coordinator reactive chain spec",
@@ -80,7 +84,10 @@ def file_problems(
     (with the loader every `coord` command uses, `overrides` replacing the top-level fields its
     kind has, as `start` options do), and the agents it runs are among `agents` by the rule the
     worker runs them by (`check_agents`); an agents file's names do not take the demo agents'
-    that `agents` serves. No agent's code is imported."""
+    that `agents` serves. A markdown file is an agent definition (`definition_problems`). No
+    agent's code is imported."""
+    if path.suffix.lower() == DEFINITION_SUFFIX:
+        return definition_problems(path, agents)
     try:
         spec = _load(path, kind or kind_of_file(path), agents, overrides or {})
     except SpecError as error:
@@ -88,6 +95,26 @@ def file_problems(
     if isinstance(spec, SagaSpec | ChainSpec | PlanSpec | VoteSpec):
         return [f"{path}: {problem}" for problem in agent_problems(spec, agents)]
     return []
+
+
+def definition_problems(path: Path, agents: DeclaredAgents) -> list[str]:
+    """An agent definition's problems: its front matter and body; and, when an agents file is
+    given, whether that worker offers its tools and a model for it (`worker.tools`,
+    `worker.tiers`)."""
+    try:
+        definition, _ = read_definition(path)
+    except SpecError as error:
+        return [_one_line(problem) for problem in error.problems]
+    if agents.source is None:
+        return []
+    settings, problems = agents.settings, []
+    if unknown := tool_problem(definition.tools, settings.tools):
+        problems.append(f"{path}: tools: {unknown}")
+    if isinstance(
+        choice := choose_model(definition.model, None, definition.effort, settings.tiers), str
+    ):
+        problems.append(f"{path}: model: {choice}")
+    return problems
 
 
 def _one_line(problem: str) -> str:

@@ -20,6 +20,8 @@ from coord.starter.commands import (
     events,
     gc,
     plan,
+    planned,
+    rewind,
     saga,
     server,
     specs,
@@ -32,7 +34,7 @@ app = typer.Typer(
     help="Event Coordinator: durable event coordination on Temporal.",
     rich_markup_mode="markdown",
 )
-for commands in (server, worker, demo, events, agents, gc, specs):
+for commands in (server, worker, demo, events, rewind, agents, gc, specs, planned):
     app.add_typer(commands.app)
 app.add_typer(dashboard.app)
 app.add_typer(saga.app, name="saga")

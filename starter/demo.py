@@ -43,7 +43,7 @@ async def run_sagas(client: Client, stamp: str) -> None:
         saga = spec.model_copy(
             update={"saga_id": f"{spec.saga_id}-{stamp}-{run}", "input": {**spec.input, **injected}}
         )
-        handle = await api.start_saga(client, saga)
+        handle = await api.start_saga(client, saga, eager=True)
         typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
         state = await api.saga_outcome(handle)
         typer.echo(state.model_dump_json(indent=2, exclude={"events"}))
@@ -55,11 +55,11 @@ async def run_chain(client: Client, stamp: str) -> None:
     """The user-story chain, with the phase1 aggregator listening to it."""
     spec = load_spec(ChainSpec, EXAMPLES / "user-story-chain.yaml")
     correlation_id = f"story-{stamp}"
-    await api.start_chain(client, spec, correlation_id)
+    await api.start_chain(client, spec, correlation_id, eager=True)
     phase1 = load_spec(
         AggregatorSpec, EXAMPLES / "phase1-aggregator.yaml", {"correlation_id": correlation_id}
     )
-    aggregator = await api.start_aggregator(client, phase1)
+    aggregator = await api.start_aggregator(client, phase1, eager=True)
     approved = EventEnvelope.new(
         "UserStoryApproved",
         "/product-strategist",
@@ -92,7 +92,7 @@ async def run_plans(client: Client, stamp: str) -> None:
     spec = load_spec(PlanSpec, EXAMPLES / "plan-seed003.yaml")
     for run, inject in PLAN_RUNS.items():
         plan = plan_run(spec, f"{spec.plan_id}-{stamp}-{run}", inject)
-        handle = await api.start_plan(client, plan)
+        handle = await api.start_plan(client, plan, eager=True)
         typer.secho(f"\n▶ {handle.id} ({run}: inject {inject})", bold=True)
         state = await api.plan_outcome(handle)
         render.show(render.plan_view(state, datetime.now(UTC)))

@@ -7,16 +7,18 @@ from enum import IntEnum
 from pydantic import ValidationError
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from coord.infra.devserver import PortInUse, ServerBinaryError
 from coord.infra.extras import MissingExtra
 from coord.infra.payload_store import PayloadStoreError
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.temporal import ServerUnreachable
+from coord.models.rewind.plan import RewindRefused
 from coord.models.wire.contract import failure_message
+from coord.models.wire.errors import RunFailed, ServerRefused
 from coord.models.wire.specs import SpecError, describe_validation_error
-from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable
+from coord.starter.api.common import Conflict, NotFound, NoWorker, Undeliverable, server_error
 
 
 class ExitCode(IntEnum):
@@ -49,6 +51,11 @@ class ExitCode(IntEnum):
     GC_INCOMPLETE = 12
     """`coord gc`: something that had outlived its retention could not be removed (a dead
     letter no worker archived, a deletion the server refused); each is listed with why."""
+    EVENT_REFUSED = 13
+    """`publish --ack`: the chain refused the event (the line says why: closing, a probable
+    causation loop, an envelope that does not validate); nothing was recorded or parked."""
+    DIFFERS = 14
+    """`coord diff`: the two correlations differ (the aligned rows are printed)."""
     INTERNAL = 70
     """A bug: the line names the exception; `--log-level DEBUG` logs its traceback."""
     INTERRUPTED = 130
@@ -60,7 +67,6 @@ class ExitCode(IntEnum):
     """SIGTERM: servers and workers started by the command were shut down first."""
 
 
-MISSING_SEARCH_ATTRIBUTE = re.compile(r"no mapping defined for search attribute (\w+)")
 CLASS_PREFIX = re.compile(r"^(?:\w+(?:Error|Exception): )+")
 
 
@@ -71,22 +77,6 @@ def one_line(message: str) -> str:
     return CLASS_PREFIX.sub("", first.strip())
 
 
-def rpc_failure(error: RPCError) -> tuple[ExitCode, str]:
-    missing = MISSING_SEARCH_ATTRIBUTE.search(error.message)
-    if missing:
-        return ExitCode.SETUP_NEEDED, (
-            f"the server does not know the search attribute {missing.group(1)}; "
-            "register the project's search attributes once with `coord setup`"
-        )
-    if error.status == RPCStatusCode.NOT_FOUND:
-        return ExitCode.NOT_FOUND, error.message
-    if error.status == RPCStatusCode.ALREADY_EXISTS:
-        return ExitCode.CONFLICT, error.message
-    if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-        return ExitCode.UNREACHABLE, f"the Temporal server did not answer: {error.message}"
-    return ExitCode.REFUSED, error.message
-
-
 PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((Conflict, WorkflowAlreadyStartedError), ExitCode.CONFLICT),
     ((NotFound,), ExitCode.NOT_FOUND),
@@ -94,7 +84,8 @@ PLAIN_EXITS: tuple[tuple[tuple[type[BaseException], ...], ExitCode], ...] = (
     ((ServerUnreachable,), ExitCode.UNREACHABLE),
     ((SetupNeeded,), ExitCode.SETUP_NEEDED),
     ((PortInUse, ServerBinaryError), ExitCode.SERVER_NOT_STARTED),
-    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra), ExitCode.REFUSED),
+    ((SpecError, Undeliverable, PayloadStoreError, MissingExtra, RewindRefused), ExitCode.REFUSED),
+    ((ServerRefused, RunFailed), ExitCode.REFUSED),
 )
 """The errors whose own message is the line to print, by the exit code each means."""
 
@@ -103,7 +94,7 @@ def failure_exit(error: BaseException) -> tuple[ExitCode, str] | None:
     """The exit code and the line to print for an error a user can cause, or None for a bug."""
     match error:
         case RPCError():
-            return rpc_failure(error)
+            return failure_exit(server_error(error))
         case ValidationError():
             return ExitCode.REFUSED, describe_validation_error(error)
         case WorkflowUpdateFailedError() | WorkflowFailureError():

@@ -11,6 +11,7 @@ from typing import IO, Any
 import typer
 from rich import box
 from rich.console import Console, Group, RenderableType
+from rich.progress import Progress
 from rich.table import Column, Table
 from rich.text import Text
 from rich.tree import Tree
@@ -18,8 +19,10 @@ from rich.tree import Tree
 from coord.models.aggregator.spec import AggregatorState
 from coord.models.dlq.letter import ENTRY_STATUSES, DlqCounts, EntrySummary
 from coord.models.events.timeline import TimelineEntry
+from coord.models.events.views import AgentsView
 from coord.models.plan.report import elapsed, outcome, summary_line
 from coord.models.plan.spec import ENDED_TASK_STATES, PlanState, TaskRecord, TaskState
+from coord.models.rewind.diff import CorrelationDiff, RowStatus
 from coord.models.wire.contract import dlq_action
 
 TIMELINE_COLUMNS = ("Time", "Event", "Agent", "Correlation ID", "Event ID", "Caused by")
@@ -48,6 +51,10 @@ STATUS_STYLES = {
     "closed": "green",
     "half_open": "yellow",
     "open": "red",
+    "same": "dim",
+    "changed": "yellow",
+    "only_left": "red",
+    "only_right": "green",
 }
 ACTIVE_TASK_STATES = (TaskState.RUNNING, TaskState.REVIEWING)
 
@@ -76,6 +83,16 @@ def progress(awaited: str) -> Iterator[Callable[[str], None]]:
         return
     with err.status(Text(awaited)):
         yield err.print
+
+
+@contextmanager
+def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A bar on stderr that the caller moves (`advance(done, total)`); piped, nothing: the
+    lines a command prints are its record, the bar only shows a person how far it got."""
+    err = console(stderr=True)
+    with Progress(console=err, disable=not err.is_terminal, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
 def plain(view: RenderableType) -> str:
@@ -209,6 +226,8 @@ def plan_view(state: PlanState, now: datetime, waiting_for: Sequence[str] = ()) 
     lines = ["", f"Plan {state.plan_id}: {state.status}, {summary_line(state)}", f"Tasks: {counts}"]
     if state.tokens.runs:
         lines.append(f"Tokens: {state.tokens.describe()}")
+    if said := state.messages.summary():
+        lines.append(f"Team messages: {said}")
     lines += [f"Waiting for {what}" for what in waiting_for]
     if TaskState.AWAITING_APPROVAL in state.counts():
         lines.append(
@@ -233,3 +252,40 @@ def doing_now(task: TaskRecord) -> str:
     if task.state in ACTIVE_TASK_STATES:
         return task.progress or task.summary or "-"
     return task.summary or "-"
+
+
+def diff_table(diff: CorrelationDiff) -> Group:
+    """Two correlations side by side, one aligned row per event, and the counts under them."""
+    labels = {
+        RowStatus.SAME: "same",
+        RowStatus.CHANGED: "changed",
+        RowStatus.ONLY_LEFT: f"only in {diff.left}",
+        RowStatus.ONLY_RIGHT: f"only in {diff.right}",
+    }
+    view = table("", "Event", diff.left, diff.right, "What differs")
+    for row in diff.rows:
+        view.add_row(
+            status(row.status.value, labels[row.status]),
+            Text(row.event, style="bold"),
+            _side(row.left),
+            _side(row.right),
+            ", ".join(row.changed) or "-",
+        )
+    counts = ", ".join(f"{n} {labels[s]}" for s, n in diff.counts().items())
+    return Group(view, Text(counts))
+
+
+def _side(entry: TimelineEntry | None) -> str:
+    return f"{entry.agent} {entry.event_id}" if entry is not None else "-"
+
+
+def agents_activity(view: AgentsView) -> Table:
+    """Per-agent activity (`coord events C --replay-into agents`), by agent name."""
+    shown = table("Agent", "Events", "Runs", "Succeeded", "Failed", "Last event")
+    for name in sorted(view.agents):
+        a = view.agents[name]
+        last = f"{a.last_event} (#{a.last_seq})"
+        shown.add_row(
+            name, f"{a.events:,}", f"{a.runs:,}", f"{a.successes:,}", f"{a.failures:,}", last
+        )
+    return shown

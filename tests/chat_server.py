@@ -128,3 +128,23 @@ def chat_server(
     finally:
         http.shutdown()
         http.server_close()
+
+
+def tool_calls(*calls: tuple[str, dict[str, Any]], model: str = "test-model") -> Answer:
+    """A chat completion in which the model calls tools (name, arguments) instead of answering."""
+    answer = completion("", model)
+    assert isinstance(answer.body, dict)
+    answer.body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call-{index}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for index, (name, arguments) in enumerate(calls)
+        ],
+    }
+    answer.body["choices"][0]["finish_reason"] = "tool_calls"
+    return answer

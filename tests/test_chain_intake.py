@@ -3,8 +3,13 @@ of it a workflow task takes, admission, rejection and parking, the timeline's wi
 
 from coord.models.chain.boundary import ParkDetails, Parking, Rejection
 from coord.models.chain.intake import EVENTS_PER_TASK, SEEN_WINDOW, TIMELINE_WINDOW, TaskShare
+from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
-from coord.models.wire.versions import FLOOD_PATCH, LIFECYCLE_NOTICES_PATCH
+from coord.models.wire.versions import (
+    CHAIN_TAKES_ANNOUNCEMENTS_PATCH,
+    FLOOD_PATCH,
+    LIFECYCLE_NOTICES_PATCH,
+)
 from tests.chain_models import (
     FixedRun,
     accounted,
@@ -171,3 +176,39 @@ def test_the_timeline_and_the_seen_ids_stay_within_their_windows() -> None:
     assert len(model.record.depths) <= 2 * SEEN_WINDOW
     assert model.record.timeline[-1].seq == model.record.seq
     assert accounted(model)
+
+
+def announced(type: str, cause: str | None = None) -> EventEnvelope:
+    envelope = event(type, cause=cause)
+    envelope.event.source = "/plan/p1"
+    return envelope
+
+
+def test_a_plans_announcements_add_no_depth_among_themselves_and_a_vote_opened_adds_one() -> None:
+    """A plan's hundredth event is as deep as its first, so a long plan never looks like a
+    loop; an agent's event caused by one counts one more, and so does a vote an event opened."""
+    model = new_model(max_causation_depth=2)
+    envelope = announced("PlanStarted")
+    assert take(model, envelope) == "recorded"
+    for n in range(10):
+        envelope = announced("TaskCompleted" if n % 2 else "TaskStarted", envelope.event.id)
+        assert take(model, envelope) == "recorded"
+        assert model.record.depths[envelope.event.id] == 0
+    reaction = event("ApprovalPrepared", cause=envelope.event.id)
+    assert model.intake.depth(reaction) == 1
+    assert model.intake.depth(announced("VoteOpened", envelope.event.id)) == 1
+    spoofed = event("TaskStarted", cause=envelope.event.id)
+    assert model.intake.depth(spoofed) == 1, "an agent's event of the same type counts"
+
+
+def test_an_announcement_refused_by_a_closing_chain_is_recorded_never_parked() -> None:
+    model = new_model()
+    model.record.closing = True
+    model.intake.receive(announced("PlanCompleted"))
+    assert parkings(model.outbox.take()) == []
+    state = model.record.state
+    assert (state.rejected_count, state.dead_lettered) == (1, 0)
+    before = new_model(FixedRun(before={CHAIN_TAKES_ANNOUNCEMENTS_PATCH}))
+    before.record.closing = True
+    before.intake.receive(announced("PlanCompleted"))
+    assert len(parkings(before.outbox.take())) == 1, "runs recorded before parked it"

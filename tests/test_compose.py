@@ -35,6 +35,7 @@ SEARCH_ATTRIBUTES = (
     "CoordEventType",
     "CoordTopic",
     "CoordAgents",
+    "CoordRewindOf",
 )
 
 

@@ -54,6 +54,7 @@ WIRE_NAMES = {
     contract.EVENT_SIGNAL: "event",
     contract.CHAIN_EVENT_SIGNAL: "chain_event",
     contract.RERUN_SIGNAL: "rerun",
+    contract.RECORDED_SIGNAL: "recorded",
     contract.ATTACH_SIGNAL: "attach",
     contract.DETACH_SIGNAL: "detach",
     contract.CLOSE_SIGNAL: "close",
@@ -97,6 +98,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         "CoordEventType",
         "CoordTopic",
         "CoordAgents",
+        "CoordRewindOf",
     ]
 
 
@@ -110,13 +112,14 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {
                 contract.EVENT_SIGNAL,
                 contract.RERUN_SIGNAL,
+                contract.RECORDED_SIGNAL,
                 contract.ATTACH_SIGNAL,
                 contract.DETACH_SIGNAL,
                 contract.CLOSE_SIGNAL,
                 contract.RUN_OUTCOME_SIGNAL,
             },
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
-            set(),
+            {contract.PUBLISH_UPDATE},
         ),
         (ChainRun, contract.CHAIN_RUN_WORKFLOW, set(), set(), set()),
         (
@@ -136,9 +139,9 @@ def test_wire_names_are_the_recorded_strings() -> None:
         (
             TaskGraph,
             contract.PLAN_WORKFLOW,
-            set(),
+            {contract.MEMBER_SENT_SIGNAL},
             {contract.STATE_QUERY, contract.PROGRESS_QUERY},
-            {contract.APPROVE_UPDATE},
+            {contract.APPROVE_UPDATE, contract.ADD_TASKS_UPDATE},
         ),
         (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
         (AgentMonitor, contract.AGENT_MONITOR_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
@@ -308,7 +311,8 @@ def test_the_contract_imports_no_worker_or_workflow_code() -> None:
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
-    assert loaded.strip() == "['coord.models', 'coord.models.wire', 'coord.models.wire.contract']"
+    expected = "['coord._lazy', 'coord.models', 'coord.models.wire', 'coord.models.wire.contract']"
+    assert loaded.strip() == expected, "the package's lazy loader, and the contract alone"
 
 
 WIRE_CALLS = {

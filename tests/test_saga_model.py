@@ -307,3 +307,45 @@ def test_the_details_show_the_stack_top_first() -> None:
     assert "**Step 5/5:** DeployToProduction" in details
     assert "**Compensation stack (top first):** RollbackProduction, RemoveFromStaging" in details
     assert "**Status:** compensating" in details
+
+
+def rewound_copy(original: SagaModel, steps: int) -> SagaModel:
+    """A copy of `original` that reuses its first `steps` steps, as `coord saga rewind` asks."""
+    recorded = [
+        {
+            "name": done.name,
+            "result": {"done": done.name},
+            "event": next(e for e in original.state.events if e.event_id == done.event_id),
+        }
+        for done in original.state.completed_steps[:steps]
+    ]
+    rewind = {"of": {"original": original.spec.saga_id, "at": "step 4"}, "steps": recorded}
+    return begun(feature_deployment(rewind=rewind))
+
+
+def test_a_rewound_copy_reuses_its_first_steps_and_runs_the_rest() -> None:
+    original = begun()
+    run_until(original, fail_at=5)
+    copy = rewound_copy(original, 3)
+    assert [index for index, _ in copy.steps()] == [4, 5], "steps 1-3 are not run again"
+    assert [e.step for e in copy.state.compensation_stack] == [3], "the stack as it stood"
+    reused = [done.event_id for done in copy.state.completed_steps]
+    assert reused == [done.event_id for done in original.state.completed_steps[:3]]
+    step = copy.spec.steps[3]
+    request = copy.step_request(step, step.agent, step.retry)
+    first_three = [s.name for s in copy.spec.steps[:3]]
+    assert request.inputs == {"steps": {name: {"done": name} for name in first_three}}
+    assert run_until(copy, fail_at=5) == ["E2EPassed", "ProductionFailed"]
+    undone, _ = unwind(copy)
+    assert [name for name, _ in undone] == ["RollbackProduction", "RemoveFromStaging"]
+
+
+def test_a_copy_must_reuse_the_first_steps_in_order_and_leave_one_to_run() -> None:
+    original = begun()
+    run_until(original)
+    with pytest.raises(ValueError, match=r"rewind.steps\[0\].name: 'RunTests' is not step 1"):
+        rewound = rewound_copy(original, 2).spec.model_dump()
+        rewound["rewind"]["steps"].pop(0)
+        SagaSpec.model_validate(rewound)
+    with pytest.raises(ValueError, match="must leave at least one step to run"):
+        rewound_copy(original, 5)

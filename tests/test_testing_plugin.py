@@ -45,7 +45,7 @@ def test_loading_the_plugin_costs_a_project_that_does_not_use_it_nothing() -> No
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert loaded.stdout.strip() == (
-        "['coord', 'coord.testing', 'coord.testing.names', 'coord.testing.plugin']"
+        "['coord', 'coord._lazy', 'coord.testing', 'coord.testing.names', 'coord.testing.plugin']"
     )
 
 

@@ -3,7 +3,6 @@ loading the worker), the one base of every error, and the extras: a feature whos
 installed is refused in one line naming it, checked by hiding the extra's module (a shadowing
 module that is not found, as pip leaves things without the extra), never by uninstalling."""
 
-import ast
 import asyncio
 import importlib
 import inspect
@@ -20,6 +19,7 @@ import pytest
 import coord
 import coord.agents
 import coord.testing
+from coord._lazy import typing_imports
 from coord.infra.extras import EXTRAS, PROJECT
 from coord.models.mesh import agents as sdk
 from coord.models.wire.contract import FailureType, failure
@@ -43,7 +43,7 @@ def loaded_after(statement: str) -> list[str]:
 
 
 def test_importing_coord_loads_nothing_until_a_name_is_used() -> None:
-    assert loaded_after("import coord") == ["coord"]
+    assert loaded_after("import coord") == ["coord", "coord._lazy"]
 
 
 def test_every_name_of_coord_loads_no_worker_agent_code_or_temporal_worker() -> None:
@@ -56,32 +56,32 @@ def test_coord_agents_loads_no_worker() -> None:
     assert not [module for module in loaded if module.startswith(HEAVY)]
 
 
-def type_checking_imports(facade: Path) -> dict[str, set[str]]:
-    """What a lazy facade (`coord/__init__.py`) imports for type checkers, by module."""
-    tree = ast.parse(facade.read_text())
-    block = next(node for node in tree.body if isinstance(node, ast.If))
-    return {
-        node.module or "": {alias.name for alias in node.names}
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-    }
-
-
-@pytest.mark.parametrize("facade", [coord, coord.testing], ids=lambda module: module.__name__)
-def test_a_facade_tells_type_checkers_and_scripts_the_same_names(facade: ModuleType) -> None:
-    """`coord` and `coord.testing` load their names on first use: what they export at run time,
-    what they tell type checkers and `__all__` are one list."""
-    exports: dict[str, tuple[str, ...]] = facade.EXPORTS
-    assert {module: set(names) for module, names in exports.items()} == (
-        type_checking_imports(Path(facade.__file__ or ""))
-    )
-    assert sorted(facade.__all__) == sorted(n for names in exports.values() for n in names)
-    assert len(set(facade.__all__)) == len(facade.__all__)
-    for module, names in exports.items():
-        home = importlib.import_module(module)
-        assert all(getattr(facade, name) is getattr(home, name) for name in names)
+@pytest.mark.parametrize(
+    "facade",
+    [coord, coord.testing, coord.agents, importlib.import_module("coord.starter.api")],
+    ids=lambda module: module.__name__,
+)
+def test_a_facade_serves_the_names_it_tells_type_checkers(facade: ModuleType) -> None:
+    """`coord`, `coord.testing`, `coord.agents` and the Python API load their names on first use
+    from the one list type checkers read (their `if TYPE_CHECKING:` imports, `X as X` each, or a
+    module's whole `__all__`): `__all__`, `dir()` and every name agree with it."""
+    imports = typing_imports(Path(facade.__file__ or "").read_text())
+    aliases = [(alias, node.module or "") for node in imports for alias in node.names]
+    homes = {alias.name: module for alias, module in aliases if alias.name != "*"}
+    assert all(alias.asname == alias.name for alias, _ in aliases if alias.name != "*")
+    wholes = [module for alias, module in aliases if alias.name == "*"]
+    whole = {n: m for m in wholes for n in importlib.import_module(m).__all__}
+    assert facade.__all__ == sorted({*homes, *whole}) and set(facade.__all__) <= set(dir(facade))
+    for name in facade.__all__:
+        home = importlib.import_module(homes.get(name) or whole[name])
+        assert getattr(facade, name) is getattr(home, name)
     with pytest.raises(AttributeError, match=f"module '{facade.__name__}' has no attribute 'no'"):
         _ = facade.no
+
+
+def test_a_public_name_of_the_api_is_served_by_coord() -> None:
+    """`coord` serves the Python API's whole `__all__`: a new API function needs no second line."""
+    assert set(importlib.import_module("coord.starter.api").__all__) <= set(coord.__all__)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from coord.models.chain.spec import ChainSpec
 from coord.models.checks import check_agents
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import JoinState, Slot, share_needed
+from coord.models.events.taxonomy import BY_TYPE
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.plan.model import PlanModel
 from coord.models.plan.spec import PlanSpec
@@ -323,3 +324,35 @@ def test_the_vote_examples_run_on_the_vote_agents(example: str, model: type[Any]
     examples = Path(__file__).parent.parent / "examples"
     registry = load_agents(examples / "vote-agents.yaml", AgentRegistry())
     check_agents(example, load_spec(model, examples / example), registry)
+
+
+def test_a_vote_announces_its_opening_each_ballot_and_the_decision_caused_by_the_last() -> None:
+    vote = model(causation_id="evt-trigger", correlation_id="c")
+    sent: list[EventEnvelope] = []
+    vote.announce_to(sent.append)
+    vote.answered("v1", {"approve": True, "reason": "tests pass"}, at(1))
+    vote.failed("v2", "timeout", "slow", at(2))
+    vote.answered("v3", {"approve": True}, at(3))
+    opened, *ballots, decided = sent
+    assert (opened.event.type, opened.event.causation_id) == ("VoteOpened", "evt-trigger")
+    assert [b.payload["choice"] for b in ballots] == ["approve", "abstain", "approve"]
+    assert {b.event.causation_id for b in ballots} == {opened.event.id}
+    assert decided.event.type == "DecisionMade"
+    assert decided.event.causation_id == ballots[-1].event.id
+    assert decided.payload["outcome"] == "decided"
+    for envelope in sent:
+        assert (envelope.event.source, envelope.event.correlation_id) == ("/vote/v", "c")
+        BY_TYPE[envelope.event.type].payload.model_validate(envelope.payload)
+
+
+def test_a_deadline_decision_is_caused_by_the_opening() -> None:
+    vote = model()
+    sent: list[EventEnvelope] = []
+    vote.announce_to(sent.append)
+    vote.deadline_passed(at(300))
+    assert [envelope.event.type for envelope in sent] == [
+        "VoteOpened",
+        *["BallotCast"] * 3,
+        "DecisionMade",
+    ]
+    assert sent[-1].event.causation_id == sent[0].event.id

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.agent_runs import (
         Placements,
         RunSettings,
+        assign_agent,
         declared_settings,
         outcomes_landed,
         start_agent_run,
@@ -58,7 +59,6 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.common import (
         NO_INPUT,
         PlainInput,
-        assign_agent,
         attempts,
         decode_input,
         park,

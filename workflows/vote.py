@@ -26,9 +26,14 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.durations import format_duration
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
-    from coord.models.wire.versions import AGENT_RUN_GATES_PATCH, VOTE_FAN_OUT_PATCH
+    from coord.models.wire.versions import (
+        AGENT_RUN_GATES_PATCH,
+        VOTE_ANNOUNCES_PATCH,
+        VOTE_FAN_OUT_PATCH,
+    )
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import RunSettings, outcomes_landed, start_agent_run
+    from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -68,6 +73,16 @@ class Vote(metaclass=SurplusStartArguments):
         if model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
+        announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
+        if workflow.patched(VOTE_ANNOUNCES_PATCH):
+            model.announce_to(announcements.send)
+        try:
+            await self._vote(model)
+        finally:
+            await announcements.flush()
+        return model.state
+
+    async def _vote(self, model: VoteModel) -> None:
         runs: dict[str, VoterRun] = {}
         ballots: list[asyncio.Task[None]] = []
         try:
@@ -82,7 +97,6 @@ class Vote(metaclass=SurplusStartArguments):
         await uncancellable(self._stop(model, runs, ballots))
         self._changed(model)
         self._log(model)
-        return model.state
 
     async def _cancelled(
         self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]

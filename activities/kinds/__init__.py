@@ -30,10 +30,10 @@ def _llm_agent(name: str, config: LlmAgent, settings: WorkerSettings) -> AgentFn
     one line naming the extra."""
     try:
         with needs_extra("llm", f"agent {name!r} (kind llm)"):
-            from coord.activities.kinds.llm import run_llm
+            from coord.activities.kinds.llm import llm_agent
     except MissingExtra as missing:
         raise SpecError(f"agents.{name}: {missing}") from None
-    return partial(run_llm, config, settings)
+    return llm_agent(name, config, settings)
 
 
 def serve(declared: DeclaredAgents, registry: AgentRegistry | None = None) -> AgentRegistry:

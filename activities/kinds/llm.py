@@ -1,5 +1,7 @@
 """LLM agents: one chat completion on an OpenAI-compatible endpoint, through the official `openai`
-package; the answer, a JSON object, is the agent's result.
+package; the answer, a JSON object, is the agent's result. When the model calls tools instead
+(only those of the agent's whitelist are offered, and a call of any other fails the run
+`tool_not_allowed`), the worker runs them and asks again, up to `max_tool_rounds` times.
 
 The package's own retries are off: Temporal's retry policy retries, with the server's Retry-After
 as the next delay, by the http kind's status taxonomy. Its HTTP client is the worker's own: no
@@ -10,24 +12,36 @@ names under `worker.secrets`) when the request is sent; whatever the server says
 the key redacted, so it reaches no message, log or history."""
 
 import asyncio
+import inspect
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import (
+    ChatCompletionAssistantMessageParam,
+    ChatCompletionMessageParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+)
 from pydantic import BaseModel, Field, ValidationError
 
 from coord.activities import metrics
 from coord.activities.kinds.genai import chat_span, record_usage
 from coord.activities.kinds.http import secret_from_env, status_failure
+from coord.activities.kinds.python import imported
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentContext
+from coord.models.mesh.agents import AgentContext, AgentFn, TeamMessage
 from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
+from coord.models.mesh.tiers import ModelChoice, tool_problem, tool_schema
 from coord.models.mesh.usage import refusal
 from coord.models.wire.contract import FailureType, Health, failure
+from coord.models.wire.specs import SpecError
 
 EXCERPT_CHARS = 200
 """How much of what a server or model said a failure message shows."""
@@ -43,9 +57,29 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
 
+    def plus(self, other: "Usage | None") -> "Usage":
+        if other is None:
+            return self
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(BaseModel):
+    id: str
+    function: FunctionCall
+
 
 class AnswerMessage(BaseModel):
     content: str | None = None
+    tool_calls: list[ToolCall] | None = None
 
 
 class AnswerChoice(BaseModel):
@@ -61,53 +95,173 @@ class ChatAnswer(BaseModel):
     model: str | None = None
 
 
+@dataclass(frozen=True)
+class Asking:
+    """One run's conversation settings: the model and timeout chosen, the tools offered (by
+    name, with their functions), the key and the answer limit."""
+
+    choice: ModelChoice
+    tools: Mapping[str, Callable[..., Any]]
+    schemas: list[ChatCompletionToolParam]
+    key: str
+    limit: int
+    who: str
+
+
 class RefusedAnswer(openai.OpenAIError):
     """An answer the worker will not read (too large, or compressed past the limit's reach).
     An OpenAIError, so the package passes it through rather than wrapping it."""
 
 
+def llm_agent(name: str, config: LlmAgent, settings: WorkerSettings) -> AgentFn:
+    """The agent's run, its whitelisted tools imported now, so a wrong path or a tool the
+    worker does not offer stops the worker (or refuses an inline agent), not a run."""
+    if problem := tool_problem(config.tools, settings.tools):
+        raise SpecError(f"agents.{name}.tools: {problem}")
+    tools = {
+        tool: imported(f"worker.tools.{tool}.callable", settings.tools[tool].callable)
+        for tool in config.tools
+    }
+    return partial(run_llm, config, settings, tools)
+
+
 async def run_llm(
-    config: LlmAgent, settings: WorkerSettings, event: EventEnvelope, context: AgentContext
+    config: LlmAgent,
+    settings: WorkerSettings,
+    tools: Mapping[str, Callable[..., Any]],
+    event: EventEnvelope,
+    context: AgentContext,
 ) -> Mapping[str, Any]:
     who = f"llm agent {context.agent!r}"
     if over := refusal(context.tokens, config.budget):
         raise failure(FailureType.BUDGET_EXCEEDED, f"{who}: {over}", non_retryable=True)
+    choice = config.choice(settings.tiers, context.effort)
+    if isinstance(choice, str):
+        raise failure(FailureType.INVALID_SPEC, f"{who}: {choice}", non_retryable=True)
     messages = _messages(config, event, context, who)
-    key = _api_key(config, who)
-    limit = int(settings.output_limit)
-    context.progress(f"Asking {config.model}")
-    with chat_span(config.model, config.base_url, event.event.correlation_id) as span:
-        result = await _ask(config, messages, key, limit, who, context)
+    schemas = [cast(ChatCompletionToolParam, tool_schema(n, settings.tools[n])) for n in tools]
+    asking = Asking(choice, tools, schemas, _api_key(config, who), int(settings.output_limit), who)
+    context.progress(f"Asking {choice.model}")
+    with chat_span(choice.model, config.base_url, event.event.correlation_id) as span:
+        result = await _converse(config, asking, messages, context)
         record_usage(span, result.get("metadata", {}))
-    metrics.llm_tokens(context.agent, config.model, result["metadata"]["usage"])
+    metrics.llm_tokens(context.agent, choice.model, result["metadata"]["usage"])
     return result
+
+
+async def _converse(
+    config: LlmAgent,
+    asking: Asking,
+    messages: list[ChatCompletionMessageParam],
+    context: AgentContext,
+) -> dict[str, Any]:
+    """Chat completions until the model answers without calling a tool: each call it makes is
+    checked against the whitelist (any other refuses the run, `tool_not_allowed`, before a tool
+    of that answer runs), run on the worker, and its result sent back. At most
+    `max_tool_rounds` completions; their usage is summed."""
+    usage = Usage()
+    for _ in range(config.max_tool_rounds):
+        answer = await _ask(config, asking, messages, context)
+        usage = usage.plus(answer.usage)
+        message = answer.choices[0].message
+        if not message.tool_calls:
+            return _result(answer, usage, asking.choice.model, asking.who, asking.key)
+        _refuse_unlisted(message.tool_calls, config.tools, asking.who)
+        messages.append(_assistant(message))
+        for call in message.tool_calls:
+            messages.append(await _call_tool(call, asking, context))
+    raise failure(
+        FailureType.INVALID_PAYLOAD,
+        f"{asking.who}: still calling tools after {config.max_tool_rounds} chat completions "
+        "(max_tool_rounds)",
+    )
+
+
+def _refuse_unlisted(calls: list[ToolCall], whitelist: list[str], who: str) -> None:
+    unlisted = sorted({call.function.name for call in calls} - set(whitelist))
+    if unlisted:
+        allowed = ", ".join(whitelist) or "none"
+        raise failure(
+            FailureType.TOOL_NOT_ALLOWED,
+            f"{who}: the model called {_excerpt(', '.join(unlisted), '')}, not in its tools "
+            f"whitelist ({allowed}); nothing was run",
+            non_retryable=True,
+        )
+
+
+def _assistant(message: AnswerMessage) -> ChatCompletionAssistantMessageParam:
+    """The model's tool calls, sent back before their results as the protocol asks."""
+    return {
+        "role": "assistant",
+        "content": message.content,
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in message.tool_calls or []
+        ],
+    }
+
+
+async def _call_tool(
+    call: ToolCall, asking: Asking, context: AgentContext
+) -> ChatCompletionToolMessageParam:
+    """The tool called with the model's arguments (one JSON object, passed as one dict: data,
+    never keyword arguments), heartbeating while it runs, its result sent back as JSON, at
+    most the worker's output limit. A plain `def` runs in a thread; what a tool raises fails
+    the run."""
+    who, name = asking.who, call.function.name
+    try:
+        arguments = json.loads(call.function.arguments or "{}")
+    except json.JSONDecodeError:
+        arguments = None
+    if not isinstance(arguments, dict):
+        raise failure(
+            FailureType.INVALID_PAYLOAD,
+            f"{who}: the model called {name} with arguments that are not a JSON object: "
+            f"{_excerpt(call.function.arguments, asking.key)!r}",
+        )
+    function = asking.tools[name]
+    context.progress(f"Calling {name}")
+    if inspect.iscoroutinefunction(function):
+        answer = await _beating(function(arguments), context)
+    else:
+        answer = await _beating(asyncio.to_thread(function, arguments), context)
+    content = _json(answer)
+    if len(content.encode()) > asking.limit:
+        raise failure(
+            FailureType.INVALID_PAYLOAD,
+            f"{who}: tool {name} answered past the worker's {asking.limit}-byte limit",
+        )
+    return {"role": "tool", "tool_call_id": call.id, "content": content}
 
 
 async def _ask(
     config: LlmAgent,
+    asking: Asking,
     messages: list[ChatCompletionMessageParam],
-    key: str,
-    limit: int,
-    who: str,
     context: AgentContext,
-) -> dict[str, Any]:
-    seconds = config.timeout.total_seconds()
-    async with _client(config, key, limit) as client:
-        asking = client.chat.completions.with_raw_response.create(
-            model=config.model,
+) -> ChatAnswer:
+    timeout = asking.choice.timeout
+    async with _client(config.base_url, timeout, asking.key, asking.limit) as client:
+        request = client.chat.completions.with_raw_response.create(
+            model=asking.choice.model,
             messages=messages,
             temperature=openai.omit if config.temperature is None else config.temperature,
             max_tokens=openai.omit if config.max_tokens is None else config.max_tokens,
             response_format=(
                 {"type": "json_object"} if config.response_format == "json" else openai.omit
             ),
+            tools=asking.schemas or openai.omit,
         )
         try:
-            async with asyncio.timeout(seconds):
-                raw = await _beating(asking, context)
+            async with asyncio.timeout(timeout.total_seconds()):
+                raw = await _beating(request, context)
         except (TimeoutError, openai.OpenAIError) as error:
-            raise _failure(error, config, who, key) from None
-    return _result(raw.http_response, config.model, who, key)
+            raise _failure(error, config.base_url, timeout, asking.who, asking.key) from None
+    return _read(raw.http_response, asking.who, asking.key)
 
 
 async def _beating(call: Awaitable[T], context: AgentContext) -> T:
@@ -124,11 +278,15 @@ async def _beating(call: Awaitable[T], context: AgentContext) -> T:
         await asyncio.wait({asking})
 
 
-def prompt_fields(payload: Mapping[str, Any], inputs: Mapping[str, Any]) -> dict[str, str]:
+def prompt_fields(
+    payload: Mapping[str, Any], inputs: Mapping[str, Any], messages: Sequence[TeamMessage] = ()
+) -> dict[str, str]:
     """What a prompt's placeholders name: `$payload` and `$inputs` (each as JSON), then each
     field of the payload and each input by name (an input wins over a payload field of the same
-    name). Strings go in as they are, anything else as JSON."""
-    named = {"payload": dict(payload), "inputs": dict(inputs), **payload, **inputs}
+    name). Strings go in as they are, anything else as JSON. A team member's run also has
+    `$messages`: what its team sent it, as JSON (a payload field or input of that name wins)."""
+    sent = {"messages": [m.model_dump(mode="json") for m in messages]} if messages else {}
+    named = {"payload": dict(payload), "inputs": dict(inputs), **sent, **payload, **inputs}
     return {name: text if isinstance(text, str) else _json(text) for name, text in named.items()}
 
 
@@ -139,7 +297,7 @@ def _json(value: Any) -> str:
 def _messages(
     config: LlmAgent, event: EventEnvelope, context: AgentContext, who: str
 ) -> list[ChatCompletionMessageParam]:
-    fields = prompt_fields(event.payload, context.inputs)
+    fields = prompt_fields(event.payload, context.inputs, context.messages)
     try:
         prompt = PromptTemplate(config.prompt).substitute(fields)
     except KeyError as missing:
@@ -161,8 +319,8 @@ def _api_key(config: LlmAgent, who: str) -> str:
     return key
 
 
-def _client(config: LlmAgent, key: str, limit: int) -> openai.AsyncOpenAI:
-    seconds = config.timeout.total_seconds()
+def _client(base_url: str, timeout: timedelta, key: str, limit: int) -> openai.AsyncOpenAI:
+    seconds = timeout.total_seconds()
     http_client = httpx.AsyncClient(
         transport=WorkerTransport(key, limit),
         timeout=seconds,
@@ -171,7 +329,7 @@ def _client(config: LlmAgent, key: str, limit: int) -> openai.AsyncOpenAI:
     )
     return openai.AsyncOpenAI(
         api_key=key,
-        base_url=config.base_url,
+        base_url=base_url,
         timeout=seconds,
         max_retries=0,
         http_client=http_client,
@@ -228,14 +386,14 @@ class CappedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
-def _failure(error: Exception, config: LlmAgent, who: str, key: str) -> Exception:
+def _failure(error: Exception, base_url: str, timeout: timedelta, who: str, key: str) -> Exception:
     """The http kind's taxonomy: statuses by `status_failure` (429 and 5xx temporary, with
     Retry-After; 401/403 unauthorized; others invalid_payload), timeouts `timeout`, no
     connection `temporary_failure`; each marked with its `Health` reason where it has one."""
     if isinstance(error, TimeoutError | openai.APITimeoutError):
         return failure(
             FailureType.TIMEOUT,
-            f"{who}: {config.base_url} did not answer within {config.timeout}",
+            f"{who}: {base_url} did not answer within {timeout}",
             health=Health.TIMEOUT,
         )
     if isinstance(error, openai.APIStatusError):
@@ -244,7 +402,7 @@ def _failure(error: Exception, config: LlmAgent, who: str, key: str) -> Exceptio
         cause = error.__cause__ or error
         return failure(
             FailureType.TEMPORARY_FAILURE,
-            f"{who}: {config.base_url}: {_excerpt(str(cause) or type(cause).__name__, key)}",
+            f"{who}: {base_url}: {_excerpt(str(cause) or type(cause).__name__, key)}",
             health=Health.CONNECTION,
         )
     return failure(FailureType.INVALID_PAYLOAD, f"{who}: {_excerpt(str(error), key)}")
@@ -257,25 +415,27 @@ def _server_said(body: object, key: str) -> str:
     return _excerpt(body if isinstance(body, str) else _json(body), key)
 
 
-def _result(response: httpx.Response, declared: str, who: str, key: str) -> dict[str, Any]:
-    """The answer's JSON object, with the completion's usage and model (the declared one when
-    the server names none) in its metadata."""
+def _read(response: httpx.Response, who: str, key: str) -> ChatAnswer:
     try:
-        answer = ChatAnswer.model_validate_json(response.content)
+        return ChatAnswer.model_validate_json(response.content)
     except ValidationError:
         raise failure(
             FailureType.INVALID_PAYLOAD,
             f"{who}: {response.request.url} answered something other than a chat completion: "
             f"{_excerpt(response.text, key)!r}",
         ) from None
+
+
+def _result(answer: ChatAnswer, usage: Usage, asked: str, who: str, key: str) -> dict[str, Any]:
+    """The answer's JSON object, with the run's usage (every completion's) and the answering
+    model (the one asked when the server names none) in its metadata."""
     choice = answer.choices[0]
     data = _json_object(choice.message.content or "", choice.finish_reason, who, key)
     metadata = data.get("metadata", {})
     if not isinstance(metadata, dict):
         raise failure(FailureType.INVALID_PAYLOAD, f"{who} answered metadata that is not an object")
-    usage = (answer.usage or Usage()).model_dump()
-    model = answer.model or declared
-    return {**data, "metadata": {**metadata, "usage": usage, "model": model}}
+    model = answer.model or asked
+    return {**data, "metadata": {**metadata, "usage": usage.model_dump(), "model": model}}
 
 
 def _json_object(content: str, finish_reason: str | None, who: str, key: str) -> dict[str, Any]:

@@ -11,10 +11,13 @@ from coord.models.wire.contract import FailureType, failure
 
 def request_json(event: EventEnvelope, context: AgentContext) -> bytes:
     """The event JSON, with the run's `inputs` beside it when it has any (a plan task's
-    dependency results by task id, a saga step's earlier results): data, never references."""
+    dependency results by task id, a saga step's earlier results): data, never references;
+    and its team's `messages` to it, when it has any."""
     document = event.model_dump(mode="json")
     if context.inputs:
         document["inputs"] = dict(context.inputs)
+    if context.messages:
+        document["messages"] = [message.model_dump(mode="json") for message in context.messages]
     return json.dumps(document).encode()
 
 

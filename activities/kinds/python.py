@@ -36,20 +36,22 @@ WATCH = 0.25
 
 def python_agent(name: str, config: PythonAgent) -> AgentFn:
     """Resolved when the file is loaded, so a wrong path stops the worker, not a run."""
-    target = _imported(name, config.callable)
+    target = imported(f"agents.{name}.callable", config.callable)
     if asyncio.iscoroutinefunction(target):
         return partial(_on_own_loop, cast(AsyncAgent, target), config.blocked_after)
     return partial(_in_thread, target)
 
 
-def _imported(name: str, dotted: str) -> Callable[..., Any]:
+def imported(field: str, dotted: str) -> Callable[..., Any]:
+    """The function `package.module:function` names; a SpecError naming `field` when there is
+    none (an agent's `callable`, a tool's)."""
     module_name, _, attribute = dotted.partition(":")
     try:
         target = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
-        raise SpecError(f"agents.{name}.callable: cannot import {dotted!r}: {error}") from None
+        raise SpecError(f"{field}: cannot import {dotted!r}: {error}") from None
     if not callable(target):
-        raise SpecError(f"agents.{name}.callable: {dotted!r} is not a function")
+        raise SpecError(f"{field}: {dotted!r} is not a function")
     return target  # type: ignore[no-any-return]
 
 

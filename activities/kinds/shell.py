@@ -59,6 +59,7 @@ def child_environment(
         **config.env,
         "COORD_IDEMPOTENCY_KEY": context.idempotency_key,
         "COORD_ATTEMPT": str(context.attempt),
+        **({"COORD_SCRATCHPAD": str(context.scratchpad)} if context.scratchpad else {}),
     }
 
 

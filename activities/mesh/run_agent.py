@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
@@ -135,6 +136,7 @@ class Resolved:
 
     agent: AgentFn
     inputs: dict[str, Any]
+    scratchpad: Path | None = None
 
 
 async def resolve(registry: AgentRegistry, results: ResultStore, request: AgentRequest) -> Resolved:
@@ -142,7 +144,21 @@ async def resolve(registry: AgentRegistry, results: ResultStore, request: AgentR
     worker's settings allow that kind from outside; else a non-retryable `agent_not_allowed`),
     and its inputs, those stored by reference read from the payload store."""
     agent = _agent(registry, request.agent, request.config)
-    return Resolved(agent, await results.resolved(request.inputs))
+    scratchpad = shared_scratchpad(registry.settings.scratchpad_root, request.scratchpad)
+    return Resolved(agent, await results.resolved(request.inputs), scratchpad)
+
+
+def shared_scratchpad(root: str | None, relative: str | None) -> Path | None:
+    """The plan's scratchpad on this worker, made if missing: `relative` under the worker's
+    own root, or None without a root, or when the path would leave it."""
+    if root is None or relative is None:
+        return None
+    base = Path(root).resolve()
+    directory = (base / relative).resolve()
+    if not directory.is_relative_to(base) or directory == base:
+        return None
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def _agent(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> AgentFn:
@@ -159,20 +175,36 @@ def _agent(registry: AgentRegistry, name: str, inline: AgentConfig | None) -> Ag
 async def run(resolved: Resolved, request: AgentRequest, tally: RunCounter) -> Output:
     """Step 4: the agent called on the request's event, ended as its own `timeout` a little
     before the run's time limit when the run counts its retries (`within_time_limit`)."""
-    context = _run_context(request, tally.attempt, resolved.inputs)
-    return await tally.within_time_limit(resolved.agent(request.event, context))
+    context = _run_context(request, tally.attempt, resolved)
+    output = await tally.within_time_limit(resolved.agent(request.event, context))
+    return with_outbox(output, context)
 
 
-def _run_context(request: AgentRequest, attempt: int, inputs: dict[str, Any]) -> AgentContext:
+def with_outbox(output: Output, context: AgentContext) -> Output:
+    """The output with what the agent asked to `send` through its context, after any its
+    output's own `send` key holds."""
+    if not context.outbox:
+        return output
+    sent = [message.model_dump() for message in context.outbox]
+    document = dict(output or {})
+    document["send"] = [*document.get("send", []), *sent]
+    return document
+
+
+def _run_context(request: AgentRequest, attempt: int, resolved: Resolved) -> AgentContext:
     """What the agent is told of its run; its progress and heartbeats become the activity's."""
     info = activity.info()
     return AgentContext(
         agent=request.agent,
         attempt=attempt,
         idempotency_key=request.idempotency_key or f"{info.workflow_id}/{info.activity_id}",
-        inputs=inputs,
+        inputs=resolved.inputs,
+        scratchpad=resolved.scratchpad,
         reporter=ProgressReporter(_heartbeat_from_any_thread()),
         tokens=request.tokens,
+        effort=request.effort,
+        messages=request.messages,
+        rewind_of=request.rewind_of,
     )
 
 

@@ -11,92 +11,35 @@ worker serving them on the test's queue). A test marked `@pytest.mark.coord_time
 
 This module gives a test module what it imports: the helpers' class and the assertions on what a
 run leaves (`assert_timeline`, `assert_caused`, `causation_path`, `assert_saga`, `assert_plan`,
-`assert_parked`), loaded when first used.
+`assert_parked`), loaded when first used: the imports below are the one list (`coord._lazy`).
 
 Tests run on pytest-asyncio's session event loop (`asyncio_default_test_loop_scope =
 "session"`), the loop the session's servers and their clients live on."""
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from coord.testing.harness import (
-        AgentsSource,
-        Coordination,
-        SpecSource,
-        assert_caused,
-        assert_parked,
-        assert_plan,
-        assert_saga,
-        assert_timeline,
-        causation_path,
-        dead_letters,
-        dynamic_config_args,
-        eventually,
-        registry_of,
-        spec_of,
-        start_dev_server,
-        unique,
-    )
-    from coord.testing.names import DYNAMIC_CONFIG_INI, TIME_SKIPPING_MARK
+    __all__: list[str]  # the names below, served by `coord._lazy`
+    from coord.testing.harness import AgentsSource as AgentsSource
+    from coord.testing.harness import Coordination as Coordination
+    from coord.testing.harness import SpecSource as SpecSource
+    from coord.testing.harness import assert_caused as assert_caused
+    from coord.testing.harness import assert_parked as assert_parked
+    from coord.testing.harness import assert_plan as assert_plan
+    from coord.testing.harness import assert_saga as assert_saga
+    from coord.testing.harness import assert_timeline as assert_timeline
+    from coord.testing.harness import causation_path as causation_path
+    from coord.testing.harness import dead_letters as dead_letters
+    from coord.testing.harness import dynamic_config_args as dynamic_config_args
+    from coord.testing.harness import eventually as eventually
+    from coord.testing.harness import registry_of as registry_of
+    from coord.testing.harness import spec_of as spec_of
+    from coord.testing.harness import start_dev_server as start_dev_server
+    from coord.testing.harness import unique as unique
+    from coord.testing.names import DYNAMIC_CONFIG_INI as DYNAMIC_CONFIG_INI
+    from coord.testing.names import TIME_SKIPPING_MARK as TIME_SKIPPING_MARK
+else:
+    from coord._lazy import LazyExports
 
-EXPORTS: dict[str, tuple[str, ...]] = {
-    "coord.testing.harness": (
-        "AgentsSource",
-        "Coordination",
-        "SpecSource",
-        "assert_caused",
-        "assert_parked",
-        "assert_plan",
-        "assert_saga",
-        "assert_timeline",
-        "causation_path",
-        "dead_letters",
-        "dynamic_config_args",
-        "eventually",
-        "registry_of",
-        "spec_of",
-        "start_dev_server",
-        "unique",
-    ),
-    "coord.testing.names": ("DYNAMIC_CONFIG_INI", "TIME_SKIPPING_MARK"),
-}
-"""Where each name of `__all__` lives (what the imports above tell type checkers)."""
-
-__all__ = [
-    "DYNAMIC_CONFIG_INI",
-    "TIME_SKIPPING_MARK",
-    "AgentsSource",
-    "Coordination",
-    "SpecSource",
-    "assert_caused",
-    "assert_parked",
-    "assert_plan",
-    "assert_saga",
-    "assert_timeline",
-    "causation_path",
-    "dead_letters",
-    "dynamic_config_args",
-    "eventually",
-    "registry_of",
-    "spec_of",
-    "start_dev_server",
-    "unique",
-]
-
-_HOME = {name: module for module, names in EXPORTS.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    """A name of `__all__` is imported from its module on first use, then kept here."""
-    try:
-        module = _HOME[name]
-    except KeyError:
-        raise AttributeError(f"module 'coord.testing' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    _EXPORTS = LazyExports(__name__, __file__)
+    __getattr__, __dir__ = _EXPORTS.attribute, _EXPORTS.listing

@@ -137,7 +137,8 @@ async def dead_letters(
 class Coordination:
     """The helpers of one test: its server (`env`, `client`) and task queue, and what a test
     does with them. A spec may be given as a file, a model or its fields; a file's id is made
-    unique per run (`fresh`), so one spec file serves many tests."""
+    unique per run (`fresh`), so one spec file serves many tests. Runs start eagerly: the
+    test's worker shares the client, so it takes each run's first task from the start call."""
 
     env: WorkflowEnvironment
     task_queue: str
@@ -167,7 +168,7 @@ class Coordination:
     ) -> WorkflowHandle[Any, SagaState]:
         """Start a saga from a spec (file, model or fields) on the test's queue."""
         saga = fresh(spec_of(SagaSpec, spec, overrides), spec, "saga_id", overrides)
-        return await api.start_saga(self.client, saga, queue=self.task_queue)
+        return await api.start_saga(self.client, saga, queue=self.task_queue, eager=True)
 
     async def run_saga(
         self, spec: SpecSource, timeout: float = WAIT, **overrides: Any
@@ -182,7 +183,9 @@ class Coordination:
         """Start a chain from a spec for `correlation_id` (default: a new one); returns it."""
         chain = spec_of(ChainSpec, spec, overrides)
         correlation = correlation_id or unique(chain.name)
-        handle = await api.start_chain(self.client, chain, correlation, queue=self.task_queue)
+        handle = await api.start_chain(
+            self.client, chain, correlation, queue=self.task_queue, eager=True
+        )
         self.chains[correlation] = handle
         return correlation
 
@@ -232,7 +235,9 @@ class Coordination:
         fields = {**overrides, **({"correlation_id": correlation_id} if correlation_id else {})}
         aggregator = spec_of(AggregatorSpec, spec, fields)
         aggregator = fresh(aggregator, spec, "aggregator_id", overrides)
-        handle = await api.start_aggregator(self.client, aggregator, queue=self.task_queue)
+        handle = await api.start_aggregator(
+            self.client, aggregator, queue=self.task_queue, eager=True
+        )
         return handle.id
 
     async def aggregator(self, workflow_id: str) -> AggregatorState:
@@ -244,7 +249,7 @@ class Coordination:
     ) -> WorkflowHandle[Any, PlanState]:
         """Start a plan from a spec on the test's queue."""
         plan = fresh(spec_of(PlanSpec, spec, overrides), spec, "plan_id", overrides)
-        return await api.start_plan(self.client, plan, queue=self.task_queue)
+        return await api.start_plan(self.client, plan, queue=self.task_queue, eager=True)
 
     async def run_plan(
         self, spec: SpecSource, timeout: float = WAIT, **overrides: Any

@@ -8,6 +8,7 @@ before took them. Each taken event is admitted (deduplicated, its correlation an
 depth checked) and recorded in the timeline, or rejected: counted, kept in a window and parked.
 Both lanes are part of the record, so what waits is carried across continue-as-new."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,10 +22,11 @@ from coord.models.chain.boundary import (
 )
 from coord.models.chain.spec import ChainCarry, ChainSpec, RejectedEvent
 from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
+from coord.models.events.taxonomy import announcement_depth, is_announcement
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import FailureType
 from coord.models.wire.sizes import ByteBudget, json_size, newest_within, preview
-from coord.models.wire.versions import LIFECYCLE_NOTICES_PATCH
+from coord.models.wire.versions import CHAIN_TAKES_ANNOUNCEMENTS_PATCH, LIFECYCLE_NOTICES_PATCH
 
 TIMELINE_WINDOW = 200
 TIMELINE_BYTES = 8 * 1024 * 1024
@@ -67,6 +69,13 @@ class ChainIntake:
         self._outbox = outbox
         self._context = context
         self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
+        self.keep_after: Callable[[], int | None] = lambda: None
+        """The sequence number after which rows are kept whatever the window (the log's rows
+        not written yet; `ChainLog.keep_after`)."""
+
+    def timeline_bytes(self) -> int:
+        """The payload bytes the timeline holds now."""
+        return self._timeline_bytes
 
     def receive(self, arrival: Arrival) -> None:
         """A signal's event enters the queue: its text waits to be decoded; one decoded already
@@ -89,6 +98,14 @@ class ChainIntake:
         if len(causes) > 1:
             self._record.joined_causes[envelope.event.id] = causes
         self._record.inbox.append(envelope)
+
+    def taken_as_recorded(self, envelope: EventEnvelope) -> bool:
+        """Whether this event is a rewound copy's past (it is then no longer waited for)."""
+        recorded = self._record.recorded
+        if recorded and envelope.event.id in recorded:
+            recorded.remove(envelope.event.id)
+            return True
+        return False
 
     def waiting(self) -> bool:
         """Events wait to be taken: decoded, or signals not decoded yet."""
@@ -123,14 +140,31 @@ class ChainIntake:
         """Deduplicates, checks the correlation and the causation depth, then records the event
         in the timeline (it is then matched)."""
         header = envelope.event
-        if header.id in self._record.depths:
+        if self.seen(header.id):
             self._record.state.received += 1
             self._record.state.duplicates += 1
             return "duplicate"
-        correlation_id = self._record.state.correlation_id
+        rejection = self.screen(envelope)
+        if rejection is not None:
+            return rejection
         if header.correlation_id is None:
-            header.correlation_id = correlation_id
-        if header.correlation_id != correlation_id:
+            header.correlation_id = self._record.state.correlation_id
+        self._record.state.received += 1
+        self.remember(envelope, self.depth(envelope))
+        if header.type == self._spec.terminal_event:
+            self._record.state.terminal_seen = True
+        return "recorded"
+
+    def seen(self, event_id: str) -> bool:
+        """The chain has taken this event id in already (within `SEEN_WINDOW`)."""
+        return event_id in self._record.depths
+
+    def screen(self, envelope: EventEnvelope) -> Rejection | None:
+        """Why admitting the event would reject it (another correlation's, or a probable
+        causation loop), changing nothing: an acknowledged publish's validator refuses with it."""
+        header = envelope.event
+        correlation_id = self._record.state.correlation_id
+        if header.correlation_id not in (None, correlation_id):
             return Rejection(
                 FailureType.FOREIGN_CORRELATION,
                 f"event {header.id}: correlation_id {header.correlation_id!r} is not this "
@@ -145,20 +179,26 @@ class ChainIntake:
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
                 depth,
             )
-        self._record.state.received += 1
-        self.remember(envelope, depth)
-        if header.type == self._spec.terminal_event:
-            self._record.state.terminal_seen = True
-        return "recorded"
+        return None
+
+    def seq_of(self, event_id: str) -> int | None:
+        """The timeline number the event got, while the timeline window keeps its row."""
+        for entry in reversed(self._record.timeline):
+            if entry.event_id == event_id:
+                return entry.seq
+        return None
 
     def reject(
         self, rejection: Rejection, *, envelope: EventEnvelope | None = None, raw: Any = None
     ) -> None:
         """Counts an event received and rejected, keeps it in the record's window and parks it,
         but a lifecycle notice (recorded only: parking it would announce another; runs
-        recorded before parked those too)."""
+        recorded before parked those too) or a plan's or vote's announcement (the pattern's
+        own record has it)."""
         notice = envelope is not None and envelope.event.type in LIFECYCLE_NOTICES
         parked = not (notice and self._context.patched(LIFECYCLE_NOTICES_PATCH))
+        if envelope is not None and self._announced(envelope):
+            parked = False
         state = self._record.state
         state.received += 1
         state.rejected_count += 1
@@ -182,15 +222,21 @@ class ChainIntake:
     def depth(self, envelope: EventEnvelope) -> int:
         """How many causes lead to this event; 0 for an event whose cause is unknown here. A
         lifecycle notice about an event this chain no longer remembers carries that event's
-        depth."""
+        depth; an announcement adds no depth to its cause's (`announcement_depth`)."""
         cause = envelope.event.causation_id
         if cause is None:
             return 0
         depth = self._record.depths.get(cause)
+        if self._announced(envelope):
+            return announcement_depth(envelope, depth)
         carried = envelope.payload.get("causation_depth")
         if depth is None and envelope.event.type in LIFECYCLE_NOTICES and isinstance(carried, int):
             depth = carried
         return 0 if depth is None else depth + 1
+
+    def _announced(self, envelope: EventEnvelope) -> bool:
+        """A plan's or vote's announcement, in a run that takes them as such."""
+        return is_announcement(envelope) and self._context.patched(CHAIN_TAKES_ANNOUNCEMENTS_PATCH)
 
     def remember(self, envelope: EventEnvelope, depth: int) -> None:
         """The event's row in the timeline, its depth and cause; the windows trimmed when they
@@ -210,7 +256,7 @@ class ChainIntake:
         )
         self._timeline_bytes += json_size(envelope.payload)
         if len(record.timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
-            record.timeline = timeline_window(record.timeline)
+            record.timeline = timeline_window(record.timeline, self.keep_after())
             self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
         if len(record.depths) > 2 * SEEN_WINDOW:
             for stale in list(record.depths)[:-SEEN_WINDOW]:
@@ -233,8 +279,15 @@ class ChainIntake:
         return path
 
 
-def timeline_window(timeline: list[TimelineEntry]) -> list[TimelineEntry]:
-    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload."""
-    return newest_within(
+def timeline_window(
+    timeline: list[TimelineEntry], keep_after: int | None = None
+) -> list[TimelineEntry]:
+    """The newest rows a chain keeps: `TIMELINE_WINDOW` rows and `TIMELINE_BYTES` of payload,
+    and every row after sequence `keep_after` (not yet in the log) besides."""
+    window = newest_within(
         timeline, TIMELINE_WINDOW, TIMELINE_BYTES, lambda entry: json_size(entry.payload)
     )
+    if keep_after is None:
+        return window
+    unwritten = [entry for entry in timeline if entry.seq > keep_after]
+    return unwritten if len(unwritten) > len(window) else window

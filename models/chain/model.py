@@ -14,11 +14,13 @@ from coord.models.chain.boundary import (
 )
 from coord.models.chain.intake import (
     SEEN_WINDOW,
+    Admission,
     Arrival,
     ChainIntake,
     TaskShare,
     timeline_window,
 )
+from coord.models.chain.log import ChainLog
 from coord.models.chain.matching import ChainMatching
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.pacing import ChainPacing
@@ -28,6 +30,8 @@ from coord.models.events.envelope import LIFECYCLE_NOTICES, EventEnvelope
 from coord.models.wire.contract import (
     CHAIN_EVENT_SIGNAL,
     EVENT_SIGNAL,
+    FailureType,
+    PublishAnswer,
     SearchValues,
     correlation_id_of_chain,
 )
@@ -42,7 +46,11 @@ class ChainModel:
         spec = chain_input.spec
         self.spec = spec
         self.record = chain_input.carried or ChainCarry(
-            state=ChainState(correlation_id=chain_input.correlation_id, spec=spec.name),
+            state=ChainState(
+                correlation_id=chain_input.correlation_id,
+                spec=spec.name,
+                rewind_of=chain_input.rewind_of.search_value() if chain_input.rewind_of else None,
+            ),
             seq=0,
             timeline=[],
             causes={},
@@ -57,6 +65,8 @@ class ChainModel:
         self.runs = ChainRuns(self.record, spec, workflow_id, self.outcomes)
         self.matching = ChainMatching(self.record, spec, workflow_id, self.intake, self.runs)
         self.pacing = ChainPacing(chain_input.signals_per_run, self.runs, context)
+        self.log = ChainLog(self.record, self.intake.timeline_bytes)
+        self.intake.keep_after = self.log.keep_after
         self._context = context
         self._signals_per_run = chain_input.signals_per_run
 
@@ -90,20 +100,73 @@ class ChainModel:
             or pacing.continue_as_new_now(outbound)
         )
 
-    def _handle(self, envelope: EventEnvelope) -> None:
+    def refusal(self, envelope: EventEnvelope) -> Rejection | None:
+        """Why an acknowledged publish of the event is refused, changing nothing (a validator
+        asks): the chain has ended (its run is settling: nothing it took in would run) or is
+        closing, or the intake would reject it; None for a duplicate (it is answered as one)."""
+        header = envelope.event
+        if self.record.state.status not in (ChainStatus.RUNNING, ChainStatus.PAUSED):
+            return Rejection(FailureType.CHAIN_ENDED, f"event {header.id}: the chain has ended")
+        if self.record.closing:
+            return Rejection(FailureType.CHAIN_CLOSING, f"event {header.id}: the chain is closing")
+        if self.intake.seen(header.id):
+            return None
+        return self.intake.screen(envelope)
+
+    def busy(self, envelope: EventEnvelope) -> Rejection | None:
+        """An acknowledged publish refused for now: the run takes no new events until it has
+        continued as new (`ChainPacing.holding_events`); the publisher publishes again."""
+        if not self.pacing.holding_events():
+            return None
+        why = "the chain is continuing as new; publish it again"
+        return Rejection(FailureType.CHAIN_BUSY, f"event {envelope.event.id}: {why}")
+
+    def take_acked(self, envelope: EventEnvelope, workflow_id: str) -> PublishAnswer:
+        """An acknowledged publish's event, taken in at once (ahead of the events waiting in
+        the queue, as the chain's own events are) and answered: accepted with its timeline
+        number, a duplicate with the one it had, or refused (a rejection the validator did not
+        foresee is recorded and parked, as the queue's are)."""
+        admission = self._handle(envelope)
+        event_id = envelope.event.id
+        if isinstance(admission, Rejection):
+            return PublishAnswer(
+                verdict="refused",
+                event_id=event_id,
+                workflow_id=workflow_id,
+                failure_type=admission.kind,
+                reason=admission.reason,
+            )
+        verdict = "accepted" if admission == "recorded" else "duplicate"
+        seq = self.intake.seq_of(event_id)
+        return PublishAnswer(verdict=verdict, event_id=event_id, workflow_id=workflow_id, seq=seq)
+
+    def _handle(self, envelope: EventEnvelope) -> Admission | Rejection:
         """One event taken in: rejected (parked), a duplicate (counted), or recorded, then
-        forwarded, its alert applied and the runs it completes queued."""
+        forwarded, its alert applied and the runs it completes queued. A rewound copy's past
+        is recorded and matched, but runs nothing and is forwarded to no one."""
+        past = self.intake.taken_as_recorded(envelope)
         admission = self.intake.admit(envelope)
         if isinstance(admission, Rejection):
             self.intake.reject(admission, envelope=envelope)
         elif admission == "recorded":
-            notices = self._forward(envelope)
+            notices = self._forward(envelope, heard=not past)
             if self.matching.apply_alerts(envelope, resolutions_never_pause=notices):
                 self.outbox.put(StatusChanged(self.status_attributes()))
             for fired in self.matching.match(envelope, self._context.now()):
-                self.runs.enqueue(fired.subscription, envelope, fired.causes, inputs=fired.inputs)
+                if not past:
+                    self.runs.enqueue(
+                        fired.subscription, envelope, fired.causes, inputs=fired.inputs
+                    )
+        return admission
 
-    def _forward(self, envelope: EventEnvelope) -> bool:
+    def receive_recorded(self, events: list[EventEnvelope]) -> None:
+        """A rewound copy's past enters the queue in order, each event marked as recorded: its
+        runs were the original's, and their results are among these events (or re-delivered)."""
+        for envelope in events:
+            self.record.recorded.append(envelope.event.id)
+            self.intake.receive(envelope)
+
+    def _forward(self, envelope: EventEnvelope, *, heard: bool = True) -> bool:
         """Listeners get the events the chain records as `chain_event` (events they listen to,
         unlike `event`, which is addressed to them), never the chain's lifecycle notices: those
         are about this chain's handling, not the listener's work. Returns whether this run
@@ -111,7 +174,7 @@ class ChainModel:
         notices = self._context.patched(LIFECYCLE_NOTICES_PATCH)
         if notices and envelope.event.type in LIFECYCLE_NOTICES:
             return notices
-        if self.record.listeners:
+        if self.record.listeners and heard:
             signal = CHAIN_EVENT_SIGNAL if notices else EVENT_SIGNAL
             self.outbox.put(Forward(envelope, signal, tuple(self.record.listeners)))
         return notices
@@ -196,7 +259,7 @@ class ChainModel:
         record = self.record
         trimmed = {
             "state": self.snapshot(),
-            "timeline": timeline_window(record.timeline),
+            "timeline": timeline_window(record.timeline, self.log.keep_after()),
             "causes": dict(list(record.causes.items())[-SEEN_WINDOW:]),
             "depths": dict(list(record.depths.items())[-SEEN_WINDOW:]),
         }

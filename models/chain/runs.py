@@ -174,6 +174,7 @@ class ChainRuns:
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
             tokens=self._record.state.tokens.allowance(self._spec.budget),
+            rewind_of=self._record.state.rewind_of,
         )
 
     def vote_spec(self, run: AgentRun) -> VoteSpec:
@@ -194,6 +195,7 @@ class ChainRuns:
             run.trigger.payload,
             correlation_id=correlation_id,
             agents=self._spec.agents,
+            causation_id=run.trigger.event.id,
         )
 
     def run_assigned(self, run: AgentRun, assignment: Assignment) -> None:

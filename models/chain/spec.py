@@ -19,6 +19,7 @@ from pydantic_core import CoreSchema
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.filters import compile_filter
 from coord.models.events.joins import JoinState, Slot
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -26,7 +27,7 @@ from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.vote.spec import VoteRules
-from coord.models.wire.contract import Pattern, SearchValues, coordination_attributes
+from coord.models.wire.contract import REWIND_OF, Pattern, SearchValues, coordination_attributes
 from coord.models.wire.durations import Duration
 from coord.models.wire.graphs import Step, find_cycle, reach
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
@@ -362,12 +363,18 @@ class ChainState(BaseModel):
     triggering event), newest last."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the chain's agent runs reported using (an `llm` agent's tokens), in all and by model."""
+    rewind_of: str | None = None
+    """A rewound copy's original and event (`CoordRewindOf`): `<correlation>@<event id>`."""
 
     def search_attributes(self) -> SearchValues:
-        """What the run is found by: set at start (the first record), upserted on every change."""
-        return coordination_attributes(
+        """What the run is found by: set at start (the first record), upserted on every change;
+        a rewound copy is found by its original too."""
+        values = coordination_attributes(
             correlation_id=self.correlation_id, pattern=Pattern.CHAIN, status=self.status
         )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values
 
 
 class ListenerId(RootModel[str]):
@@ -386,6 +393,18 @@ class QueuedRun(BaseModel):
     def __lt__(self, other: "QueuedRun") -> bool:
         """Heap order of the run queue."""
         return (self.rank, self.seq) < (other.rank, other.seq)
+
+
+RECORDED_BATCH = 100
+"""The most events one `recorded` signal carries (the driver also keeps a batch's bytes small)."""
+
+
+class RecordedEvents(BaseModel):
+    """A batch of a rewound copy's past, in the original's order (`recorded` signal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[EventEnvelope] = Field(max_length=RECORDED_BATCH)
 
 
 class ChainCarry(BaseModel):
@@ -408,9 +427,15 @@ class ChainCarry(BaseModel):
     """`event` signals not decoded yet, after the inbox: the JSON text each carried. The next run
     validates them a bounded number a workflow task, as this one would have: validating
     thousands at continue-as-new would hold one activation for seconds."""
+    recorded: list[str] = Field(default_factory=list)
+    """Ids of waiting events a rewound copy takes as they stood in its original: recorded and
+    matched, but no agent runs for them and no listener hears them again."""
     in_flight: dict[int, AgentRun] = Field(default_factory=dict)
     """Runs handed to a `ChainRun` of their own, by their queue number, whose outcome has not
     come back yet: it comes to whichever run of the chain is current (`run_outcome`)."""
+    logged: int = 0
+    """The sequence number of the last timeline row written to the correlation's log (the
+    payload store); the rows after it stay in the timeline until written."""
 
 
 SERVER_SIGNALS_PER_RUN = 10_000
@@ -423,6 +448,9 @@ class ChainInput(BaseModel):
     spec: ChainSpec
     correlation_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     carried: ChainCarry | None = None
+    rewind_of: RewindOrigin | None = None
+    """Set on a rewound copy's first run: the correlation and event it was rewound from (its
+    record keeps it as `ChainState.rewind_of`, carried across continue-as-new)."""
     signals_per_run: int = Field(default=SERVER_SIGNALS_PER_RUN, ge=100, le=1_000_000)
     """The server's limit on signals per run, which the chain must continue-as-new before: it
     continues at a quarter of it (or when the server suggests), and from half of it holds new

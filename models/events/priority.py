@@ -4,7 +4,7 @@ The envelope's `routing.priority` becomes the task's priority key (the server ha
 keys first), and its `routing.partition_key` (the correlation id unless the sender names
 another, e.g. a tenant) becomes the fairness key: the server takes turns between the keys
 waiting on one queue, so one busy correlation cannot starve the others. Pure: the workflows
-attach it to `run_agent` (workflows/common.py `agent_dispatch`)."""
+attach it to `run_agent` (workflows/_runtime/agent_runs.py `agent_dispatch`)."""
 
 import hashlib
 

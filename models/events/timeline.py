@@ -1,5 +1,6 @@
 """The correlation's timeline: one row per event, with the ids that link it to its cause."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -70,3 +71,44 @@ class TimelineEntry(BaseModel):
             payload=self.payload,
             routing=Routing(topic=self.topic, priority=self.priority),
         )
+
+
+def logical_order(
+    chain: Sequence[TimelineEntry], records: Sequence[Sequence[TimelineEntry]]
+) -> list[TimelineEntry]:
+    """One correlation table from the chain's timeline and the rows the patterns' records keep
+    (sagas, aggregators, plans, votes), never by wall clock: the chain's rows in its sequence,
+    then each record's rows the chain does not hold in that record's sequence, and every row
+    after the row that caused it, when the table has that row."""
+    rows = sorted(chain, key=lambda entry: entry.seq)
+    known = {entry.event_id for entry in rows}
+    for record in records:
+        fresh = [entry for entry in record if entry.event_id not in known]
+        known.update(entry.event_id for entry in fresh)
+        rows += sorted(fresh, key=lambda entry: entry.seq)
+    return after_their_causes(rows)
+
+
+def after_their_causes(rows: Sequence[TimelineEntry]) -> list[TimelineEntry]:
+    """`rows` in their order, but a row whose cause comes later waits for it (stable)."""
+    present = {entry.event_id for entry in rows}
+    placed: list[TimelineEntry] = []
+    done: set[str] = set()
+    waiting: dict[str, list[TimelineEntry]] = {}
+
+    def place(entry: TimelineEntry) -> None:
+        pending = [entry]
+        while pending:
+            row = pending.pop(0)
+            placed.append(row)
+            done.add(row.event_id)
+            pending[:0] = waiting.pop(row.event_id, [])
+
+    for entry in rows:
+        cause = entry.causation_id
+        if cause is not None and cause in present and cause not in done:
+            waiting.setdefault(cause, []).append(entry)
+        else:
+            place(entry)
+    placed += [entry for stuck in waiting.values() for entry in stuck]
+    return placed

@@ -5,8 +5,10 @@ worker serves the agents in its `AgentRegistry`; a workflow asks for a run with 
 and gets an `AgentResult`. The worker (activities) and the client side (the CLI's and the API's
 pre-start check, `check_agents`) import this module, never each other."""
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +24,7 @@ from coord.models.mesh.declared import unknown_agent
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RunBudget
 from coord.models.mesh.runs import RetryJitter
+from coord.models.mesh.tiers import Effort
 from coord.models.mesh.usage import TokenAllowance
 from coord.models.wire.contract import FailureType, failure
 from coord.models.wire.specs import MAX_COUNT, JsonObject, SpecError
@@ -35,9 +38,11 @@ __all__ = [
     "AgentRegistry",
     "AgentRequest",
     "AgentResult",
+    "OutgoingMessage",
     "ProgressReporter",
     "PublishRequest",
     "ResultReference",
+    "TeamMessage",
 ]
 
 
@@ -69,6 +74,29 @@ def _nowhere(*details: Any) -> None:
     """No run to report to."""
 
 
+class OutgoingMessage(BaseModel):
+    """A message a run asks to send to a member of its team (`AgentContext.send`, or a result's
+    `send` key). Unbounded here on purpose: the plan refuses one over its sender's limits with
+    the reason, instead of the whole result failing to validate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to: str
+    message: str
+
+
+class TeamMessage(BaseModel):
+    """A message between team members, as delivered: numbered in the plan's order (`seq`), with
+    who sent it and from which task's run."""
+
+    seq: int = Field(ge=1)
+    sender: str
+    to: str
+    message: str
+    task: str
+    at: datetime
+
+
 @dataclass(frozen=True)
 class AgentContext:
     """What an agent is told of its run (which attempt, its idempotency key, its inputs), and
@@ -85,6 +113,29 @@ class AgentContext:
     tokens: TokenAllowance | None = None
     """The request's `tokens`: what the run's workflow has used and its spec's budget (an
     `llm` agent refuses to run when nothing is left; another agent may read it too)."""
+    effort: Effort | None = None
+    """The request's `effort`: the model tier its task asks for (an `llm` agent's model and
+    timeout when it declares none of its own)."""
+
+    rewind_of: str | None = None
+    """Set when the run belongs to a rewound copy (`<original>@<point>`, the request's): an agent
+    with side effects outside the coordinator may tell a what-if from the real thing."""
+    messages: Sequence[TeamMessage] = ()
+    """Messages from other members of the run's team (a plan's), oldest first, each with its
+    `sender`: those that arrived since the member's previous run, or the one a long-lived
+    member was handed."""
+    outbox: list[OutgoingMessage] = field(default_factory=list, repr=False, compare=False)
+    """What the run asked to `send`; it travels in the run's result."""
+    scratchpad: Path | None = None
+    """The directory its plan's team shares on this worker (the plan's `scratchpad`, under the
+    worker's `scratchpad_root`), where members leave files for each other; None outside a
+    plan with one, or on a worker that keeps no scratchpads."""
+
+    def send(self, to: str, message: str) -> None:
+        """Send `message` to team member `to`, with the run's result: the plan delivers it
+        to that member's next run (or to the member waiting for one), or refuses it with a
+        reason in its record (`to` not in the team, over the sender's limits)."""
+        self.outbox.append(OutgoingMessage(to=to, message=message))
 
     def progress(self, summary: str) -> None:
         """Say what the agent is doing now, in a few words (`"Fixing null check"`); the run's
@@ -211,6 +262,17 @@ class AgentRequest(BaseModel):
     """The tokens the run's workflow has used and its spec's token budget, for an `llm` agent to
     refuse the run when nothing is left (`coord.models.mesh.usage`). None: nothing used and no
     budget in the spec."""
+    effort: Effort | None = None
+    """The model tier the run's task asks for (a plan task's `kind`, `TASK_KIND_EFFORT`); None:
+    the agent's own `effort`."""
+    messages: list[TeamMessage] = Field(default_factory=list, max_length=MAX_COUNT)
+    """Messages from the run's team members (`AgentContext.messages`)."""
+    rewind_of: str | None = None
+    """The rewound copy the run belongs to (`CoordRewindOf`), for `AgentContext.rewind_of`."""
+    scratchpad: str | None = None
+    """Its plan's scratchpad (`<scratchpad>/<plan_id>`), relative to the worker's
+    `scratchpad_root`: the worker resolves it (`AgentContext.scratchpad`), never trusting it
+    to leave that root."""
 
 
 class PublishRequest(BaseModel):
@@ -222,9 +284,10 @@ class PublishRequest(BaseModel):
     payload: JsonObject = Field(default_factory=dict)
 
 
-RESERVED_RESULT_KEYS = ("publish", "metadata")
-"""Keys an agent's result mapping may use to ask for events and report metadata (the
-`quality_score`, say); everything else is its data."""
+RESERVED_RESULT_KEYS = ("publish", "metadata", "send")
+"""Keys an agent's result mapping may use to ask for events, report metadata (the
+`quality_score`, say) and send messages to its team (`[{"to", "message"}]`); everything else
+is its data."""
 
 
 class AgentResult(BaseModel):
@@ -238,6 +301,9 @@ class AgentResult(BaseModel):
     publish: list[PublishRequest] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     """The agent's own (`quality_score`), plus `duration_ms` and the `attempt` that succeeded."""
+    messages: list[OutgoingMessage] = Field(default_factory=list)
+    """What the run asked to send to its team (`AgentContext.send`, the output's `send`): data
+    the plan checks against its team's rules before anything goes."""
     may_publish: list[str] | None = Field(default_factory=list)
     """Set by the worker from the agent's declaration, never from its output: the event types
     it may publish itself besides those its subscription declares (`publishes_allowed`); None,
@@ -256,11 +322,17 @@ class AgentResult(BaseModel):
     ) -> "AgentResult":
         output = dict(output or {})
         publish = output.pop("publish", [])
+        messages = output.pop("send", [])
         metadata = {
             **output.pop("metadata", {}),
             "duration_ms": round(duration_ms, 1),
             "attempt": attempt,
         }
         return cls(
-            agent=agent, data=output, publish=publish, metadata=metadata, may_publish=may_publish
+            agent=agent,
+            data=output,
+            publish=publish,
+            metadata=metadata,
+            may_publish=may_publish,
+            messages=messages,
         )

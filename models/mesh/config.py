@@ -9,6 +9,16 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.mesh.ledger import BreakerConfig
+from coord.models.mesh.tiers import (
+    MAX_TOOLS,
+    Effort,
+    ModelChoice,
+    Tiers,
+    ToolName,
+    Tools,
+    choose_model,
+    tool_problem,
+)
 from coord.models.mesh.usage import TokenBudget
 from coord.models.ops.retention import GcSettings, RetentionSettings
 from coord.models.wire.durations import Duration
@@ -46,6 +56,8 @@ Capability = Annotated[str, Field(pattern=IDENTIFIER, max_length=MAX_CAPABILITY_
 """A name like `sql`, `code-review` or `db:postgres`: what an agent can do, and what a step,
 subscription or task may ask for instead of naming an agent."""
 MAX_PUBLISHED_TYPES = 1000
+MAX_DESCRIPTION = 4096
+MAX_TOOL_ROUNDS = 64
 MAX_CONCURRENT = 10_000
 MAX_RATE_LIMIT = 100_000.0
 
@@ -56,6 +68,13 @@ class AgentDeclarationBase(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    description: str = Field(default="", max_length=MAX_DESCRIPTION)
+    """What the agent is for, in a sentence: shown to people, never to a model."""
+    background: bool = False
+    """Background work: each worker serving the agent takes one run of it at a time (unless
+    `max_concurrent_per_worker` or `max_concurrent` says otherwise), so its runs wait on its
+    queue rather than crowd the worker's slots; the callers never wait on it any more than on
+    another agent (every run is already asynchronous to its workflow)."""
     capabilities: list[Capability] = Field(default_factory=list, max_length=MAX_CAPABILITIES)
     """What this agent offers to runs that name a capability instead of an agent."""
     max_concurrent: int | None = Field(default=None, ge=1, le=MAX_CONCURRENT)
@@ -101,8 +120,10 @@ class AgentDeclarationBase(BaseModel):
 
     @property
     def worker_slots(self) -> int | None:
-        """One worker's slot limit for it: the first line of its pool."""
-        return self.max_concurrent_per_worker or self.max_concurrent
+        """One worker's slot limit for it: the first line of its pool; one for background
+        work that says nothing else."""
+        limit = self.max_concurrent_per_worker or self.max_concurrent
+        return limit or (1 if self.background else None)
 
 
 class PythonAgent(AgentDeclarationBase):
@@ -143,6 +164,11 @@ class HttpAgent(AgentDeclarationBase):
     origin. Off: any 3xx is a failure naming its Location."""
 
 
+PROMPT_DEFAULT = "$payload\n\nWhat it depends on: $inputs"
+"""An `llm` agent's prompt unless it says one: the run's task (a plan task's input, a chain's
+event payload) and what it depends on (a plan task's dependencies' results), as JSON."""
+
+
 class PromptTemplate(Template):
     """`$name` or `${name}` placeholders, nothing else: a name is looked up, never evaluated
     (no attribute access, no indexing, no calls). A braced name may be any task id (`${build-1}`,
@@ -158,16 +184,31 @@ class LlmAgent(AgentDeclarationBase):
     kind: Literal["llm"]
     base_url: str = Field(pattern=r"^https?://")
     """The API root, e.g. `https://api.openai.com/v1` (requests go to its `/chat/completions`)."""
-    model: str = Field(min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    """The model to ask; none: the worker's tier for the run's effort (`worker.tiers`)."""
+    effort: Effort | None = None
+    """`quick`, `normal` or `thorough`: the tier (model and timeout) of `worker.tiers` the agent
+    runs on when it names no `model` or `timeout` itself (none: a plan task's kind, else
+    `normal`)."""
+    tools: list[ToolName] = Field(default_factory=list, max_length=MAX_TOOLS)
+    """The whitelist: the worker's tools (`worker.tools`) the model is offered and may call;
+    a call of any other is refused (`tool_not_allowed`), never executed."""
+    max_tool_rounds: int = Field(default=8, ge=1, le=MAX_TOOL_ROUNDS)
+    """The most chat completions one run makes when the model calls tools."""
     api_key_env: str = Field(min_length=1)
     """The environment variable holding the API key (never logged); only one the worker names in
     `worker.secrets`."""
+    definition: str | None = Field(default=None, min_length=1)
+    """A markdown agent definition (front matter: description, tools, model, effort,
+    background; body: the system prompt) that fills the fields this declaration leaves out;
+    its path relative to the agents file, read with it. Only an agents file may name one."""
     system: str | None = None
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(default=PROMPT_DEFAULT, min_length=1)
     """A template filled from the event payload and the run's inputs (see `PromptTemplate`)."""
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
-    timeout: Duration = timedelta(seconds=60)
+    timeout: Duration | None = None
+    """One chat completion's time limit; none: its tier's, else 60 s."""
     response_format: Literal["json", "none"] = "json"
     """`json` asks the endpoint for a JSON object; `none` sends no `response_format` (for servers
     that reject it: the prompt must then ask for JSON)."""
@@ -182,6 +223,10 @@ class LlmAgent(AgentDeclarationBase):
         if not PromptTemplate(prompt).is_valid():
             raise ValueError("a `$` starts a placeholder ($name or ${name}); `$$` is a dollar sign")
         return prompt
+
+    def choice(self, tiers: Tiers, asked: Effort | None = None) -> ModelChoice | str:
+        """The model and timeout of a run (`choose_model`), or why there is none."""
+        return choose_model(self.model, self.timeout, self.effort, tiers, asked)
 
 
 AgentConfig = Annotated[
@@ -237,6 +282,12 @@ class WorkerSettings(BaseModel):
     "Retention"); `COORD_RETENTION_<KIND>` overrides one."""
     gc: GcSettings = Field(default_factory=GcSettings)
     """The worker's periodic sweep of what has outlived its retention; off by default."""
+    tiers: Tiers = Field(default_factory=dict)
+    """Each effort's model and timeout (`quick: {model: ..., timeout: 30s}`), for `llm` agents
+    that name no model of their own and for plan tasks that say their kind."""
+    tools: Tools = Field(default_factory=dict)
+    """The functions `llm` agents may call, by name, each offered only to an agent whose
+    `tools` whitelist names it."""
 
     @model_validator(mode="after")
     def _secrets_stay_out_of_children(self) -> Self:
@@ -254,6 +305,11 @@ class WorkerSettings(BaseModel):
     def inline_refusal(self, name: str, config: AgentConfig) -> str | None:
         """Why this worker will not run `config` when it comes from outside (None: it will).
         The one rule `run_agent` and the CLI's pre-start check both apply."""
+        if isinstance(config, LlmAgent) and config.definition is not None:
+            return (
+                f"inline agent {name!r}: `definition` names a file on the worker; only the "
+                "worker's agents file may"
+            )
         if config.kind not in self.inline_agents:
             return (
                 f"inline agent {name!r} (kind {config.kind}) is not allowed on this worker; "
@@ -282,4 +338,15 @@ class AgentsFile(BaseModel):
                     f"agents.{name}.{secret_field(config)}: {', '.join(unnamed)} is not named "
                     "under worker.secrets; add it there to let agents read it"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _models_and_tools_are_there(self) -> Self:
+        for name, config in self.agents.items():
+            if not isinstance(config, LlmAgent):
+                continue
+            if isinstance(choice := config.choice(self.worker.tiers), str):
+                raise ValueError(f"agents.{name}.model: {choice}")
+            if unknown := tool_problem(config.tools, self.worker.tools):
+                raise ValueError(f"agents.{name}.tools: {unknown}")
         return self

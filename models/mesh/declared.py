@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Protocol
 
 from coord.models.mesh.config import AgentConfig, AgentsFile, WorkerSettings
+from coord.models.mesh.definitions import with_definitions
 from coord.models.mesh.demo import DEMO_AGENTS
-from coord.models.wire.specs import SpecError, load_spec
+from coord.models.wire.specs import SpecError, parse_model, read_document
 
 AGENTS_ENV = "COORD_AGENTS"
 """An agents file to use when none is given (`coord worker`, the CLI's checks)."""
@@ -36,9 +37,14 @@ def unknown_agent(name: str, known: Iterable[str]) -> str:
 
 
 def read_agents_file(path: Path, taken: Collection[str] = ()) -> AgentsFile:
-    """The file's declarations, validated; an agent named like one in `taken` (a demo agent the
+    """The file's declarations, validated, each `definition:` read from its markdown file
+    (`coord.models.mesh.definitions`); an agent named like one in `taken` (a demo agent the
     worker serves too) is a SpecError naming the field."""
-    declared = load_spec(AgentsFile, path)
+    try:
+        document = with_definitions(read_document(path), path.parent)
+    except SpecError as error:
+        raise SpecError(f"{path}: {error}") from None
+    declared = parse_model(AgentsFile, document, str(path))
     for name in declared.agents:
         if name in taken:
             raise SpecError(

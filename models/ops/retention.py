@@ -1,12 +1,13 @@
 """Retention of what the product stores outside workflow histories, and what `coord gc` and the
 worker's sweep decide about each stored thing: kept (and why) or removed (and why).
 
-Four kinds of stored things outlive the workflows that made them unless something removes them:
+Five kinds of stored things outlive the workflows that made them unless something removes them:
 payloads stored by reference (large events, inputs and query results), results stored by
 reference (an agent's result over its `result_limit`), parked dead letters (one open workflow
-each) and plans' scratchpads. Each has a retention: how old it must be before it may go. Age
-alone never removes anything: a stored payload also needs every workflow that stored it to be gone
-from the server, and a scratchpad its plan to have ended (`verdict`, `scratchpad_verdict`)."""
+each), plans' scratchpads and correlations' logs (their chains' segments). Each has a retention:
+how old it must be before it may go. Age alone never removes anything: a stored payload also needs
+every workflow that stored it to be gone from the server, a scratchpad its plan to have ended,
+and a log its chain to be gone (`verdict`, `scratchpad_verdict`, `log_verdict`)."""
 
 import os
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,7 @@ class Kind(StrEnum):
     RESULTS = "results"
     DEAD_LETTERS = "dead_letters"
     SCRATCHPADS = "scratchpads"
+    LOGS = "logs"
 
 
 class RetentionSettings(BaseModel):
@@ -49,6 +51,10 @@ class RetentionSettings(BaseModel):
     archived this long ago is deleted from the server, if its namespace keeps it that long."""
     scratchpads: Duration = timedelta(days=30)
     """A plan's scratchpad untouched this long, whose plan is no longer running, is removed."""
+    logs: Duration = timedelta(days=1)
+    """A correlation's log (its chain's segments in the payload store) goes with its chain: once
+    the chain's runs are gone from the server (the namespace's retention removed them) and
+    nothing was written to the log for this long."""
 
     def of(self, kind: Kind) -> timedelta:
         retention: timedelta = getattr(self, kind.value)
@@ -227,6 +233,22 @@ def scratchpad_verdict(
     if age < retention:
         return Verdict(remove=False, reason=f"written {_age(age)} ago")
     return Verdict(remove=True, reason=f"plan {plan_id} not running; untouched for {_age(age)}")
+
+
+def log_verdict(
+    correlation_id: str, chain_exists: bool, newest: datetime, retention: timedelta, now: datetime
+) -> Verdict:
+    """A correlation's log is its chain's: kept while the chain is on the server (running, or
+    closed within the namespace's retention), removed once it is gone and the log untouched for
+    `retention`."""
+    if chain_exists:
+        return Verdict(remove=False, reason=f"the chain of {correlation_id} is on the server")
+    age = now - newest
+    if age < retention:
+        return Verdict(remove=False, reason=f"written {_age(age)} ago")
+    return Verdict(
+        remove=True, reason=f"the chain of {correlation_id} is gone; untouched for {_age(age)}"
+    )
 
 
 def owner_keys(stored: Iterable[Stored]) -> set[tuple[str, str]]:

@@ -124,7 +124,7 @@ class PlanGraph(BaseModel):
         """A review or verification round of the task, in its record; a reviewer that gave no
         verdict (`failed`: its run failed for good, or its answer was not one) ends the task in
         error, as a fix cannot mend a reviewer. True when the task goes on."""
-        self._book.record(task_id).reviews.append(review)
+        self._book.reviewed(task_id, review)
         if failed is None:
             return True
         self.task_error(task_id, now, failed)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from coord.models.plan.announcer import PlanAnnouncer, Sink
 from coord.models.plan.gates import Decisions
 from coord.models.plan.graph import PlanGraph
 from coord.models.plan.records import TaskBook
@@ -23,9 +24,12 @@ from coord.models.plan.requests import TaskRequests
 from coord.models.plan.runs import TaskRuns
 from coord.models.plan.slots import SlotQueue
 from coord.models.plan.spec import (
+    Planning,
     PlanSpec,
     PlanState,
+    PlanStatus,
     PlanTask,
+    ReusedTask,
     TaskRecord,
     TaskState,
     Transition,
@@ -50,14 +54,13 @@ class PlanModel(BaseModel):
 
     @classmethod
     def begin(cls, spec: PlanSpec, now: datetime) -> "PlanModel":
-        """A new plan: every task pending, the roots startable."""
+        """A new plan: every task pending, the roots startable (a rewound copy's reused tasks
+        succeeded already, so what depends on them alone is startable too)."""
+        reused = {task.id: task for task in spec.rewind.tasks} if spec.rewind else {}
         records = [
-            TaskRecord(
-                id=task.id,
-                agent=spec.agent_of(task),
-                summary=task.summary,
-                transitions=[Transition(state=TaskState.PENDING, at=now)],
-            )
+            _reused(spec, task, reused[task.id], now)
+            if task.id in reused
+            else _pending(spec, task, now)
             for task in spec.tasks
         ]
         state = PlanState(
@@ -67,17 +70,21 @@ class PlanModel(BaseModel):
             max_workers=spec.max_workers,
             started_at=now,
             tasks=records,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
         return cls(spec=spec, state=state, slots=SlotQueue(max_workers=spec.max_workers))
 
     def model_post_init(self, context: Any, /) -> None:
         """The parts joined up over the one record (so a model read back from its JSON
         schedules the same)."""
+        self._join()
+
+    def _join(self) -> None:
         index = {task.id: i for i, task in enumerate(self.spec.tasks)}
         self._book = book = TaskBook(self.state, index)
         self.graph.attach(self.spec, book, index)
         self.runs.attach(book, self.graph)
-        self._requests = TaskRequests(self.spec, book)
+        self._requests = TaskRequests(self.spec, book, self.state.messages)
         self._view = PlanView(self.state, book, self.graph, self.slots)
 
     @property
@@ -106,6 +113,26 @@ class PlanModel(BaseModel):
 
     def task(self, task_id: str) -> PlanTask:
         return self.graph.task(task_id)
+
+    def announce_to(self, sink: Sink) -> None:
+        """From now on the plan announces its lifecycle to `sink`, starting with
+        `PlanStarted`."""
+        self._book.announcer = PlanAnnouncer(self.spec, self.state, sink)
+
+    def latest_event(self, task_id: str) -> str | None:
+        """The id of the task's latest announced event (what a vote it starts is caused by);
+        None when the plan does not announce."""
+        announcer = self._book.announcer
+        return announcer.latest(task_id) if announcer is not None else None
+
+    def add_tasks(self, tasks: list[PlanTask], now: datetime) -> None:
+        """A running plan grows (`coord.models.plan.planner.extended_tasks` validated them):
+        the tasks join the spec and the record pending, and the parts are joined up again
+        over them, as for a model read back from its JSON (a new task whose dependencies have
+        all succeeded is startable at once)."""
+        self.spec.tasks.extend(tasks)
+        self.state.tasks.extend(_pending(self.spec, task, now) for task in tasks)
+        self._join()
 
     # --- Worker slots ---------------------------------------------------------------------
 
@@ -153,6 +180,15 @@ class PlanModel(BaseModel):
         """Every task has ended."""
         return self._book.finished()
 
+    def planning_refused(self, planning: Planning, now: datetime) -> PlanState:
+        """The planner gave no graph the plan can run: the plan ends failed, saying why, and
+        no task ran."""
+        self.state.planning = planning
+        self.state.status = PlanStatus.FAILED
+        self.state.ended_at = now
+        self.state.summary = f"planning failed: {planning.error}"
+        return self.state
+
     def finish(self, now: datetime, *, cancelled: bool = False) -> PlanState:
         """The plan's status and summary line, once every task has ended."""
         counts, total = self._book.counts(), len(self.state.tasks)
@@ -161,4 +197,27 @@ class PlanModel(BaseModel):
         self.state.status = status
         self.state.ended_at = now
         self.state.summary = summary_of(counts, total, stopping)
+        if self._book.announcer is not None:
+            self._book.announcer.plan_ended(self.state)
         return self.state
+
+
+def _reused(spec: PlanSpec, task: PlanTask, reused: ReusedTask, now: datetime) -> TaskRecord:
+    """A task a rewound copy takes from its original as it succeeded: never run here."""
+    record = _pending(spec, task, now)
+    record.state, record.result, record.result_ref = (
+        TaskState.SUCCEEDED,
+        reused.result,
+        reused.result_ref,
+    )
+    record.transitions.append(Transition(state=TaskState.SUCCEEDED, at=now))
+    return record
+
+
+def _pending(spec: PlanSpec, task: PlanTask, now: datetime) -> TaskRecord:
+    return TaskRecord(
+        id=task.id,
+        agent=spec.agent_of(task),
+        summary=task.summary,
+        transitions=[Transition(state=TaskState.PENDING, at=now)],
+    )

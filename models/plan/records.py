@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from coord.models.mesh.assignment import Assignment
+from coord.models.plan.announcer import PlanAnnouncer
 from coord.models.plan.spec import (
     ENDED_TASK_STATES,
     PlanState,
+    ReviewRound,
     TaskRecord,
     TaskState,
     Transition,
@@ -36,6 +38,8 @@ class TaskBook:
         task."""
         self._assigned = {r.id: None for r in state.tasks if r.assignment is not None}
         """The tasks whose agent was picked by capability (the details list them)."""
+        self.announcer: PlanAnnouncer | None = None
+        """Told of every change, when the plan announces its lifecycle."""
 
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._records
@@ -61,7 +65,17 @@ class TaskBook:
             self._watched[task_id] = None
         else:
             self._watched.pop(task_id, None)
-        record.transitions.append(Transition(state=state, at=now, attempt=attempt, reason=reason))
+        moved = Transition(state=state, at=now, attempt=attempt, reason=reason)
+        record.transitions.append(moved)
+        if self.announcer is not None:
+            self.announcer.transition(record, moved)
+
+    def reviewed(self, task_id: str, review: ReviewRound) -> None:
+        """A review or verification round of the task, kept in its record."""
+        record = self._records[task_id]
+        record.reviews.append(review)
+        if self.announcer is not None:
+            self.announcer.reviewed(record, review)
 
     def end(self, task_id: str, state: TaskState, now: datetime, reason: str | None = None) -> None:
         """The task ends in `state` (one of `ENDED_TASK_STATES`)."""

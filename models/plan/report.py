@@ -113,13 +113,15 @@ def summary_of(counts: dict[TaskState, int], total: int, stopping: str | None) -
 
 
 def memo_record(state: PlanState) -> PlanState:
-    """The record kept in the memo: bounded, so without task results, transitions and review
-    rounds (the result, or the failure's details, has them all)."""
+    """The record kept in the memo: bounded, so without task results, transitions, review
+    rounds, events, the team's messages and its long-lived members' memories (the result, or
+    the failure's details, has them all)."""
     tasks = [
         record.model_copy(update={"result": None, "transitions": [], "reviews": []})
         for record in state.tasks
     ]
-    return state.model_copy(update={"tasks": tasks})
+    words = state.messages.model_copy(update={"sent": []})
+    return state.model_copy(update={"tasks": tasks, "events": [], "messages": words, "members": {}})
 
 
 # --- Words shared by the markdown and the terminal ---------------------------------------------
@@ -195,6 +197,8 @@ def task_plan_markdown(spec: PlanSpec) -> str:
     lines = [f"# Task plan: {spec.name} ({spec.plan_id})", ""]
     if spec.description:
         lines += [spec.description.strip(), ""]
+    if spec.planner is not None:
+        lines += [f"- goal: {spec.goal}", f"- planned by: {spec.planner.agent}"]
     lines += [
         f"- tasks: {len(spec.tasks)}; at most {spec.max_workers} running at once",
         f"- on a failure: {ON_FAILURE[spec.fail_fast]}",
@@ -293,7 +297,20 @@ def final_report_markdown(state: PlanState) -> str:
     details = [line for record in state.tasks for line in _task_details(record)]
     if details:
         lines += ["", "## Reviews and approvals", "", *details]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + team_messages_markdown(state)) + "\n"
+
+
+def team_messages_markdown(state: PlanState) -> list[str]:
+    """The team's messages in the plan's order, and those refused with why (none: nothing)."""
+    post = state.messages
+    if not post.sent and not post.refused:
+        return []
+    lines = ["", "## Team messages", ""]
+    lines += [
+        f"- {m.seq}. {m.sender} -> {m.to} ({m.task}): {excerpt(m.message)}" for m in post.sent
+    ]
+    lines += [f"- refused ({r.task}): {r.reason}" for r in post.refused]
+    return lines
 
 
 def _record_row(record: TaskRecord) -> str:

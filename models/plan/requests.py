@@ -7,27 +7,34 @@ from typing import Any
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentRequest
+from coord.models.mesh.tiers import TASK_KIND_EFFORT
 from coord.models.plan.records import TaskBook
 from coord.models.plan.spec import PlanSpec, PlanTask
+from coord.models.plan.team import TeamPost
 
 
 class TaskRequests:
     """The requests of one plan's agent activities, from its spec and its records."""
 
-    def __init__(self, spec: PlanSpec, book: TaskBook) -> None:
+    def __init__(self, spec: PlanSpec, book: TaskBook, post: TeamPost | None = None) -> None:
         self._spec, self._book = spec, book
+        self._post = post or TeamPost()
 
     def agent_request(
         self, task: PlanTask, round: int, workflow_id: str, extra: dict[str, Any] | None = None
     ) -> AgentRequest:
         """What `run_agent` gets for a task's run: the task's input as the event's payload,
         the results of its dependencies keyed by id (a reference where one was stored by
-        reference), and what a round adds (`extra`: a fix round's review notes)."""
+        reference), and what a round adds (`extra`: a fix round's review notes). A team
+        member's run is handed the messages to its member not handed over before."""
         agent = self._book.record(task.id).agent
         inputs = {**self.dependency_results(task), **(extra or {})}
         key = f"{workflow_id}/{task.id}/{round}"
         request = self._request(task, agent, f"{task.id}Requested", workflow_id, key, inputs)
         request.result_limit = self._spec.result_limit
+        request.effort = TASK_KIND_EFFORT[task.kind] if task.kind else None
+        if task.member is not None:
+            request.messages = self._post.deliver(task.member)
         return request
 
     def reviewer_request(
@@ -66,6 +73,8 @@ class TaskRequests:
             config=self._spec.agents.get(agent),
             idempotency_key=idempotency_key,
             inputs=inputs,
+            scratchpad=self._spec.shared_scratchpad(),
+            rewind_of=self._spec.rewind.of.search_value() if self._spec.rewind else None,
         )
 
     def dependency_results(self, task: PlanTask) -> dict[str, Any]:

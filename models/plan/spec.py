@@ -5,6 +5,7 @@ The spec is checked whole before anything runs (unknown dependencies, repeated i
 their path), so a plan that starts can always finish. The record follows each task through the
 plan's state machine and is the final report once the plan ends."""
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -21,15 +22,20 @@ from pydantic import (
 )
 
 from coord.models.events.envelope import Priority
+from coord.models.events.rewind import RewindOrigin
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.lifecycle import RunFailure
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
+from coord.models.mesh.tiers import TaskKind
 from coord.models.mesh.usage import TokenBudget, TokenUsage
+from coord.models.plan.team import MessageLimits, TeamPost
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
+    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -151,13 +157,46 @@ class ApprovalGate(BaseModel):
     approvers: list[Decider] | None = Field(default=None, min_length=1, max_length=MAX_ITEMS)
 
 
+DEFAULT_MEMBER_MEMORY = 10
+"""Handled messages a long-lived member remembers (the latest), passed to its next run."""
+MAX_MEMORY = 100
+"""The most a member may remember: its memory crosses each continue-as-new whole."""
+
+
 class TeamMember(BaseModel):
-    """Seed 004 level 2: a named member of the team with a role, played by an agent."""
+    """Seed 004 level 2: a named member of the team with a role, played by an agent. Members
+    message each other (`coord.models.plan.team`) within their `messages` limits. A per-task
+    member does the tasks that name it and gets its messages in its next run; a `long_lived`
+    one is a workflow of its own for the plan's lifetime, running its agent on each message it
+    receives, in order, with a memory of the latest `memory` it handled."""
 
     model_config = ConfigDict(extra="forbid")
 
     role: str = Field(default="", max_length=MAX_NAME)
     agent: str = Field(min_length=1, max_length=MAX_NAME)
+    messages: MessageLimits = Field(default_factory=MessageLimits)
+    long_lived: bool = False
+    memory: int = Field(default=DEFAULT_MEMBER_MEMORY, ge=0, le=MAX_MEMORY)
+
+
+class PlannerSpec(BaseModel):
+    """The agent that writes the plan's task graph from its `goal` before anything runs
+    (`coord.models.plan.planner`): its answer is validated as a written spec is."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=MAX_NAME)
+    timeout: Duration = DEFAULT_TASK_TIMEOUT
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    choose_level: bool = False
+    """Ask the planner which level of coordination fits the goal (`direct`, `single`, `team`,
+    `coordinator`) besides the graph: what `coord run GOAL --planner AGENT` asks."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_alone(cls, value: Any) -> Any:
+        """`planner: NAME` is short for `planner: {agent: NAME}`."""
+        return {"agent": value} if isinstance(value, str) else value
 
 
 class PlanTask(Routed):
@@ -178,6 +217,9 @@ class PlanTask(Routed):
     priority: Priority = Priority.NORMAL
     summary: str = Field(default="", max_length=MAX_NAME)
     """What the task does, in a few words: the activity summary shown in the UI."""
+    kind: TaskKind | None = None
+    """`mechanical`, `integration` or `review`: the model tier its run asks of an `llm` agent
+    that names no model of its own (`TASK_KIND_EFFORT`: quick, normal, thorough)."""
     review: ReviewGate | None = None
     verify: DualVerification | None = None
     approval: ApprovalGate | None = None
@@ -185,6 +227,10 @@ class PlanTask(Routed):
     """A consensus vote instead of an agent's run: the task's input and its dependencies'
     results (under `results`) are the proposal; decided is success, rejected or no quorum an
     error."""
+    wait_for_message: Duration | None = None
+    """A member's task waits, once its dependencies have succeeded and before it takes a slot,
+    until a message to its member arrives (at most this long; none: the task ends `error`,
+    `no_message`). Its run gets the message in its context."""
 
     @model_validator(mode="after")
     def _one_doer(self) -> Self:
@@ -215,6 +261,38 @@ def _check_vote_task(task: PlanTask) -> None:
             f"input: `{VOTE_RESULTS_KEY}` is where a vote task's proposal carries its "
             "dependencies' results; rename that key"
         )
+
+
+def _check_reused(spec: "PlanSpec") -> None:
+    """A copy reuses tasks of its own graph, and runs at least one."""
+    if spec.rewind is None:
+        return
+    ids = {task.id for task in spec.tasks}
+    for index, reused in enumerate(spec.rewind.tasks):
+        if reused.id not in ids:
+            raise ValueError(f"rewind.tasks[{index}].id: {reused.id!r} is no task of the plan")
+    if ids <= {reused.id for reused in spec.rewind.tasks}:
+        raise ValueError("rewind.tasks: a rewound copy must leave at least one task to run")
+
+
+class ReusedTask(BaseModel):
+    """A task of the original plan that a rewound copy takes as it succeeded: its result (what
+    its dependents' agents are handed), never run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(max_length=MAX_NAME)
+    result: dict[str, Any] | None = None
+    result_ref: ResultReference | None = None
+
+
+class PlanRewind(BaseModel):
+    """A copy's past: the original's tasks that succeeded and are not run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin
+    tasks: list[ReusedTask] = Field(max_length=MAX_ITEMS)
 
 
 class PlanSpec(BaseModel):
@@ -250,10 +328,21 @@ class PlanSpec(BaseModel):
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     team: dict[str, TeamMember] = Field(default_factory=dict)
-    tasks: list[PlanTask] = Field(min_length=1, max_length=MAX_ITEMS)
+    tasks: list[PlanTask] = Field(default_factory=list, max_length=MAX_ITEMS)
+    goal: str = Field(default="", max_length=MAX_NOTES)
+    """What the planner is asked to plan (with `planner`)."""
+    planner: PlannerSpec | None = None
+    """An agent that writes `tasks` from `goal` when the plan starts (`tasks` is then left
+    out): the planned graph is validated as a written one, recorded, then run."""
+    approve_plan: bool | ApprovalGate = False
+    """A person approves the planned graph before it runs: each of its first tasks (those that
+    depend on none) waits for `coord plan approve`, with this gate (`true`: the default gate)
+    unless the planner gave it one."""
     budget: TokenBudget | None = None
     """`{tokens: N}`: the most tokens the plan's runs, reviews and verifications may use
     (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
+    rewind: PlanRewind | None = None
+    """Set on a rewound copy (`coord plan rewind`): the tasks it takes from its original."""
 
     @field_validator("scratchpad")
     @classmethod
@@ -264,8 +353,11 @@ class PlanSpec(BaseModel):
     def _runnable_graph(self) -> Self:
         self.name = self.name or self.plan_id
         self.correlation_id = self.correlation_id or self.plan_id
+        _check_planner(self)
         _check_graph(self)
         _check_vote_ids(self)
+        _check_team(self)
+        _check_reused(self)
         return self
 
     @property
@@ -287,9 +379,23 @@ class PlanSpec(BaseModel):
         with `-`, so plan `a-b`'s task `c` and plan `a`'s task `b-c` held the same vote."""
         return scoped_id(self.plan_id, task.id) if scoped else f"{self.plan_id}-{task.id}"
 
+    def shared_scratchpad(self) -> str | None:
+        """`<scratchpad>/<plan_id>`, relative to a worker's scratchpad root: where the plan
+        writes its files and its agents' runs share theirs."""
+        return f"{self.scratchpad}/{self.plan_id}" if self.scratchpad is not None else None
+
+    def message_limits(self) -> dict[str, MessageLimits]:
+        """Each member's limits on what its runs send: who may be messaged at all."""
+        return {name: member.messages for name, member in self.team.items()}
+
+    def long_lived_members(self) -> list[str]:
+        return [name for name, member in self.team.items() if member.long_lived]
+
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the plan runs, with where it is named: what a pre-start check checks."""
         named = [(f"team.{name}.agent", member.agent) for name, member in self.team.items()]
+        if self.planner is not None:
+            named.append(("planner.agent", self.planner.agent))
         for i, task in enumerate(self.tasks):
             if task.vote is not None:
                 named += [(f"tasks[{i}].vote.voters", voter) for voter in task.vote.voters]
@@ -300,6 +406,19 @@ class PlanSpec(BaseModel):
             if task.verify is not None:
                 named += [(f"tasks[{i}].verify.verifiers", v) for v in task.verify.verifiers]
         return named
+
+
+def _check_planner(spec: PlanSpec) -> None:
+    """Tasks come from the spec or from its planner, which needs a goal."""
+    if spec.planner is None and not spec.tasks:
+        raise ValueError("tasks: a plan needs at least one task, or a `planner` to write them")
+    if spec.planner is not None and not spec.goal.strip():
+        raise ValueError("goal: a plan with a `planner` needs the goal it plans for")
+    if spec.planner is None and spec.approve_plan is not False:
+        raise ValueError(
+            "approve_plan: only a planned graph is approved as a whole; give written tasks "
+            "their own `approval`"
+        )
 
 
 def _check_graph(spec: PlanSpec) -> None:
@@ -322,6 +441,29 @@ def _check_graph(spec: PlanSpec) -> None:
     if cycle:
         path = " -> ".join(reversed(cycle))
         raise ValueError(f"tasks: dependency cycle {path}; a plan must be acyclic")
+
+
+def _check_team(spec: PlanSpec) -> None:
+    """A long-lived member works from its mailbox, never from a task; only a member's task can
+    wait for a message to its member. A long-lived member's name is part of its workflow's id."""
+    for name in spec.long_lived_members():
+        if not re.match(IDENTIFIER, name):
+            raise ValueError(
+                f"team: {name!r}: a long-lived member's name is an identifier (letters, digits, "
+                "`.`, `_`, `:`, `-`)"
+            )
+    for i, task in enumerate(spec.tasks):
+        member = spec.team.get(task.member) if task.member is not None else None
+        if member is not None and member.long_lived:
+            raise ValueError(
+                f"tasks[{i}].member: {task.member!r} is long-lived: it runs on the messages it "
+                "receives, not on tasks; send it messages, or make it a per-task member"
+            )
+        if task.wait_for_message is not None and task.member is None:
+            raise ValueError(
+                f"tasks[{i}].wait_for_message: only a team member's task waits for a message; "
+                "name a `member`"
+            )
 
 
 def _check_vote_ids(spec: PlanSpec) -> None:
@@ -490,6 +632,28 @@ class TaskRecord(BaseModel):
         return self.ended_at - self.started_at
 
 
+class MemberRun(BaseModel):
+    """One run of a long-lived member's agent on a message it received."""
+
+    seq: int
+    """The message's."""
+    sender: str
+    result: dict[str, Any] | None = None
+    """Its data (an excerpt note when larger than the member's limit)."""
+    error: TaskError | None = None
+    at: datetime
+
+
+class MemberRecord(BaseModel):
+    """A long-lived member: its memory (the latest runs, oldest first) and how many messages
+    it handled in all."""
+
+    member: str
+    agent: str
+    handled: int = 0
+    memory: list[MemberRun] = Field(default_factory=list)
+
+
 class PlanStatus(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
@@ -509,6 +673,35 @@ def counts_line(counts: dict[TaskState, int], total: int) -> str:
     return ", ".join([done, *others])
 
 
+class Level(StrEnum):
+    """Seed 004's levels of coordination, as a planner chooses among them: the simplest that
+    fits the goal."""
+
+    DIRECT = "direct"
+    """Simple: the planner answers the goal itself; no agent is spawned."""
+    SINGLE = "single"
+    """One clear subtask: a single delegation (one task, one agent)."""
+    TEAM = "team"
+    """Agents that must talk to each other: a team whose members do the tasks."""
+    COORDINATOR = "coordinator"
+    """Several independent subtasks: a task graph run under the worker cap."""
+
+
+class Planning(BaseModel):
+    """What the plan's planner was asked and answered: the level it chose and why, the tasks it
+    planned (the spec's `tasks` from then on), its own answer at the direct level, or why its
+    answer was refused (then no task ran)."""
+
+    planner: str
+    goal: str
+    level: Level | None = None
+    why: str = Field(default="", max_length=MAX_NOTES)
+    tasks: list[str] = Field(default_factory=list)
+    answer: dict[str, Any] | None = None
+    error: str | None = Field(default=None, max_length=MAX_NOTES)
+    at: datetime | None = None
+
+
 class PlanState(BaseModel):
     """The plan's record while it runs, and the final report once it ends."""
 
@@ -526,6 +719,18 @@ class PlanState(BaseModel):
     """The first scratchpad write that failed, and why (the plan goes on without it)."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the plan's agent runs reported using (an `llm` agent's tokens), in all and by model."""
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The newest of the events the plan announced (`EVENTS_WINDOW`), as rows of the
+    correlation table; its correlation's chain, when one runs, has them all."""
+    messages: TeamPost = Field(default_factory=TeamPost)
+    """The team's messages: every one sent, in order, the latest refused with why, and how far
+    each member's mailbox has been delivered."""
+    members: dict[str, MemberRecord] = Field(default_factory=dict)
+    """Each long-lived member's record, once the plan has closed it: what it handled."""
+    planning: Planning | None = None
+    """A plan written by its planner: what it planned, and how (None: a written plan)."""
+    rewind_of: str | None = None
+    """A rewound copy's original and point (`CoordRewindOf`): `<plan id>@<task>`."""
 
     def counts(self) -> dict[TaskState, int]:
         counted = {state: 0 for state in TaskState}
@@ -534,8 +739,14 @@ class PlanState(BaseModel):
         return {state: n for state, n in counted.items() if n}
 
     def search_attributes(self) -> SearchValues:
+        """What the run is found by; a rewound copy is found by its original too."""
         key = self.correlation_id or self.plan_id
-        return coordination_attributes(correlation_id=key, pattern=Pattern.PLAN, status=self.status)
+        values = coordination_attributes(
+            correlation_id=key, pattern=Pattern.PLAN, status=self.status
+        )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values
 
 
 class RunningTask(BaseModel):

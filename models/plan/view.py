@@ -7,6 +7,7 @@ from datetime import datetime
 
 from coord.models.plan.gates import waiting_for
 from coord.models.plan.graph import PlanGraph
+from coord.models.plan.planner import planning_line
 from coord.models.plan.records import TaskBook
 from coord.models.plan.slots import SlotQueue
 from coord.models.plan.spec import (
@@ -56,12 +57,14 @@ class PlanView:
         )
 
     def waiting_for(self) -> list[str]:
-        """What the plan waits for besides running agents: people, and free worker slots."""
+        """What the plan waits for besides running agents: people, messages to its team's
+        members, and free worker slots."""
         waits = [
             self._approval_awaited(record)
             for record in self._book.watched()
             if record.state == TaskState.AWAITING_APPROVAL
         ]
+        waits += self._state.messages.waits()
         slot = self._slots.waiting_line()
         return waits if slot is None else [*waits, slot]
 
@@ -75,6 +78,8 @@ class PlanView:
         `progress` query says."""
         counts = ", ".join(f"{n} {state.value}" for state, n in self._book.counts().items())
         lines = [f"**Status:** {self._state.status.value} ({counts})"]
+        if self._state.planning is not None:
+            lines.append(f"**Planned:** {planning_line(self._state.planning)}")
         running = self._book.active()
         for record in running[:DETAILS_RUNNING]:
             doing = f": {record.progress}" if record.progress else ""

@@ -35,6 +35,7 @@ from coord.models.saga.spec import (
     CancelEffect,
     CompensationOutcome,
     CompletedStep,
+    RecordedStep,
     SagaCancel,
     SagaSpec,
     SagaState,
@@ -90,7 +91,20 @@ class SagaModel:
             saga_id=spec.saga_id,
             correlation_id=spec.correlation_id,
             status=SagaStatus.IN_PROGRESS,
+            rewind_of=spec.rewind.of.search_value() if spec.rewind else None,
         )
+        for index, recorded in enumerate(spec.rewind.steps if spec.rewind else [], start=1):
+            self._reuse(index, spec.steps[index - 1], recorded)
+
+    def _reuse(self, index: int, step: SagaStep, recorded: RecordedStep) -> None:
+        """A rewound copy's step taken from its original as it stood: its compensation on the
+        stack, its result for later steps, its event in the timeline under its original id."""
+        self.step_started(index, step)
+        row = recorded.event.model_copy(
+            update={"seq": len(self.state.events) + 1, "correlation_id": self.state.correlation_id}
+        )
+        self.state.events.append(row)
+        self._succeeded(index, step, recorded.result, row.event_id)
 
     @property
     def spec(self) -> SagaSpec:
@@ -98,8 +112,10 @@ class SagaModel:
         return self._spec
 
     def steps(self) -> Iterator[tuple[int, SagaStep]]:
-        """The steps in their order, numbered from 1 as the record numbers them."""
-        return enumerate(self.spec.steps, start=1)
+        """The steps left to run in their order, numbered from 1 as the record numbers them (a
+        rewound copy's first steps are its original's, taken at `begin`)."""
+        reused = len(self.spec.rewind.steps) if self.spec.rewind else 0
+        return enumerate(self.spec.steps[reused:], start=reused + 1)
 
     @property
     def forward(self) -> bool:
@@ -126,18 +142,19 @@ class SagaModel:
     def step_succeeded(self, index: int, step: SagaStep, data: dict[str, Any]) -> EventEnvelope:
         """Records the result and announces `on_success`. A pivot turns recovery forward, and a
         cancel that came while it ran then lets the saga run on."""
-        self._outcomes[step.name] = {"result": data}
         completed = self.announce(step.on_success, f"/{self.agent_of(step)}", data)
+        self._succeeded(index, step, data, completed.event.id)
+        return completed
+
+    def _succeeded(self, index: int, step: SagaStep, data: dict[str, Any], event_id: str) -> None:
+        self._outcomes[step.name] = {"result": data}
         self.state.completed_steps.append(
-            CompletedStep(
-                step=index, name=step.name, event=step.on_success, event_id=completed.event.id
-            )
+            CompletedStep(step=index, name=step.name, event=step.on_success, event_id=event_id)
         )
         if step.pivot:
             if self.state.cancel is not None:
                 self.state.cancel.effect = "forward"
             self.state.recovery = "forward"
-        return completed
 
     def step_failed(
         self, index: int, step: SagaStep, failure_type: str, message: str
@@ -178,6 +195,7 @@ class SagaModel:
             config=self.spec.agents.get(agent),
             idempotency_key=key,
             inputs=inputs,
+            rewind_of=self.state.rewind_of,
         )
 
     def agent_of(self, step: SagaStep) -> str:

@@ -6,6 +6,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -13,6 +14,7 @@ from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.wire.contract import (
+    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -56,6 +58,26 @@ class SagaStep(Routed):
         return self
 
 
+class RecordedStep(BaseModel):
+    """A step of the original saga that a rewound copy takes as it stood: its result (what later
+    steps and its compensation are handed) and the event it announced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=MAX_NAME)
+    result: JsonObject = Field(default_factory=dict)
+    event: TimelineEntry
+
+
+class SagaRewind(BaseModel):
+    """A copy's past: the original's first steps, reused in order, never run again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin
+    steps: list[RecordedStep] = Field(max_length=MAX_ITEMS)
+
+
 class SagaSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,6 +94,8 @@ class SagaSpec(BaseModel):
     budget: TokenBudget | None = None
     """`{tokens: N}`: the most tokens the saga's steps and compensations may use
     (`coord.models.mesh.usage`); an `llm` run is refused `budget_exceeded` once none are left."""
+    rewind: SagaRewind | None = None
+    """Set on a rewound copy (`coord saga rewind`): the steps it takes from its original."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -83,6 +107,8 @@ class SagaSpec(BaseModel):
             raise ValueError(f"step names must be unique, repeated: {', '.join(duplicates)}")
         if sum(step.pivot for step in self.steps) > 1:
             raise ValueError("at most one step can be the pivot")
+        if self.rewind is not None:
+            _check_recorded(self.rewind.steps, names)
         return self
 
     @property
@@ -94,6 +120,18 @@ class SagaSpec(BaseModel):
         order, once each: those whose runs the saga places before its first step."""
         named = [step.agent for step in self.steps] + [s.compensation or "" for s in self.steps]
         return [agent for agent in dict.fromkeys(named) if agent]
+
+
+def _check_recorded(recorded: list[RecordedStep], names: list[str]) -> None:
+    """A copy reuses the first steps of its spec, in their order, and runs at least one."""
+    if len(recorded) >= len(names):
+        raise ValueError("rewind.steps: a rewound copy must leave at least one step to run")
+    for index, step in enumerate(recorded):
+        if step.name != names[index]:
+            raise ValueError(
+                f"rewind.steps[{index}].name: {step.name!r} is not step {index + 1} of the saga "
+                f"({names[index]!r})"
+            )
 
 
 class SagaStatus(StrEnum):
@@ -163,8 +201,16 @@ class SagaState(BaseModel):
     compensation events), as rows of the correlation table."""
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     """What the saga's agent runs reported using (an `llm` agent's tokens), in all and by model."""
+    rewind_of: str | None = None
+    """A rewound copy's original and step (`CoordRewindOf`): `<saga id>@step N <name>`."""
 
     def search_attributes(self) -> SearchValues:
-        """What the run is found by: set at start (the first record), upserted on every change."""
+        """What the run is found by: set at start (the first record), upserted on every change;
+        a rewound copy is found by its original too."""
         key = self.correlation_id or self.saga_id
-        return coordination_attributes(correlation_id=key, pattern=Pattern.SAGA, status=self.status)
+        values = coordination_attributes(
+            correlation_id=key, pattern=Pattern.SAGA, status=self.status
+        )
+        if self.rewind_of is not None:
+            values[REWIND_OF] = self.rewind_of
+        return values

@@ -11,14 +11,17 @@ A voter that fails, times out, or answers anything but `{"approve": bool, "reaso
 abstains, with the reason in its ballot: the vote tolerates up to a third of the voters faulty,
 and with 0.67 of 3 one voter may abstain while the other two still decide."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, NamedTuple, Self
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
+from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import share_needed
+from coord.models.events.taxonomy import BallotCast, DecisionMade, Payload, VoteOpened
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import (
@@ -96,6 +99,9 @@ class VoteSpec(VoteRules):
     """An identifier; a plan task's vote is `<plan_id>~<task_id>` (`PlanSpec.vote_id`)."""
     description: str = ""
     correlation_id: str = Field(default="", max_length=MAX_NAME)
+    causation_id: str | None = Field(default=None, max_length=MAX_NAME)
+    """The event the vote was started for (a plan task's `TaskStarted`, a chain's trigger): the
+    cause of its `VoteOpened`."""
     proposal: JsonObject
     """What is voted on: each voter's run receives it as its event's payload."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
@@ -115,6 +121,7 @@ class VoteSpec(VoteRules):
         *,
         correlation_id: str,
         agents: Mapping[str, AgentConfig],
+        causation_id: str | None = None,
     ) -> "VoteSpec":
         """The spec of a vote a plan task or a chain subscription holds (`rules`) on
         `proposal`, with the inline declarations of its voters; a proposal that is not a
@@ -124,6 +131,7 @@ class VoteSpec(VoteRules):
             **rules.model_dump(),
             "vote_id": vote_id,
             "correlation_id": correlation_id,
+            "causation_id": causation_id,
             "proposal": proposal,
             "agents": declared,
         }
@@ -194,6 +202,8 @@ class VoteState(BaseModel):
     itself was cancelled."""
     ended_at: datetime | None = None
     summary: str = ""
+    events: list[TimelineEntry] = Field(default_factory=list)
+    """The events the vote announced, as rows of the correlation table."""
 
     def tally(self) -> Tally:
         """The counted ballots by choice."""
@@ -247,6 +257,17 @@ class VoteModel:
     def __init__(self, spec: VoteSpec, state: VoteState) -> None:
         self.spec = spec
         self.state = state
+        self._sink: Callable[[EventEnvelope], None] | None = None
+        self._opened: str | None = None
+
+    def announce_to(self, sink: Callable[[EventEnvelope], None]) -> None:
+        """From now on the vote announces its lifecycle to `sink` (the event taxonomy), starting
+        with `VoteOpened`, caused by what the vote was started for."""
+        self._sink = sink
+        opened = VoteOpened(
+            vote_id=self.spec.vote_id, voters=self.state.voters, needed=self.state.needed
+        )
+        self._opened = self._announce(opened, self.spec.causation_id)
 
     @classmethod
     def begin(cls, spec: VoteSpec, started_at: datetime) -> "VoteModel":
@@ -292,6 +313,7 @@ class VoteModel:
         for voter in self.state.pending():
             late = Ballot(voter=voter, choice=Choice.ABSTAIN, reason="no answer in time", at=at)
             self.state.ballots.append(late)
+            self._ballot_cast(late)
         self._end(VoteStatus.NO_QUORUM, at)
 
     def cancel(self, at: datetime) -> None:
@@ -305,23 +327,61 @@ class VoteModel:
         ballot.counted = not self.over or at == self.state.ended_at
         self.state.ballots.append(ballot)
         self.state.summary = summary_line(self.state)
+        cast = self._ballot_cast(ballot)
         if not self.over:
-            self._decide(at)
+            self._decide(at, cast)
         return ballot
 
-    def _decide(self, at: datetime) -> None:
+    def _decide(self, at: datetime, cause: str | None) -> None:
         tally, voters, needed = self.state.tally(), len(self.state.voters), self.state.needed
         if tally.approve >= needed:
-            self._end(VoteStatus.DECIDED, at)
+            self._end(VoteStatus.DECIDED, at, cause)
         elif tally.reject > voters - needed:
-            self._end(VoteStatus.REJECTED, at)
+            self._end(VoteStatus.REJECTED, at, cause)
         elif tally.approve + len(self.state.pending()) < needed:
-            self._end(VoteStatus.NO_QUORUM, at)
+            self._end(VoteStatus.NO_QUORUM, at, cause)
 
-    def _end(self, status: VoteStatus, at: datetime) -> None:
+    def _end(self, status: VoteStatus, at: datetime, cause: str | None = None) -> None:
+        """The outcome, announced as `DecisionMade`, caused by the ballot that made it certain
+        (`VoteOpened` at the deadline or on a cancel)."""
         self.state.status = status
         self.state.ended_at = at
         self.state.summary = summary_line(self.state)
+        decided = DecisionMade(
+            kind="vote",
+            subject=self.spec.vote_id,
+            outcome=status.value,
+            by="voters",
+            reason=self.state.summary,
+        )
+        self._announce(decided, cause or self._opened)
+
+    def _ballot_cast(self, ballot: Ballot) -> str | None:
+        cast = BallotCast(
+            vote_id=self.spec.vote_id,
+            voter=ballot.voter,
+            choice=ballot.choice.value,
+            reason=ballot.reason,
+        )
+        return self._announce(cast, self._opened)
+
+    def _announce(self, payload: Payload, cause: str | None) -> str | None:
+        """The event to the sink; its id (None when the vote does not announce)."""
+        if self._sink is None:
+            return None
+        envelope = EventEnvelope.new(
+            type(payload).__name__,
+            f"/vote/{self.spec.vote_id}",
+            payload=payload.model_dump(mode="json"),
+            correlation_id=self.spec.correlation_id,
+            causation_id=cause,
+        )
+        self._sink(envelope)
+        row = TimelineEntry.recording(
+            envelope, seq=len(self.state.events) + 1, correlation_id=self.spec.correlation_id
+        )
+        self.state.events.append(row)
+        return envelope.event.id
 
     def details(self) -> str:
         """The vote as the Temporal UI shows it in 'current details' (markdown)."""

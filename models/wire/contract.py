@@ -14,8 +14,9 @@ import re
 from collections.abc import Iterable
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Literal
 
+from pydantic import BaseModel
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
@@ -76,6 +77,12 @@ AGENT_MONITOR_WORKFLOW: Final = "AgentMonitor"
 AGENT_LEDGER_WORKFLOW: Final = "AgentLedger"
 CHAIN_RUN_WORKFLOW: Final = "ChainRun"
 """One agent run (or vote) of a chain, in a workflow of its own that outlives the chain's run."""
+TEAM_MEMBER_WORKFLOW: Final = "TeamMember"
+"""A plan's long-lived team member: a mailbox, its agent run on each message, its memory."""
+DELIVER_SIGNAL: Final = "deliver"
+"""A message for a long-lived team member (`TeamMessage`), from its plan."""
+MEMBER_SENT_SIGNAL: Final = "member_sent"
+"""What a long-lived member's run asked to send (`MemberSent`), to its plan, which checks it."""
 
 
 class Pattern(StrEnum):
@@ -162,6 +169,11 @@ def plan_workflow_id(plan_id: str) -> str:
     return PLAN_ID_PREFIX + plan_id
 
 
+def member_workflow_id(plan_id: str, member: str) -> str:
+    """`member-<plan_id>~<member>`: a long-lived team member of a plan."""
+    return "member-" + scoped_id(plan_id, member)
+
+
 def plan_id_of(workflow_id: str) -> str:
     """The plan id a plan's workflow id carries."""
     return workflow_id.removeprefix(PLAN_ID_PREFIX)
@@ -208,12 +220,16 @@ CHAIN_EVENT_SIGNAL: Final = "chain_event"
 """An event a chain recorded, forwarded to a listener (an aggregator) of its correlation."""
 RERUN_SIGNAL: Final = "rerun"
 """A dead letter replayed to a chain: run the subscription's agent again on the event."""
+RECORDED_SIGNAL: Final = "recorded"
+"""A rewound copy's past: events its chain takes as they stood in the original, matching them
+(joins, alerts, the terminal event) without running an agent for them."""
 ATTACH_SIGNAL: Final = "attach"
 """An aggregator asks its correlation's chain to forward what it records (with its id)."""
 DETACH_SIGNAL: Final = "detach"
 """A finished aggregator asks its chain to forward nothing more (with its id)."""
 CLOSE_SIGNAL: Final = "close"
-"""A chain accepts no more events, finishes what it started, and ends."""
+"""A chain accepts no more events, finishes what it started, and ends; a long-lived team
+member handles what its mailbox holds, and ends."""
 RUN_OUTCOME_SIGNAL: Final = "run_outcome"
 """A chain's run (`ChainRun`) reports its outcome to the chain, whichever run of it is current."""
 
@@ -235,6 +251,8 @@ ARCHIVE_UPDATE: Final = "archive"
 """Archive a dead-letter entry with a note."""
 APPROVE_UPDATE: Final = "approve"
 """Approve or reject a plan task waiting for a person (who, why)."""
+ADD_TASKS_UPDATE: Final = "add_tasks"
+"""Add tasks to a running plan (validated against its graph; refused naming the field)."""
 REPORT_OUTCOME_UPDATE: Final = "report_outcome"
 """A worker tells an agent's ledger of a run that matters to its breaker (a failure, the success
 ending a streak, a probe's outcome); answers the ledger's state."""
@@ -247,6 +265,36 @@ ACQUIRE_PERMIT_UPDATE: Final = "acquire_permit"
 (waiting a bounded time for one); answers whether it was granted."""
 RELEASE_PERMIT_UPDATE: Final = "release_permit"
 """A run gives its pool permit back (or stops waiting for one)."""
+PUBLISH_UPDATE: Final = "publish"
+"""An acknowledged publish: the chain takes the event in at once and answers `PublishAnswer`;
+its validator refuses (one line, a failure type) an event the chain would reject."""
+
+PublishVerdict = Literal["accepted", "duplicate", "refused"]
+
+
+class PublishAnswer(BaseModel):
+    """What a chain answers an acknowledged publish (`PUBLISH_UPDATE`): the event was
+    `accepted` and recorded as `seq` in the chain's timeline; a `duplicate` of one it had
+    already seen (`seq`: the number that one got, while the chain still keeps it in its
+    timeline window); or `refused`, with the intake's `failure_type` and `reason` (the API
+    builds that answer from the validator's refusal: nothing was recorded or parked)."""
+
+    verdict: PublishVerdict
+    event_id: str
+    workflow_id: str
+    seq: int | None = None
+    failure_type: str | None = None
+    reason: str | None = None
+
+    def describe(self) -> str:
+        """One line for a person: what the chain did with the event."""
+        if self.verdict == "accepted":
+            return f"accepted {self.event_id} as seq {self.seq} by {self.workflow_id}"
+        if self.verdict == "duplicate":
+            had = f"seq {self.seq}" if self.seq is not None else "a seq no longer kept"
+            return f"duplicate {self.event_id} (it had {had}) at {self.workflow_id}"
+        return f"refused {self.event_id} by {self.workflow_id} ({self.failure_type}): {self.reason}"
+
 
 # --- Activities -------------------------------------------------------------------------------
 
@@ -266,8 +314,15 @@ the plans that poll them (started before plans stopped polling)."""
 UPDATE_CALLER_ACTIVITY: Final = "update_caller"
 """Reads who sent a workflow update (the client identity the server recorded with it) from the
 run's history: the author of a plan's approval."""
+WRITE_LOG_SEGMENT_ACTIVITY: Final = "write_log_segment"
+"""Writes a segment of a chain's log (consecutive timeline rows) to the payload store."""
 WRITE_SCRATCHPAD_ACTIVITY: Final = "write_scratchpad"
 """Writes a plan's scratchpad files (task plan, worker results, final report) on the worker."""
+PLANNING_CATALOGUE_ACTIVITY: Final = "planning_catalogue"
+"""The agents a plan's planner may give tasks to, with their capabilities (the worker's)."""
+CHECK_PLAN_AGENTS_ACTIVITY: Final = "check_plan_agents"
+"""Checks a planned graph's agents and capabilities against the worker's agents (the rule a
+spec is checked by where it enters); answers the first problem, or none."""
 CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 """Picks the agent for a run that names capabilities: candidates, their load and record, the
 strategy's winner (on the coordinator queue)."""
@@ -324,6 +379,9 @@ AGENTS = SearchAttributeKey.for_keyword_list("CoordAgents")
 """The agents a chain's subscriptions name (`agent_search_values`), so the agent monitor finds
 the chains to tell when one of them changes health (`agent_clause`)."""
 
+REWIND_OF = SearchAttributeKey.for_keyword("CoordRewindOf")
+"""On a rewound copy's runs: `<original correlation>@<event id>`, what it was rewound from."""
+
 SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
     CORRELATION_ID,
     COORD_PATTERN,
@@ -332,6 +390,7 @@ SEARCH_ATTRIBUTES: tuple[SearchAttributeKey[Any], ...] = (
     EVENT_TYPE,
     TOPIC,
     AGENTS,
+    REWIND_OF,
 )
 """Every custom search attribute; every server the project starts registers them."""
 MAX_AGENT_SEARCH_VALUE: Final = 64
@@ -414,11 +473,16 @@ class FailureType(StrEnum):
     """An `llm` run refused before the model was called: the token budget of its correlation's
     workflow (the spec's `budget`, or the agent declaration's, whichever is smaller) has
     nothing left. Not retried: nothing left now is nothing left on a retry."""
+    TOOL_NOT_ALLOWED = "tool_not_allowed"
+    """An `llm` agent's model called a tool its declaration's `tools` whitelist does not name:
+    the run fails before any tool of that answer runs. Not retried: the whitelist or the
+    prompt needs a change."""
     # A workflow's input or a signal it cannot take (recorded and parked, or failing the run).
     INVALID_SPEC = "invalid_spec"
     INVALID_INPUT = "invalid_input"
     INVALID_ENVELOPE = "invalid_envelope"
     INVALID_RERUN = "invalid_rerun"
+    INVALID_RECORDED = "invalid_recorded"
     INVALID_ATTACH = "invalid_attach"
     INVALID_DETACH = "invalid_detach"
     INVALID_RUN_OUTCOME = "invalid_run_outcome"
@@ -431,6 +495,10 @@ class FailureType(StrEnum):
     CHAIN_CLOSING = "chain_closing"
     FOREIGN_CORRELATION = "foreign_correlation"
     CAUSATION_LOOP = "causation_loop"
+    CHAIN_BUSY = "chain_busy"
+    """An acknowledged publish refused for now: the chain's run is overdue to continue as new
+    and takes no new events until it has; nothing was recorded, and publishing again (the API
+    does, for a while) reaches the new run."""
     PUBLISH_NOT_ALLOWED = "publish_not_allowed"
     """An event a chain's agent asked to publish (its result's `publish`) of a type neither
     its subscription's `publishes` nor its own declaration allows: refused, recorded in the
@@ -453,12 +521,20 @@ class FailureType(StrEnum):
     """An approval naming no waiting task, or malformed."""
     DEPENDENCY_FAILED = "dependency_failed"
     """A task skipped because a task it depends on did not succeed."""
+    NO_MESSAGE = "no_message"
+    """A team member's task that waits for a message (`wait_for_message`) got none in time."""
     VOTE_REJECTED = "vote_rejected"
     """A vote task's or subscription's vote ended rejected."""
     NO_QUORUM = "no_quorum"
     """A vote task's or subscription's vote ended without quorum (abstentions, the deadline)."""
     PLAN_FAILED = "plan_failed"
     """A plan that ends without success and is configured to fail (`fail_fast`)."""
+    PLANNING_FAILED = "planning_failed"
+    """A plan's planner gave no graph the plan can run (its answer is refused naming the
+    field, or its run failed): no task ran."""
+    INVALID_TASKS = "invalid_tasks"
+    """Tasks refused by a running plan (`add_tasks`): a cycle, an unknown or failed
+    dependency, a repeated id, a cap, or a plan that has ended."""
     SCRATCHPAD_REFUSED = "scratchpad_refused"
     """A scratchpad write the worker will not do: it has no scratchpad root, or the path would
     leave it, or a file is too large (not retried; the plan records it and goes on)."""

@@ -8,3 +8,13 @@ meant for the user as is (the CLI prints it after `error: `)."""
 
 class CoordError(Exception):
     """An error the Event Coordinator raises on purpose; the message says what to do."""
+
+
+class ServerRefused(CoordError, RuntimeError):
+    """The Temporal server refused a call for a reason no other error names (its status and
+    words follow the call's name); the server's own error is the `__cause__`."""
+
+
+class RunFailed(CoordError, RuntimeError):
+    """A run ended failed without a record to return (a spec the run itself refused); the
+    message is the innermost failure's words, the workflow's failure the `__cause__`."""

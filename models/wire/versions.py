@@ -183,3 +183,31 @@ SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 only once the first send has found the chain running (a saga without a chain sends one, as
 CHAIN_SEND_ONCE_PATCH meant); runs recorded before sent every event announced while the first
 was in flight, each failing alike when no chain ran (five with local agents)."""
+
+PLAN_ANNOUNCES_PATCH = "plan-announces-its-lifecycle"
+"""Since 2026-11-27, in plan.graph: Runs after this patch announce their lifecycle (the event
+taxonomy: `PlanStarted`, `TaskStarted`, `TaskCompleted`, ..., `PlanCompleted`) into their
+correlation's chain, each caused by the event before it, and await the sends before they end;
+runs recorded before sent nothing."""
+
+VOTE_ANNOUNCES_PATCH = "vote-announces-its-lifecycle"
+"""Since 2026-11-27, in vote: Runs after this patch announce `VoteOpened`, each `BallotCast` and
+`DecisionMade` into their correlation's chain and await the sends before they end; runs
+recorded before sent nothing."""
+
+CHAIN_TAKES_ANNOUNCEMENTS_PATCH = "chain-takes-pattern-announcements"
+"""Since 2026-11-27, in chain.intake: Runs after it give a plan's or vote's announcement the
+depth of its cause (one more for `PlanStarted` and `VoteOpened`) and never park one they refuse;
+runs recorded before counted them as agents' events."""
+
+TEAM_MESSAGES_PATCH = "plan-team-messages"
+"""Since 2026-11-27, in plan.team: Runs after this patch check what a team member's run asks
+to `send` (`coord.models.plan.team`), record it, publish each accepted message into the
+correlation's chain as a `TeamMessage` event and hand it to a long-lived recipient; runs
+recorded before ignored a result's messages."""
+
+LOG_SEGMENTS_PATCH = "chain-writes-its-log-in-segments"
+"""Since 2026-11-27, in chain.reactive: Runs after it write their timeline to the payload store
+in segments (`write_log_segment`, one per 200 rows or 1 MiB of payload, the rest when the chain
+ends) and keep every row not yet written in the timeline they carry across continue-as-new; runs
+recorded before kept only the window, and scheduled no such activity."""

@@ -17,7 +17,13 @@ from coord.infra.temporal import task_queue
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
-from coord.starter.api.common import Undeliverable, closed_with_result, kept_record, undeliverable
+from coord.starter.api.common import (
+    Undeliverable,
+    api_call,
+    closed_with_result,
+    kept_record,
+    undeliverable,
+)
 from coord.workflows.aggregator import Aggregator
 
 
@@ -38,14 +44,19 @@ def _aggregator_start_options(spec: AggregatorSpec, queue: str | None) -> dict[s
     }
 
 
+@api_call
 async def start_aggregator(
-    client: Client, spec: AggregatorSpec, *, queue: str | None = None
+    client: Client, spec: AggregatorSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, AggregatorState]:
     """Start an aggregator on `queue` (default: $COORD_TASK_QUEUE); its first events may arrive
-    before it (`lookback`). Undeliverable when one with its workflow id already exists."""
+    before it (`lookback`). Undeliverable when one with its workflow id already exists.
+    `eager`: this client's own worker takes its first task (`start_run`)."""
     try:
         return await client.start_workflow(
-            Aggregator.run, spec.model_dump(mode="json"), **_aggregator_start_options(spec, queue)
+            Aggregator.run,
+            spec.model_dump(mode="json"),
+            request_eager_start=eager,
+            **_aggregator_start_options(spec, queue),
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None
@@ -77,12 +88,14 @@ def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, A
     )
 
 
+@api_call
 async def cancel_aggregator(client: Client, workflow_id: str) -> None:
     """Stop an aggregator before it completes or times out; its record (kept in its memo)
     stays readable with `aggregator_state`."""
     await aggregator_handle(client, workflow_id).cancel()
 
 
+@api_call
 async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     """The record, with the time left until the deadline as of now (the query cannot know
     the time: it answers as of the run's last workflow task). An ended run is read without a

@@ -8,9 +8,12 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -24,12 +27,20 @@ from tenacity import (
 
 from coord.infra.signals import target_name
 from coord.infra.temporal import task_queue
-from coord.models.chain.spec import SERVER_SIGNALS_PER_RUN, ChainInput, ChainSpec, ChainState
+from coord.models.chain.spec import (
+    SERVER_SIGNALS_PER_RUN,
+    ChainInput,
+    ChainSpec,
+    ChainState,
+)
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.rewind import RewindOrigin
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
 from coord.starter.api.common import (
+    NoWorker,
     Undeliverable,
+    api_call,
     closed_with_result,
     ended_or_missing,
     undeliverable,
@@ -48,15 +59,23 @@ def chain_handle(client: Client, correlation_id: str) -> WorkflowHandle[Any, Cha
     )
 
 
-def _chain_start_options(spec: ChainSpec, correlation_id: str, queue: str | None) -> dict[str, Any]:
+def _chain_start_options(
+    spec: ChainSpec,
+    correlation_id: str,
+    queue: str | None,
+    rewind_of: RewindOrigin | None = None,
+) -> dict[str, Any]:
+    copy_of = rewind_of.search_value() if rewind_of is not None else None
+    first = ChainState(correlation_id=correlation_id, spec=spec.name, rewind_of=copy_of)
+    summary = chain_summary(spec, correlation_id)
+    if rewind_of is not None:
+        summary = f"{summary} ({rewind_of.describe()})"
     return {
         "id": contract.chain_workflow_id(correlation_id),
         "task_queue": queue or task_queue(),
-        "static_summary": chain_summary(spec, correlation_id),
+        "static_summary": summary,
         "static_details": spec.description or None,
-        "search_attributes": contract.as_start_attributes(
-            ChainState(correlation_id=correlation_id, spec=spec.name).search_attributes()
-        ),
+        "search_attributes": contract.as_start_attributes(first.search_attributes()),
         "id_reuse_policy": WorkflowIDReusePolicy.REJECT_DUPLICATE,
         "task_timeout": CHAIN_TASK_TIMEOUT,
     }
@@ -66,6 +85,8 @@ SIGNALS_PER_RUN_ENV = "COORD_SIGNALS_PER_RUN"
 CHAIN_TASK_TIMEOUT = timedelta(seconds=30)
 """Three times Temporal's default, inherited across continue-as-new: a busy worker that must
 replay a run under a flood finishes the replay instead of timing out and starting over."""
+ANSWER_TIME = timedelta(seconds=30)
+"""How long an acknowledged publish waits for a worker to take the event up and answer."""
 PUBLISH_PATIENCE = timedelta(seconds=60)
 """How long a publish waits, retrying, for a chain that is at the server's limit to continue."""
 
@@ -82,16 +103,24 @@ def signals_per_run() -> int:
     return int(os.environ.get(SIGNALS_PER_RUN_ENV, SERVER_SIGNALS_PER_RUN))
 
 
-def _chain_input(spec: ChainSpec, correlation_id: str) -> dict[str, Any]:
+def _chain_input(
+    spec: ChainSpec, correlation_id: str, rewind_of: RewindOrigin | None = None
+) -> dict[str, Any]:
     return ChainInput(
-        spec=spec, correlation_id=correlation_id, signals_per_run=signals_per_run()
-    ).model_dump(mode="json")
+        spec=spec,
+        correlation_id=correlation_id,
+        signals_per_run=signals_per_run(),
+        rewind_of=rewind_of,
+    ).model_dump(mode="json", exclude={"rewind_of"} if rewind_of is None else None)
 
 
 def refused_for_now(error: BaseException) -> bool:
     """What the server answers while a chain's run is full or closing, until it has continued
     as new: past its limit of signals per run, InvalidArgument "exceeded workflow execution limit
-    for signal events"; while the run is closing, ResourceExhausted."""
+    for signal events"; while the run is closing, ResourceExhausted; an acknowledged publish's
+    `chain_busy` refusal while the run is overdue to continue as new."""
+    if isinstance(error, WorkflowUpdateFailedError):
+        return contract.failure_type_of(error.cause) == contract.FailureType.CHAIN_BUSY
     if not isinstance(error, RPCError):
         return False
     full = error.status == RPCStatusCode.INVALID_ARGUMENT and "limit for signal" in error.message
@@ -117,26 +146,36 @@ async def with_backpressure(
         async for attempt in retrying:
             with attempt:
                 await send()
-    except RPCError as error:
+    except (RPCError, WorkflowUpdateFailedError) as error:
         if not refused_for_now(error):
             raise
         raise ChainBusy(
             f"the chain for correlation id {correlation_id!r} refused {what} for "
-            f"{PUBLISH_PATIENCE.total_seconds():.0f}s while continuing as new ({error.message}); "
-            f"{again}"
+            f"{PUBLISH_PATIENCE.total_seconds():.0f}s while continuing as new "
+            f"({contract.failure_message(error)}); {again}"
         ) from None
 
 
+@api_call
 async def start_chain(
-    client: Client, spec: ChainSpec, correlation_id: str, *, queue: str | None = None
+    client: Client,
+    spec: ChainSpec,
+    correlation_id: str,
+    *,
+    queue: str | None = None,
+    rewind_of: RewindOrigin | None = None,
+    eager: bool = False,
 ) -> WorkflowHandle[Any, ChainState]:
     """Start the chain of `correlation_id` on `queue` (default: $COORD_TASK_QUEUE), waiting for
-    its triggers. Undeliverable when the correlation already has a chain, running or ended."""
+    its triggers (a rewound copy names its original in `rewind_of`). Undeliverable when the
+    correlation already has a chain, running or ended. `eager`: this client's own worker takes
+    its first task (`start_run`)."""
     try:
         return await client.start_workflow(
             ReactiveChain.run,
-            _chain_input(spec, correlation_id),
-            **_chain_start_options(spec, correlation_id, queue),
+            _chain_input(spec, correlation_id, rewind_of),
+            request_eager_start=eager,
+            **_chain_start_options(spec, correlation_id, queue, rewind_of),
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(
@@ -144,6 +183,7 @@ async def start_chain(
         ) from None
 
 
+@api_call
 async def publish(
     client: Client,
     envelope: EventEnvelope,
@@ -160,7 +200,7 @@ async def publish(
 
     async def send() -> None:
         if spec is None:
-            await chain_handle(client, correlation_id).signal(contract.EVENT_SIGNAL, event)
+            await chain_handle(client, correlation_id).signal(ReactiveChain.event, event)
         else:
             await client.start_workflow(
                 ReactiveChain.run,
@@ -174,16 +214,109 @@ async def publish(
     try:
         await with_backpressure(send, correlation_id)
     except (RPCError, WorkflowAlreadyStartedError) as error:
-        missing = (
-            f"no chain for correlation id {correlation_id!r}; start one with "
-            "`coord chain start SPEC --correlation-id ...` or publish with --spec"
-        )
-        raise await undeliverable(
-            client, contract.chain_workflow_id(correlation_id), envelope, error, missing
-        ) from None
+        raise await _not_delivered(client, correlation_id, envelope, error) from None
     return contract.chain_workflow_id(correlation_id)
 
 
+async def _not_delivered(
+    client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
+) -> Undeliverable:
+    """Why a publish to the chain of `correlation_id` did not land (the event then parked)."""
+    missing = (
+        f"no chain for correlation id {correlation_id!r}; start one with "
+        "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+    )
+    return await undeliverable(
+        client, contract.chain_workflow_id(correlation_id), envelope, error, missing
+    )
+
+
+@api_call
+async def publish_acked(
+    client: Client,
+    envelope: EventEnvelope,
+    *,
+    spec: ChainSpec | None = None,
+    queue: str | None = None,
+    answer_time: timedelta = ANSWER_TIME,
+) -> contract.PublishAnswer:
+    """Deliver an event to its correlation's chain and learn at once what became of it (the
+    `publish` update): accepted with its timeline number, a duplicate of an event seen before,
+    or refused and why (nothing recorded or parked). With a spec the chain is started if needed
+    (update-with-start). Undeliverable as `publish` is (no chain, or it has ended: then the
+    event is parked); NoWorker when no worker answered within `answer_time`."""
+    correlation_id = envelope.event.correlation_id
+    if not correlation_id:
+        raise Undeliverable("the event has no correlation_id, so it belongs to no chain")
+    answers: list[contract.PublishAnswer] = []
+
+    async def send() -> None:
+        answers.append(await _ask(client, envelope, spec, queue, answer_time))
+
+    try:
+        await with_backpressure(send, correlation_id)
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise NoWorker(
+            f"the chain for correlation id {correlation_id!r}: no worker took the event up "
+            f"within {answer_time.total_seconds():g}s (is one running on its task queue?); "
+            "publish it again: events are deduplicated by id"
+        ) from None
+    except (RPCError, WorkflowAlreadyStartedError) as error:
+        raise await _not_delivered(client, correlation_id, envelope, error) from None
+    return answers[-1]
+
+
+async def _ask(
+    client: Client,
+    envelope: EventEnvelope,
+    spec: ChainSpec | None,
+    queue: str | None,
+    answer_time: timedelta,
+) -> contract.PublishAnswer:
+    """One acknowledged publish: the chain's answer, or its validator's refusal as an answer
+    (a `chain_busy` one is raised, for `with_backpressure` to publish again)."""
+    correlation_id = envelope.event.correlation_id or ""
+    event = envelope.model_dump(mode="json")
+    try:
+        if spec is None:
+            answer: contract.PublishAnswer = await chain_handle(
+                client, correlation_id
+            ).execute_update(
+                contract.PUBLISH_UPDATE,
+                event,
+                result_type=contract.PublishAnswer,
+                rpc_timeout=answer_time,
+            )
+            return answer
+        start = WithStartWorkflowOperation(
+            ReactiveChain.run,
+            _chain_input(spec, correlation_id),
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            **_chain_start_options(spec, correlation_id, queue),
+        )
+        started: contract.PublishAnswer = await client.execute_update_with_start_workflow(
+            contract.PUBLISH_UPDATE,
+            event,
+            start_workflow_operation=start,
+            result_type=contract.PublishAnswer,
+            rpc_timeout=answer_time,
+        )
+        return started
+    except WorkflowUpdateFailedError as refused:
+        if refused_for_now(refused):
+            raise
+        kind = contract.failure_type_of(refused.cause)
+        return contract.PublishAnswer(
+            verdict="refused",
+            event_id=envelope.event.id,
+            workflow_id=contract.chain_workflow_id(correlation_id),
+            failure_type=kind,
+            # A validator's refusal comes back as "<type>: <message>".
+            reason=contract.failure_message(refused.cause).removeprefix(f"{kind}: "),
+        )
+
+
+@api_call
 async def chain_state(client: Client, correlation_id: str) -> ChainState:
     """The chain's record: an ended chain's from its result (no worker needed), a running
     one's from its `state` query."""
@@ -194,18 +327,21 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
     return await handle.query(ReactiveChain.state)
 
 
+@api_call
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: one row per event the chain saw, with the ids linking each to
     its cause (`causation_id`, `causes`), oldest first."""
     return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
 
 
+@api_call
 async def chain_running(client: Client, correlation_id: str) -> bool:
-    """Whether the correlation's chain is still running (an RPCError NOT_FOUND: it has none)."""
+    """Whether the correlation's chain is still running (NotFound: it has none)."""
     description = await chain_handle(client, correlation_id).describe()
     return description.status == WorkflowExecutionStatus.RUNNING
 
 
+@api_call
 async def close_chain(client: Client, correlation_id: str) -> None:
     """A run that is full or closing is waited for, as a publish is: the close goes to the run
     it continues as (`with_backpressure`)."""

@@ -1,8 +1,11 @@
 """Shared by the API modules: starting and cancelling a run, why an event could not be delivered,
 and closed runs."""
 
+import functools
+import re
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -14,20 +17,23 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.types import MethodAsyncSingleParam
+from temporalio.types import MethodAsyncSingleParam, MethodSyncOrAsyncNoParam
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
+from coord.infra.search_attributes import SetupNeeded
 from coord.infra.signals import target_name
-from coord.infra.temporal import task_queue
+from coord.infra.temporal import ServerUnreachable, task_queue
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
-from coord.models.wire.errors import CoordError
+from coord.models.wire.errors import CoordError, RunFailed, ServerRefused
 
 log = get_logger("coord.api")
 R = TypeVar("R")
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
+MISSING_SEARCH_ATTRIBUTE = re.compile(r"no mapping defined for search attribute (\w+)")
 
 
 class Startable(Protocol):
@@ -61,6 +67,38 @@ class NoWorker(CoordError, RuntimeError):
     """No worker polls the task queue, so nothing would ever run; the message says which."""
 
 
+def server_error(error: RPCError, call: str = "") -> CoordError:
+    """The CoordError a refused server call means, by its status (the CLI's exit code follows
+    from the class: docs/cli.md), its message naming the `call` and the server's words."""
+    words = f"{call}: {error.message}" if call else error.message
+    missing = MISSING_SEARCH_ATTRIBUTE.search(error.message)
+    if missing:
+        return SetupNeeded([missing.group(1)])
+    if error.status == RPCStatusCode.NOT_FOUND:
+        return NotFound(words)
+    if error.status == RPCStatusCode.ALREADY_EXISTS:
+        return Conflict(words)
+    if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        return ServerUnreachable(f"the Temporal server did not answer: {words}")
+    return ServerRefused(f"{words} ({error.status.name.lower()})")
+
+
+def api_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R]]:
+    """The API's edge: a server's refusal or a run's bare failure leaves a public function as a
+    CoordError naming the function, with Temporal's own error as its `__cause__`."""
+
+    @functools.wraps(fn)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except RPCError as error:
+            raise server_error(error, fn.__name__) from error
+        except WorkflowFailureError as error:
+            raise RunFailed(f"{fn.__name__}: {contract.failure_message(error)}") from error
+
+    return call
+
+
 async def ended_or_missing(
     handle: WorkflowHandle[Any, Any], name: str, consequence: str, error: RPCError
 ) -> Exception:
@@ -84,12 +122,21 @@ async def start_run(
     queue: str | None,
     summary: str,
     details: str | None,
+    *,
+    eager: bool = False,
 ) -> WorkflowHandle[Any, R]:
     """Starts the workflow whose `run` takes `spec`, under the spec's workflow id, on `queue`
     (else the configured task queue). The spec goes as plain JSON, which the run decodes and
     checks itself (a malformed one fails the run naming the field); the UI shows `summary` and
     `details`; the run starts with the search attributes of its `first` record, so that lists
-    find it from its first moment."""
+    find it from its first moment.
+
+    `eager` asks the server to hand the run's first workflow task back in the start call's
+    answer, to a worker on this same client that polls `queue`, instead of queuing it: the run
+    starts a round trip sooner, and its history says `eager_execution_accepted`. For callers
+    whose worker shares their client (the demo, tests, a program hosting its own worker); off
+    by default, since a remote caller has no worker to take the task (the server then queues
+    it as usual)."""
     return await client.start_workflow(
         run,
         spec.model_dump(mode="json"),
@@ -98,6 +145,7 @@ async def start_run(
         static_summary=summary,
         static_details=details,
         search_attributes=contract.as_start_attributes(first.search_attributes()),
+        request_eager_start=eager,
     )
 
 
@@ -132,6 +180,21 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
         WorkflowExecutionStatus.FAILED,
         WorkflowExecutionStatus.CANCELED,
     )
+
+
+async def current_record(
+    handle: WorkflowHandle[Any, M],
+    outcome: Callable[[WorkflowHandle[Any, M]], Awaitable[M]],
+    state: MethodSyncOrAsyncNoParam[Any, M],
+    missing: Exception,
+) -> M:
+    """A run's record now: a running run answers its `state` query, an ended one its `outcome`
+    (result, failure or memo), so no worker is needed to read it; `missing` when there is no
+    such run."""
+    await described(handle, missing)
+    if await closed_with_result(handle):
+        return await outcome(handle)
+    return await handle.query(state)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:

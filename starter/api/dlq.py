@@ -40,7 +40,7 @@ from coord.models.dlq.letter import (
 from coord.models.wire import contract
 from coord.models.wire.contract import failure_message
 from coord.models.wire.specs import SpecError
-from coord.starter.api.common import Undeliverable, described
+from coord.starter.api.common import Undeliverable, api_call, described
 from coord.workflows.dlq import DeadLetterEntry
 
 UpdateRequest = TypeVar("UpdateRequest", ReplayRequest, ArchiveRequest)
@@ -87,6 +87,7 @@ def quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+@api_call
 async def dlq_page(
     client: Client,
     selection: DlqSelection | None = None,
@@ -110,6 +111,7 @@ async def summary_of(memo: Callable[[], Awaitable[Any]]) -> EntrySummary:
     return EntrySummary.model_validate((await memo())[contract.DEAD_LETTER_SUMMARY_MEMO])
 
 
+@api_call
 async def dlq_entries(
     client: Client, selection: DlqSelection | None = None, *, queue: str | None = None
 ) -> list[EntrySummary]:
@@ -138,6 +140,7 @@ def decode_cursor(cursor: str) -> tuple[str, bytes]:
     return decoded.query, token
 
 
+@api_call
 async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     """An entry's whole record: its result once closed, else its `entry` query."""
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
@@ -150,6 +153,7 @@ async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     return await handle.query(DeadLetterEntry.entry)
 
 
+@api_call
 async def dlq_counts(
     client: Client, selection: DlqSelection | None = None, *, queue: str | None = None
 ) -> DlqCounts:
@@ -182,6 +186,7 @@ async def dlq_counts(
     return counts
 
 
+@api_call
 async def dlq_replay(
     client: Client,
     entry_id: str,
@@ -194,6 +199,7 @@ async def dlq_replay(
     return await _ask(client, entry_id, DeadLetterEntry.replay, request, answer_time)
 
 
+@api_call
 async def dlq_archive(
     client: Client, entry_id: str, note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> DlqEntry:
@@ -217,6 +223,7 @@ async def _ask(
     return await _updated(client, entry_id, started)
 
 
+@api_call
 async def dlq_selected(
     client: Client, selection: DlqSelection, *, queue: str | None = None
 ) -> list[str]:
@@ -228,6 +235,7 @@ async def dlq_selected(
     return entry_ids
 
 
+@api_call
 async def dlq_replay_many(
     client: Client,
     entry_ids: Sequence[str],
@@ -244,6 +252,7 @@ async def dlq_replay_many(
     )
 
 
+@api_call
 async def dlq_archive_many(
     client: Client, entry_ids: Sequence[str], note: str, *, answer_time: timedelta = ANSWER_TIME
 ) -> list[BulkOutcome]:

@@ -5,7 +5,7 @@ The calls name the workflow, its queries and its update by their wire names (the
 this side needs nothing of the workflow's code."""
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio.client import (
     Client,
@@ -15,6 +15,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
+from coord.models.plan.planner import AddedTasks, AddTasks
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
     ApprovalDecision,
@@ -30,9 +31,9 @@ from coord.models.wire import contract
 from coord.starter.api.common import (
     NotFound,
     NoWorker,
+    api_call,
     cancel_running,
-    closed_with_result,
-    described,
+    current_record,
     ended_or_missing,
     ended_record,
     start_run,
@@ -48,6 +49,8 @@ at a line, saying where the whole of it is."""
 
 def plan_summary(spec: PlanSpec) -> str:
     tasks = f"{len(spec.tasks)} task{'s' if len(spec.tasks) != 1 else ''}"
+    if spec.planner is not None:
+        tasks = f"planned by {spec.planner.agent}"
     return f"Plan {spec.name} ({spec.plan_id}): {tasks}, at most {spec.max_workers} at once"
 
 
@@ -60,14 +63,18 @@ def plan_details(spec: PlanSpec) -> str:
     return f"{cut}\n\n… cut here; `coord plan state {spec.plan_id}` lists every task\n"
 
 
+@api_call
 async def start_plan(
-    client: Client, spec: PlanSpec, *, queue: str | None = None
+    client: Client, spec: PlanSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, PlanState]:
     """Start the plan on `queue` (default: $COORD_TASK_QUEUE); `plan_outcome(handle)` waits for
-    its final report."""
+    its final report. `eager`: this client's own worker takes its first task (`start_run`)."""
     first = PlanState(plan_id=spec.plan_id, correlation_id=spec.correlation_id)
     summary, details = plan_summary(spec), plan_details(spec)
-    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details)
+    if spec.rewind is not None:
+        first.rewind_of = spec.rewind.of.search_value()
+        summary = f"{summary} ({spec.rewind.of.describe()})"
+    return await start_run(client, TaskGraph.run, spec, first, queue, summary, details, eager=eager)
 
 
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
@@ -75,6 +82,7 @@ def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
     return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
 
 
+@api_call
 async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     """Wait for the plan to end and return its final record (the final report), however
     it ended: a `fail_fast` failure carries it in its details, a cancelled run in its memo (there
@@ -83,15 +91,12 @@ async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 
 
 async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
-    """A running plan answers its `state` query; an ended one from its result, failure or memo,
-    so no worker is needed to read it."""
-    await described(handle, NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist"))
-    if await closed_with_result(handle):
-        return await plan_outcome(handle)
-    state: PlanState = await handle.query(TaskGraph.state)
-    return state
+    """The plan's record now (`current_record`)."""
+    missing = NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, plan_outcome, TaskGraph.state, missing)
 
 
+@api_call
 async def plan_state(client: Client, plan: str) -> PlanState:
     """The record; a running plan's with what its agents say now (their progress summaries and
     attempts, read from the server's pending activities: the plan itself never polls them)."""
@@ -102,6 +107,7 @@ async def plan_state(client: Client, plan: str) -> PlanState:
     return as_seen(state, await pending_progress(client, handle.id))
 
 
+@api_call
 async def plan_progress(client: Client, plan: str) -> PlanProgress:
     """Running tasks with their agents' latest summaries (read from the server's pending
     activities as the answer is made) and elapsed time, counts by state, and what the plan
@@ -122,6 +128,7 @@ async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> Pla
     return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 
+@api_call
 async def approve_task(
     client: Client, plan: str, request: ApprovalRequest, *, answer_time: timedelta = ANSWER_TIME
 ) -> ApprovalDecision:
@@ -132,11 +139,15 @@ async def approve_task(
     no worker took the decision up within `answer_time`."""
     handle = plan_handle(client, plan)
     try:
-        decided: ApprovalDecision = await handle.execute_update(
-            contract.APPROVE_UPDATE,
-            request.model_dump(mode="json", exclude_none=True),
-            rpc_timeout=answer_time,
-            result_type=ApprovalDecision,
+        # The SDK types a named async update's result as its coroutine; the decoded result is
+        # the handler's declared return type.
+        decided = cast(
+            ApprovalDecision,
+            await handle.execute_update(
+                TaskGraph.approve,
+                request.model_dump(mode="json", exclude_none=True),
+                rpc_timeout=answer_time,
+            ),
         )
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise NoWorker(
@@ -150,6 +161,36 @@ async def approve_task(
     return decided
 
 
+@api_call
+async def add_tasks(
+    client: Client,
+    plan: str,
+    tasks: list[dict[str, Any]],
+    *,
+    answer_time: timedelta = ANSWER_TIME,
+) -> AddedTasks:
+    """Add `tasks` (each in the shape of a spec's task) to a running plan; a task whose
+    dependencies have all succeeded starts at once. The plan refuses, in one line naming the
+    field (`invalid_tasks`), a cycle, a repeated id, a dependency that is no task of the plan
+    or that already ended without succeeding, the caps, and a plan that has ended; NoWorker
+    when no worker took the request up within `answer_time`."""
+    request = AddTasks.model_validate({"tasks": tasks})
+    handle = plan_handle(client, plan)
+    try:
+        added: AddedTasks = await handle.execute_update(
+            TaskGraph.add_tasks, request.model_dump(mode="json"), rpc_timeout=answer_time
+        )
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        raise NoWorker(
+            f"plan {plan!r}: no worker took the tasks up within {answer_time.total_seconds():g}s"
+            " (is one running on its task queue?)"
+        ) from None
+    except RPCError as error:
+        raise await ended_or_missing(handle, f"plan {plan!r}", "no task was added", error) from None
+    return added
+
+
+@api_call
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""

@@ -13,9 +13,10 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.chains import publish
-from coord.starter.api.common import Undeliverable, undeliverable
+from coord.starter.api.common import Undeliverable, api_call, undeliverable
 
 
+@api_call
 async def deliver(
     client: Client,
     envelope: EventEnvelope,
@@ -45,6 +46,7 @@ async def deliver(
     return delivery
 
 
+@api_call
 async def broadcast(client: Client, envelope: EventEnvelope) -> Delivery:
     """Deliver a topic-wide event (an alert, say) to every running chain; each takes it as its
     own correlation's. A chain that has ended since it was listed is skipped and reported; only

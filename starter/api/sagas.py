@@ -9,20 +9,21 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.service import RPCError, RPCStatusCode
 
-from coord.infra.temporal import task_queue
-from coord.models.events.timeline import TimelineEntry
+from coord.models.events.timeline import TimelineEntry, logical_order
 from coord.models.saga.spec import SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
     NotFound,
+    api_call,
     closed_with_result,
     described,
     ended_record,
+    start_run,
 )
+from coord.starter.api.correlation import pattern_rows
 from coord.workflows.saga import Saga
 
 
@@ -31,22 +32,20 @@ def saga_summary(spec: SagaSpec) -> str:
     return f"Saga {spec.name} ({spec.saga_id}): {steps}"
 
 
+@api_call
 async def start_saga(
-    client: Client, spec: SagaSpec, *, queue: str | None = None
+    client: Client, spec: SagaSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, SagaState]:
     """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
-    its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running."""
-    return await client.start_workflow(
-        Saga.run,
-        spec.model_dump(mode="json"),
-        id=spec.workflow_id,
-        task_queue=queue or task_queue(),
-        static_summary=saga_summary(spec),
-        static_details=spec.description or None,
-        search_attributes=contract.as_start_attributes(
-            SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id).search_attributes()
-        ),
-    )
+    its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running.
+    `eager`: this client's own worker takes its first task (`start_run`)."""
+    first = SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id)
+    summary = saga_summary(spec)
+    if spec.rewind is not None:
+        first.rewind_of = spec.rewind.of.search_value()
+        summary = f"{summary} ({spec.rewind.of.describe()})"
+    details = spec.description or None
+    return await start_run(client, Saga.run, spec, first, queue, summary, details, eager=eager)
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
@@ -54,6 +53,7 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
     return client.get_workflow_handle_for(Saga.run, contract.saga_workflow_id(saga_id))
 
 
+@api_call
 async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
@@ -72,12 +72,14 @@ async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     return await handle.query(Saga.state)
 
 
+@api_call
 async def saga_state(client: Client, saga_id: str) -> SagaState:
     """The saga's record: steps done, compensations, the events it published; an ended saga's
     read without a worker."""
     return await saga_record(saga_handle(client, saga_id))
 
 
+@api_call
 async def cancel_saga(client: Client, saga_id: str) -> None:
     """Refused when the saga has ended: the server would accept the request and nothing would
     run, so a caller would believe compensations are under way."""
@@ -92,27 +94,26 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     await handle.cancel()
 
 
+@api_call
 async def correlation_events(client: Client, correlation_id: str) -> list[TimelineEntry]:
-    """The correlation table: the chain's timeline, which holds the events of the sagas
-    that ran beside it, and every saga event of the correlation it does not hold (no chain, or
-    one started later), in time order. With neither a chain nor a saga, the chain's lookup
-    error says what is missing."""
-    no_chain: RPCError | None = None
+    """The correlation table: the chain's timeline, which holds the events of the sagas,
+    aggregators, plans and votes that ran beside it, and every event of theirs it does not hold
+    (no chain, or one started later), in logical order (`logical_order`: the chain's sequence,
+    then causation; never wall clock). With neither a chain nor any pattern's run, the chain's
+    lookup error says what is missing."""
+    no_chain: NotFound | None = None
     try:
         entries = await chain_timeline(client, correlation_id)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
+    except NotFound as error:
         entries, no_chain = [], error
-    known = {entry.event_id for entry in entries}
     records = [
-        await saga_record(handle) async for handle in correlated_sagas(client, correlation_id)
+        (await saga_record(handle)).events
+        async for handle in correlated_sagas(client, correlation_id)
     ]
+    records += await pattern_rows(client, correlation_id)
     if no_chain is not None and not records:
         raise no_chain
-    for record in records:
-        entries += [entry for entry in record.events if entry.event_id not in known]
-    return sorted(entries, key=lambda entry: entry.time)
+    return logical_order(entries, records)
 
 
 async def correlated_sagas(

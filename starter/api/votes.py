@@ -11,9 +11,9 @@ from coord.models.vote.spec import VoteSpec, VoteState
 from coord.models.wire import contract
 from coord.starter.api.common import (
     NotFound,
+    api_call,
     cancel_running,
-    closed_with_result,
-    described,
+    current_record,
     ended_record,
     start_run,
 )
@@ -25,14 +25,15 @@ def vote_summary(spec: VoteSpec) -> str:
     return f"Vote {spec.vote_id}: {spec.needed} of {len(spec.voters)} approvals decide ({voters})"
 
 
+@api_call
 async def start_vote(
-    client: Client, spec: VoteSpec, *, queue: str | None = None
+    client: Client, spec: VoteSpec, *, queue: str | None = None, eager: bool = False
 ) -> WorkflowHandle[Any, VoteState]:
     """Start the vote on `queue` (default: $COORD_TASK_QUEUE); `vote_outcome(handle)` waits for
-    its record."""
+    its record. `eager`: this client's own worker takes its first task (`start_run`)."""
     first = VoteState(vote_id=spec.vote_id, correlation_id=spec.correlation_id)
     summary, details = vote_summary(spec), spec.description or None
-    return await start_run(client, Vote.run, spec, first, queue, summary, details)
+    return await start_run(client, Vote.run, spec, first, queue, summary, details, eager=eager)
 
 
 def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
@@ -40,23 +41,23 @@ def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
     return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
 
 
+@api_call
 async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
     """Wait for the vote to end and return its record: decided, rejected or without quorum (its
     result), or cancelled (its memo). A run whose spec was invalid raises its failure."""
     return await ended_record(handle, contract.VOTE_RECORD_MEMO, VoteState)
 
 
+@api_call
 async def vote_state(client: Client, vote: str) -> VoteState:
-    """A running vote answers its `state` query; an ended one from its result or memo, so no
-    worker is needed to read it."""
+    """The vote's record now (`current_record`): a running vote's from its `state` query, an
+    ended one's from its result or memo, without a worker."""
     handle = vote_handle(client, vote)
-    await described(handle, NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist"))
-    if await closed_with_result(handle):
-        return await vote_outcome(handle)
-    state: VoteState = await handle.query(Vote.state)
-    return state
+    missing = NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, vote_outcome, Vote.state, missing)
 
 
+@api_call
 async def cancel_vote(client: Client, vote: str) -> None:
     """The voters' runs still out are cancelled and the record (in the memo) says so; a plan
     task or chain subscription waiting on the vote takes it as failed. Refused when the vote

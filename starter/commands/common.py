@@ -117,6 +117,22 @@ NoWorkerTimeout = Annotated[
     float,
     typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
 ]
+SpecId = Annotated[str | None, typer.Option("--id", help="Its id (overrides the spec's)")]
+Wait = Annotated[bool, typer.Option(help="Wait for it to end and print how it ended")]
+CorrelationId = Annotated[
+    str | None,
+    typer.Option(
+        help="The correlation it belongs to (overrides the spec's): its lifecycle events go to "
+        "that correlation's chain"
+    ),
+]
+AgentsFile = Annotated[
+    Path | None, typer.Option("--agents", help="The worker's agents YAML file (also $COORD_AGENTS)")
+]
+DemoAgents = Annotated[
+    bool,
+    typer.Option("--demo-agents", help="Include the demo agents (also $COORD_DEMO_AGENTS=1)"),
+]
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,33 @@ class StartCommand(Generic[S, R]):
     """The outcome, for tools (`--json`) or people."""
     ended_well: Callable[[R], bool]
     otherwise: ExitCode
+
+    def register(
+        self,
+        app: typer.Typer,
+        load: Callable[[Path, str | None, str | None], S],
+        id_of: Callable[[S], str],
+    ) -> None:
+        """`coord KIND start FILE [--id] [--correlation-id] [--wait] [--json]`: the spec file
+        `load`s with `--id` over the id `id_of` reads and `--correlation-id` over its
+        correlation."""
+
+        async def start(
+            file: Path,
+            run_id: SpecId = None,
+            correlation_id: CorrelationId = None,
+            wait: Wait = False,
+            as_json: AsJson = False,
+            no_worker_timeout: NoWorkerTimeout = 30,
+        ) -> None:
+            spec = load(file, run_id, correlation_id)
+            await self.run(
+                spec, id_of(spec), wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
+            )
+
+        app.command("start", help=f"Start a {self.kind} from a YAML or JSON spec.")(
+            runs_async(start)
+        )
 
     async def run(
         self, spec: S, name: str, *, wait: bool, as_json: bool = False, no_worker_timeout: float
@@ -182,7 +225,7 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
         render.show(view(record))
 
 
-def check_agents(source: Path, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
+def check_agents(source: Path | str, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:
     """The SDK's one check (`coord.models.checks.check_agents`, the rule `run_agent` applies)
     against the agents a worker started here would have ($COORD_AGENTS, $COORD_DEMO_AGENTS),
     read from their declarations: no agent's code is imported or run here."""

@@ -11,16 +11,18 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import MAX_PAGE_ROWS, PAGE_ROWS
 from coord.models.events.timeline import TimelineEntry
+from coord.models.events.views import TableView
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.aggregator import load_aggregator_spec
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
+from coord.starter.exits import ExitCode
 
 app = typer.Typer()
 
@@ -50,6 +52,9 @@ async def publish(
     event_id: Annotated[
         str | None, typer.Option("--id", help="Event id (retries reuse it)")
     ] = None,
+    caused_by: Annotated[
+        str | None, typer.Option(help="The id of the event that caused this one")
+    ] = None,
     spec_file: Annotated[
         Path | None, typer.Option("--spec", help="Chain spec: start the chain if it does not exist")
     ] = None,
@@ -57,21 +62,25 @@ async def publish(
         bool, typer.Option(help="Deliver to every running chain (topic-wide alerts)")
     ] = False,
     to: Annotated[str | None, typer.Option("--to", help="Deliver to this workflow id only")] = None,
+    ack: Annotated[
+        bool,
+        typer.Option(
+            help="Wait for the chain's answer: accepted (with its seq), duplicate, or refused "
+            "(exit 13)"
+        ),
+    ] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain."""
+    """Publish an event to its correlation's chain and aggregators, one workflow, or every chain.
+    With --ack, to its correlation's chain only, which answers at once what became of it."""
     if not correlation_id and not all_chains and not to:
         raise SpecError("give --correlation-id, --to or --all-chains")
-    if payload is not None and payload_file is not None:
-        raise SpecError("--payload and --payload-file: give one or the other")
-    body: object = {}
-    if payload is not None:
-        body = parse_json_object(payload, "--payload")
-    elif payload_file is not None:
-        body = read_document(payload_file)
+    if ack and (all_chains or to):
+        raise SpecError("--ack publishes to the correlation's chain: not with --to or --all-chains")
+    body = publish_payload(payload, payload_file)
     header = {"type": type, "source": source, "correlation_id": correlation_id}
-    if event_id is not None:
-        header["id"] = event_id
+    optional = {"id": event_id, "causation_id": caused_by}
+    header |= {key: value for key, value in optional.items() if value is not None}
     envelope = parse_model(
         EventEnvelope,
         {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
@@ -79,6 +88,9 @@ async def publish(
     )
     spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
     client = await connect()
+    if ack:
+        await publish_acked(client, envelope, spec, as_json)
+        return
     if all_chains:
         delivery = await api.broadcast(client, envelope)
         target = delivery.describe(f"{len(delivery.reached)} running chains")
@@ -92,6 +104,29 @@ async def publish(
         typer.echo(f"published {envelope.event.id} ({envelope.event.type}) to {target}")
 
 
+def publish_payload(payload: str | None, payload_file: Path | None) -> object:
+    """`--payload` (a JSON object) or `--payload-file` (JSON or YAML), or none: `{}`."""
+    if payload is not None and payload_file is not None:
+        raise SpecError("--payload and --payload-file: give one or the other")
+    if payload is not None:
+        return parse_json_object(payload, "--payload")
+    if payload_file is not None:
+        return read_document(payload_file)
+    return {}
+
+
+async def publish_acked(
+    client: Client, envelope: EventEnvelope, spec: ChainSpec | AggregatorSpec | None, as_json: bool
+) -> None:
+    """`publish --ack`: one line, the chain's answer; a refusal exits `EVENT_REFUSED`."""
+    if isinstance(spec, AggregatorSpec):
+        raise SpecError("--ack publishes to a chain: --spec must be a chain spec")
+    answer = await api.publish_acked(client, envelope, spec=spec)
+    typer.echo(answer.model_dump_json() if as_json else answer.describe())
+    if answer.verdict == "refused":
+        raise typer.Exit(ExitCode.EVENT_REFUSED)
+
+
 @app.command()
 @runs_async
 async def events(
@@ -103,10 +138,34 @@ async def events(
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
     ] = False,
+    whole_log: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Every event of the chain's log, read from the store page by page"
+        ),
+    ] = False,
+    since: Annotated[
+        int | None,
+        typer.Option(help="The log's events after this sequence number (implies --all)", min=0),
+    ] = None,
+    replay_into: Annotated[
+        str | None,
+        typer.Option(help="Rebuild a read model by replaying the whole log: table or agents"),
+    ] = None,
+    page_size: Annotated[
+        int, typer.Option(help="Rows read from the log at a time", min=1, max=MAX_PAGE_ROWS)
+    ] = PAGE_ROWS,
 ) -> None:
     """Print the correlation table (or causation tree) of a chain and its sagas' events, then
-    the tokens the correlation's language-model runs used (when any reported usage)."""
+    the tokens the correlation's language-model runs used (when any reported usage). With
+    --all, --since or --replay-into, the chain's whole log (`docs/events.md`)."""
     client = await connect()
+    if replay_into is not None:
+        await show_replay(client, correlation_id, replay_into, as_json, page_size)
+        return
+    if whole_log or since is not None:
+        await show_log(client, correlation_id, since, as_json, page_size)
+        return
     timeline = await api.correlation_events(client, correlation_id)
     view = render.causation_tree if tree else render.timeline_table
     if follow and not as_json and render.console().is_terminal:
@@ -117,6 +176,46 @@ async def events(
             await follow_rows(client, correlation_id, timeline, as_json)
     if not as_json:
         await show_tokens(client, correlation_id)
+
+
+async def show_log(
+    client: Client, correlation_id: str, since: int | None, as_json: bool, page_size: int
+) -> None:
+    """The log page by page: JSON Lines, or a table per page (one header), then the span."""
+    shown, first = 0, None
+    cursor = since
+    while True:
+        page = await api.read_log_page(client, correlation_id, since=cursor, page_size=page_size)
+        if as_json:
+            for row in page.rows:
+                echo_json(row, one_line=True)
+        elif page.rows:
+            render.show(render.timeline_table(page.rows, show_header=first is None))
+        if page.rows:
+            first = page.rows[0].seq if first is None else first
+            shown += len(page.rows)
+            cursor = page.rows[-1].seq
+        if page.next_since is None:
+            break
+    if not as_json:
+        span = f", seq {first:,}-{cursor:,}" if first is not None else ""
+        render.show(Text(f"{shown:,} events{span}"))
+
+
+async def show_replay(
+    client: Client, correlation_id: str, view: str, as_json: bool, page_size: int
+) -> None:
+    """The view rebuilt from the whole log: its JSON object, or shown as a table."""
+    try:
+        rebuilt = await api.replay_into(client, correlation_id, view, page_size=page_size)
+    except ValueError as error:
+        raise SpecError(str(error)) from None
+    if as_json:
+        echo_json(rebuilt, one_line=True)
+    elif isinstance(rebuilt, TableView):
+        render.show(render.timeline_table(rebuilt.rows))
+    else:
+        render.show(render.agents_activity(rebuilt))
 
 
 def show_rows(
@@ -180,7 +279,5 @@ async def chain_still_running(client: Client, correlation_id: str) -> bool:
     """False once the chain has ended, or when there is none (sagas' events alone)."""
     try:
         return await api.chain_running(client, correlation_id)
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
+    except api.NotFound:
+        return False

@@ -10,9 +10,10 @@ import typer
 
 from coord.infra.gc import Collector, options_for
 from coord.infra.temporal import task_queue
-from coord.models.mesh.config import AgentsFile, WorkerSettings
+from coord.models.mesh.config import WorkerSettings
+from coord.models.mesh.declared import read_agents_file
 from coord.models.ops.retention import Action, GcReport
-from coord.models.wire.specs import SpecError, load_spec
+from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
 from coord.starter.exits import ExitCode
 
@@ -32,7 +33,7 @@ def worker_settings(agents: Path | None) -> WorkerSettings:
     root), or the defaults."""
     if agents is None:
         return WorkerSettings()
-    return load_spec(AgentsFile, agents).worker
+    return read_agents_file(agents).worker
 
 
 def env_agents() -> Path | None:

@@ -1,5 +1,7 @@
-"""`coord plan start|state|approve|cancel`: coordinator mode from the command line."""
+"""`coord plan start|state|approve|add-tasks|cancel`: coordinator mode from the command
+line."""
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -7,16 +9,18 @@ from typing import Annotated
 
 import typer
 
+from coord.models.mesh.declared import read_agents_file
+from coord.models.plan.planner import AddTasks, planning_line
 from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus
-from coord.models.wire.specs import load_spec, parse_model
+from coord.models.wire.specs import load_spec, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
-    NoWorkerTimeout,
     StartCommand,
     check_agents,
     connect,
     echo_json,
+    echo_started,
     runs_async,
 )
 from coord.starter.exits import ExitCode
@@ -27,9 +31,12 @@ app = typer.Typer(
 )
 
 
-def load_plan_spec(file: Path, plan_id: str | None) -> PlanSpec:
-    """The spec file with `--id` over its plan id, its agents checked as the worker would."""
-    spec = load_spec(PlanSpec, file, {"plan_id": plan_id} if plan_id is not None else None)
+def load_plan_spec(file: Path, plan_id: str | None, correlation_id: str | None = None) -> PlanSpec:
+    """The spec file with `--id` over its plan id and `--correlation-id` over its correlation,
+    its agents checked as the worker would."""
+    given = {"plan_id": plan_id, "correlation_id": correlation_id}
+    overrides = {field: value for field, value in given.items() if value is not None}
+    spec = load_spec(PlanSpec, file, overrides or None)
     check_agents(file, spec)
     return spec
 
@@ -38,8 +45,12 @@ def show_plan(state: PlanState, as_json: bool, waiting_for: Sequence[str] = ()) 
     """The record on one line for tools, else the table for people."""
     if as_json:
         echo_json(state, one_line=True)
-    else:
-        render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
+        return
+    render.show(render.plan_view(state, datetime.now(UTC), waiting_for))
+    if state.planning is not None:
+        typer.echo(planning_line(state.planning))
+        if state.planning.answer is not None:
+            typer.echo(json.dumps(state.planning.answer, indent=2))
 
 
 PLANS = StartCommand(
@@ -53,24 +64,7 @@ PLANS = StartCommand(
 )
 
 
-@app.command("start")
-@runs_async
-async def start(
-    file: Path,
-    plan_id: Annotated[
-        str | None, typer.Option("--id", help="Plan id (overrides the spec's)")
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option(help="Wait for the plan to end and print its final report")
-    ] = False,
-    as_json: AsJson = False,
-    no_worker_timeout: NoWorkerTimeout = 30,
-) -> None:
-    """Start a plan from a YAML or JSON spec."""
-    spec = load_plan_spec(file, plan_id)
-    await PLANS.run(
-        spec, spec.plan_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
-    )
+PLANS.register(app, load_plan_spec, lambda spec: spec.plan_id)
 
 
 @app.command("state")
@@ -102,9 +96,41 @@ async def approve(
     typer.echo(f"{verb} task {task} of plan {plan} (by {decided.by})")
 
 
+@app.command("add-tasks")
+@runs_async
+async def add_tasks(plan: str, file: Path) -> None:
+    """Add tasks to a running plan from a YAML or JSON file (`tasks:`, a list in the shape of a
+    spec's tasks). The plan refuses, naming the field, a cycle, a repeated id, a dependency that
+    is unknown or already failed, and a plan that has ended."""
+    request = parse_model(AddTasks, read_document(file), str(file))
+    added = await api.add_tasks(await connect(), plan, request.tasks)
+    typer.echo(f"added {', '.join(added.added)} to plan {plan} ({added.total} tasks)")
+
+
 @app.command("cancel")
 @runs_async
 async def cancel(plan: str) -> None:
     """Cancel a plan; its running tasks are cancelled and the record says so."""
     await api.cancel_plan(await connect(), plan)
     typer.echo(f"cancellation requested for plan {plan}; its running tasks are cancelled")
+
+
+@app.command("rewind")
+@runs_async
+async def rewind(
+    plan: str,
+    copy_id: Annotated[str, typer.Option("--as", help="The copy's plan id")],
+    to_task: Annotated[
+        str | None, typer.Option(help="The task run again, with all that depends on it")
+    ] = None,
+    agents_file: Annotated[
+        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+    ] = None,
+) -> None:
+    """Re-run a plan as a new plan: `--to-task` and what depends on it run again (without it,
+    every task that did not succeed); the other tasks that succeeded are reused as they stood,
+    never run again. The original is never touched."""
+    agents = read_agents_file(agents_file).agents if agents_file else None
+    client = await connect()
+    handle = await api.rewind_plan(client, plan, copy_id=copy_id, to_task=to_task, agents=agents)
+    echo_started(client, handle.id)

@@ -1,20 +1,24 @@
-"""`coord saga start|state|cancel`."""
+"""`coord saga start|state|cancel|rewind`."""
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from coord.models.mesh.declared import read_agents_file
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
 from coord.starter.commands.common import (
     AsJson,
     NoWorkerTimeout,
+    SpecId,
     StartCommand,
+    Wait,
     check_agents,
     connect,
     echo_json,
+    echo_started,
     runs_async,
 )
 from coord.starter.exits import ExitCode
@@ -60,12 +64,8 @@ async def start(
     input: Annotated[
         str | None, typer.Option(help="JSON object merged into the spec's input")
     ] = None,
-    saga_id: Annotated[
-        str | None, typer.Option("--id", help="Saga id (overrides the spec's)")
-    ] = None,
-    wait: Annotated[
-        bool, typer.Option(help="Wait for the saga to end and print its state")
-    ] = False,
+    saga_id: SpecId = None,
+    wait: Wait = False,
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
     """Start a saga from a YAML or JSON spec."""
@@ -86,3 +86,29 @@ async def cancel(saga_id: str) -> None:
     """Cancel a saga; its compensation stack is unwound."""
     await api.cancel_saga(await connect(), saga_id)
     typer.echo(f"cancellation requested for saga {saga_id}; its compensations will run")
+
+
+@app.command("rewind")
+@runs_async
+async def rewind(
+    saga_id: str,
+    to_step: Annotated[int, typer.Option(help="The step the copy starts at (numbered from 1)")],
+    copy_id: Annotated[str, typer.Option("--as", help="The copy's saga id")],
+    agents_file: Annotated[
+        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+    ] = None,
+    input: Annotated[
+        str | None, typer.Option(help="JSON object merged into the copy's input")
+    ] = None,
+) -> None:
+    """Re-run a saga from one of its steps as a new saga: the steps before are the original's
+    (results, events and compensation stack as they stood, never run again), the rest run with
+    the agents of `--agents` and `--input` merged into its input. The original is never
+    touched."""
+    agents = read_agents_file(agents_file).agents if agents_file else None
+    extra = parse_json_object(input, "--input") if input is not None else None
+    client = await connect()
+    handle = await api.rewind_saga(
+        client, saga_id, to_step=to_step, copy_id=copy_id, agents=agents, input=extra
+    )
+    echo_started(client, handle.id)

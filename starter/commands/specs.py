@@ -9,7 +9,7 @@ import typer
 
 from coord.models.kinds import SpecKind, file_problems, schema_of
 from coord.models.mesh.declared import declared_agents
-from coord.starter.commands.common import runs_async
+from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
 from coord.starter.exits import ExitCode
 
 app = typer.Typer()
@@ -30,19 +30,18 @@ def schema(
 @app.command()
 @runs_async
 async def validate(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Spec files (YAML or JSON)")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE", help="Spec files (YAML or JSON), or agent definitions (markdown)"
+        ),
+    ],
     kind: Annotated[
         SpecKind | None,
         typer.Option(help="Their kind, when their shape does not tell (default: by shape)"),
     ] = None,
-    agents: Annotated[
-        Path | None,
-        typer.Option(help="Check agents against this agents file (also $COORD_AGENTS)"),
-    ] = None,
-    demo_agents: Annotated[
-        bool,
-        typer.Option("--demo-agents", help="Count the demo agents in (also $COORD_DEMO_AGENTS)"),
-    ] = False,
+    agents: AgentsFile = None,
+    demo_agents: DemoAgents = False,
     correlation_id: Annotated[
         str | None,
         typer.Option(help="As `start --correlation-id` gives it, to specs that have the field"),

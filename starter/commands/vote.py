@@ -16,7 +16,6 @@ from coord.models.wire.specs import SpecError, load_spec
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
-    NoWorkerTimeout,
     StartCommand,
     check_agents,
     connect,
@@ -25,15 +24,19 @@ from coord.starter.commands.common import (
 )
 from coord.starter.exits import ExitCode
 from coord.starter.progress import Sighting
+from coord.workflows.vote import Vote
 
 app = typer.Typer(no_args_is_help=True, help="Start, inspect and cancel consensus votes.")
 VoteId = Annotated[str, typer.Argument(metavar="ID", help="Vote id or workflow id")]
 CHOICE_STYLES = {"approve": "green", "reject": "red", "abstain": "yellow"}
 
 
-def load_vote_spec(file: Path, vote_id: str | None) -> VoteSpec:
-    """The spec file with `--id` over its vote id, its voters checked as the worker would."""
-    spec = load_spec(VoteSpec, file, {"vote_id": vote_id} if vote_id is not None else None)
+def load_vote_spec(file: Path, vote_id: str | None, correlation_id: str | None = None) -> VoteSpec:
+    """The spec file with `--id` over its vote id and `--correlation-id` over its correlation,
+    its voters checked as the worker would."""
+    given = {"vote_id": vote_id, "correlation_id": correlation_id}
+    overrides = {field: value for field, value in given.items() if value is not None}
+    spec = load_spec(VoteSpec, file, overrides or None)
     if contract.ID_PART_SEPARATOR in spec.vote_id:
         raise SpecError(
             f"{file}: vote_id: {spec.vote_id!r} holds `~`, which only the votes of plan tasks "
@@ -89,7 +92,7 @@ def show_vote(state: VoteState, as_json: bool) -> None:
 
 async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each ballot as it is cast, while `vote start --wait` waits."""
-    state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
+    state = await handle.query(Vote.state)
     return [((ballot.voter,), ballot_line(ballot)) for ballot in state.ballots]
 
 
@@ -110,22 +113,7 @@ VOTES = StartCommand(
 )
 
 
-@app.command("start")
-@runs_async
-async def start(
-    file: Path,
-    vote_id: Annotated[
-        str | None, typer.Option("--id", help="Vote id (overrides the spec's)")
-    ] = None,
-    wait: Annotated[bool, typer.Option(help="Wait for the outcome and print the ballots")] = False,
-    as_json: AsJson = False,
-    no_worker_timeout: NoWorkerTimeout = 30,
-) -> None:
-    """Start a vote from a YAML or JSON spec."""
-    spec = load_vote_spec(file, vote_id)
-    await VOTES.run(
-        spec, spec.vote_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
-    )
+VOTES.register(app, load_vote_spec, lambda spec: spec.vote_id)
 
 
 @app.command("state")

@@ -5,7 +5,6 @@ The only commands that host a worker, so the only ones that load it (with the ag
 only when they run: every other command checks specs against the agents' declarations alone."""
 
 import asyncio
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,22 +12,15 @@ from temporalio.runtime import Runtime
 
 from coord.infra.devserver import local_temporal
 from coord.infra.metrics import DEFAULT_BIND, MetricsEndpoint
-from coord.starter.commands.common import runs_async
+from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
 
 app = typer.Typer()
-DemoAgents = Annotated[
-    bool,
-    typer.Option("--demo-agents", help="Also serve the demo agents (also $COORD_DEMO_AGENTS=1)"),
-]
 
 
 @app.command()
 @runs_async
 async def worker(
-    agents: Annotated[
-        Path | None,
-        typer.Option(help="An agents YAML file: `agents:` and `worker:` (also $COORD_AGENTS)"),
-    ] = None,
+    agents: AgentsFile = None,
     demo_agents: DemoAgents = False,
     only: Annotated[
         str | None,

@@ -2,7 +2,9 @@
 dead-letter replays.
 
 A run is a `run_agent` activity with the caller's timeouts, retry policy, cancellation and
-dispatch (`agent_dispatch`: the agent's own queue, its event's priority). Around it, the rules of
+dispatch (`agent_dispatch`: the agent's own queue, its event's priority), and the agent picked
+by capability where the run names capabilities (`assign_agent`; a plan's wave batched by
+`AgentPicker`). Around it, the rules of
 `coord.models.mesh.runs` for what the agent cannot take:
 
 - a refusal made before the agent was called (its breaker is open, its pool has no permit) comes
@@ -34,13 +36,13 @@ run's result is counted into the record the moment it comes back, so the next ru
 new total. (A chain counts in its own model instead: its runs may end in a `ChainRun`.)"""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn, Protocol, TypedDict
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -52,6 +54,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
+    from coord.models.events.priority import task_priority
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -68,20 +71,24 @@ with workflow.unsafe.imports_passed_through():
         gate_delay,
     )
     from coord.models.mesh.usage import TokenMeter
+    from coord.models.wire import contract
     from coord.models.wire.contract import (
         FailureType,
         failure_message,
         failure_type_of,
     )
     from coord.models.wire.sizes import json_size
-    from coord.models.wire.versions import AGENT_PLACEMENT_PATCH, AGENT_RUN_GATES_PATCH
-    from coord.workflows._runtime import calls
-    from coord.workflows._runtime.common import (
-        agent_dispatch,
-        assign_agent,
-        counted_retries,
-        uncancellable,
+    from coord.models.wire.versions import (
+        AGENT_PLACEMENT_PATCH,
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
     )
+    from coord.workflows._runtime import calls
+    from coord.workflows._runtime.common import uncancellable
 
 
 MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
@@ -95,6 +102,137 @@ PLACE_RETRY = RetryPolicy(maximum_attempts=3)
 
 Detoured = Callable[[RunDetour, Assignment | None], None]
 """Told of each detour, and of the assignment when the run was routed again by capability."""
+
+
+def counted_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentRequest, RetryPolicy]:
+    """The request and the server's retry policy of a `run_agent` retried by `retry`:
+    `start_activity(..., request, retry_policy=policy)` with `request, policy =
+    counted_retries(request, retry)`, wherever a step's, subscription's or task's agent runs.
+    The policy's backoff and non-retryable types are `retry`'s; the budget travels in the
+    request (activities/run_tally.py counts it)."""
+    if not workflow.patched(COUNTED_RETRIES_PATCH):
+        return request, retry.to_retry_policy()
+    return request.model_copy(update={"budget": retry.budget()}), retry.to_counted_policy()
+
+
+class AgentDispatch(TypedDict, total=False):
+    """The activity options that say where a `run_agent` goes and how long it may wait there."""
+
+    task_queue: str
+    schedule_to_start_timeout: timedelta
+    priority: Priority
+
+
+def agent_dispatch(
+    request: AgentRequest, schedule_to_start: timedelta, *, agent_queue: bool = True
+) -> AgentDispatch:
+    """Where every workflow sends a `run_agent` (`start_activity(..., **agent_dispatch(...))`).
+
+    A named agent runs on its own task queue (`agent_task_queue`, next to this workflow's
+    queue), served by whichever workers declare it; if none takes the run within
+    `schedule_to_start` it fails `agent_unavailable`. An agent declared inline by the spec
+    stays on this workflow's queue: any coordinator worker that allows its kind can run it, and
+    no worker declares it to poll a queue of its own. So does every run when `agent_queue` is
+    False (a plan's `dispatch: coordinator`), handed over eagerly to the worker scheduling it.
+
+    Either way the run waits its turn by its event's priority and its correlation's fairness
+    key (`task_priority`), where the server orders tasks so."""
+    dispatch = _agent_queue(request, schedule_to_start) if agent_queue else AgentDispatch()
+    if workflow.patched(AGENT_RUN_PRIORITY_PATCH):
+        dispatch["priority"] = task_priority(request.event, workflow.info().workflow_id)
+    return dispatch
+
+
+def _agent_queue(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
+    if request.config is not None or not workflow.patched(AGENT_QUEUES_PATCH):
+        return {}
+    home = workflow.info().task_queue
+    return {
+        "task_queue": contract.agent_task_queue(request.agent, home),
+        "schedule_to_start_timeout": schedule_to_start,
+    }
+
+
+CHOOSE_AGENT_TIMEOUT = timedelta(seconds=30)
+CHOOSE_AGENT_RETRY = RetryPolicy(maximum_attempts=5)
+"""Reading the server may fail for a moment; `no_capable_agent` is not retried."""
+
+
+async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignment | None:
+    """The agent picked for a run that names capabilities (saga step, chain subscription, plan
+    task), with every candidate's bid, for the caller to record and dispatch `run_agent` to
+    (`agent_dispatch`); None for a run that names its agent. Raises the activity's error
+    (`no_capable_agent` when no declared agent offers enough) like a failed run."""
+    if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+        return None
+    assignment: Assignment = await calls.execute(
+        refs.CHOOSE_AGENT,
+        route,
+        start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
+        retry_policy=CHOOSE_AGENT_RETRY,
+        summary=f"choose agent: {summary}",
+    )
+    return assignment
+
+
+async def assign_agents(routes: Sequence[CapabilityRoute], summary: str) -> list[Assignment | None]:
+    """The agents picked for runs started together, in order, in one `choose_agents`: each pick
+    counts as load on its agent for the picks after it, so the runs spread over the capable
+    agents. None for a route no declared agent offers enough for (`assign_agent` asked alone
+    fails it `no_capable_agent`, like an unbatched pick). Raises the activity's error."""
+    picks: list[Assignment | None] = await calls.execute(
+        refs.CHOOSE_AGENTS,
+        list(routes),
+        start_to_close_timeout=CHOOSE_AGENT_TIMEOUT,
+        retry_policy=CHOOSE_AGENT_RETRY,
+        summary=f"choose agents: {summary}",
+    )
+    return picks
+
+
+class AgentPicker:
+    """One workflow's picks by capability, batched: every `pick` asked in the same workflow
+    step (the runs of a plan's wave, granted their slots together) goes into one
+    `assign_agents`, sent once the step's other coroutines have asked theirs."""
+
+    def __init__(self) -> None:
+        self._asked: list[tuple[CapabilityRoute, str, asyncio.Future[Assignment | None]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def pick(self, route: CapabilityRoute | None, summary: str) -> Assignment | None:
+        """As `assign_agent` (None for a run naming its agent; the activity's error raised),
+        the pick made together with the others of this step."""
+        if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+            return None
+        if not workflow.patched(ROUTING_PICKS_BATCHED_PATCH):
+            return await assign_agent(route, summary)
+        picked: asyncio.Future[Assignment | None] = asyncio.get_running_loop().create_future()
+        if not self._asked:
+            asyncio.get_running_loop().call_soon(self._send)
+        self._asked.append((route, summary, picked))
+        assignment = await picked
+        return assignment if assignment is not None else await assign_agent(route, summary)
+
+    def _send(self) -> None:
+        asked, self._asked = self._asked, []
+        sending = asyncio.create_task(self._choose(asked))
+        self._sending.add(sending)
+        sending.add_done_callback(self._sending.discard)
+
+    async def _choose(
+        self, asked: list[tuple[CapabilityRoute, str, asyncio.Future[Assignment | None]]]
+    ) -> None:
+        summary = ", ".join(each for _, each, _ in asked)
+        try:
+            picks = await assign_agents([route for route, _, _ in asked], summary[:200])
+        except ActivityError as error:  # every run of the batch fails as its own pick would
+            for _, _, picked in asked:
+                if not picked.done():
+                    picked.set_exception(error)
+            return
+        for (_, _, picked), assignment in zip(asked, picks, strict=True):
+            if not picked.done():  # a run cancelled meanwhile no longer waits
+                picked.set_result(assignment)
 
 
 class Placements:

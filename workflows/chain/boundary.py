@@ -17,10 +17,12 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.model import ChainModel
     from coord.models.events.envelope import EventEnvelope
     from coord.models.wire.sizes import json_size
+    from coord.models.wire.specs import SpecError, parse_model
     from coord.models.wire.versions import CHAIN_FAN_OUT_PATCH, SETTLE_PATCH
     from coord.workflows._runtime.common import (
         InvalidInput,
         decode_input,
+        decode_json,
         park,
         signal_if_running,
         upsert_search_attributes,
@@ -37,6 +39,23 @@ def decoded(model: type[M], raw: RawValue, source: str) -> M | Undecodable:
         return decode_input(model, raw, source)
     except InvalidInput as error:
         return Undecodable(str(error), error.raw)
+
+
+def named_envelope(raw: RawValue) -> EventEnvelope | Undecodable:
+    """An acknowledged publish's envelope, which must name its event's id: the publisher needs
+    it to tell a duplicate, and a validator may not draw a random one (it changes nothing)."""
+    try:
+        data = decode_json(raw, "event")
+    except InvalidInput as error:
+        return Undecodable(str(error), error.raw)
+    header = data.get("event") if isinstance(data, dict) else None
+    if not isinstance(header, dict) or not header.get("id"):
+        why = "event.event.id: an acknowledged publish names its event's id (a retry reuses it)"
+        return Undecodable(why, data)
+    try:
+        return parse_model(EventEnvelope, data, "event")
+    except SpecError as error:
+        return Undecodable(str(error), data)
 
 
 def json_text(signal: RawValue) -> str | None:

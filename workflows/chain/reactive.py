@@ -4,6 +4,8 @@ Events arrive as `event` signals (plain JSON envelopes). Each enters the chain's
 as the signal handler hands it to the model (`ChainIntake`), and is handed out once, when a
 workflow task takes it in (`ChainModel.take_next`): deduplicated, checked, logged in order,
 matched against the subscriptions (topic, type, CEL filter, join), which may queue agent runs.
+An acknowledged publish (the `publish` update) is taken in at once instead, so that its answer
+says what became of the event; its validator refuses what the intake would reject.
 Runs start up to the spec's concurrency limit (`ChainRunner`); their results are published back
 into the queue as new events, caused by the event that triggered them. What the chain decides is
 its model's (coord.models.chain.model); this module is its Temporal side: signals and queries,
@@ -40,7 +42,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.intake import TaskShare
     from coord.models.chain.model import ChainModel, standin_input
     from coord.models.chain.run import RunOutcome
-    from coord.models.chain.spec import ChainInput, ChainState, ListenerId, RerunRequest
+    from coord.models.chain.spec import (
+        ChainInput,
+        ChainState,
+        ListenerId,
+        RecordedEvents,
+        RerunRequest,
+    )
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.timeline import TimelineEntry
     from coord.models.wire.contract import (
@@ -49,11 +57,14 @@ with workflow.unsafe.imports_passed_through():
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
+        PUBLISH_UPDATE,
+        RECORDED_SIGNAL,
         RERUN_SIGNAL,
         RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
         TIMELINE_QUERY,
         FailureType,
+        PublishAnswer,
         failure,
     )
     from coord.models.wire.specs import SpecError
@@ -61,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
+        LOG_SEGMENTS_PATCH,
         PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
         PARK_QUEUED_RUNS_PATCH,
         SETTLE_PATCH,
@@ -74,8 +86,10 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRun,
         decoded,
         json_text,
+        named_envelope,
         park_letter,
     )
+    from coord.workflows.chain.log import write_log
     from coord.workflows.chain.runner import ChainRunner
 
 M = TypeVar("M", bound=BaseModel)
@@ -114,12 +128,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         self._model.pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
         self._model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
+        self._model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
         self._outbound.upsert_status()
         self._runner.announce_agents()
         while not self._model.finished(self._outbound.count):
             if not await self._take_turn():
                 break
         self._model.end()
+        await write_log(self._model.log, to_the_end=True)
         if self._model.record.queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
             await asyncio.gather(*(park_letter(p) for p in self._model.runs.take_queued()))
         self._outbound.upsert_status()
@@ -142,6 +158,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         more = self._take_in()
         self._facts.seen(self._model.record)
         self._runner.dispatch()
+        await write_log(self._model.log)
         workflow.set_current_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):
             await workflow.wait_condition(self._quiet)
@@ -194,6 +211,40 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._model.receive(decoded(EventEnvelope, raw, "event"))
         self._outbound.flush()
 
+    @workflow.update(name=PUBLISH_UPDATE)
+    def publish(self, raw: PlainInput = NO_INPUT) -> PublishAnswer:
+        """An acknowledged publish: the event is taken in at once, and the answer says what
+        became of it (accepted with its timeline number, or a duplicate). Raw on purpose, as
+        `event` is; what the chain would reject is refused by the validator, so nothing is
+        recorded or parked and the publisher learns why. A run overdue to continue as new
+        fails the update as `chain_busy` (the validator may not ask for the patch that decides
+        it), and the publisher publishes again to the next run."""
+        envelope = self._acked_event(raw)
+        busy = self._model.busy(envelope)
+        if busy is not None:
+            raise failure(busy.kind, busy.reason)
+        answer = self._model.take_acked(envelope, workflow.info().workflow_id)
+        self._outbound.flush()
+        return answer
+
+    @publish.validator
+    def _validate_publish(self, raw: PlainInput = NO_INPUT) -> None:
+        self._acked_event(raw)
+
+    def _acked_event(self, raw: PlainInput) -> EventEnvelope:
+        """The acknowledged publish's event, if the chain takes it now; else a typed failure
+        whose message is one line saying why (the chain's input is invalid, the event does not
+        validate, the chain has ended or is closing, or the intake would reject it)."""
+        if self._input_error:
+            raise failure(FailureType.INVALID_INPUT, self._input_error)
+        envelope = named_envelope(raw)
+        if isinstance(envelope, Undecodable):
+            raise failure(FailureType.INVALID_ENVELOPE, envelope.reason)
+        refusal = self._model.refusal(envelope)
+        if refusal is not None:
+            raise failure(refusal.kind, refusal.reason)
+        return envelope
+
     @workflow.signal(name=RERUN_SIGNAL)
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
@@ -201,6 +252,16 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         request = self._decoded(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN)
         if request is not None:
             self._model.matching.rerun(request)
+        self._outbound.flush()
+
+    @workflow.signal(name=RECORDED_SIGNAL)
+    def recorded(self, raw: PlainInput = NO_INPUT) -> None:
+        """A rewound copy's past, in the original's order: taken in like events, but no agent
+        runs for them (their results are among them, or re-delivered after them)."""
+        invalid = FailureType.INVALID_RECORDED
+        batch = self._decoded(RecordedEvents, raw, RECORDED_SIGNAL, invalid)
+        if batch is not None:
+            self._model.receive_recorded(batch.events)
         self._outbound.flush()
 
     @workflow.signal(name=ATTACH_SIGNAL)

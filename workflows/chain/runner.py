@@ -34,11 +34,12 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         Placements,
+        assign_agent,
         declared_settings,
         start_agent_run,
     )
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows._runtime.common import assign_agent, attempts
+    from coord.workflows._runtime.common import attempts
     from coord.workflows.chain.boundary import Outbound
 
 

@@ -14,6 +14,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.plan.model import PlanModel
+    from coord.models.plan.planner import AddedTasks
     from coord.models.plan.report import memo_record
     from coord.models.plan.spec import (
         ApprovalDecision,
@@ -25,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
+        MEMBER_SENT_SIGNAL,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
         PROGRESS_QUERY,
@@ -36,16 +38,17 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
+        PLAN_ANNOUNCES_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import outcomes_landed
+    from coord.workflows._runtime.agent_runs import AgentPicker, outcomes_landed
+    from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
-        AgentPicker,
         PlainInput,
         decode_input,
         uncancellable,
@@ -58,8 +61,10 @@ with workflow.unsafe.imports_passed_through():
         checked_approval,
         decide_approval,
     )
+    from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
+    from coord.workflows.plan.team import TeamRoom
     from coord.workflows.plan.views import Details, watch_progress
 
 
@@ -85,6 +90,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._bug: Exception | None = None
         self._picker = AgentPicker()
+        self._team: TeamRoom | None = None
+        self._open = True
+        """Whether the loop that starts tasks still runs: a task added once it has returned
+        would never start, so `add_tasks` is refused from then on."""
         try:
             spec = decode_input(PlanSpec, raw_spec, "plan spec")
         except SpecError as error:
@@ -98,6 +107,11 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model_or_fail()
+        self._announcements = ChainAnnouncements(model.spec.correlation_id)
+        if model.spec.planner is not None:
+            model = await self._planned(model)
+        if workflow.patched(PLAN_ANNOUNCES_PATCH):
+            model.announce_to(self._announcements.send)
         by_the_plan = workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH)
         self._slots = WorkerSlots(model, by_the_plan=by_the_plan)
         self._fan_out = FanOut(FAN_OUT_PATCH)
@@ -105,6 +119,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, self._fan_out)
         self._scratchpad.task_plan()
+        self._team = TeamRoom(model)
+        await self._team.start_members()
         polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
@@ -117,6 +133,30 @@ class TaskGraph(metaclass=SurplusStartArguments):
                 watcher.cancel()
         return await self._ended(model)
 
+    async def _planned(self, model: PlanModel) -> PlanModel:
+        """The planner's graph, the plan's from now on (its record says how it was planned);
+        an answer refused ends the plan `planning_failed`, saying why, before any task ran; a
+        plan cancelled while its planner plans ends `cancelled`, its record in the memo."""
+        try:
+            planned, planning = await plan_tasks(model.spec, model.state)
+        except asyncio.CancelledError:
+            self._open = False
+            self._published(model.finish(workflow.now(), cancelled=True))
+            raise
+        if planned is None:
+            self._open = False
+            state = model.planning_refused(planning, workflow.now())
+            self._published(state)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            error = planning.error or ""
+            raise failure(FailureType.PLANNING_FAILED, error, state, non_retryable=True)
+        fresh = PlanModel.begin(planned, workflow.now())
+        fresh.state.planning = planning
+        fresh.state.started_at = model.state.started_at
+        fresh.state.tokens = model.state.tokens
+        self._model = self._details.model = fresh
+        return fresh
+
     async def _cancelled(self, model: PlanModel) -> None:
         """The run was cancelled: its tasks are, and it keeps its record in the memo. A
         decision accepted before the cancel is checked and recorded first (it came first)."""
@@ -125,14 +165,18 @@ class TaskGraph(metaclass=SurplusStartArguments):
         await uncancellable(self._stop(model, "plan cancelled"))
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
+        await self._announcements.flush()
 
     async def _ended(self, model: PlanModel) -> PlanState:
         """Every task has ended, or `fail_fast` stopped the plan: the final record. What it
         still awaits is shielded from a cancel: a plan that has ended keeps its outcome."""
         if model.stopping is not None:
             await uncancellable(self._stop(model, model.stopping))
+        if self._team is not None and self._team.busy():
+            await uncancellable(self._team.close())
         state = self._end(model)
         await uncancellable(self._scratchpad.flush())
+        await self._announcements.flush()
         await uncancellable(workflow.wait_condition(workflow.all_handlers_finished))
         if model.stopping is not None:
             raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
@@ -158,9 +202,43 @@ class TaskGraph(metaclass=SurplusStartArguments):
             return apply_approval(self._model, raw, self._details.changed)
         return await decide_approval(self._model, raw, self._details.changed)
 
+    @workflow.signal(name=MEMBER_SENT_SIGNAL)
+    def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
+        """What a long-lived team member's run asked to send (`TeamRoom.member_sent`)."""
+        if self._team is not None:
+            self._team.member_sent(raw)
+
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:
         checked_approval(self._model, raw)
+
+    @workflow.update  # named `add_tasks` (ADD_TASKS_UPDATE) by the method (tests/test_contract.py)
+    async def add_tasks(self, raw: PlainInput = NO_INPUT) -> AddedTasks:
+        """More tasks for the running plan (`AddTasks`), checked against its graph as it is
+        now (a cycle, a repeated id, an unknown dependency or one that already ended without
+        succeeding, the caps, a plan that has ended): a refusal names the field. A new task
+        whose dependencies have all succeeded starts at once. Tasks sent while the planner
+        plans wait for its graph, and are checked against it."""
+        if self._planning():
+            await workflow.wait_condition(lambda: not self._planning())
+        tasks = checked_tasks(self._model, raw, open=self._open)
+        assert self._model is not None
+        self._model.add_tasks(tasks, workflow.now())
+        self._details.changed()
+        return AddedTasks(added=[task.id for task in tasks], total=len(self._model.spec.tasks))
+
+    @add_tasks.validator
+    def _validate_tasks(self, raw: PlainInput = NO_INPUT) -> None:
+        if self._planning():
+            checked_request(raw)
+        else:
+            checked_tasks(self._model, raw, open=self._open)
+
+    def _planning(self) -> bool:
+        """The planner is writing the graph (there is none yet to check tasks against)."""
+        model = self._model
+        planned = model is None or model.spec.planner is None or model.state.planning is not None
+        return self._open and not planned
 
     def _model_or_fail(self) -> PlanModel:
         if self._model is None:
@@ -187,6 +265,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
             if self._bug is not None:
                 raise self._bug
             if model.finished() or graph.stopping is not None:
+                self._open = False
                 return
             await workflow.wait_condition(moved)
 
@@ -204,7 +283,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _task(self, task: PlanTask) -> GatedTaskRun:
         workflow_id = workflow.info().workflow_id
         return GatedTaskRun(
-            self._slots, task, workflow_id, self._details.changed, self._fan_out, self._picker
+            self._slots,
+            task,
+            workflow_id,
+            self._details.changed,
+            self._fan_out,
+            self._picker,
+            team=self._team,
         )
 
     async def _stop(self, model: PlanModel, reason: str) -> None:
@@ -220,12 +305,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
         model.cancel_waiting(workflow.now())
 
     def _end(self, model: PlanModel, *, cancelled: bool = False) -> PlanState:
+        self._open = False
         state = model.finish(workflow.now(), cancelled=cancelled)
-        metrics.plan_ended(state)
-        self._upsert_status()
-        workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
+        self._published(state)
         self._scratchpad.plan_ended(state)
-        self._details.publish_now()
         workflow.logger.info(
             "plan ended",
             extra={
@@ -235,6 +318,13 @@ class TaskGraph(metaclass=SurplusStartArguments):
             },
         )
         return state
+
+    def _published(self, state: PlanState) -> None:
+        """The ended plan's status, memo, metrics and details."""
+        metrics.plan_ended(state)
+        self._upsert_status()
+        workflow.upsert_memo({PLAN_RECORD_MEMO: memo_record(state)})
+        self._details.publish_now()
 
     def _upsert_status(self) -> None:
         if self._model is not None:

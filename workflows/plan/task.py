@@ -41,10 +41,11 @@ with workflow.unsafe.imports_passed_through():
         SCOPED_VOTE_ID_PATCH,
         UNSENT_RUN_PATCH,
     )
-    from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
+    from coord.workflows._runtime.agent_runs import AgentPicker, declared_settings, start_agent_run
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows._runtime.common import AgentPicker, attempts, task_error
+    from coord.workflows._runtime.common import attempts, task_error
     from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows.plan.team import TeamRoom
 
 AgentActivity = asyncio.Task[AgentResult]
 T = TypeVar("T")
@@ -99,6 +100,7 @@ class TaskRun:
         changed: Callable[[], None],
         fan_out: FanOut,
         picker: AgentPicker | None = None,
+        team: TeamRoom | None = None,
     ) -> None:
         self.slots = slots
         self.picker = picker or AgentPicker()
@@ -113,11 +115,13 @@ class TaskRun:
         self.fan_out = fan_out
         """The plan's budget per workflow task, which every agent run and vote it starts
         waits for."""
+        self.team = team
+        """Where the messages its runs send go (none: they are ignored)."""
 
     async def run(self) -> None:
         """The task to its end; never raises (a cancel is recorded, not propagated)."""
         try:
-            if not await self.before_run():
+            if not await self.before_run() or not await self.message_came():
                 return
             self.graph.task_ready(self.task.id, workflow.now())
             self.changed()
@@ -137,6 +141,26 @@ class TaskRun:
 
     async def before_run(self) -> bool:
         """v1: nothing to wait for."""
+        return True
+
+    async def message_came(self) -> bool:
+        """A member's task that waits for a message (`wait_for_message`) waits for one to its
+        member, before it takes a slot; none in time ends it `no_message`."""
+        wait, member = self.task.wait_for_message, self.task.member
+        if wait is None or member is None:
+            return True
+        post = self.model.state.messages
+        post.waiting[self.task.id] = member
+        self.changed()
+        try:
+            await workflow.wait_condition(lambda: post.has_mail(member), timeout=wait)
+        except TimeoutError:
+            message = f"no message came to {member} within {wait}"
+            error = TaskError(type=FailureType.NO_MESSAGE, message=message)
+            self.graph.task_error(self.task.id, workflow.now(), error)
+            return False
+        finally:
+            del post.waiting[self.task.id]
         return True
 
     async def after_run(self, result: AgentResult, round: int) -> bool:
@@ -171,6 +195,8 @@ class TaskRun:
             self.runs.run_failed(task.id, workflow.now(), run_failure(error, retry_policy))
             return None
         self.runs.run_succeeded(task.id, workflow.now(), result)
+        if self.team is not None:
+            self.team.ran(task, result)
         return result
 
     async def run_vote(self) -> bool:
@@ -189,7 +215,8 @@ class TaskRun:
             await self.fan_out.room(json_size(vote))
             self.runs.run_started(self.task.id, workflow.now())
             self.changed()
-            return await hold_vote(vote, self.task.id)
+            opened_by = {"causation_id": self.model.latest_event(self.task.id)}
+            return await hold_vote(vote.model_copy(update=opened_by), self.task.id)
 
         try:
             outcome = await self.slotted(vote.workflow_id, start)

@@ -1,0 +1,43 @@
+"""The rows a correlation's aggregators, plans and votes keep of the events they published, for
+the correlation table beside its chain's timeline and its sagas' events."""
+
+from collections.abc import AsyncIterator
+
+from temporalio.client import Client
+
+from coord.models.events.timeline import TimelineEntry
+from coord.models.wire import contract
+from coord.starter.api.aggregators import aggregator_state
+from coord.starter.api.plans import plan_handle, plan_record
+from coord.starter.api.votes import vote_state
+
+
+async def pattern_rows(client: Client, correlation_id: str) -> list[list[TimelineEntry]]:
+    """Per aggregator, plan and vote of the correlation (running or closed), its events in its
+    own order: an aggregator's emitted event, the events a plan or vote announced."""
+    rows: list[list[TimelineEntry]] = []
+    async for workflow_id in correlated(client, correlation_id, contract.Pattern.AGGREGATOR):
+        emitted = (await aggregator_state(client, workflow_id)).emitted
+        if emitted is not None:
+            entry = TimelineEntry.recording(emitted, seq=1, correlation_id=correlation_id)
+            rows.append([entry])
+    async for workflow_id in correlated(client, correlation_id, contract.Pattern.PLAN):
+        rows.append((await plan_record(plan_handle(client, workflow_id))).events)
+    async for workflow_id in correlated(client, correlation_id, contract.Pattern.VOTE):
+        rows.append((await vote_state(client, workflow_id)).events)
+    return rows
+
+
+async def correlated(
+    client: Client, correlation_id: str, pattern: contract.Pattern
+) -> AsyncIterator[str]:
+    """The workflow ids of the pattern's runs of this correlation, running or closed."""
+    query = (
+        f"{contract.pattern_clause(pattern)} AND "
+        f"{contract.CORRELATION_ID.name} = '{correlation_id}'"
+    )
+    seen: set[str] = set()
+    async for execution in client.list_workflows(query):
+        if execution.id not in seen:
+            seen.add(execution.id)
+            yield execution.id

@@ -1,0 +1,221 @@
+"""Rewind many correlations at once (`coord rewind --all`), and count what changed between
+each original and its copy (`coord diff --summary`).
+
+The batch selects by visibility (the chains started in a window, never copies), narrows by a
+CEL filter on each correlation's first event (the variables a chain subscription's filter
+sees), and rewinds each through `rewind_chain` onto `<original><suffix>`, a few at a time. A
+correlation that cannot be rewound is a line of the report, never the end of the batch."""
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
+
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.filters import compile_filter, evaluate
+from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.config import AgentConfig
+from coord.models.rewind.batch import (
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    BatchLine,
+    BatchRefused,
+    BatchReport,
+    LineStatus,
+    copy_name,
+    window_query,
+)
+from coord.models.rewind.plan import RewindRefused
+from coord.models.rewind.summary import (
+    ChainRecord,
+    DiffSummary,
+    PairSummary,
+    pair_summary,
+    summarise,
+)
+from coord.models.wire import contract
+from coord.models.wire.errors import CoordError
+from coord.starter.api.chains import chain_handle, chain_state
+from coord.starter.api.common import api_call
+from coord.starter.api.log import read_log
+from coord.starter.api.rewind import diff_correlations, rewind_chain
+
+OnLine = Callable[[BatchLine, int], None]
+"""Told of each correlation done, with how many the batch selected."""
+
+
+async def originals(client: Client, since: datetime, until: datetime) -> AsyncIterator[str]:
+    """The correlations whose chain started in [since, until) and is not itself a copy, each
+    once (a chain that continued as new lists one run per history). BatchRefused past
+    MAX_BATCH."""
+    seen: set[str] = set()
+    async for execution in client.list_workflows(window_query(since, until)):
+        attributes = execution.typed_search_attributes
+        correlation = attributes.get(contract.CORRELATION_ID)
+        copy_of = attributes.get(contract.REWIND_OF)
+        if correlation is None or copy_of is not None or correlation in seen:
+            continue
+        if len(seen) == MAX_BATCH:
+            raise BatchRefused(f"--since/--until: more than {MAX_BATCH} chains; narrow the window")
+        seen.add(correlation)
+        yield correlation
+
+
+async def exists(client: Client, correlation_id: str) -> bool:
+    """Whether the correlation has a chain (running or ended)."""
+    try:
+        await chain_handle(client, correlation_id).describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+def rewind_point(log: list[TimelineEntry], to_type: str | None) -> TimelineEntry:
+    """The first event of `to_type` in the log (without one: its first event)."""
+    found = next((row for row in log if to_type in (None, row.event)), None)
+    if found is None:
+        wanted = f"no {to_type} event" if to_type else "no event"
+        raise RewindRefused(f"--to-type: its log holds {wanted}")
+    return found
+
+
+def unmatched(where: str | None, first: TimelineEntry) -> str | None:
+    """Why the correlation's first event fails the `--where` filter (None: it passes), as a
+    subscription's filter sees the event: one that cannot be evaluated on it does not match."""
+    if where is None:
+        return None
+    outcome = evaluate(where, first.to_envelope().model_dump(mode="json"))
+    if outcome.matched:
+        return None
+    return f"--where: {outcome.error}" if outcome.error else "--where: no match"
+
+
+class Batch:
+    """One `rewind_many`: what every correlation of it shares."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        suffix: str,
+        where: str | None,
+        to_type: str | None,
+        spec: ChainSpec | None,
+        agents: dict[str, AgentConfig] | None,
+        queue: str | None,
+    ) -> None:
+        self.client, self.suffix, self.where, self.to_type = client, suffix, where, to_type
+        self.spec, self.agents, self.queue = spec, agents, queue
+
+    async def one(self, original: str) -> BatchLine:
+        """Rewind one correlation; its refusal becomes its line."""
+        copy_id = copy_name(original, self.suffix)
+        try:
+            return await self._rewound(original, copy_id)
+        except CoordError as refusal:
+            return BatchLine(
+                original=original, copy_id=copy_id, status=LineStatus.REFUSED, reason=str(refusal)
+            )
+
+    async def _rewound(self, original: str, copy_id: str) -> BatchLine:
+        line = BatchLine(original=original, copy_id=copy_id, status=LineStatus.SKIPPED)
+        if await exists(self.client, copy_id):
+            return line
+        log = [row async for row in read_log(self.client, original)]
+        if not log:
+            raise RewindRefused("its log holds no event yet")
+        if reason := unmatched(self.where, log[0]):
+            return line.model_copy(update={"status": LineStatus.FILTERED, "reason": reason})
+        point = rewind_point(log, self.to_type).event_id
+        plan = await rewind_chain(
+            self.client,
+            original,
+            to=point,
+            copy_id=copy_id,
+            spec=self.spec,
+            agents=self.agents,
+            queue=self.queue,
+        )
+        update = {"status": LineStatus.REWOUND, "point": point, "recorded": len(plan.recorded)}
+        return line.model_copy(update=update)
+
+
+@api_call
+async def rewind_many(
+    client: Client,
+    *,
+    since: datetime,
+    until: datetime,
+    suffix: str,
+    where: str | None = None,
+    to_type: str | None = None,
+    spec: ChainSpec | None = None,
+    agents: dict[str, AgentConfig] | None = None,
+    concurrency: int = 8,
+    queue: str | None = None,
+    on_line: OnLine | None = None,
+) -> BatchReport:
+    """Rewind every chain started in [since, until) (never a copy) whose first event matches
+    `where`, onto `<original><suffix>`, at its first event of `to_type` (default: its first
+    event), `concurrency` at a time. A copy that exists already is skipped, so running the
+    batch again finishes an interrupted one. `on_line` hears of each correlation as it is done
+    (a progress display)."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise BatchRefused(f"--concurrency: {concurrency} is not between 1 and {MAX_CONCURRENCY}")
+    copy_name("", suffix)
+    if where is not None:
+        try:
+            compile_filter(where)
+        except ValueError as error:
+            raise BatchRefused(f"--where: {error}") from None
+    batch = Batch(
+        client, suffix=suffix, where=where, to_type=to_type, spec=spec, agents=agents, queue=queue
+    )
+    gate = asyncio.Semaphore(concurrency)
+
+    selected = [original async for original in originals(client, since, until)]
+
+    async def gated(original: str) -> BatchLine:
+        async with gate:
+            line = await batch.one(original)
+        if on_line:
+            on_line(line, len(selected))
+        return line
+
+    return BatchReport(lines=list(await asyncio.gather(*(gated(c) for c in selected))))
+
+
+async def record(client: Client, correlation_id: str) -> ChainRecord:
+    state = await chain_state(client, correlation_id)
+    return ChainRecord(
+        status=state.status.value,
+        terminal_seen=state.terminal_seen,
+        dead_lettered=state.dead_lettered,
+    )
+
+
+@api_call
+async def diff_summary(
+    client: Client, *, since: datetime, until: datetime, suffix: str, concurrency: int = 8
+) -> DiffSummary:
+    """Every chain started in [since, until) (never a copy) beside its copy `<C><suffix>`:
+    their rows compared and their outcomes, counted."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def compared(original: str) -> tuple[str, PairSummary | None]:
+        copy_id = copy_name(original, suffix)
+        async with gate:
+            if not await exists(client, copy_id):
+                return original, None
+            rows = await diff_correlations(client, original, copy_id)
+            left, right = await record(client, original), await record(client, copy_id)
+        return original, pair_summary(rows, left, right)
+
+    selected = [original async for original in originals(client, since, until)]
+    done = await asyncio.gather(*(compared(c) for c in selected))
+    pairs = [pair for _, pair in done if pair is not None]
+    return summarise(pairs, [original for original, pair in done if pair is None])

@@ -1,0 +1,132 @@
+"""`coord rewind`: a correlation re-run from one of its events on a copy; `coord diff`: two
+correlations side by side, a rewound copy beside its original."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.declared import read_agents_file
+from coord.models.wire.specs import SpecError, load_spec
+from coord.starter import api, render
+from coord.starter.commands.common import AsJson, connect, echo_json, runs_async
+from coord.starter.commands.rewind_batch import (
+    BatchOptions,
+    Concurrency,
+    Since,
+    Suffix,
+    ToType,
+    Until,
+    Where,
+    Window,
+    rewind_all,
+    summarise_copies,
+)
+from coord.starter.exits import ExitCode
+
+app = typer.Typer()
+
+
+@app.command()
+@runs_async
+async def rewind(
+    correlation_id: Annotated[
+        str | None, typer.Argument(help="The original correlation (not with --all)")
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", help="The event the copy starts from: its id, or its type (the first)"
+        ),
+    ] = None,
+    copy_id: Annotated[
+        str | None, typer.Option("--as", help="The copy's new correlation id")
+    ] = None,
+    agents_file: Annotated[
+        Path | None, typer.Option("--agents", help="Agents file: its agents replace the originals")
+    ] = None,
+    specs: Annotated[
+        list[str] | None, typer.Option("--spec", help="PATTERN=FILE: the copy's spec (chain=...)")
+    ] = None,
+    speed: Annotated[
+        float,
+        typer.Option(help="Re-deliver later events N times faster than they came (0: at once)"),
+    ] = 0,
+    batch: BatchOptions = False,
+    since: Since = None,
+    until: Until = None,
+    where: Where = None,
+    to_type: ToType = None,
+    suffix: Suffix = None,
+    concurrency: Concurrency = 8,
+    as_json: AsJson = False,
+) -> None:
+    """Re-run a correlation from one of its events on a copy: what came before is taken from
+    the original's log (no agent runs again for it), what came after from outside is sent
+    again, and the rest is made anew by the copy's agents. The original is never touched.
+    With --all, every chain started between --since and --until, each onto `<C><SUFFIX>`."""
+    spec = copy_spec(specs or [])
+    agents = read_agents_file(agents_file).agents if agents_file else None
+    if batch:
+        window = Window(since, until, suffix)
+        await rewind_all(window, (where, to_type, spec, agents, concurrency), as_json)
+        return
+    if correlation_id is None or to is None or copy_id is None:
+        raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")
+    client = await connect()
+    plan = await api.rewind_chain(
+        client, correlation_id, to=to, copy_id=copy_id, spec=spec, agents=agents, speed=speed
+    )
+    if as_json:
+        echo_json(plan)
+    else:
+        typer.echo(
+            f"rewound {correlation_id} at {plan.point} onto {copy_id}: {len(plan.recorded)} events "
+            f"taken as recorded, {len(plan.redelivered)} sent again, "
+            f"{len(plan.regenerated)} to be made anew"
+        )
+
+
+def copy_spec(specs: list[str]) -> ChainSpec | None:
+    """The `--spec PATTERN=FILE` options: a chain spec for the copy (the only pattern a rewind
+    re-runs yet), or None to keep the original's."""
+    chain: ChainSpec | None = None
+    for option in specs:
+        pattern, _, path = option.partition("=")
+        if pattern != "chain" or not path:
+            raise SpecError(f"--spec: {option!r}: give chain=FILE (a rewind re-runs the chain)")
+        chain = load_spec(ChainSpec, Path(path))
+    return chain
+
+
+@app.command()
+@runs_async
+async def diff(
+    left: Annotated[str | None, typer.Argument(help="A correlation id (the original)")] = None,
+    right: Annotated[str | None, typer.Argument(help="Another correlation id (the copy)")] = None,
+    summary: Annotated[
+        bool, typer.Option("--summary", help="Count what changed over many copies (--suffix)")
+    ] = False,
+    since: Since = None,
+    until: Until = None,
+    suffix: Suffix = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show two correlations' tables side by side, aligned by causation: the rows that are the
+    same, changed (payload or source) or only in one. Exits 14 when they differ. With
+    --summary, every chain started between --since and --until beside its copy `<C><SUFFIX>`:
+    how many pairs changed outcome (and which way) and how many differ row by row."""
+    if summary:
+        await summarise_copies(Window(since, until, suffix), as_json)
+        return
+    if left is None or right is None:
+        raise SpecError("diff: give two correlation ids, or --summary --since T --suffix S")
+    client = await connect()
+    compared = await api.diff_correlations(client, left, right)
+    if as_json:
+        echo_json(compared)
+    else:
+        render.show(render.diff_table(compared))
+    if compared.differs:
+        raise typer.Exit(ExitCode.DIFFERS)

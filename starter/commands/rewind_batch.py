@@ -1,0 +1,106 @@
+"""`coord rewind --all` and `coord diff --summary`: the options they share (a window of start
+times and a suffix naming the copies) and what they print."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated
+
+import typer
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.mesh.config import AgentConfig
+from coord.models.rewind.batch import (
+    BatchLine,
+    BatchRefused,
+    checked_window,
+    count_line,
+    describe,
+    instant,
+)
+from coord.models.rewind.summary import summary_lines
+from coord.starter import api, render
+from coord.starter.commands.common import connect, echo_json
+
+BatchOptions = Annotated[
+    bool, typer.Option("--all", help="Rewind every chain started between --since and --until")
+]
+Since = Annotated[
+    str | None,
+    typer.Option(help="Chains started at or after: ISO 8601 time (UTC) or a duration ago (2h)"),
+]
+Until = Annotated[str | None, typer.Option(help="Chains started before (default: now); as --since")]
+Where = Annotated[str | None, typer.Option(help="CEL filter on each correlation's first event")]
+ToType = Annotated[
+    str | None,
+    typer.Option("--to-type", help="Rewind to the first event of this type (default: the first)"),
+]
+Suffix = Annotated[str | None, typer.Option(help="The copies are named <C><SUFFIX>")]
+Concurrency = Annotated[int, typer.Option(help="Correlations rewound at once")]
+BatchRewind = tuple[str | None, str | None, ChainSpec | None, dict[str, AgentConfig] | None, int]
+"""--where, --to-type, the copies' spec and agents, --concurrency."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """--since, --until and --suffix as given."""
+
+    since: str | None
+    until: str | None
+    suffix: str | None
+
+    def bounds(self) -> tuple[datetime, datetime]:
+        if self.since is None:
+            raise BatchRefused("--since: give the earliest start time of the chains to take")
+        now = datetime.now(UTC)
+        until = instant(self.until, now, "--until") if self.until else now
+        return checked_window(instant(self.since, now, "--since"), until)
+
+    def copies(self) -> str:
+        if not self.suffix:
+            raise BatchRefused("--suffix: give the suffix that names the copies (<C><SUFFIX>)")
+        return self.suffix
+
+
+async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> None:
+    """Rewind the window's chains, a line each (or JSON), then the counts."""
+    where, to_type, spec, agents, concurrency = options
+    since, until = window.bounds()
+    suffix = window.copies()
+    client = await connect()
+    with render.progress_bar("rewinding") as advance:
+        done: list[BatchLine] = []
+
+        def on_line(line: BatchLine, total: int) -> None:
+            done.append(line)
+            advance(len(done), total)
+
+        report = await api.rewind_many(
+            client,
+            since=since,
+            until=until,
+            suffix=suffix,
+            where=where,
+            to_type=to_type,
+            spec=spec,
+            agents=agents,
+            concurrency=concurrency,
+            on_line=on_line,
+        )
+    if as_json:
+        echo_json(report)
+        return
+    for line in report.lines:
+        typer.echo(describe(line))
+    typer.echo(count_line(report.counts()))
+
+
+async def summarise_copies(window: Window, as_json: bool) -> None:
+    """Every original of the window beside its copy: the counts (or JSON with every pair)."""
+    since, until = window.bounds()
+    suffix = window.copies()
+    summary = await api.diff_summary(await connect(), since=since, until=until, suffix=suffix)
+    if as_json:
+        echo_json(summary)
+        return
+    for line in summary_lines(summary):
+        typer.echo(line)

@@ -1,0 +1,58 @@
+"""How a plan or a vote sends its lifecycle into its correlation's chain: in the background (the
+pattern never waits for a send), all of them awaited before the run ends (`flush`). A
+correlation without a running chain is never the pattern's failure: the first send that finds
+none stops the rest, so a pattern without a chain pays one failed signal.
+
+Signals sent in one workflow task may reach the chain in any order (the server delivers each on
+its own), so the chain's timeline can hold an event before its cause; the correlation table
+orders rows by causation. `in_order` sends one at a time instead, each after the one before has
+landed: what a vote needs, since a chain that starts votes on `DecisionMade` is held to its
+depth limit through the order of `VoteOpened` and `DecisionMade` (a few events a vote, so the
+round trips cost little), where a plan's many events go out together."""
+
+import asyncio
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.events.envelope import EventEnvelope
+    from coord.models.wire.contract import EVENT_SIGNAL
+    from coord.workflows._runtime.common import signal_chain, uncancellable
+
+
+class ChainAnnouncements:
+    """The sink a pattern's model announces to."""
+
+    def __init__(self, correlation_id: str, *, in_order: bool = False) -> None:
+        self._correlation_id = correlation_id
+        self._in_order = in_order
+        self._queue: list[EventEnvelope] = []
+        self._sending: list[asyncio.Task[None]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self._reachable = True
+
+    def send(self, envelope: EventEnvelope) -> None:
+        if not self._reachable:
+            return
+        if not self._in_order:
+            self._sending.append(asyncio.create_task(self._signal(envelope)))
+            return
+        self._queue.append(envelope)
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.create_task(self._drain())
+            self._sending.append(self._drainer)
+
+    async def _drain(self) -> None:
+        while self._queue and self._reachable:
+            await self._signal(self._queue.pop(0))
+
+    async def _signal(self, envelope: EventEnvelope) -> None:
+        raw = envelope.model_dump(mode="json")
+        if self._reachable and not await signal_chain(self._correlation_id, EVENT_SIGNAL, raw):
+            self._reachable = False
+
+    async def flush(self) -> None:
+        """Every send started has landed (shielded from a cancel: the run is ending)."""
+        while self._sending:
+            sending, self._sending = self._sending, []
+            await uncancellable(asyncio.gather(*sending))
