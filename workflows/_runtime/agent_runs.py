@@ -444,6 +444,8 @@ class _AgentRun:
         self.fallback_taken = settings.fallback is None
         self.unserved = 0
         """Times the run was sent again after no worker took it (`_served_again`)."""
+        self.local = False
+        """Whether the execution under way is a local activity (`_outcome`)."""
 
     async def result(self, first: workflow.ActivityHandle[AgentResult]) -> AgentResult:
         """The run's result. The first execution is started by the caller, in its own step of
@@ -451,7 +453,7 @@ class _AgentRun:
         execution = first
         while True:
             try:
-                result = await _outcome(execution)
+                result = await _outcome(execution, local=self.local)
                 break
             except ActivityError as error:
                 if not await self._recovered(error):
@@ -471,7 +473,7 @@ class _AgentRun:
         if self.settings.tokens is not None:
             update["tokens"] = self.settings.tokens.allowance()
         sent = self.request.model_copy(update=update)
-        local = self.settings.placement(sent) == Placement.LOCAL
+        self.local = local = self.settings.placement(sent) == Placement.LOCAL
         request, policy = (_local_retries if local else counted_retries)(sent, self.settings.retry)
         if policy.maximum_attempts:
             policy = replace(policy, maximum_attempts=self.allowance.remaining)
@@ -582,18 +584,24 @@ def _always() -> bool:
     return True
 
 
-async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+async def _outcome(execution: workflow.ActivityHandle[AgentResult], *, local: bool) -> AgentResult:
     """What the execution ends with, whatever a cancel of the run does meanwhile: the cancel is
-    passed on to the activity (which ends as its cancellation type says), and a result that
+    passed on to an activity task (which ends as its cancellation type says), and a result that
     arrived in the same workflow task as the cancel is kept, as awaiting the activity itself
-    would keep it."""
+    would keep it.
+
+    A local execution is never cancelled: it is short, it holds the workflow task that would
+    hear the cancel until it ends anyway, and it ends as an agent that ignores a cancel does
+    (its result kept). The SDK's core records a local activity's cancel in one workflow task
+    and may hand its outcome to the workflow only in the next, which replays differently."""
     while True:
         try:
             return await asyncio.shield(execution)
         except asyncio.CancelledError:
             if execution.done():
                 return _local_outcome(execution)
-            execution.cancel()
+            if not local:
+                execution.cancel()
         except FailureError as error:
             _raise_as_activity_error(error)
 
