@@ -186,3 +186,38 @@ async def test_a_local_compensation_that_fails_for_good_is_parked(
     assert entry.failure_type == "compensation_failed" and entry.replay == "run_agent"
     assert entry.target_agent == "RollbackProduction" and entry.attempts == 2
     assert _agent_tasks(await _history(handle)) == {}, "the compensation ran locally"
+
+
+async def test_a_worker_shut_down_with_a_local_run_in_flight_lets_it_finish(
+    client: Client, task_queue: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK neither cancels nor hands over a local activity when its worker shuts down: the
+    shutdown waits for the run, whose result is recorded once; the next worker finishes the
+    saga from there, and the SDK's core logs no panic about the run's timers."""
+    deploying, release = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    async def deploy(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        runs.append(context.idempotency_key)
+        deploying.set()
+        await release.wait()
+        return {"version": "v42"}
+
+    registry = register_demo_agents(AgentRegistry())
+    agents = AgentRegistry(registry.settings)
+    for name in registry:
+        agents.register(name)(deploy if name == "DeployToProduction" else registry.get(name))
+    spec = feature_deployment()
+    async with build_worker(client, task_queue, agents) as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await asyncio.wait_for(deploying.wait(), 30)
+        stopping = asyncio.create_task(first.shutdown())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(stopping, 30)
+    async with build_worker(client, task_queue, agents):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert len(runs) == 1, "the run in flight finished on the worker shutting down"
+    assert _agent_tasks(await _history(handle)) == {}
+    assert "panicked" not in capfd.readouterr().err
