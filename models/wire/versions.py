@@ -175,8 +175,9 @@ AGENT_PLACEMENT_PATCH = "agent-runs-placed-by-what-they-need"
 activity, `place_agents`) where each agent they name runs, and run it there
 (coord.models.mesh.placement): a short in-process agent the worker serves as a local activity
 (a marker, no activity task), another agent it serves without pool or rate limit on the
-workflow's own task queue (handed over eagerly), any other on its own agent queue. Runs
-recorded before sent every named agent's runs to its agent queue."""
+workflow's own task queue (handed over eagerly), any other on its own agent queue; a local
+run is never cancelled (a cancel of its step waits for it to end). Runs recorded before sent
+every named agent's runs to its agent queue."""
 
 SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 """Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
