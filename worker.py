@@ -238,6 +238,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         router.choose_agent,
         router.choose_agents,
         router.agent_served,
+        router.place_agents,
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]

@@ -122,3 +122,35 @@ async def phases(client: Client, workflow_id: str) -> Phases:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             found.workflow_task_runs.append(at - task_started)
     return found
+
+
+@dataclass
+class HistoryProfile:
+    """A run's history by what it recorded: its events by type, and the bytes of the payloads
+    it carried (inputs, results, details, memo, search attributes, markers)."""
+
+    events: dict[str, int]
+    payload_bytes: int
+
+    def line(self) -> str:
+        short = {name.removeprefix("EVENT_TYPE_").lower(): n for name, n in self.events.items()}
+        kinds = ", ".join(f"{name} {n}" for name, n in sorted(short.items(), key=lambda kv: -kv[1]))
+        return f"{sum(self.events.values())} events, {self.payload_bytes} payload bytes ({kinds})"
+
+
+async def history_profile(client: Client, workflow_id: str) -> HistoryProfile:
+    """The run's `HistoryProfile`, from its history."""
+    events: dict[str, int] = {}
+    size = 0
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        name = EventType.Name(event.event_type)
+        events[name] = events.get(name, 0) + 1
+        size += _payload_bytes(event)
+    return HistoryProfile(events, size)
+
+
+def _payload_bytes(event: HistoryEvent) -> int:
+    """The bytes of the payloads one event carries: its attributes' size without the event's
+    own framing (ids, times), which every event has alike."""
+    attributes = event.WhichOneof("attributes")
+    return getattr(event, attributes).ByteSize() if attributes else 0

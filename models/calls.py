@@ -14,6 +14,7 @@ from coord.models.events.log import LogSegment
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
+from coord.models.mesh.placement import Placement, PlacementAsk
 from coord.models.plan.report import ScratchpadWrite
 from coord.models.plan.spec import ActivityProgress, PlanSpec, UpdateCaller
 from coord.models.wire import contract
@@ -26,6 +27,7 @@ __all__ = [
     "CHOOSE_AGENTS",
     "DECLARED_AGENT",
     "PARK_DEAD_LETTER",
+    "PLACE_AGENTS",
     "PLANNING_CATALOGUE",
     "PLAN_PROGRESS",
     "PUBLISH_AGENT_HEALTH",
@@ -90,6 +92,9 @@ CHOOSE_AGENTS: ActivityRef[list[CapabilityRoute], list[Assignment | None]] = Act
     contract.CHOOSE_AGENTS_ACTIVITY, list[CapabilityRoute], list[Assignment | None]
 )
 AGENT_SERVED: ActivityRef[str, bool] = ActivityRef(contract.AGENT_SERVED_ACTIVITY, str, bool)
+PLACE_AGENTS: ActivityRef[PlacementAsk, dict[str, Placement]] = ActivityRef(
+    contract.PLACE_AGENTS_ACTIVITY, PlacementAsk, dict[str, Placement]
+)
 READ_AGENT_HEALTH: ActivityRef[HealthRead, HealthReading] = ActivityRef(
     contract.READ_AGENT_HEALTH_ACTIVITY, HealthRead, HealthReading
 )

@@ -7,7 +7,7 @@ import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from temporalio import activity
@@ -19,8 +19,10 @@ from coord.activities.kinds.demo import register_demo_agents
 from coord.activities.mesh.run_agent import AgentActivities
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
-from coord.models.mesh.config import AgentsFile
+from coord.models.mesh.config import AgentsFile, PythonAgent
 from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
+
+Execution = Literal["local", "remote"]
 
 
 @dataclass
@@ -41,10 +43,13 @@ class GatedAgents:
             self.released[name] = asyncio.Event()
 
     def registry(self) -> AgentRegistry:
-        """The gated agents, and the demo agents for every other name."""
+        """The gated agents, and the demo agents for every other name. A gated agent runs for as
+        long as the test holds it, heartbeating: declared `execution: remote`, an activity task
+        (a local activity is for short runs, and sends no heartbeats)."""
         registry = AgentRegistry()
+        gated = PythonAgent(kind="python", callable="tests.agents:gated", execution="remote")
         for name in self.names:
-            registry.register(name)(self._agent(name))
+            registry.register(name, "python", gated)(self._agent(name))
         demo = register_demo_agents(AgentRegistry())
         for name in demo:
             if name not in registry:
@@ -142,13 +147,20 @@ class RecordingAgents:
 
     runs: list[AgentRun] = field(default_factory=list)
 
-    def registry(self, replaced: Mapping[str, AgentFn] | None = None) -> AgentRegistry:
-        """The demo agents, some `replaced` by the test's own."""
+    def registry(
+        self, replaced: Mapping[str, AgentFn] | None = None, execution: Execution | None = None
+    ) -> AgentRegistry:
+        """The demo agents, some `replaced` by the test's own, those declared with `execution`
+        when given (`local`: a local activity of the workflow; `remote`: an activity task)."""
         demo = register_demo_agents(AgentRegistry())
         registry = AgentRegistry()
+        declared = PythonAgent(kind="python", callable="tests.agents:replaced", execution=execution)
         for name in demo:
-            agent = (replaced or {}).get(name) or demo.get(name)
-            registry.register(name)(self._recorded(name, agent))
+            agent = (replaced or {}).get(name)
+            declaration = declared if agent is not None and execution is not None else None
+            registry.register(name, "python", declaration)(
+                self._recorded(name, agent or demo.get(name))
+            )
         return registry
 
     def _recorded(self, name: str, agent: AgentFn) -> AgentFn:

@@ -9,11 +9,14 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
+from coord.activities.kinds.demo import register_demo_agents
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.dlq.letter import DeadLetter, DlqSelection, EntrySummary
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
@@ -277,3 +280,14 @@ async def chain_run_handles(
                 attributes = history_event.start_child_workflow_execution_initiated_event_attributes
                 ids.append(attributes.workflow_id)
     return [client.get_workflow_handle(workflow_id) for workflow_id in ids]
+
+
+def demo_agents_remote() -> AgentRegistry:
+    """The demo agents, each declared `execution: remote`: served by the workflow's worker, every
+    run an activity task on the workflow's queue, for tests that read activity tasks."""
+    demo = register_demo_agents(AgentRegistry())
+    remote = AgentRegistry(demo.settings)
+    for name in demo:
+        declared = PythonAgent(kind="python", callable="tests.demo:agent", execution="remote")
+        remote.register(name, "python", declared)(demo.get(name))
+    return remote

@@ -35,11 +35,13 @@ READING, FIXING = "Reading runAgent.ts", "Fixing null check"
 
 
 def saga(agent: str, **step: Any) -> SagaSpec:
-    """A one-step saga: the simplest real workflow that runs an agent through `run_agent`."""
+    """A one-step saga: the simplest real workflow that runs an agent through `run_agent`. Its
+    step is watched by heartbeats, so its python agent runs as an activity task (a local
+    activity sends none) and its progress reaches the server."""
     return SagaSpec.model_validate(
         {
             "saga_id": f"progress-{uuid.uuid4().hex[:8]}",
-            "steps": [{"name": "Step", "agent": agent, **step}],
+            "steps": [{"name": "Step", "agent": agent, "heartbeat_timeout": "5s", **step}],
         }
     )
 

@@ -239,7 +239,8 @@ async def test_a_routed_step_whose_agent_worker_is_killed_moves_to_the_other_cap
 async def test_retries_wait_the_jittered_delay_the_workflow_seeded(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    registry = declared(tmp_path, broken={"fn": "twice_broken"})
+    # An activity task's request is in the history (a local activity's is not).
+    registry = declared(tmp_path, broken={"fn": "twice_broken", "execution": "remote"})
     retry = {"max_retries": 3, "initial_delay": "1s", "max_delay": "4s"}
     spec = saga({"name": "deploy", "agent": "broken", "retry": retry})
     async with build_worker(client, task_queue, registry):

@@ -53,6 +53,7 @@ async def test_a_blocking_async_agent_fails_agent_blocked_while_a_shell_agent_be
             "    kind: python\n"
             f"    callable: '{__name__}:blocking_async_agent'\n"
             "    blocked_after: 2s\n"
+            "    execution: remote\n"  # an activity task: the test sees it pending
             "  beat: {kind: shell, argv: [sleep, '2']}\n",
         ),
         AgentRegistry(),

@@ -15,7 +15,7 @@ from coord.testing import Coordination, assert_saga
 from coord.workflows.saga import Saga
 from tests.agents import GatedAgents
 from tests.conftest import feature_deployment
-from tests.helpers import FAST_RETRY, STEPS, failing_at
+from tests.helpers import FAST_RETRY, STEPS, demo_agents_remote, failing_at
 
 WITH_WORKER = pytest.mark.usefixtures("coord_worker")
 
@@ -75,6 +75,7 @@ async def test_failed_saga_ends_as_a_typed_failure_carrying_its_record(
 
 
 @WITH_WORKER
+@pytest.mark.parametrize("coord_agents", [demo_agents_remote()], ids=["activity-tasks"])
 async def test_parallel_compensation_starts_every_compensation_at_once(
     coord: Coordination,
 ) -> None:

@@ -10,8 +10,9 @@ from typing import Any, Literal
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
+from coord.infra.payload_store import data_converter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
@@ -19,19 +20,25 @@ from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.starter import api
 from coord.worker import WORKFLOWS, WorkerSet, build_worker
 from coord.workflows.saga import Saga
-from tests.agents import GatedAgents, RecordingAgents
+from tests.agents import Execution, GatedAgents, RecordingAgents
 from tests.conftest import feature_deployment
 from tests.helpers import STEPS, wait_until
 
 Order = Literal["cancel first", "completion first"]
 
 
+@pytest.mark.parametrize("execution", ["local", "remote"])
 async def test_cancel_unwinds_after_an_agent_that_ignores_it_and_the_record_outlives_the_worker(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, execution: Execution
 ) -> None:
     """DeployToProduction never heartbeats, so it never hears of the cancel and completes: the
     cancel is recorded at once, the deployment is kept, and RollbackProduction is told what it
-    rolls back. The cancelled run's record is then read with no worker running."""
+    rolls back. The cancelled run's record is then read with no worker running, and its history
+    replays.
+
+    Run as a local activity, the agent is not even told: a local run is never cancelled. The
+    workflow hears the cancel only when the worker ends the task the local run holds (after
+    80% of the task's timeout, 8 s), and answers queries only then."""
     deploying, deployed = asyncio.Event(), asyncio.Event()
     agents = RecordingAgents()
 
@@ -41,7 +48,8 @@ async def test_cancel_unwinds_after_an_agent_that_ignores_it_and_the_record_outl
         return {"version": "v42"}
 
     spec = feature_deployment()
-    async with build_worker(client, task_queue, agents.registry({"DeployToProduction": deploy})):
+    registry = agents.registry({"DeployToProduction": deploy}, execution)
+    async with build_worker(client, task_queue, registry):
         handle = await api.start_saga(client, spec, queue=task_queue)
         await asyncio.wait_for(deploying.wait(), 30)
         await handle.cancel()
@@ -49,7 +57,7 @@ async def test_cancel_unwinds_after_an_agent_that_ignores_it_and_the_record_outl
         async def cancel_recorded() -> bool:
             return (await handle.query(Saga.state)).cancel is not None
 
-        await wait_until(cancel_recorded)
+        await wait_until(cancel_recorded, timeout=60)
         pending = await handle.query(Saga.state)
         assert pending.status == SagaStatus.IN_PROGRESS and pending.current_step == 5
         deployed.set()
@@ -73,6 +81,9 @@ async def test_cancel_unwinds_after_an_agent_that_ignores_it_and_the_record_outl
         "RollbackAll",
         "RemoveStaging",
     ]
+    await Replayer(workflows=list(WORKFLOWS), data_converter=data_converter()).replay_workflow(
+        await handle.fetch_history()
+    )
 
 
 async def test_cancel_after_the_pivot_is_recorded_and_the_saga_goes_forward(

@@ -44,10 +44,12 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         CHAIN_SEND_ONCE_PATCH,
         DEAD_LETTER_PATCH,
+        SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_EVENTS_PATCH,
     )
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
+        Placements,
         RunSettings,
         assign_agent,
         declared_settings,
@@ -81,8 +83,14 @@ class Saga:
         self._announcing = False
         self._announcements: list[asyncio.Task[None]] = []
         self._chain_reachable = True
+        self._waits_for_first: bool | None = None
         """False once a send found no chain: a saga without one pays one failed signal."""
-        self._options: dict[str, Any] = {"cancellation": WAIT_FOR_CANCEL}
+        self._placements = Placements()
+        """Where the saga's agents run, asked of its worker before the first step."""
+        self._options: dict[str, Any] = {
+            "cancellation": WAIT_FOR_CANCEL,
+            "placements": self._placements,
+        }
         """What every run of the saga is started with besides its own settings."""
 
     @workflow.run
@@ -109,6 +117,7 @@ class Saga:
 
     async def _outcome(self) -> SagaState:
         try:
+            await self._placements.learn(self._model.spec.agents_run())
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -244,9 +253,26 @@ class Saga:
         self._publish()
 
     def _send(self, envelope: EventEnvelope) -> None:
-        """To the correlation's chain, in the background (the run waits for it before it ends)."""
-        if self._announcing and self._chain_reachable:
-            self._announcements.append(asyncio.create_task(self._signal_chain(envelope)))
+        """To the correlation's chain, in the background (the run waits for it before it ends):
+        every send after the first once the first has found the chain."""
+        if not (self._announcing and self._chain_reachable):
+            return
+        first = self._announcements[0] if self._announcements and self._after_first() else None
+        self._announcements.append(asyncio.create_task(self._announce(envelope, first)))
+
+    def _after_first(self) -> bool:
+        """Whether sends after the first wait for its answer: asked once, at the second send
+        (by the order of the sends, never by when an answer came)."""
+        if self._waits_for_first is None:
+            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
+        return self._waits_for_first
+
+    async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
+        if first is not None:
+            await workflow.wait([first])
+            if not self._chain_reachable:
+                return
+        await self._signal_chain(envelope)
 
     async def _signal_chain(self, envelope: EventEnvelope) -> None:
         """Into the correlation's chain; when none runs, the saga's own record has the event."""

@@ -43,7 +43,7 @@ async def _apply_injection(
     delay = float(inject.get("slow", {}).get(context.agent, 0))
     for _ in range(int(delay * 10)):
         await asyncio.sleep(0.1)
-        activity.heartbeat()
+        context.heartbeat()
     failing = bool({context.agent, task} & set(inject.get("fail", [])))
     flaky = context.attempt <= int(inject.get("flaky", {}).get(context.agent, 0))
     if failing or flaky:

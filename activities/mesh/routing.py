@@ -31,6 +31,7 @@ from coord.models.mesh.assignment import (
     route_candidates,
 )
 from coord.models.mesh.health import AgentHealth
+from coord.models.mesh.placement import Placement, PlacementAsk, placement
 from coord.models.wire.contract import (
     FailureType,
     failure,
@@ -64,6 +65,18 @@ class AgentRouter:
         it (`choose_each`), from one reading; None for a route without a candidate (the
         workflow asks `choose_agent` for it alone, which fails it `no_capable_agent`)."""
         return await self._picks(routes)
+
+    @activity.defn(name=refs.PLACE_AGENTS.name)
+    async def place_agents(self, ask: PlacementAsk) -> dict[str, Placement]:
+        """Where the runs of each agent asked about go from the workflow this worker runs (a
+        local activity: the answer is this worker's, recorded in the workflow's history):
+        `placement` for an agent it serves, else the agent's own queue."""
+        return {agent: self._placement(agent) for agent in ask.agents}
+
+    def _placement(self, agent: str) -> Placement:
+        if agent not in self._registry:
+            return Placement.AGENT_QUEUE
+        return placement(self._registry.kinds[agent], self._registry.declarations.get(agent))
 
     @activity.defn(name=refs.AGENT_SERVED.name)
     async def agent_served(self, agent: str) -> bool:

@@ -210,7 +210,10 @@ def _run_context(request: AgentRequest, attempt: int, resolved: Resolved) -> Age
 
 def _heartbeat_from_any_thread() -> Callable[..., None]:
     """The activity's heartbeat, callable from the thread a plain `def` agent runs in as well:
-    the SDK's heartbeat must be called on the activity's event loop, so a thread hands it over."""
+    the SDK's heartbeat must be called on the activity's event loop, so a thread hands it over.
+    A local activity has no heartbeat (the server never sees it run): nothing is sent."""
+    if activity.info().is_local:
+        return _no_heartbeat
     loop = asyncio.get_running_loop()
 
     def send(*details: Any) -> None:
@@ -221,6 +224,10 @@ def _heartbeat_from_any_thread() -> Callable[..., None]:
             loop.call_soon_threadsafe(activity.heartbeat, *details, context=context)
 
     return send
+
+
+def _no_heartbeat(*details: Any) -> None:
+    """A local run's progress and heartbeats: it has none the server would keep."""
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

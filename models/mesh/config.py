@@ -44,6 +44,10 @@ stuck (an awaiting agent's loop turns at least every 0.1 s)."""
 MIN_BLOCKED_AFTER = timedelta(seconds=1)
 """Below this, a busy machine's scheduling delays would read as a blocked loop."""
 
+LOCAL_TIMEOUT_MAX = timedelta(seconds=10)
+"""The longest `timeout` of an agent declared `execution: local`: a local activity runs within its
+workflow's task, which a long one would keep busy (retried as a timer past it)."""
+
 MAX_CAPABILITIES = 64
 """Capabilities one agent offers, or one step, subscription or task requires."""
 MAX_CAPABILITY_NAME = 128
@@ -86,10 +90,33 @@ class AgentDeclarationBase(BaseModel):
     on the agent's task queue (`max_task_queue_activities_per_second`); none, unlimited."""
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
+    execution: Literal["local", "remote"] | None = None
+    """How a saga or chain runs it when the workflow's own worker serves it: `local`, a local
+    activity (a `timeout` of at most 10s); `remote`, an activity task on the workflow's queue;
+    unset: `local` for python agents, `remote` for the others. A pool, a rate limit or
+    capabilities keep its runs on its own queue either way (docs/agents.md, "Where a run
+    goes")."""
     publishes: list[str] | None = Field(default=None, max_length=MAX_PUBLISHED_TYPES)
     """The event types the agent may publish itself (its result's `publish`) in a chain,
     besides those the subscription declares. Unset: an `llm` agent may publish none; any other
     kind is held only by what its subscription declares (`publishes_allowed`)."""
+
+    @property
+    def paced(self) -> bool:
+        """Whether its runs are held to a pool or a rate: those go through its own task queue,
+        where the worker's slots and the server's rate limit hold them."""
+        return bool(self.max_concurrent or self.max_concurrent_per_worker or self.rate_limit)
+
+    @model_validator(mode="after")
+    def _local_is_short(self) -> Self:
+        limit = getattr(self, "timeout", None)
+        if self.execution == "local" and limit is not None and limit > LOCAL_TIMEOUT_MAX:
+            most, has = LOCAL_TIMEOUT_MAX.total_seconds(), limit.total_seconds()
+            raise ValueError(
+                f"execution: local needs a timeout of at most {most:g}s (it has {has:g}s): "
+                "a local activity holds its workflow's task"
+            )
+        return self
 
     @property
     def worker_slots(self) -> int | None:

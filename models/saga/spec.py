@@ -115,6 +115,12 @@ class SagaSpec(BaseModel):
     def workflow_id(self) -> str:
         return saga_workflow_id(self.saga_id)
 
+    def agents_run(self) -> list[str]:
+        """The agents its steps and compensations name (not those picked by capability), in
+        order, once each: those whose runs the saga places before its first step."""
+        named = [step.agent for step in self.steps] + [s.compensation or "" for s in self.steps]
+        return [agent for agent in dict.fromkeys(named) if agent]
+
 
 def _check_recorded(recorded: list[RecordedStep], names: list[str]) -> None:
     """A copy reuses the first steps of its spec, in their order, and runs at least one."""

@@ -328,6 +328,7 @@ CHOOSE_AGENT_ACTIVITY: Final = "choose_agent"
 strategy's winner (on the coordinator queue)."""
 CHOOSE_AGENTS_ACTIVITY: Final = "choose_agents"
 AGENT_SERVED_ACTIVITY: Final = "agent_served"
+PLACE_AGENTS_ACTIVITY: Final = "place_agents"
 """Whether a live worker serves an agent's queue (waiting a little for one to come back): a run
 that no worker took while the server was away is sent again, not failed."""
 """Picks the agents for the runs a workflow starts together (a plan's wave), each pick seeing

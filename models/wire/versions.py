@@ -170,6 +170,21 @@ VOTE_FAN_OUT_PATCH = "vote-voters-within-task-budget"
 workflow task (`FanOut`): forty voters of a 110 KB proposal were more than the server takes
 in one task. Runs recorded before started every voter in the first task."""
 
+AGENT_PLACEMENT_PATCH = "agent-runs-placed-by-what-they-need"
+"""Since 2026-11-27, in _runtime.agent_runs: Runs after this patch ask their worker once (a local
+activity, `place_agents`) where each agent they name runs, and run it there
+(coord.models.mesh.placement): a short in-process agent the worker serves as a local activity
+(a marker, no activity task), another agent it serves without pool or rate limit on the
+workflow's own task queue (handed over eagerly), any other on its own agent queue; a local
+run is never cancelled (a cancel of its step waits for it to end). Runs recorded before sent
+every named agent's runs to its agent queue."""
+
+SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
+"""Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
+only once the first send has found the chain running (a saga without a chain sends one, as
+CHAIN_SEND_ONCE_PATCH meant); runs recorded before sent every event announced while the first
+was in flight, each failing alike when no chain ran (five with local agents)."""
+
 PLAN_ANNOUNCES_PATCH = "plan-announces-its-lifecycle"
 """Since 2026-11-27, in plan.graph: Runs after this patch announce their lifecycle (the event
 taxonomy: `PlanStarted`, `TaskStarted`, `TaskCompleted`, ..., `PlanCompleted`) into their

@@ -36,14 +36,21 @@ run's result is counted into the record the moment it comes back, so the next ru
 new total. (A chain counts in its own model instead: its runs may end in a `ChainRun`.)"""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Any, Protocol, TypedDict
+from typing import Any, NoReturn, Protocol, TypedDict
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    FailureError,
+    RetryState,
+    TimeoutError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
@@ -51,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
+    from coord.models.mesh.placement import MAX_PLACED, Placement, PlacementAsk
     from coord.models.mesh.retry import LOST_RUNS_ALLOWED, RetryConfig
     from coord.models.mesh.runs import (
         GATE_FAILURES,
@@ -71,6 +79,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.sizes import json_size
     from coord.models.wire.versions import (
+        AGENT_PLACEMENT_PATCH,
         AGENT_QUEUES_PATCH,
         AGENT_RUN_GATES_PATCH,
         AGENT_RUN_PRIORITY_PATCH,
@@ -86,6 +95,10 @@ MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
 SERVED_CHECK_TIMEOUT = timedelta(seconds=30)
 SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
 """What an execution sent again late in its run's time gets at least (Temporal refuses zero)."""
+
+PLACE_TIMEOUT = timedelta(seconds=10)
+PLACE_RETRY = RetryPolicy(maximum_attempts=3)
+"""The worker's answer to where its agents run is a look-up in its registry."""
 
 Detoured = Callable[[RunDetour, Assignment | None], None]
 """Told of each detour, and of the assignment when the run was routed again by capability."""
@@ -222,6 +235,63 @@ class AgentPicker:
                 picked.set_result(assignment)
 
 
+class Placements:
+    """Where one workflow's agent runs go (coord.models.mesh.placement), as its worker said once
+    for the agents the workflow names (`learn`). An agent it was not asked about goes to its own
+    queue, as every named agent's run did before: one a route picked (routing weighs the load
+    it reads from the agents' queues, which a run elsewhere would not add to), a fallback."""
+
+    def __init__(self, *, local: bool = True) -> None:
+        """`local` False: an agent that would run as a local activity runs on this workflow's
+        queue instead (a chain: a local run in flight when it continues as new would run
+        again in the next run)."""
+        self._known: dict[str, Placement] = {}
+        self._asking: asyncio.Task[None] | None = None
+        self._local = local
+
+    async def learn(self, agents: Iterable[str]) -> None:
+        """Asks the worker running this workflow task, in one local activity, about the agents
+        not asked about yet (runs starting together wait for one question, then ask only what
+        it left out); nothing for runs recorded before (AGENT_PLACEMENT_PATCH)."""
+        while self._asking is not None and not self._asking.done():
+            await asyncio.shield(self._asking)
+        asked = sorted(set(agents) - self._known.keys())[:MAX_PLACED]
+        if not asked or not workflow.patched(AGENT_PLACEMENT_PATCH):
+            return
+        self._asking = asyncio.ensure_future(self._ask(asked))
+        try:
+            await asyncio.shield(self._asking)
+        finally:
+            self._asking = None
+
+    async def _ask(self, agents: list[str]) -> None:
+        """The worker's answer; without one (a worker serving the workflows without their
+        activities, or a bug), every agent asked about goes to its own queue, as before runs
+        were placed."""
+        try:
+            placed: dict[str, Placement] = await calls.execute_local(
+                refs.PLACE_AGENTS,
+                PlacementAsk(agents=agents),
+                start_to_close_timeout=PLACE_TIMEOUT,
+                retry_policy=PLACE_RETRY,
+                summary="where the agents run",
+            )
+        except ActivityError as error:
+            workflow.logger.warning("agents not placed: %s", failure_message(error))
+            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
+        except ValueError as error:  # a worker running the workflows alone, without activities
+            workflow.logger.warning("agents not placed: %s", error)
+            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
+        self._known.update(placed)
+
+    def of(self, request: AgentRequest) -> Placement:
+        """Where `request` goes: an agent declared inline stays on this workflow's queue."""
+        if request.config is not None:
+            return Placement.HOME
+        where = self._known.get(request.agent, Placement.AGENT_QUEUE)
+        return Placement.HOME if where == Placement.LOCAL and not self._local else where
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What the caller's spec says about one run: its activity options and where it may go."""
@@ -247,6 +317,18 @@ class RunSettings:
     tokens: TokenMeter | None = None
     """The caller's record of its tokens and its spec's budget: each execution is sent the
     allowance (`AgentRequest.tokens`), and the run's usage is counted into it when it succeeds."""
+    placements: Placements | None = None
+    """Where the caller's agents run (`Placements`); none: each named agent on its own queue."""
+
+    def placement(self, request: AgentRequest) -> Placement:
+        """Where this run of `request` goes. A run with a heartbeat timeout is watched by its
+        heartbeats, which a local activity does not send: it goes to this workflow's queue."""
+        if self.placements is None:
+            return Placement.HOME if request.config is not None else Placement.AGENT_QUEUE
+        where = self.placements.of(request)
+        if where == Placement.LOCAL and self.heartbeat_timeout is not None:
+            return Placement.HOME
+        return where
 
 
 class DeclaredRun(Protocol):
@@ -293,6 +375,12 @@ def start_agent_run(
 def _start(
     request: AgentRequest, settings: RunSettings, policy: RetryPolicy
 ) -> workflow.ActivityHandle[AgentResult]:
+    """One execution where the run's placement says: a local activity, or an activity task on
+    the agent's queue or this workflow's own."""
+    where = settings.placement(request)
+    if where == Placement.LOCAL:
+        return _start_local(request, settings, policy)
+    agent_queue = settings.agent_queue and where == Placement.AGENT_QUEUE
     return calls.start(
         refs.RUN_AGENT,
         request,
@@ -303,8 +391,33 @@ def _start(
         retry_policy=policy,
         cancellation_type=settings.cancellation,
         summary=settings.summary,
-        **agent_dispatch(request, settings.schedule_to_start, agent_queue=settings.agent_queue),
+        **agent_dispatch(request, settings.schedule_to_start, agent_queue=agent_queue),
     )
+
+
+def _start_local(
+    request: AgentRequest, settings: RunSettings, policy: RetryPolicy
+) -> workflow.ActivityHandle[AgentResult]:
+    """The execution as a local activity: the same `run_agent` on this worker, with the run's
+    timeouts, retry policy and cancellation; no heartbeat timeout (a local activity sends
+    none), no queue to wait on, no priority (nothing waits in line)."""
+    return calls.start_local(
+        refs.RUN_AGENT,
+        request,
+        activity_id=settings.activity_id,
+        start_to_close_timeout=settings.start_to_close,
+        schedule_to_close_timeout=settings.schedule_to_close,
+        retry_policy=policy,
+        cancellation_type=settings.cancellation,
+        summary=settings.summary,
+    )
+
+
+def _local_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentRequest, RetryPolicy]:
+    """The request and retry policy of a local execution: retried by its worker with the
+    policy's attempts, which that worker counts itself (no tally to carry between attempts: a
+    local activity's attempts all run on this worker, and none is lost to a server outage)."""
+    return request, retry.to_retry_policy()
 
 
 class _AgentRun:
@@ -331,6 +444,8 @@ class _AgentRun:
         self.fallback_taken = settings.fallback is None
         self.unserved = 0
         """Times the run was sent again after no worker took it (`_served_again`)."""
+        self.local = False
+        """Whether the execution under way is a local activity (`_outcome`)."""
 
     async def result(self, first: workflow.ActivityHandle[AgentResult]) -> AgentResult:
         """The run's result. The first execution is started by the caller, in its own step of
@@ -338,7 +453,7 @@ class _AgentRun:
         execution = first
         while True:
             try:
-                result = await _outcome(execution)
+                result = await _outcome(execution, local=self.local)
                 break
             except ActivityError as error:
                 if not await self._recovered(error):
@@ -358,7 +473,8 @@ class _AgentRun:
         if self.settings.tokens is not None:
             update["tokens"] = self.settings.tokens.allowance()
         sent = self.request.model_copy(update=update)
-        request, policy = counted_retries(sent, self.settings.retry)
+        self.local = local = self.settings.placement(sent) == Placement.LOCAL
+        request, policy = (_local_retries if local else counted_retries)(sent, self.settings.retry)
         if policy.maximum_attempts:
             policy = replace(policy, maximum_attempts=self.allowance.remaining)
         settings = self.settings
@@ -468,18 +584,76 @@ def _always() -> bool:
     return True
 
 
-async def _outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+async def _outcome(execution: workflow.ActivityHandle[AgentResult], *, local: bool) -> AgentResult:
     """What the execution ends with, whatever a cancel of the run does meanwhile: the cancel is
-    passed on to the activity (which ends as its cancellation type says), and a result that
+    passed on to an activity task (which ends as its cancellation type says), and a result that
     arrived in the same workflow task as the cancel is kept, as awaiting the activity itself
-    would keep it."""
+    would keep it.
+
+    A local execution is never cancelled: it is short, it holds the workflow task that would
+    hear the cancel until it ends anyway, and it ends as an agent that ignores a cancel does
+    (its result kept). The SDK's core records a local activity's cancel in one workflow task
+    and may hand its outcome to the workflow only in the next, which replays differently."""
     while True:
         try:
             return await asyncio.shield(execution)
         except asyncio.CancelledError:
             if execution.done():
-                return execution.result()
-            execution.cancel()
+                return _local_outcome(execution)
+            if not local:
+                execution.cancel()
+        except FailureError as error:
+            _raise_as_activity_error(error)
+
+
+def _local_outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResult:
+    try:
+        return execution.result()
+    except FailureError as error:
+        _raise_as_activity_error(error)
+
+
+def _raise_as_activity_error(error: FailureError) -> NoReturn:
+    if isinstance(error, ActivityError) and not _local_timeout(error):
+        raise error
+    cause = error.cause if isinstance(error, ActivityError) else error
+    raise _as_activity_error(error) from cause
+
+
+def _local_timeout(error: FailureError) -> bool:
+    """A local activity timed out after its attempts: the SDK says its retry state is
+    CANCEL_REQUESTED, which would read as one attempt."""
+    return (
+        isinstance(error, ActivityError)
+        and isinstance(error.cause, TimeoutError)
+        and error.retry_state == RetryState.CANCEL_REQUESTED
+    )
+
+
+def _as_activity_error(error: FailureError) -> ActivityError:
+    """A local execution's failure as an activity's (raised from its cause): the SDK raises a
+    local activity's own failure (the agent's ApplicationError, a cancel) where an activity
+    task's comes wrapped in an ActivityError, which is what every caller reads (its type,
+    attempt, retry state, cancel); a local timeout after its attempts says it ran out of them."""
+    return ActivityError(
+        error.message,
+        scheduled_event_id=0,
+        started_event_id=0,
+        identity="",
+        activity_type=refs.RUN_AGENT.name,
+        activity_id="",
+        retry_state=_retry_state(error),
+    )
+
+
+def _retry_state(error: FailureError) -> RetryState:
+    if isinstance(error, ActivityError):  # a local timeout (`_local_timeout`)
+        return RetryState.MAXIMUM_ATTEMPTS_REACHED
+    if isinstance(error, CancelledError):
+        return RetryState.CANCEL_REQUESTED
+    if isinstance(error, ApplicationError) and error.non_retryable:
+        return RetryState.NON_RETRYABLE_FAILURE
+    return RetryState.MAXIMUM_ATTEMPTS_REACHED
 
 
 def _detour(

@@ -32,3 +32,11 @@ async def execute_local(ref: ActivityRef[ArgT, ResultT], argument: ArgT, **optio
         ref.name, argument, result_type=ref.result, **options
     )
     return cast(ResultT, result)
+
+
+def start_local(
+    ref: ActivityRef[ArgT, ResultT], argument: ArgT, **options: Any
+) -> workflow.ActivityHandle[ResultT]:
+    """Start the activity as a local activity; its handle resolves to the result."""
+    handle = workflow.start_local_activity(ref.name, argument, result_type=ref.result, **options)
+    return cast(workflow.ActivityHandle[ResultT], handle)

@@ -98,7 +98,12 @@ with workflow.unsafe.imports_passed_through():
         SETTLE_PATCH,
     )
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import assign_agent, declared_settings, start_agent_run
+    from coord.workflows._runtime.agent_runs import (
+        Placements,
+        assign_agent,
+        declared_settings,
+        start_agent_run,
+    )
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
@@ -322,6 +327,9 @@ class ChainRunner:
         self._model = model
         self._outbound = outbound
         self._announced: list[str] | None = None
+        self._placements = Placements(local=False)
+        """Where the chain's agents run, asked of its worker at its first run here: on the
+        chain's own queue when its worker serves them (never as local activities)."""
 
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
@@ -347,11 +355,13 @@ class ChainRunner:
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
                 await self._outbound.fan_out.room(json_size(request))
+                await self._placements.learn(self._model.spec.served_agents())
                 settings = declared_settings(
                     subscription,
                     f"{run.agent} ← {run.trigger.event.type}",
                     inline_agents=self._model.spec.agents,
                     room=self._outbound.fan_out.room,
+                    placements=self._placements,
                 )
                 result = await start_agent_run(request, settings, partial(self._detoured, run))
             except ActivityError as error:

@@ -1,0 +1,223 @@
+"""Where agent runs go: a short in-process agent the workflow's worker serves runs as a local
+activity (a marker in the history, no activity task), another agent it serves without a pool or
+rate limit on the workflow's own task queue (handed over eagerly), and any other on its own
+agent queue. Retries, the failure taxonomy and the dead-letter queue are the same everywhere."""
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from coord.activities.kinds.demo import register_demo_agents
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent, ShellAgent
+from coord.models.mesh.placement import Placement, placement
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire.contract import RUN_AGENT_ACTIVITY, agent_task_queue
+from coord.models.wire.specs import SpecError, parse_model
+from coord.starter import api
+from coord.worker import build_worker
+from tests.conftest import feature_deployment
+from tests.helpers import STEPS, approved, failing_at, parked, user_story
+
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
+SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+
+
+def test_a_run_goes_where_its_agent_needs() -> None:
+    python = PythonAgent(kind="python", callable="m:f")
+    assert placement("python", None) == Placement.LOCAL
+    assert placement("python", python) == Placement.LOCAL
+    assert placement("python", python.model_copy(update={"execution": "remote"})) == Placement.HOME
+    assert placement("python", python.model_copy(update={"max_concurrent": 2})) == (
+        Placement.AGENT_QUEUE
+    )
+    assert placement("python", python.model_copy(update={"rate_limit": 5.0})) == (
+        Placement.AGENT_QUEUE
+    )
+    assert placement("python", python.model_copy(update={"capabilities": ["sql"]})) == (
+        Placement.AGENT_QUEUE
+    ), "a routing candidate's load is read from its queue"
+    shell = ShellAgent(kind="shell", argv=["true"], timeout=timedelta(seconds=5))
+    assert placement("shell", shell) == Placement.HOME
+    assert placement("shell", shell.model_copy(update={"execution": "local"})) == Placement.LOCAL
+
+
+def test_a_local_agent_must_be_short() -> None:
+    declared = {"kind": "shell", "argv": ["true"], "execution": "local", "timeout": "30s"}
+    with pytest.raises(SpecError, match="execution: local needs a timeout of at most 10s"):
+        parse_model(ShellAgent, declared, "agents.slow")
+
+
+async def _history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+def _agent_tasks(events: list[HistoryEvent]) -> dict[str, str]:
+    """Each `run_agent` activity task scheduled: its activity id -> its task queue."""
+    return {
+        e.activity_task_scheduled_event_attributes.activity_id: (
+            e.activity_task_scheduled_event_attributes.task_queue.name
+        )
+        for e in events
+        if e.event_type == SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == RUN_AGENT_ACTIVITY
+    }
+
+
+def _markers(events: list[HistoryEvent]) -> int:
+    return sum(1 for e in events if e.event_type == MARKER)
+
+
+async def test_a_saga_of_python_agents_runs_them_as_local_activities(
+    client: Client, task_queue: str
+) -> None:
+    spec = feature_deployment()
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert [step.name for step in state.completed_steps] == STEPS
+    events = await _history(handle)
+    assert _agent_tasks(events) == {}, "no activity task for a local agent"
+    assert _markers(events) >= len(STEPS) + 1, "a marker per run, and the placement's"
+    sent = [e for e in events if e.event_type == SIGNALED]
+    assert len(sent) == 1, "no chain runs: the first send found that out, no other was sent"
+    assert len(events) <= 35, "no longer than the hand-written five-step saga's history"
+
+
+async def test_a_failing_local_agent_is_retried_and_fails_with_its_type(
+    client: Client, task_queue: str
+) -> None:
+    spec = failing_at("RunE2ETests", error_type="service_unavailable")
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPENSATED
+    [failed] = [entry for entry in state.events if entry.event == "E2EFailed"]
+    error = failed.payload["error"]
+    assert error["type"] == "service_unavailable"
+    assert "attempt 2" in error["message"], "one retry (FAST_RETRY), as an activity would"
+    assert _agent_tasks(await _history(handle)) == {}
+
+
+async def test_a_chain_runs_the_agents_its_worker_serves_on_its_own_queue_and_parks_a_failure(
+    client: Client, task_queue: str
+) -> None:
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    poisoned = {"inject": {"fail": ["python-pro"], "error_type": "invalid_payload"}}
+    async with build_worker(client, task_queue):
+        await api.publish(
+            client, approved(correlation_id, **poisoned), spec=user_story(), queue=task_queue
+        )
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
+        chain = api.chain_handle(client, correlation_id)
+        events = await _history(chain)
+    assert entry.failure_type == "invalid_payload" and entry.attempts == 1
+    assert entry.target_agent == "python-pro" and entry.replay == "rerun"
+    queues = set(_agent_tasks(events).values())
+    assert queues == {task_queue}, "on the chain's own queue, handed over eagerly"
+
+
+def _registry(declarations: Mapping[str, PythonAgent]) -> AgentRegistry:
+    """The demo agents, and agents of the given declarations that answer at once."""
+    registry = AgentRegistry()
+    register_demo_agents(registry)
+    for name, declaration in declarations.items():
+        registry.register(name, "python", declaration)(_instant)
+    return registry
+
+
+async def _instant(event: EventEnvelope, context: AgentContext) -> dict[str, Any]:
+    return {"summary": f"{context.agent} done"}
+
+
+def _saga_of(agent: str) -> SagaSpec:
+    spec = feature_deployment()
+    spec.steps = [spec.steps[0].model_copy(update={"name": "Only", "agent": agent})]
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("declaration", "queue_of"),
+    [
+        (
+            PythonAgent(kind="python", callable="m:f", execution="remote"),
+            lambda agent, home: home,
+        ),
+        (
+            PythonAgent(kind="python", callable="m:f", max_concurrent=2),
+            agent_task_queue,
+        ),
+    ],
+    ids=["served-here-on-the-workflow-queue", "with-a-pool-on-its-agent-queue"],
+)
+async def test_a_remote_agent_served_here_stays_on_the_workflow_queue_unless_paced(
+    client: Client, task_queue: str, declaration: PythonAgent, queue_of: Any
+) -> None:
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    async with build_worker(client, task_queue, _registry({agent: declaration})):
+        handle = await api.start_saga(client, _saga_of(agent), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert list(_agent_tasks(await _history(handle)).values()) == [queue_of(agent, task_queue)]
+
+
+async def test_a_local_compensation_that_fails_for_good_is_parked(
+    client: Client, task_queue: str
+) -> None:
+    spec = failing_at("DeployToProduction")
+    spec.input["inject"]["fail"].append("RollbackProduction")
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
+    assert state.status == SagaStatus.COMPENSATION_FAILED
+    assert entry.failure_type == "compensation_failed" and entry.replay == "run_agent"
+    assert entry.target_agent == "RollbackProduction" and entry.attempts == 2
+    assert _agent_tasks(await _history(handle)) == {}, "the compensation ran locally"
+
+
+async def test_a_worker_shut_down_with_a_local_run_in_flight_lets_it_finish(
+    client: Client, task_queue: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK neither cancels nor hands over a local activity when its worker shuts down: the
+    shutdown waits for the run, whose result is recorded once; the next worker finishes the
+    saga from there, and the SDK's core logs no panic about the run's timers."""
+    deploying, release = asyncio.Event(), asyncio.Event()
+    runs: list[str] = []
+
+    async def deploy(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        runs.append(context.idempotency_key)
+        deploying.set()
+        await release.wait()
+        return {"version": "v42"}
+
+    registry = register_demo_agents(AgentRegistry())
+    agents = AgentRegistry(registry.settings)
+    for name in registry:
+        agents.register(name)(deploy if name == "DeployToProduction" else registry.get(name))
+    spec = feature_deployment()
+    async with build_worker(client, task_queue, agents) as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await asyncio.wait_for(deploying.wait(), 30)
+        stopping = asyncio.create_task(first.shutdown())
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.wait_for(stopping, 30)
+    async with build_worker(client, task_queue, agents):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert len(runs) == 1, "the run in flight finished on the worker shutting down"
+    assert _agent_tasks(await _history(handle)) == {}
+    assert "panicked" not in capfd.readouterr().err
