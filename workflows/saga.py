@@ -80,11 +80,7 @@ class Saga:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._shown = self._model.state.status
         """The status last upserted as a search attribute: one upsert per change of status."""
-        self._announcing = False
-        self._announcements: list[asyncio.Task[None]] = []
-        self._chain_reachable = True
-        self._waits_for_first: bool | None = None
-        """False once a send found no chain: a saga without one pays one failed signal."""
+        self._sends = ChainSends(self._model)
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
         self._options: dict[str, Any] = {
@@ -97,7 +93,7 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._announcing = workflow.patched(SAGA_EVENTS_PATCH)
+        self._sends.announcing = workflow.patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
         except SpecError as error:
@@ -113,7 +109,7 @@ class Saga:
             return await self._outcome()
         finally:
             late = partial(self._note_cancel, "ended")
-            await uncancellable(asyncio.gather(*self._announcements), late)
+            await uncancellable(asyncio.gather(*self._sends.pending), late)
 
     async def _outcome(self) -> SagaState:
         try:
@@ -129,7 +125,7 @@ class Saga:
             raise self._ended(end) from None
         except asyncio.CancelledError:
             await uncancellable(self._compensate(cancelled=True))
-            if self._announcing:  # a cancelled run has no result: the memo keeps the record
+            if self._sends.announcing:  # a cancelled run has no result: the memo keeps the record
                 workflow.upsert_memo({SAGA_RECORD_MEMO: self._model.state})
             raise
         self._model.completed()
@@ -158,11 +154,11 @@ class Saga:
                 self._model.step_cancelled(step)
                 raise asyncio.CancelledError from error
             failed = (failure_type_of(error), failure_message(error))
-            self._send(self._model.step_failed(index, step, *failed))
+            self._sends.send(self._model.step_failed(index, step, *failed))
             if self._model.unwinding:
                 raise asyncio.CancelledError from error
             raise StepFailed from error
-        self._send(self._model.step_succeeded(index, step, result.data))
+        self._sends.send(self._model.step_succeeded(index, step, result.data))
         self._log("step completed", step=step.name, event=step.on_success, pivot=step.pivot)
         if self._model.unwinding:
             raise asyncio.CancelledError
@@ -221,7 +217,7 @@ class Saga:
             spent = attempts(error, step.compensation_retry.to_retry_policy())
             await self._dead_letter(entry, request, message, spent)
             return False
-        self._send(self._model.undone(entry, result.data))
+        self._sends.send(self._model.undone(entry, result.data))
         self._publish()
         return True
 
@@ -242,43 +238,15 @@ class Saga:
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
         )
-        notice = self._model.undo_failed_notice(entry, why, recorded=self._announcing)
-        if self._announcing:
-            self._send(notice)
+        notice = self._model.undo_failed_notice(entry, why, recorded=self._sends.announcing)
+        if self._sends.announcing:
+            self._sends.send(notice)
         else:
-            await self._signal_chain(notice)
+            await self._sends.signal(notice)
 
     def _detoured(self, step: str, detour: RunDetour, assignment: Assignment | None) -> None:
         self._model.detoured(step, detour, assignment)
         self._publish()
-
-    def _send(self, envelope: EventEnvelope) -> None:
-        """To the correlation's chain, in the background (the run waits for it before it ends):
-        every send after the first once the first has found the chain."""
-        if not (self._announcing and self._chain_reachable):
-            return
-        first = self._announcements[0] if self._announcements and self._after_first() else None
-        self._announcements.append(asyncio.create_task(self._announce(envelope, first)))
-
-    def _after_first(self) -> bool:
-        """Whether sends after the first wait for its answer: asked once, at the second send
-        (by the order of the sends, never by when an answer came)."""
-        if self._waits_for_first is None:
-            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
-        return self._waits_for_first
-
-    async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
-        if first is not None:
-            await workflow.wait([first])
-            if not self._chain_reachable:
-                return
-        await self._signal_chain(envelope)
-
-    async def _signal_chain(self, envelope: EventEnvelope) -> None:
-        """Into the correlation's chain; when none runs, the saga's own record has the event."""
-        raw = envelope.model_dump(mode="json")
-        if not await signal_chain(self._model.state.correlation_id, EVENT_SIGNAL, raw):
-            self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
 
     def _ended(self, end: SagaEnd) -> ApplicationError:
         """Business outcomes end the run as typed failures carrying the final record."""
@@ -299,3 +267,45 @@ class Saga:
         state = self._model.state
         extra = {"correlation_id": state.correlation_id, "saga_id": state.saga_id, **fields}
         workflow.logger.info(message, extra=extra)
+
+
+class ChainSends:
+    """The saga's events on their way to its correlation's chain, each sent in the background
+    (`pending`, which the run awaits before it ends). `announcing`: the run sends its own
+    events (runs recorded before sent only a failed compensation's notice)."""
+
+    def __init__(self, model: SagaModel) -> None:
+        self._model = model
+        self.announcing = False
+        self.pending: list[asyncio.Task[None]] = []
+        self._chain_reachable = True
+        """False once a send found no chain: a saga without one pays one failed signal."""
+        self._waits_for_first: bool | None = None
+
+    def send(self, envelope: EventEnvelope) -> None:
+        """To the correlation's chain, in the background (the run waits for it before it ends):
+        every send after the first once the first has found the chain."""
+        if not (self.announcing and self._chain_reachable):
+            return
+        first = self.pending[0] if self.pending and self._after_first() else None
+        self.pending.append(asyncio.create_task(self._announce(envelope, first)))
+
+    def _after_first(self) -> bool:
+        """Whether sends after the first wait for its answer: asked once, at the second send
+        (by the order of the sends, never by when an answer came)."""
+        if self._waits_for_first is None:
+            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
+        return self._waits_for_first
+
+    async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
+        if first is not None:
+            await workflow.wait([first])
+            if not self._chain_reachable:
+                return
+        await self.signal(envelope)
+
+    async def signal(self, envelope: EventEnvelope) -> None:
+        """Into the correlation's chain; when none runs, the saga's own record has the event."""
+        raw = envelope.model_dump(mode="json")
+        if not await signal_chain(self._model.state.correlation_id, EVENT_SIGNAL, raw):
+            self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
