@@ -45,6 +45,21 @@ CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
 TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+TASK_SCHEDULED = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+TASK_TIMED_OUT = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+TASK_EVENTS = {
+    TASK_SCHEDULED,
+    TASK_STARTED,
+    TASK_COMPLETED,
+    TASK_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+}
+SIGNAL_SENT = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+SIGNAL_ENDED = {
+    EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
+}
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 NO_RETRY = {"max_retries": 0}
 
@@ -101,6 +116,7 @@ async def assert_one_task_saw(handle: WorkflowHandle[Any, Any], *kinds: Event) -
     at = sorted(delivered_at(events, kind) for kind in kinds)
     between = events[at[0] : at[-1]]
     assert TASK_STARTED not in between, [EventType.Name(kind) for kind in events]
+    assert TASK_TIMED_OUT not in events, "a stopped worker left a workflow task to time out"
     assert await task_failures(handle) == []
 
 
@@ -351,11 +367,27 @@ async def admitted_update(
 
 
 async def awaiting_approval(handle: WorkflowHandle[Any, Any], task_id: str) -> None:
+    """The task waits for a person, and the run is idle: the workflow worker may stop."""
+
     async def waiting() -> bool:
         state = await handle.query(TaskGraph.state)
         return task_of(state, task_id).state == TaskState.AWAITING_APPROVAL
 
     await wait_until(waiting)
+    await wait_until(lambda: idle(handle))
+
+
+async def idle(handle: WorkflowHandle[Any, Any]) -> bool:
+    """No workflow task is scheduled or running, and none is on its way (a signal the run sent
+    whose outcome is still to come, here the plan's announcements, schedules one): a workflow
+    worker stopped now holds no task of the run. One stopped while its poll takes a task leaves
+    the task to time out (10 s later); the server then forgets the updates it had admitted, and
+    their callers send them again, to a task that may already have ended the run (the update
+    is then aborted by the run's closing, never seen by the workflow)."""
+    events = [event.event_type for event in (await handle.fetch_history()).events]
+    tasks = [kind for kind in events if kind in TASK_EVENTS]
+    in_flight = events.count(SIGNAL_SENT) - sum(kind in SIGNAL_ENDED for kind in events)
+    return tasks[-1] == TASK_COMPLETED and in_flight == 0
 
 
 @pytest.mark.parametrize("order", ["timer first", "update first"])
@@ -368,9 +400,10 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
     and the task runs once."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
+    # The timeout leaves the first workflow worker time to stop before the timer fires.
     spec = plan(
         "race-approval",
-        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "2s"}},
+        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "4s"}},
         {"id": "announce", "agent": "deployer", "depends_on": ["deploy"]},
     )
     approval = {"task": "deploy", "by": "alice", "reason": "just in time"}
