@@ -309,6 +309,12 @@ async def test_tasks_waiting_for_the_planner_are_refused_when_the_plan_is_cancel
         state = await asyncio.wait_for(api.plan_outcome(handle), 60)
         refused = await asyncio.wait_for(asyncio.gather(adding, return_exceptions=True), 30)
         assert await task_failures(handle) == []
+        events = [event.event_type async for event in handle.fetch_history_events()]
+    last_task = len(events) - 1 - events[::-1].index(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    assert {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    } <= set(events[last_task:]), "the answer and the cancel in one workflow task"
     (error,) = refused
     assert isinstance(error, WorkflowUpdateFailedError), repr(error)
     cause = error.cause
