@@ -179,6 +179,13 @@ workflow's own task queue (handed over eagerly), any other on its own agent queu
 run is never cancelled (a cancel of its step waits for it to end). Runs recorded before sent
 every named agent's runs to its agent queue."""
 
+PLACEMENTS_ASKED_AS_ACTIVITY_PATCH = "placements-asked-as-an-activity"
+"""Since 2026-11-27, in _runtime.agent_runs: Runs after this patch that place no run locally (a
+chain) ask where their agents run in an activity on their own task queue, whose completion is
+an event of its own: a workflow task then starts the runs on replay as it did at first. Runs
+recorded before asked in a local activity, whose answer could land in another workflow task on
+replay than it had, and the first run's patch checks with it (a nondeterminism error)."""
+
 SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 """Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
 only once the first send has found the chain running (a saga without a chain sends one, as

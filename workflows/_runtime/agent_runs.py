@@ -85,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
         AGENT_RUN_PRIORITY_PATCH,
         CAPABILITY_ROUTING_PATCH,
         COUNTED_RETRIES_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
         ROUTING_PICKS_BATCHED_PATCH,
     )
     from coord.workflows._runtime import calls
@@ -99,6 +100,9 @@ SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
 PLACE_TIMEOUT = timedelta(seconds=10)
 PLACE_RETRY = RetryPolicy(maximum_attempts=3)
 """The worker's answer to where its agents run is a look-up in its registry."""
+PLACE_DEADLINE = timedelta(seconds=30)
+"""How long a chain waits for a worker of its queue to answer (one serving workflows alone
+never does: its agents then run on their own queues)."""
 
 Detoured = Callable[[RunDetour, Assignment | None], None]
 """Told of each detour, and of the assignment when the run was routed again by capability."""
@@ -269,13 +273,7 @@ class Placements:
         activities, or a bug), every agent asked about goes to its own queue, as before runs
         were placed."""
         try:
-            placed: dict[str, Placement] = await calls.execute_local(
-                refs.PLACE_AGENTS,
-                PlacementAsk(agents=agents),
-                start_to_close_timeout=PLACE_TIMEOUT,
-                retry_policy=PLACE_RETRY,
-                summary="where the agents run",
-            )
+            placed = await self._answer(PlacementAsk(agents=agents))
         except ActivityError as error:
             workflow.logger.warning("agents not placed: %s", failure_message(error))
             placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
@@ -283,6 +281,27 @@ class Placements:
             workflow.logger.warning("agents not placed: %s", error)
             placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
         self._known.update(placed)
+
+    async def _answer(self, ask: PlacementAsk) -> dict[str, Placement]:
+        """A workflow that runs no agent locally asks a worker of its own queue, in an activity
+        (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): any of them serves the same agents there, and
+        the answer is an event, which replay meets in the workflow task it landed in."""
+        if not self._local and workflow.patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
+            return await calls.execute(
+                refs.PLACE_AGENTS,
+                ask,
+                start_to_close_timeout=PLACE_TIMEOUT,
+                schedule_to_close_timeout=PLACE_DEADLINE,
+                retry_policy=PLACE_RETRY,
+                summary="where the agents run",
+            )
+        return await calls.execute_local(
+            refs.PLACE_AGENTS,
+            ask,
+            start_to_close_timeout=PLACE_TIMEOUT,
+            retry_policy=PLACE_RETRY,
+            summary="where the agents run",
+        )
 
     def of(self, request: AgentRequest) -> Placement:
         """Where `request` goes: an agent declared inline stays on this workflow's queue."""
