@@ -3,10 +3,12 @@ registries of declared agents run through the real `run_agent` activity."""
 
 import asyncio
 import contextlib
+import json
 import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -179,3 +181,32 @@ class RecordingAgents:
 
     def outputs(self) -> dict[str, Mapping[str, Any] | None]:
         return {run.agent: run.output for run in self.runs if run.output is not None}
+
+
+DEMO = register_demo_agents(AgentRegistry())
+
+
+async def keyed_demo_agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+    """The demo agent of the run's name, as a python agent an agents file declares (with the
+    `execution` a test needs); each attempt first notes its agent, attempt and idempotency key
+    in the file the saga's input names (`keys`), if any."""
+    keys = event.payload.get("keys")
+    if keys:
+        with open(keys, "a", encoding="utf-8") as noted:
+            noted.write(f"{context.agent} {context.attempt} {context.idempotency_key}\n")
+    return await DEMO.get(context.agent)(event, context)
+
+
+def demo_agents_file(path: Path, execution: Execution) -> Path:
+    """An agents file declaring the feature-deployment saga's agents `keyed_demo_agent`s, run
+    as `execution` says."""
+    declared = {
+        name: {
+            "kind": "python",
+            "callable": "tests.agents:keyed_demo_agent",
+            "execution": execution,
+        }
+        for name in FEATURE_DEPLOYMENT_AGENTS
+    }
+    path.write_text(json.dumps({"agents": declared}))
+    return path

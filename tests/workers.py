@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from coord.starter.progress import task_queue_pollers
 
 COORD = str(Path(sys.executable).parent / "coord")
+ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def stop_process_group(process: "subprocess.Popen[bytes]", timeout: float = 15) -> None:
@@ -40,16 +41,25 @@ class WorkerProcess:
 
     @classmethod
     async def start(
-        cls, client: Client, task_queue: str, log: Path, *args: str, polls: str | None = None
+        cls,
+        client: Client,
+        task_queue: str,
+        log: Path,
+        *args: str,
+        polls: str | None = None,
+        demo: bool = True,
     ) -> "WorkerProcess":
         """Start it and return once it polls the queue, or the queue `polls` names (an agent's,
-        for a worker run with --no-workflows); the SDK's default identity is pid@host."""
+        for a worker run with --no-workflows); the SDK's default identity is pid@host. Without
+        `demo`, it serves only the agents its `--agents` file declares (which may name code in
+        `tests`)."""
         env = {
             **os.environ,
             "TEMPORAL_ADDRESS": client.service_client.config.target_host,
             "TEMPORAL_NAMESPACE": client.namespace,
             "COORD_TASK_QUEUE": task_queue,
-            "COORD_DEMO_AGENTS": "1",
+            "COORD_DEMO_AGENTS": "1" if demo else "",
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
         }
         with log.open("ab") as output:
             process = subprocess.Popen(
@@ -83,10 +93,10 @@ class WorkerProcess:
 
 @asynccontextmanager
 async def worker_process(
-    client: Client, task_queue: str, log: Path, *args: str
+    client: Client, task_queue: str, log: Path, *args: str, demo: bool = True
 ) -> AsyncIterator[WorkerProcess]:
     """A worker process that is gone when the block ends, whatever happened in it."""
-    worker = await WorkerProcess.start(client, task_queue, log, *args)
+    worker = await WorkerProcess.start(client, task_queue, log, *args, demo=demo)
     try:
         yield worker
     finally:
