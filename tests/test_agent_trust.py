@@ -20,7 +20,6 @@ import pytest
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.kinds import load_agents
@@ -457,8 +456,13 @@ async def test_a_failure_message_carries_a_bounded_tail_of_stderr() -> None:
     assert error.type == "temporary_failure" and len(error.message) < 1000
 
 
+BLOCKING = threading.Event()
+"""Set once `blocking_agent` runs (a local run of its saga: no pending activity to read)."""
+
+
 def blocking_agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
     """A plain `def` agent that blocks: it must not freeze the worker's event loop."""
+    BLOCKING.set()
     time.sleep(5)
     return {"blocked": True}
 
@@ -485,17 +489,17 @@ async def test_a_blocking_python_agent_does_not_starve_a_heartbeating_shell_agen
             {"name": "H", "agent": "beat", "heartbeat_timeout": "2s", "retry": {"max_retries": 0}}
         ],
     }
+    BLOCKING.clear()
     async with build_worker(client, task_queue, agents):
         blocker = asyncio.create_task(start_saga_as_json(client, task_queue, blocked))
-        await eventually(lambda: _started(client, f"saga-{blocked['saga_id']}"))
+        await eventually(_blocking)
         healthy = await start_saga_as_json(client, task_queue, beating)
         assert healthy.status == SagaStatus.COMPLETED, healthy.failure_reason
         assert (await blocker).status == SagaStatus.COMPLETED
 
 
-async def _started(client: Client, workflow_id: str) -> bool:
-    try:
-        description = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError:
-        return False
-    return bool(description.raw_description.pending_activities)
+async def _blocking() -> bool:
+    """Whether the blocking agent runs: a python agent served by the saga's worker runs as a
+    local activity, on that worker's threads as an activity task's run would, beside the shell
+    agent's heartbeats."""
+    return BLOCKING.is_set()
