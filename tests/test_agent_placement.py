@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.worker import Replayer
 
 from coord.activities.kinds.demo import register_demo_agents
+from coord.infra.payload_store import data_converter
+from coord.models.calls import PLACE_AGENTS
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import PythonAgent, ShellAgent
@@ -23,13 +26,15 @@ from coord.models.saga.spec import SagaSpec, SagaStatus
 from coord.models.wire.contract import RUN_AGENT_ACTIVITY, agent_task_queue
 from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
-from coord.worker import build_worker
+from coord.worker import WORKFLOWS, build_worker
 from tests.conftest import feature_deployment
 from tests.helpers import STEPS, approved, failing_at, parked, user_story
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+LOCAL = "core_local_activity"
 
 
 def test_a_run_goes_where_its_agent_needs() -> None:
@@ -126,6 +131,33 @@ async def test_a_chain_runs_the_agents_its_worker_serves_on_its_own_queue_and_pa
     assert entry.target_agent == "python-pro" and entry.replay == "rerun"
     queues = set(_agent_tasks(events).values())
     assert queues == {task_queue}, "on the chain's own queue, handed over eagerly"
+
+
+async def test_a_chain_asks_where_its_agents_run_in_an_activity_and_replays_at_every_task(
+    client: Client, task_queue: str
+) -> None:
+    """Three runs of one event wait for one answer, an activity's: replayed from any workflow
+    task on, the chain starts its runs in the task it started them in (a local activity's
+    answer could land in another, with the runs' patch checks)."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+        chain = api.chain_handle(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 60)
+        history = await chain.fetch_history()
+    events = list(history.events)
+    asked = [
+        e.activity_task_scheduled_event_attributes.task_queue.name
+        for e in events
+        if e.event_type == SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == PLACE_AGENTS.name
+    ]
+    assert asked == [task_queue], "one question, on the chain's own queue"
+    assert not [e for e in events if e.marker_recorded_event_attributes.marker_name == LOCAL]
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    for end, event in enumerate(events, start=1):
+        if event.event_type == TASK_STARTED:
+            await replayer.replay_workflow(WorkflowHistory(history.workflow_id, events[:end]))
 
 
 def _registry(declarations: Mapping[str, PythonAgent]) -> AgentRegistry:
