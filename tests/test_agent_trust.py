@@ -20,6 +20,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.kinds import load_agents
@@ -503,3 +504,13 @@ async def _blocking() -> bool:
     local activity, on that worker's threads as an activity task's run would, beside the shell
     agent's heartbeats."""
     return BLOCKING.is_set()
+
+
+async def _started(client: Client, workflow_id: str) -> bool:
+    """Whether the workflow's agent run is an activity task a worker has (an agent declared
+    `execution: remote`)."""
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        return False
+    return bool(description.raw_description.pending_activities)
