@@ -10,23 +10,26 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.worker import Replayer
 
 from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.mesh.routing import AgentRouter
 from coord.infra.payload_store import data_converter
 from coord.models.calls import PLACE_AGENTS
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import PythonAgent, ShellAgent
-from coord.models.mesh.placement import Placement, placement
+from coord.models.mesh.placement import Placement, PlacementAsk, placement
 from coord.models.saga.spec import SagaSpec, SagaStatus
 from coord.models.wire.contract import RUN_AGENT_ACTIVITY, agent_task_queue
 from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
+from coord.workflows._runtime.agent_runs import PLACE_TIMEOUT
 from tests.conftest import feature_deployment
 from tests.helpers import STEPS, approved, failing_at, parked, user_story
 
@@ -154,7 +157,40 @@ async def test_a_chain_asks_where_its_agents_run_in_an_activity_and_replays_at_e
     ]
     assert asked == [task_queue], "one question, on the chain's own queue"
     assert not [e for e in events if e.marker_recorded_event_attributes.marker_name == LOCAL]
+    await _replays_from_every_task(history)
+
+
+@activity.defn(name=PLACE_AGENTS.name)
+async def _first_answer_late(self: AgentRouter, ask: PlacementAsk) -> dict[str, Placement]:
+    """The worker's look-up, its first attempt starved past its timeout (PLACE_TIMEOUT)."""
+    if activity.info().attempt == 1:
+        await asyncio.sleep(PLACE_TIMEOUT.total_seconds() + 1)
+    return await _place_agents(self, ask)
+
+
+_place_agents = AgentRouter.place_agents
+
+
+@pytest.mark.slow
+async def test_a_chain_whose_placement_attempt_timed_out_replays_from_every_task(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A look-up whose first attempt times out, answered by the next: in a local activity its
+    answer reached the runs' patch checks in another place on replay than at first."""
+    monkeypatch.setattr(AgentRouter, "place_agents", _first_answer_late)
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue):
+        await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
+        chain = api.chain_handle(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 90)
+        history = await chain.fetch_history()
+    await _replays_from_every_task(history)
+
+
+async def _replays_from_every_task(history: WorkflowHistory) -> None:
+    """As a worker taking the workflow over at any of its workflow tasks would replay it."""
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    events = list(history.events)
     for end, event in enumerate(events, start=1):
         if event.event_type == TASK_STARTED:
             await replayer.replay_workflow(WorkflowHistory(history.workflow_id, events[:end]))

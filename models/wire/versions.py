@@ -180,11 +180,12 @@ run is never cancelled (a cancel of its step waits for it to end). Runs recorded
 every named agent's runs to its agent queue."""
 
 PLACEMENTS_ASKED_AS_ACTIVITY_PATCH = "placements-asked-as-an-activity"
-"""Since 2026-11-27, in _runtime.agent_runs: Runs after this patch that place no run locally (a
-chain) ask where their agents run in an activity on their own task queue, whose completion is
-an event of its own: a workflow task then starts the runs on replay as it did at first. Runs
-recorded before asked in a local activity, whose answer could land in another workflow task on
-replay than it had, and the first run's patch checks with it (a nondeterminism error)."""
+"""Since 2026-11-27, in _runtime.agent_runs: Runs after this patch that run no agent locally (a
+chain) ask where their agents run (AGENT_PLACEMENT_PATCH) in an activity on their own task
+queue, whose completion is an event of its own: replayed, the chain starts its runs in the
+workflow task it started them in. Runs recorded before asked in a local activity; one whose
+attempt timed out (a starved worker) was replayed with its first run's patch checks in another
+place than they were recorded (a nondeterminism error)."""
 
 SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 """Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain

@@ -100,8 +100,13 @@ SERVED_CHECK_HEARTBEAT = timedelta(seconds=5)
 PLACE_TIMEOUT = timedelta(seconds=10)
 PLACE_RETRY = RetryPolicy(maximum_attempts=3)
 """The worker's answer to where its agents run is a look-up in its registry."""
+PLACE_LOCAL_TIMEOUT = timedelta(seconds=60)
+"""A local look-up's attempt: an attempt that timed out is replayed with the patch checks of
+the workflow's first run in another place than they were recorded (a nondeterminism error),
+so only a worker starved this long may see one; a slow answer across workflow task heartbeats
+replays as it ran."""
 PLACE_DEADLINE = timedelta(seconds=30)
-"""How long a chain waits for a worker of its queue to answer (one serving workflows alone
+"""How long a workflow waits for a worker of its queue to answer (one serving workflows alone
 never does: its agents then run on their own queues)."""
 
 Detoured = Callable[[RunDetour, Assignment | None], None]
@@ -283,9 +288,11 @@ class Placements:
         self._known.update(placed)
 
     async def _answer(self, ask: PlacementAsk) -> dict[str, Placement]:
-        """A workflow that runs no agent locally asks a worker of its own queue, in an activity
-        (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): any of them serves the same agents there, and
-        the answer is an event, which replay meets in the workflow task it landed in."""
+        """A workflow that runs no agent locally (a chain) asks a worker of its own queue, in an
+        activity (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): the workers of one queue serve the same
+        agents, and the answer is an event, which replay meets in the workflow task it landed
+        in. One that may run agents locally asks its own worker, in a local activity, whose
+        attempts outlive no lookup short of a starved worker (PLACE_LOCAL_TIMEOUT)."""
         if not self._local and workflow.patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
             return await calls.execute(
                 refs.PLACE_AGENTS,
@@ -298,7 +305,7 @@ class Placements:
         return await calls.execute_local(
             refs.PLACE_AGENTS,
             ask,
-            start_to_close_timeout=PLACE_TIMEOUT,
+            start_to_close_timeout=PLACE_LOCAL_TIMEOUT,
             retry_policy=PLACE_RETRY,
             summary="where the agents run",
         )
