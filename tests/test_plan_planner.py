@@ -20,6 +20,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds import load_agents
@@ -288,6 +289,38 @@ async def test_a_plan_cancelled_while_its_planner_plans_ends_cancelled(
         assert await task_failures(handle) == []
     assert state.status == PlanStatus.CANCELLED and state.tasks == []
     assert state.planning is None
+
+
+async def test_tasks_waiting_for_the_planner_are_refused_when_the_plan_is_cancelled(
+    client: Client, task_queue: str
+) -> None:
+    """Tasks sent while the planner plans wait for its graph; the plan is cancelled meanwhile:
+    the update is answered (refused: the plan takes no new tasks), never left running while the
+    plan closes under it (the server would abort it, telling its caller nothing)."""
+    thinking = Held()
+    spec = goal_plan("planner")
+    async with build_worker(client, task_queue, agents(planner=thinking.hold)):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        await asyncio.wait_for(thinking.started.wait(), 30)
+        more = [{"id": "publish", "agent": "work"}]
+        adding = asyncio.create_task(api.add_tasks(client, spec.plan_id, more))
+        await eventually(lambda: _accepted(handle))
+        await api.cancel_plan(client, spec.plan_id)
+        state = await asyncio.wait_for(api.plan_outcome(handle), 60)
+        refused = await asyncio.wait_for(asyncio.gather(adding, return_exceptions=True), 30)
+        assert await task_failures(handle) == []
+        events = [event.event_type async for event in handle.fetch_history_events()]
+    last_task = len(events) - 1 - events[::-1].index(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    assert {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    } <= set(events[last_task:]), "the answer and the cancel in one workflow task"
+    (error,) = refused
+    assert isinstance(error, WorkflowUpdateFailedError), repr(error)
+    cause = error.cause
+    assert isinstance(cause, ApplicationError) and cause.type == FailureType.INVALID_TASKS
+    assert "takes no new tasks" in cause.message
+    assert state.status == PlanStatus.CANCELLED and state.tasks == []
 
 
 async def _accepted(handle: WorkflowHandle[Any, Any]) -> bool:

@@ -1,13 +1,13 @@
 """The plan's races: a cancel, an update or a timer landing in the same workflow task as a task's
 outcome, and two outcomes in one task. Each is made deterministic as in test_saga_cancel: the
-workflow worker is stopped while the events are written to the history (the agents' workers run
-on), then a new, uncached one sees them all in one workflow task; every test checks from the
-history that it did, and that no workflow task failed."""
+workflow worker is stopped, once the run is idle (`started_until`), while the events are written
+to the history (the agents' workers run on), then a new, uncached one sees them all in one
+workflow task; every test checks from the history that it did, and that no workflow task failed
+or timed out."""
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, TypeAlias
 
 import pytest
@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from coord.activities.plan.update_callers import UpdateCallers
-from coord.models.plan.spec import ApprovalDecision, PlanState, PlanStatus, TaskState
+from coord.models.plan.spec import ApprovalDecision, PlanSpec, PlanState, PlanStatus, TaskState
 from coord.models.wire.contract import APPROVE_UPDATE, FailureType
 from coord.starter.api.plans import plan_outcome
 from coord.worker import WorkerSet, build_worker
@@ -39,12 +39,28 @@ from tests.test_saga_cancel import history_has, workflow_worker
 
 Order = Literal["cancel first", "completion first"]
 Event: TypeAlias = EventType.ValueType
+Handle: TypeAlias = WorkflowHandle[Any, PlanState]
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 FAILED = EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
 CANCEL_REQUESTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
 TIMER_FIRED = EventType.EVENT_TYPE_TIMER_FIRED
 UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+TASK_SCHEDULED = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+TASK_TIMED_OUT = EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+TASK_EVENTS = {
+    TASK_SCHEDULED,
+    TASK_STARTED,
+    TASK_COMPLETED,
+    TASK_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
+}
+SIGNAL_SENT = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+SIGNAL_ENDED = {
+    EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED,
+}
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 NO_RETRY = {"max_retries": 0}
 
@@ -56,15 +72,30 @@ def agent_workers(client: Client, task_queue: str, gates: GatedAgents) -> Worker
     )
 
 
-@asynccontextmanager
-async def workflows_until(
-    client: Client, task_queue: str, ready: Callable[[], Awaitable[Any]]
-) -> AsyncIterator[None]:
-    """A workflow worker runs the body, then until `ready()` returns, then stops: what the
-    history gets from then on waits for the next workflow worker."""
+async def started_until(
+    client: Client, task_queue: str, spec: PlanSpec, ready: Callable[[Handle], Awaitable[Any]]
+) -> Handle:
+    """A workflow worker starts the plan and runs it until `ready(handle)` returns and the run
+    is idle, then stops: what the history gets from then on waits for the next workflow
+    worker."""
     async with workflow_worker(client, task_queue):
-        yield
-        await ready()
+        handle = await start(client, task_queue, spec)
+        await ready(handle)
+        await wait_until(lambda: idle(handle))
+    return handle
+
+
+async def idle(handle: Handle) -> bool:
+    """No workflow task is scheduled or running, and none is on its way (a signal the run sent
+    whose outcome is still to come, such as the plan's announcements, schedules one): a
+    workflow worker stopped now holds no task of the run. One stopped while its poll takes a
+    task leaves the task to time out (10 s later); the server then forgets the updates it had
+    admitted, and their callers send them again, to a task that may already end the run (the
+    update is then aborted by the run's closing, never seen by the workflow)."""
+    events = [event.event_type for event in (await handle.fetch_history()).events]
+    tasks = [kind for kind in events if kind in TASK_EVENTS]
+    in_flight = events.count(SIGNAL_SENT) - sum(kind in SIGNAL_ENDED for kind in events)
+    return tasks[-1] == TASK_COMPLETED and in_flight == 0
 
 
 async def closed_activities(handle: WorkflowHandle[Any, Any], kind: Event) -> int:
@@ -101,6 +132,7 @@ async def assert_one_task_saw(handle: WorkflowHandle[Any, Any], *kinds: Event) -
     at = sorted(delivered_at(events, kind) for kind in kinds)
     between = events[at[0] : at[-1]]
     assert TASK_STARTED not in between, [EventType.Name(kind) for kind in events]
+    assert TASK_TIMED_OUT not in events, "a stopped worker left a workflow task to time out"
     assert await task_failures(handle) == []
 
 
@@ -160,8 +192,7 @@ async def test_a_cancel_landing_with_a_tasks_completion_keeps_its_success(
             await gates.wait_started("finisher")
             await gates.wait_started("runner")
 
-        async with workflows_until(client, task_queue, both_running):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(client, task_queue, spec, lambda _: both_running())
         await cancel_and_release(handle, gates, "finisher", order)
         kept, full = await finish(client, task_queue, handle)
     await assert_one_task_saw(handle, CANCEL_REQUESTED, COMPLETED)
@@ -204,8 +235,7 @@ async def test_a_cancel_landing_with_a_tasks_failure_keeps_its_error(
             await gates.wait_started("breaker")
             await gates.wait_started("runner")
 
-        async with workflows_until(client, task_queue, both_running):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(client, task_queue, spec, lambda _: both_running())
         await handle.cancel()
         await release(gates, handle, "breaker")
         kept, full = await finish(client, task_queue, handle)
@@ -245,8 +275,9 @@ async def test_a_cancel_landing_with_a_review_verdict(
         {"id": "after", "agent": "coder", "depends_on": ["build"]},
     )
     async with agent_workers(client, task_queue, gates):
-        async with workflows_until(client, task_queue, lambda: gates.wait_started("reviewer")):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(
+            client, task_queue, spec, lambda _: gates.wait_started("reviewer")
+        )
         await cancel_and_release(handle, gates, "reviewer", "cancel first")
         kept, full = await finish(client, task_queue, handle)
     await assert_one_task_saw(handle, CANCEL_REQUESTED, COMPLETED)
@@ -292,8 +323,7 @@ async def test_two_failures_in_one_task_with_fail_fast_fail_the_plan_once(
             for agent in gates.names:
                 await gates.wait_started(agent)
 
-        async with workflows_until(client, task_queue, all_running):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(client, task_queue, spec, lambda _: all_running())
         await release(gates, handle, "breaker-1")
         await release(gates, handle, "breaker-2")
         report, full = await finish(client, task_queue, handle)
@@ -368,15 +398,17 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
     and the task runs once."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
+    # The timeout leaves the first workflow worker time to stop before the timer fires.
     spec = plan(
         "race-approval",
-        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "2s"}},
+        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "4s"}},
         {"id": "announce", "agent": "deployer", "depends_on": ["deploy"]},
     )
     approval = {"task": "deploy", "by": "alice", "reason": "just in time"}
     async with agent_workers(client, task_queue, gates):
-        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(
+            client, task_queue, spec, lambda handle: awaiting_approval(handle, "deploy")
+        )
         fired = lambda: history_has(handle, TIMER_FIRED, 1)  # noqa: E731
         if order == "timer first":
             await wait_until(fired)
@@ -416,8 +448,9 @@ async def test_two_decisions_in_one_task_the_first_counts_the_other_is_refused(
         ({"task": "deploy", "approve": False}, "bob"),
     ]
     async with agent_workers(client, task_queue, gates):
-        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(
+            client, task_queue, spec, lambda handle: awaiting_approval(handle, "deploy")
+        )
         sent = [await admitted_update(client, handle, *request) for request in requests]
         state, _ = await finish(client, task_queue, handle)
         answers = await asyncio.gather(*sent, return_exceptions=True)
@@ -448,8 +481,9 @@ async def test_a_cancel_landing_with_a_decision_records_it_and_runs_nothing(
     gates.released["deployer"].set()
     spec = plan("race-cancel-approval", {"id": "deploy", "agent": "deployer", "approval": {}})
     async with agent_workers(client, task_queue, gates):
-        async with workflows_until(client, task_queue, lambda: awaiting_approval(handle, "deploy")):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(
+            client, task_queue, spec, lambda handle: awaiting_approval(handle, "deploy")
+        )
         sent = await admitted_update(client, handle, {"task": "deploy"}, "alice")
         await handle.cancel()
         kept, full = await finish(client, task_queue, handle)
@@ -487,8 +521,7 @@ async def test_a_cancel_landing_with_a_fail_fast_failure_ends_the_run_cancelled(
             await gates.wait_started("breaker")
             await gates.wait_started("runner")
 
-        async with workflows_until(client, task_queue, both_running):
-            handle = await start(client, task_queue, spec)
+        handle = await started_until(client, task_queue, spec, lambda _: both_running())
         await cancel_and_release(handle, gates, "breaker", order)
         kept, full = await finish(client, task_queue, handle)
     await assert_one_task_saw(handle, CANCEL_REQUESTED, FAILED)
