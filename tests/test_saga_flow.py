@@ -105,7 +105,7 @@ async def test_saga_events_reach_the_correlation_chain_and_the_saga_record(
     assert [e.event_id for e in state.events] == [c.event_id for c in state.completed_steps]
     assert [e.event for e in timeline] == [*saga_events, "ReleaseAnnounced"]
     assert timeline[:5] == [
-        entry.model_copy(update={"seq": chained.seq})
+        entry.model_copy(update={"seq": chained.seq, "position": chained.position})
         for entry, chained in zip(state.events, timeline[:5], strict=True)
     ]
     assert timeline[-1].causation_id == state.events[-1].event_id
