@@ -229,7 +229,7 @@ def test_ids_of_two_parts_are_unambiguous() -> None:
 def test_pattern_clause_and_coordination_attributes() -> None:
     assert contract.pattern_clause(contract.Pattern.DLQ) == "CoordPattern = 'dlq'"
     values = contract.coordination_attributes(
-        correlation_id="c", pattern=contract.Pattern.SAGA, status="pending"
+        contract.Pattern.SAGA, correlation_id="c", status="pending"
     )
     assert {key.name: value for key, value in values.items()} == {
         "CorrelationId": "c",
