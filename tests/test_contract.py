@@ -236,6 +236,11 @@ def test_pattern_clause_and_coordination_attributes() -> None:
         "CoordPattern": "saga",
         "CoordStatus": "pending",
     }
+    rewound = contract.coordination_attributes(
+        contract.Pattern.PLAN, correlation_id="c", status="running", rewind_of="o@e-1"
+    )
+    assert {key.name: value for key, value in rewound.items()}["CoordRewindOf"] == "o@e-1"
+    assert list(rewound)[-1] == contract.REWIND_OF
 
 
 def test_failures_are_retried_unless_retrying_cannot_help() -> None:
