@@ -229,13 +229,18 @@ def test_ids_of_two_parts_are_unambiguous() -> None:
 def test_pattern_clause_and_coordination_attributes() -> None:
     assert contract.pattern_clause(contract.Pattern.DLQ) == "CoordPattern = 'dlq'"
     values = contract.coordination_attributes(
-        correlation_id="c", pattern=contract.Pattern.SAGA, status="pending"
+        contract.Pattern.SAGA, correlation_id="c", status="pending"
     )
     assert {key.name: value for key, value in values.items()} == {
         "CorrelationId": "c",
         "CoordPattern": "saga",
         "CoordStatus": "pending",
     }
+    rewound = contract.coordination_attributes(
+        contract.Pattern.PLAN, correlation_id="c", status="running", rewind_of="o@e-1"
+    )
+    assert {key.name: value for key, value in rewound.items()}["CoordRewindOf"] == "o@e-1"
+    assert list(rewound)[-1] == contract.REWIND_OF
 
 
 def test_failures_are_retried_unless_retrying_cannot_help() -> None:

@@ -8,9 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import Arrival, JoinState, Slot
-from coord.models.events.rewind import RewindOrigin
+from coord.models.events.rewind import CopyPast
 from coord.models.wire.contract import (
-    REWIND_OF,
     Pattern,
     SearchValues,
     aggregator_workflow_id,
@@ -20,13 +19,10 @@ from coord.models.wire.durations import Duration
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, parse_model
 
 
-class AggregatorRewind(BaseModel):
+class AggregatorRewind(CopyPast):
     """A rewound copy's past: the slots its original's join held just before the rewind point
     (slot index: the event that filled it), and the time its deadline had left then."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    of: RewindOrigin
     slots: dict[int, Arrival] = Field(default_factory=dict, max_length=MAX_ITEMS)
     time_left: Duration | None = None
     """None: the copy waits its whole `timeout`, as a new aggregator would."""
@@ -136,12 +132,9 @@ class AggregatorState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""
         key = self.correlation_id or self.aggregator_id
-        values = coordination_attributes(
-            correlation_id=key, pattern=Pattern.AGGREGATOR, status=self.status
+        return coordination_attributes(
+            Pattern.AGGREGATOR, correlation_id=key, status=self.status, rewind_of=self.rewind_of
         )
-        if self.rewind_of is not None:
-            values[REWIND_OF] = self.rewind_of
-        return values
 
 
 class AggregatorCarry(BaseModel):

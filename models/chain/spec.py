@@ -27,7 +27,7 @@ from coord.models.mesh.retry import RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.vote.spec import VoteRules
-from coord.models.wire.contract import REWIND_OF, Pattern, SearchValues, coordination_attributes
+from coord.models.wire.contract import Pattern, SearchValues, coordination_attributes
 from coord.models.wire.durations import Duration
 from coord.models.wire.graphs import Step, find_cycle, reach
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
@@ -373,12 +373,12 @@ class ChainState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change;
         a rewound copy is found by its original too."""
-        values = coordination_attributes(
-            correlation_id=self.correlation_id, pattern=Pattern.CHAIN, status=self.status
+        return coordination_attributes(
+            Pattern.CHAIN,
+            correlation_id=self.correlation_id,
+            status=self.status,
+            rewind_of=self.rewind_of,
         )
-        if self.rewind_of is not None:
-            values[REWIND_OF] = self.rewind_of
-        return values
 
 
 class ListenerId(RootModel[str]):

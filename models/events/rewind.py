@@ -20,3 +20,13 @@ class RewindOrigin(BaseModel):
     def search_value(self) -> str:
         """`CoordRewindOf`: every copy made from one point is found by it."""
         return f"{self.original}@{self.at}"
+
+
+class CopyPast(BaseModel):
+    """What every pattern's rewound copy is handed at its start: where it comes from (`of`); each
+    pattern's own kind adds the part of its original's past the copy takes up instead of doing it
+    again (a saga's steps, a plan's tasks, an aggregator's slots, a vote's ballots)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    of: RewindOrigin

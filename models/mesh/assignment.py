@@ -282,6 +282,11 @@ def route_candidates(
     return sorted(wanted)
 
 
+_FIGURES_AS_READ = set(CandidateReading.model_fields) & set(Bid.model_fields)
+"""What a bid records of its candidate as read (agent, health, breaker, backlog, runs, pollers):
+the fields the two share, so a figure added to both is carried without another line here."""
+
+
 def bid_of(reading: CandidateReading) -> Bid:
     served = reading.healthy and reading.pollers
     per_poller = reading.work / reading.pollers if served else None
@@ -295,15 +300,8 @@ def bid_of(reading: CandidateReading) -> Bid:
         + BID_WEIGHTS["resource_availability"] * free
     )
     return Bid(
-        agent=reading.agent,
-        capability_match=reading.capability_match,
-        healthy=reading.healthy,
-        breaker=reading.breaker,
+        **reading.model_dump(include=_FIGURES_AS_READ),
         available=reading.available,
-        backlog=reading.backlog,
-        running=reading.running,
-        picked=reading.picked,
-        pollers=reading.pollers,
         work_per_poller=per_poller,
         load=round(load, BID_DIGITS),
         past_performance=past,

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from coord.models.events.envelope import Priority
-from coord.models.events.rewind import RewindOrigin
+from coord.models.events.rewind import CopyPast
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -35,7 +35,6 @@ from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.plan.team import MessageLimits, TeamPost
 from coord.models.vote.spec import VoteRules
 from coord.models.wire.contract import (
-    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -286,12 +285,9 @@ class ReusedTask(BaseModel):
     result_ref: ResultReference | None = None
 
 
-class PlanRewind(BaseModel):
+class PlanRewind(CopyPast):
     """A copy's past: the original's tasks that succeeded and are not run again."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    of: RewindOrigin
     tasks: list[ReusedTask] = Field(max_length=MAX_ITEMS)
 
 
@@ -741,12 +737,9 @@ class PlanState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by; a rewound copy is found by its original too."""
         key = self.correlation_id or self.plan_id
-        values = coordination_attributes(
-            correlation_id=key, pattern=Pattern.PLAN, status=self.status
+        return coordination_attributes(
+            Pattern.PLAN, correlation_id=key, status=self.status, rewind_of=self.rewind_of
         )
-        if self.rewind_of is not None:
-            values[REWIND_OF] = self.rewind_of
-        return values
 
 
 class RunningTask(BaseModel):

@@ -6,7 +6,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from coord.models.events.rewind import RewindOrigin
+from coord.models.events.rewind import CopyPast
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.assignment import Assignment, Routed
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
@@ -14,7 +14,6 @@ from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
 from coord.models.wire.contract import (
-    REWIND_OF,
     Pattern,
     SearchValues,
     coordination_attributes,
@@ -69,12 +68,9 @@ class RecordedStep(BaseModel):
     event: TimelineEntry
 
 
-class SagaRewind(BaseModel):
+class SagaRewind(CopyPast):
     """A copy's past: the original's first steps, reused in order, never run again."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    of: RewindOrigin
     steps: list[RecordedStep] = Field(max_length=MAX_ITEMS)
 
 
@@ -208,9 +204,6 @@ class SagaState(BaseModel):
         """What the run is found by: set at start (the first record), upserted on every change;
         a rewound copy is found by its original too."""
         key = self.correlation_id or self.saga_id
-        values = coordination_attributes(
-            correlation_id=key, pattern=Pattern.SAGA, status=self.status
+        return coordination_attributes(
+            Pattern.SAGA, correlation_id=key, status=self.status, rewind_of=self.rewind_of
         )
-        if self.rewind_of is not None:
-            values[REWIND_OF] = self.rewind_of
-        return values

@@ -20,13 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import share_needed
-from coord.models.events.rewind import RewindOrigin
+from coord.models.events.rewind import CopyPast
 from coord.models.events.taxonomy import BallotCast, DecisionMade, Payload, VoteOpened
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import (
-    REWIND_OF,
     FailureType,
     Pattern,
     SearchValues,
@@ -171,14 +170,11 @@ class Ballot(BaseModel):
     the deciding ballot counts; no later ballot can change an outcome, only complete the tally."""
 
 
-class VoteRewind(BaseModel):
+class VoteRewind(CopyPast):
     """A rewound copy's past: the ballots its original's voters cast before the rewind point
     (counted again, never asked of their agents), the id of its original's `VoteOpened` (the
     cause of the copy's later events) and the time its deadline had left then."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    of: RewindOrigin
     ballots: list[Ballot] = Field(default_factory=list, max_length=MAX_ITEMS)
     opened: str | None = Field(default=None, max_length=MAX_NAME)
     time_left: Duration | None = None
@@ -264,12 +260,9 @@ class VoteState(BaseModel):
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change."""
         key = self.correlation_id or self.vote_id
-        values = coordination_attributes(
-            correlation_id=key, pattern=Pattern.VOTE, status=self.status
+        return coordination_attributes(
+            Pattern.VOTE, correlation_id=key, status=self.status, rewind_of=self.rewind_of
         )
-        if self.rewind_of is not None:
-            values[REWIND_OF] = self.rewind_of
-        return values
 
 
 def summary_line(state: VoteState) -> str:

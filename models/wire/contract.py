@@ -401,9 +401,15 @@ search attribute value passes 2 KB (`limit.searchAttributeSizeLimit`), whatever 
 SearchValues = dict[SearchAttributeKey[str], str]
 
 
-def coordination_attributes(*, correlation_id: str, pattern: Pattern, status: str) -> SearchValues:
-    """What every saga, chain and aggregator run is found by in the UI."""
-    return {CORRELATION_ID: correlation_id, COORD_PATTERN: pattern.value, COORD_STATUS: status}
+def coordination_attributes(
+    pattern: Pattern, *, correlation_id: str, status: str, rewind_of: str | None = None
+) -> SearchValues:
+    """What every pattern's run is found by in the UI; a rewound copy (`rewind_of`, its origin's
+    search value) is found by its original too."""
+    values = {CORRELATION_ID: correlation_id, COORD_PATTERN: pattern.value, COORD_STATUS: status}
+    if rewind_of is not None:
+        values[REWIND_OF] = rewind_of
+    return values
 
 
 def agent_search_value(agent: str) -> str:
