@@ -26,26 +26,17 @@ from coord.models.mesh.ledger import (
     RunStats,
     StatsReport,
 )
-from coord.models.wire.contract import (
-    ACQUIRE_PERMIT_UPDATE,
-    AGENT_LEDGER_WORKFLOW,
-    CLAIM_PROBE_UPDATE,
-    LEDGER_QUERY,
-    RELEASE_PERMIT_UPDATE,
-    REPORT_OUTCOME_UPDATE,
-    REPORT_STATS_UPDATE,
-    agent_ledger_workflow_id,
-)
+from coord.models.wire import contract
 
 R = TypeVar("R", bound=BaseModel)
 
 
 async def read_ledger(client: Client, agent_queue: str) -> AgentLedgerState:
     """The ledger of one agent queue as of now; closed with no runs when it has none running."""
-    handle = client.get_workflow_handle(agent_ledger_workflow_id(agent_queue))
+    handle = client.get_workflow_handle(contract.agent_ledger_workflow_id(agent_queue))
     try:
         state: AgentLedgerState = await handle.query(
-            LEDGER_QUERY,
+            contract.LEDGER_QUERY,
             result_type=AgentLedgerState,
             reject_condition=QueryRejectCondition.NOT_OPEN,
         )
@@ -84,7 +75,7 @@ class LedgerClient:
     async def claim_probe(self, run: str) -> ProbeGrant:
         """Whether `run` (a run attempt) may probe the half-open breaker."""
         claim = ProbeClaim(worker=self._worker, config=self._config, run=run)
-        return await self._update(CLAIM_PROBE_UPDATE, claim, ProbeGrant)
+        return await self._update(contract.CLAIM_PROBE_UPDATE, claim, ProbeGrant)
 
     async def probe_ended(self, run: str, verdict: Verdict) -> AgentLedgerState:
         """How the probe `run` ended: succeeded, failed (counted or not), or abandoned."""
@@ -98,28 +89,28 @@ class LedgerClient:
             probe=True,
             abandoned=verdict.ended == "abandoned",
         )
-        return await self._update(REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
+        return await self._update(contract.REPORT_OUTCOME_UPDATE, report, AgentLedgerState)
 
     async def stats(self, stats: RunStats) -> AgentLedgerState:
         report = StatsReport(worker=self._worker, config=self._config, stats=stats)
-        return await self._update(REPORT_STATS_UPDATE, report, AgentLedgerState)
+        return await self._update(contract.REPORT_STATS_UPDATE, report, AgentLedgerState)
 
     async def acquire_permit(self, run: str, size: int, lease_s: float) -> PermitGrant:
         """One of the pool's permits for `run`, or not granted after waiting its turn up to
         POOL_WAIT (ask again to keep the turn)."""
         request = PermitRequest(run=run, worker=self._worker, size=size, lease_s=lease_s)
-        return await self._update(ACQUIRE_PERMIT_UPDATE, request, PermitGrant)
+        return await self._update(contract.ACQUIRE_PERMIT_UPDATE, request, PermitGrant)
 
     async def release_permit(self, run: str) -> PermitGrant:
         """Gives `run`'s permit back, or its place in the line; answers the pool after."""
         request = PermitRequest(run=run, worker=self._worker)
-        return await self._update(RELEASE_PERMIT_UPDATE, request, PermitGrant)
+        return await self._update(contract.RELEASE_PERMIT_UPDATE, request, PermitGrant)
 
     async def _update(self, update: str, arg: Any, result_type: type[R]) -> R:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            AGENT_LEDGER_WORKFLOW,
+            contract.AGENT_LEDGER_WORKFLOW,
             LedgerStart(agent_queue=self.agent_queue, config=self._config),
-            id=agent_ledger_workflow_id(self.agent_queue),
+            id=contract.agent_ledger_workflow_id(self.agent_queue),
             task_queue=self._home,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"ledger of {self.agent_queue}",

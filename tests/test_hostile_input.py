@@ -142,6 +142,12 @@ async def start(
             "invalid_spec",
             "timeout: must be between",
         ),
+        (
+            "AgentLedger",
+            json.dumps({"agent_queue": ""}),
+            "invalid_input",
+            "ledger start: agent_queue: String should have at least 1 character",
+        ),
     ],
     ids=[
         "saga-input-too-deep",
@@ -153,6 +159,7 @@ async def start(
         "negative-idle-timeout",
         "aggregator-timeout-overflow",
         "aggregator-timeout-seconds-overflow",
+        "ledger-empty-agent-queue",
     ],
 )
 async def test_malformed_inputs_end_as_typed_failures_naming_the_field(

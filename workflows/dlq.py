@@ -17,6 +17,8 @@ search attributes, memo and current details, and continue-as-new.
 """
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
@@ -99,38 +101,37 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
 
     @workflow.update  # named `replay` (REPLAY_UPDATE) by the method: see tests/test_contract.py
     async def replay(self, request: ReplayRequest) -> DlqEntry:
-        async with self._lock:
-            self._require_parked()
+        async with self._changing():
             self._model.replay_started()
             self._publish()
             await self._redeliver(request.payload)
             metrics.dead_letter_replayed(self._model.entry)
-            self._publish()
         return self._model.entry
 
     @replay.validator
     def _validate_replay(self, request: ReplayRequest) -> None:
         """Refuses, before the update is even recorded, what cannot be replayed now."""
-        if refusal := self._model.replay_refusal():
-            raise ValueError(refusal)
+        _refuse(self._model.replay_refusal())
 
     @workflow.update  # named `archive` (ARCHIVE_UPDATE) by the method
     async def archive(self, request: ArchiveRequest) -> DlqEntry:
-        async with self._lock:
-            self._require_parked()
+        async with self._changing():
             self._model.archive(request.note)
-            self._publish()
         return self._model.entry
 
     @archive.validator
     def _validate_archive(self, request: ArchiveRequest) -> None:
-        if refusal := self._model.not_parked():
-            raise ValueError(refusal)
+        _refuse(self._model.not_parked())
 
-    def _require_parked(self) -> None:
-        """Under the lock: an update accepted while another held it finds the entry changed."""
-        if refusal := self._model.not_parked():
-            raise failure(FailureType.NOT_PARKED, refusal)
+    @contextlib.asynccontextmanager
+    async def _changing(self) -> AsyncIterator[None]:
+        """An update's change to a parked entry: under the lock, where an update accepted while
+        another held it finds the entry changed (`not_parked`), and published once made."""
+        async with self._lock:
+            if refusal := self._model.not_parked():
+                raise failure(FailureType.NOT_PARKED, refusal)
+            yield
+            self._publish()
 
     @staticmethod
     def _carried_entry(raw: PlainInput) -> DlqEntry | None:
@@ -204,3 +205,9 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         if notice is not None and notice.event.correlation_id:
             raw = notice.model_dump(mode="json")
             await signal_chain(notice.event.correlation_id, EVENT_SIGNAL, raw)
+
+
+def _refuse(refusal: str | None) -> None:
+    """An update validator's answer: a refusal rejects the update before it is recorded."""
+    if refusal:
+        raise ValueError(refusal)

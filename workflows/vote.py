@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.durations import format_duration
     from coord.models.wire.sizes import json_size
-    from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         AGENT_RUN_GATES_PATCH,
         VOTE_ANNOUNCES_PATCH,
@@ -39,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.common import (
         NO_INPUT,
         PlainInput,
-        decode_input,
+        decode_start,
         task_error,
         uncancellable,
         upsert_search_attributes,
@@ -55,16 +54,11 @@ class Vote(metaclass=SurplusStartArguments):
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so the query answers from the first task on; a spec that does
         not decode or validate is reported by `run` (nothing may fail the workflow task)."""
-        self._spec_error: str | None = None
-        self._model: VoteModel | None = None
+        spec, self._spec_error = decode_start(VoteSpec, raw_spec, "vote spec")
+        start = workflow.info().workflow_start_time
+        self._model = None if spec is None else VoteModel.begin(spec, start)
         self._upserted: VoteStatus | None = None
         self._fan_out = FanOut(VOTE_FAN_OUT_PATCH)
-        try:
-            spec = decode_input(VoteSpec, raw_spec, "vote spec")
-        except SpecError as error:
-            self._spec_error = str(error)
-        else:
-            self._model = VoteModel.begin(spec, workflow.info().workflow_start_time)
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> VoteState:

@@ -405,31 +405,32 @@ def _start(
     the agent's queue or this workflow's own."""
     where = settings.placement(request)
     if where == Placement.LOCAL:
-        return _start_local(request, settings, policy)
+        return calls.start(refs.RUN_AGENT, request, local=True, **_execution(settings, policy))
     agent_queue = settings.agent_queue and where == Placement.AGENT_QUEUE
     return calls.start(
         refs.RUN_AGENT,
         request,
-        activity_id=settings.activity_id,
-        start_to_close_timeout=settings.start_to_close,
-        schedule_to_close_timeout=settings.schedule_to_close,
         heartbeat_timeout=settings.heartbeat_timeout,
-        retry_policy=policy,
-        cancellation_type=settings.cancellation,
-        summary=settings.summary,
+        **_execution(settings, policy),
         **agent_dispatch(request, settings.schedule_to_start, agent_queue=agent_queue),
     )
 
 
-def _start_local(
-    request: AgentRequest, settings: RunSettings, policy: RetryPolicy
-) -> workflow.ActivityHandle[AgentResult]:
-    """The execution as a local activity: the same `run_agent` on this worker, with the run's
-    timeouts, retry policy and cancellation; no heartbeat timeout (a local activity sends
-    none), no queue to wait on, no priority (nothing waits in line)."""
-    return calls.start_local(
-        refs.RUN_AGENT,
-        request,
+class ExecutionOptions(TypedDict):
+    """The activity options of every execution of a run, wherever it goes. A local activity
+    gets these alone: no heartbeat timeout (it sends none), no queue to wait on, no priority
+    (nothing waits in line)."""
+
+    activity_id: str | None
+    start_to_close_timeout: timedelta | None
+    schedule_to_close_timeout: timedelta | None
+    retry_policy: RetryPolicy
+    cancellation_type: workflow.ActivityCancellationType
+    summary: str
+
+
+def _execution(settings: RunSettings, policy: RetryPolicy) -> ExecutionOptions:
+    return ExecutionOptions(
         activity_id=settings.activity_id,
         start_to_close_timeout=settings.start_to_close,
         schedule_to_close_timeout=settings.schedule_to_close,

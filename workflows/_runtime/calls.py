@@ -13,30 +13,20 @@ ResultT = TypeVar("ResultT")
 
 
 async def execute(ref: ActivityRef[ArgT, ResultT], argument: ArgT, **options: Any) -> ResultT:
-    """Run the activity and wait for its result."""
-    result = await workflow.execute_activity(ref.name, argument, result_type=ref.result, **options)
-    return cast(ResultT, result)
-
-
-def start(
-    ref: ActivityRef[ArgT, ResultT], argument: ArgT, **options: Any
-) -> workflow.ActivityHandle[ResultT]:
-    """Start the activity; its handle resolves to the result."""
-    handle = workflow.start_activity(ref.name, argument, result_type=ref.result, **options)
-    return cast(workflow.ActivityHandle[ResultT], handle)
+    """Run the activity and wait for its result (the SDK's `execute_activity` is the same
+    awaited start)."""
+    return await start(ref, argument, **options)
 
 
 async def execute_local(ref: ActivityRef[ArgT, ResultT], argument: ArgT, **options: Any) -> ResultT:
     """Run the activity as a local activity (on the workflow's own worker)."""
-    result = await workflow.execute_local_activity(
-        ref.name, argument, result_type=ref.result, **options
-    )
-    return cast(ResultT, result)
+    return await start(ref, argument, local=True, **options)
 
 
-def start_local(
-    ref: ActivityRef[ArgT, ResultT], argument: ArgT, **options: Any
+def start(
+    ref: ActivityRef[ArgT, ResultT], argument: ArgT, *, local: bool = False, **options: Any
 ) -> workflow.ActivityHandle[ResultT]:
-    """Start the activity as a local activity; its handle resolves to the result."""
-    handle = workflow.start_local_activity(ref.name, argument, result_type=ref.result, **options)
+    """Start the activity (`local`: as a local activity); its handle resolves to the result."""
+    begin = workflow.start_local_activity if local else workflow.start_activity
+    handle = begin(ref.name, argument, result_type=ref.result, **options)
     return cast(workflow.ActivityHandle[ResultT], handle)

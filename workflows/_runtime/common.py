@@ -86,6 +86,16 @@ def decode_input(model: type[M], value: RawValue, source: str) -> M:
         raise InvalidInput(str(error), decoded if _plain_json(decoded) else _text(value)) from None
 
 
+def decode_start(model: type[M], value: RawValue, source: str) -> tuple[M | None, str | None]:
+    """`model` from a workflow's start input, decoded in its init so that queries answer from
+    the first task on; or, when it does not decode or validate, the error its run fails with
+    (nothing may fail the workflow task)."""
+    try:
+        return decode_input(model, value, source), None
+    except SpecError as error:
+        return None, str(error)
+
+
 def _text(value: RawValue) -> str:
     return value.payload.data.decode(errors="replace")
 

@@ -87,10 +87,14 @@ def chain_run_dispatched(agent: str) -> None:
     _record(catalogue.CHAIN_RUNS_DISPATCHED, agent=agent)
 
 
+def _status(spec: MetricSpec, ends: frozenset[str], status: str) -> None:
+    """A status changed; an ending one (in `ends`) is counted by `spec`."""
+    if status in ends:
+        _record(spec, outcome=status)
+
+
 def saga_status(status: str) -> None:
-    """A saga's status changed; an ending one is counted."""
-    if status in SAGA_ENDS:
-        _record(catalogue.SAGAS, outcome=status)
+    _status(catalogue.SAGAS, SAGA_ENDS, status)
 
 
 def saga_compensation(agent: str) -> None:
@@ -102,9 +106,7 @@ def aggregator_ended(status: str) -> None:
 
 
 def vote_status(status: str) -> None:
-    """A vote's status changed; an ending one is counted."""
-    if status in VOTE_ENDS:
-        _record(catalogue.VOTES, outcome=status)
+    _status(catalogue.VOTES, VOTE_ENDS, status)
 
 
 def plan_ended(state: PlanState) -> None:

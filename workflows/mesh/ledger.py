@@ -55,10 +55,9 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure,
     )
-    from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import PERMIT_POOL_PATCH, SMALLEST_POOL_PATCH
     from coord.workflows._runtime.arguments import SurplusStartArguments
-    from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
+    from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input, decode_start
 
 R = TypeVar("R")
 MIN_TIMER = timedelta(milliseconds=1)
@@ -73,11 +72,8 @@ class AgentLedger(metaclass=SurplusStartArguments):
 
     @workflow.init
     def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
-        self._start_error: str | None = None
-        try:
-            start = decode_input(LedgerStart, raw_start, "ledger start")
-        except SpecError as error:
-            self._start_error = str(error)
+        start, self._start_error = decode_start(LedgerStart, raw_start, "ledger start")
+        if start is None:
             start = LedgerStart(agent_queue=workflow.info().workflow_id)
         self._book = start.book or LedgerBook(agent_queue=start.agent_queue, config=start.config)
 

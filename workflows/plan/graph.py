@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         failure,
         plan_id_of,
     )
-    from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
         PLAN_ANNOUNCES_PATCH,
@@ -49,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.common import (
         NO_INPUT,
         PlainInput,
-        decode_input,
+        decode_start,
         uncancellable,
         upsert_search_attributes,
     )
@@ -80,18 +79,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so queries answer from the first task on; a spec that does
         not decode or validate is reported by `run` (nothing may fail the workflow task)."""
-        self._spec_error: str | None = None
-        self._model: PlanModel | None = None
+        spec, self._spec_error = decode_start(PlanSpec, raw_spec, "plan spec")
+        self._model = None if spec is None else PlanModel.begin(spec, workflow.now())
         self._team: TeamRoom | None = None
         self._open = True
         """Whether the loop that starts tasks still runs: a task added once it has returned
         would never start, so `add_tasks` is refused from then on."""
-        try:
-            spec = decode_input(PlanSpec, raw_spec, "plan spec")
-        except SpecError as error:
-            self._spec_error = str(error)
-        else:
-            self._model = PlanModel.begin(spec, workflow.now())
         self._details = Details(self._model)
 
     @workflow.run

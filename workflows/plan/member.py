@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure,
     )
-    from coord.models.wire.specs import SpecError
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -33,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         decode_input,
+        decode_start,
         signal_if_running,
         task_error,
     )
@@ -47,12 +47,8 @@ class TeamMember(metaclass=SurplusStartArguments):
     def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
         """Decodes the start input here, so the query answers from the first task on; one
         that does not decode fails the run `invalid_spec` (never its workflow task)."""
-        self._problem: str | None = None
-        self._model: MemberModel | None = None
-        try:
-            self._model = MemberModel(decode_input(MemberStart, raw_start, "member start"))
-        except SpecError as error:
-            self._problem = str(error)
+        start, self._problem = decode_start(MemberStart, raw_start, "member start")
+        self._model = None if start is None else MemberModel(start)
 
     @workflow.run
     async def run(self, raw_start: PlainInput = NO_INPUT) -> MemberRecord:
