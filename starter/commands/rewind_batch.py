@@ -12,6 +12,7 @@ from coord.models.mesh.config import AgentConfig
 from coord.models.rewind.batch import (
     BatchLine,
     BatchRefused,
+    BatchReport,
     checked_window,
     count_line,
     describe,
@@ -19,7 +20,7 @@ from coord.models.rewind.batch import (
 )
 from coord.models.rewind.summary import summary_lines
 from coord.starter import api, render
-from coord.starter.commands.common import connect, echo_json
+from coord.starter.commands.common import connect, echo_record
 
 BatchOptions = Annotated[
     bool, typer.Option("--all", help="Rewind every chain started between --since and --until")
@@ -86,12 +87,12 @@ async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> Non
             concurrency=concurrency,
             on_line=on_line,
         )
-    if as_json:
-        echo_json(report)
-        return
-    for line in report.lines:
-        typer.echo(describe(line))
-    typer.echo(count_line(report.counts()))
+    echo_record(report, as_json, batch_lines)
+
+
+def batch_lines(report: BatchReport) -> list[str]:
+    """A line for each correlation, then the counts."""
+    return [*map(describe, report.lines), count_line(report.counts())]
 
 
 async def summarise_copies(window: Window, as_json: bool) -> None:
@@ -99,8 +100,4 @@ async def summarise_copies(window: Window, as_json: bool) -> None:
     since, until = window.bounds()
     suffix = window.copies()
     summary = await api.diff_summary(await connect(), since=since, until=until, suffix=suffix)
-    if as_json:
-        echo_json(summary)
-        return
-    for line in summary_lines(summary):
-        typer.echo(line)
+    echo_record(summary, as_json, summary_lines)
