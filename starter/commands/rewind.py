@@ -22,6 +22,7 @@ from coord.starter.commands.common import (
 )
 from coord.starter.commands.rewind_batch import (
     BatchOptions,
+    BatchRewind,
     Concurrency,
     Since,
     Suffix,
@@ -84,7 +85,10 @@ async def rewind(
         window = Window(since, until, suffix)
         if pattern_specs:
             raise SpecError("--spec: with --all, give chain=FILE only (each batch has its own)")
-        await rewind_all(window, (where, to_type, spec, agents, concurrency), as_json)
+        options = BatchRewind(
+            where=where, to_type=to_type, spec=spec, agents=agents, concurrency=concurrency
+        )
+        await rewind_all(window, options, as_json)
         return
     if correlation_id is None or to is None or copy_id is None:
         raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")

@@ -3,7 +3,7 @@ times and a suffix naming the copies) and what they print."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import typer
 
@@ -37,8 +37,17 @@ ToType = Annotated[
 ]
 Suffix = Annotated[str | None, typer.Option(help="The copies are named <C><SUFFIX>")]
 Concurrency = Annotated[int, typer.Option(help="Correlations rewound at once")]
-BatchRewind = tuple[str | None, str | None, ChainSpec | None, dict[str, AgentConfig] | None, int]
-"""--where, --to-type, the copies' spec and agents, --concurrency."""
+
+
+class BatchRewind(TypedDict):
+    """--where, --to-type, the copies' spec and agents, --concurrency: as `api.rewind_many`
+    takes them."""
+
+    where: str | None
+    to_type: str | None
+    spec: ChainSpec | None
+    agents: dict[str, AgentConfig] | None
+    concurrency: int
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,6 @@ class Window:
 
 async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> None:
     """Rewind the window's chains, a line each (or JSON), then the counts."""
-    where, to_type, spec, agents, concurrency = options
     since, until = window.bounds()
     suffix = window.copies()
     client = await connect()
@@ -76,16 +84,7 @@ async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> Non
             advance(len(done), total)
 
         report = await api.rewind_many(
-            client,
-            since=since,
-            until=until,
-            suffix=suffix,
-            where=where,
-            to_type=to_type,
-            spec=spec,
-            agents=agents,
-            concurrency=concurrency,
-            on_line=on_line,
+            client, since=since, until=until, suffix=suffix, on_line=on_line, **options
         )
     echo_record(report, as_json, batch_lines)
 
