@@ -28,7 +28,7 @@ from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.helpers import PHASE1, eventually
+from tests.helpers import PHASE1, demo_agents_remote, eventually
 from tests.workers import COORD, run, server_env
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -68,13 +68,14 @@ async def test_saga_start_wait_state_and_cancel(
     env = server_env(dev_env, task_queue)
     failing = json.dumps({"inject": {"fail": ["DeployToProduction"]}})
     saga_id = f"cli-{task_queue}"
-    # one retry, not jittered: it waits its whole 4 s, long enough for --wait to see it waiting
+    # one retry, not jittered: it waits its whole 4 s, long enough for --wait to see it waiting;
+    # the agents run as activity tasks, whose retries a describe shows (a local run's do not)
     spec = yaml.safe_load(FEATURE_DEPLOYMENT.read_text())
     production = next(s for s in spec["steps"] if s["name"] == "DeployToProduction")
     production["retry"] |= {"max_retries": 1, "initial_delay": "4s", "jitter": "none"}
     retried = tmp_path / "feature-deployment.yaml"
     retried.write_text(yaml.safe_dump(spec))
-    async with build_worker(client, task_queue):
+    async with build_worker(client, task_queue, demo_agents_remote()):
         code, out, progress = await run(
             COORD,
             "saga",
