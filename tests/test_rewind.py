@@ -20,12 +20,13 @@ from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import AgentsFile, WorkerSettings
 from coord.models.plan.spec import PlanSpec, PlanStatus
 from coord.models.rewind.diff import RowStatus
-from coord.models.rewind.plan import RewindRefused
+from coord.models.rewind.plan import PatternCopy, RewindPlan, RewindRefused
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.api.common import NotFound
+from coord.starter.commands.rewind import rewound_lines
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -275,3 +276,24 @@ async def test_a_plan_rewound_to_its_failed_task_reuses_what_succeeded_and_compl
     assert described.typed_search_attributes.get(contract.REWIND_OF) == f"{spec.plan_id}@build"
     build = next(task for task in copy.tasks if task.id == "build")
     assert build.result == {"rewind_of": f"{spec.plan_id}@build"}, "the agent knows it is a copy"
+
+
+def test_rewind_prints_what_came_into_the_copy_and_each_pattern_copied() -> None:
+    """`coord rewind`'s lines for people (its --json prints the plan itself)."""
+    plan = RewindPlan(
+        original="story-1",
+        copy_id="story-2",
+        point="evt-9",
+        point_seq=3,
+        regenerated=["evt-10", "evt-11"],
+        copies=[
+            PatternCopy(pattern="aggregator", original="agg-1", copy_id="agg-2", taken=2),
+            PatternCopy(pattern="vote", original="vote-1", copy_id="vote-2", taken=1),
+        ],
+    )
+    assert list(rewound_lines(plan)) == [
+        "rewound story-1 at evt-9 onto story-2: 0 events taken as recorded, 0 sent again, "
+        "2 to be made anew",
+        "  aggregator agg-1 -> agg-2 (2 slots)",
+        "  vote vote-1 -> vote-2 (1 ballots)",
+    ]

@@ -168,9 +168,8 @@ class PatternRewind:
         if past is None:
             return None
         name = spec.vote_id
-        copy = self._copy(spec, name, self._agents, past, vote_id=self._named(name))
         events = self._announced(f"/vote/{name}", record.events)
-        return Prepared(Pattern.VOTE, name, run.workflow_id, copy, len(past.ballots), events)
+        return self._renamed(Pattern.VOTE, run, spec, name, past, len(past.ballots), events)
 
     async def _saga(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
         handle = saga_handle(self._client, contract.saga_id_of(run.workflow_id))
@@ -179,10 +178,8 @@ class PatternRewind:
         past = saga_past(spec, record, before, origin=self._origin)
         if past is None:
             return None
-        name = spec.saga_id
-        copy = self._copy(spec, name, self._agents, past, saga_id=self._named(name))
         events = {row.event_id for row in record.events}
-        return Prepared(Pattern.SAGA, name, run.workflow_id, copy, len(past.steps), events)
+        return self._renamed(Pattern.SAGA, run, spec, spec.saga_id, past, len(past.steps), events)
 
     async def _plan_copy(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
         handle = plan_handle(self._client, run.workflow_id)
@@ -197,9 +194,8 @@ class PatternRewind:
         if past is None:
             return None
         name = spec.plan_id
-        copy = self._copy(spec, name, self._agents, past, plan_id=self._named(name))
         events = self._announced(f"/plan/{name}", record.events)
-        return Prepared(Pattern.PLAN, name, run.workflow_id, copy, len(past.tasks), events)
+        return self._renamed(Pattern.PLAN, run, spec, name, past, len(past.tasks), events)
 
     def _announced(self, source: str, kept: Sequence[TimelineEntry]) -> set[str]:
         """The ids of what a plan or vote announced: those its record keeps and those of the
@@ -208,6 +204,22 @@ class PatternRewind:
         later = [item.row for item in self._plan.redelivered]
         theirs = [r for r in later if r.agent == source or r.agent.startswith(f"{source}/")]
         return {row.event_id for row in kept} | {row.event_id for row in theirs}
+
+    def _renamed(
+        self,
+        pattern: Pattern,
+        run: PatternRun,
+        spec: S,
+        name: str,
+        past: BaseModel,
+        taken: int,
+        events: set[str],
+    ) -> Prepared:
+        """A vote's, saga's or plan's copy: under its own id (its `<pattern>_id` field, made from
+        the original's id `name`), with the fixed agents over its own."""
+        renamed = {f"{pattern.value}_id": self._named(name)}
+        copy = self._copy(spec, name, self._agents, past, **renamed)
+        return Prepared(pattern, name, run.workflow_id, copy, taken, events)
 
     def _named(self, name: str) -> str:
         return copy_name(name, self._plan.original, self._plan.copy_id)

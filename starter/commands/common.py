@@ -7,7 +7,7 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Generic, TypeVar
@@ -227,6 +227,15 @@ def show_record(record: M, as_json: bool, view: Callable[[M], RenderableType]) -
         echo_json(record)
     else:
         render.show(view(record))
+
+
+def echo_record(record: M, as_json: bool, lines: Callable[[M], Iterable[str]]) -> None:
+    """`--json` prints the record for tools; otherwise the `lines` it reads as, for people."""
+    if as_json:
+        echo_json(record)
+        return
+    for line in lines(record):
+        typer.echo(line)
 
 
 def check_agents(source: Path | str, spec: ChainSpec | SagaSpec | PlanSpec | VoteSpec) -> None:

@@ -1,6 +1,7 @@
 """`coord rewind`: a correlation re-run from one of its events on a copy; `coord diff`: two
 correlations side by side, a rewound copy beside its original."""
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -8,17 +9,20 @@ import typer
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.declared import read_agents_file
+from coord.models.rewind.plan import RewindPlan
 from coord.models.wire.specs import SpecError, load_spec, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
     AsJson,
     CopyAgents,
     connect,
-    echo_json,
+    echo_record,
     runs_async,
+    show_record,
 )
 from coord.starter.commands.rewind_batch import (
     BatchOptions,
+    BatchRewind,
     Concurrency,
     Since,
     Suffix,
@@ -81,7 +85,10 @@ async def rewind(
         window = Window(since, until, suffix)
         if pattern_specs:
             raise SpecError("--spec: with --all, give chain=FILE only (each batch has its own)")
-        await rewind_all(window, (where, to_type, spec, agents, concurrency), as_json)
+        options = BatchRewind(
+            where=where, to_type=to_type, spec=spec, agents=agents, concurrency=concurrency
+        )
+        await rewind_all(window, options, as_json)
         return
     if correlation_id is None or to is None or copy_id is None:
         raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")
@@ -96,17 +103,19 @@ async def rewind(
         speed=speed,
         specs=pattern_specs,
     )
-    if as_json:
-        echo_json(plan)
-        return
-    typer.echo(
-        f"rewound {correlation_id} at {plan.point} onto {copy_id}: {len(plan.recorded)} events "
-        f"taken as recorded, {len(plan.redelivered)} sent again, "
+    echo_record(plan, as_json, rewound_lines)
+
+
+def rewound_lines(plan: RewindPlan) -> Iterator[str]:
+    """How the original's events came into the copy, then a line for each pattern copied."""
+    yield (
+        f"rewound {plan.original} at {plan.point} onto {plan.copy_id}: {len(plan.recorded)} "
+        f"events taken as recorded, {len(plan.redelivered)} sent again, "
         f"{len(plan.regenerated)} to be made anew"
     )
     for copy in plan.copies:
         taken = "slots" if copy.pattern == "aggregator" else "ballots"
-        typer.echo(f"  {copy.pattern} {copy.original} -> {copy.copy_id} ({copy.taken} {taken})")
+        yield f"  {copy.pattern} {copy.original} -> {copy.copy_id} ({copy.taken} {taken})"
 
 
 def copy_specs(specs: list[str]) -> tuple[ChainSpec | None, dict[str, dict[str, Any]]]:
@@ -152,9 +161,6 @@ async def diff(
         raise SpecError("diff: give two correlation ids, or --summary --since T --suffix S")
     client = await connect()
     compared = await api.diff_correlations(client, left, right)
-    if as_json:
-        echo_json(compared)
-    else:
-        render.show(render.diff_table(compared))
+    show_record(compared, as_json, render.diff_table)
     if compared.differs:
         raise typer.Exit(ExitCode.DIFFERS)

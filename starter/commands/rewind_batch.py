@@ -3,7 +3,7 @@ times and a suffix naming the copies) and what they print."""
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import typer
 
@@ -12,6 +12,7 @@ from coord.models.mesh.config import AgentConfig
 from coord.models.rewind.batch import (
     BatchLine,
     BatchRefused,
+    BatchReport,
     checked_window,
     count_line,
     describe,
@@ -19,7 +20,7 @@ from coord.models.rewind.batch import (
 )
 from coord.models.rewind.summary import summary_lines
 from coord.starter import api, render
-from coord.starter.commands.common import connect, echo_json
+from coord.starter.commands.common import connect, echo_record
 
 BatchOptions = Annotated[
     bool, typer.Option("--all", help="Rewind every chain started between --since and --until")
@@ -36,8 +37,17 @@ ToType = Annotated[
 ]
 Suffix = Annotated[str | None, typer.Option(help="The copies are named <C><SUFFIX>")]
 Concurrency = Annotated[int, typer.Option(help="Correlations rewound at once")]
-BatchRewind = tuple[str | None, str | None, ChainSpec | None, dict[str, AgentConfig] | None, int]
-"""--where, --to-type, the copies' spec and agents, --concurrency."""
+
+
+class BatchRewind(TypedDict):
+    """--where, --to-type, the copies' spec and agents, --concurrency: as `api.rewind_many`
+    takes them."""
+
+    where: str | None
+    to_type: str | None
+    spec: ChainSpec | None
+    agents: dict[str, AgentConfig] | None
+    concurrency: int
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,6 @@ class Window:
 
 async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> None:
     """Rewind the window's chains, a line each (or JSON), then the counts."""
-    where, to_type, spec, agents, concurrency = options
     since, until = window.bounds()
     suffix = window.copies()
     client = await connect()
@@ -75,23 +84,14 @@ async def rewind_all(window: Window, options: BatchRewind, as_json: bool) -> Non
             advance(len(done), total)
 
         report = await api.rewind_many(
-            client,
-            since=since,
-            until=until,
-            suffix=suffix,
-            where=where,
-            to_type=to_type,
-            spec=spec,
-            agents=agents,
-            concurrency=concurrency,
-            on_line=on_line,
+            client, since=since, until=until, suffix=suffix, on_line=on_line, **options
         )
-    if as_json:
-        echo_json(report)
-        return
-    for line in report.lines:
-        typer.echo(describe(line))
-    typer.echo(count_line(report.counts()))
+    echo_record(report, as_json, batch_lines)
+
+
+def batch_lines(report: BatchReport) -> list[str]:
+    """A line for each correlation, then the counts."""
+    return [*map(describe, report.lines), count_line(report.counts())]
 
 
 async def summarise_copies(window: Window, as_json: bool) -> None:
@@ -99,8 +99,4 @@ async def summarise_copies(window: Window, as_json: bool) -> None:
     since, until = window.bounds()
     suffix = window.copies()
     summary = await api.diff_summary(await connect(), since=since, until=until, suffix=suffix)
-    if as_json:
-        echo_json(summary)
-        return
-    for line in summary_lines(summary):
-        typer.echo(line)
+    echo_record(summary, as_json, summary_lines)
