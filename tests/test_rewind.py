@@ -289,6 +289,8 @@ def test_rewind_prints_what_came_into_the_copy_and_each_pattern_copied() -> None
         copies=[
             PatternCopy(pattern="aggregator", original="agg-1", copy_id="agg-2", taken=2),
             PatternCopy(pattern="vote", original="vote-1", copy_id="vote-2", taken=1),
+            PatternCopy(pattern="saga", original="s-1", copy_id="s-2", taken=2),
+            PatternCopy(pattern="plan", original="p-1", copy_id="p-2", taken=3),
         ],
     )
     assert list(rewound_lines(plan)) == [
@@ -296,4 +298,6 @@ def test_rewind_prints_what_came_into_the_copy_and_each_pattern_copied() -> None
         "2 to be made anew",
         "  aggregator agg-1 -> agg-2 (2 slots)",
         "  vote vote-1 -> vote-2 (1 ballots)",
+        "  saga s-1 -> s-2 (2 steps)",
+        "  plan p-1 -> p-2 (3 tasks)",
     ]

@@ -114,8 +114,12 @@ def rewound_lines(plan: RewindPlan) -> Iterator[str]:
         f"{len(plan.regenerated)} to be made anew"
     )
     for copy in plan.copies:
-        taken = "slots" if copy.pattern == "aggregator" else "ballots"
+        taken = _TAKEN.get(copy.pattern, "taken")
         yield f"  {copy.pattern} {copy.original} -> {copy.copy_id} ({copy.taken} {taken})"
+
+
+_TAKEN = {"aggregator": "slots", "vote": "ballots", "saga": "steps", "plan": "tasks"}
+"""What a copy of each pattern takes from its original's past, as `coord rewind` names it."""
 
 
 def copy_specs(specs: list[str]) -> tuple[ChainSpec | None, dict[str, dict[str, Any]]]:
