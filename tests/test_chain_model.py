@@ -6,9 +6,14 @@ test_chain_pacing."""
 from coord.models.chain.boundary import Forward, Parking, StatusChanged
 from coord.models.chain.intake import TIMELINE_WINDOW, TaskShare
 from coord.models.chain.model import ChainModel
-from coord.models.chain.spec import ChainInput, ChainStatus
+from coord.models.chain.spec import ChainInput, ChainStatus, RecordedEvents
 from coord.models.events.envelope import Priority
-from coord.models.wire.versions import FLOOD_PATCH, LIFECYCLE_NOTICES_PATCH
+from coord.models.events.rewind import RewindOrigin
+from coord.models.wire.versions import (
+    COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
+    FLOOD_PATCH,
+    LIFECYCLE_NOTICES_PATCH,
+)
 from tests.chain_models import (
     WORKFLOW_ID,
     FixedRun,
@@ -42,6 +47,25 @@ def test_each_event_is_handed_over_once_and_its_sends_come_out_in_decided_order(
     assert not model.take_next(share) and not share.more
     assert FLOOD_PATCH not in run.asked, "nothing due: the flood guard's patch is not asked"
     assert accounted(model)
+
+
+def test_a_rewound_copy_ends_only_once_its_hand_over_is_complete() -> None:
+    """Its past may hold its terminal event: the rewind's later signals (re-delivered events,
+    the mark that the hand-over is complete) must still find it running."""
+    origin = RewindOrigin(original="c0", at="evt-1")
+    for run, ends_early in (
+        (FixedRun(), False),
+        (FixedRun(before={COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH}), True),
+    ):
+        chain_input = ChainInput(spec=new_model().spec, correlation_id="c1", rewind_of=origin)
+        model = ChainModel(chain_input, WORKFLOW_ID, run)
+        model.receive_recorded(RecordedEvents(events=[event("Approved"), event("Done")]))
+        while model.take_next(TaskShare()):
+            pass
+        assert model.record.state.terminal_seen
+        assert model.finished(outbound=0) is ends_early, "a run recorded before ended at once"
+        model.receive_recorded(RecordedEvents(events=[], complete=True))
+        assert model.finished(outbound=0)
 
 
 def test_the_chain_finishes_after_its_terminal_event_once_idle() -> None:

@@ -129,11 +129,12 @@ async def test_gc_removes_exactly_what_has_expired_and_nothing_refers_to(
     store, pads = tmp_path / "store", tmp_path / "scratchpads"
     client = await store_client(dev_env, str(store))
     async with build_worker(client, task_queue):
-        # Dead letters age by the server's clock: these are DEAD_LETTERS_RETENTION old at gc.
-        clock = asyncio.get_running_loop().time()
+        # Dead letters age by the server's clock: these are DEAD_LETTERS_RETENTION old at gc,
+        # counted from the archive (the last of them to change).
         old_parked = await park_dead_letter(client, letter("chain-x"), task_queue)
         archived = await park_dead_letter(client, letter("chain-y"), task_queue)
         await api.dlq_archive(client, archived, "done with it")
+        clock = asyncio.get_running_loop().time()
         # Stored payloads and scratchpads age by their files' times, set back below.
         running = await chain_with_big_event(client, task_queue, close=False)
         closed = await chain_with_big_event(client, task_queue, close=True)

@@ -177,7 +177,7 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
         f"--suffix: {taken + SUFFIX!r} is taken by a chain that is not a copy of {taken!r}"
     )
     assert lines[taken + SUFFIX].reason == "its log holds no event yet", "itself an original"
-    assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 2 refused"
+    assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 2 refused", first.lines
     assert count_line(again.counts()) == "0 rewound, 3 skipped, 0 filtered, 2 refused"
     assert all(state.terminal_seen and state.rewind_complete for state in done)
     for original, plan in plans.items():

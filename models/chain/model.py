@@ -44,6 +44,7 @@ from coord.models.wire.contract import (
     correlation_id_of_chain,
 )
 from coord.models.wire.versions import (
+    COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
     FLOOD_PATCH,
     LIFECYCLE_NOTICES_PATCH,
     REWIND_COMPLETE_PATCH,
@@ -234,7 +235,10 @@ class ChainModel:
         stuck = record.state.status == ChainStatus.PAUSED
         if record.closing:
             return idle and (not record.queue or stuck)
-        return record.state.terminal_seen and idle and not record.queue
+        ended = record.state.terminal_seen and idle and not record.queue
+        if ended and record.state.rewind_of and not record.state.rewind_complete:
+            return not self._context.patched(COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH)  # hand-over first
+        return ended
 
     def attach(self, workflow_id: str) -> None:
         if workflow_id not in self.record.listeners:

@@ -241,3 +241,8 @@ REWIND_COMPLETE_PATCH = "chain-copy-records-its-hand-over"
 """Since 2026-11-27, in chain.model: Runs after it mark a rewound copy's record complete
 (`ChainState.rewind_complete`) when the `recorded` signal that ends a rewind's hand-over
 arrives; runs recorded before never marked it."""
+
+COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH = "chain-copy-ends-after-its-hand-over"
+"""Since 2026-11-27, in chain.model: A rewound copy that meets its terminal event ends only once
+its hand-over is complete (`ChainState.rewind_complete`), so the rewind's last signals never
+find it ended; runs recorded before could end in the middle of the hand-over."""
