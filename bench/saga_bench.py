@@ -19,9 +19,10 @@ declared `execution: remote`, on the saga's own queue, against the hand-written 
 regular activities; `queues`, the agents served only by another worker, on their own queues,
 against the hand-written saga with its activities on another queue, served by another worker
 (`base-queues`). Each round also gives the CPU time each saga cost this process (the workers,
-the client) and the server: a measure the load of a shared machine moves far less than wall
-time. After the rounds, each side's last saga is read from its history: its events by type, the
-bytes its payloads carried, and where its time went.
+the client) and the server, and the messages the agents' breakers sent their ledgers per saga:
+measures the load of a shared machine moves far less than wall time. After the rounds, each
+side's last saga is read from its history: its events by type, the bytes its payloads carried,
+and where its time went.
 """
 
 import argparse
@@ -33,6 +34,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -40,7 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    StartWorkflowUpdateWithStartInput,
+    WorkflowUpdateHandle,
+)
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
@@ -53,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.config import PythonAgent
     from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
-    from coord.models.wire.contract import saga_workflow_id
+    from coord.models.wire.contract import LEDGER_ID_PREFIX, saga_workflow_id
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
     from coord.worker import build_worker, default_registry
@@ -261,22 +270,60 @@ def server_cpu_seconds() -> float | None:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+class LedgerMessages(Interceptor):
+    """Counts the client's messages to agents' ledgers (reads by query, reports by update): the
+    breakers' bookkeeping, which the server and the coordinator worker pay for."""
+
+    def __init__(self) -> None:
+        self.sent: Counter[str] = Counter()
+        """By kind: `read`, `report`."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _LedgerCounting(next, self)
+
+
+class _LedgerCounting(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, messages: LedgerMessages) -> None:
+        super().__init__(next)
+        self._messages = messages
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        self._count("read", input.id)
+        return await super().query_workflow(input)
+
+    async def start_update_with_start_workflow(
+        self, input: StartWorkflowUpdateWithStartInput
+    ) -> WorkflowUpdateHandle[Any]:
+        self._count("report", input.start_workflow_input.id)
+        return await super().start_update_with_start_workflow(input)
+
+    def _count(self, kind: str, workflow_id: str) -> None:
+        if workflow_id.startswith(LEDGER_ID_PREFIX):
+            self._messages.sent[kind] += 1
+
+
+LEDGER_MESSAGES = LedgerMessages()
+
+
 @dataclass(frozen=True)
 class Cpu:
     """CPU seconds spent so far by this process and by the server."""
 
     own: float
     server: float | None
+    ledger_messages: int = 0
+    """And the messages sent to agents' ledgers (LEDGER_MESSAGES)."""
 
     @classmethod
     def now(cls) -> "Cpu":
-        return cls(time.process_time(), server_cpu_seconds())
+        return cls(time.process_time(), server_cpu_seconds(), LEDGER_MESSAGES.sent.total())
 
     def since(self, before: "Cpu") -> "Cpu":
         server = None
         if self.server is not None and before.server is not None:
             server = self.server - before.server
-        return Cpu(self.own - before.own, server)
+        messages = self.ledger_messages - before.ledger_messages
+        return Cpu(self.own - before.own, server, messages)
 
 
 @dataclass(frozen=True)
@@ -313,11 +360,12 @@ async def measure(
 
 
 def cpu_columns(measured: Measurement) -> str:
-    """The round's CPU milliseconds per saga: this process's, and the server's."""
+    """The round's CPU milliseconds per saga, this process's and the server's, and its
+    messages to agents' ledgers per saga."""
     own = 1000 * measured.cpu.own / measured.sagas
     server = measured.cpu.server
     server_ms = f"{1000 * server / measured.sagas:>10.1f}" if server is not None else f"{'-':>10}"
-    return f"{own:>10.1f}{server_ms}"
+    return f"{own:>10.1f}{server_ms}{measured.cpu.ledger_messages / measured.sagas:>10.2f}"
 
 
 def report(header: list[str], results: list[Measurement]) -> None:
@@ -325,7 +373,7 @@ def report(header: list[str], results: list[Measurement]) -> None:
         print(line)
     print(
         f"{'round':>5}  {'side':<12}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}"
-        f"{'cpu ms':>10}{'server ms':>10}"
+        f"{'cpu ms':>10}{'server ms':>10}{'ledger':>10}"
     )
     for r in results:
         p50, p95 = r.percentile_ms(0.50), r.percentile_ms(0.95)
@@ -389,7 +437,10 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
     run_id = uuid.uuid4().hex[:8]
     named = (LOCAL, SERVED, QUEUES, BASELINE, BASELINE_QUEUES)
     queue = {side: f"bench-{side}-{run_id}" for side in named}
-    async with bench_server() as (client, server):
+    async with bench_server() as (plain, server):
+        config = plain.config()
+        config["interceptors"] = [LEDGER_MESSAGES]
+        client = Client(**config)
         sides = {
             LOCAL: project_side(client, queue[LOCAL], spec),
             SERVED: project_side(client, queue[SERVED], spec),

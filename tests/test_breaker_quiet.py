@@ -1,22 +1,15 @@
 """A quiet breaker on the real dev server (closed, nothing counted against its agent): the worker
 watches it with few messages to the agent's ledger, and sends what it holds at once when failures
 counted elsewhere make it un-quiet. Runs of the real `run_agent` on the agent's own queue, against
-the agent's real `AgentLedger`; the ledger's messages are counted by a client interceptor."""
+the agent's real `AgentLedger`; the ledger's messages are counted by the saga bench's client
+interceptor."""
 
 import time
-from collections import Counter
-from typing import Any
 
 import pytest
-from temporalio.client import (
-    Client,
-    Interceptor,
-    OutboundInterceptor,
-    QueryWorkflowInput,
-    StartWorkflowUpdateWithStartInput,
-    WorkflowUpdateHandle,
-)
+from temporalio.client import Client
 
+from bench.saga_bench import LedgerMessages
 from coord.activities.mesh import breakers
 from coord.infra.ledgers import LedgerClient
 from coord.models.mesh.breaker import Verdict
@@ -25,34 +18,10 @@ from tests.helpers import eventually
 from tests.test_breaker import serving
 
 
-class LedgerMessages(Interceptor):
-    """Counts a client's ledger reads (queries) and reports (updates with start)."""
-
-    def __init__(self) -> None:
-        self.sent: Counter[str] = Counter()
-
-    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
-        return _Counting(next, self.sent)
-
-
-class _Counting(OutboundInterceptor):
-    def __init__(self, next: OutboundInterceptor, sent: Counter[str]) -> None:
-        super().__init__(next)
-        self._sent = sent
-
-    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
-        self._sent["read"] += 1
-        return await super().query_workflow(input)
-
-    async def start_update_with_start_workflow(
-        self, input: StartWorkflowUpdateWithStartInput
-    ) -> WorkflowUpdateHandle[Any]:
-        self._sent["report"] += 1
-        return await super().start_update_with_start_workflow(input)
-
-
 def counted(client: Client, messages: LedgerMessages) -> Client:
-    return Client(**{**client.config(), "interceptors": [messages]})
+    config = client.config()
+    config["interceptors"] = [messages]
+    return Client(**config)
 
 
 async def test_a_busy_worker_watches_a_quiet_breaker_with_few_messages(
