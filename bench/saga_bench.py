@@ -257,10 +257,12 @@ def served_here(registry: AgentRegistry) -> AgentRegistry:
 
 def server_cpu_seconds() -> float | None:
     """CPU seconds (user and system) of this process's children: the embedded dev server;
-    None where /proc cannot tell (not Linux)."""
+    None without one (TEMPORAL_ADDRESS), or where /proc cannot tell (not Linux)."""
     try:
         tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
         children = {pid for task in tasks for pid in (task / "children").read_text().split()}
+        if not children:
+            return None
         total = 0
         for child in children:
             fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
@@ -307,7 +309,8 @@ LEDGER_MESSAGES = LedgerMessages()
 
 @dataclass(frozen=True)
 class Cpu:
-    """CPU seconds spent so far by this process and by the server."""
+    """What the bench has spent so far: CPU seconds of this process and of the server, and
+    messages to agents' ledgers."""
 
     own: float
     server: float | None
@@ -337,7 +340,7 @@ class Measurement:
     last_id: str = ""
     """The id the side's last saga of the round ran under."""
     cpu: Cpu = Cpu(0.0, None)
-    """The CPU the round cost this process and the server."""
+    """What the round cost: CPU of this process and the server, ledger messages."""
 
     @property
     def throughput(self) -> float:
