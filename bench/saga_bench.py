@@ -16,9 +16,13 @@ search attributes, progress details, its typed saga record, and where its agents
 project runs three times (coord.models.mesh.placement): `local`, its python agents as local
 activities, against the hand-written saga with local activities; `served`, the same agents
 declared `execution: remote`, on the saga's own queue, against the hand-written saga with
-regular activities; `queues`, the agents served only by another worker, on their own queues.
-After the rounds, each side's last saga is read from its history: its events by type, the bytes
-its payloads carried, and where its time went.
+regular activities; `queues`, the agents served only by another worker, on their own queues,
+against the hand-written saga with its activities on another queue, served by another worker
+(`base-queues`). Each round also gives the CPU time each saga cost this process (the workers,
+the client) and the server, and the messages the agents' breakers sent their ledgers per saga:
+measures the load of a shared machine moves far less than wall time. After the rounds, each
+side's last saga is read from its history: its events by type, the bytes its payloads carried,
+and where its time went.
 """
 
 import argparse
@@ -28,7 +32,9 @@ import math
 import os
 import statistics
 import sys
+import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -36,7 +42,14 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    QueryWorkflowInput,
+    StartWorkflowUpdateWithStartInput,
+    WorkflowUpdateHandle,
+)
 from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
@@ -49,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.config import PythonAgent
     from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
     from coord.models.saga.spec import SagaSpec, SagaStatus
-    from coord.models.wire.contract import saga_workflow_id
+    from coord.models.wire.contract import LEDGER_ID_PREFIX, saga_workflow_id
     from coord.models.wire.specs import load_spec
     from coord.starter.api import saga_outcome, start_saga
     from coord.worker import build_worker, default_registry
@@ -151,6 +164,36 @@ class BaselineSaga:
         return await _saga(_run, payload)
 
 
+def steps_queue(workflow_queue: str) -> str:
+    """The task queue of the hand-written saga's activities when they run on another queue."""
+    return f"{workflow_queue}-steps"
+
+
+async def _run_elsewhere(
+    step: Step,
+    payload: dict[str, Any],
+    timeout: timedelta = STEP_TIMEOUT,
+    retry: RetryPolicy = RETRY,
+) -> dict[str, Any]:
+    return await workflow.execute_activity(
+        step,
+        payload,
+        task_queue=steps_queue(workflow.info().task_queue),
+        start_to_close_timeout=timeout,
+        retry_policy=retry,
+    )
+
+
+@workflow.defn(name="BaselineQueuesSaga")
+class BaselineQueuesSaga:
+    """The hand-written saga, its steps regular activities on another queue, served by another
+    worker."""
+
+    @workflow.run
+    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
+        return await _saga(_run_elsewhere, payload)
+
+
 @workflow.defn(name="BaselineLocalSaga")
 class BaselineLocalSaga:
     """The hand-written saga, its steps local activities."""
@@ -188,16 +231,17 @@ def baseline_side(
 
 
 LOCAL, SERVED, QUEUES = "local", "served", "queues"
-BASELINE, BASELINE_LOCAL = "baseline", "base-local"
+BASELINE, BASELINE_LOCAL, BASELINE_QUEUES = "baseline", "base-local", "base-queues"
 PROJECT = SERVED
 """The side other benches compare with (bench.metrics_bench): the project's agents served by
 its coordinator worker."""
-RATIOS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (QUEUES, BASELINE))
+RATIOS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (QUEUES, BASELINE_QUEUES))
 SIDES_TOLD = (
     f"{LOCAL}: the demo agents (python) as local activities; {SERVED}: the same agents declared "
     f"`execution: remote`, on the saga's own queue (eager); {QUEUES}: the agents on their own "
     f"queues, served by another worker; {BASELINE} / {BASELINE_LOCAL}: the hand-written saga "
-    "with regular / local activities"
+    f"with regular / local activities; {BASELINE_QUEUES}: the hand-written saga with its "
+    "activities on another queue, served by another worker"
 )
 
 
@@ -211,6 +255,80 @@ def served_here(registry: AgentRegistry) -> AgentRegistry:
     return remote
 
 
+def server_cpu_seconds() -> float | None:
+    """CPU seconds (user and system) of this process's children: the embedded dev server;
+    None without one (TEMPORAL_ADDRESS), or where /proc cannot tell (not Linux)."""
+    try:
+        tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
+        children = {pid for task in tasks for pid in (task / "children").read_text().split()}
+        if not children:
+            return None
+        total = 0
+        for child in children:
+            fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime: the 14th and 15th
+    except OSError:
+        return None
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+class LedgerMessages(Interceptor):
+    """Counts the client's messages to agents' ledgers (reads by query, reports by update): the
+    breakers' bookkeeping, which the server and the coordinator worker pay for."""
+
+    def __init__(self) -> None:
+        self.sent: Counter[str] = Counter()
+        """By kind: `read`, `report`."""
+
+    def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
+        return _LedgerCounting(next, self)
+
+
+class _LedgerCounting(OutboundInterceptor):
+    def __init__(self, next: OutboundInterceptor, messages: LedgerMessages) -> None:
+        super().__init__(next)
+        self._messages = messages
+
+    async def query_workflow(self, input: QueryWorkflowInput) -> Any:
+        self._count("read", input.id)
+        return await super().query_workflow(input)
+
+    async def start_update_with_start_workflow(
+        self, input: StartWorkflowUpdateWithStartInput
+    ) -> WorkflowUpdateHandle[Any]:
+        self._count("report", input.start_workflow_input.id)
+        return await super().start_update_with_start_workflow(input)
+
+    def _count(self, kind: str, workflow_id: str) -> None:
+        if workflow_id.startswith(LEDGER_ID_PREFIX):
+            self._messages.sent[kind] += 1
+
+
+LEDGER_MESSAGES = LedgerMessages()
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """What the bench has spent so far: CPU seconds of this process and of the server, and
+    messages to agents' ledgers."""
+
+    own: float
+    server: float | None
+    ledger_messages: int = 0
+    """And the messages sent to agents' ledgers (LEDGER_MESSAGES)."""
+
+    @classmethod
+    def now(cls) -> "Cpu":
+        return cls(time.process_time(), server_cpu_seconds(), LEDGER_MESSAGES.sent.total())
+
+    def since(self, before: "Cpu") -> "Cpu":
+        server = None
+        if self.server is not None and before.server is not None:
+            server = self.server - before.server
+        messages = self.ledger_messages - before.ledger_messages
+        return Cpu(self.own - before.own, server, messages)
+
+
 @dataclass(frozen=True)
 class Measurement:
     side: str
@@ -221,6 +339,8 @@ class Measurement:
     failures: list[str]
     last_id: str = ""
     """The id the side's last saga of the round ran under."""
+    cpu: Cpu = Cpu(0.0, None)
+    """What the round cost: CPU of this process and the server, ledger messages."""
 
     @property
     def throughput(self) -> float:
@@ -234,20 +354,35 @@ class Measurement:
 async def measure(
     side: str, run_one: RunOne, sagas: int, concurrency: int, round_: int = 0
 ) -> Measurement:
+    before = Cpu.now()
     timed = await timed_runs(side, run_one, sagas, concurrency, SAGA_DEADLINE)
+    cpu = Cpu.now().since(before)
     return Measurement(
-        side, round_, sagas, timed.wall, timed.latencies, timed.failures, timed.last_id
+        side, round_, sagas, timed.wall, timed.latencies, timed.failures, timed.last_id, cpu
     )
+
+
+def cpu_columns(measured: Measurement) -> str:
+    """The round's CPU milliseconds per saga, this process's and the server's, and its
+    messages to agents' ledgers per saga."""
+    own = 1000 * measured.cpu.own / measured.sagas
+    server = measured.cpu.server
+    server_ms = f"{1000 * server / measured.sagas:>10.1f}" if server is not None else f"{'-':>10}"
+    return f"{own:>10.1f}{server_ms}{measured.cpu.ledger_messages / measured.sagas:>10.2f}"
 
 
 def report(header: list[str], results: list[Measurement]) -> None:
     for line in header:
         print(line)
-    print(f"{'round':>5}  {'side':<10}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}")
+    print(
+        f"{'round':>5}  {'side':<12}{'sagas':>7}{'sagas/s':>10}{'p50 ms':>10}{'p95 ms':>10}"
+        f"{'cpu ms':>10}{'server ms':>10}{'ledger':>10}"
+    )
     for r in results:
         p50, p95 = r.percentile_ms(0.50), r.percentile_ms(0.95)
         print(
-            f"{r.round:>5}  {r.side:<10}{r.sagas:>7}{r.throughput:>10.1f}{p50:>10.1f}{p95:>10.1f}"
+            f"{r.round:>5}  {r.side:<12}{r.sagas:>7}{r.throughput:>10.1f}{p50:>10.1f}{p95:>10.1f}"
+            + cpu_columns(r)
         )
     sides = list(dict.fromkeys(r.side for r in results))
     rates = {side: side_rate(results, side) for side in sides}
@@ -274,6 +409,7 @@ WORKFLOW_ID_OF: dict[str, WorkflowIdOf] = {
     QUEUES: saga_workflow_id,
     BASELINE: lambda saga_id: saga_id,
     BASELINE_LOCAL: lambda saga_id: saga_id,
+    BASELINE_QUEUES: lambda saga_id: saga_id,
 }
 
 
@@ -302,14 +438,21 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
-    queue = {side: f"bench-{side}-{run_id}" for side in (LOCAL, SERVED, QUEUES, BASELINE)}
-    async with bench_server() as (client, server):
+    named = (LOCAL, SERVED, QUEUES, BASELINE, BASELINE_QUEUES)
+    queue = {side: f"bench-{side}-{run_id}" for side in named}
+    async with bench_server() as (plain, server):
+        config = plain.config()
+        config["interceptors"] = [LEDGER_MESSAGES]
+        client = Client(**config)
         sides = {
             LOCAL: project_side(client, queue[LOCAL], spec),
             SERVED: project_side(client, queue[SERVED], spec),
             QUEUES: project_side(client, queue[QUEUES], spec),
             BASELINE: baseline_side(client, queue[BASELINE], spec.input),
             BASELINE_LOCAL: baseline_side(client, queue[BASELINE], spec.input, "BaselineLocalSaga"),
+            BASELINE_QUEUES: baseline_side(
+                client, queue[BASELINE_QUEUES], spec.input, "BaselineQueuesSaga"
+            ),
         }
         registry = default_registry()
         async with (
@@ -317,6 +460,12 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
                 client,
                 task_queue=queue[BASELINE],
                 workflows=[BaselineSaga, BaselineLocalSaga],
+                activities=list(BASELINE_STEPS.values()),
+            ),
+            Worker(client, task_queue=queue[BASELINE_QUEUES], workflows=[BaselineQueuesSaga]),
+            Worker(
+                client,
+                task_queue=steps_queue(queue[BASELINE_QUEUES]),
                 activities=list(BASELINE_STEPS.values()),
             ),
             build_worker(client, queue[LOCAL], registry),

@@ -27,7 +27,7 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -112,14 +112,15 @@ Ratio = tuple[str, float, list[float], float]
 """A ratio a bench printed: its label, overall, each round's, and their median."""
 
 
-def p50_rows(output: str) -> list[Ratio]:
-    """Each side's p50 over each baseline side's (`baseline...`), from the bench's summary line
-    (medians of the rounds' p50s, so no per-round ratios)."""
+def p50_rows(output: str, printed: Collection[str] = ()) -> list[Ratio]:
+    """Each side's p50 over each baseline side's (`baseline...`, `base-...`), from the bench's
+    summary line (medians of the rounds' p50s, so no per-round ratios); none for the sides
+    `printed`, whose p50 ratio the bench printed itself."""
     found: list[Ratio] = []
     for line in output.splitlines():
         p50 = {m["side"]: float(m["p50"]) for m in SIDE_P50.finditer(line)}
-        bases = [side for side in p50 if side.startswith("baseline")]
-        for side in (s for s in p50 if not s.startswith("baseline")):
+        bases = [side for side in p50 if side.startswith("base")]
+        for side in (s for s in p50 if not s.startswith("base") and s not in printed):
             for base in bases:
                 ratio = p50[side] / p50[base]
                 found.append((f"{side}/{base} p50 (of the rounds' medians)", ratio, [], ratio))
@@ -128,7 +129,7 @@ def p50_rows(output: str) -> list[Ratio]:
 
 def ratio_rows(output: str) -> list[Ratio]:
     """Every `ratio_line` a bench printed (its label, overall ratio, rounds and median), then the
-    p50 ratios of its summary line (`p50_rows`)."""
+    p50 ratios of its summary line (`p50_rows`) for the sides it printed no p50 ratio of."""
     found: list[Ratio] = []
     for line in output.splitlines():
         match = RATIO.match(line.strip())
@@ -136,7 +137,8 @@ def ratio_rows(output: str) -> list[Ratio]:
             continue
         rounds = [float(r) for r in match["rounds"].split(",") if r.strip()]
         found.append((match["label"], float(match["overall"]), rounds, float(match["median"])))
-    return found + p50_rows(output)
+    printed = {label.split("/")[0] for label, *_ in found if label.endswith(" p50")}
+    return found + p50_rows(output, printed)
 
 
 async def run_bench(bench: Bench, args: Sequence[str], env: dict[str, str]) -> tuple[int, str, str]:

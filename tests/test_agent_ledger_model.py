@@ -350,3 +350,11 @@ def test_breaker_config_from_an_agents_file() -> None:
     for fields, field in refused:
         with pytest.raises(ValidationError, match=rf"(?s)breaker.*{field}"):
             breaker(**fields)
+
+
+def test_a_breaker_is_quiet_while_closed_with_nothing_counted_against_its_agent() -> None:
+    view = AgentLedgerState(agent_queue="agent-flaky")
+    assert view.quiet
+    assert not view.model_copy(update={"breaker_failures": 1}).quiet
+    assert not view.model_copy(update={"consecutive_failures": 1}).quiet
+    assert not view.model_copy(update={"breaker": "half_open"}).quiet

@@ -29,3 +29,21 @@ def test_a_summary_of_the_sides_gives_each_sides_p50_over_each_baseline() -> Non
         "project/baseline p50 (of the rounds' medians)": 1.25,
         "project/baseline-local p50 (of the rounds' medians)": 5.0,
     }
+
+
+def test_a_side_whose_p50_ratio_a_bench_printed_gets_no_summary_row() -> None:
+    """The saga bench prints each project side's ratios to its own hand-written saga
+    (`base-...` sides are baselines too); its summary line adds no rows beside them."""
+    output = "\n".join(
+        [
+            ratio_line("queues/base-queues throughput", 0.9, [0.9]),
+            ratio_line("queues/base-queues p50", 1.1, [1.1]),
+            "queues: 5.0 sagas/s, p50 110.0 ms; base-queues: 5.5 sagas/s, p50 100.0 ms; "
+            "vote: 2.0 votes/s, p50 150.0 ms (all rounds)",
+        ]
+    )
+    assert [label for label, *_ in ratio_rows(output)] == [
+        "queues/base-queues throughput",
+        "queues/base-queues p50",
+        "vote/base-queues p50 (of the rounds' medians)",
+    ]

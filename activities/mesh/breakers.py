@@ -8,7 +8,16 @@ for one of the probes. Each run that ends is judged by the breaker's rules
 out included (the SDK's cancellation details tell it from a cancel), and counted into a batch
 sent every STATS_INTERVAL, or at once when it holds a failure that counts (one report in flight
 at a time, however many runs fail). Probes report how they ended as they end. The ledger being
-unreachable never fails a run: the breaker then lets runs through (and the miss is logged)."""
+unreachable never fails a run: the breaker then lets runs through (and the miss is logged).
+
+A quiet breaker (closed, no failure counted against the agent in its window: the healthy agent's
+usual state) is watched less often: its view is trusted for QUIET_REFRESH and its batches of
+runs that did not count are sent every QUIET_STATS. What the breaker does is unchanged: this
+worker's own counted failure is still sent at once, and its answer brings the breaker back;
+only a breaker opened by other workers' runs is seen up to QUIET_REFRESH later, and the view
+turning un-quiet (failures counted elsewhere) sends the batch held here at once, so that the
+ledger judges those failures with this worker's successes. On a busy worker this takes the
+ledger's messages from about one a second per agent to about one in four seconds."""
 
 import asyncio
 import contextlib
@@ -48,6 +57,10 @@ MAX_STALE = 5.0
 """Seconds after which runs wait for the view's refresh instead of going on with it."""
 STATS_INTERVAL = 2.0
 """Seconds between a worker's batched stats reports of an agent."""
+QUIET_REFRESH = 4.0
+"""REFRESH_INTERVAL of a quiet breaker's view (below MAX_STALE: runs never wait for it)."""
+QUIET_STATS = 8.0
+"""STATS_INTERVAL of a quiet breaker's batch holding no failure that counts."""
 LEDGER_TIMEOUT = 5.0
 """Seconds a ledger query or update may take before the run goes on without it."""
 MIN_RETRY = timedelta(milliseconds=100)
@@ -168,7 +181,7 @@ class AgentBreaker:
         steady state they go on with a view at most a refresh old, and no run waits on a
         query."""
         age = time.monotonic() - self._read_at
-        if age >= REFRESH_INTERVAL:
+        if age >= (QUIET_REFRESH if self._view.quiet else REFRESH_INTERVAL):
             if self._refresh is None or self._refresh.done():
                 self._refresh = asyncio.create_task(self._reread())
             if age >= MAX_STALE:
@@ -184,9 +197,12 @@ class AgentBreaker:
             self._seen(state)
 
     def _seen(self, state: AgentLedgerState) -> None:
-        self._view = state
+        """The ledger's answer becomes the view; one no longer quiet sends the batch at once."""
+        was_quiet, self._view = self._view.quiet, state
         metrics.breaker_seen(self.agent, state)
         self._read_at = time.monotonic()
+        if was_quiet and not state.quiet and self._stats.runs:
+            self._schedule_flush(urgent=True)
 
     def _schedule_flush(self, *, urgent: bool) -> None:
         if urgent:
@@ -198,8 +214,9 @@ class AgentBreaker:
         """Sends the batch every STATS_INTERVAL while runs end, at once when it holds a failure
         that counts; one report at a time (runs ending meanwhile go in the next)."""
         while self._stats.runs:
+            interval = QUIET_STATS if self._view.quiet else STATS_INTERVAL
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._urgent.wait(), STATS_INTERVAL)
+                await asyncio.wait_for(self._urgent.wait(), interval)
             self._urgent.clear()
             await self._send_stats()
 

@@ -421,6 +421,17 @@ class AgentLedgerState(BaseModel):
             return "half_open"
         return self.breaker
 
+    @property
+    def quiet(self) -> bool:
+        """Closed, with no failure counted against the agent in its breaker's window nor in a
+        row: no worker's runs are pushing it towards open. A worker watches a quiet breaker
+        less often (coord.activities.mesh.breakers)."""
+        return (
+            self.breaker == "closed"
+            and self.breaker_failures == 0
+            and self.consecutive_failures == 0
+        )
+
 
 class LedgerBook(BaseModel):
     """The ledger's whole state, carried across continue-as-new (books recorded by older code
