@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.model import SagaEnd, SagaModel
@@ -46,6 +47,8 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_PATCH,
         SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_EVENTS_PATCH,
+        SAGA_PATCHES,
+        SAGA_PATCHES_AT_ONCE_PATCH,
     )
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
@@ -66,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows._runtime.patches import adopt, patched
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 
@@ -79,7 +83,12 @@ class Saga:
     def __init__(self) -> None:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._shown = self._model.state.status
-        """The status last upserted as a search attribute: one upsert per change of status."""
+        """The status last published: one search-attribute write per change of status."""
+        self._written_once_per_task = False
+        """The status is written when the workflow task ends waiting (`_write_status`), not at
+        each change: a run that takes SAGA_PATCHES_AT_ONCE_PATCH."""
+        self._unwritten = False
+        """A change of status not yet written as a search attribute."""
         self._sends = ChainSends(self._model)
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
@@ -93,7 +102,8 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._sends.announcing = workflow.patched(SAGA_EVENTS_PATCH)
+        self._written_once_per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
         except SpecError as error:
@@ -108,6 +118,7 @@ class Saga:
         try:
             return await self._outcome()
         finally:
+            self._write_status()
             late = partial(self._note_cancel, "ended")
             await uncancellable(asyncio.gather(*self._sends.pending), late)
 
@@ -140,10 +151,13 @@ class Saga:
         retry = self._model.step_started(index, step)
         self._publish()
         try:
+            if step.route is not None:
+                self._write_status()
             agent = self._model.step_agent(step, await assign_agent(step.route, step.name))
             self._publish()
             settings = declared_settings(step, step.name, retry=retry, **self._options)
             request = self._model.step_request(step, agent, retry)
+            self._before_run(settings, request)
             running = start_agent_run(request, settings, partial(self._detoured, step.name))
             result = await self._await_step(running)
         except asyncio.CancelledError:
@@ -209,6 +223,7 @@ class Saga:
             **self._options,
         )
         detoured = partial(self._detoured, f"{step.name}/undo")
+        self._before_run(settings, request)
         try:
             result = await start_agent_run(request, settings, detoured)
         except ActivityError as error:
@@ -226,8 +241,9 @@ class Saga:
     ) -> None:
         """Parked with the run's idempotency key and inputs, so a replay reaches the agent as
         the same run, and announced to the correlation's chain as `CompensationFailed`."""
-        if not workflow.patched(DEAD_LETTER_PATCH):
+        if not patched(DEAD_LETTER_PATCH):
             return
+        self._write_status()
         await park(
             FailureType.COMPENSATION_FAILED,
             why,
@@ -245,23 +261,43 @@ class Saga:
             await self._sends.signal(notice)
 
     def _detoured(self, step: str, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A detour may wait (a timer, another agent's queue): the status is written first."""
         self._model.detoured(step, detour, assignment)
         self._publish()
+        self._write_status()
 
     def _ended(self, end: SagaEnd) -> ApplicationError:
         """Business outcomes end the run as typed failures carrying the final record."""
         self._publish()
+        self._write_status()
         return failure(end.failure_type, end.message, self._model.state, non_retryable=True)
 
     def _publish(self) -> None:
-        """After every change: the status as a search attribute (if changed), the UI details."""
+        """After every change: the status as a search attribute (if changed: at once, or once
+        per workflow task, `_write_status`), the UI details."""
         state = self._model.state
         if state.status != self._shown:
             self._shown = state.status
             metrics.saga_status(state.status)
-            upsert_search_attributes(state.search_attributes())
+            self._unwritten = True
+            if not self._written_once_per_task:
+                self._write_status()
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
+
+    def _before_run(self, settings: RunSettings, request: AgentRequest) -> None:
+        """A run that is not local may end the workflow task: the status is written first. A
+        local run holds the task, which the next status replaces, so a saga whose runs are all
+        local writes `in_progress` only if it waits on something else."""
+        if settings.placement(request) != Placement.LOCAL:
+            self._write_status()
+
+    def _write_status(self) -> None:
+        """The status as a search attribute, if it changed since it was last written: before
+        the workflow waits on anything but a local run, and when it ends."""
+        if self._unwritten:
+            self._unwritten = False
+            upsert_search_attributes(self._model.state.search_attributes())
 
     def _log(self, message: str, **fields: Any) -> None:
         state = self._model.state
@@ -294,7 +330,7 @@ class ChainSends:
         """Whether sends after the first wait for its answer: asked once, at the second send
         (by the order of the sends, never by when an answer came)."""
         if self._waits_for_first is None:
-            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
+            self._waits_for_first = patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
         return self._waits_for_first
 
     async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
@@ -308,4 +344,4 @@ class ChainSends:
         """Into the correlation's chain; when none runs, the saga's own record has the event."""
         raw = envelope.model_dump(mode="json")
         if not await signal_chain(self._model.state.correlation_id, EVENT_SIGNAL, raw):
-            self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
+            self._chain_reachable = not patched(CHAIN_SEND_ONCE_PATCH)
