@@ -160,7 +160,11 @@ def main() -> None:
             (args.keep / f"{side}.json").write_text(history.to_json())
     cpu = {side: replay_cpu(history, args.replays) for side, history in histories.items()}
     for side, seconds in cpu.items():
-        tasks = sum(1 for e in histories[side].events if e.HasField("workflow_task_completed_event_attributes"))
+        tasks = sum(
+            1
+            for e in histories[side].events
+            if e.HasField("workflow_task_completed_event_attributes")
+        )
         print(f"{side}: {1000 * seconds:.2f} ms CPU per replay ({tasks} workflow tasks)")
     print(f"local/base-local workflow CPU: {cpu['local'] / cpu['base-local']:.2f}x")
     if args.profile:
