@@ -1,6 +1,7 @@
 """What a saga writes into its history: one patch marker for the patches it asks
-(`saga-patches-at-once`), and its status as a search attribute at most once per workflow task,
-written before it waits on anything but a local run and when it ends."""
+(`saga-patches-at-once`), its status as a search attribute at most once per workflow task,
+written before it waits on anything but a local run and when it ends, and no signal to a chain
+that does not run (it asks first): a saga of local agents runs in one workflow task."""
 
 import asyncio
 import json
@@ -20,6 +21,8 @@ from tests.helpers import demo_agents_remote, failing_at
 UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
 CHANGE_VERSION = "TemporalChangeVersion"
 """The search attribute Temporal upserts with each patch marker (not the saga's own write)."""
 
@@ -66,7 +69,9 @@ async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_pat
     assert _patch_markers(events) == ["saga-patches-at-once"]
     upserts = sum(1 for e in events if e.event_type == UPSERTED)
     assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
-    assert len(events) <= 20, f"{len(events)} events"
+    assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
+    assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
+    assert len(events) <= 15, f"{len(events)} events"
 
 
 async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(

@@ -9,13 +9,21 @@ the record is published (search attributes, current details, and the memo of a c
 """
 
 import asyncio
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
@@ -50,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         SAGA_PATCHES,
         SAGA_PATCHES_AT_ONCE_PATCH,
     )
-    from coord.workflows._runtime import metrics
+    from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import (
         Placements,
         RunSettings,
@@ -72,6 +80,9 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.patches import adopt, patched
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+CHAIN_CHECK_TIMEOUT = timedelta(seconds=10)
+CHAIN_CHECK_RETRY = RetryPolicy(maximum_attempts=2)
+"""Whether the chain runs is one read of the server; unanswered, the saga sends as before."""
 
 
 class StepFailed(Exception):
@@ -103,6 +114,7 @@ class Saga:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
         self._written_once_per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._sends.asks_first = self._written_once_per_task
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
@@ -308,11 +320,13 @@ class Saga:
 class ChainSends:
     """The saga's events on their way to its correlation's chain, each sent in the background
     (`pending`, which the run awaits before it ends). `announcing`: the run sends its own
-    events (runs recorded before sent only a failed compensation's notice)."""
+    events (runs recorded before sent only a failed compensation's notice). `asks_first`:
+    the first send asks whether the chain runs before it signals (`_chain_runs`)."""
 
     def __init__(self, model: SagaModel) -> None:
         self._model = model
         self.announcing = False
+        self.asks_first = False
         self.pending: list[asyncio.Task[None]] = []
         self._chain_reachable = True
         """False once a send found no chain: a saga without one pays one failed signal."""
@@ -338,7 +352,30 @@ class ChainSends:
             await workflow.wait([first])
             if not self._chain_reachable:
                 return
+        elif self.asks_first and not await self._chain_runs():
+            self._chain_reachable = False
+            return
         await self.signal(envelope)
+
+    async def _chain_runs(self) -> bool:
+        """Whether the correlation's chain runs, asked in a local activity: a saga without one
+        then sends nothing. A signal to a chain that does not run fails in a workflow task of
+        its own, which the saga waits for before it ends (a server round trip after its last
+        step, and five events); the local activity is one marker in the task it runs in. A
+        chain started after the question misses the saga's events, as one started after a
+        failed first signal did. Unanswered (a worker without the activity), the saga sends."""
+        try:
+            running: bool = await calls.execute_local(
+                refs.CHAIN_RUNNING,
+                self._model.state.correlation_id,
+                start_to_close_timeout=CHAIN_CHECK_TIMEOUT,
+                retry_policy=CHAIN_CHECK_RETRY,
+                summary="does the correlation's chain run?",
+            )
+        except (FailureError, ValueError) as error:  # a local activity's own failure too
+            workflow.logger.warning("chain not looked up, sending: %s", error)
+            return True
+        return running
 
     async def signal(self, envelope: EventEnvelope) -> None:
         """Into the correlation's chain; when none runs, the saga's own record has the event."""
