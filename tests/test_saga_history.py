@@ -11,12 +11,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 
+from coord import testing
+from coord.activities.events.lookback import ChainLookback
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import COORD_STATUS
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import demo_agents_remote, failing_at
+from tests.helpers import demo_agents_remote, failing_at, user_story
 
 UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
@@ -109,3 +111,16 @@ async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_ta
     assert len(tasks) == len(set(tasks)), f"one status write per workflow task: {writes}"
     assert writes[-1][2] == "compensated"
     assert described.typed_search_attributes.get(COORD_STATUS) == "compensated"
+
+
+async def test_whether_a_chain_runs_is_read_from_the_server(
+    client: Client, task_queue: str
+) -> None:
+    lookback = ChainLookback(client)
+    correlation_id = testing.unique("story")
+    assert not await lookback.chain_running(correlation_id), "never started"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        assert await lookback.chain_running(correlation_id)
+        await chain.terminate("test over")
+    assert not await lookback.chain_running(correlation_id), "ended"
