@@ -1,15 +1,17 @@
 """What the saga's workflow code costs per run, measured without the machine's load: one saga
-with local agents and one hand-written saga with local activities are run once each (after a
-warm-up), and their histories replayed in this process, many times, under the workflow sandbox
-as a worker runs them. CPU time (`time.process_time`) per replay is the cost of the workflow
-code alone: no server, no network, no activity, no waiting.
+with local agents and one hand-written saga with local activities are run (after a warm-up),
+and their histories replayed in this process, many times, under the workflow sandbox as a
+worker runs them. CPU time per replay (`time.process_time`, and the workflow thread's alone) is
+the cost of the workflow code: no server, no network, no activity, no waiting.
 
-    .venv/bin/python -m bench.saga_replay [--replays 50] [--profile 25] [--keep DIR]
+    .venv/bin/python -m bench.saga_replay [--replays 50] [--live 30] [--profile 25] [--keep DIR]
 
-`--profile N` prints the N costliest functions of the project's replays; `--keep DIR` writes
-the two histories there (`local.json`, `base-local.json`), which `--replay DIR` replays again
-without running anything. Besides the CPU, each history is told by what it recorded
-(events by type, payload bytes) and by its workflow tasks.
+`--live N` also runs N sagas per side, one at a time, and gives the CPU this process (client
+and workers, not the server) spent per saga: the activity side too. `--profile N` prints the
+N costliest functions of the project's replays. `--keep DIR` writes the two histories there
+(`local.json`, `base-local.json`), which `--replay DIR` replays again without running
+anything. Besides the CPU, each history is told by what it recorded (events by type, payload
+bytes) and by its workflow tasks.
 """
 
 import argparse
@@ -59,8 +61,10 @@ async def _baseline(client: Client, queue: str, spec: SagaSpec) -> str:
     return workflow_id
 
 
-async def record(client: Client) -> dict[str, WorkflowHistory]:
-    """One history per side, each the last of WARM_UP + 1 sagas."""
+async def record(client: Client, live: int) -> dict[str, WorkflowHistory]:
+    """One history per side, each the last of WARM_UP + 1 sagas; then `live` sagas per side,
+    one at a time, and the CPU this process (the client and the workers: the server runs apart)
+    spent per saga, which the machine's load hardly changes."""
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
@@ -83,6 +87,12 @@ async def record(client: Client) -> dict[str, WorkflowHistory]:
                 workflow_id = await run_one(client, queue, spec)
             histories[side] = await client.get_workflow_handle(workflow_id).fetch_history()
             print(f"{side}: {(await history_profile(client, workflow_id)).line()}")
+            if live:
+                started = time.process_time()
+                for _ in range(live):
+                    await run_one(client, queue, spec)
+                spent = (time.process_time() - started) / live
+                print(f"{side}: {1000 * spent:.2f} ms CPU per saga in this process ({live} sagas)")
     return histories
 
 
@@ -156,9 +166,9 @@ def profiled(history: WorkflowHistory, replays: int, top: int) -> None:
     stats.sort_stats("tottime").print_stats(top)
 
 
-async def recorded() -> dict[str, WorkflowHistory]:
+async def recorded(live: int) -> dict[str, WorkflowHistory]:
     async with bench_server() as (client, _):
-        return await record(client)
+        return await record(client, live)
 
 
 def kept(folder: Path) -> dict[str, WorkflowHistory]:
@@ -174,8 +184,9 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
     parser.add_argument("--keep", type=Path, help="write the recorded histories to this folder")
     parser.add_argument("--replay", type=Path, help="replay the histories kept in this folder")
+    parser.add_argument("--live", type=int, default=0, help="sagas per side timed live (CPU)")
     args = parser.parse_args()
-    histories = asyncio.run(recorded()) if args.replay is None else kept(args.replay)
+    histories = asyncio.run(recorded(args.live)) if args.replay is None else kept(args.replay)
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         for side, history in histories.items():
