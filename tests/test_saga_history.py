@@ -56,6 +56,20 @@ def _patch_markers(events: list[HistoryEvent]) -> list[str]:
     ]
 
 
+def _local_activities(events: list[HistoryEvent]) -> list[str]:
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in events
+        if e.event_type == MARKER
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    return [
+        json.loads(m.details["data"].payloads[0].data)["activity_type"]
+        for m in markers
+        if json.loads(m.details["data"].payloads[0].data)["activity_type"] != "run_agent"
+    ]
+
+
 async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_patch_marker(
     client: Client, task_queue: str
 ) -> None:
@@ -73,6 +87,7 @@ async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_pat
     assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
     assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
     assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
+    assert _local_activities(events) == ["place_agents", "chain_running"]
     assert len(events) <= 15, f"{len(events)} events"
 
 
@@ -92,6 +107,8 @@ async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
     assert len(tasks) == len(set(tasks)), f"one status write per workflow task: {writes}"
     first_run = next(e.event_id for e in events if e.event_type == SCHEDULED)
     assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
+    assert sum(1 for e in events if e.event_type == SIGNALED) == 1, "no chain: one try"
+    assert _local_activities(events) == ["place_agents"], "no look-up holding a task"
 
 
 async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(

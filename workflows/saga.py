@@ -114,7 +114,6 @@ class Saga:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
         self._written_once_per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
-        self._sends.asks_first = self._written_once_per_task
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
@@ -137,6 +136,7 @@ class Saga:
     async def _outcome(self) -> SagaState:
         try:
             await self._placements.learn(self._model.spec.agents_run())
+            self._sends.asks_first = self._written_once_per_task and self._runs_all_local()
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -297,6 +297,17 @@ class Saga:
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
 
+    def _runs_all_local(self) -> bool:
+        """Whether every step and compensation runs as a local activity (named, not declared
+        inline, no heartbeat timeout): the saga then ends in the workflow task it began in,
+        unless something it sent is awaited (`ChainSends`)."""
+        spec = self._model.spec
+        declared = all(s.route is None and s.heartbeat_timeout is None for s in spec.steps)
+        return declared and all(
+            agent not in spec.agents and self._placements.local(agent)
+            for agent in spec.agents_run()
+        )
+
     def _before_run(self, settings: RunSettings, request: AgentRequest) -> None:
         """A run that is not local may end the workflow task: the status is written first. A
         local run holds the task, which the next status replaces, so a saga whose runs are all
@@ -321,7 +332,10 @@ class ChainSends:
     """The saga's events on their way to its correlation's chain, each sent in the background
     (`pending`, which the run awaits before it ends). `announcing`: the run sends its own
     events (runs recorded before sent only a failed compensation's notice). `asks_first`:
-    the first send asks whether the chain runs before it signals (`_chain_runs`)."""
+    the first send asks whether the chain runs before it signals (`_chain_runs`), for a saga
+    whose runs are all local: the question holds the workflow task it is asked in, which for
+    a saga with activity tasks would delay its next step's dispatch, while a failed signal's
+    answer lands in one of the tasks its later steps take anyway."""
 
     def __init__(self, model: SagaModel) -> None:
         self._model = model
@@ -360,8 +374,8 @@ class ChainSends:
     async def _chain_runs(self) -> bool:
         """Whether the correlation's chain runs, asked in a local activity: a saga without one
         then sends nothing. A signal to a chain that does not run fails in a workflow task of
-        its own, which the saga waits for before it ends (a server round trip after its last
-        step, and five events); the local activity is one marker in the task it runs in. A
+        its own, which a saga of local runs waits for before it ends (a server round trip after
+        its last step, and five events); the local activity is one marker in its task. A
         chain started after the question misses the saga's events, as one started after a
         failed first signal did. Unanswered (a worker without the activity), the saga sends."""
         try:

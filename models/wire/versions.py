@@ -249,8 +249,9 @@ SAGA_PATCHES as in force without asking it (`_runtime.patches`): one marker and 
 five-step saga with local agents, six patches, become two); the saga's status is written as a
 search attribute once per workflow task, when the task ends waiting on something other than a
 local run, instead of at every change (`in_progress` is no longer written when the run ends in
-the workflow task it began in); the first event sent asks first, in a local activity
-(`chain_running`), whether the correlation's chain runs, and none is sent when it does not.
+the workflow task it began in); in a saga whose runs are all local, the first event sent asks
+first, in a local activity (`chain_running`), whether the correlation's chain runs, and none is
+sent when it does not.
 Runs recorded before asked each patch where its code reached it, upserted each change of
 status, and signalled the chain to learn whether it ran."""
 

@@ -318,6 +318,10 @@ class Placements:
         where = self._known.get(request.agent, Placement.AGENT_QUEUE)
         return Placement.HOME if where == Placement.LOCAL and not self._local else where
 
+    def local(self, agent: str) -> bool:
+        """Whether a run of `agent` (named, not declared inline) goes local."""
+        return self._local and self._known.get(agent) == Placement.LOCAL
+
 
 @dataclass(frozen=True)
 class RunSettings:
