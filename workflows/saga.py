@@ -95,9 +95,10 @@ class Saga:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._shown = self._model.state.status
         """The status last published: one search-attribute write per change of status."""
-        self._written_once_per_task = False
-        """The status is written when the workflow task ends waiting (`_write_status`), not at
-        each change: a run that takes SAGA_PATCHES_AT_ONCE_PATCH."""
+        self._at_once = False
+        """The run takes SAGA_PATCHES_AT_ONCE_PATCH: its status is written once per workflow
+        task (`_write_status`), not at each change, and when its runs are all local it asks
+        whether its chain runs before it sends (`ChainSends.asks_first`)."""
         self._unwritten = False
         """A change of status not yet written as a search attribute."""
         self._sends = ChainSends(self._model)
@@ -113,7 +114,7 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._written_once_per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._at_once = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
@@ -136,7 +137,7 @@ class Saga:
     async def _outcome(self) -> SagaState:
         try:
             await self._placements.learn(self._model.spec.agents_run())
-            self._sends.asks_first = self._written_once_per_task and self._runs_all_local()
+            self._sends.asks_first = self._at_once and self._runs_all_local()
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -292,7 +293,7 @@ class Saga:
             self._shown = state.status
             metrics.saga_status(state.status)
             self._unwritten = True
-            if not self._written_once_per_task:
+            if not self._at_once:
                 self._write_status()
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
