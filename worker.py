@@ -223,9 +223,11 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
     monitor = AgentMonitorActivities(client, registry)
     router = AgentRouter(client, registry)
     planning = PlanningActivities(registry)
+    lookback = ChainLookback(client)
     activities: list[Callable[..., Any]] = [
         process.run_agent(registry),
-        ChainLookback(client).chain_events,
+        lookback.chain_events,
+        lookback.chain_running,
         LogWriter().write_log_segment,
         delivery.park,
         delivery.redeliver,

@@ -51,6 +51,7 @@ from temporalio.converter import (
 from coord.infra.extras import MissingExtra
 from coord.infra.logs import get_logger
 from coord.infra.s3_store import put_owner_mark, s3_driver
+from coord.infra.type_adapters import SharedAdapterPayloadConverter
 from coord.models.ops.retention import OwnerMark
 from coord.models.wire.errors import CoordError
 
@@ -253,7 +254,11 @@ def data_converter(settings: PayloadStoreSettings | None = None) -> DataConverte
     storage = ExternalStorage(
         drivers=[settings.driver()], payload_size_threshold=settings.threshold
     )
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_converter_class=SharedAdapterPayloadConverter,
+        external_storage=storage,
+    )
 
 
 def _s3_driver(location: str) -> StorageDriver:

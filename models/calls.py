@@ -22,6 +22,7 @@ from coord.models.wire import contract
 __all__ = [
     "AGENT_SERVED",
     "CHAIN_EVENTS",
+    "CHAIN_RUNNING",
     "CHECK_PLAN_AGENTS",
     "CHOOSE_AGENT",
     "CHOOSE_AGENTS",
@@ -92,6 +93,7 @@ CHOOSE_AGENTS: ActivityRef[list[CapabilityRoute], list[Assignment | None]] = Act
     contract.CHOOSE_AGENTS_ACTIVITY, list[CapabilityRoute], list[Assignment | None]
 )
 AGENT_SERVED: ActivityRef[str, bool] = ActivityRef(contract.AGENT_SERVED_ACTIVITY, str, bool)
+CHAIN_RUNNING: ActivityRef[str, bool] = ActivityRef(contract.CHAIN_RUNNING_ACTIVITY, str, bool)
 PLACE_AGENTS: ActivityRef[PlacementAsk, dict[str, Placement]] = ActivityRef(
     contract.PLACE_AGENTS_ACTIVITY, PlacementAsk, dict[str, Placement]
 )

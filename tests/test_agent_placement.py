@@ -98,7 +98,7 @@ async def test_a_saga_of_python_agents_runs_them_as_local_activities(
     assert _agent_tasks(events) == {}, "no activity task for a local agent"
     assert _markers(events) >= len(STEPS) + 1, "a marker per run, and the placement's"
     sent = [e for e in events if e.event_type == SIGNALED]
-    assert len(sent) == 1, "no chain runs: the first send found that out, no other was sent"
+    assert sent == [], "no chain runs: the saga asked before its first send, and sent none"
     assert len(events) <= 35, "no longer than the hand-written five-step saga's history"
 
 

@@ -9,16 +9,25 @@ the record is published (search attributes, current details, and the memo of a c
 """
 
 import asyncio
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.model import SagaEnd, SagaModel
@@ -46,8 +55,10 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_PATCH,
         SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_EVENTS_PATCH,
+        SAGA_PATCHES,
+        SAGA_PATCHES_AT_ONCE_PATCH,
     )
-    from coord.workflows._runtime import metrics
+    from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import (
         Placements,
         RunSettings,
@@ -66,8 +77,12 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows._runtime.patches import adopt, patched
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+CHAIN_CHECK_TIMEOUT = timedelta(seconds=10)
+CHAIN_CHECK_RETRY = RetryPolicy(maximum_attempts=2)
+"""Whether the chain runs is one read of the server; unanswered, the saga sends as before."""
 
 
 class StepFailed(Exception):
@@ -79,7 +94,13 @@ class Saga:
     def __init__(self) -> None:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._shown = self._model.state.status
-        """The status last upserted as a search attribute: one upsert per change of status."""
+        """The status last published: one search-attribute write per change of status."""
+        self._at_once = False
+        """The run takes SAGA_PATCHES_AT_ONCE_PATCH: its status is written once per workflow
+        task (`_write_status`), not at each change, and when its runs are all local it asks
+        whether its chain runs before it sends (`ChainSends.asks_first`)."""
+        self._unwritten = False
+        """A change of status not yet written as a search attribute."""
         self._sends = ChainSends(self._model)
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
@@ -93,7 +114,8 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._sends.announcing = workflow.patched(SAGA_EVENTS_PATCH)
+        self._at_once = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
         except SpecError as error:
@@ -108,12 +130,14 @@ class Saga:
         try:
             return await self._outcome()
         finally:
+            self._write_status()
             late = partial(self._note_cancel, "ended")
             await uncancellable(asyncio.gather(*self._sends.pending), late)
 
     async def _outcome(self) -> SagaState:
         try:
             await self._placements.learn(self._model.spec.agents_run())
+            self._sends.asks_first = self._at_once and self._runs_all_local()
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -140,10 +164,13 @@ class Saga:
         retry = self._model.step_started(index, step)
         self._publish()
         try:
+            if step.route is not None:
+                self._write_status()
             agent = self._model.step_agent(step, await assign_agent(step.route, step.name))
             self._publish()
             settings = declared_settings(step, step.name, retry=retry, **self._options)
             request = self._model.step_request(step, agent, retry)
+            self._before_run(settings, request)
             running = start_agent_run(request, settings, partial(self._detoured, step.name))
             result = await self._await_step(running)
         except asyncio.CancelledError:
@@ -209,6 +236,7 @@ class Saga:
             **self._options,
         )
         detoured = partial(self._detoured, f"{step.name}/undo")
+        self._before_run(settings, request)
         try:
             result = await start_agent_run(request, settings, detoured)
         except ActivityError as error:
@@ -226,8 +254,9 @@ class Saga:
     ) -> None:
         """Parked with the run's idempotency key and inputs, so a replay reaches the agent as
         the same run, and announced to the correlation's chain as `CompensationFailed`."""
-        if not workflow.patched(DEAD_LETTER_PATCH):
+        if not patched(DEAD_LETTER_PATCH):
             return
+        self._write_status()
         await park(
             FailureType.COMPENSATION_FAILED,
             why,
@@ -245,23 +274,54 @@ class Saga:
             await self._sends.signal(notice)
 
     def _detoured(self, step: str, detour: RunDetour, assignment: Assignment | None) -> None:
+        """A detour may wait (a timer, another agent's queue): the status is written first."""
         self._model.detoured(step, detour, assignment)
         self._publish()
+        self._write_status()
 
     def _ended(self, end: SagaEnd) -> ApplicationError:
         """Business outcomes end the run as typed failures carrying the final record."""
         self._publish()
+        self._write_status()
         return failure(end.failure_type, end.message, self._model.state, non_retryable=True)
 
     def _publish(self) -> None:
-        """After every change: the status as a search attribute (if changed), the UI details."""
+        """After every change: the status as a search attribute (if changed: at once, or once
+        per workflow task, `_write_status`), the UI details."""
         state = self._model.state
         if state.status != self._shown:
             self._shown = state.status
             metrics.saga_status(state.status)
-            upsert_search_attributes(state.search_attributes())
+            self._unwritten = True
+            if not self._at_once:
+                self._write_status()
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
+
+    def _runs_all_local(self) -> bool:
+        """Whether every step and compensation runs as a local activity (named, not declared
+        inline, no heartbeat timeout): the saga then ends in the workflow task it began in,
+        unless something it sent is awaited (`ChainSends`)."""
+        spec = self._model.spec
+        declared = all(s.route is None and s.heartbeat_timeout is None for s in spec.steps)
+        return declared and all(
+            agent not in spec.agents and self._placements.local(agent)
+            for agent in spec.agents_run()
+        )
+
+    def _before_run(self, settings: RunSettings, request: AgentRequest) -> None:
+        """A run that is not local may end the workflow task: the status is written first. A
+        local run holds the task, which the next status replaces, so a saga whose runs are all
+        local writes `in_progress` only if it waits on something else."""
+        if settings.placement(request) != Placement.LOCAL:
+            self._write_status()
+
+    def _write_status(self) -> None:
+        """The status as a search attribute, if it changed since it was last written: before
+        the workflow waits on anything but a local run, and when it ends."""
+        if self._unwritten:
+            self._unwritten = False
+            upsert_search_attributes(self._model.state.search_attributes())
 
     def _log(self, message: str, **fields: Any) -> None:
         state = self._model.state
@@ -272,11 +332,16 @@ class Saga:
 class ChainSends:
     """The saga's events on their way to its correlation's chain, each sent in the background
     (`pending`, which the run awaits before it ends). `announcing`: the run sends its own
-    events (runs recorded before sent only a failed compensation's notice)."""
+    events (runs recorded before sent only a failed compensation's notice). `asks_first`:
+    the first send asks whether the chain runs before it signals (`_chain_runs`), for a saga
+    whose runs are all local: the question holds the workflow task it is asked in, which for
+    a saga with activity tasks would delay its next step's dispatch, while a failed signal's
+    answer lands in one of the tasks its later steps take anyway."""
 
     def __init__(self, model: SagaModel) -> None:
         self._model = model
         self.announcing = False
+        self.asks_first = False
         self.pending: list[asyncio.Task[None]] = []
         self._chain_reachable = True
         """False once a send found no chain: a saga without one pays one failed signal."""
@@ -294,7 +359,7 @@ class ChainSends:
         """Whether sends after the first wait for its answer: asked once, at the second send
         (by the order of the sends, never by when an answer came)."""
         if self._waits_for_first is None:
-            self._waits_for_first = workflow.patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
+            self._waits_for_first = patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
         return self._waits_for_first
 
     async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
@@ -302,10 +367,33 @@ class ChainSends:
             await workflow.wait([first])
             if not self._chain_reachable:
                 return
+        elif self.asks_first and not await self._chain_runs():
+            self._chain_reachable = False
+            return
         await self.signal(envelope)
+
+    async def _chain_runs(self) -> bool:
+        """Whether the correlation's chain runs, asked in a local activity: a saga without one
+        then sends nothing. A signal to a chain that does not run fails in a workflow task of
+        its own, which a saga of local runs waits for before it ends (a server round trip after
+        its last step, and five events); the local activity is one marker in its task. A
+        chain started after the question misses the saga's events, as one started after a
+        failed first signal did. Unanswered (a worker without the activity), the saga sends."""
+        try:
+            running: bool = await calls.execute_local(
+                refs.CHAIN_RUNNING,
+                self._model.state.correlation_id,
+                start_to_close_timeout=CHAIN_CHECK_TIMEOUT,
+                retry_policy=CHAIN_CHECK_RETRY,
+                summary="does the correlation's chain run?",
+            )
+        except (FailureError, ValueError) as error:  # a local activity's own failure too
+            workflow.logger.warning("chain not looked up, sending: %s", error)
+            return True
+        return running
 
     async def signal(self, envelope: EventEnvelope) -> None:
         """Into the correlation's chain; when none runs, the saga's own record has the event."""
         raw = envelope.model_dump(mode="json")
         if not await signal_chain(self._model.state.correlation_id, EVENT_SIGNAL, raw):
-            self._chain_reachable = not workflow.patched(CHAIN_SEND_ONCE_PATCH)
+            self._chain_reachable = not patched(CHAIN_SEND_ONCE_PATCH)

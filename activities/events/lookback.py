@@ -1,9 +1,10 @@
-"""Reading a chain from outside it: what an aggregator's lookback needs."""
+"""Reading a chain from outside it: what an aggregator's lookback needs, and whether a
+correlation's chain runs (what a saga asks before it sends its events)."""
 
 from datetime import timedelta
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.models import calls as refs
@@ -45,3 +46,15 @@ class ChainLookback:
                 non_retryable=True,
             ) from None
         return [entry.to_envelope() for entry in timeline]
+
+    @activity.defn(name=refs.CHAIN_RUNNING.name)
+    async def chain_running(self, correlation_id: str) -> bool:
+        """Whether the correlation's chain runs (its latest run, across continue-as-new)."""
+        handle = self._client.get_workflow_handle(chain_workflow_id(correlation_id))
+        try:
+            described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING

@@ -308,6 +308,8 @@ DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
 """Reads the agent's inline declaration from a replay's target workflow's own start event."""
 CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 """Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
+CHAIN_RUNNING_ACTIVITY: Final = "chain_running"
+"""Whether a correlation's chain runs (a saga, before it sends its first event)."""
 PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
 """Reads a plan's running activities' latest heartbeat details (progress, attempt, failure), for
 the plans that poll them (started before plans stopped polling)."""

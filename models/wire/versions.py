@@ -246,3 +246,37 @@ COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH = "chain-copy-ends-after-its-hand-over"
 """Since 2026-11-27, in chain.model: A rewound copy that meets its terminal event ends only once
 its hand-over is complete (`ChainState.rewind_complete`), so the rewind's last signals never
 find it ended; runs recorded before could end in the middle of the hand-over."""
+
+SAGA_PATCHES_AT_ONCE_PATCH = "saga-patches-at-once"
+"""Since 2026-11-27, in saga: Runs after this patch ask it first, and take every patch of
+SAGA_PATCHES as in force without asking it (`_runtime.patches`): one marker and one
+`TemporalChangeVersion` upsert instead of one of each per patch (twelve history events of a
+five-step saga with local agents, six patches, become two); the saga's status is written as a
+search attribute once per workflow task, when the task ends waiting on something other than a
+local run, instead of at every change (`in_progress` is no longer written when the run ends in
+the workflow task it began in); in a saga whose runs are all local, the first event sent asks
+first, in a local activity (`chain_running`), whether the correlation's chain runs, and none is
+sent when it does not.
+Runs recorded before asked each patch where its code reached it, upserted each change of
+status, and signalled the chain to learn whether it ran."""
+
+SAGA_PATCHES = frozenset(
+    {
+        SAGA_EVENTS_PATCH,
+        DEAD_LETTER_PATCH,
+        SAGA_ASKS_CHAIN_ONCE_PATCH,
+        CHAIN_SEND_ONCE_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGENT_PLACEMENT_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        AGENT_QUEUES_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
+    }
+)
+"""The patches a saga's code may ask (its own and those of the runtime it shares), every one in
+force for a run taking SAGA_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
+on its own (or bundled under a new id)."""

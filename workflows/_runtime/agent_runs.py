@@ -90,6 +90,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import uncancellable
+    from coord.workflows._runtime.patches import patched
 
 
 MIN_SCHEDULE_TO_CLOSE = timedelta(seconds=1)
@@ -119,7 +120,7 @@ def counted_retries(request: AgentRequest, retry: RetryConfig) -> tuple[AgentReq
     counted_retries(request, retry)`, wherever a step's, subscription's or task's agent runs.
     The policy's backoff and non-retryable types are `retry`'s; the budget travels in the
     request (activities/run_tally.py counts it)."""
-    if not workflow.patched(COUNTED_RETRIES_PATCH):
+    if not patched(COUNTED_RETRIES_PATCH):
         return request, retry.to_retry_policy()
     return request.model_copy(update={"budget": retry.budget()}), retry.to_counted_policy()
 
@@ -147,13 +148,13 @@ def agent_dispatch(
     Either way the run waits its turn by its event's priority and its correlation's fairness
     key (`task_priority`), where the server orders tasks so."""
     dispatch = _agent_queue(request, schedule_to_start) if agent_queue else AgentDispatch()
-    if workflow.patched(AGENT_RUN_PRIORITY_PATCH):
+    if patched(AGENT_RUN_PRIORITY_PATCH):
         dispatch["priority"] = task_priority(request.event, workflow.info().workflow_id)
     return dispatch
 
 
 def _agent_queue(request: AgentRequest, schedule_to_start: timedelta) -> AgentDispatch:
-    if request.config is not None or not workflow.patched(AGENT_QUEUES_PATCH):
+    if request.config is not None or not patched(AGENT_QUEUES_PATCH):
         return {}
     home = workflow.info().task_queue
     return {
@@ -172,7 +173,7 @@ async def assign_agent(route: CapabilityRoute | None, summary: str) -> Assignmen
     task), with every candidate's bid, for the caller to record and dispatch `run_agent` to
     (`agent_dispatch`); None for a run that names its agent. Raises the activity's error
     (`no_capable_agent` when no declared agent offers enough) like a failed run."""
-    if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+    if route is None or not patched(CAPABILITY_ROUTING_PATCH):
         return None
     assignment: Assignment = await calls.execute(
         refs.CHOOSE_AGENT,
@@ -211,9 +212,9 @@ class AgentPicker:
     async def pick(self, route: CapabilityRoute | None, summary: str) -> Assignment | None:
         """As `assign_agent` (None for a run naming its agent; the activity's error raised),
         the pick made together with the others of this step."""
-        if route is None or not workflow.patched(CAPABILITY_ROUTING_PATCH):
+        if route is None or not patched(CAPABILITY_ROUTING_PATCH):
             return None
-        if not workflow.patched(ROUTING_PICKS_BATCHED_PATCH):
+        if not patched(ROUTING_PICKS_BATCHED_PATCH):
             return await assign_agent(route, summary)
         picked: asyncio.Future[Assignment | None] = asyncio.get_running_loop().create_future()
         if not self._asked:
@@ -265,7 +266,7 @@ class Placements:
         while self._asking is not None and not self._asking.done():
             await asyncio.shield(self._asking)
         asked = sorted(set(agents) - self._known.keys())[:MAX_PLACED]
-        if not asked or not workflow.patched(AGENT_PLACEMENT_PATCH):
+        if not asked or not patched(AGENT_PLACEMENT_PATCH):
             return
         self._asking = asyncio.ensure_future(self._ask(asked))
         try:
@@ -293,7 +294,7 @@ class Placements:
         agents, and the answer is an event, which replay meets in the workflow task it landed
         in. One that may run agents locally asks its own worker, in a local activity, whose
         attempts outlive no lookup short of a starved worker (PLACE_LOCAL_TIMEOUT)."""
-        if not self._local and workflow.patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
+        if not self._local and patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
             return await calls.execute(
                 refs.PLACE_AGENTS,
                 ask,
@@ -316,6 +317,10 @@ class Placements:
             return Placement.HOME
         where = self._known.get(request.agent, Placement.AGENT_QUEUE)
         return Placement.HOME if where == Placement.LOCAL and not self._local else where
+
+    def local(self, agent: str) -> bool:
+        """Whether a run of `agent` (named, not declared inline) goes local."""
+        return self._local and self._known.get(agent) == Placement.LOCAL
 
 
 @dataclass(frozen=True)
@@ -392,7 +397,7 @@ def start_agent_run(
 ) -> "asyncio.Task[AgentResult]":
     """The run, started now: awaiting it gives the agent's result or raises its ActivityError;
     cancelling it cancels the activity as `settings.cancellation` says."""
-    if not workflow.patched(AGENT_RUN_GATES_PATCH):
+    if not patched(AGENT_RUN_GATES_PATCH):
         return _start(request, settings, settings.retry.to_retry_policy())
     run = _AgentRun(request, settings, on_detour)
     return asyncio.ensure_future(run.result(run.execute()))
@@ -601,7 +606,7 @@ async def outcomes_landed() -> None:
     outcome that arrived with a cancel is recorded before the cancel is acted on, however many
     steps its way to the record takes (an agent run is a task awaiting its activity). Runs
     recorded before took one step (`asyncio.sleep(0)`)."""
-    if workflow.patched(AGENT_RUN_GATES_PATCH):
+    if patched(AGENT_RUN_GATES_PATCH):
         await uncancellable(workflow.wait_condition(_always))
     else:
         await asyncio.sleep(0)

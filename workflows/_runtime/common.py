@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNALS_RUN_TO_THE_END_PATCH,
     )
     from coord.workflows._runtime import calls
+    from coord.workflows._runtime.patches import patched
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -140,7 +141,7 @@ async def park(
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
 
     Runs recorded before the queue existed replay without it (the `dead-letter-queue` patch)."""
-    if not workflow.patched(DEAD_LETTER_PATCH):
+    if not patched(DEAD_LETTER_PATCH):
         return
     now = workflow.now()
     letter = DeadLetter(
@@ -179,7 +180,7 @@ async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:
     state machine fails that task (`Invalid transition in state machine`), which is how an
     aggregator completing on its last event while its chain attach resolved got stuck."""
     sending = _signal(workflow_id, signal, arg)
-    if workflow.patched(SIGNALS_RUN_TO_THE_END_PATCH):
+    if patched(SIGNALS_RUN_TO_THE_END_PATCH):
         return await asyncio.shield(sending)
     return await sending
 

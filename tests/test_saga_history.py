@@ -1,0 +1,143 @@
+"""What a saga writes into its history: one patch marker for the patches it asks
+(`saga-patches-at-once`), its status as a search attribute at most once per workflow task,
+written before it waits on anything but a local run and when it ends, and no signal to a chain
+that does not run (it asks first): a saga of local agents runs in one workflow task."""
+
+import asyncio
+import json
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle
+
+from coord import testing
+from coord.activities.events.lookback import ChainLookback
+from coord.models.saga.spec import SagaStatus
+from coord.models.wire.contract import COORD_STATUS
+from coord.starter import api
+from coord.worker import build_worker
+from tests.conftest import feature_deployment
+from tests.helpers import demo_agents_remote, failing_at, user_story
+
+UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+CHANGE_VERSION = "TemporalChangeVersion"
+"""The search attribute Temporal upserts with each patch marker (not the saga's own write)."""
+
+
+async def _history(handle: WorkflowHandle[Any, Any]) -> list[HistoryEvent]:
+    return [event async for event in handle.fetch_history_events()]
+
+
+def _status_writes(events: list[HistoryEvent]) -> list[tuple[int, int, str]]:
+    """The saga's own status writes: each one's event id, the workflow task it was issued in
+    (its completed event's id), and the status."""
+    writes = []
+    for event in events:
+        if event.event_type != UPSERTED:
+            continue
+        attributes = event.upsert_workflow_search_attributes_event_attributes
+        fields = attributes.search_attributes.indexed_fields
+        if COORD_STATUS.name in fields:
+            status = json.loads(fields[COORD_STATUS.name].data)
+            writes.append((event.event_id, attributes.workflow_task_completed_event_id, status))
+    return writes
+
+
+def _patch_markers(events: list[HistoryEvent]) -> list[str]:
+    return [
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+        for e in events
+        if e.event_type == MARKER and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+
+
+def _local_activities(events: list[HistoryEvent]) -> list[str]:
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in events
+        if e.event_type == MARKER
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    return [
+        json.loads(m.details["data"].payloads[0].data)["activity_type"]
+        for m in markers
+        if json.loads(m.details["data"].payloads[0].data)["activity_type"] != "run_agent"
+    ]
+
+
+async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_patch_marker(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        described = await handle.describe()
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    writes = _status_writes(events)
+    assert [status for _, _, status in writes] == ["completed"], "it ran in one workflow task"
+    assert described.typed_search_attributes.get(COORD_STATUS) == "completed"
+    assert _patch_markers(events) == ["saga-patches-at-once"]
+    upserts = sum(1 for e in events if e.event_type == UPSERTED)
+    assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
+    assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
+    assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
+    assert _local_activities(events) == ["place_agents", "chain_running"]
+    assert len(events) <= 15, f"{len(events)} events"
+
+
+async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
+    client: Client, task_queue: str
+) -> None:
+    spec = feature_deployment()
+    spec.steps = spec.steps[:2]
+    async with build_worker(client, task_queue, demo_agents_remote()):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    writes = _status_writes(events)
+    assert [status for _, _, status in writes] == ["in_progress", "completed"]
+    tasks = [task for _, task, _ in writes]
+    assert len(tasks) == len(set(tasks)), f"one status write per workflow task: {writes}"
+    first_run = next(e.event_id for e in events if e.event_type == SCHEDULED)
+    assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
+    assert sum(1 for e in events if e.event_type == SIGNALED) == 1, "no chain: one try"
+    assert _local_activities(events) == ["place_agents"], "no look-up holding a task"
+
+
+async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, failing_at("DeployToProduction"), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        described = await handle.describe()
+    assert state.status == SagaStatus.COMPENSATED
+    assert [c.compensate for c in state.compensations] == [
+        "RollbackProduction",
+        "RemoveFromStaging",
+    ]
+    writes = _status_writes(await _history(handle))
+    tasks = [task for _, task, _ in writes]
+    assert len(tasks) == len(set(tasks)), f"one status write per workflow task: {writes}"
+    assert writes[-1][2] == "compensated"
+    assert described.typed_search_attributes.get(COORD_STATUS) == "compensated"
+
+
+async def test_whether_a_chain_runs_is_read_from_the_server(
+    client: Client, task_queue: str
+) -> None:
+    lookback = ChainLookback(client)
+    correlation_id = testing.unique("story")
+    assert not await lookback.chain_running(correlation_id), "never started"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        assert await lookback.chain_running(correlation_id)
+        await chain.terminate("test over")
+    assert not await lookback.chain_running(correlation_id), "ended"

@@ -1,0 +1,31 @@
+"""Patches asked at once: a workflow whose run takes a bundle (one patch id standing for a set
+of earlier ones, `adopt`) answers each of those as in force without asking Temporal, so its
+history carries one marker and one `TemporalChangeVersion` upsert for the set instead of two
+events per patch. Runs recorded before the bundle ask each patch as they did (`patched` falls
+back to `workflow.patched`), so they replay unchanged.
+
+The set in force is kept on the workflow instance (`IN_FORCE`), not in this module: the
+module is shared by every run of the worker."""
+
+from collections.abc import Set
+
+from temporalio import workflow
+
+IN_FORCE = "patches_in_force"
+"""The workflow instance's attribute holding the patch ids its run takes without asking."""
+
+
+def adopt(bundle: str, covered: Set[str]) -> bool:
+    """Asks `bundle` (first thing in the run, before any patch it covers is asked); when the
+    run takes it, every patch of `covered` is in force from now on. Returns whether it does."""
+    taken = workflow.patched(bundle)
+    setattr(workflow.instance(), IN_FORCE, frozenset(covered) if taken else frozenset())
+    return taken
+
+
+def patched(patch_id: str) -> bool:
+    """`workflow.patched(patch_id)`, answered True without a marker when the run's bundle
+    covers it."""
+    if patch_id in getattr(workflow.instance(), IN_FORCE, ()):
+        return True
+    return workflow.patched(patch_id)
