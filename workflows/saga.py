@@ -93,14 +93,7 @@ class StepFailed(Exception):
 class Saga:
     def __init__(self) -> None:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
-        self._shown = self._model.state.status
-        """The status last published: one search-attribute write per change of status."""
-        self._at_once = False
-        """The run takes SAGA_PATCHES_AT_ONCE_PATCH: its status is written once per workflow
-        task (`_write_status`), not at each change, and when its runs are all local it asks
-        whether its chain runs before it sends (`ChainSends.asks_first`)."""
-        self._unwritten = False
-        """A change of status not yet written as a search attribute."""
+        self._status = StatusWrites(self._model)
         self._sends = ChainSends(self._model)
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
@@ -114,7 +107,7 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._at_once = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._status.per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
@@ -130,14 +123,14 @@ class Saga:
         try:
             return await self._outcome()
         finally:
-            self._write_status()
+            self._status.write()
             late = partial(self._note_cancel, "ended")
             await uncancellable(asyncio.gather(*self._sends.pending), late)
 
     async def _outcome(self) -> SagaState:
         try:
             await self._placements.learn(self._model.spec.agents_run())
-            self._sends.asks_first = self._at_once and self._runs_all_local()
+            self._sends.ask_first(self._status.per_task, self._placements)
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -165,12 +158,12 @@ class Saga:
         self._publish()
         try:
             if step.route is not None:
-                self._write_status()
+                self._status.write()
             agent = self._model.step_agent(step, await assign_agent(step.route, step.name))
             self._publish()
             settings = declared_settings(step, step.name, retry=retry, **self._options)
             request = self._model.step_request(step, agent, retry)
-            self._before_run(settings, request)
+            self._status.before_run(settings, request)
             running = start_agent_run(request, settings, partial(self._detoured, step.name))
             result = await self._await_step(running)
         except asyncio.CancelledError:
@@ -236,7 +229,7 @@ class Saga:
             **self._options,
         )
         detoured = partial(self._detoured, f"{step.name}/undo")
-        self._before_run(settings, request)
+        self._status.before_run(settings, request)
         try:
             result = await start_agent_run(request, settings, detoured)
         except ActivityError as error:
@@ -256,7 +249,7 @@ class Saga:
         the same run, and announced to the correlation's chain as `CompensationFailed`."""
         if not patched(DEAD_LETTER_PATCH):
             return
-        self._write_status()
+        self._status.write()
         await park(
             FailureType.COMPENSATION_FAILED,
             why,
@@ -277,56 +270,73 @@ class Saga:
         """A detour may wait (a timer, another agent's queue): the status is written first."""
         self._model.detoured(step, detour, assignment)
         self._publish()
-        self._write_status()
+        self._status.write()
 
     def _ended(self, end: SagaEnd) -> ApplicationError:
         """Business outcomes end the run as typed failures carrying the final record."""
         self._publish()
-        self._write_status()
+        self._status.write()
         return failure(end.failure_type, end.message, self._model.state, non_retryable=True)
 
     def _publish(self) -> None:
-        """After every change: the status as a search attribute (if changed: at once, or once
-        per workflow task, `_write_status`), the UI details."""
+        """After every change: the status as a search attribute (`StatusWrites`), the details."""
         state = self._model.state
-        if state.status != self._shown:
-            self._shown = state.status
+        if self._status.changed():
             metrics.saga_status(state.status)
-            self._unwritten = True
-            if not self._at_once:
-                self._write_status()
             self._log("saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
-
-    def _runs_all_local(self) -> bool:
-        """Whether every step and compensation runs as a local activity (named, not declared
-        inline, no heartbeat timeout): the saga then ends in the workflow task it began in,
-        unless something it sent is awaited (`ChainSends`)."""
-        spec = self._model.spec
-        declared = all(s.route is None and s.heartbeat_timeout is None for s in spec.steps)
-        return declared and all(
-            agent not in spec.agents and self._placements.local(agent)
-            for agent in spec.agents_run()
-        )
-
-    def _before_run(self, settings: RunSettings, request: AgentRequest) -> None:
-        """A run that is not local may end the workflow task: the status is written first. A
-        local run holds the task, which the next status replaces, so a saga whose runs are all
-        local writes `in_progress` only if it waits on something else."""
-        if settings.placement(request) != Placement.LOCAL:
-            self._write_status()
-
-    def _write_status(self) -> None:
-        """The status as a search attribute, if it changed since it was last written: before
-        the workflow waits on anything but a local run, and when it ends."""
-        if self._unwritten:
-            self._unwritten = False
-            upsert_search_attributes(self._model.state.search_attributes())
 
     def _log(self, message: str, **fields: Any) -> None:
         state = self._model.state
         extra = {"correlation_id": state.correlation_id, "saga_id": state.saga_id, **fields}
         workflow.logger.info(message, extra=extra)
+
+
+def all_local(model: SagaModel, placements: Placements) -> bool:
+    """Whether every step and compensation runs as a local activity (named, not declared
+    inline, no heartbeat timeout): the saga then ends in the workflow task it began in, unless
+    something it sent is awaited (`ChainSends`)."""
+    spec = model.spec
+    declared = all(s.route is None and s.heartbeat_timeout is None for s in spec.steps)
+    return declared and all(
+        agent not in spec.agents and placements.local(agent) for agent in spec.agents_run()
+    )
+
+
+class StatusWrites:
+    """The saga's status as a search attribute, written once per change of status: at once
+    (runs recorded before SAGA_PATCHES_AT_ONCE_PATCH), or, `per_task`, once per workflow task:
+    before the workflow waits on anything but a local run, and when it ends. A local run holds
+    its task, which the next status replaces, so a saga whose runs are all local writes
+    `in_progress` only if it waits on something else. `per_task` runs also ask whether their
+    chain runs before they send, when their runs are all local (`ChainSends.asks_first`)."""
+
+    def __init__(self, model: SagaModel) -> None:
+        self._model = model
+        self._shown = model.state.status
+        self._unwritten = False
+        self.per_task = False
+
+    def changed(self) -> bool:
+        """Whether the status changed since last asked; written at once unless `per_task`."""
+        status = self._model.state.status
+        if status == self._shown:
+            return False
+        self._shown, self._unwritten = status, True
+        if not self.per_task:
+            self.write()
+        return True
+
+    def before_run(self, settings: RunSettings, request: AgentRequest) -> None:
+        """A run that is not local may end the workflow task: the status is written first."""
+        if settings.placement(request) != Placement.LOCAL:
+            self.write()
+
+    def write(self) -> None:
+        """The status, if it changed since it was last written."""
+        if self._unwritten:
+            self._unwritten = False
+            upsert_search_attributes(self._model.state.search_attributes())
 
 
 class ChainSends:
@@ -346,6 +356,11 @@ class ChainSends:
         self._chain_reachable = True
         """False once a send found no chain: a saga without one pays one failed signal."""
         self._waits_for_first: bool | None = None
+
+    def ask_first(self, per_task: bool, placements: Placements) -> None:
+        """The first send asks whether the chain runs, in a run that writes its status once
+        per task (`StatusWrites.per_task`) and whose runs are all local."""
+        self.asks_first = per_task and all_local(self._model, placements)
 
     def send(self, envelope: EventEnvelope) -> None:
         """To the correlation's chain, in the background (the run waits for it before it ends):
