@@ -241,6 +241,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         router.choose_agents,
         router.agent_served,
         router.place_agents,
+        router.place_agents_with_chain,
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]

@@ -2,8 +2,9 @@
 the breakers' and pools' state as this worker sees it, and llm agents' tokens.
 
 Through the activity's metric meter, which the SDK serves on the worker's endpoint (a no-op one
-on a worker without an endpoint). Outside an activity (a breaker's last report at shutdown, an
-agent called by a test) nothing is recorded."""
+on a worker without an endpoint, to which nothing is sent: an agent run there builds no metric).
+Outside an activity (a breaker's last report at shutdown, an agent called by a test) nothing is
+recorded."""
 
 import contextlib
 import threading
@@ -26,12 +27,15 @@ UNKNOWN_KIND = "unknown"
 
 
 def _meter() -> MetricMeter | None:
+    """The activity's meter; None outside an activity, and on a worker without a metrics
+    endpoint (the SDK's no-op meter): nothing is built for it, no labels bounded."""
     if not activity.in_activity():
         return None
     try:
-        return activity.metric_meter()
+        meter = activity.metric_meter()
     except RuntimeError:  # a sync activity run in another process has no meter
         return None
+    return None if meter is MetricMeter.noop else meter
 
 
 def _record(spec: MetricSpec, value: float = 1, /, **labels: str) -> None:

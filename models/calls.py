@@ -14,7 +14,12 @@ from coord.models.events.log import LogSegment
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
-from coord.models.mesh.placement import Placement, PlacementAsk
+from coord.models.mesh.placement import (
+    ChainPlacementAsk,
+    Placement,
+    PlacementAnswer,
+    PlacementAsk,
+)
 from coord.models.plan.report import ScratchpadWrite
 from coord.models.plan.spec import ActivityProgress, PlanSpec, UpdateCaller
 from coord.models.wire import contract
@@ -29,6 +34,7 @@ __all__ = [
     "DECLARED_AGENT",
     "PARK_DEAD_LETTER",
     "PLACE_AGENTS",
+    "PLACE_AGENTS_WITH_CHAIN",
     "PLANNING_CATALOGUE",
     "PLAN_PROGRESS",
     "PUBLISH_AGENT_HEALTH",
@@ -96,6 +102,9 @@ AGENT_SERVED: ActivityRef[str, bool] = ActivityRef(contract.AGENT_SERVED_ACTIVIT
 CHAIN_RUNNING: ActivityRef[str, bool] = ActivityRef(contract.CHAIN_RUNNING_ACTIVITY, str, bool)
 PLACE_AGENTS: ActivityRef[PlacementAsk, dict[str, Placement]] = ActivityRef(
     contract.PLACE_AGENTS_ACTIVITY, PlacementAsk, dict[str, Placement]
+)
+PLACE_AGENTS_WITH_CHAIN: ActivityRef[ChainPlacementAsk, PlacementAnswer] = ActivityRef(
+    contract.PLACE_AGENTS_WITH_CHAIN_ACTIVITY, ChainPlacementAsk, PlacementAnswer
 )
 READ_AGENT_HEALTH: ActivityRef[HealthRead, HealthReading] = ActivityRef(
     contract.READ_AGENT_HEALTH_ACTIVITY, HealthRead, HealthReading

@@ -1,7 +1,8 @@
 """What a saga writes into its history: one patch marker for the patches it asks
-(`saga-patches-at-once`), its status as a search attribute at most once per workflow task,
+(`saga-patches-at-once-2`), its status as a search attribute at most once per workflow task,
 written before it waits on anything but a local run and when it ends, and no signal to a chain
-that does not run (it asks first): a saga of local agents runs in one workflow task."""
+that does not run (asked with its agents' placements, in one local activity): a saga of local
+agents runs in one workflow task."""
 
 import asyncio
 import json
@@ -13,6 +14,10 @@ from temporalio.client import Client, WorkflowHandle
 
 from coord import testing
 from coord.activities.events.lookback import ChainLookback
+from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.mesh.routing import AgentRouter
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.placement import ChainPlacementAsk, Placement
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import COORD_STATUS
 from coord.starter import api
@@ -82,13 +87,44 @@ async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_pat
     writes = _status_writes(events)
     assert [status for _, _, status in writes] == ["completed"], "it ran in one workflow task"
     assert described.typed_search_attributes.get(COORD_STATUS) == "completed"
-    assert _patch_markers(events) == ["saga-patches-at-once"]
+    assert _patch_markers(events) == ["saga-patches-at-once-2"]
     upserts = sum(1 for e in events if e.event_type == UPSERTED)
     assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
     assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
     assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
-    assert _local_activities(events) == ["place_agents", "chain_running"]
-    assert len(events) <= 15, f"{len(events)} events"
+    assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
+    assert len(events) <= 14, f"{len(events)} events"
+
+
+async def test_a_local_saga_learns_its_chain_runs_with_its_placements_and_sends(
+    client: Client, task_queue: str
+) -> None:
+    spec = feature_deployment()
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), spec.correlation_id, queue=task_queue)
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        await chain.terminate("test over")
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    assert _local_activities(events) == ["place_agents_with_chain"]
+    signalled = sum(1 for e in events if e.event_type == SIGNALED)
+    assert signalled == len(state.events) == 5, "each of its events sent to the running chain"
+
+
+async def test_the_placements_look_up_answers_the_chain_only_when_every_agent_runs_locally(
+    client: Client,
+) -> None:
+    correlation_id = testing.unique("story")
+    ask = ChainPlacementAsk(agents=["RunE2ETests", "DeployToStaging"], chain_of=correlation_id)
+    local = await AgentRouter(
+        client, register_demo_agents(AgentRegistry())
+    ).place_agents_with_chain(ask)
+    assert set(local.agents.values()) == {Placement.LOCAL}
+    assert local.chain_runs is False, "no chain runs for a fresh correlation"
+    remote = await AgentRouter(client, demo_agents_remote()).place_agents_with_chain(ask)
+    assert set(remote.agents.values()) == {Placement.HOME}
+    assert remote.chain_runs is None, "not asked: a saga with activity tasks signals instead"
 
 
 async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
@@ -108,7 +144,7 @@ async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
     first_run = next(e.event_id for e in events if e.event_type == SCHEDULED)
     assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
     assert sum(1 for e in events if e.event_type == SIGNALED) == 1, "no chain: one try"
-    assert _local_activities(events) == ["place_agents"], "no look-up holding a task"
+    assert _local_activities(events) == ["place_agents_with_chain"], "its chain not read then"
 
 
 async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(

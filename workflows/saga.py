@@ -54,8 +54,11 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_SEND_ONCE_PATCH,
         DEAD_LETTER_PATCH,
         SAGA_ASKS_CHAIN_ONCE_PATCH,
+        SAGA_CHAIN_WITH_PLACEMENTS_PATCH,
         SAGA_EVENTS_PATCH,
         SAGA_PATCHES,
+        SAGA_PATCHES_2,
+        SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
     )
     from coord.workflows._runtime import calls, metrics
@@ -107,7 +110,7 @@ class Saga:
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> SagaState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI),
         even one that does not decode, fails the run with a message naming the field."""
-        self._status.per_task = adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+        self._status.adopt_patches()
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
             spec = decode_input(SagaSpec, raw_spec, "saga spec")
@@ -129,7 +132,7 @@ class Saga:
 
     async def _outcome(self) -> SagaState:
         try:
-            await self._placements.learn(self._model.spec.agents_run())
+            await self._placements.learn(self._model.spec.agents_run(), self._sends.chain_of())
             self._sends.ask_first(self._status.per_task, self._placements)
             for index, step in self._model.steps():
                 await self._run_step(index, step)
@@ -292,14 +295,19 @@ class Saga:
         workflow.logger.info(message, extra=extra)
 
 
-def all_local(model: SagaModel, placements: Placements) -> bool:
-    """Whether every step and compensation runs as a local activity (named, not declared
-    inline, no heartbeat timeout): the saga then ends in the workflow task it began in, unless
-    something it sent is awaited (`ChainSends`)."""
+def may_run_locally(model: SagaModel) -> bool:
+    """Whether the spec lets every step and compensation run as a local activity (named agents,
+    not declared inline, no route, no heartbeat timeout): the worker's placements decide."""
     spec = model.spec
     declared = all(s.route is None and s.heartbeat_timeout is None for s in spec.steps)
-    return declared and all(
-        agent not in spec.agents and placements.local(agent) for agent in spec.agents_run()
+    return declared and not any(agent in spec.agents for agent in spec.agents_run())
+
+
+def all_local(model: SagaModel, placements: Placements) -> bool:
+    """Whether every step and compensation runs as a local activity: the saga then ends in the
+    workflow task it began in, unless something it sent is awaited (`ChainSends`)."""
+    return may_run_locally(model) and all(
+        placements.local(agent) for agent in model.spec.agents_run()
     )
 
 
@@ -316,6 +324,13 @@ class StatusWrites:
         self._shown = model.state.status
         self._unwritten = False
         self.per_task = False
+
+    def adopt_patches(self) -> None:
+        """The run's bundle of patches, asked first: the newest it takes (`_runtime.patches`);
+        any bundle makes the status written once per workflow task (`per_task`)."""
+        self.per_task = adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2) or adopt(
+            SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES
+        )
 
     def changed(self) -> bool:
         """Whether the status changed since last asked; written at once unless `per_task`."""
@@ -357,9 +372,22 @@ class ChainSends:
         """False once a send found no chain: a saga without one pays one failed signal."""
         self._waits_for_first: bool | None = None
 
+    def chain_of(self) -> str | None:
+        """The correlation whose chain the placements' look-up is asked about too, for a saga
+        that may run all its agents locally (SAGA_CHAIN_WITH_PLACEMENTS_PATCH): its answer
+        then settles whether the saga sends, and no send asks again."""
+        if not may_run_locally(self._model) or not patched(SAGA_CHAIN_WITH_PLACEMENTS_PATCH):
+            return None
+        return self._model.state.correlation_id
+
     def ask_first(self, per_task: bool, placements: Placements) -> None:
         """The first send asks whether the chain runs, in a run that writes its status once
-        per task (`StatusWrites.per_task`) and whose runs are all local."""
+        per task (`StatusWrites.per_task`) and whose runs are all local, unless the
+        placements' look-up answered it (`Placements.chain_runs`): a saga without a running
+        chain then sends nothing."""
+        if placements.chain_runs is not None:
+            self._chain_reachable = placements.chain_runs
+            return
         self.asks_first = per_task and all_local(self._model, placements)
 
     def send(self, envelope: EventEnvelope) -> None:

@@ -50,11 +50,17 @@ class ChainLookback:
     @activity.defn(name=refs.CHAIN_RUNNING.name)
     async def chain_running(self, correlation_id: str) -> bool:
         """Whether the correlation's chain runs (its latest run, across continue-as-new)."""
-        handle = self._client.get_workflow_handle(chain_workflow_id(correlation_id))
-        try:
-            described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                return False
-            raise
-        return described.status == WorkflowExecutionStatus.RUNNING
+        return await chain_runs(self._client, correlation_id)
+
+
+async def chain_runs(client: Client, correlation_id: str) -> bool:
+    """Whether the correlation's chain runs (its latest run, across continue-as-new): one read
+    of the server."""
+    handle = client.get_workflow_handle(chain_workflow_id(correlation_id))
+    try:
+        described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING

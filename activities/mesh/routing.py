@@ -15,7 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError
 
+from coord.activities.events.lookback import chain_runs
 from coord.infra.agent_health import candidates_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.logs import get_logger
@@ -31,7 +33,13 @@ from coord.models.mesh.assignment import (
     route_candidates,
 )
 from coord.models.mesh.health import AgentHealth
-from coord.models.mesh.placement import Placement, PlacementAsk, placement
+from coord.models.mesh.placement import (
+    ChainPlacementAsk,
+    Placement,
+    PlacementAnswer,
+    PlacementAsk,
+    placement,
+)
 from coord.models.wire.contract import (
     FailureType,
     failure,
@@ -72,6 +80,21 @@ class AgentRouter:
         local activity: the answer is this worker's, recorded in the workflow's history):
         `placement` for an agent it serves, else the agent's own queue."""
         return {agent: self._placement(agent) for agent in ask.agents}
+
+    @activity.defn(name=refs.PLACE_AGENTS_WITH_CHAIN.name)
+    async def place_agents_with_chain(self, ask: ChainPlacementAsk) -> PlacementAnswer:
+        """`place_agents`, and, when every agent asked about runs locally, whether the chain
+        asked about runs: a workflow whose runs are all local learns both before its first
+        step in one local activity, instead of holding its task for a second one later."""
+        placed = await self.place_agents(ask)
+        if any(where != Placement.LOCAL for where in placed.values()):
+            return PlacementAnswer(agents=placed)
+        try:
+            running = await chain_runs(self._client, ask.chain_of)
+        except RPCError as error:  # unanswered: the workflow signals the chain as before
+            log.warning("chain not looked up", correlation_id=ask.chain_of, error=str(error))
+            return PlacementAnswer(agents=placed)
+        return PlacementAnswer(agents=placed, chain_runs=running)
 
     def _placement(self, agent: str) -> Placement:
         if agent not in self._registry:

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from coord.models.mesh.config import AgentDeclarationBase
+from coord.models.wire.specs import MAX_NAME
 
 MAX_PLACED = 256
 """Agents asked about in one look-up: a spec's steps, compensations and fallbacks."""
@@ -34,6 +35,22 @@ class PlacementAsk(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agents: list[str] = Field(max_length=MAX_PLACED)
+
+
+class ChainPlacementAsk(PlacementAsk):
+    """The agents, and a correlation whose chain the workflow would signal: whether it runs is
+    answered too when every agent asked about runs locally (`PlacementAnswer.chain_runs`)."""
+
+    chain_of: str = Field(max_length=MAX_NAME)
+
+
+class PlacementAnswer(BaseModel):
+    """Where each agent asked about runs, and whether the chain asked about runs: None when
+    not asked, or when some agent does not run locally (the workflow then signals the chain
+    later, in a workflow task its other runs take anyway)."""
+
+    agents: dict[str, Placement]
+    chain_runs: bool | None = None
 
 
 def placement(kind: str, declaration: AgentDeclarationBase | None) -> Placement:

@@ -51,6 +51,11 @@ class LabelValues:
         self._seen: dict[tuple[str, str], set[str]] = {}
         self._lock = threading.Lock()
 
+    def seen(self, metric: str, label: str) -> frozenset[str]:
+        """The values `label` of `metric` has taken so far."""
+        with self._lock:
+            return frozenset(self._seen.get((metric, label), ()))
+
     def bounded(self, metric: str, label: str, value: str) -> str:
         value = value[:MAX_LABEL_CHARS] or NONE
         with self._lock:

@@ -310,6 +310,9 @@ CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 """Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
 CHAIN_RUNNING_ACTIVITY: Final = "chain_running"
 """Whether a correlation's chain runs (a saga, before it sends its first event)."""
+PLACE_AGENTS_WITH_CHAIN_ACTIVITY: Final = "place_agents_with_chain"
+"""Where a workflow's agents run, and whether its correlation's chain runs when they all run
+locally: one local activity for both questions a saga of local agents asks."""
 PLAN_PROGRESS_ACTIVITY: Final = "plan_progress"
 """Reads a plan's running activities' latest heartbeat details (progress, attempt, failure), for
 the plans that poll them (started before plans stopped polling)."""

@@ -280,3 +280,19 @@ SAGA_PATCHES = frozenset(
 """The patches a saga's code may ask (its own and those of the runtime it shares), every one in
 force for a run taking SAGA_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
 on its own (or bundled under a new id)."""
+
+SAGA_CHAIN_WITH_PLACEMENTS_PATCH = "saga-asks-chain-with-placements"
+"""Since 2026-11-27, in saga: a saga that may run all its agents locally (named agents, no
+route, no heartbeat timeout) asks whether its correlation's chain runs in the same local
+activity that places its agents (`place_agents_with_chain`, answered when they all run
+locally), before its first step, instead of in a `chain_running` local activity of its own
+beside its second step: one marker and one local activity fewer. Runs recorded before asked
+`place_agents`, then `chain_running` at their first send."""
+
+SAGA_PATCHES_AT_ONCE_2_PATCH = "saga-patches-at-once-2"
+"""Since 2026-11-27, in saga: SAGA_PATCHES_AT_ONCE_PATCH with SAGA_CHAIN_WITH_PLACEMENTS_PATCH
+in force too (SAGA_PATCHES_2), still one marker. Runs recorded before asked
+SAGA_PATCHES_AT_ONCE_PATCH (or each patch)."""
+
+SAGA_PATCHES_2 = SAGA_PATCHES | {SAGA_CHAIN_WITH_PLACEMENTS_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_2_PATCH. Never changed."""

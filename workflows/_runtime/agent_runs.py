@@ -58,7 +58,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
-    from coord.models.mesh.placement import MAX_PLACED, Placement, PlacementAsk
+    from coord.models.mesh.placement import (
+        MAX_PLACED,
+        ChainPlacementAsk,
+        Placement,
+        PlacementAnswer,
+        PlacementAsk,
+    )
     from coord.models.mesh.retry import LOST_RUNS_ALLOWED, RetryConfig
     from coord.models.mesh.runs import (
         GATE_FAILURES,
@@ -258,44 +264,55 @@ class Placements:
         self._known: dict[str, Placement] = {}
         self._asking: asyncio.Task[None] | None = None
         self._local = local
+        self.chain_runs: bool | None = None
+        """Whether the chain asked about with the agents runs (`learn(chain_of=...)`); None
+        when not asked or not answered (some agent does not run locally)."""
 
-    async def learn(self, agents: Iterable[str]) -> None:
+    async def learn(self, agents: Iterable[str], chain_of: str | None = None) -> None:
         """Asks the worker running this workflow task, in one local activity, about the agents
         not asked about yet (runs starting together wait for one question, then ask only what
-        it left out); nothing for runs recorded before (AGENT_PLACEMENT_PATCH)."""
+        it left out); nothing for runs recorded before (AGENT_PLACEMENT_PATCH). `chain_of`:
+        the same activity also says whether that correlation's chain runs, when every agent
+        asked about runs locally (`chain_runs`)."""
         while self._asking is not None and not self._asking.done():
             await asyncio.shield(self._asking)
         asked = sorted(set(agents) - self._known.keys())[:MAX_PLACED]
         if not asked or not patched(AGENT_PLACEMENT_PATCH):
             return
-        self._asking = asyncio.ensure_future(self._ask(asked))
+        ask = (
+            PlacementAsk(agents=asked)
+            if chain_of is None
+            else ChainPlacementAsk(agents=asked, chain_of=chain_of)
+        )
+        self._asking = asyncio.ensure_future(self._ask(ask))
         try:
             await asyncio.shield(self._asking)
         finally:
             self._asking = None
 
-    async def _ask(self, agents: list[str]) -> None:
+    async def _ask(self, ask: PlacementAsk) -> None:
         """The worker's answer; without one (a worker serving the workflows without their
         activities, or a bug), every agent asked about goes to its own queue, as before runs
         were placed."""
         try:
-            placed = await self._answer(PlacementAsk(agents=agents))
+            answer = await self._answer(ask)
         except ActivityError as error:
             workflow.logger.warning("agents not placed: %s", failure_message(error))
-            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
+            answer = PlacementAnswer(agents=dict.fromkeys(ask.agents, Placement.AGENT_QUEUE))
         except ValueError as error:  # a worker running the workflows alone, without activities
             workflow.logger.warning("agents not placed: %s", error)
-            placed = dict.fromkeys(agents, Placement.AGENT_QUEUE)
-        self._known.update(placed)
+            answer = PlacementAnswer(agents=dict.fromkeys(ask.agents, Placement.AGENT_QUEUE))
+        self._known.update(answer.agents)
+        self.chain_runs = answer.chain_runs
 
-    async def _answer(self, ask: PlacementAsk) -> dict[str, Placement]:
+    async def _answer(self, ask: PlacementAsk) -> PlacementAnswer:
         """A workflow that runs no agent locally (a chain) asks a worker of its own queue, in an
         activity (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): the workers of one queue serve the same
         agents, and the answer is an event, which replay meets in the workflow task it landed
         in. One that may run agents locally asks its own worker, in a local activity, whose
         attempts outlive no lookup short of a starved worker (PLACE_LOCAL_TIMEOUT)."""
         if not self._local and patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
-            return await calls.execute(
+            placed = await calls.execute(
                 refs.PLACE_AGENTS,
                 ask,
                 start_to_close_timeout=PLACE_TIMEOUT,
@@ -303,13 +320,23 @@ class Placements:
                 retry_policy=PLACE_RETRY,
                 summary="where the agents run",
             )
-        return await calls.execute_local(
-            refs.PLACE_AGENTS,
-            ask,
-            start_to_close_timeout=PLACE_LOCAL_TIMEOUT,
-            retry_policy=PLACE_RETRY,
-            summary="where the agents run",
-        )
+        elif isinstance(ask, ChainPlacementAsk):
+            return await calls.execute_local(
+                refs.PLACE_AGENTS_WITH_CHAIN,
+                ask,
+                start_to_close_timeout=PLACE_LOCAL_TIMEOUT,
+                retry_policy=PLACE_RETRY,
+                summary="where the agents run; does the chain run?",
+            )
+        else:
+            placed = await calls.execute_local(
+                refs.PLACE_AGENTS,
+                ask,
+                start_to_close_timeout=PLACE_LOCAL_TIMEOUT,
+                retry_policy=PLACE_RETRY,
+                summary="where the agents run",
+            )
+        return PlacementAnswer(agents=placed)
 
     def of(self, request: AgentRequest) -> Placement:
         """Where `request` goes: an agent declared inline stays on this workflow's queue."""
