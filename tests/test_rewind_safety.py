@@ -4,6 +4,7 @@ and `coord events C --all` says it is incomplete; a batch interrupted halfway th
 makes that copy again on its next run, and skips the copies it finished."""
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -121,6 +122,13 @@ async def completed_stories(client: Client, queue: str, names: list[str]) -> lis
     return ids
 
 
+def own(report: BatchReport, queue: str) -> BatchReport:
+    """The lines of the test's own correlations (named after its queue). The window selects
+    every chain the server started in it, whoever started it: a chain an earlier test started
+    a moment before, with no event yet, is a line of its own ("its log holds no event yet")."""
+    return BatchReport(lines=[line for line in report.lines if queue in line.original])
+
+
 async def half_made(client: Client, queue: str, original: str) -> RewindPlan:
     """What a batch killed in the middle of a copy leaves: the copy's chain started, marked as
     a copy, and handed only the first event of its past."""
@@ -152,6 +160,15 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
             return not await api.chain_running(client, ended + SUFFIX)
 
         await eventually(the_ended_copy_ended, timeout=60)
+        # Someone else's chain in the window, as an earlier test's can be: a line of its own.
+        elsewhere = f"elsewhere-{uuid.uuid4().hex}"
+        await api.start_chain(client, story_with(FIXED), elsewhere, queue=task_queue)
+
+        async def listed() -> bool:  # visibility lags a start
+            query = f"WorkflowId = '{contract.chain_workflow_id(elsewhere)}'"
+            return [e async for e in client.list_workflows(query)] != []
+
+        await eventually(listed, timeout=60)
 
         async def batch() -> BatchReport:
             return await api.rewind_many(
@@ -164,10 +181,11 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
                 queue=task_queue,
             )
 
-        first = await batch()
+        report = await batch()
+        first = own(report, task_queue)
         copies = [api.chain_handle(client, c + SUFFIX).result() for c in (running, ended)]
         done = await asyncio.wait_for(asyncio.gather(*copies), 120)
-        again = await batch()
+        again = own(await batch(), task_queue)
         logs = {c: [r async for r in api.read_log(client, c + SUFFIX)] for c in plans}
     lines = {line.original: line for line in first.lines}
     assert lines[running].resumed is Resumed.FINISHED, "the running copy was sent what it lacked"
@@ -179,6 +197,8 @@ async def test_a_batch_run_again_finishes_or_remakes_a_half_made_copy_and_skips_
     assert lines[taken + SUFFIX].reason == "its log holds no event yet", "itself an original"
     assert count_line(first.counts()) == "2 rewound, 1 skipped, 0 filtered, 2 refused", first.lines
     assert count_line(again.counts()) == "0 rewound, 3 skipped, 0 filtered, 2 refused"
+    others = {line.original: line.reason for line in report.lines if line not in first.lines}
+    assert others[elsewhere] == "its log holds no event yet", "selected, and not counted"
     assert all(state.terminal_seen and state.rewind_complete for state in done)
     for original, plan in plans.items():
         ids = [row.event_id for row in logs[original]]
