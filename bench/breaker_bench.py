@@ -33,7 +33,7 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     from bench.rounds import per_round, ratio_line, rotated
     from bench.server import bench_server
-    from coord.activities.mesh.breakers import STATS_INTERVAL
+    from coord.activities.mesh.breakers import QUIET_STATS
     from coord.infra.process import exit_without_teardown
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest, AgentResult
@@ -188,7 +188,7 @@ async def bench(runs: int, drivers: int, in_flight: int, warmup: int, rounds: in
                 for round_ in range(1, rounds + 1)
                 for side in rotated(list(AGENTS), round_)
             ]
-            await asyncio.sleep(STATS_INTERVAL + 1)  # the last batch
+            await asyncio.sleep(QUIET_STATS + 1)  # the last batch (a quiet breaker's: no failures)
             events = await ledger_events(client, agent_task_queue(AGENTS[CLOSED], queue))
     report(
         [
