@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +115,14 @@ async def _run(
     payload: dict[str, Any],
     timeout: timedelta = STEP_TIMEOUT,
     retry: RetryPolicy = RETRY,
+    *,
+    elsewhere: bool = False,
 ) -> dict[str, Any]:
+    """A step as a regular activity: on the saga's own queue, or `elsewhere` on the queue
+    another worker serves (`steps_queue`)."""
+    queue = steps_queue(workflow.info().task_queue) if elsewhere else None
     return await workflow.execute_activity(
-        step, payload, start_to_close_timeout=timeout, retry_policy=retry
+        step, payload, task_queue=queue, start_to_close_timeout=timeout, retry_policy=retry
     )
 
 
@@ -169,21 +175,6 @@ def steps_queue(workflow_queue: str) -> str:
     return f"{workflow_queue}-steps"
 
 
-async def _run_elsewhere(
-    step: Step,
-    payload: dict[str, Any],
-    timeout: timedelta = STEP_TIMEOUT,
-    retry: RetryPolicy = RETRY,
-) -> dict[str, Any]:
-    return await workflow.execute_activity(
-        step,
-        payload,
-        task_queue=steps_queue(workflow.info().task_queue),
-        start_to_close_timeout=timeout,
-        retry_policy=retry,
-    )
-
-
 @workflow.defn(name="BaselineQueuesSaga")
 class BaselineQueuesSaga:
     """The hand-written saga, its steps regular activities on another queue, served by another
@@ -191,7 +182,7 @@ class BaselineQueuesSaga:
 
     @workflow.run
     async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        return await _saga(_run_elsewhere, payload)
+        return await _saga(partial(_run, elsewhere=True), payload)
 
 
 @workflow.defn(name="BaselineLocalSaga")
