@@ -32,13 +32,15 @@ DONE = ChainRecord(status="running", terminal_seen=True)
 
 
 def test_the_window_selects_chains_by_start_time_and_refuses_an_empty_one() -> None:
-    query = window_query(NOW - timedelta(hours=1), NOW)
+    query = window_query(NOW - timedelta(hours=1), NOW, "coord")
     assert query == (
-        "CoordPattern = 'chain' AND StartTime >= '2026-11-27T08:00:00+00:00' "
-        "AND StartTime < '2026-11-27T09:00:00+00:00'"
+        "CoordPattern = 'chain' AND TaskQueue = 'coord' "
+        "AND StartTime >= '2026-11-27T08:00:00+00:00' AND StartTime < '2026-11-27T09:00:00+00:00'"
     )
     with pytest.raises(BatchRefused, match=r"--until: .* is not after --since"):
-        window_query(NOW, NOW)
+        window_query(NOW, NOW, "coord")
+    with pytest.raises(BatchRefused, match=r"COORD_TASK_QUEUE: .* holds a quote"):
+        window_query(NOW - timedelta(hours=1), NOW, "it's")
 
 
 def test_since_and_until_take_a_time_or_a_duration_ago() -> None:

@@ -31,11 +31,15 @@ def checked_window(since: datetime, until: datetime) -> tuple[datetime, datetime
     return since, until
 
 
-def window_query(since: datetime, until: datetime) -> str:
-    """The visibility query of the chains started in [since, until)."""
+def window_query(since: datetime, until: datetime, queue: str) -> str:
+    """The visibility query of the chains started in [since, until) on the coordinator's queue
+    `queue`: a server shared by several coordinators rewinds only this one's chains."""
     checked_window(since, until)
+    if "'" in queue:
+        raise BatchRefused(f"{contract.TASK_QUEUE_ENV}: {queue!r} holds a quote")
     pattern = contract.pattern_clause(contract.Pattern.CHAIN)
-    return f"{pattern} AND StartTime >= '{since.isoformat()}' AND StartTime < '{until.isoformat()}'"
+    started = f"StartTime >= '{since.isoformat()}' AND StartTime < '{until.isoformat()}'"
+    return f"{pattern} AND TaskQueue = '{queue}' AND {started}"
 
 
 def copy_name(original: str, suffix: str) -> str:

@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.event_log import segment_store
+from coord.infra.temporal import task_queue
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.filters import compile_filter, evaluate
 from coord.models.events.log import LogCheck
@@ -50,12 +51,14 @@ OnLine = Callable[[BatchLine, int], None]
 """Told of each correlation done, with how many the batch selected."""
 
 
-async def originals(client: Client, since: datetime, until: datetime) -> AsyncIterator[str]:
-    """The correlations whose chain started in [since, until) and is not itself a copy, each
-    once (a chain that continued as new lists one run per history). BatchRefused past
+async def originals(
+    client: Client, since: datetime, until: datetime, queue: str | None
+) -> AsyncIterator[str]:
+    """The correlations whose chain started in [since, until) on `queue` (default: the
+    coordinator's, $COORD_TASK_QUEUE) and is not itself a copy, each once (a chain that continued as new lists one run per history). BatchRefused past
     MAX_BATCH."""
     seen: set[str] = set()
-    async for execution in client.list_workflows(window_query(since, until)):
+    async for execution in client.list_workflows(window_query(since, until, queue or task_queue())):
         attributes = execution.typed_search_attributes
         correlation = attributes.get(contract.CORRELATION_ID)
         copy_of = attributes.get(contract.REWIND_OF)
@@ -218,7 +221,8 @@ async def rewind_many(
     queue: str | None = None,
     on_line: OnLine | None = None,
 ) -> BatchReport:
-    """Rewind every chain started in [since, until) (never a copy) whose first event matches
+    """Rewind every chain started in [since, until) on `queue` (default: the coordinator's,
+    $COORD_TASK_QUEUE; the copies run there too), never a copy, whose first event matches
     `where`, onto `<original><suffix>`, at its first event of `to_type` (default: its first
     event), `concurrency` at a time. A copy whose hand-over completed is skipped, and one an
     interrupted run left halfway is finished (or made again once it has ended), so running the
@@ -237,7 +241,7 @@ async def rewind_many(
     )
     gate = asyncio.Semaphore(concurrency)
 
-    selected = [original async for original in originals(client, since, until)]
+    selected = [original async for original in originals(client, since, until, queue)]
 
     async def gated(original: str) -> BatchLine:
         async with gate:
@@ -260,10 +264,16 @@ async def record(client: Client, correlation_id: str) -> ChainRecord:
 
 @api_call
 async def diff_summary(
-    client: Client, *, since: datetime, until: datetime, suffix: str, concurrency: int = 8
+    client: Client,
+    *,
+    since: datetime,
+    until: datetime,
+    suffix: str,
+    concurrency: int = 8,
+    queue: str | None = None,
 ) -> DiffSummary:
-    """Every chain started in [since, until) (never a copy) beside its copy `<C><suffix>`:
-    their rows compared and their outcomes, counted."""
+    """Every chain started in [since, until) on `queue` (never a copy; as `rewind_many`)
+    beside its copy `<C><suffix>`: their rows compared and their outcomes, counted."""
     gate = asyncio.Semaphore(concurrency)
 
     async def compared(original: str) -> tuple[str, PairSummary | None]:
@@ -275,7 +285,7 @@ async def diff_summary(
             left, right = await record(client, original), await record(client, copy_id)
         return original, pair_summary(rows, left, right)
 
-    selected = [original async for original in originals(client, since, until)]
+    selected = [original async for original in originals(client, since, until, queue)]
     done = await asyncio.gather(*(compared(c) for c in selected))
     pairs = [pair for _, pair in done if pair is not None]
     return summarise(pairs, [original for original, pair in done if pair is None])

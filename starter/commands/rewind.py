@@ -77,8 +77,8 @@ async def rewind(
     the original's log (no agent runs again for it), what came after from outside is sent
     again, and the rest is made anew by the copy's agents; its aggregators, votes, sagas and
     plans at work at that event are copied with their slots, ballots, steps and tasks then.
-    The original is never touched. With --all, every chain started between --since and
-    --until, each onto `<C><SUFFIX>`."""
+    The original is never touched. With --all, every chain of this coordinator's queue started
+    between --since and --until, each onto `<C><SUFFIX>`."""
     spec, pattern_specs = copy_specs(specs or [])
     agents = read_agents_file(agents_file).agents if agents_file else None
     if batch:
@@ -156,7 +156,8 @@ async def diff(
 ) -> None:
     """Show two correlations' tables side by side, aligned by causation: the rows that are the
     same, changed (payload or source) or only in one. Exits 14 when they differ. With
-    --summary, every chain started between --since and --until beside its copy `<C><SUFFIX>`:
+    --summary, every chain of this coordinator's queue started between --since and --until
+    beside its copy `<C><SUFFIX>`:
     how many pairs changed outcome (and which way) and how many differ row by row."""
     if summary:
         await summarise_copies(Window(since, until, suffix), as_json)
