@@ -55,8 +55,8 @@ async def originals(
     client: Client, since: datetime, until: datetime, queue: str | None
 ) -> AsyncIterator[str]:
     """The correlations whose chain started in [since, until) on `queue` (default: the
-    coordinator's, $COORD_TASK_QUEUE) and is not itself a copy, each once (a chain that continued as new lists one run per history). BatchRefused past
-    MAX_BATCH."""
+    coordinator's, $COORD_TASK_QUEUE) and is not itself a copy, each once (a chain that
+    continued as new lists one run per history). BatchRefused past MAX_BATCH."""
     seen: set[str] = set()
     async for execution in client.list_workflows(window_query(since, until, queue or task_queue())):
         attributes = execution.typed_search_attributes

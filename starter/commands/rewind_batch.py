@@ -23,7 +23,11 @@ from coord.starter import api, render
 from coord.starter.commands.common import connect, echo_record
 
 BatchOptions = Annotated[
-    bool, typer.Option("--all", help="Rewind every chain of this coordinator's queue started between --since and --until")
+    bool,
+    typer.Option(
+        "--all",
+        help="Rewind every chain of this coordinator's queue started between --since and --until",
+    ),
 ]
 Since = Annotated[
     str | None,
