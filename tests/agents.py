@@ -186,9 +186,7 @@ class RecordingAgents:
 DEMO = register_demo_agents(AgentRegistry())
 
 
-async def keyed_demo_agent(
-    event: EventEnvelope, context: AgentContext
-) -> Mapping[str, Any] | None:
+async def keyed_demo_agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any] | None:
     """The demo agent of the run's name, as a python agent an agents file declares (with the
     `execution` a test needs); each attempt first notes its agent, attempt and idempotency key
     in the file the saga's input names (`keys`), if any."""

@@ -243,6 +243,42 @@ async def test_aggregator_hears_the_events_its_chain_records(
     assert chain.status == "completed"
 
 
+async def test_a_chain_past_its_terminal_event_waits_for_its_aggregator_to_publish_and_leave(
+    client: Client, task_queue: str
+) -> None:
+    """The chain meets its terminal event while its phase-1 aggregator still waits: it stays
+    running, records the aggregator's result when the join completes, and only then ends."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    terminal = EventEnvelope.new(
+        "TestingCompleted", "/test-engineer", payload={}, correlation_id=correlation_id
+    )
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        handle = await api.start_aggregator(
+            client, phase1(correlation_id=correlation_id), queue=task_queue
+        )
+
+        async def attached() -> bool:
+            return handle.id in (await api.chain_state(client, correlation_id)).listeners
+
+        await eventually(attached)
+        await api.publish(client, terminal)
+
+        async def terminal_seen() -> bool:
+            return (await api.chain_state(client, correlation_id)).terminal_seen
+
+        await eventually(terminal_seen)
+        assert (await api.chain_state(client, correlation_id)).status == "running"
+        for kind in (API, WIREFRAME, TEST_PLAN):
+            await api.publish(client, completed(kind, correlation_id))
+        state = await asyncio.wait_for(handle.result(), 30)
+        ended = await asyncio.wait_for(chain.result(), 30)
+        timeline = [entry.event for entry in await api.chain_timeline(client, correlation_id)]
+    assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
+    assert ended.status == "completed" and ended.listeners == []
+    assert timeline.index("Phase1CompletedEvent") > timeline.index("TestingCompleted")
+
+
 async def test_cancelled_aggregator_says_so_and_emits_nothing(
     client: Client, task_queue: str
 ) -> None:

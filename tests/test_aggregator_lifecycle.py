@@ -75,8 +75,9 @@ async def signals_sent(client: Client, handle: WorkflowHandle[Any, Any]) -> list
 async def test_a_finished_aggregator_detaches_from_its_chain(
     client: Client, task_queue: str
 ) -> None:
-    """It detaches before publishing its result into the chain, so the chain records the result
-    without forwarding it back; what the chain forwarded after the end is ignored, not parked."""
+    """It publishes its result into the chain, then detaches (a chain past its terminal event
+    waits for its listeners to leave); what the chain forwarded after the end, its own result
+    among them, is ignored, not parked."""
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     gates = GatedAgents(names=["frontend-specialist"])
     async with build_worker(client, task_queue, gates.registry()):
@@ -98,7 +99,7 @@ async def test_a_finished_aggregator_detaches_from_its_chain(
     assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
     assert state.rejected_count == 0
     names = [name for name, _ in await signals_sent(client, handle)]
-    assert names == ["attach", "detach", "event"]
+    assert names == ["attach", "event", "detach"]
     assert ("detach", handle.id) in await signals_sent(client, handle)
 
 

@@ -6,10 +6,12 @@ test_chain_pacing."""
 from coord.models.chain.boundary import Forward, Parking, StatusChanged
 from coord.models.chain.intake import TIMELINE_WINDOW, TaskShare
 from coord.models.chain.model import ChainModel
+from coord.models.chain.pacing import LISTENERS_GRACE
 from coord.models.chain.spec import ChainInput, ChainStatus, RecordedEvents
 from coord.models.events.envelope import Priority
 from coord.models.events.rewind import RewindOrigin
 from coord.models.wire.versions import (
+    CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH,
     COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
     FLOOD_PATCH,
     LIFECYCLE_NOTICES_PATCH,
@@ -81,6 +83,32 @@ def test_the_chain_finishes_after_its_terminal_event_once_idle() -> None:
     assert model.finished(outbound=0)
     model.end()
     assert model.record.state.status == ChainStatus.COMPLETED
+
+
+def test_an_ended_chain_waits_for_its_listeners_to_leave_at_most_the_grace() -> None:
+    """An aggregator publishes its result, then leaves: the chain that met its terminal event
+    meanwhile must still be running to record it (runs recorded before ended at once)."""
+    run = FixedRun()
+    model = new_model(run)
+    model.attach("agg-1")
+    take(model, event("Done"))
+    assert model.record.state.terminal_seen
+    assert not model.finished(outbound=0), "its listener has not left"
+    assert model.has_work(outbound=0), "a turn arms the grace's timer"
+    assert model.pacing.wake_in() == LISTENERS_GRACE
+    assert not model.has_work(outbound=0)
+    model.detach("agg-1")
+    assert model.finished(outbound=0), "its listener left"
+    model.attach("agg-1")
+    assert not model.finished(outbound=0)
+    run.at += LISTENERS_GRACE
+    assert model.finished(outbound=0), "a listener that never leaves holds it at most the grace"
+    earlier = FixedRun(before={CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH})
+    model = new_model(earlier)
+    model.attach("agg-1")
+    take(model, event("Done"))
+    assert model.finished(outbound=0)
+    assert model.pacing.wake_in() is None
 
 
 def test_a_closing_chain_finishes_with_runs_left_only_when_paused() -> None:

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
+        AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH,
         AGGREGATOR_REWIND_PATCH,
         DEADLINE_FIRST_PATCH,
         KEPT_RECORD_PATCH,
@@ -155,7 +156,7 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     async def _finish(self, status: AggregatorStatus) -> None:
         """Record the outcome (a cancelled run, which has no result, keeps it in its memo),
-        leave the chain (detach, then publish the emitted event), and wait for that and for the
+        publish the emitted event into the chain and leave it, and wait for that and for the
         handlers in progress. A cancel arriving meanwhile changes nothing: the outcome is
         decided."""
         self._model.finish(status)
@@ -174,9 +175,15 @@ class Aggregator(metaclass=SurplusStartArguments):
                 continue
 
     async def _leave_chain(self) -> None:
+        """Its result joins the chain's log before it leaves: an ended chain waits for its
+        listeners, not for their results (runs recorded before left first)."""
+        emitted = self._model.state.emitted
+        publish_first = workflow.patched(AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH)
+        if emitted is not None and publish_first:
+            await self._publish_to_chain(emitted)
         await self._signal_chain(DETACH_SIGNAL, workflow.info().workflow_id)
-        if self._model.state.emitted is not None:
-            await self._publish_to_chain(self._model.state.emitted)
+        if emitted is not None and not publish_first:
+            await self._publish_to_chain(emitted)
 
     async def _run_as_recorded_before_deadline_first(self) -> AggregatorState:
         """The order of runs recorded before the `aggregator-deadline-first` patch."""

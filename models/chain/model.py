@@ -104,13 +104,14 @@ class ChainModel:
 
     def has_work(self, outbound: int) -> bool:
         """Something for the run's loop: events to take, a run to dispatch, the end (with
-        `outbound` sends under way), or continue-as-new."""
+        `outbound` sends under way), continue-as-new, or a wait for listeners to time."""
         pacing = self.pacing
         return (
             (self.intake.waiting() and not pacing.holding_events())
             or pacing.dispatchable()
             or self.finished(outbound)
             or pacing.continue_as_new_now(outbound)
+            or pacing.grace_unarmed()
         )
 
     def refusal(self, envelope: EventEnvelope) -> Rejection | None:
@@ -238,7 +239,7 @@ class ChainModel:
         ended = record.state.terminal_seen and idle and not record.queue
         if ended and record.state.rewind_of and not record.state.rewind_complete:
             return not self._context.patched(COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH)  # hand-over first
-        return ended
+        return self.pacing.ends(ended, record.listeners)
 
     def attach(self, workflow_id: str) -> None:
         if workflow_id not in self.record.listeners:

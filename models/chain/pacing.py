@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from coord.models.chain.boundary import RunContext
 from coord.models.chain.runs import ChainRuns
 from coord.models.chain.spec import Subscription
-from coord.models.wire.versions import FLOOD_PATCH
+from coord.models.wire.versions import CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH, FLOOD_PATCH
 
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
@@ -27,6 +27,9 @@ HELD_UP_AFTER = timedelta(seconds=2)
 """How long a chain due to continue as new waits for the agent runs it holds before it counts as
 held up by one: from then on it hands every run it starts to a `ChainRun`. Before, it goes on
 dispatching in the chain, as the fast path does (most agents are done by then)."""
+LISTENERS_GRACE = timedelta(seconds=60)
+"""How long a chain with nothing left to do after its terminal event waits for its listeners
+(aggregators publish their result into its log before they leave) before it ends without them."""
 
 
 class ChainPacing:
@@ -42,6 +45,9 @@ class ChainPacing:
         """Set once the run starts: whether it may hand runs to `ChainRun`s of their own."""
         self._due_since: datetime | None = None
         """Since when continue-as-new has been due while agent runs held here kept it waiting."""
+        self._ended_at: datetime | None = None
+        """Since when the chain has had nothing left to do but wait for its listeners."""
+        self._grace_armed = False
 
     def note_time(self) -> None:
         """Brings `held_up` to the workflow's clock (once a turn)."""
@@ -66,10 +72,32 @@ class ChainPacing:
 
     def wake_in(self) -> timedelta | None:
         """When to look again though nothing arrives: when runs queued behind a due continue-as-new
-        would count as held up (so they are handed over without waiting for the slow agent)."""
+        would count as held up (so they are handed over without waiting for the slow agent), or
+        when the wait for the listeners of an ended chain is over."""
+        if self._ended_at is not None:
+            self._grace_armed = True
+            return max(self._ended_at + LISTENERS_GRACE - self._context.now(), MIN_WAKE)
         if not self.hands_over or self._due_since is None or not self._runs.queued():
             return None
         return max(self._due_since + HELD_UP_AFTER - self._context.now(), MIN_WAKE)
+
+    def ends(self, ended: bool, listeners: list[str]) -> bool:
+        """Whether a chain with nothing left to do after its terminal event (`ended`) ends now:
+        with `listeners` attached it waits for them to leave, at most LISTENERS_GRACE (runs
+        recorded before ended at once, and an aggregator's result could find the chain ended)."""
+        if not ended or not listeners:
+            self._ended_at = None
+            return ended
+        if not self._context.patched(CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH):
+            return True
+        now = self._context.now()
+        if self._ended_at is None:
+            self._ended_at, self._grace_armed = now, False
+        return now - self._ended_at >= LISTENERS_GRACE
+
+    def grace_unarmed(self) -> bool:
+        """The wait for listeners began after the run last asked `wake_in`: a turn arms it."""
+        return self._ended_at is not None and not self._grace_armed
 
     def dispatchable(self) -> bool:
         return self._runs.can_dispatch() and self._may_dispatch_before_continuing()

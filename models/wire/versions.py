@@ -247,6 +247,17 @@ COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH = "chain-copy-ends-after-its-hand-over"
 its hand-over is complete (`ChainState.rewind_complete`), so the rewind's last signals never
 find it ended; runs recorded before could end in the middle of the hand-over."""
 
+CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH = "chain-waits-for-its-listeners"
+"""Since 2026-11-27, in chain.pacing: A chain with nothing left to do after its terminal event
+waits for its listeners to leave (at most `LISTENERS_GRACE`), so an aggregator that publishes its
+result and then leaves finds it running; runs recorded before ended at once, and an aggregator's
+result that arrived after was parked."""
+
+AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH = "aggregator-publishes-before-it-leaves"
+"""Since 2026-11-27, in aggregator: An aggregator that ends publishes its result into its chain,
+then leaves the chain (the chain waits for its listeners); runs recorded before left first, so
+their result could find the chain ended."""
+
 SAGA_PATCHES_AT_ONCE_PATCH = "saga-patches-at-once"
 """Since 2026-11-27, in saga: Runs after this patch ask it first, and take every patch of
 SAGA_PATCHES as in force without asking it (`_runtime.patches`): one marker and one
