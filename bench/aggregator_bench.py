@@ -56,6 +56,7 @@ class Result:
     events: int
     seconds: float
     history_events: int
+    workflow_id: str
 
     @property
     def per_second(self) -> float:
@@ -81,7 +82,7 @@ async def absorb(side: str, handle: WorkflowHandle[Any, Any], events: int, sende
     await handle.result()
     seconds = time.perf_counter() - started
     history = await handle.fetch_history()
-    return Result(side, events + 1, seconds, len(history.events))
+    return Result(side, events + 1, seconds, len(history.events), handle.id)
 
 
 async def project(client: Client, events: int, senders: int) -> Result:

@@ -20,7 +20,7 @@ import cProfile
 import pstats
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,13 +128,17 @@ class ReplayCost:
 
 
 def replay_cpu(
-    history: WorkflowHistory, replays: int, profile: cProfile.Profile | None = None
+    history: WorkflowHistory,
+    replays: int,
+    profile: cProfile.Profile | None = None,
+    baselines: Sequence[type] = (BaselineLocalSaga,),
 ) -> ReplayCost:
     """The CPU per replay of `history`, over `replays` replays in one Replayer (its setup
-    counted once), after as many to warm up; the workflow code profiled into `profile`."""
+    counted once), after as many to warm up; the workflow code profiled into `profile`.
+    `baselines`: the hand-written workflows registered besides the project's."""
     thread = WorkflowThread(profile)
     replayer = Replayer(
-        workflows=[*WORKFLOWS, BaselineLocalSaga],
+        workflows=[*WORKFLOWS, *baselines],
         data_converter=data_converter(),
         interceptors=[SurplusArguments()],
         workflow_task_executor=thread,

@@ -17,6 +17,7 @@ the handlers in progress finish, as the SDK's safe message handlers sample does)
 """
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
+        AGGREGATOR_PATCHES,
+        AGGREGATOR_PATCHES_AT_ONCE_PATCH,
         AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH,
         AGGREGATOR_REWIND_PATCH,
         DEADLINE_FIRST_PATCH,
@@ -58,10 +61,13 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         decode_input,
         decode_json,
+        decode_plain,
         park,
         signal_chain,
         upsert_search_attributes,
+        upsert_unwritten,
     )
+    from coord.workflows._runtime.patches import adopt, patched
 
 
 LOOKBACK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=4)
@@ -76,28 +82,30 @@ class Aggregator(metaclass=SurplusStartArguments):
         """Parses here, before the signal of a signal-with-start is handled; a bad spec is
         reported by `run`, since nothing may fail the workflow task. The deadline counts from
         the workflow's start, not from when a worker first ran it."""
-        self._deadline_first = workflow.patched(DEADLINE_FIRST_PATCH)
+        self._at_once = adopt(AGGREGATOR_PATCHES_AT_ONCE_PATCH, AGGREGATOR_PATCHES, on=self)
+        self._deadline_first = patched(DEADLINE_FIRST_PATCH, on=self)
         start = workflow.info().workflow_start_time if self._deadline_first else workflow.now()
         try:
             self._model = AggregatorModel.begin(decode_json(raw_input, "aggregator spec"), start)
         except SpecError as error:
             self._model = AggregatorModel.invalid(str(error), workflow.now())
-        if self._model.rewound and workflow.patched(AGGREGATOR_REWIND_PATCH):
+        if self._model.rewound and patched(AGGREGATOR_REWIND_PATCH, on=self):
             self._model.take_past(start)
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> AggregatorState:
         if self._model.spec_error:
-            if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
+            if patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
             raise failure(FailureType.INVALID_SPEC, self._model.spec_error, non_retryable=True)
         if not self._deadline_first:
             return await self._run_as_recorded_before_deadline_first()
         # A task first runs when `run` first awaits: after the deadline timer is armed.
+        lapsed = deadline_timer(self._model) if self._at_once else None
         joining = asyncio.create_task(self._join_chain())
         cancel: asyncio.CancelledError | None = None
         try:
-            await self._wait_for_join()
+            await self._wait_for_join(lapsed)
         except asyncio.CancelledError as error:
             cancel = error
         joining.cancel()
@@ -107,22 +115,22 @@ class Aggregator(metaclass=SurplusStartArguments):
             raise cancel
         return self.state()
 
-    async def _wait_for_join(self) -> None:
-        """Until the join holds or the deadline passes, continuing-as-new when the server
-        suggests it (after the handlers in progress finish)."""
-        while True:
-            try:
-                await workflow.wait_condition(
-                    lambda: self._model.satisfied or self._continue_as_new_due(),
-                    timeout=self._model.time_left(workflow.now()),
-                    timeout_summary=self._model.deadline_summary(),
-                )
-            except TimeoutError:
-                return
-            if self._model.satisfied:
-                return
-            await workflow.wait_condition(workflow.all_handlers_finished)
-            workflow.continue_as_new(self._model.carry())
+    async def _wait_for_join(self, lapsed: Callable[[], bool] | None) -> None:
+        """Until the join holds or the deadline passes (`lapsed`, or a timeout armed here),
+        continuing-as-new when the server suggests it (after the handlers finish)."""
+        armed = lapsed or (lambda: False)
+        try:
+            await workflow.wait_condition(
+                lambda: self._model.satisfied or armed() or self._continue_as_new_due(),
+                timeout=None if lapsed else self._model.time_left(workflow.now()),
+                timeout_summary=None if lapsed else self._model.deadline_summary(),
+            )
+        except TimeoutError:
+            return
+        if self._model.satisfied or armed():
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self._model.carry())
 
     def _continue_as_new_due(self) -> bool:
         return self._model.continue_as_new_due(workflow.info().is_continue_as_new_suggested())
@@ -162,7 +170,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         self._model.finish(status)
         metrics.aggregator_ended(status)
         self._publish()
-        if status == AggregatorStatus.CANCELLED and workflow.patched(KEPT_RECORD_PATCH):
+        if status == AggregatorStatus.CANCELLED and patched(KEPT_RECORD_PATCH):
             workflow.upsert_memo({AGGREGATOR_RECORD_MEMO: self.state()})
         leaving = asyncio.create_task(self._leave_chain())
         while True:
@@ -178,7 +186,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         """Its result joins the chain's log before it leaves: an ended chain waits for its
         listeners, not for their results (runs recorded before left first)."""
         emitted = self._model.state.emitted
-        publish_first = workflow.patched(AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH)
+        publish_first = patched(AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH)
         if emitted is not None and publish_first:
             await self._publish_to_chain(emitted)
         await self._signal_chain(DETACH_SIGNAL, workflow.info().workflow_id)
@@ -226,8 +234,9 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     async def _receive(self, raw: PlainInput, *, addressed: bool) -> None:
         self._model.arrived()
+        decode = decode_plain if self._at_once else decode_input
         try:
-            envelope = decode_input(EventEnvelope, raw, "event")
+            envelope = decode(EventEnvelope, raw, "event")
         except InvalidInput as error:
             self._model.reject(str(error))
             await park(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
@@ -236,7 +245,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         if self._model.waiting:
             if self._model.offer(envelope, workflow.now()):
                 metrics.event_consumed(envelope)
-            workflow.set_current_details(self._model.details())
+                workflow.set_current_details(self._model.details())
             return
         settled = self._deadline_first
         reason = self._model.after_end(envelope, addressed=addressed, settled=settled)
@@ -261,6 +270,17 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._model.published()
 
     def _publish(self) -> None:
-        """The status as a search attribute, and the current details."""
-        upsert_search_attributes(self._model.state.search_attributes())
+        """The status as a search attribute (what changed, under the bundle), and the details."""
+        upsert = upsert_unwritten if self._at_once else upsert_search_attributes
+        upsert(self._model.state.search_attributes())
         workflow.set_current_details(self._model.details())
+
+
+def deadline_timer(model: AggregatorModel) -> Callable[[], bool]:
+    """The deadline timer of a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH, left to lapse, not
+    cancelled, when the join holds first (none when the deadline has passed already): returns
+    whether it has lapsed. Armed before anything else the run does (a task first runs when the
+    run first awaits)."""
+    left, summary = model.time_left(workflow.now()), model.deadline_summary()
+    timer = asyncio.create_task(workflow.sleep(left, summary=summary)) if left else None
+    return timer.done if timer else lambda: True

@@ -307,3 +307,27 @@ SAGA_PATCHES_AT_ONCE_PATCH (or each patch)."""
 
 SAGA_PATCHES_2 = SAGA_PATCHES | {SAGA_CHAIN_WITH_PLACEMENTS_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_2_PATCH. Never changed."""
+
+AGGREGATOR_PATCHES_AT_ONCE_PATCH = "aggregator-patches-at-once"
+"""Since 2026-11-27, in aggregator: Runs after this patch ask it first and take every patch of
+AGGREGATOR_PATCHES as in force without asking it (`_runtime.patches`): one marker and one
+`TemporalChangeVersion` upsert instead of one of each per patch; a search attribute is upserted
+only when it differs from the run's (so not at start, where the starter set them); the deadline
+timer is left to lapse, not cancelled, when the join completes (the run ends anyway); an event
+is validated straight from its JSON bytes. Runs recorded before asked each patch where their
+code reached it, upserted their status at start and cancelled the deadline timer."""
+
+AGGREGATOR_PATCHES = frozenset(
+    {
+        DEADLINE_FIRST_PATCH,
+        DEAD_LETTER_PATCH,
+        KEPT_RECORD_PATCH,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGGREGATOR_REWIND_PATCH,
+        AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH,
+    }
+)
+"""The patches an aggregator's code may ask (its own and those of the runtime it shares), every
+one in force for a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH. Never changed: a patch added
+later is asked on its own (or bundled under a new id)."""

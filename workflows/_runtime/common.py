@@ -32,6 +32,9 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.patches import patched
 
+PLAIN_JSON = b"json/plain"
+"""The encoding of a payload the converter wrote as JSON."""
+
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
@@ -85,6 +88,21 @@ def decode_input(model: type[M], value: RawValue, source: str) -> M:
         return parse_model(model, decoded, source)
     except SpecError as error:
         raise InvalidInput(str(error), decoded if _plain_json(decoded) else _text(value)) from None
+
+
+def decode_plain(model: type[M], value: RawValue, source: str) -> M:
+    """`decode_input` for a handler taking a flood: a plain JSON payload is validated straight
+    from its bytes, in one pass of pydantic's JSON parser (the converter's own), with no Python
+    dict built between; anything else, or anything that does not validate, takes
+    `decode_input`, which says why."""
+    payload = value.payload
+    plain = payload.metadata.get("encoding") == PLAIN_JSON
+    if plain and contract.ARGUMENT_COUNT_METADATA not in payload.metadata:
+        try:
+            return model.model_validate_json(payload.data)
+        except ValidationError:
+            pass
+    return decode_input(model, value, source)
 
 
 def decode_start(model: type[M], value: RawValue, source: str) -> tuple[M | None, str | None]:
@@ -169,6 +187,15 @@ async def park(
 
 def upsert_search_attributes(values: contract.SearchValues) -> None:
     workflow.upsert_search_attributes([key.value_set(value) for key, value in values.items()])
+
+
+def upsert_unwritten(values: contract.SearchValues) -> None:
+    """Those of `values` the run does not carry yet (as started, or as last upserted), if any:
+    an upsert is a command, and a history event."""
+    current = workflow.info().typed_search_attributes
+    unwritten = {key: value for key, value in values.items() if current.get(key) != value}
+    if unwritten:
+        upsert_search_attributes(unwritten)
 
 
 async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:

@@ -15,17 +15,18 @@ IN_FORCE = "patches_in_force"
 """The workflow instance's attribute holding the patch ids its run takes without asking."""
 
 
-def adopt(bundle: str, covered: Set[str]) -> bool:
+def adopt(bundle: str, covered: Set[str], on: object | None = None) -> bool:
     """Asks `bundle` (first thing in the run, before any patch it covers is asked); when the
-    run takes it, every patch of `covered` is in force from now on. Returns whether it does."""
+    run takes it, every patch of `covered` is in force from now on. Returns whether it does.
+    `on`: the workflow instance, for a workflow's `__init__` (the SDK knows it only after)."""
     taken = workflow.patched(bundle)
-    setattr(workflow.instance(), IN_FORCE, frozenset(covered) if taken else frozenset())
+    setattr(on or workflow.instance(), IN_FORCE, frozenset(covered) if taken else frozenset())
     return taken
 
 
-def patched(patch_id: str) -> bool:
+def patched(patch_id: str, on: object | None = None) -> bool:
     """`workflow.patched(patch_id)`, answered True without a marker when the run's bundle
-    covers it."""
-    if patch_id in getattr(workflow.instance(), IN_FORCE, ()):
+    covers it (`on`: as for `adopt`)."""
+    if patch_id in getattr(on or workflow.instance(), IN_FORCE, ()):
         return True
     return workflow.patched(patch_id)

@@ -1,0 +1,108 @@
+"""What an aggregator costs per event, measured without the machine's load: one run of each
+side of `bench.aggregator_bench` (the project's `Aggregator`, the hand-written
+`BaselineAggregator`), told by its history (events and payload bytes per handled event, workflow
+tasks, commands) and by the CPU its workflow code takes when the history is replayed in this
+process, many times (`bench.saga_replay.replay_cpu`: no server, no network, no waiting).
+
+    .venv/bin/python -m bench.aggregator_replay [--events 300] [--replays 20] [--profile 25]
+
+`--keep DIR` writes the two histories there (`project.json`, `baseline.json`), which
+`--replay DIR` replays again without running anything; `--profile N` prints the N costliest
+functions of the project's replays.
+"""
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHistory
+
+from bench.aggregator_bench import BaselineAggregator, baseline, project
+from bench.layouts import history_profile
+from bench.saga_replay import profiled, replay_cpu
+from bench.server import bench_server
+
+SIDES = ("project", "baseline")
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+NOT_COMMANDS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+        EventType.EVENT_TYPE_TIMER_FIRED,
+    }
+)
+"""Events no command of the workflow made: the rest are its commands' (timers started,
+upserts, signals sent, the completion)."""
+
+
+async def record(events: int, senders: int) -> dict[str, WorkflowHistory]:
+    """One run per side, as the bench runs them, and its history."""
+    histories: dict[str, WorkflowHistory] = {}
+    async with bench_server() as (client, _):
+        for side, run in zip(SIDES, (project, baseline), strict=True):
+            result = await run(client, events, senders)
+            profile = await history_profile(client, result.workflow_id)
+            print(f"{side}: {profile.line()}")
+            per_event = profile.payload_bytes / result.events
+            print(f"{side}: {per_event:.0f} payload bytes per handled event")
+            handle = client.get_workflow_handle(result.workflow_id)
+            histories[side] = await handle.fetch_history()
+    return histories
+
+
+def told(side: str, history: WorkflowHistory, events: int) -> None:
+    """History events, workflow tasks and commands per handled event (and per task)."""
+    tasks = sum(1 for e in history.events if e.event_type == TASK_COMPLETED)
+    commands = sum(1 for e in history.events if e.event_type not in NOT_COMMANDS)
+    print(
+        f"{side}: {len(history.events) / events:.3f} history events per event, "
+        f"{tasks} workflow tasks ({tasks / events:.3f} per event), "
+        f"{commands} commands ({commands / max(tasks, 1):.2f} per task)"
+    )
+
+
+def signals(history: WorkflowHistory) -> int:
+    kind = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    return sum(1 for e in history.events if e.event_type == kind)
+
+
+def kept(folder: Path) -> dict[str, WorkflowHistory]:
+    return {
+        side: WorkflowHistory.from_json(side, (folder / f"{side}.json").read_text())
+        for side in SIDES
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--events", type=int, default=300)
+    parser.add_argument("--senders", type=int, default=10)
+    parser.add_argument("--replays", type=int, default=20, help="replays per history")
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
+    parser.add_argument("--keep", type=Path, help="write the recorded histories to this folder")
+    parser.add_argument("--replay", type=Path, help="replay the histories kept in this folder")
+    args = parser.parse_args()
+    histories = (
+        asyncio.run(record(args.events, args.senders)) if args.replay is None else kept(args.replay)
+    )
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        for side, history in histories.items():
+            (args.keep / f"{side}.json").write_text(history.to_json())
+    cost = {}
+    for side, history in histories.items():
+        handled = signals(history)
+        told(side, history, handled)
+        cost[side] = replay_cpu(history, args.replays, baselines=[BaselineAggregator]).workflow
+        print(f"{side}: {1e6 * cost[side] / handled:.0f} µs of workflow-thread CPU per event")
+    print(f"project/baseline workflow CPU per replay: {cost['project'] / cost['baseline']:.2f}x")
+    if args.profile:
+        profiled(histories["project"], args.replays, args.profile)
+
+
+if __name__ == "__main__":
+    main()
