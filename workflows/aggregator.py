@@ -84,6 +84,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         the workflow's start, not from when a worker first ran it."""
         self._at_once = adopt(AGGREGATOR_PATCHES_AT_ONCE_PATCH, AGGREGATOR_PATCHES, on=self)
         self._deadline_first = patched(DEADLINE_FIRST_PATCH, on=self)
+        self._published = metrics.PublishedTally()
         start = workflow.info().workflow_start_time if self._deadline_first else workflow.now()
         try:
             self._model = AggregatorModel.begin(decode_json(raw_input, "aggregator spec"), start)
@@ -94,6 +95,7 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> AggregatorState:
+        self._published.start()
         if self._model.spec_error:
             if patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(workflow.all_handlers_finished)
@@ -165,8 +167,7 @@ class Aggregator(metaclass=SurplusStartArguments):
     async def _finish(self, status: AggregatorStatus) -> None:
         """Record the outcome (a cancelled run, which has no result, keeps it in its memo),
         publish the emitted event into the chain and leave it, and wait for that and for the
-        handlers in progress. A cancel arriving meanwhile changes nothing: the outcome is
-        decided."""
+        handlers in progress. A cancel arriving meanwhile changes nothing: it is decided."""
         self._model.finish(status)
         metrics.aggregator_ended(status)
         self._publish()
@@ -223,8 +224,7 @@ class Aggregator(metaclass=SurplusStartArguments):
     @workflow.signal(name=EVENT_SIGNAL)
     async def event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event addressed to this aggregator. Raw on purpose: an envelope that does not
-        decode or validate is recorded and parked, never raised; so is an event that arrives
-        after the aggregator has finished."""
+        decode or validate is recorded and parked, never raised; so is one after the end."""
         await self._receive(raw, addressed=True)
 
     @workflow.signal(name=CHAIN_EVENT_SIGNAL)
@@ -241,7 +241,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._model.reject(str(error))
             await park(FailureType.INVALID_ENVELOPE, str(error), raw=error.raw)
             return
-        metrics.event_published(envelope, addressed=addressed)
+        self._published.add(envelope, addressed=addressed)
         if self._model.waiting:
             if self._model.offer(envelope, workflow.now()):
                 metrics.event_consumed(envelope)

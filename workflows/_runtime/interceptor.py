@@ -1,6 +1,7 @@
 """The worker interceptor folding a signal's, update's or run's surplus arguments into the
 handler's last one (`arguments.fitted`); the worker installs it, the workflows never import it."""
 
+import functools
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -34,8 +35,9 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
     async def handle_signal(self, input: HandleSignalInput) -> None:
         # The method itself, not the SDK's handler (async ones are wrapped as `*args`); our
         # handlers are named after their signals.
-        method = getattr(workflow.instance(), input.signal, None)
-        if workflow.get_signal_handler(input.signal) is not None and callable(method):
+        instance = workflow.instance()
+        method = getattr(instance, input.signal, None)
+        if callable(method) and _declares_handler(_class_name(instance), input.signal):
             function = getattr(method, "__func__", None)
             takes = positional(method) if function is None else positional(function) - 1
             input.args = fitted(input.args, takes)
@@ -48,6 +50,21 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
     async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
         input.args = _raw_update_args(input.update, input.args)
         return await super().handle_update_handler(input)
+
+
+@functools.lru_cache(maxsize=1024)
+def _declares_handler(workflow_class: str, signal: str) -> bool:
+    """Whether the workflow class declares a handler of `signal`: asked of the running instance
+    once per class and name (handlers are declared on the class), not at every signal, where
+    the SDK's look-up cost more than many a handler. Bounded: senders name the signals."""
+    return workflow.get_signal_handler(signal) is not None
+
+
+def _class_name(instance: object) -> str:
+    """The class by name: each sandboxed run imports the workflow's module anew, so its class
+    object differs from run to run while its name does not."""
+    cls = type(instance)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _raw_update_args(update: str, args: Sequence[Any]) -> Sequence[Any]:

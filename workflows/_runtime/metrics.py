@@ -6,6 +6,8 @@ counted once, when it first happens, whichever worker replays the run later) and
 command, so a call added here or there changes no workflow's history. On a worker without a
 metrics endpoint the meter is the SDK's no-op one."""
 
+import asyncio
+from collections import Counter
 from collections.abc import Iterable
 from itertools import takewhile
 
@@ -32,11 +34,31 @@ def _event_labels(envelope: EventEnvelope) -> dict[str, str]:
     return {"topic": envelope.routing.topic or NONE, "type": envelope.event.type}
 
 
-def event_published(envelope: EventEnvelope, *, addressed: bool = True) -> None:
-    """An event taken in by the workflow it was published to; one a chain forwards to its
-    listeners (not `addressed` to them) was counted by the chain."""
-    if addressed:
-        _record(catalogue.EVENTS_PUBLISHED, **_event_labels(envelope))
+class PublishedTally:
+    """The events taken in by the workflow they were published to (one a chain forwards to its
+    listeners, not `addressed` to them, was counted by the chain), recorded once per workflow
+    task from `start` on: one `add` per topic and type, not one per event, for a workflow taking
+    floods of signals. A metric issues no command, so when it is recorded changes no history."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def add(self, envelope: EventEnvelope, *, addressed: bool = True) -> None:
+        if addressed:
+            self._counts[envelope.routing.topic or NONE, envelope.event.type] += 1
+
+    def start(self) -> None:
+        """Records from now on, in a task of the run's (so from the run, not `__init__`)."""
+        self._recording = asyncio.create_task(self._recorded_per_task())
+
+    async def _recorded_per_task(self) -> None:
+        """Wakes once the task's signals are handled (conditions are checked when nothing
+        else is ready), so each workflow task records its events once."""
+        while True:
+            await workflow.wait_condition(lambda: bool(self._counts))
+            for (topic, kind), count in self._counts.items():
+                _record(catalogue.EVENTS_PUBLISHED, count, topic=topic, type=kind)
+            self._counts.clear()
 
 
 def event_consumed(envelope: EventEnvelope) -> None:
