@@ -33,13 +33,8 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
         return await super().execute_workflow(input)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        # The method itself, not the SDK's handler (async ones are wrapped as `*args`); our
-        # handlers are named after their signals.
-        instance = workflow.instance()
-        method = getattr(instance, input.signal, None)
-        if callable(method) and _declares_handler(_class_name(instance), input.signal):
-            function = getattr(method, "__func__", None)
-            takes = positional(method) if function is None else positional(function) - 1
+        takes = _signal_takes(_class_name(workflow.instance()), input.signal)
+        if takes is not None:
             input.args = fitted(input.args, takes)
         await super().handle_signal(input)
 
@@ -53,11 +48,17 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
 
 
 @functools.lru_cache(maxsize=1024)
-def _declares_handler(workflow_class: str, signal: str) -> bool:
-    """Whether the workflow class declares a handler of `signal`: asked of the running instance
-    once per class and name (handlers are declared on the class), not at every signal, where
-    the SDK's look-up cost more than many a handler. Bounded: senders name the signals."""
-    return workflow.get_signal_handler(signal) is not None
+def _signal_takes(workflow_class: str, signal: str) -> int | None:
+    """How many arguments the running workflow's handler of `signal` takes (None: it declares
+    none of that name): the method itself, not the SDK's handler (async ones are wrapped as
+    `*args`); our handlers are named after their signals. Asked once per class and name
+    (handlers are declared on the class), not at every signal, where the SDK's look-up cost
+    more than many a handler; bounded, since senders name the signals."""
+    method = getattr(workflow.instance(), signal, None)
+    if not callable(method) or workflow.get_signal_handler(signal) is None:
+        return None
+    function = getattr(method, "__func__", None)
+    return positional(method) if function is None else positional(function) - 1
 
 
 def _class_name(instance: object) -> str:
