@@ -1,0 +1,100 @@
+"""What an aggregator's run costs in its history, whatever the machine's load: a flood of events
+costs its signals and the workflow tasks that take them in, and a run issues a fixed handful of
+commands, none of them per event (the `aggregator-patches-at-once` bundle: one patch marker,
+no status upsert at start where the starter set it, the deadline timer left to lapse)."""
+
+import uuid
+from collections import Counter
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
+from coord.models.events.envelope import EventEnvelope
+from coord.models.wire import contract
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import eventually, signal
+
+NOT_COMMANDS = frozenset(
+    {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+    }
+)
+"""Events no command of the workflow made: the rest are its commands'."""
+
+
+def waiting_for_done() -> AggregatorSpec:
+    return AggregatorSpec.model_validate(
+        {
+            "aggregator_id": f"cost-{uuid.uuid4().hex[:8]}",
+            "wait_for": [{"type": "Done"}],
+            "timeout": "1h",
+            "on_complete": "AllDone",
+            "on_timeout": "TimedOut",
+        }
+    )
+
+
+async def commands(handle: WorkflowHandle[Any, Any]) -> Counter[str]:
+    history = await handle.fetch_history()
+    return Counter(
+        EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+        for event in history.events
+        if event.event_type not in NOT_COMMANDS
+    )
+
+
+async def test_a_flood_of_events_costs_five_commands_none_per_event(
+    client: Client, task_queue: str
+) -> None:
+    """Forty events that match nothing, then the one awaited: the run's commands are the patch
+    bundle's marker and its `TemporalChangeVersion` upsert, the deadline timer, the final
+    status and the completion; runs recorded before issued nine (a marker and an upsert per
+    patch, the status upserted at start as well, the timer cancelled)."""
+    noise = [EventEnvelope.new("Noise", "/flood", payload={"n": n}) for n in range(40)]
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, waiting_for_done(), queue=task_queue)
+        await signal(handle, *noise, EventEnvelope.new("Done", "/flood"))
+        state = await handle.result()
+    assert state.status == AggregatorStatus.COMPLETED
+    assert (state.received, state.matched, state.unmatched) == (41, 1, 40)
+    assert await commands(handle) == {
+        "MARKER_RECORDED": 1,
+        "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 2,
+        "TIMER_STARTED": 1,
+        "WORKFLOW_EXECUTION_COMPLETED": 1,
+    }
+    description = await handle.describe()
+    assert description.typed_search_attributes.get(contract.COORD_STATUS) == "completed"
+
+
+async def test_a_run_started_without_its_search_attributes_writes_them_at_start(
+    client: Client, task_queue: str
+) -> None:
+    """Started by a client that set none (the Temporal CLI, a script): the run upserts what it
+    is found by at start, since only what differs from the run's own is left out."""
+    spec = waiting_for_done()
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            contract.AGGREGATOR_WORKFLOW,
+            spec.model_dump(mode="json"),
+            id=spec.workflow_id,
+            task_queue=task_queue,
+        )
+
+        async def found_waiting() -> bool:
+            found = (await handle.describe()).typed_search_attributes
+            return found.get(contract.COORD_STATUS) == "waiting"
+
+        await eventually(found_waiting)
+        described = (await handle.describe()).typed_search_attributes
+        assert described.get(contract.COORD_PATTERN) == "aggregator"
+        await signal(handle, EventEnvelope.new("Done", "/script"))
+        await handle.result()
+    assert (await commands(handle))["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 3
