@@ -1,7 +1,8 @@
 """What an aggregator's run costs in its history, whatever the machine's load: a flood of events
 costs its signals and the workflow tasks that take them in, and a run issues a fixed handful of
 commands, none of them per event (the `aggregator-patches-at-once` bundle: one patch marker,
-no status upsert at start where the starter set it, the deadline timer left to lapse)."""
+no status upsert at start where the starter set it, the deadline timer left to lapse); and
+what its workflow code does per event, counted (not timed) over a recorded flood's replay."""
 
 import uuid
 from collections import Counter
@@ -50,28 +51,55 @@ async def commands(handle: WorkflowHandle[Any, Any]) -> Counter[str]:
     )
 
 
-async def test_a_flood_of_events_costs_five_commands_none_per_event(
+async def test_a_flood_taken_in_one_task_costs_four_commands_none_per_event(
     client: Client, task_queue: str
 ) -> None:
-    """Forty events that match nothing, then the one awaited: the run's commands are the patch
-    bundle's marker and its `TemporalChangeVersion` upsert, the deadline timer, the final
-    status and the completion; runs recorded before issued nine (a marker and an upsert per
-    patch, the status upserted at start as well, the timer cancelled)."""
+    """Forty events that match nothing, then the one awaited, all sent before a worker runs
+    (so one workflow task takes them in): the run's commands are the patch bundle's marker and
+    its `TemporalChangeVersion` upsert, the final status and the completion; the deadline timer
+    armed and cancelled in the same task is never sent. Runs recorded before issued seven (a
+    marker and an upsert per patch, the status upserted at start as well)."""
     noise = [EventEnvelope.new("Noise", "/flood", payload={"n": n}) for n in range(40)]
+    handle = await api.start_aggregator(client, waiting_for_done(), queue=task_queue)
+    await signal(handle, *noise, EventEnvelope.new("Done", "/flood"))
     async with build_worker(client, task_queue):
-        handle = await api.start_aggregator(client, waiting_for_done(), queue=task_queue)
-        await signal(handle, *noise, EventEnvelope.new("Done", "/flood"))
         state = await handle.result()
     assert state.status == AggregatorStatus.COMPLETED
     assert (state.received, state.matched, state.unmatched) == (41, 1, 40)
     assert await commands(handle) == {
         "MARKER_RECORDED": 1,
         "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 2,
+        "WORKFLOW_EXECUTION_COMPLETED": 1,
+    }
+    described = (await handle.describe()).typed_search_attributes
+    assert described.get(contract.COORD_STATUS) == "completed"
+
+
+async def test_events_after_the_first_task_leave_the_deadline_timer_to_lapse(
+    client: Client, task_queue: str
+) -> None:
+    """The awaited event arrives in a later workflow task: the deadline timer, started in the
+    first, is not cancelled (the run ends anyway), so the run issues five commands; runs
+    recorded before issued nine (the timer cancelled too)."""
+    async with build_worker(client, task_queue):
+        handle = await api.start_aggregator(client, waiting_for_done(), queue=task_queue)
+
+        async def timer_started() -> bool:
+            kinds = await commands(handle)
+            return kinds["TIMER_STARTED"] == 1
+
+        await eventually(timer_started)
+        await signal(
+            handle, EventEnvelope.new("Noise", "/late"), EventEnvelope.new("Done", "/late")
+        )
+        state = await handle.result()
+    assert state.status == AggregatorStatus.COMPLETED
+    assert await commands(handle) == {
+        "MARKER_RECORDED": 1,
+        "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 2,
         "TIMER_STARTED": 1,
         "WORKFLOW_EXECUTION_COMPLETED": 1,
     }
-    description = await handle.describe()
-    assert description.typed_search_attributes.get(contract.COORD_STATUS) == "completed"
 
 
 async def test_a_run_started_without_its_search_attributes_writes_them_at_start(

@@ -103,11 +103,11 @@ class Aggregator(metaclass=SurplusStartArguments):
         if not self._deadline_first:
             return await self._run_as_recorded_before_deadline_first()
         # A task first runs when `run` first awaits: after the deadline timer is armed.
-        lapsed = deadline_timer(self._model) if self._at_once else None
+        deadline = DeadlineTimer(self._model) if self._at_once else None
         joining = asyncio.create_task(self._join_chain())
         cancel: asyncio.CancelledError | None = None
         try:
-            await self._wait_for_join(lapsed)
+            await self._wait_for_join(deadline)
         except asyncio.CancelledError as error:
             cancel = error
         joining.cancel()
@@ -117,19 +117,21 @@ class Aggregator(metaclass=SurplusStartArguments):
             raise cancel
         return self.state()
 
-    async def _wait_for_join(self, lapsed: Callable[[], bool] | None) -> None:
-        """Until the join holds or the deadline passes (`lapsed`, or a timeout armed here),
+    async def _wait_for_join(self, deadline: "DeadlineTimer | None") -> None:
+        """Until the join holds or the deadline passes (`deadline`, or a timeout armed here),
         continuing-as-new when the server suggests it (after the handlers finish)."""
-        armed = lapsed or (lambda: False)
         try:
-            await workflow.wait_condition(
-                lambda: self._model.satisfied or armed() or self._continue_as_new_due(),
-                timeout=None if lapsed else self._model.time_left(workflow.now()),
-                timeout_summary=None if lapsed else self._model.deadline_summary(),
-            )
+            if deadline:
+                await deadline.wait(lambda: self._model.satisfied or self._continue_as_new_due())
+            else:
+                await workflow.wait_condition(
+                    lambda: self._model.satisfied or self._continue_as_new_due(),
+                    timeout=self._model.time_left(workflow.now()),
+                    timeout_summary=self._model.deadline_summary(),
+                )
         except TimeoutError:
             return
-        if self._model.satisfied or armed():
+        if self._model.satisfied:
             return
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self._model.carry())
@@ -165,9 +167,8 @@ class Aggregator(metaclass=SurplusStartArguments):
         workflow.set_current_details(self._model.details())
 
     async def _finish(self, status: AggregatorStatus) -> None:
-        """Record the outcome (a cancelled run, which has no result, keeps it in its memo),
-        publish the emitted event into the chain and leave it, and wait for that and for the
-        handlers in progress. A cancel arriving meanwhile changes nothing: it is decided."""
+        """Record the outcome (a cancelled run keeps it in its memo), publish the emitted event
+        into the chain and leave it, and wait for that and the handlers; a cancel then is late."""
         self._model.finish(status)
         metrics.aggregator_ended(status)
         self._publish()
@@ -254,8 +255,7 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     @workflow.query(name=STATE_QUERY)
     def state(self) -> AggregatorState:
-        """The record as of the run's last workflow task; `AggregatorState.as_of` adds the time
-        left as the reader's clock sees it."""
+        """The record as of the run's last task; `AggregatorState.as_of` adds the time left."""
         return self._model.record()
 
     async def _signal_chain(self, signal: str, arg: Any) -> bool:
@@ -276,11 +276,22 @@ class Aggregator(metaclass=SurplusStartArguments):
         workflow.set_current_details(self._model.details())
 
 
-def deadline_timer(model: AggregatorModel) -> Callable[[], bool]:
-    """The deadline timer of a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH, left to lapse, not
-    cancelled, when the join holds first (none when the deadline has passed already): returns
-    whether it has lapsed. Armed before anything else the run does (a task first runs when the
-    run first awaits)."""
-    left, summary = model.time_left(workflow.now()), model.deadline_summary()
-    timer = asyncio.create_task(workflow.sleep(left, summary=summary)) if left else None
-    return timer.done if timer else lambda: True
+class DeadlineTimer:
+    """The deadline timer of a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH, armed before
+    anything else the run does (a task first runs when the run first awaits), none when the
+    deadline has passed already. When the join holds first the timer is left to lapse, since a
+    cancel is one more command and history event, unless it holds in the workflow task that
+    armed it: the timer's start is not sent yet, and cancelled with it, it costs nothing."""
+
+    def __init__(self, model: AggregatorModel) -> None:
+        left, summary = model.time_left(workflow.now()), model.deadline_summary()
+        self._armed_in = workflow.info().get_current_history_length()
+        self._timer = asyncio.create_task(workflow.sleep(left, summary=summary)) if left else None
+
+    async def wait(self, holds: Callable[[], bool]) -> None:
+        """Until `holds`; TimeoutError when the deadline passes first."""
+        await workflow.wait_condition(lambda: holds() or self._timer is None or self._timer.done())
+        if not holds():
+            raise TimeoutError
+        if self._timer and workflow.info().get_current_history_length() == self._armed_in:
+            self._timer.cancel()
