@@ -4,18 +4,23 @@ commands, none of them per event (the `aggregator-patches-at-once` bundle: one p
 no status upsert at start where the starter set it, the deadline timer left to lapse); and
 what its workflow code does per event, counted (not timed) over a recorded flood's replay."""
 
+import cProfile
+import pstats
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
+from bench.saga_replay import replay_cpu
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter import api
 from coord.worker import build_worker
+from tests.conftest import HISTORIES
 from tests.helpers import eventually, signal
 
 NOT_COMMANDS = frozenset(
@@ -126,3 +131,33 @@ async def test_a_run_started_without_its_search_attributes_writes_them_at_start(
         await signal(handle, EventEnvelope.new("Done", "/script"))
         await handle.result()
     assert (await commands(handle))["UPSERT_WORKFLOW_SEARCH_ATTRIBUTES"] == 3
+
+
+def calls_per_replay(history: WorkflowHistory) -> Counter[str]:
+    """How often the workflow code called each function in one replay of `history`, by the
+    profiler's count (`bench.saga_replay.replay_cpu` replays it twice: once to warm up)."""
+    profile = cProfile.Profile()
+    replay_cpu(history, 1, profile)
+    counted: Counter[str] = Counter()
+    for (path, _, function), (_, calls, *_) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
+        counted[f"{Path(path).name}:{function}"] += calls // 2
+    return counted
+
+
+def test_the_workflow_code_does_no_bookkeeping_per_event_it_can_do_per_task() -> None:
+    """A flood recorded before the bundle (41 signals in one workflow task), replayed: the UI
+    details are built when the join changes, not per event; the metrics are recorded once per
+    workflow task, not per event; the SDK's look-up of the signal's handler is not asked a
+    second time per signal by the surplus-arguments interceptor."""
+    path = HISTORIES / "Aggregator" / "aggregator-flood-recorded-before-the-bundle.json"
+    history = WorkflowHistory.from_json("flood", path.read_text())
+    signals = sum(
+        1
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    )
+    calls = calls_per_replay(history)
+    assert signals == 41
+    assert calls["model.py:details"] < 10
+    assert calls["metrics.py:record"] < 10
+    assert calls["_workflow_instance.py:workflow_get_signal_handler"] <= signals + 1
