@@ -2,7 +2,8 @@
 side of `bench.aggregator_bench` (the project's `Aggregator`, the hand-written
 `BaselineAggregator`), told by its history (events and payload bytes per handled event, workflow
 tasks, commands) and by the CPU its workflow code takes when the history is replayed in this
-process, many times (`bench.saga_replay.replay_cpu`: no server, no network, no waiting).
+process, many times (`bench.saga_replay.replay_cpu`: no server, no network, no waiting), and
+the function calls of one replay (a count the machine's load does not change).
 
     .venv/bin/python -m bench.aggregator_replay [--events 300] [--replays 20] [--profile 25]
 
@@ -13,6 +14,8 @@ functions of the project's replays.
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -70,6 +73,14 @@ def signals(history: WorkflowHistory) -> int:
     return sum(1 for e in history.events if e.event_type == kind)
 
 
+def calls_per_replay(history: WorkflowHistory) -> int:
+    """The function calls of one replay of the workflow code, by the profiler's count: the
+    same however loaded the machine is (`replay_cpu` replays twice: once to warm up)."""
+    profile = cProfile.Profile()
+    replay_cpu(history, 1, profile, baselines=[BaselineAggregator])
+    return int(pstats.Stats(profile).total_calls) // 2  # type: ignore[attr-defined]
+
+
 def kept(folder: Path) -> dict[str, WorkflowHistory]:
     return {
         side: WorkflowHistory.from_json(side, (folder / f"{side}.json").read_text())
@@ -98,7 +109,10 @@ def main() -> None:
         handled = signals(history)
         told(side, history, handled)
         cost[side] = replay_cpu(history, args.replays, baselines=[BaselineAggregator]).workflow
-        print(f"{side}: {1e6 * cost[side] / handled:.0f} µs of workflow-thread CPU per event")
+        print(
+            f"{side}: {1e6 * cost[side] / handled:.0f} µs of workflow-thread CPU per event, "
+            f"{calls_per_replay(history) / handled:.0f} function calls per event"
+        )
     print(f"project/baseline workflow CPU per replay: {cost['project'] / cost['baseline']:.2f}x")
     if args.profile:
         profiled(histories["project"], args.replays, args.profile)
