@@ -1,8 +1,10 @@
 """What a saga of local agents costs the worker's process, counted rather than timed: the
-SDK's many calls for a payload converter (every run, activation, command and activity derives a
-data converter) all get the process's one (`coord.infra.type_adapters`), and an agent run on
-a worker without a metrics endpoint builds nothing for its metrics: it neither counts itself
-in flight nor looks up its kind (`coord.activities.metrics.agent_run`)."""
+sandbox's code is compiled once for the process, not at every entry into a workflow's sandbox
+(`coord.infra.sandbox`); the SDK's many calls for a payload converter (every run, activation,
+command and activity derives a data converter) all get the process's one
+(`coord.infra.type_adapters`); and an agent run on a worker without a metrics endpoint builds
+nothing for its metrics: it neither counts itself in flight nor looks up its kind
+(`coord.activities.metrics.agent_run`)."""
 
 import asyncio
 from typing import Any
@@ -13,6 +15,7 @@ from temporalio.converter import CompositePayloadConverter, WorkflowSerializatio
 
 from coord.activities import metrics
 from coord.infra.payload_store import data_converter
+from coord.infra.sandbox import compiled
 from coord.infra.type_adapters import SharedAdapterPayloadConverter
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
 from coord.models.saga.spec import SagaStatus
@@ -33,6 +36,19 @@ async def _local_saga(client: Client, task_queue: str) -> None:
         handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
         state = await asyncio.wait_for(api.saga_outcome(handle), 60)
     assert state.status == SagaStatus.COMPLETED
+
+
+async def test_a_local_saga_enters_its_sandbox_without_compiling(
+    client: Client, task_queue: str
+) -> None:
+    """Every entry (the run's creation, each activation, each payload's contexts) finds its
+    code compiled: the second saga compiles nothing, and enters its sandbox dozens of times."""
+    await _local_saga(client, task_queue)
+    before = compiled.cache_info()
+    await _local_saga(client, task_queue)
+    after = compiled.cache_info()
+    assert after.misses == before.misses, "nothing compiled for the second saga"
+    assert after.hits - before.hits >= 40, f"{after.hits - before.hits} entries"
 
 
 def test_the_project_converter_is_one_instance_which_takes_no_context() -> None:
