@@ -33,6 +33,7 @@ from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
+from coord.infra.sandbox import CompiledSandboxRunner
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
@@ -83,6 +84,8 @@ def default_registry(
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)
 """How often a `coord worker` reports itself to the server;
 `coord agents` counts a worker alive for 10 s after its last report or poll."""
+SANDBOX = CompiledSandboxRunner()
+"""The SDK's workflow sandbox, entered by code compiled once (`coord.infra.sandbox`)."""
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle would
 hold compensation back that long when a step sets no heartbeat timeout."""
@@ -245,7 +248,9 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]
-    return process.worker(process.home, activities, workflows=list(WORKFLOWS))
+    return process.worker(
+        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=SANDBOX
+    )
 
 
 async def start_agent_monitor(client: Client, home: str) -> None:

@@ -68,13 +68,23 @@ def kind_of(request: AgentRequest, registry: AgentRegistry) -> str:
     return registry.kinds.get(request.agent, UNKNOWN_KIND)
 
 
-@contextlib.asynccontextmanager
-async def agent_run(request: AgentRequest, registry: AgentRegistry) -> AsyncIterator[None]:
+def agent_run(
+    request: AgentRequest, registry: AgentRegistry
+) -> contextlib.AbstractAsyncContextManager[None]:
     """Around the call of an agent (once a pool permit is held, and the breaker let it through):
     in flight while it runs, then counted with its duration by how it ended, the failure type
-    read as the run's own classification reads it."""
-    agent, kind = request.agent, kind_of(request, registry)
-    _record(catalogue.AGENT_RUNS_IN_FLIGHT, IN_FLIGHT.moved(agent, 1), agent=agent)
+    read as the run's own classification reads it. Nothing at all on a worker without a
+    metrics endpoint: the meter is asked once, and a run there neither counts itself in
+    flight nor looks up its kind."""
+    meter = _meter()
+    if meter is None:
+        return contextlib.nullcontext()
+    return _metered_run(meter, request.agent, kind_of(request, registry))
+
+
+@contextlib.asynccontextmanager
+async def _metered_run(meter: MetricMeter, agent: str, kind: str) -> AsyncIterator[None]:
+    catalogue.AGENT_RUNS_IN_FLIGHT.record(meter, IN_FLIGHT.moved(agent, 1), {"agent": agent})
     started = time.monotonic()
     outcome = SUCCEEDED
     try:
@@ -84,9 +94,10 @@ async def agent_run(request: AgentRequest, registry: AgentRegistry) -> AsyncIter
         raise
     finally:
         labels = {"agent": agent, "kind": kind, "outcome": outcome}
-        _record(catalogue.AGENT_RUNS, **labels)
-        _record(catalogue.AGENT_RUN_DURATION, time.monotonic() - started, **labels)
-        _record(catalogue.AGENT_RUNS_IN_FLIGHT, IN_FLIGHT.moved(agent, -1), agent=agent)
+        catalogue.AGENT_RUNS.record(meter, 1, labels)
+        catalogue.AGENT_RUN_DURATION.record(meter, time.monotonic() - started, labels)
+        in_flight = IN_FLIGHT.moved(agent, -1)
+        catalogue.AGENT_RUNS_IN_FLIGHT.record(meter, in_flight, {"agent": agent})
 
 
 def breaker_seen(agent: str, state: AgentLedgerState) -> None:

@@ -7,7 +7,10 @@ the cost of the workflow code: no server, no network, no activity, no waiting.
     .venv/bin/python -m bench.saga_replay [--replays 50] [--live 30] [--profile 25] [--keep DIR]
 
 `--live N` also runs N sagas per side, one at a time, and gives the CPU this process (client
-and workers, not the server) spent per saga: the activity side too. `--profile N` prints the
+and workers, not the server) spent per saga: the activity side too; and (on Linux) how it
+split between the process's threads: the event loop's (the client, the activities, the SDK's
+handling of each activation and completion and their payloads), the other Python threads'
+(the workflow code, in the workflow task executor) and Core's (Rust). `--profile N` prints the
 N costliest functions of the project's replays. `--keep DIR` writes the two histories there
 (`local.json`, `base-local.json`), which `--replay DIR` replays again without running
 anything. Besides the CPU, each history is told by what it recorded (events by type, payload
@@ -17,6 +20,7 @@ bytes) and by its workflow tasks.
 import argparse
 import asyncio
 import cProfile
+import os
 import pstats
 import time
 import uuid
@@ -27,7 +31,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.layouts import history_profile
 from bench.saga_bench import BASELINE_STEPS, BaselineLocalSaga
@@ -37,7 +42,7 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import saga_workflow_id
 from coord.models.wire.specs import load_spec
 from coord.starter.api import saga_outcome, start_saga
-from coord.worker import WORKFLOWS, build_worker, default_registry
+from coord.worker import SANDBOX, WORKFLOWS, build_worker, default_registry
 from coord.workflows._runtime.interceptor import SurplusArguments
 
 T = TypeVar("T")
@@ -88,12 +93,51 @@ async def record(client: Client, live: int) -> dict[str, WorkflowHistory]:
             histories[side] = await client.get_workflow_handle(workflow_id).fetch_history()
             print(f"{side}: {(await history_profile(client, workflow_id)).line()}")
             if live:
-                started = time.process_time()
+                started, threads = time.process_time(), thread_cpu()
                 for _ in range(live):
                     await run_one(client, queue, spec)
                 spent = (time.process_time() - started) / live
                 print(f"{side}: {1000 * spent:.2f} ms CPU per saga in this process ({live} sagas)")
+                print(f"{side}: {split_line(threads, thread_cpu(), live)}")
     return histories
+
+
+THREADS = {
+    "main": "event loop",
+    "python": "other Python threads",
+    "tokio-rt-worker": "Core",
+    "workflow-proces": "Core",
+}
+"""The process's threads by name (`comm`; the main thread by its id), as the split reads them."""
+
+
+def thread_cpu() -> dict[str, float] | None:
+    """CPU seconds of this process's threads so far, summed by THREADS (others left out); None
+    where /proc cannot tell (not Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds: dict[str, float] = dict.fromkeys(THREADS.values(), 0.0)
+    try:
+        for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+            name = "main" if int(task.name) == os.getpid() else (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            if name in THREADS:  # utime, stime: the 14th and 15th fields
+                seconds[THREADS[name]] += (int(fields[11]) + int(fields[12])) / tick
+    except OSError:
+        return None
+    return seconds
+
+
+def split_line(before: dict[str, float] | None, after: dict[str, float] | None, sagas: int) -> str:
+    """The CPU milliseconds per saga each kind of thread spent between two readings (a thread
+    that ended meanwhile is missed)."""
+    if before is None or after is None:
+        return "no split by thread (no /proc)"
+    parts = [f"{part} {1000 * (after[part] - before[part]) / sagas:.2f}" for part in after]
+    return "ms CPU per saga by thread: " + ", ".join(parts)
+
+
+RUNNERS: dict[str, WorkflowRunner] = {"local": SANDBOX, "base-local": SandboxedWorkflowRunner()}
+"""The sandbox each side's worker runs its workflow in: the project's, and the SDK's own."""
 
 
 class WorkflowThread(ThreadPoolExecutor):
@@ -131,17 +175,19 @@ def replay_cpu(
     history: WorkflowHistory,
     replays: int,
     profile: cProfile.Profile | None = None,
+    runner: WorkflowRunner = SANDBOX,
     baselines: Sequence[type] = (BaselineLocalSaga,),
 ) -> ReplayCost:
     """The CPU per replay of `history`, over `replays` replays in one Replayer (its setup
-    counted once), after as many to warm up; the workflow code profiled into `profile`.
-    `baselines`: the hand-written workflows registered besides the project's."""
+    counted once) in `runner`'s sandbox, after as many to warm up; the workflow code profiled
+    into `profile`. `baselines`: the hand-written workflows registered besides the project's."""
     thread = WorkflowThread(profile)
     replayer = Replayer(
         workflows=[*WORKFLOWS, *baselines],
         data_converter=data_converter(),
         interceptors=[SurplusArguments()],
         workflow_task_executor=thread,
+        workflow_runner=runner,
     )
     copies = [WorkflowHistory(f"{history.workflow_id}-{n}", history.events) for n in range(replays)]
 
@@ -195,7 +241,10 @@ def main() -> None:
         args.keep.mkdir(parents=True, exist_ok=True)
         for side, history in histories.items():
             (args.keep / f"{side}.json").write_text(history.to_json())
-    cpu = {side: replay_cpu(history, args.replays) for side, history in histories.items()}
+    cpu = {
+        side: replay_cpu(history, args.replays, runner=RUNNERS[side])
+        for side, history in histories.items()
+    }
     for side, cost in cpu.items():
         tasks = sum(
             1

@@ -10,14 +10,17 @@ from temporalio.worker import Replayer
 
 from coord.infra.payload_store import data_converter
 from coord.starter import api
-from coord.worker import WORKFLOWS, build_worker
+from coord.worker import SANDBOX, WORKFLOWS, build_worker
 from tests.conftest import HISTORIES, feature_deployment
 
 RECORDED = sorted(HISTORIES.glob("*/*.json"))
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    """In the sandbox the project's workers run workflows in."""
+    return Replayer(
+        workflows=list(WORKFLOWS), data_converter=data_converter(), workflow_runner=SANDBOX
+    )
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[f"{p.parent.name}/{p.stem[:40]}" for p in RECORDED])

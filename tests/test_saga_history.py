@@ -1,11 +1,13 @@
 """What a saga writes into its history: one patch marker for the patches it asks
-(`saga-patches-at-once-2`), its status as a search attribute at most once per workflow task,
-written before it waits on anything but a local run and when it ends, and no signal to a chain
-that does not run (asked with its agents' placements, in one local activity): a saga of local
-agents runs in one workflow task."""
+(`saga-patches-at-once-3`), its status as a search attribute at most once per workflow task,
+when it differs from what the attribute holds (a saga starts `in_progress`), written before it
+waits on anything but a local run and when it ends, and no signal to a chain that does not run
+(asked with its agents' placements, in one local activity, wherever they run): a saga of local
+agents runs in one workflow task, a saga of served agents in as many as the hand-written one."""
 
 import asyncio
 import json
+from collections import Counter
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -19,7 +21,7 @@ from coord.activities.mesh.routing import AgentRouter
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.placement import ChainPlacementAsk, Placement
 from coord.models.saga.spec import SagaStatus
-from coord.models.wire.contract import COORD_STATUS
+from coord.models.wire.contract import COORD_STATUS, SAGA_WORKFLOW
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -87,7 +89,7 @@ async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_pat
     writes = _status_writes(events)
     assert [status for _, _, status in writes] == ["completed"], "it ran in one workflow task"
     assert described.typed_search_attributes.get(COORD_STATUS) == "completed"
-    assert _patch_markers(events) == ["saga-patches-at-once-2"]
+    assert _patch_markers(events) == ["saga-patches-at-once-3"]
     upserts = sum(1 for e in events if e.event_type == UPSERTED)
     assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
     assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
@@ -112,7 +114,7 @@ async def test_a_local_saga_learns_its_chain_runs_with_its_placements_and_sends(
     assert signalled == len(state.events) == 5, "each of its events sent to the running chain"
 
 
-async def test_the_placements_look_up_answers_the_chain_only_when_every_agent_runs_locally(
+async def test_the_placements_look_up_answers_the_chain_wherever_the_agents_run(
     client: Client,
 ) -> None:
     correlation_id = testing.unique("story")
@@ -124,16 +126,56 @@ async def test_the_placements_look_up_answers_the_chain_only_when_every_agent_ru
     assert local.chain_runs is False, "no chain runs for a fresh correlation"
     remote = await AgentRouter(client, demo_agents_remote()).place_agents_with_chain(ask)
     assert set(remote.agents.values()) == {Placement.HOME}
-    assert remote.chain_runs is None, "not asked: a saga with activity tasks signals instead"
+    assert remote.chain_runs is False, "answered for agents served as activity tasks too"
 
 
-async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
+def _counted(events: list[HistoryEvent]) -> dict[str, int]:
+    counted = Counter(EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in events)
+    return dict(sorted(counted.items()))
+
+
+SERVED_FIVE_STEPS = {
+    "ACTIVITY_TASK_COMPLETED": 5,
+    "ACTIVITY_TASK_SCHEDULED": 5,
+    "ACTIVITY_TASK_STARTED": 5,
+    "MARKER_RECORDED": 2,
+    "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 2,
+    "WORKFLOW_EXECUTION_COMPLETED": 1,
+    "WORKFLOW_EXECUTION_STARTED": 1,
+    "WORKFLOW_TASK_COMPLETED": 6,
+    "WORKFLOW_TASK_SCHEDULED": 6,
+    "WORKFLOW_TASK_STARTED": 6,
+}
+"""A five-step saga of served agents without a chain: the hand-written saga's 35 events (six
+workflow tasks, five activities, start and end), the patch bundle's marker and Temporal's
+`TemporalChangeVersion` upsert, the placements' look-up (a marker), the final status."""
+
+
+async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_four_events_more(
     client: Client, task_queue: str
 ) -> None:
+    async with build_worker(client, task_queue, demo_agents_remote()):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    assert _counted(events) == SERVED_FIVE_STEPS, "no signal to a missing chain, no extra task"
+    assert [status for _, _, status in _status_writes(events)] == ["completed"], "started so"
+    assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
+    assert len(events) == 39
+
+
+async def test_a_saga_started_without_its_status_writes_in_progress_before_it_waits(
+    client: Client, task_queue: str
+) -> None:
+    """As the Temporal CLI or UI would start one: no search attributes at start."""
     spec = feature_deployment()
     spec.steps = spec.steps[:2]
     async with build_worker(client, task_queue, demo_agents_remote()):
-        handle = await api.start_saga(client, spec, queue=task_queue)
+        await client.start_workflow(
+            SAGA_WORKFLOW, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
+        )
+        handle = api.saga_handle(client, spec.saga_id)
         state = await asyncio.wait_for(api.saga_outcome(handle), 60)
     assert state.status == SagaStatus.COMPLETED
     events = await _history(handle)
@@ -143,8 +185,8 @@ async def test_a_saga_writes_in_progress_before_it_waits_on_an_activity_task(
     assert len(tasks) == len(set(tasks)), f"one status write per workflow task: {writes}"
     first_run = next(e.event_id for e in events if e.event_type == SCHEDULED)
     assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
-    assert sum(1 for e in events if e.event_type == SIGNALED) == 1, "no chain: one try"
-    assert _local_activities(events) == ["place_agents_with_chain"], "its chain not read then"
+    assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
+    assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
 
 
 async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(

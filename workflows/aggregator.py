@@ -64,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         decode_plain,
         park,
         signal_chain,
+        uncancellable,
         upsert_search_attributes,
         upsert_unwritten,
     )
@@ -175,14 +176,9 @@ class Aggregator(metaclass=SurplusStartArguments):
         if status == AggregatorStatus.CANCELLED and patched(KEPT_RECORD_PATCH):
             workflow.upsert_memo({AGGREGATOR_RECORD_MEMO: self.state()})
         leaving = asyncio.create_task(self._leave_chain())
-        while True:
-            try:
-                await workflow.wait_condition(
-                    lambda: leaving.done() and workflow.all_handlers_finished()
-                )
-                return
-            except asyncio.CancelledError:
-                continue
+        await uncancellable(
+            workflow.wait_condition(lambda: leaving.done() and workflow.all_handlers_finished())
+        )
 
     async def _leave_chain(self) -> None:
         """Its result joins the chain's log before it leaves: an ended chain waits for its

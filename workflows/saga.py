@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         StackEntry,
     )
     from coord.models.wire.contract import (
+        COORD_STATUS,
         EVENT_SIGNAL,
         SAGA_RECORD_MEMO,
         SAGA_WORKFLOW,
@@ -58,8 +59,11 @@ with workflow.unsafe.imports_passed_through():
         SAGA_EVENTS_PATCH,
         SAGA_PATCHES,
         SAGA_PATCHES_2,
+        SAGA_PATCHES_3,
         SAGA_PATCHES_AT_ONCE_2_PATCH,
+        SAGA_PATCHES_AT_ONCE_3_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
+        SAGA_STATUS_FROM_START_PATCH,
     )
     from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import (
@@ -323,14 +327,21 @@ class StatusWrites:
         self._model = model
         self._shown = model.state.status
         self._unwritten = False
+        self._written: str | None = None
+        """The status the run's search attribute holds, where known: a write of it is skipped
+        (SAGA_STATUS_FROM_START_PATCH: from what the start set)."""
         self.per_task = False
 
     def adopt_patches(self) -> None:
         """The run's bundle of patches, asked first: the newest it takes (`_runtime.patches`);
         any bundle makes the status written once per workflow task (`per_task`)."""
-        self.per_task = adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2) or adopt(
-            SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES
+        self.per_task = (
+            adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
+            or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
+            or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
         )
+        if patched(SAGA_STATUS_FROM_START_PATCH):
+            self._written = workflow.info().typed_search_attributes.get(COORD_STATUS)
 
     def changed(self) -> bool:
         """Whether the status changed since last asked; written at once unless `per_task`."""
@@ -349,9 +360,11 @@ class StatusWrites:
 
     def write(self) -> None:
         """The status, if it changed since it was last written."""
-        if self._unwritten:
-            self._unwritten = False
+        status = self._model.state.status
+        if self._unwritten and status != self._written:
             upsert_search_attributes(self._model.state.search_attributes())
+            self._written = status
+        self._unwritten = False
 
 
 class ChainSends:

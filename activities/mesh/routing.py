@@ -83,12 +83,12 @@ class AgentRouter:
 
     @activity.defn(name=refs.PLACE_AGENTS_WITH_CHAIN.name)
     async def place_agents_with_chain(self, ask: ChainPlacementAsk) -> PlacementAnswer:
-        """`place_agents`, and, when every agent asked about runs locally, whether the chain
-        asked about runs: a workflow whose runs are all local learns both before its first
-        step in one local activity, instead of holding its task for a second one later."""
+        """`place_agents`, and whether the chain asked about runs: a workflow learns both
+        before its first step in one local activity, one read of the server, instead of
+        holding its task for a second look-up later (runs all local) or signalling a chain
+        that does not run, which fails in a workflow task of its own (runs served as activity
+        tasks: two events for the signal, three for the task)."""
         placed = await self.place_agents(ask)
-        if any(where != Placement.LOCAL for where in placed.values()):
-            return PlacementAnswer(agents=placed)
         try:
             running = await chain_runs(self._client, ask.chain_of)
         except RPCError as error:  # unanswered: the workflow signals the chain as before

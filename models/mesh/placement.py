@@ -39,15 +39,15 @@ class PlacementAsk(BaseModel):
 
 class ChainPlacementAsk(PlacementAsk):
     """The agents, and a correlation whose chain the workflow would signal: whether it runs is
-    answered too when every agent asked about runs locally (`PlacementAnswer.chain_runs`)."""
+    answered too (`PlacementAnswer.chain_runs`)."""
 
     chain_of: str = Field(max_length=MAX_NAME)
 
 
 class PlacementAnswer(BaseModel):
     """Where each agent asked about runs, and whether the chain asked about runs: None when
-    not asked, or when some agent does not run locally (the workflow then signals the chain
-    later, in a workflow task its other runs take anyway)."""
+    not asked or not answered (the workflow then signals the chain, and learns from the
+    signal). Answers recorded before said it only when every agent asked about ran locally."""
 
     agents: dict[str, Placement]
     chain_runs: bool | None = None

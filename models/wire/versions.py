@@ -308,6 +308,21 @@ SAGA_PATCHES_AT_ONCE_PATCH (or each patch)."""
 SAGA_PATCHES_2 = SAGA_PATCHES | {SAGA_CHAIN_WITH_PLACEMENTS_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_2_PATCH. Never changed."""
 
+SAGA_STATUS_FROM_START_PATCH = "saga-status-from-its-start"
+"""Since 2026-11-27, in saga: a run writes its status as a search attribute only when it differs
+from what the attribute holds, starting from what its start set (`coord saga start` and
+`start_saga` start a saga `in_progress`): a saga whose first workflow task ends waiting on an
+activity task no longer upserts `in_progress` there (one event fewer). Runs recorded before
+(started `pending`) wrote every change of status."""
+
+SAGA_PATCHES_AT_ONCE_3_PATCH = "saga-patches-at-once-3"
+"""Since 2026-11-27, in saga: SAGA_PATCHES_AT_ONCE_2_PATCH with SAGA_STATUS_FROM_START_PATCH in
+force too (SAGA_PATCHES_3), still one marker. Runs recorded before asked
+SAGA_PATCHES_AT_ONCE_2_PATCH (or an earlier bundle, or each patch)."""
+
+SAGA_PATCHES_3 = SAGA_PATCHES_2 | {SAGA_STATUS_FROM_START_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_3_PATCH. Never changed."""
+
 AGGREGATOR_PATCHES_AT_ONCE_PATCH = "aggregator-patches-at-once"
 """Since 2026-11-27, in aggregator: Runs after this patch ask it first and take every patch of
 AGGREGATOR_PATCHES as in force without asking it (`_runtime.patches`): one marker and one

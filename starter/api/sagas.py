@@ -11,7 +11,7 @@ from temporalio.client import (
 )
 
 from coord.models.events.timeline import TimelineEntry, logical_order
-from coord.models.saga.spec import SagaSpec, SagaState
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire import contract
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
@@ -38,8 +38,11 @@ async def start_saga(
 ) -> WorkflowHandle[Any, SagaState]:
     """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
     its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running.
-    `eager`: this client's own worker takes its first task (`start_run`)."""
-    first = SagaState(saga_id=spec.saga_id, correlation_id=spec.correlation_id)
+    `eager`: this client's own worker takes its first task (`start_run`). A saga is listed
+    `in_progress` from its start: its run then writes its status only when it changes."""
+    first = SagaState(
+        saga_id=spec.saga_id, correlation_id=spec.correlation_id, status=SagaStatus.IN_PROGRESS
+    )
     summary = saga_summary(spec)
     if spec.rewind is not None:
         first.rewind_of = spec.rewind.of.search_value()

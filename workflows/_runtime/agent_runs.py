@@ -266,14 +266,14 @@ class Placements:
         self._local = local
         self.chain_runs: bool | None = None
         """Whether the chain asked about with the agents runs (`learn(chain_of=...)`); None
-        when not asked or not answered (some agent does not run locally)."""
+        when not asked or not answered (answers recorded before said it only when every
+        agent ran locally)."""
 
     async def learn(self, agents: Iterable[str], chain_of: str | None = None) -> None:
         """Asks the worker running this workflow task, in one local activity, about the agents
         not asked about yet (runs starting together wait for one question, then ask only what
         it left out); nothing for runs recorded before (AGENT_PLACEMENT_PATCH). `chain_of`:
-        the same activity also says whether that correlation's chain runs, when every agent
-        asked about runs locally (`chain_runs`)."""
+        the same activity also says whether that correlation's chain runs (`chain_runs`)."""
         while self._asking is not None and not self._asking.done():
             await asyncio.shield(self._asking)
         asked = sorted(set(agents) - self._known.keys())[:MAX_PLACED]
