@@ -25,6 +25,7 @@ from bench.aggregator_bench import BaselineAggregator, baseline, project
 from bench.layouts import history_profile
 from bench.saga_replay import profiled, replay_cpu
 from bench.server import bench_server
+from coord.infra.process import exit_without_teardown
 
 SIDES = ("project", "baseline")
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
@@ -89,6 +90,10 @@ def kept(folder: Path) -> dict[str, WorkflowHistory]:
 
 
 def main() -> None:
+    exit_without_teardown(measure)
+
+
+def measure() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--senders", type=int, default=10)

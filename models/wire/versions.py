@@ -328,9 +328,11 @@ AGGREGATOR_PATCHES_AT_ONCE_PATCH = "aggregator-patches-at-once"
 AGGREGATOR_PATCHES as in force without asking it (`_runtime.patches`): one marker and one
 `TemporalChangeVersion` upsert instead of one of each per patch; a search attribute is upserted
 only when it differs from the run's (so not at start, where the starter set them); the deadline
-timer is left to lapse, not cancelled, when the join completes (the run ends anyway); an event
-is validated straight from its JSON bytes. Runs recorded before asked each patch where their
-code reached it, upserted their status at start and cancelled the deadline timer."""
+timer is left to lapse, not cancelled, when the join completes (the run ends anyway), unless it
+completes in the workflow task that armed the timer (cancelled there, the timer is never sent);
+an event is validated straight from its JSON bytes. A flood of events then issues five commands
+(a run without a chain), none per event. Runs recorded before asked each patch where their code
+reached it, upserted their status at start and cancelled the deadline timer."""
 
 AGGREGATOR_PATCHES = frozenset(
     {
