@@ -1,4 +1,4 @@
-"""Plans and votes speak events, on the real dev server: the seed plan run with a correlation id
+"""Plans and votes speak events, on the real dev server: the example plan run with a correlation id
 announces its lifecycle into the correlation's chain (every event linked by its causation id, in
 one tree rooted at `PlanStarted`), a chain subscription on `ApprovalRequested` runs its agent
 while a task awaits approval, a vote's ballots and `DecisionMade` land in the chain, and no

@@ -27,7 +27,7 @@ NO_RETRY = {"max_retries": 0}
 
 
 def plan_file(folder: Path, **fields: Any) -> tuple[str, Path]:
-    """Seed 003's shape in small, on the demo agents: two roots feeding `build`, a second
+    """The task graph's shape in small, on the demo agents: two roots feeding `build`, a second
     branch `docs`, and `ship` joining them."""
     plan_id = f"cli-{uuid.uuid4().hex[:8]}"
     document = {

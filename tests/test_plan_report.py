@@ -38,7 +38,7 @@ SPEC = PlanSpec.model_validate(
     {
         "plan_id": "p1",
         "name": "Ship | it",
-        "description": "Seed 003's shape",
+        "description": "A task graph's shape",
         "max_workers": 2,
         "team": {"rev": {"role": "reviewer", "agent": "code-reviewer"}},
         "tasks": [
@@ -71,7 +71,7 @@ def table_rows(markdown: str, header: str) -> list[list[str]]:
 
 def test_the_task_plan_shows_every_task_its_agent_dependencies_and_gates() -> None:
     markdown = task_plan_markdown(SPEC)
-    assert markdown.startswith("# Task plan: Ship | it (p1)\n\nSeed 003's shape\n")
+    assert markdown.startswith("# Task plan: Ship | it (p1)\n\nA task graph's shape\n")
     assert "at most 2 running at once" in markdown
     assert "- agent runs: on each agent's own task queue\n" in markdown
     rows = {row[0]: row for row in table_rows(markdown, "Task")}

@@ -132,7 +132,7 @@ async def test_a_file_over_the_bound_is_refused_and_nothing_is_written(tmp_path:
 
 
 def scratchpad_plan(scratchpad: str) -> PlanSpec:
-    """Seed 003's shape in small: two roots feeding `build`, which fails (injected), so `ship`
+    """The task graph's shape in small: two roots feeding `build`, which fails (injected), so `ship`
     is skipped while `docs` completes."""
     fast = {"max_retries": 0}
     return PlanSpec.model_validate(

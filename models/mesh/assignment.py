@@ -30,14 +30,14 @@ from coord.models.wire.durations import Duration
 from coord.models.wire.specs import MAX_NAME
 
 MATCH_THRESHOLD = 0.7
-"""Seed 002's `capability_match > 0.7`: an agent offering less of what is asked is no candidate."""
+"""The auction's capability threshold: an agent offering less of what is asked is no candidate."""
 BID_WEIGHTS = {
     "capability_match": 0.4,
     "current_load": 0.3,
     "past_performance": 0.2,
     "resource_availability": 0.1,
 }
-"""Seed 002's `TaskAuction.evaluate_bid` criteria."""
+"""How a task auction weighs a bid's criteria."""
 BID_DIGITS = 6
 """Bids are rounded before they are compared, so equal bids tie (and go to the least recently
 picked) whatever the floating-point order of their sums."""

@@ -39,7 +39,7 @@ before it fails `agent_unavailable` (a step's, subscription's or task's
 
 
 BLOCKED_AFTER_DEFAULT = timedelta(seconds=10)
-"""Seed 002's heartbeat timeout: a loop that has not turned for that long is not slow, it is
+"""The heartbeat timeout: a loop that has not turned for that long is not slow, it is
 stuck (an awaiting agent's loop turns at least every 0.1 s)."""
 MIN_BLOCKED_AFTER = timedelta(seconds=1)
 """Below this, a busy machine's scheduling delays would read as a blocked loop."""

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from coord.models.mesh.ledger import AgentLedgerState, BreakerStateName, PoolState
 
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
-"""Seed 002's `HeartbeatMonitor(timeout=10)`: a worker not seen for this long is gone."""
+"""The heartbeat timeout (10 s): a worker not seen for this long is gone."""
 
 WorkerState = Literal["running", "shutting_down", "shutdown", "unknown"]
 AgentStatus = Literal["healthy", "unreachable"]

@@ -15,7 +15,7 @@ from coord.models.mesh.ledger import AgentLedgerState, BreakerStateName, Breaker
 from coord.models.wire.contract import AGENT_HEALTH_EVENT, AGENT_HEALTH_TOPIC, AGENT_MONITOR_SOURCE
 
 READ_INTERVAL = timedelta(seconds=3)
-"""Seed 002's `HeartbeatMonitor(interval=3)`. A killed worker was last seen at most when it died;
+"""A heartbeat monitor's reading interval (3 s). A killed worker was last seen at most when it died;
 its agent reads unreachable from 10 s (the heartbeat timeout) after that, and the next reading
 comes within 3 s, published well inside the 15 s the issue allows (a reading and a delivery
 take well under a second on a healthy server)."""

@@ -1,6 +1,6 @@
 """Plans an agent writes, and plans that grow: the pure rules.
 
-A planner is an agent asked, when its plan starts, to decompose the plan's goal (seed 004's
+A planner is an agent asked, when its plan starts, to decompose the plan's goal (the
 coordinator mode: split into subtasks, mark their dependencies, match an agent or a capability
 to each). It is sent the goal, the agents the worker knows with their capabilities, and the
 plan's team; its answer names the level of coordination it chose, why, and the task graph in
@@ -45,7 +45,7 @@ LEVELS_ASKED = {
     Level.TEAM: "agents that must talk to each other: tasks done by `team` members",
     Level.COORDINATOR: "three or more independent subtasks: a task graph (`depends_on`)",
 }
-"""What a planner asked to choose a level is told of each (seed 004's mode switch)."""
+"""What a planner asked to choose a level is told of each (the mode switch)."""
 
 
 class PlannerAnswer(BaseModel):

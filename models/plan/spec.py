@@ -46,11 +46,11 @@ from coord.models.wire.graphs import find_cycle
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
 
 DEFAULT_MAX_WORKERS = 5
-"""Seed 004: at most five workers at once."""
+"""A coordinator runs at most five workers at once."""
 DEFAULT_TASK_TIMEOUT = timedelta(seconds=300)
-"""Seed 004: a worker times out after 300 seconds by default."""
+"""A worker times out after 300 seconds by default."""
 DEFAULT_PROGRESS_INTERVAL = timedelta(seconds=30)
-"""Seed 004: the coordinator looks at its workers' progress every 30 seconds (plans started
+"""The coordinator looks at its workers' progress every 30 seconds (plans started
 before the reader looked only when asked)."""
 DEFAULT_FIX_BUDGET = 3
 MAX_NOTES = 4096
@@ -81,7 +81,7 @@ class Dispatch(StrEnum):
 
 
 class ReviewStage(StrEnum):
-    """Seed 004's two-stage review, in its order: the spec first, then quality."""
+    """The two-stage review, in its order: the spec first, then quality."""
 
     SPEC_COMPLIANCE = "spec_compliance"
     CODE_QUALITY = "code_quality"
@@ -112,7 +112,7 @@ class ReviewGate(BaseModel):
 
 
 class DualVerification(BaseModel):
-    """Seed 004's Santa method: independent verifiers, run in parallel on the same result; the
+    """The Santa method: independent verifiers, run in parallel on the same result; the
     task passes only when every one passes, else it is fixed with all their notes."""
 
     model_config = ConfigDict(extra="forbid")
@@ -163,7 +163,7 @@ MAX_MEMORY = 100
 
 
 class TeamMember(BaseModel):
-    """Seed 004 level 2: a named member of the team with a role, played by an agent. Members
+    """Coordination by a team: a named member of the team with a role, played by an agent. Members
     message each other (`coord.models.plan.team`) within their `messages` limits. A per-task
     member does the tasks that name it and gets its messages in its next run; a `long_lived`
     one is a workflow of its own for the plan's lifetime, running its agent on each message it
@@ -475,7 +475,7 @@ def _check_vote_ids(spec: PlanSpec) -> None:
 
 
 class TaskState(StrEnum):
-    """Seed 003's state machine (`pending -> ready -> running -> succeeded | failed`, `failed ->
+    """A task's state machine (`pending -> ready -> running -> succeeded | failed`, `failed ->
     running` on a retry, `failed -> error` once retries are spent), with what a coordinator adds:
     waiting for a person, being reviewed, and the two ways a task never ends on its own."""
 
@@ -670,7 +670,7 @@ def counts_line(counts: dict[TaskState, int], total: int) -> str:
 
 
 class Level(StrEnum):
-    """Seed 004's levels of coordination, as a planner chooses among them: the simplest that
+    """The levels of coordination, as a planner chooses among them: the simplest that
     fits the goal."""
 
     DIRECT = "direct"

@@ -42,7 +42,8 @@ from coord.models.wire.specs import (
 )
 
 DEFAULT_THRESHOLD = 0.67
-"""Seed 002: a proposal passes with two thirds of the voters, tolerating up to a third faulty."""
+"""A Byzantine-tolerant quorum: a proposal passes with two thirds of the voters, up to a
+third of them faulty."""
 DEFAULT_DEADLINE = timedelta(minutes=5)
 DEFAULT_VOTER_TIMEOUT = timedelta(minutes=1)
 """The time one voter has to answer, its retries included."""

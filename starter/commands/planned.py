@@ -1,4 +1,4 @@
-"""`coord run GOAL --planner AGENT`: seed 004's mode switch. The planner is asked which level of
+"""`coord run GOAL --planner AGENT`: the mode switch. The planner is asked which level of
 coordination fits the goal (direct: it answers itself; a single delegation; a team; a
 coordinator's task graph) and the graph for it; the plan records the choice and why, runs it,
 and prints the outcome."""
