@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
+from bench.aggregator_replay import NOT_COMMANDS
 from bench.saga_replay import replay_cpu
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
 from coord.models.events.envelope import EventEnvelope
@@ -22,17 +23,6 @@ from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import HISTORIES
 from tests.helpers import eventually, signal
-
-NOT_COMMANDS = frozenset(
-    {
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED,
-        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
-        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
-        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
-        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
-    }
-)
-"""Events no command of the workflow made: the rest are its commands'."""
 
 
 def waiting_for_done() -> AggregatorSpec:

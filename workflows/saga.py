@@ -327,9 +327,9 @@ class StatusWrites:
         self._model = model
         self._shown = model.state.status
         self._unwritten = False
-        self._written: str | None = None
-        """The status the run's search attribute holds, where known: a write of it is skipped
-        (SAGA_STATUS_FROM_START_PATCH: from what the start set)."""
+        self._skips_carried = False
+        """A write of the status the run's search attribute holds is skipped (as the start set
+        it, or as last written: SAGA_STATUS_FROM_START_PATCH)."""
         self.per_task = False
 
     def adopt_patches(self) -> None:
@@ -340,8 +340,7 @@ class StatusWrites:
             or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
             or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
         )
-        if patched(SAGA_STATUS_FROM_START_PATCH):
-            self._written = workflow.info().typed_search_attributes.get(COORD_STATUS)
+        self._skips_carried = patched(SAGA_STATUS_FROM_START_PATCH)
 
     def changed(self) -> bool:
         """Whether the status changed since last asked; written at once unless `per_task`."""
@@ -361,9 +360,9 @@ class StatusWrites:
     def write(self) -> None:
         """The status, if it changed since it was last written."""
         status = self._model.state.status
-        if self._unwritten and status != self._written:
+        carried = workflow.info().typed_search_attributes.get(COORD_STATUS) == status
+        if self._unwritten and not (self._skips_carried and carried):
             upsert_search_attributes(self._model.state.search_attributes())
-            self._written = status
         self._unwritten = False
 
 
