@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: setup compile demo test test-tools lint docs fuzz soak histories bench schemas clean
+.PHONY: setup compile demo test test-tools lint docs fuzz soak histories bench bench-restate-setup schemas clean
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -86,6 +86,15 @@ histories: $(INSTALLED)
 bench: export COORD_DEMO_AGENTS = 1
 bench: $(INSTALLED) compile
 	$(BIN)/python -m bench.table $(BENCH_ARGS)
+
+# The bench's optional peer comparison (docs/bench.md): the Restate SDK and hypercorn into the
+# venv (the `bench-restate` extra), restate-server from npm into bench/.restate/ (ignored by
+# git; its install scripts are not run). `make bench` then runs the saga on Restate too.
+RESTATE_SERVER_VERSION := 1.7.12
+bench-restate-setup: $(INSTALLED)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[bench-restate]'
+	npm install --prefix bench/.restate --no-fund --no-audit --ignore-scripts \
+		@restatedev/restate-server@$(RESTATE_SERVER_VERSION)
 
 clean:
 	rm -rf $(VENV) .temporal *.egg-info
