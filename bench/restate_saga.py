@@ -185,6 +185,7 @@ async def served(port: int) -> AsyncIterator[None]:
     config = hypercorn.config.Config()
     config.bind = [f"127.0.0.1:{port}"]
     config.accesslog = None
+    config.loglevel = "WARNING"
     config.h2_max_concurrent_streams = 1000
     config.keep_alive_timeout = 3600
     stop = asyncio.Event()
@@ -216,6 +217,7 @@ class RestateSaga:
 
     http: httpx.AsyncClient
     ingress: str
+    admin: str
     payload: Payload
 
     async def run_one(self, saga_id: str) -> str | None:
@@ -264,9 +266,24 @@ async def restate_saga(install: RestateInstall, payload: Payload) -> AsyncIterat
                 await until_answers(http, f"{admin}/deployments", "POST", json=deployment)
                 ready = f"{ingress}/{SERVICE}/bench-ready/run"
                 await until_answers(http, ready, "POST", json=payload)
-                yield RestateSaga(http, ingress, payload)
+                yield RestateSaga(http, ingress, admin, payload)
         finally:
             await stop_server(process)
+
+
+@asynccontextmanager
+async def restate_side(
+    payload: Payload, wanted: bool = True
+) -> AsyncIterator[tuple[RunOne | None, str]]:
+    """A bench's Restate side, when `wanted` and installed: its `run_one` (else None), and a
+    line for the bench's report saying which versions ran, or why none did."""
+    install = installed() if wanted else None
+    if install is None:
+        why = "not installed (optional: make bench-restate-setup)" if wanted else "not run"
+        yield None, f"restate: {why}"
+        return
+    async with restate_saga(install, payload) as saga:
+        yield saga.run_one, f"restate: {install.describe()}, the saga served in this process"
 
 
 async def alone(sagas: int, concurrency: int, payload: Payload) -> int:

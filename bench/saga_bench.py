@@ -56,6 +56,8 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.layouts import history_profile, phases
+    from bench.restate_saga import SERVER as RESTATE_SERVER
+    from bench.restate_saga import restate_side
     from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
@@ -198,11 +200,11 @@ WorkflowIdOf = Callable[[str], str]
 """The workflow id of the saga run under the given id (to read its history)."""
 
 
-def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
+def project_side(client: Client, queue: str, spec: SagaSpec, *, eager: bool = False) -> RunOne:
     async def run_one(saga_id: str) -> str | None:
         # As `coord saga start --id` would: a new saga id, which is also its correlation id.
         unique = spec.model_copy(update={"saga_id": saga_id, "correlation_id": saga_id})
-        state = await saga_outcome(await start_saga(client, unique, queue=queue))
+        state = await saga_outcome(await start_saga(client, unique, queue=queue, eager=eager))
         if state.status == SagaStatus.COMPLETED:
             return None
         return f"{saga_id}: {state.status.value} ({state.failure_reason})"
@@ -221,18 +223,28 @@ def baseline_side(
     return run_one
 
 
-LOCAL, SERVED, QUEUES = "local", "served", "queues"
+LOCAL, SERVED, QUEUES, FAST = "local", "served", "queues", "fast"
+RESTATE = "restate"
 BASELINE, BASELINE_LOCAL, BASELINE_QUEUES = "baseline", "base-local", "base-queues"
 PROJECT = SERVED
 """The side other benches compare with (bench.metrics_bench): the project's agents served by
 its coordinator worker."""
-RATIOS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (QUEUES, BASELINE_QUEUES))
+RATIOS = (
+    (SERVED, BASELINE),
+    (LOCAL, BASELINE_LOCAL),
+    (QUEUES, BASELINE_QUEUES),
+    (FAST, BASELINE_LOCAL),
+    (FAST, RESTATE),
+)
 SIDES_TOLD = (
     f"{LOCAL}: the demo agents (python) as local activities; {SERVED}: the same agents declared "
     f"`execution: remote`, on the saga's own queue (eager); {QUEUES}: the agents on their own "
     f"queues, served by another worker; {BASELINE} / {BASELINE_LOCAL}: the hand-written saga "
     f"with regular / local activities; {BASELINE_QUEUES}: the hand-written saga with its "
-    "activities on another queue, served by another worker"
+    "activities on another queue, served by another worker; "
+    f"{FAST}: the fast path, {LOCAL} started eagerly (its first workflow task handed back in the "
+    f"start call's answer); {RESTATE} (when installed, bench/restate_saga.py): the same saga on "
+    "Restate, each step a `ctx.run`"
 )
 
 
@@ -252,6 +264,7 @@ def server_cpu_seconds() -> float | None:
     try:
         tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
         children = {pid for task in tasks for pid in (task / "children").read_text().split()}
+        children -= restate_servers(children)
         if not children:
             return None
         total = 0
@@ -261,6 +274,11 @@ def server_cpu_seconds() -> float | None:
     except OSError:
         return None
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def restate_servers(pids: set[str]) -> set[str]:
+    """Those of `pids` that are restate-server (the Restate side's server, not Temporal's)."""
+    return {pid for pid in pids if Path(f"/proc/{pid}/comm").read_text().strip() == RESTATE_SERVER}
 
 
 class LedgerMessages(Interceptor):
@@ -396,6 +414,7 @@ def report(header: list[str], results: list[Measurement]) -> None:
 
 WORKFLOW_ID_OF: dict[str, WorkflowIdOf] = {
     LOCAL: saga_workflow_id,
+    FAST: saga_workflow_id,
     SERVED: saga_workflow_id,
     QUEUES: saga_workflow_id,
     BASELINE: lambda saga_id: saga_id,
@@ -405,9 +424,10 @@ WORKFLOW_ID_OF: dict[str, WorkflowIdOf] = {
 
 
 async def where_it_went(client: Client, results: list[Measurement]) -> list[str]:
-    """Each side's last saga, from its history: what it recorded, and where its time went."""
+    """Each side's last saga, from its history: what it recorded, and where its time went (the
+    sides on Temporal)."""
     lines = ["each side's last saga, from its history:"]
-    last = {r.side: r for r in results}
+    last = {r.side: r for r in results if r.side in WORKFLOW_ID_OF}
     for side, measured in last.items():
         workflow_id = WORKFLOW_ID_OF[side](measured.last_id)
         profile, phased = (
@@ -424,7 +444,7 @@ def side_rate(results: list[Measurement], side: str) -> float:
     return sum(r.sagas for r in mine) / sum(r.wall for r in mine)
 
 
-async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
+async def bench(sagas: int, concurrency: int, warmup: int, rounds: int, restate: bool) -> int:
     # Resolved here, not at import: the workflow sandbox re-imports this module.
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
@@ -437,6 +457,7 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
         client = Client(**config)
         sides = {
             LOCAL: project_side(client, queue[LOCAL], spec),
+            FAST: project_side(client, queue[LOCAL], spec, eager=True),
             SERVED: project_side(client, queue[SERVED], spec),
             QUEUES: project_side(client, queue[QUEUES], spec),
             BASELINE: baseline_side(client, queue[BASELINE], spec.input),
@@ -463,7 +484,10 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
             build_worker(client, queue[SERVED], served_here(registry)),
             build_worker(client, queue[QUEUES], registry, only=[]),
             build_worker(client, queue[QUEUES], registry, workflows=False),
+            restate_side(spec.input, restate) as (restate_run, restate_told),
         ):
+            if restate_run is not None:
+                sides[RESTATE] = restate_run
             warm = [await measure(s, run, warmup, warmup) for s, run in sides.items()]
             results = [
                 await measure(side, sides[side], sagas, concurrency, round_)
@@ -478,6 +502,7 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
             f"server: {server}; CPUs: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}",
             f"sagas per side and round: {sagas}; concurrency: {concurrency}; rounds: {rounds}, "
             f"interleaved (the order rotates); warm-up: {warmup} per side",
+            restate_told,
         ],
         results,
     )
@@ -498,10 +523,16 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20, help="sagas in flight at most")
     parser.add_argument("--warmup", type=int, default=5, help="untimed sagas per side first")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per side")
+    parser.add_argument(
+        "--no-restate",
+        dest="restate",
+        action="store_false",
+        help="leave out the Restate side even when it is installed (make bench-restate-setup)",
+    )
     args = parser.parse_args()
     if min(args.sagas, args.concurrency, args.warmup, args.rounds) < 1:
         parser.error("--sagas, --concurrency, --warmup and --rounds must be at least 1")
-    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds)
+    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds, args.restate)
     exit_without_teardown(lambda: asyncio.run(run))
 
 

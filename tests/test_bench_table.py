@@ -1,8 +1,11 @@
 """The benchmark table's reading of what each bench prints (no server): its ratio lines, and the
 p50 ratios of a summary line that names its sides."""
 
+from pathlib import Path
+
+from bench.restate_saga import RestateInstall
 from bench.rounds import ratio_line
-from bench.table import ratio_rows
+from bench.table import ratio_rows, restate_line
 
 
 def test_every_ratio_line_a_bench_prints_becomes_a_row() -> None:
@@ -47,3 +50,29 @@ def test_a_side_whose_p50_ratio_a_bench_printed_gets_no_summary_row() -> None:
         "queues/base-queues p50",
         "vote/base-queues p50 (of the rounds' medians)",
     ]
+
+
+def test_the_restate_side_is_a_peer_of_the_fast_path_not_a_side_over_the_baselines() -> None:
+    """The saga bench's Restate side gets the fast/restate ratios it printed, and no rows of
+    its own over the hand-written sagas from the summary line."""
+    output = "\n".join(
+        [
+            ratio_line("fast/base-local p50", 1.05, [1.05]),
+            ratio_line("fast/restate throughput", 0.45, [0.45]),
+            ratio_line("fast/restate p50", 2.3, [2.3]),
+            "fast: 23.9 sagas/s, p50 41.9 ms; base-local: 25.1 sagas/s, p50 40.1 ms; "
+            "restate: 53.3 sagas/s, p50 18.4 ms (all rounds)",
+        ]
+    )
+    assert [label for label, *_ in ratio_rows(output)] == [
+        "fast/base-local p50",
+        "fast/restate throughput",
+        "fast/restate p50",
+    ]
+
+
+def test_the_header_names_restates_versions_or_how_to_install_it() -> None:
+    install = RestateInstall(Path("/opt/restate-server"), "1.7.12", "1.2.0")
+    assert "restate-server 1.7.12, restate-sdk 1.2.0" in restate_line(install)
+    assert "fast/restate" in restate_line(install)
+    assert "make bench-restate-setup" in restate_line(None)
