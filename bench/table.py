@@ -202,8 +202,16 @@ def restate_line(install: restate_saga.RestateInstall | None) -> str:
     )
 
 
-def header(quick: bool, rounds: int, before: float, after: float) -> list[str]:
+def selected(only: Sequence[str]) -> tuple[Bench, ...]:
+    """The benches whose pattern starts with one of `only` (all of them when it is empty)."""
+    return tuple(bench for bench in BENCHES if not only or bench.pattern.startswith(tuple(only)))
+
+
+def header(
+    quick: bool, rounds: int, before: float, after: float, only: Sequence[str] = ()
+) -> list[str]:
     command = "python -m bench.table" + (" --quick" if quick else "")
+    command += "".join(f" --only {shlex.quote(pattern)}" for pattern in only)
     return [
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC · {platform.node()} · {os.cpu_count()} CPUs · "
         f"load average {before:.2f} before, {after:.2f} after · commit {git_head()}",
@@ -227,7 +235,7 @@ def table(rows: Sequence[Row]) -> Table:
     return grid
 
 
-async def run(quick: bool, rounds: int) -> int:
+async def run(quick: bool, rounds: int, only: Sequence[str]) -> int:
     before = os.getloadavg()[0]
     server = await start_dev_server()
     env = {
@@ -236,11 +244,11 @@ async def run(quick: bool, rounds: int) -> int:
         "COORD_DEMO_AGENTS": "1",
     }
     try:
-        rows = [row for bench in BENCHES for row in await measure(bench, quick, rounds, env)]
+        rows = [row for bench in selected(only) for row in await measure(bench, quick, rounds, env)]
     finally:
         await server.shutdown()
     console = Console(width=160)
-    for line in header(quick, rounds, before, os.getloadavg()[0]):
+    for line in header(quick, rounds, before, os.getloadavg()[0], only):
         console.print(line, highlight=False)
     console.print(table(rows))
     return 1 if any(row.note.startswith("failed") for row in rows) else 0
@@ -250,12 +258,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small runs, two rounds")
     parser.add_argument("--rounds", type=int, default=None, help="rounds the runner repeats")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="run only the benches whose pattern starts with this (repeatable; e.g. saga)",
+    )
     args = parser.parse_args()
     rounds = args.rounds or (2 if args.quick else 3)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not selected(args.only):
+        parser.error(f"--only matches no bench: {', '.join(b.pattern for b in BENCHES)}")
     print("running:", shlex.join(sys.argv), file=sys.stderr)
-    exit_without_teardown(lambda: asyncio.run(run(args.quick, rounds)))
+    exit_without_teardown(lambda: asyncio.run(run(args.quick, rounds, args.only)))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from bench.restate_saga import RestateInstall
 from bench.rounds import ratio_line
-from bench.table import ratio_rows, restate_line
+from bench.table import BENCHES, ratio_rows, restate_line, selected
 
 
 def test_every_ratio_line_a_bench_prints_becomes_a_row() -> None:
@@ -76,3 +76,9 @@ def test_the_header_names_restates_versions_or_how_to_install_it() -> None:
     assert "restate-server 1.7.12, restate-sdk 1.2.0" in restate_line(install)
     assert "fast/restate" in restate_line(install)
     assert "make bench-restate-setup" in restate_line(None)
+
+
+def test_only_runs_the_benches_whose_pattern_starts_with_it() -> None:
+    assert [bench.pattern for bench in selected(["saga"])] == ["saga serial", "saga concurrent"]
+    assert selected([]) == BENCHES
+    assert selected(["nothing"]) == ()
