@@ -31,7 +31,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx
 
+from bench.rounds import RunOne, timed_runs
 from coord.infra.process import exit_without_teardown
 from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 
@@ -63,7 +64,6 @@ PLAN: tuple[tuple[str, str | None], ...] = (
 hand-written saga's order)."""
 
 Payload = dict[str, Any]
-RunOne = Callable[[str], Any]
 
 
 @dataclass(frozen=True)
@@ -288,8 +288,6 @@ async def restate_side(
 
 async def alone(sagas: int, concurrency: int, payload: Payload) -> int:
     """The saga alone on Restate: `sagas` of them, `concurrency` at once."""
-    from bench.rounds import timed_runs
-
     install = installed()
     if install is None:
         print("restate-server or restate-sdk is not installed: make bench-restate-setup")
