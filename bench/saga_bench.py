@@ -18,9 +18,13 @@ activities, against the hand-written saga with local activities; `served`, the s
 declared `execution: remote`, on the saga's own queue, against the hand-written saga with
 regular activities; `queues`, the agents served only by another worker, on their own queues,
 against the hand-written saga with its activities on another queue, served by another worker
-(`base-queues`). Each round also gives the CPU time each saga cost this process (the workers,
-the client) and the server, and the messages the agents' breakers sent their ledgers per saga:
-measures the load of a shared machine moves far less than wall time. After the rounds, each
+(`base-queues`). The fast path, `fast`, is `local` started eagerly, against the hand-written
+saga with local activities and, when Restate is installed (`make bench-restate-setup`;
+`--no-restate` leaves it out), against the same saga on Restate (`restate`, bench/restate_saga.py:
+its docstring says what the two hold equal). Each round also gives the CPU time each saga
+cost this process (the workers, the client) and the Temporal server, and the messages the
+agents' breakers sent their ledgers per saga: measures the load of a shared machine moves far
+less than wall time. After the rounds, each
 side's last saga is read from its history: its events by type, the bytes its payloads carried,
 and where its time went.
 """
