@@ -22,10 +22,10 @@ against the hand-written saga with its activities on another queue, served by an
 saga with local activities and, when Restate is installed (`make bench-restate-setup`;
 `--no-restate` leaves it out), against the same saga on Restate (`restate`, bench/restate_saga.py:
 its docstring says what the two hold equal). Each round also gives the CPU time each saga
-cost this process (the workers, the client) and the Temporal server, and the messages the
-agents' breakers sent their ledgers per saga: measures the load of a shared machine moves far
-less than wall time. After the rounds, each
-side's last saga is read from its history: its events by type, the bytes its payloads carried,
+cost this process (the workers, the client) and the server (Temporal's; Restate's for the
+`restate` side), and the messages the agents' breakers sent their ledgers per saga: measures
+the load of a shared machine moves far less than wall time. After the rounds, each side's last
+saga on Temporal is read from its history: its events by type, the bytes its payloads carried,
 and where its time went.
 """
 
@@ -262,13 +262,15 @@ def served_here(registry: AgentRegistry) -> AgentRegistry:
     return remote
 
 
-def server_cpu_seconds() -> float | None:
-    """CPU seconds (user and system) of this process's children: the embedded dev server;
-    None without one (TEMPORAL_ADDRESS), or where /proc cannot tell (not Linux)."""
+def server_cpu_seconds(restate: bool = False) -> float | None:
+    """CPU seconds (user and system) of this process's children: the embedded dev server, or
+    with `restate` the Restate side's restate-server; None without one (TEMPORAL_ADDRESS), or
+    where /proc cannot tell (not Linux)."""
     try:
         tasks = Path(f"/proc/{os.getpid()}/task").iterdir()
         children = {pid for task in tasks for pid in (task / "children").read_text().split()}
-        children -= restate_servers(children)
+        restate_pids = restate_servers(children)
+        children = restate_pids if restate else children - restate_pids
         if not children:
             return None
         total = 0
@@ -331,8 +333,10 @@ class Cpu:
     """And the messages sent to agents' ledgers (LEDGER_MESSAGES)."""
 
     @classmethod
-    def now(cls) -> "Cpu":
-        return cls(time.process_time(), server_cpu_seconds(), LEDGER_MESSAGES.sent.total())
+    def now(cls, restate: bool = False) -> "Cpu":
+        """With `restate`, the server is the Restate side's."""
+        server = server_cpu_seconds(restate)
+        return cls(time.process_time(), server, LEDGER_MESSAGES.sent.total())
 
     def since(self, before: "Cpu") -> "Cpu":
         server = None
@@ -367,9 +371,9 @@ class Measurement:
 async def measure(
     side: str, run_one: RunOne, sagas: int, concurrency: int, round_: int = 0
 ) -> Measurement:
-    before = Cpu.now()
+    before = Cpu.now(side == RESTATE)
     timed = await timed_runs(side, run_one, sagas, concurrency, SAGA_DEADLINE)
-    cpu = Cpu.now().since(before)
+    cpu = Cpu.now(side == RESTATE).since(before)
     return Measurement(
         side, round_, sagas, timed.wall, timed.latencies, timed.failures, timed.last_id, cpu
     )
