@@ -33,7 +33,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 import asyncio
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.timeline import TimelineEntry
-    from coord.models.mesh.agents import AgentRequest
+    from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.runs import RunDetour
@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_LOCAL_RUNS_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -156,6 +157,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
         self._model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
         self._model.intake.numbers_rows = workflow.patched(LOG_POSITIONS_PATCH)
+        if workflow.patched(CHAIN_LOCAL_RUNS_PATCH):
+            self._runner.run_locally()
         self._outbound.upsert_status()
         self._runner.announce_agents()
         while not self._model.finished(self._outbound.count):
@@ -188,11 +191,21 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         await write_log(self._model.log)
         workflow.set_current_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):
-            await workflow.wait_condition(self._quiet)
-            workflow.continue_as_new(self._model.carry())
+            await self._continue_as_new()
         if more:
             await workflow.sleep(NEXT_TASK, summary="more events in the next task")
         return True
+
+    async def _continue_as_new(self) -> NoReturn:
+        """Once quiet, in a workflow task that records no run's outcome: a local run that ended
+        in this task has its marker recorded first, by ending the task (a timer); the server
+        refuses a continue-as-new when signals arrived meanwhile, and with it the markers of
+        its task, which would run those runs again (`ChainPacing.outcomes_unrecorded`)."""
+        await workflow.wait_condition(self._quiet)
+        while self._model.pacing.outcomes_unrecorded():
+            await workflow.sleep(NEXT_TASK, summary="local runs recorded before continuing")
+            await workflow.wait_condition(self._quiet)
+        workflow.continue_as_new(self._model.carry())
 
     def _take_in(self) -> bool:
         """Hands the waiting events to the model, a workflow task's share, one at a time, each
@@ -328,8 +341,15 @@ class ChainRunner:
         self._outbound = outbound
         self._announced: list[str] | None = None
         self._placements = Placements(local=False)
-        """Where the chain's agents run, asked of its worker at its first run here: on the
-        chain's own queue when its worker serves them (never as local activities)."""
+        """Where the chain's agents run, asked of its worker (in an activity) at its first run
+        here: on the chain's own queue when its worker serves them, as local activities too
+        once `run_locally`."""
+
+    def run_locally(self) -> None:
+        """Short in-process agents its worker serves run as local activities, as a saga's do
+        (CHAIN_LOCAL_RUNS_PATCH); runs recorded before ran them on the chain's own queue."""
+        self._placements = Placements(ask_in_activity=True)
+        self._model.pacing.runs_locally = True
 
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
@@ -354,16 +374,7 @@ class ChainRunner:
                 if self._model.pacing.hands_over_run(subscription):
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
-                await self._outbound.fan_out.room(json_size(request))
-                await self._placements.learn(self._model.spec.served_agents())
-                settings = declared_settings(
-                    subscription,
-                    f"{run.agent} ← {run.trigger.event.type}",
-                    inline_agents=self._model.spec.agents,
-                    room=self._outbound.fan_out.room,
-                    placements=self._placements,
-                )
-                result = await start_agent_run(request, settings, partial(self._detoured, run))
+                result = await self._run_here(run, subscription, request)
             except ActivityError as error:
                 failed = RunFailure(
                     type=failure_type_of(error),
@@ -377,6 +388,25 @@ class ChainRunner:
             self._outbound.flush()
         finally:
             runs.finish(seq)
+
+    async def _run_here(
+        self, run: AgentRun, subscription: Subscription, request: AgentRequest
+    ) -> AgentResult:
+        """The agent run in the chain (the fast path): its result, or its ActivityError. Its
+        ending is noted for continue-as-new (`ChainPacing.ran_here`)."""
+        await self._outbound.fan_out.room(json_size(request))
+        await self._placements.learn(self._model.spec.served_agents())
+        settings = declared_settings(
+            subscription,
+            f"{run.agent} ← {run.trigger.event.type}",
+            inline_agents=self._model.spec.agents,
+            room=self._outbound.fan_out.room,
+            placements=self._placements,
+        )
+        try:
+            return await start_agent_run(request, settings, partial(self._detoured, run))
+        finally:
+            self._model.pacing.ran_here()
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
