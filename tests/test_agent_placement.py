@@ -82,15 +82,15 @@ def _agent_tasks(events: list[HistoryEvent]) -> dict[str, str]:
     }
 
 
-def _local_types(events: list[HistoryEvent]) -> set[str]:
-    """The activity type of each local activity recorded."""
-    return {
+def local_activity_types(events: list[HistoryEvent]) -> list[str]:
+    """The activity type of each local activity recorded, in order."""
+    return [
         json.loads(e.marker_recorded_event_attributes.details["data"].payloads[0].data)[
             "activity_type"
         ]
         for e in events
         if e.marker_recorded_event_attributes.marker_name == LOCAL
-    }
+    ]
 
 
 def _markers(events: list[HistoryEvent]) -> int:
@@ -168,7 +168,7 @@ async def test_a_chain_asks_where_its_agents_run_in_an_activity_and_replays_at_e
         and e.activity_task_scheduled_event_attributes.activity_type.name == PLACE_AGENTS.name
     ]
     assert asked == [task_queue], "one question, on the chain's own queue"
-    assert PLACE_AGENTS.name not in _local_types(events), "not in a local activity"
+    assert PLACE_AGENTS.name not in local_activity_types(events), "not in a local activity"
     await _replays_from_every_task(history)
 
 
