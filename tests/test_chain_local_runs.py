@@ -15,10 +15,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
+from coord.models.calls import WRITE_LOG_SEGMENT
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.envelope import EventEnvelope
+from coord.models.events.log import SEGMENT_ROWS
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.retry import RetryConfig
+from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import build_worker
@@ -26,6 +29,9 @@ from tests.helpers import approved, eventually, parked, user_story
 from tests.test_agent_placement import LOCAL, _agent_tasks, _replays_from_every_task
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
 FAST_RETRY = RetryConfig(max_retries=1, initial_delay=timedelta(milliseconds=100), jitter="none")
 SIGNALS_PER_RUN = 100
 """The least a chain's input allows: the chain continues as new every 25 history events."""
@@ -149,3 +155,102 @@ async def test_a_chain_continuing_as_new_among_local_runs_runs_each_once_and_rep
     assert _local_runs(events) >= PINGS
     for history in histories:
         await _replays_from_every_task(history)
+
+
+def _gated_registry(
+    calls: Counter[str], started: asyncio.Event, release: asyncio.Event
+) -> AgentRegistry:
+    """`gate`, a python agent (a local run) that waits for the test, publishing nothing."""
+    registry = AgentRegistry()
+
+    @registry.register("gate")
+    async def gate(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        calls[context.idempotency_key] += 1
+        started.set()
+        await release.wait()
+        return {}
+
+    return registry
+
+
+def _last_task_commands(events: list[HistoryEvent]) -> list[HistoryEvent]:
+    """What the run's last workflow task recorded: the events after its completion."""
+    last = max(i for i, e in enumerate(events) if e.event_type == TASK_COMPLETED)
+    return events[last + 1 :]
+
+
+def _log_written(events: list[HistoryEvent]) -> bool:
+    """A log segment's write completed (an activity of the chain)."""
+    writes = {
+        e.event_id
+        for e in events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == WRITE_LOG_SEGMENT.name
+    }
+    return any(
+        e.activity_task_completed_event_attributes.scheduled_event_id in writes for e in events
+    )
+
+
+def _close_taken(events: list[HistoryEvent]) -> bool:
+    """The `close` signal is in a workflow task handed to the chain's worker: any local run's
+    result reaches the chain in that task or a later one. (A signal arriving while a task
+    waits for a local run is written once that task completes: at the latest when the worker
+    heartbeats the task, most of its timeout later.)"""
+    signalled = [
+        e.event_id
+        for e in events
+        if e.workflow_execution_signaled_event_attributes.signal_name == CLOSE_SIGNAL
+    ]
+    return bool(signalled) and any(
+        e.event_type == TASK_STARTED and e.event_id > signalled[0] for e in events
+    )
+
+
+@pytest.mark.slow
+async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_run_first(
+    client: Client, task_queue: str
+) -> None:
+    """A closed chain whose last local run publishes nothing, its log written before: it would
+    end in the task the run ended in, whose marker the server would drop with the task if a
+    signal arrived meanwhile. The run's marker is recorded in an earlier task than the end."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "gated",
+            "triggers": ["Ping", "Note"],
+            "subscriptions": [{"agent": "gate", "events": ["Ping"], "publishes": {"events": []}}],
+            "alerts": None,
+        }
+    )
+    correlation_id = f"gated-{uuid.uuid4().hex[:8]}"
+    calls: Counter[str] = Counter()
+    started, release = asyncio.Event(), asyncio.Event()
+    chain = api.chain_handle(client, correlation_id)
+    async with build_worker(client, task_queue, _gated_registry(calls, started, release)):
+        for n in range(SEGMENT_ROWS - 1):  # the Ping's row fills a segment: the log is written
+            note = EventEnvelope.new(
+                "Note", "/notes", payload={"n": n}, correlation_id=correlation_id
+            )
+            await api.publish(client, note, spec=spec, queue=task_queue)
+        ping = EventEnvelope.new("Ping", "/pings", correlation_id=correlation_id)
+        await api.publish(client, ping, spec=spec, queue=task_queue)
+        await asyncio.wait_for(started.wait(), 60)
+
+        async def log_written() -> bool:
+            return _log_written([e async for e in chain.fetch_history_events()])
+
+        await eventually(log_written, 60)
+        await api.close_chain(client, correlation_id)
+
+        async def close_taken() -> bool:
+            return _close_taken([e async for e in chain.fetch_history_events()])
+
+        await eventually(close_taken, 90)  # the run goes on meanwhile
+        release.set()
+        state: ChainState = await asyncio.wait_for(chain.result(), 90)
+        events = [e async for e in chain.fetch_history_events()]
+    assert state.events_seen == SEGMENT_ROWS and state.dead_lettered == 0
+    assert list(calls.values()) == [1], "the gate ran once"
+    assert _local_runs(events) >= 1 and _agent_tasks(events) == {}
+    last = _last_task_commands(events)
+    assert not _local_runs(last), "the run's marker recorded before the end"
+    assert last[-1].event_type == COMPLETED
