@@ -25,7 +25,7 @@ from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import build_worker
-from tests.helpers import approved, eventually, parked, user_story
+from tests.helpers import approved, eventually, parked, run_chain, user_story
 from tests.test_agent_placement import LOCAL, _agent_tasks, _replays_from_every_task
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
@@ -254,3 +254,53 @@ async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_ru
     last = _last_task_commands(events)
     assert not _local_runs(last), "the run's marker recorded before the end"
     assert last[-1].event_type == COMPLETED
+
+
+FANNED = ("first", "second", "third")
+
+
+def _overlap_registry(running: Counter[str]) -> AgentRegistry:
+    """Three python agents (local runs) that count how many of them run at once (`most`)."""
+    registry = AgentRegistry()
+
+    async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        await asyncio.sleep(0.1)  # the agent's work: long enough for the others to start
+        running["now"] -= 1
+        return {}
+
+    for name in FANNED:
+        registry.register(name)(agent)
+    return registry
+
+
+async def test_a_chain_runs_one_local_agent_at_a_time_and_replays_from_every_task(
+    client: Client, task_queue: str
+) -> None:
+    """Three subscriptions on one event, the chain allowing four runs at once: their local runs
+    go one after the other (a replay may hand several local results to the chain at once,
+    which it would take in another order than it recorded), and the chain replays from every
+    workflow task."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "fanned",
+            "triggers": ["Go"],
+            "max_concurrency": 4,
+            "subscriptions": [
+                {"agent": name, "events": ["Go"], "publishes": {"on_success": f"{name}-done"}}
+                for name in FANNED
+            ],
+            "alerts": None,
+        }
+    )
+    running: Counter[str] = Counter()
+    go = EventEnvelope.new("Go", "/go")
+    async with build_worker(client, task_queue, _overlap_registry(running)):
+        state, timeline = await run_chain(client, task_queue, spec, [go])
+        history = await api.chain_handle(client, state.correlation_id).fetch_history()
+    assert {row.event for row in timeline} == {"Go", *(f"{name}-done" for name in FANNED)}
+    assert running["most"] == 1, "one local run at a time"
+    events = list(history.events)
+    assert _agent_tasks(events) == {} and _local_runs(events) == len(FANNED)
+    await _replays_from_every_task(history)

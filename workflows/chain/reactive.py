@@ -31,6 +31,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 """
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.lifecycle import RunFailure
+    from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.vote.spec import VoteSpec, VoteState
     from coord.models.wire.contract import (
@@ -345,6 +347,9 @@ class ChainRunner:
         here: on the chain's own queue when its worker serves them, as local activities too
         once `run_locally`."""
 
+        self._one_local = asyncio.Lock()
+        """Held by the chain's local run under way: one at a time (`_run_here`)."""
+
     def run_locally(self) -> None:
         """Short in-process agents its worker serves run as local activities, as a saga's do
         (CHAIN_LOCAL_RUNS_PATCH); runs recorded before ran them on the chain's own queue."""
@@ -393,7 +398,12 @@ class ChainRunner:
         self, run: AgentRun, subscription: Subscription, request: AgentRequest
     ) -> AgentResult:
         """The agent run in the chain (the fast path): its result, or its ActivityError. Its
-        ending is noted for continue-as-new (`ChainPacing.ran_here`)."""
+        ending is noted for continue-as-new (`ChainPacing.ran_here`).
+
+        Local runs go one at a time: the SDK hands a workflow the results of local activities
+        ending in one workflow task one by one as they come, but on a replay it may hand
+        several at once, and the chain, taking in each result's events before the next,
+        would issue its commands in another order than it recorded (a nondeterminism error)."""
         await self._outbound.fan_out.room(json_size(request))
         await self._placements.learn(self._model.spec.served_agents())
         settings = declared_settings(
@@ -403,10 +413,15 @@ class ChainRunner:
             room=self._outbound.fan_out.room,
             placements=self._placements,
         )
-        try:
-            return await start_agent_run(request, settings, partial(self._detoured, run))
-        finally:
-            self._model.pacing.ran_here()
+        local = self._placements.of(request) == Placement.LOCAL
+        async with self._one_local if local else contextlib.nullcontext():
+            try:
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
+            except ActivityError:
+                self._model.pacing.ran_here()
+                raise
+        self._model.pacing.ran_here()
+        return result
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
