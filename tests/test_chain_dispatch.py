@@ -14,6 +14,7 @@ from coord.models.chain.spec import ChainSpec, ChainStatus, run_idempotency_key
 from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.starter import api
 from coord.worker import build_worker
@@ -122,9 +123,13 @@ class SlowAndFast:
         self.calls: list[str] = []
 
     def registry(self) -> AgentRegistry:
+        """Both declared `execution: remote`: an agent that runs long must be (a local run
+        holds its chain's workflow task until it ends), and the fast runs' activity tasks are
+        what fills the chain's history past its budget while the slow one runs."""
         registry = AgentRegistry()
-        registry.register("slow")(self._slow)
-        registry.register("fast")(self._fast)
+        remote = PythonAgent(kind="python", callable=f"{__name__}:SlowAndFast", execution="remote")
+        registry.register("slow", "python", remote)(self._slow)
+        registry.register("fast", "python", remote)(self._fast)
         return registry
 
     async def _slow(self, envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
