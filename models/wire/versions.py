@@ -187,6 +187,15 @@ workflow task it started them in. Runs recorded before asked in a local activity
 attempt timed out (a starved worker) was replayed with its first run's patch checks in another
 place than they were recorded (a nondeterminism error)."""
 
+CHAIN_LOCAL_RUNS_PATCH = "chain-runs-short-agents-locally"
+"""Since 2026-11-27, in chain.reactive: Runs after this patch run the short in-process agents
+their worker serves (python agents, any agent declared `execution: local`) as local activities,
+as sagas do, one at a time, and continue as new or end only in a workflow task that records no
+local run's outcome: when a local run ended in the task due to continue or end, the chain ends
+that task first (a timer) so the runs' markers are in the history before the run's last task,
+which the server may refuse (new signals arrived) and with it the markers of its task. Runs
+recorded before ran those agents as activity tasks on the chain's own queue."""
+
 SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 """Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
 only once the first send has found the chain running (a saga without a chain sends one, as
