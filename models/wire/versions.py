@@ -357,3 +357,51 @@ AGGREGATOR_PATCHES = frozenset(
 """The patches an aggregator's code may ask (its own and those of the runtime it shares), every
 one in force for a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH. Never changed: a patch added
 later is asked on its own (or bundled under a new id)."""
+
+CHAIN_PATCHES_AT_ONCE_PATCH = "chain-patches-at-once"
+"""Since 2026-11-27, in chain.reactive: Runs after this patch ask it first (as the run begins,
+before any signal is handled) and take every patch of CHAIN_PATCHES as in force without asking
+it (`_runtime.patches`): one marker and one `TemporalChangeVersion` upsert instead of one of each
+per patch, and never a patch marker after the run's first workflow task. A local run that starts
+in one workflow task and ends in a later one has its marker recorded after the commands the
+chain issued on its outcome; a replay meets those commands before it can hand the chain that
+outcome, which it tolerates for activities and upserts but not for a patch marker (a
+nondeterminism error). Runs recorded before asked each patch where their code reached it."""
+
+CHAIN_PATCHES = frozenset(
+    {
+        # the chain's own (chain.reactive, chain.boundary and the chain's model)
+        DECODE_IN_TASK_PATCH,
+        FLOOD_PATCH,
+        KEEP_DISPATCHING_PATCH,
+        LIFECYCLE_NOTICES_PATCH,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        PARK_QUEUED_RUNS_PATCH,
+        SETTLE_PATCH,
+        AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_FAN_OUT_PATCH,
+        HAND_OVER_PATCH,
+        PUBLISH_RULE_PATCH,
+        CHAIN_TAKES_ANNOUNCEMENTS_PATCH,
+        LOG_SEGMENTS_PATCH,
+        LOG_POSITIONS_PATCH,
+        REWIND_COMPLETE_PATCH,
+        COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
+        CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH,
+        CHAIN_LOCAL_RUNS_PATCH,
+        # the runtime it shares (_runtime.common, _runtime.agent_runs)
+        DEAD_LETTER_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        AGENT_PLACEMENT_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
+    }
+)
+"""The patches a chain's code may ask (its own and those of the runtime it shares), every one in
+force for a run taking CHAIN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
+on its own (or bundled under a new id)."""

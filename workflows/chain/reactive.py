@@ -91,6 +91,8 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         AGENTS_ATTRIBUTE_PATCH,
         CHAIN_LOCAL_RUNS_PATCH,
+        CHAIN_PATCHES,
+        CHAIN_PATCHES_AT_ONCE_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -111,6 +113,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
+    from coord.workflows._runtime.patches import adopt, patched
     from coord.workflows.chain.boundary import (
         Outbound,
         WorkflowRun,
@@ -126,11 +129,11 @@ M = TypeVar("M", bound=BaseModel)
 
 def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
     """What the run does as runs recorded before its patches did not, asked once it starts."""
-    model.pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
-    model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
-    model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
-    model.intake.numbers_rows = workflow.patched(LOG_POSITIONS_PATCH)
-    if workflow.patched(CHAIN_LOCAL_RUNS_PATCH):
+    model.pacing.keep_dispatching = patched(KEEP_DISPATCHING_PATCH)
+    model.pacing.hands_over = patched(HAND_OVER_PATCH)
+    model.log.enabled = patched(LOG_SEGMENTS_PATCH)
+    model.intake.numbers_rows = patched(LOG_POSITIONS_PATCH)
+    if patched(CHAIN_LOCAL_RUNS_PATCH):
         runner.run_locally()
 
 
@@ -148,13 +151,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
+        adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
         self._input_error: str | None = None
         try:
             chain_input = decode_input(ChainInput, raw_input, "chain input")
         except SpecError as error:
             self._input_error = str(error)
             chain_input = standin_input(workflow.info().workflow_id)
-        self._model = ChainModel(chain_input, workflow.info().workflow_id, WorkflowRun())
+        self._model = ChainModel(chain_input, workflow.info().workflow_id, WorkflowRun(on=self))
         self._outbound = Outbound(self._model)
         self._runner = ChainRunner(self._model, self._outbound)
         self._facts = metrics.ChainFacts(self._model.spec, self._model.record.seq)
@@ -162,7 +166,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
         if self._input_error:
-            if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
+            if patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(lambda: not self._outbound.count)
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
         _patched_at_start(self._model, self._runner)
@@ -173,7 +177,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 break
         self._model.end()
         await write_log(self._model.log, to_the_end=True)
-        if self._model.record.queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
+        if self._model.record.queue and patched(PARK_QUEUED_RUNS_PATCH):
             await asyncio.gather(*(park_letter(p) for p in self._model.runs.take_queued()))
         self._outbound.upsert_status()
         workflow.set_current_details(self._model.details())
@@ -232,7 +236,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         """Before the run ends: every send and parking is awaited, every local run's outcome is
         recorded (`_recorded`), and an event that arrived while the chain was ending is parked,
         never dropped. (Runs recorded before ended once their handlers had.)"""
-        if not workflow.patched(SETTLE_PATCH):
+        if not patched(SETTLE_PATCH):
             await workflow.wait_condition(workflow.all_handlers_finished)
             return
         await self._recorded()
@@ -251,7 +255,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         attempt. (Runs recorded before decoded each as it came.)"""
         text = json_text(raw)
         closing = self._model.record.closing
-        if text is not None and not closing and workflow.patched(DECODE_IN_TASK_PATCH):
+        if text is not None and not closing and patched(DECODE_IN_TASK_PATCH):
             self._model.receive(text)
         else:
             self._model.receive(decoded(EventEnvelope, raw, "event"))
@@ -528,7 +532,7 @@ class ChainRunner:
         """`CoordAgents`, where the agent monitor finds the chains to tell of an agent's health:
         the agents its subscriptions name, and those recently picked for its runs by capability
         (upserted when one is new). Runs recorded before named none."""
-        if not workflow.patched(AGENTS_ATTRIBUTE_PATCH):
+        if not patched(AGENTS_ATTRIBUTE_PATCH):
             return
         picked = [each.assignment.agent for each in self._model.record.state.assignments]
         agents = agent_search_values([*self._model.spec.served_agents(), *picked])
