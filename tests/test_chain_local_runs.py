@@ -15,11 +15,13 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
+from coord.activities.kinds.demo import register_demo_agents
 from coord.models.calls import WRITE_LOG_SEGMENT
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.log import SEGMENT_ROWS
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import WorkerSettings
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
@@ -27,11 +29,14 @@ from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import build_worker
 from tests.helpers import approved, eventually, parked, run_chain, user_story
 from tests.test_agent_placement import LOCAL, _agent_tasks, _replays_from_every_task
+from tests.test_rewind import FIXED, story_with
+from tests.test_rewind import approved as rewind_approved
 
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+PATCH = "core_patch"
 FAST_RETRY = RetryConfig(max_retries=1, initial_delay=timedelta(milliseconds=100), jitter="none")
 SIGNALS_PER_RUN = 100
 """The least a chain's input allows: the chain continues as new every 25 history events."""
@@ -303,4 +308,33 @@ async def test_a_chain_runs_one_local_agent_at_a_time_and_replays_from_every_tas
     assert running["most"] == 1, "one local run at a time"
     events = list(history.events)
     assert _agent_tasks(events) == {} and _local_runs(events) == len(FANNED)
+    await _replays_from_every_task(history)
+
+
+async def test_a_chain_of_local_and_remote_runs_asks_its_patches_once_and_replays(
+    client: Client, task_queue: str
+) -> None:
+    """A chain of local and remote runs asks every patch it may as it begins
+    (`chain-patches-at-once`): one patch marker, in its first workflow task. A local run whose
+    marker lands in a later task than the run began (the worker completed the task meanwhile)
+    is recorded after the commands the chain issued on its outcome; a patch asked there for the
+    first time (the first remote run's) would put its marker before the run's, which a replay
+    meets before it hands the chain that outcome (a nondeterminism error). The run replays
+    from every task (a recorded history holds such a late marker: `test_replay`)."""
+    allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
+    correlation_id = f"slow-{task_queue}"
+    async with build_worker(client, task_queue, allowing):
+        await api.start_chain(client, story_with(FIXED), correlation_id, queue=task_queue)
+        await api.publish(client, rewind_approved(correlation_id))
+
+        async def done() -> bool:
+            state = await api.chain_state(client, correlation_id)
+            return state.terminal_seen or state.dead_lettered
+
+        await eventually(done, 120)
+        history = await api.chain_handle(client, correlation_id).fetch_history()
+    events = list(history.events)
+    assert _local_runs(events) >= 5 and _agent_tasks(events) != {}, "local and remote runs"
+    patches = [e for e in events if e.marker_recorded_event_attributes.marker_name == PATCH]
+    assert len(patches) == 1, "one patch marker: the bundle's"
     await _replays_from_every_task(history)
