@@ -364,9 +364,9 @@ before any signal is handled) and take every patch of CHAIN_PATCHES as in force 
 it (`_runtime.patches`): one marker and one `TemporalChangeVersion` upsert instead of one of each
 per patch, and never a patch marker after the run's first workflow task. A local run that starts
 in one workflow task and ends in a later one has its marker recorded after the commands the
-chain issued on its outcome; a replay meets those commands before it can hand the chain that
-outcome, which it tolerates for activities and upserts but not for a patch marker (a
-nondeterminism error). Runs recorded before asked each patch where their code reached it."""
+chain issued on its outcome: a patch first asked there (the first remote run's) failed its
+replay (a nondeterminism error), where the other commands (an activity task, a timer's cancel)
+replay. Runs recorded before asked each patch where their code reached it."""
 
 CHAIN_PATCHES = frozenset(
     {
