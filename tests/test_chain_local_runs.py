@@ -14,8 +14,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Replayer
 
 from coord.activities.kinds.demo import register_demo_agents
+from coord.infra.payload_store import data_converter
 from coord.models.calls import WRITE_LOG_SEGMENT
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.events.envelope import EventEnvelope
@@ -26,7 +28,7 @@ from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
-from coord.worker import build_worker
+from coord.worker import WORKFLOWS, build_worker
 from tests.helpers import approved, eventually, parked, run_chain, user_story
 from tests.test_agent_placement import LOCAL, _agent_tasks, _replays_from_every_task
 from tests.test_rewind import FIXED, story_with
@@ -311,29 +313,40 @@ async def test_a_chain_runs_one_local_agent_at_a_time_and_replays_from_every_tas
     await _replays_from_every_task(history)
 
 
-async def test_a_chain_of_local_and_remote_runs_asks_its_patches_once_and_replays(
+STORIES = 20
+"""Stories a worker runs at once: local runs then often outlive their workflow task."""
+
+
+async def test_chains_of_local_and_remote_runs_ask_their_patches_once_and_replay(
     client: Client, task_queue: str
 ) -> None:
     """A chain of local and remote runs asks every patch it may as it begins
     (`chain-patches-at-once`): one patch marker, in its first workflow task. A local run whose
-    marker lands in a later task than the run began (the worker completed the task meanwhile)
-    is recorded after the commands the chain issued on its outcome; a patch asked there for the
-    first time (the first remote run's) would put its marker before the run's, which a replay
-    meets before it hands the chain that outcome (a nondeterminism error). The run replays
-    from every task (a recorded history holds such a late marker: `test_replay`)."""
+    marker lands in a later task than the run began (the worker completed the task meanwhile, as
+    a busy one does) is recorded after the commands the chain issued on its outcome; a patch
+    asked there for the first time (the first remote run's) would put its marker before the
+    run's, which a replay meets before it hands the chain that outcome (a nondeterminism
+    error). Every story replays, the first from every task (a recorded history holds such a
+    late marker: `test_replay`)."""
     allowing = register_demo_agents(AgentRegistry(WorkerSettings(inline_agents=["shell"])))
-    correlation_id = f"mixed-{task_queue}"
+    ids = [f"mixed{n}-{task_queue}" for n in range(STORIES)]
     async with build_worker(client, task_queue, allowing):
-        await api.start_chain(client, story_with(FIXED), correlation_id, queue=task_queue)
-        await api.publish(client, rewind_approved(correlation_id))
+        for correlation_id in ids:
+            await api.start_chain(client, story_with(FIXED), correlation_id, queue=task_queue)
+            await api.publish(client, rewind_approved(correlation_id))
 
         async def done() -> bool:
-            return (await api.chain_state(client, correlation_id)).terminal_seen
+            states = await asyncio.gather(*(api.chain_state(client, c) for c in ids))
+            return all(state.terminal_seen for state in states)
 
-        await eventually(done, 120)
-        history = await api.chain_handle(client, correlation_id).fetch_history()
-    events = list(history.events)
-    assert _local_runs(events) >= 5 and _agent_tasks(events) != {}, "local and remote runs"
-    patches = [e for e in events if e.marker_recorded_event_attributes.marker_name == PATCH]
-    assert len(patches) == 1, "one patch marker: the bundle's"
-    await _replays_from_every_task(history)
+        await eventually(done, 300)
+        histories = [await api.chain_handle(client, c).fetch_history() for c in ids]
+    for history in histories:
+        events = list(history.events)
+        assert _local_runs(events) >= 5 and _agent_tasks(events) != {}, "local and remote runs"
+        patches = [e for e in events if e.marker_recorded_event_attributes.marker_name == PATCH]
+        assert len(patches) == 1, "one patch marker: the bundle's"
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
+    for history in histories:
+        await replayer.replay_workflow(history)
+    await _replays_from_every_task(histories[0])
