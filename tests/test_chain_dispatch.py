@@ -14,6 +14,8 @@ from coord.models.chain.spec import ChainSpec, ChainStatus, run_idempotency_key
 from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent
+from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents
@@ -25,6 +27,7 @@ from tests.helpers import (
     routing_spec,
     run_chain,
 )
+from tests.test_agent_placement import local_activity_types
 from tests.test_mesh_queues import runs_by_agent
 
 
@@ -120,9 +123,13 @@ class SlowAndFast:
         self.calls: list[str] = []
 
     def registry(self) -> AgentRegistry:
+        """Both declared `execution: remote`: an agent that runs long must be (a local run
+        holds its chain's workflow task until it ends), and the fast runs' activity tasks are
+        what fills the chain's history past its budget while the slow one runs."""
         registry = AgentRegistry()
-        registry.register("slow")(self._slow)
-        registry.register("fast")(self._fast)
+        remote = PythonAgent(kind="python", callable=f"{__name__}:SlowAndFast", execution="remote")
+        registry.register("slow", "python", remote)(self._slow)
+        registry.register("fast", "python", remote)(self._fast)
         return registry
 
     async def _slow(self, envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
@@ -321,6 +328,8 @@ async def test_runs_stay_in_the_chain_unless_their_subscription_hands_them_over(
         handle = api.chain_handle(client, state.correlation_id)
         handed = await chain_run_handles(client, handle)
         here = await runs_by_agent(handle)
+        events = [e async for e in handle.fetch_history_events()]
     assert state.events_seen == 1 and state.dead_lettered == 0
     assert [run.id for run in handed] == [f"{handle.id}/run-3"], "python-pro's: its own workflow"
-    assert list(here) == ["ux-designer ← A"], "ux-designer's: in the chain"
+    assert list(here) == [], "no activity task in the chain"
+    assert local_activity_types(events) == [RUN_AGENT_ACTIVITY], "ux-designer's: in the chain"

@@ -95,3 +95,18 @@ def test_a_chain_that_may_not_hand_over_is_never_held_up() -> None:
     model.pacing.note_time()
     run.at = NOW + timedelta(hours=1)
     assert not model.pacing.held_up() and model.pacing.wake_in() is None
+
+
+def test_a_run_of_local_agents_continues_only_in_a_task_that_records_no_run_outcome() -> None:
+    """A local run's outcome is recorded with the workflow task it ended in: continue-as-new
+    waits for a later task (the history grew), for a chain that may run agents locally."""
+    run = FixedRun(length=RUN_HISTORY_BUDGET)
+    model = paced(run)
+    model.pacing.ran_here()
+    assert not model.pacing.outcomes_unrecorded(), "runs recorded before: no local runs"
+    model.pacing.runs_locally = True
+    assert not model.pacing.outcomes_unrecorded(), "no run ended yet"
+    model.pacing.ran_here()
+    assert model.pacing.outcomes_unrecorded(), "a run ended in this task"
+    run.length += 3
+    assert not model.pacing.outcomes_unrecorded(), "the task it ended in was recorded"

@@ -14,20 +14,25 @@ from coord.models.dlq.letter import DlqEntry, DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import JoinState, Slot
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.starter import api, render
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import approved, event, eventually, user_story
 
 
-def recording(registry: AgentRegistry, name: str, seen: list[AgentContext]) -> None:
-    """`name` records the context of each attempt, then answers like any agent."""
+def recording(
+    registry: AgentRegistry, name: str, seen: list[AgentContext], *, remote: bool = False
+) -> None:
+    """`name` records the context of each attempt, then answers like any agent. `remote`: it
+    is declared `execution: remote`, its runs activity tasks (a chain runs it locally else)."""
 
     async def agent(envelope: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         seen.append(context)
         return {"agent": name, "on": envelope.event.type}
 
-    registry.register(name)(agent)
+    declared = PythonAgent(kind="python", callable=f"{__name__}:recording", execution="remote")
+    registry.register(name, "python", declared if remote else None)(agent)
 
 
 async def test_a_joined_agent_receives_every_joined_event_with_its_payload(
@@ -105,7 +110,7 @@ async def test_idempotency_keys_are_unique_per_run_across_continue_as_new(
 ) -> None:
     seen: list[AgentContext] = []
     registry = AgentRegistry()
-    recording(registry, "recorder", seen)
+    recording(registry, "recorder", seen, remote=True)  # its activity tasks fill the history
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     sent = [event(correlation_id, "N", n=n) for n in range(150)]
     async with build_worker(client, task_queue, registry):

@@ -19,6 +19,7 @@ from coord.infra.payload_store import DEFAULT_THRESHOLD
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.models.plan.spec import PlanSpec, PlanStatus, TaskState
 from coord.models.vote.spec import Choice, VoteSpec, VoteStatus
 from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
@@ -35,11 +36,14 @@ CHAIN_PADDING = "x" * (60 * 1024)
 each request inline, forty of them 4.8 MB."""
 
 
-def agents() -> AgentRegistry:
-    """`worker` answers with the index of its task; every voter approves."""
+def agents(*, remote: bool = False) -> AgentRegistry:
+    """`worker` answers with the index of its task; every voter approves. `remote`: `worker`
+    is declared `execution: remote`, so a chain runs it as activity tasks, whose inputs it
+    paces (a local run's input never reaches the server)."""
     registry = AgentRegistry()
+    declared = PythonAgent(kind="python", callable=f"{__name__}:agents", execution="remote")
 
-    @registry.register("worker")
+    @registry.register("worker", "python", declared if remote else None)
     async def worker(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
         return {"i": event.payload.get("i")}
 
@@ -157,7 +161,7 @@ async def test_an_event_forty_subscriptions_take_is_paced_and_every_run_complete
             "subscriptions": subscriptions,
         }
     )
-    async with build_worker(client, task_queue, agents(), only=["worker"]):
+    async with build_worker(client, task_queue, agents(remote=True), only=["worker"]):
         big = new_event("", "Big", blob=CHAIN_PADDING)
         state, timeline = await run_chain(client, task_queue, spec, [big])
         handle = api.chain_handle(client, state.correlation_id)

@@ -5,7 +5,12 @@ holds new events back for the next run; one workflow task takes a bounded share 
 
 Once continue-as-new is due, the run waits for the agent runs it holds itself (the fast path's),
 dispatching meanwhile as before; held up by them for `HELD_UP_AFTER` (a slow agent), it starts
-each queued run in a `ChainRun` of its own, so none waits for that agent."""
+each queued run in a `ChainRun` of its own, so none waits for that agent.
+
+A run that may run agents as local activities continues as new, or ends, only in a workflow
+task that records no run's outcome (`outcomes_unrecorded`): a local run's outcome is a marker
+written with the task that took it, and the server refuses a task ending the run when new
+signals arrived meanwhile, markers and all, so the run would run again on the retried task."""
 
 from datetime import datetime, timedelta
 
@@ -48,6 +53,10 @@ class ChainPacing:
         self._ended_at: datetime | None = None
         """Since when the chain has had nothing left to do but wait for its listeners."""
         self._grace_armed = False
+        self.runs_locally = False
+        """Set once the run starts: whether its agents may run as local activities."""
+        self._ended_in: int | None = None
+        """The history length of the workflow task in which a run held here last ended."""
 
     def note_time(self) -> None:
         """Brings `held_up` to the workflow's clock (once a turn)."""
@@ -56,6 +65,17 @@ class ChainPacing:
             self._due_since = None
         elif self._due_since is None:
             self._due_since = self._context.now()
+
+    def ran_here(self) -> None:
+        """A run held here ended (succeeded or failed) in the current workflow task."""
+        if self.runs_locally:
+            self._ended_in = self._context.history_length()
+
+    def outcomes_unrecorded(self) -> bool:
+        """Whether a run held here, possibly local, ended in the current workflow task: its
+        marker is not in the history before this task completes, so continue-as-new waits for
+        the next task (the history length is that of the task's start, the same all task)."""
+        return self._ended_in is not None and self._ended_in == self._context.history_length()
 
     def held_up(self) -> bool:
         """Whether agent runs held here have kept the due continue-as-new waiting HELD_UP_AFTER:

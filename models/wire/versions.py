@@ -187,6 +187,15 @@ workflow task it started them in. Runs recorded before asked in a local activity
 attempt timed out (a starved worker) was replayed with its first run's patch checks in another
 place than they were recorded (a nondeterminism error)."""
 
+CHAIN_LOCAL_RUNS_PATCH = "chain-runs-short-agents-locally"
+"""Since 2026-11-27, in chain.reactive: Runs after this patch run the short in-process agents
+their worker serves (python agents, any agent declared `execution: local`) as local activities,
+as sagas do, one at a time, and continue as new or end only in a workflow task that records no
+local run's outcome: when a local run ended in the task due to continue or end, the chain ends
+that task first (a timer) so the runs' markers are in the history before the run's last task,
+which the server may refuse (new signals arrived) and with it the markers of its task. Runs
+recorded before ran those agents as activity tasks on the chain's own queue."""
+
 SAGA_ASKS_CHAIN_ONCE_PATCH = "saga-waits-for-its-first-send"
 """Since 2026-11-27, in saga: Runs after this patch send an event to the correlation's chain
 only once the first send has found the chain running (a saga without a chain sends one, as
@@ -348,3 +357,51 @@ AGGREGATOR_PATCHES = frozenset(
 """The patches an aggregator's code may ask (its own and those of the runtime it shares), every
 one in force for a run taking AGGREGATOR_PATCHES_AT_ONCE_PATCH. Never changed: a patch added
 later is asked on its own (or bundled under a new id)."""
+
+CHAIN_PATCHES_AT_ONCE_PATCH = "chain-patches-at-once"
+"""Since 2026-11-27, in chain.reactive: Runs after this patch ask it first (as the run begins,
+before any signal is handled) and take every patch of CHAIN_PATCHES as in force without asking
+it (`_runtime.patches`): one marker and one `TemporalChangeVersion` upsert instead of one of each
+per patch, and never a patch marker after the run's first workflow task. A local run that starts
+in one workflow task and ends in a later one has its marker recorded after the commands the
+chain issued on its outcome: a patch first asked there (the first remote run's) failed its
+replay (a nondeterminism error), where the other commands (an activity task, a timer's cancel)
+replay. Runs recorded before asked each patch where their code reached it."""
+
+CHAIN_PATCHES = frozenset(
+    {
+        # the chain's own (chain.reactive, chain.boundary and the chain's model)
+        DECODE_IN_TASK_PATCH,
+        FLOOD_PATCH,
+        KEEP_DISPATCHING_PATCH,
+        LIFECYCLE_NOTICES_PATCH,
+        PARK_BEFORE_INVALID_INPUT_FAILS_PATCH,
+        PARK_QUEUED_RUNS_PATCH,
+        SETTLE_PATCH,
+        AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_FAN_OUT_PATCH,
+        HAND_OVER_PATCH,
+        PUBLISH_RULE_PATCH,
+        CHAIN_TAKES_ANNOUNCEMENTS_PATCH,
+        LOG_SEGMENTS_PATCH,
+        LOG_POSITIONS_PATCH,
+        REWIND_COMPLETE_PATCH,
+        COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
+        CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH,
+        CHAIN_LOCAL_RUNS_PATCH,
+        # the runtime it shares (_runtime.common, _runtime.agent_runs)
+        DEAD_LETTER_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        AGENT_PLACEMENT_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
+    }
+)
+"""The patches a chain's code may ask (its own and those of the runtime it shares), every one in
+force for a run taking CHAIN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
+on its own (or bundled under a new id)."""

@@ -257,13 +257,14 @@ class Placements:
     queue, as every named agent's run did before: one a route picked (routing weighs the load
     it reads from the agents' queues, which a run elsewhere would not add to), a fallback."""
 
-    def __init__(self, *, local: bool = True) -> None:
+    def __init__(self, *, local: bool = True, ask_in_activity: bool = False) -> None:
         """`local` False: an agent that would run as a local activity runs on this workflow's
-        queue instead (a chain: a local run in flight when it continues as new would run
-        again in the next run)."""
+        queue instead (a chain recorded before CHAIN_LOCAL_RUNS_PATCH). `ask_in_activity`:
+        the worker is asked in an activity, not a local one (a chain, `_answer`)."""
         self._known: dict[str, Placement] = {}
         self._asking: asyncio.Task[None] | None = None
         self._local = local
+        self._ask_in_activity = ask_in_activity or not local
         self.chain_runs: bool | None = None
         """Whether the chain asked about with the agents runs (`learn(chain_of=...)`); None
         when not asked or not answered (answers recorded before said it only when every
@@ -306,12 +307,12 @@ class Placements:
         self.chain_runs = answer.chain_runs
 
     async def _answer(self, ask: PlacementAsk) -> PlacementAnswer:
-        """A workflow that runs no agent locally (a chain) asks a worker of its own queue, in an
-        activity (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): the workers of one queue serve the same
-        agents, and the answer is an event, which replay meets in the workflow task it landed
-        in. One that may run agents locally asks its own worker, in a local activity, whose
-        attempts outlive no lookup short of a starved worker (PLACE_LOCAL_TIMEOUT)."""
-        if not self._local and patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
+        """A chain (`ask_in_activity`) asks a worker of its own queue, in an activity
+        (PLACEMENTS_ASKED_AS_ACTIVITY_PATCH): the workers of one queue serve the same agents,
+        and the answer is an event, which replay meets in the workflow task it landed in. Any
+        other workflow asks its own worker, in a local activity, whose attempts outlive no
+        lookup short of a starved worker (PLACE_LOCAL_TIMEOUT)."""
+        if self._ask_in_activity and patched(PLACEMENTS_ASKED_AS_ACTIVITY_PATCH):
             placed = await calls.execute(
                 refs.PLACE_AGENTS,
                 ask,

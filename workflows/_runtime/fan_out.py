@@ -12,6 +12,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.wire.sizes import ByteBudget
+    from coord.workflows._runtime.patches import patched
 
 NEXT_TASK = timedelta(milliseconds=1)
 """The timer that ends a workflow task so the rest goes out in the next."""
@@ -43,7 +44,7 @@ class FanOut:
         task = workflow.info().get_current_history_length()
         if task != self._task:
             self._task, self._budget = task, ByteBudget()
-        if not self._budget.fits(size) and workflow.patched(self._patch):
+        if not self._budget.fits(size) and patched(self._patch):
             return False
         self._budget.spend(size)
         return True

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows._runtime.patches import patched
 
 M = TypeVar("M", bound=BaseModel)
 JSON_PLAIN = {"encoding": b"json/plain"}
@@ -98,8 +99,13 @@ class WorkflowRun:
     def continue_as_new_suggested(self) -> bool:
         return workflow.info().is_continue_as_new_suggested()
 
+    def __init__(self, on: object | None = None) -> None:
+        """`on`: the workflow instance, when made in its `__init__` (`_runtime.patches`)."""
+        self._on = on
+
     def patched(self, patch: str) -> bool:
-        return workflow.patched(patch)
+        """Answered by the run's bundle when it covers `patch` (`_runtime.patches`)."""
+        return patched(patch, on=self._on)
 
     def decode(self, text: str) -> EventEnvelope | Undecodable:
         """As the signal would have been decoded when it came: the same converter, the text as
@@ -164,7 +170,7 @@ class Outbound:
             self._model.detach(listener)
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
-        counted_now = workflow.patched(SETTLE_PATCH)
+        counted_now = patched(SETTLE_PATCH)
         if counted_now:
             self.count += 1
 

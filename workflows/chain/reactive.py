@@ -31,6 +31,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 """
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
@@ -56,9 +57,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.events.envelope import EventEnvelope
     from coord.models.events.timeline import TimelineEntry
-    from coord.models.mesh.agents import AgentRequest
+    from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.lifecycle import RunFailure
+    from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.vote.spec import VoteSpec, VoteState
     from coord.models.wire.contract import (
@@ -88,6 +90,9 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_LOCAL_RUNS_PATCH,
+        CHAIN_PATCHES,
+        CHAIN_PATCHES_AT_ONCE_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -108,6 +113,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
+    from coord.workflows._runtime.patches import adopt, patched
     from coord.workflows.chain.boundary import (
         Outbound,
         WorkflowRun,
@@ -119,6 +125,16 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.chain.log import write_log
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
+    """What the run does as runs recorded before its patches did not, asked once it starts."""
+    model.pacing.keep_dispatching = patched(KEEP_DISPATCHING_PATCH)
+    model.pacing.hands_over = patched(HAND_OVER_PATCH)
+    model.log.enabled = patched(LOG_SEGMENTS_PATCH)
+    model.intake.numbers_rows = patched(LOG_POSITIONS_PATCH)
+    if patched(CHAIN_LOCAL_RUNS_PATCH):
+        runner.run_locally()
 
 
 @workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
@@ -135,13 +151,14 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
+        adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
         self._input_error: str | None = None
         try:
             chain_input = decode_input(ChainInput, raw_input, "chain input")
         except SpecError as error:
             self._input_error = str(error)
             chain_input = standin_input(workflow.info().workflow_id)
-        self._model = ChainModel(chain_input, workflow.info().workflow_id, WorkflowRun())
+        self._model = ChainModel(chain_input, workflow.info().workflow_id, WorkflowRun(on=self))
         self._outbound = Outbound(self._model)
         self._runner = ChainRunner(self._model, self._outbound)
         self._facts = metrics.ChainFacts(self._model.spec, self._model.record.seq)
@@ -149,13 +166,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> ChainState:
         if self._input_error:
-            if workflow.patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
+            if patched(PARK_BEFORE_INVALID_INPUT_FAILS_PATCH):
                 await workflow.wait_condition(lambda: not self._outbound.count)
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
-        self._model.pacing.keep_dispatching = workflow.patched(KEEP_DISPATCHING_PATCH)
-        self._model.pacing.hands_over = workflow.patched(HAND_OVER_PATCH)
-        self._model.log.enabled = workflow.patched(LOG_SEGMENTS_PATCH)
-        self._model.intake.numbers_rows = workflow.patched(LOG_POSITIONS_PATCH)
+        _patched_at_start(self._model, self._runner)
         self._outbound.upsert_status()
         self._runner.announce_agents()
         while not self._model.finished(self._outbound.count):
@@ -163,7 +177,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
                 break
         self._model.end()
         await write_log(self._model.log, to_the_end=True)
-        if self._model.record.queue and workflow.patched(PARK_QUEUED_RUNS_PATCH):
+        if self._model.record.queue and patched(PARK_QUEUED_RUNS_PATCH):
             await asyncio.gather(*(park_letter(p) for p in self._model.runs.take_queued()))
         self._outbound.upsert_status()
         workflow.set_current_details(self._model.details())
@@ -188,11 +202,20 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         await write_log(self._model.log)
         workflow.set_current_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):
-            await workflow.wait_condition(self._quiet)
+            await self._recorded()
             workflow.continue_as_new(self._model.carry())
         if more:
             await workflow.sleep(NEXT_TASK, summary="more events in the next task")
         return True
+
+    async def _recorded(self) -> None:
+        """Quiet, in a workflow task recording no local run's outcome, as a run's last task
+        (continue-as-new, the end) must be: the server refuses a last task when signals arrived
+        meanwhile, markers and all, and those runs would run again (`outcomes_unrecorded`)."""
+        await workflow.wait_condition(self._quiet)
+        while self._model.pacing.outcomes_unrecorded():
+            await workflow.sleep(NEXT_TASK, summary="local runs recorded first")
+            await workflow.wait_condition(self._quiet)
 
     def _take_in(self) -> bool:
         """Hands the waiting events to the model, a workflow task's share, one at a time, each
@@ -210,17 +233,17 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         return workflow.all_handlers_finished() and not self._outbound.count
 
     async def _settle(self) -> None:
-        """Before the run ends: every send and parking is awaited, and an event that arrived
-        while the chain was ending is parked, never dropped. (Runs recorded before ended once
-        their handlers had.)"""
-        if not workflow.patched(SETTLE_PATCH):
+        """Before the run ends: every send and parking is awaited, every local run's outcome is
+        recorded (`_recorded`), and an event that arrived while the chain was ending is parked,
+        never dropped. (Runs recorded before ended once their handlers had.)"""
+        if not patched(SETTLE_PATCH):
             await workflow.wait_condition(workflow.all_handlers_finished)
             return
-        await workflow.wait_condition(self._quiet)
+        await self._recorded()
         while self._model.intake.waiting():
             self._model.intake.refuse_waiting()
             self._outbound.flush()
-            await workflow.wait_condition(self._quiet)
+            await self._recorded()
 
     @workflow.signal(name=EVENT_SIGNAL)
     def event(self, raw: PlainInput = NO_INPUT) -> None:
@@ -232,7 +255,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         attempt. (Runs recorded before decoded each as it came.)"""
         text = json_text(raw)
         closing = self._model.record.closing
-        if text is not None and not closing and workflow.patched(DECODE_IN_TASK_PATCH):
+        if text is not None and not closing and patched(DECODE_IN_TASK_PATCH):
             self._model.receive(text)
         else:
             self._model.receive(decoded(EventEnvelope, raw, "event"))
@@ -275,17 +298,13 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def attach(self, raw: PlainInput = NO_INPUT) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
         invalid = FailureType.INVALID_ATTACH
-        self._take(
-            ListenerId, raw, ATTACH_SIGNAL, invalid, lambda who: self._model.attach(who.root)
-        )
+        self._take(ListenerId, raw, ATTACH_SIGNAL, invalid, lambda w: self._model.attach(w.root))
 
     @workflow.signal(name=DETACH_SIGNAL)
     def detach(self, raw: PlainInput = NO_INPUT) -> None:
         """A listener that has finished asks to receive no more events."""
         invalid = FailureType.INVALID_DETACH
-        self._take(
-            ListenerId, raw, DETACH_SIGNAL, invalid, lambda who: self._model.detach(who.root)
-        )
+        self._take(ListenerId, raw, DETACH_SIGNAL, invalid, lambda w: self._model.detach(w.root))
 
     @workflow.signal(name=RUN_OUTCOME_SIGNAL)
     def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
@@ -328,8 +347,18 @@ class ChainRunner:
         self._outbound = outbound
         self._announced: list[str] | None = None
         self._placements = Placements(local=False)
-        """Where the chain's agents run, asked of its worker at its first run here: on the
-        chain's own queue when its worker serves them (never as local activities)."""
+        """Where the chain's agents run, asked of its worker (in an activity) at its first run
+        here: on the chain's own queue when its worker serves them, as local activities too
+        once `run_locally`."""
+
+        self._one_local = asyncio.Lock()
+        """Held by the chain's local run under way: one at a time (`_run_here`)."""
+
+    def run_locally(self) -> None:
+        """Short in-process agents its worker serves run as local activities, as a saga's do
+        (CHAIN_LOCAL_RUNS_PATCH); runs recorded before ran them on the chain's own queue."""
+        self._placements = Placements(ask_in_activity=True)
+        self._model.pacing.runs_locally = True
 
     def dispatch(self) -> None:
         while self._model.pacing.dispatchable():
@@ -354,16 +383,7 @@ class ChainRunner:
                 if self._model.pacing.hands_over_run(subscription):
                     await self._hand_over(seq, self._run_input(seq, run, request=request))
                     return
-                await self._outbound.fan_out.room(json_size(request))
-                await self._placements.learn(self._model.spec.served_agents())
-                settings = declared_settings(
-                    subscription,
-                    f"{run.agent} ← {run.trigger.event.type}",
-                    inline_agents=self._model.spec.agents,
-                    room=self._outbound.fan_out.room,
-                    placements=self._placements,
-                )
-                result = await start_agent_run(request, settings, partial(self._detoured, run))
+                result = await self._run_here(run, subscription, request)
             except ActivityError as error:
                 failed = RunFailure(
                     type=failure_type_of(error),
@@ -377,6 +397,35 @@ class ChainRunner:
             self._outbound.flush()
         finally:
             runs.finish(seq)
+
+    async def _run_here(
+        self, run: AgentRun, subscription: Subscription, request: AgentRequest
+    ) -> AgentResult:
+        """The agent run in the chain (the fast path): its result, or its ActivityError. Its
+        ending is noted for continue-as-new (`ChainPacing.ran_here`).
+
+        Local runs go one at a time: the SDK hands a workflow the results of local activities
+        ending in one workflow task one by one as they come, but on a replay it may hand
+        several at once, and the chain, taking in each result's events before the next,
+        would issue its commands in another order than it recorded (a nondeterminism error)."""
+        await self._outbound.fan_out.room(json_size(request))
+        await self._placements.learn(self._model.spec.served_agents())
+        settings = declared_settings(
+            subscription,
+            f"{run.agent} ← {run.trigger.event.type}",
+            inline_agents=self._model.spec.agents,
+            room=self._outbound.fan_out.room,
+            placements=self._placements,
+        )
+        local = self._placements.of(request) == Placement.LOCAL
+        async with self._one_local if local else contextlib.nullcontext():
+            try:
+                result = await start_agent_run(request, settings, partial(self._detoured, run))
+            except ActivityError:
+                self._model.pacing.ran_here()
+                raise
+        self._model.pacing.ran_here()
+        return result
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a `Vote` on the event's payload, counted as a run and
@@ -483,7 +532,7 @@ class ChainRunner:
         """`CoordAgents`, where the agent monitor finds the chains to tell of an agent's health:
         the agents its subscriptions name, and those recently picked for its runs by capability
         (upserted when one is new). Runs recorded before named none."""
-        if not workflow.patched(AGENTS_ATTRIBUTE_PATCH):
+        if not patched(AGENTS_ATTRIBUTE_PATCH):
             return
         picked = [each.assignment.agent for each in self._model.record.state.assignments]
         agents = agent_search_values([*self._model.spec.served_agents(), *picked])
