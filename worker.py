@@ -3,7 +3,7 @@ declares on the agent's own task queue."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.log import LogWriter
-from coord.activities.events.lookback import ChainLookback
+from coord.activities.events.lookback import ChainLookahead, ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.monitor import AgentMonitorActivities
@@ -220,11 +220,14 @@ def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
 
 def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
-    inline (and for runs recorded before agents had queues of their own)."""
+    inline (and for runs recorded before agents had queues of their own). Its sandbox tells
+    the chain look-ahead of each instance it creates: a new saga's chain is asked about then,
+    for its placements' look-up (`ChainLookahead`)."""
     client = process.client
     delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
-    router = AgentRouter(client, registry)
+    lookahead = ChainLookahead(client)
+    router = AgentRouter(client, registry, lookahead)
     planning = PlanningActivities(registry)
     lookback = ChainLookback(client)
     activities: list[Callable[..., Any]] = [
@@ -248,8 +251,9 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]
+    runner = replace(SANDBOX, created=lookahead.instance_created)
     return process.worker(
-        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=SANDBOX
+        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=runner
     )
 
 
