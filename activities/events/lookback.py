@@ -86,12 +86,24 @@ class ChainLookahead:
     records changes: the look-up returns the same answer, read a few milliseconds earlier (a
     chain started in between misses the saga's events, as one started after the look-up does).
     Bounded: questions not taken (a saga whose look-up does not ask, one that failed first)
-    lapse after LOOKAHEAD_FRESH, and at MAX_LOOKAHEAD no more are asked ahead."""
+    lapse after `fresh` (LOOKAHEAD_FRESH), and with `most` (MAX_LOOKAHEAD) waiting no more are
+    asked ahead."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(
+        self, client: Client, fresh: timedelta = LOOKAHEAD_FRESH, most: int = MAX_LOOKAHEAD
+    ) -> None:
         self._client = client
+        self._fresh = fresh.total_seconds()
+        self._most = most
         self._asked: dict[str, tuple[float, asyncio.Task[bool]]] = {}
         """By correlation id, oldest first: when asked (monotonic seconds), and the answer."""
+        self.answered_ahead = 0
+        """Look-ups answered by a question asked ahead (what the saga bench reports)."""
+
+    @property
+    def waiting(self) -> int:
+        """Questions asked ahead and not taken yet (lapsed ones included until the next ask)."""
+        return len(self._asked)
 
     def instance_created(self, info: workflow.Info) -> None:
         """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's first
@@ -104,9 +116,9 @@ class ChainLookahead:
             self.ask(correlation_id)
 
     def ask(self, correlation_id: str) -> None:
-        """Asks now, in the background, unless asked already or MAX_LOOKAHEAD are waiting."""
+        """Asks now, in the background, unless asked already or `most` are waiting."""
         self._lapse()
-        if correlation_id in self._asked or len(self._asked) >= MAX_LOOKAHEAD:
+        if correlation_id in self._asked or len(self._asked) >= self._most:
             return
         answer = asyncio.get_running_loop().create_task(chain_runs(self._client, correlation_id))
         answer.add_done_callback(_seen)
@@ -118,11 +130,12 @@ class ChainLookahead:
         asked = self._asked.pop(correlation_id, None)
         if asked is None:
             return await chain_runs(self._client, correlation_id)
+        self.answered_ahead += 1
         return await asked[1]
 
     def _lapse(self) -> None:
-        """Drops the questions older than LOOKAHEAD_FRESH (the oldest come first)."""
-        horizon = time.monotonic() - LOOKAHEAD_FRESH.total_seconds()
+        """Drops the questions older than `fresh` (the oldest come first)."""
+        horizon = time.monotonic() - self._fresh
         for correlation_id, (at, _) in list(self._asked.items()):
             if at >= horizon:
                 return
