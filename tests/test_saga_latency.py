@@ -1,14 +1,17 @@
-"""The chain look-ahead: the coordinator worker asks whether a new saga's chain runs as it
-creates the saga's instance, and the saga's placements' look-up takes that answer instead of
-reading the server in the saga's first workflow task. Bounded, and only for new sagas."""
+"""What a saga's latency is spared. An eager start: a client whose own worker polls the saga's
+queue hands it the first workflow task in the start's answer. The chain look-ahead: the
+coordinator worker asks whether a new saga's chain runs as it creates the saga's instance, and
+the saga's placements' look-up takes that answer instead of reading the server in the saga's
+first workflow task. Bounded, and only for new sagas."""
 
 import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from coord import testing
@@ -22,6 +25,42 @@ from tests.conftest import feature_deployment
 from tests.helpers import demo_agents_remote, user_story
 
 SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+
+
+async def test_a_saga_starts_eagerly_on_its_client_s_own_worker(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        polled = await api.start_saga(client, feature_deployment(), queue=task_queue, eager=False)
+        for started in (handle, polled):
+            state = await asyncio.wait_for(api.saga_outcome(started), 60)
+            assert state.status == SagaStatus.COMPLETED
+    assert await _eagerly_started(handle), "its first task came back with the start's answer"
+    assert not await _eagerly_started(polled), "eager=False: its worker polled for it"
+
+
+async def test_a_client_without_a_worker_starts_a_saga_as_usual(
+    client: Client, task_queue: str
+) -> None:
+    """Asked for by default, an eager start costs a client whose workers run elsewhere
+    nothing: the run's first task is queued, and a worker of another client takes it."""
+    elsewhere = await Client.connect(
+        client.service_client.config.target_host,
+        namespace=client.namespace,
+        data_converter=client.data_converter,
+    )
+    async with build_worker(elsewhere, task_queue):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+        assert state.status == SagaStatus.COMPLETED
+    assert not await _eagerly_started(handle)
+
+
+async def _eagerly_started(handle: WorkflowHandle[Any, Any]) -> bool:
+    async for event in handle.fetch_history_events():
+        return event.workflow_execution_started_event_attributes.eager_execution_accepted
+    raise AssertionError("no history")
 
 
 async def test_a_new_saga_s_look_up_takes_the_answer_asked_ahead(
