@@ -211,10 +211,20 @@ def project_side(client: Client, queue: str, spec: SagaSpec) -> RunOne:
 
 
 def baseline_side(
-    client: Client, queue: str, payload: dict[str, Any], saga: str = "BaselineSaga"
+    client: Client,
+    queue: str,
+    payload: dict[str, Any],
+    saga: str = "BaselineSaga",
+    *,
+    eager: bool = False,
 ) -> RunOne:
+    """The hand-written saga started as the samples start one; `eager`, as `start_saga` starts
+    the project's (its first workflow task in the start's answer)."""
+
     async def run_one(saga_id: str) -> str | None:
-        handle = await client.start_workflow(saga, payload, id=saga_id, task_queue=queue)
+        handle = await client.start_workflow(
+            saga, payload, id=saga_id, task_queue=queue, request_eager_start=eager
+        )
         await handle.result()
         return None
 
@@ -232,7 +242,9 @@ SIDES_TOLD = (
     f"`execution: remote`, on the saga's own queue (eager); {QUEUES}: the agents on their own "
     f"queues, served by another worker; {BASELINE} / {BASELINE_LOCAL}: the hand-written saga "
     f"with regular / local activities; {BASELINE_QUEUES}: the hand-written saga with its "
-    "activities on another queue, served by another worker"
+    "activities on another queue, served by another worker. The project's sagas start eagerly "
+    "(`start_saga`'s default), the hand-written ones as the samples start them unless "
+    "--eager-baselines"
 )
 
 
@@ -424,7 +436,9 @@ def side_rate(results: list[Measurement], side: str) -> float:
     return sum(r.sagas for r in mine) / sum(r.wall for r in mine)
 
 
-async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
+async def bench(
+    sagas: int, concurrency: int, warmup: int, rounds: int, eager_baselines: bool = False
+) -> int:
     # Resolved here, not at import: the workflow sandbox re-imports this module.
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
@@ -439,10 +453,16 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int) -> int:
             LOCAL: project_side(client, queue[LOCAL], spec),
             SERVED: project_side(client, queue[SERVED], spec),
             QUEUES: project_side(client, queue[QUEUES], spec),
-            BASELINE: baseline_side(client, queue[BASELINE], spec.input),
-            BASELINE_LOCAL: baseline_side(client, queue[BASELINE], spec.input, "BaselineLocalSaga"),
+            BASELINE: baseline_side(client, queue[BASELINE], spec.input, eager=eager_baselines),
+            BASELINE_LOCAL: baseline_side(
+                client, queue[BASELINE], spec.input, "BaselineLocalSaga", eager=eager_baselines
+            ),
             BASELINE_QUEUES: baseline_side(
-                client, queue[BASELINE_QUEUES], spec.input, "BaselineQueuesSaga"
+                client,
+                queue[BASELINE_QUEUES],
+                spec.input,
+                "BaselineQueuesSaga",
+                eager=eager_baselines,
             ),
         }
         registry = default_registry()
@@ -498,10 +518,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=20, help="sagas in flight at most")
     parser.add_argument("--warmup", type=int, default=5, help="untimed sagas per side first")
     parser.add_argument("--rounds", type=int, default=3, help="timed runs per side")
+    parser.add_argument(
+        "--eager-baselines",
+        action="store_true",
+        help="start the hand-written sagas eagerly too, as start_saga starts the project's",
+    )
     args = parser.parse_args()
     if min(args.sagas, args.concurrency, args.warmup, args.rounds) < 1:
         parser.error("--sagas, --concurrency, --warmup and --rounds must be at least 1")
-    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds)
+    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds, args.eager_baselines)
     exit_without_teardown(lambda: asyncio.run(run))
 
 

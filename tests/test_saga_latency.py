@@ -147,3 +147,11 @@ async def test_questions_asked_ahead_are_bounded(client: Client) -> None:
     assert [await lookahead.chain_runs(name) for name in names] == [False] * 5
     assert lookahead.answered_ahead == 3, "the first three, asked ahead; the others read then"
     assert lookahead.waiting == 0
+
+
+def test_outside_an_event_loop_nothing_is_asked_ahead(client: Client) -> None:
+    """Told of an instance where no loop runs (a replay driven by hand), the look-ahead asks
+    nothing rather than failing the instance's creation."""
+    lookahead = ChainLookahead(client)
+    lookahead.ask(testing.unique("no-loop"))
+    assert lookahead.waiting == 0

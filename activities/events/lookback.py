@@ -116,11 +116,16 @@ class ChainLookahead:
             self.ask(correlation_id)
 
     def ask(self, correlation_id: str) -> None:
-        """Asks now, in the background, unless asked already or `most` are waiting."""
+        """Asks now, in the background, unless asked already or `most` are waiting; outside
+        an event loop (nothing to ask on), not at all."""
         self._lapse()
         if correlation_id in self._asked or len(self._asked) >= self._most:
             return
-        answer = asyncio.get_running_loop().create_task(chain_runs(self._client, correlation_id))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        answer = loop.create_task(chain_runs(self._client, correlation_id))
         answer.add_done_callback(_seen)
         self._asked[correlation_id] = (time.monotonic(), answer)
 
