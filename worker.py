@@ -3,7 +3,7 @@ declares on the agent's own task queue."""
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.log import LogWriter
-from coord.activities.events.lookback import ChainLookback
+from coord.activities.events.lookback import ChainLookahead, ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.monitor import AgentMonitorActivities
@@ -102,12 +102,15 @@ class WorkerSet:
         task_queue: str,
         breakers: Breakers | None = None,
         keeper: ReportKeeper | None = None,
+        lookahead: ChainLookahead | None = None,
     ) -> None:
         if not workers:
             raise SpecError("nothing to serve: no agents, and --no-workflows")
         self.workers = list(workers)
         self._breakers = breakers
         self._keeper = keeper
+        self.lookahead = lookahead
+        """The coordinator worker's chain look-ahead (`ChainLookahead`)."""
         self.task_queue = task_queue
         """The coordinator queue, which names the deployment's agent queues."""
         self._running: asyncio.Task[None] | None = None
@@ -160,25 +163,26 @@ def build_worker(
     process = WorkerProcess.of(client, queue or task_queue(), registry)
     workers = [coordinator_worker(process, registry)] if workflows else []
     workers += [agent_worker(process, registry.only([name])) for name in registry]
-    return WorkerSet(workers, process.home, process.breakers, process.keeper)
+    return WorkerSet(workers, process.home, process.breakers, process.keeper, process.lookahead)
 
 
 @dataclass(frozen=True)
 class WorkerProcess:
     """What the workers of one process share: the client, the deployment's coordinator queue
     `home` (which names its agent queues and runs their ledgers), the agents' breakers and pools
-    (against those ledgers), and the report keeper."""
+    (against those ledgers), the report keeper, and the chain look-ahead."""
 
     client: Client
     home: str
     breakers: Breakers
     pools: AgentPools
     keeper: ReportKeeper
+    lookahead: ChainLookahead
 
     @classmethod
     def of(cls, client: Client, home: str, registry: AgentRegistry) -> "WorkerProcess":
-        breakers = Breakers(client, home, registry)
-        return cls(client, home, breakers, AgentPools(client, home, registry), ReportKeeper(client))
+        breakers, pools = Breakers(client, home, registry), AgentPools(client, home, registry)
+        return cls(client, home, breakers, pools, ReportKeeper(client), ChainLookahead(client))
 
     def run_agent(
         self, registry: AgentRegistry
@@ -220,11 +224,14 @@ def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
 
 def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
-    inline (and for runs recorded before agents had queues of their own)."""
+    inline (and for runs recorded before agents had queues of their own). Its sandbox tells
+    the chain look-ahead of each instance it creates: a new saga's chain is asked about then,
+    for its placements' look-up (`ChainLookahead`)."""
     client = process.client
     delivery = DeadLetterActivities(client)
     monitor = AgentMonitorActivities(client, registry)
-    router = AgentRouter(client, registry)
+    lookahead = process.lookahead
+    router = AgentRouter(client, registry, lookahead)
     planning = PlanningActivities(registry)
     lookback = ChainLookback(client)
     activities: list[Callable[..., Any]] = [
@@ -248,8 +255,9 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]
+    runner = replace(SANDBOX, created=lookahead.instance_created)
     return process.worker(
-        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=SANDBOX
+        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=runner
     )
 
 

@@ -217,10 +217,20 @@ def project_side(client: Client, queue: str, spec: SagaSpec, *, eager: bool = Fa
 
 
 def baseline_side(
-    client: Client, queue: str, payload: dict[str, Any], saga: str = "BaselineSaga"
+    client: Client,
+    queue: str,
+    payload: dict[str, Any],
+    saga: str = "BaselineSaga",
+    *,
+    eager: bool = False,
 ) -> RunOne:
+    """The hand-written saga started as the samples start one; `eager`, as `start_saga` starts
+    the project's (its first workflow task in the start's answer)."""
+
     async def run_one(saga_id: str) -> str | None:
-        handle = await client.start_workflow(saga, payload, id=saga_id, task_queue=queue)
+        handle = await client.start_workflow(
+            saga, payload, id=saga_id, task_queue=queue, request_eager_start=eager
+        )
         await handle.result()
         return None
 
@@ -248,7 +258,8 @@ SIDES_TOLD = (
     "activities on another queue, served by another worker; "
     f"{FAST}: the fast path, {LOCAL} started eagerly (its first workflow task handed back in the "
     f"start call's answer); {RESTATE} (when installed, bench/restate_saga.py): the same saga on "
-    "Restate, each step a `ctx.run`"
+    "Restate, each step a `ctx.run`. The other sides start as the samples start a workflow, "
+    "not eagerly, unless --eager (then all start eagerly, as `start_saga` does by default)"
 )
 
 
@@ -452,7 +463,9 @@ def side_rate(results: list[Measurement], side: str) -> float:
     return sum(r.sagas for r in mine) / sum(r.wall for r in mine)
 
 
-async def bench(sagas: int, concurrency: int, warmup: int, rounds: int, restate: bool) -> int:
+async def bench(
+    sagas: int, concurrency: int, warmup: int, rounds: int, restate: bool, eager: bool = False
+) -> int:
     # Resolved here, not at import: the workflow sandbox re-imports this module.
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
@@ -464,14 +477,20 @@ async def bench(sagas: int, concurrency: int, warmup: int, rounds: int, restate:
         config["interceptors"] = [LEDGER_MESSAGES]
         client = Client(**config)
         sides = {
-            LOCAL: project_side(client, queue[LOCAL], spec),
+            LOCAL: project_side(client, queue[LOCAL], spec, eager=eager),
             FAST: project_side(client, queue[LOCAL], spec, eager=True),
-            SERVED: project_side(client, queue[SERVED], spec),
-            QUEUES: project_side(client, queue[QUEUES], spec),
-            BASELINE: baseline_side(client, queue[BASELINE], spec.input),
-            BASELINE_LOCAL: baseline_side(client, queue[BASELINE], spec.input, "BaselineLocalSaga"),
+            SERVED: project_side(client, queue[SERVED], spec, eager=eager),
+            QUEUES: project_side(client, queue[QUEUES], spec, eager=eager),
+            BASELINE: baseline_side(client, queue[BASELINE], spec.input, eager=eager),
+            BASELINE_LOCAL: baseline_side(
+                client, queue[BASELINE], spec.input, "BaselineLocalSaga", eager=eager
+            ),
             BASELINE_QUEUES: baseline_side(
-                client, queue[BASELINE_QUEUES], spec.input, "BaselineQueuesSaga"
+                client,
+                queue[BASELINE_QUEUES],
+                spec.input,
+                "BaselineQueuesSaga",
+                eager=eager,
             ),
         }
         registry = default_registry()
@@ -537,10 +556,15 @@ def main() -> None:
         action="store_false",
         help="leave out the Restate side even when it is installed (make bench-restate-setup)",
     )
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="start every side eagerly, as start_saga starts a saga by default",
+    )
     args = parser.parse_args()
     if min(args.sagas, args.concurrency, args.warmup, args.rounds) < 1:
         parser.error("--sagas, --concurrency, --warmup and --rounds must be at least 1")
-    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds, args.restate)
+    run = bench(args.sagas, args.concurrency, args.warmup, args.rounds, args.restate, args.eager)
     exit_without_teardown(lambda: asyncio.run(run))
 
 

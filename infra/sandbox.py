@@ -11,10 +11,12 @@ that. The texts are the SDK's own (a handful, and one import per workflow class)
 is small and bounded."""
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
+from temporalio import workflow
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox._runner import _Instance
@@ -35,10 +37,20 @@ class _CompiledOnce(_Instance):
         super()._run_code(compiled(code), **extra_globals)  # type: ignore[arg-type]
 
 
+InstanceCreated = Callable[[workflow.Info], None]
+"""Told of each workflow instance a worker creates, before the instance is built, on the
+worker's event loop: what it starts there (a read of the server) runs while the instance is
+built and its first activation runs. It must not block, nor fail."""
+
+
 @dataclass(frozen=True)
 class CompiledSandboxRunner(SandboxedWorkflowRunner):
     """The SDK's sandbox (its restrictions and runner unchanged), entered by code compiled
-    once."""
+    once; `created`, when given, is told of each instance first (`InstanceCreated`)."""
+
+    created: InstanceCreated | None = None
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        if self.created is not None:
+            self.created(det.info)
         return _CompiledOnce(det, self.runner_class, self.restrictions)

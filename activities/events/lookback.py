@@ -1,9 +1,12 @@
 """Reading a chain from outside it: what an aggregator's lookback needs, and whether a
-correlation's chain runs (what a saga asks before it sends its events)."""
+correlation's chain runs (what a saga asks before it sends its events), also asked ahead
+(`ChainLookahead`)."""
 
-from datetime import timedelta
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
 
-from temporalio import activity
+from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -11,6 +14,8 @@ from coord.models import calls as refs
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import (
+    CORRELATION_ID,
+    SAGA_WORKFLOW,
     TIMELINE_QUERY,
     FailureType,
     chain_workflow_id,
@@ -64,3 +69,91 @@ async def chain_runs(client: Client, correlation_id: str) -> bool:
             return False
         raise
     return described.status == WorkflowExecutionStatus.RUNNING
+
+
+LOOKAHEAD_FRESH = timedelta(seconds=10)
+"""How long an answer asked ahead stands: a saga's look-up asks it in its first workflow task,
+which the server times out after 10 s by default; an answer older is asked again."""
+MAX_LOOKAHEAD = 1024
+"""Questions asked ahead and not yet taken, at most: one per saga starting on this worker now."""
+
+
+class ChainLookahead:
+    """Whether a new saga's chain runs, asked as this worker creates the saga's instance, so the
+    answer is on its way while the saga's first activation runs and ready when its placements'
+    look-up (`AgentRouter.place_agents_with_chain`) takes it: the read of the server leaves the
+    saga's first workflow task, whose local activity otherwise waits for it. Nothing the saga
+    records changes: the look-up returns the same answer, read a few milliseconds earlier (a
+    chain started in between misses the saga's events, as one started after the look-up does).
+    Bounded: questions not taken (a saga whose look-up does not ask, one that failed first)
+    lapse after `fresh` (LOOKAHEAD_FRESH), and with `most` (MAX_LOOKAHEAD) waiting no more are
+    asked ahead."""
+
+    def __init__(
+        self, client: Client, fresh: timedelta = LOOKAHEAD_FRESH, most: int = MAX_LOOKAHEAD
+    ) -> None:
+        self._client = client
+        self._fresh = fresh.total_seconds()
+        self._most = most
+        self._asked: dict[str, tuple[float, asyncio.Task[bool]]] = {}
+        """By correlation id, oldest first: when asked (monotonic seconds), and the answer."""
+        self.answered_ahead = 0
+        """Look-ups answered by a question asked ahead (what the saga bench reports)."""
+
+    @property
+    def waiting(self) -> int:
+        """Questions asked ahead and not taken yet (lapsed ones included until the next ask)."""
+        return len(self._asked)
+
+    def instance_created(self, info: workflow.Info) -> None:
+        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's first
+        workflow task, not a replay of an older run, asks ahead for the correlation its start
+        named (its search attribute; a saga naming another in its spec asks for itself)."""
+        if info.workflow_type != SAGA_WORKFLOW or not _fresh(info):
+            return
+        correlation_id = info.typed_search_attributes.get(CORRELATION_ID)
+        if correlation_id:
+            self.ask(correlation_id)
+
+    def ask(self, correlation_id: str) -> None:
+        """Asks now, in the background, unless asked already or `most` are waiting; outside
+        an event loop (nothing to ask on), not at all."""
+        self._lapse()
+        if correlation_id in self._asked or len(self._asked) >= self._most:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        answer = loop.create_task(chain_runs(self._client, correlation_id))
+        answer.add_done_callback(_seen)
+        self._asked[correlation_id] = (time.monotonic(), answer)
+
+    async def chain_runs(self, correlation_id: str) -> bool:
+        """The answer asked ahead (taken: asked once, answered once), else asked now."""
+        self._lapse()
+        asked = self._asked.pop(correlation_id, None)
+        if asked is None:
+            return await chain_runs(self._client, correlation_id)
+        self.answered_ahead += 1
+        return await asked[1]
+
+    def _lapse(self) -> None:
+        """Drops the questions older than `fresh` (the oldest come first)."""
+        horizon = time.monotonic() - self._fresh
+        for correlation_id, (at, _) in list(self._asked.items()):
+            if at >= horizon:
+                return
+            del self._asked[correlation_id]
+
+
+def _fresh(info: workflow.Info) -> bool:
+    """The run's first activation is now, not a replay of a run started earlier."""
+    return datetime.now(UTC) - info.start_time < LOOKAHEAD_FRESH
+
+
+def _seen(answer: "asyncio.Task[bool]") -> None:
+    """An answer never taken that failed is not reported as an unretrieved exception: the
+    look-up, had it asked, would have asked again."""
+    if not answer.cancelled():
+        answer.exception()

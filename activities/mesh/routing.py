@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from coord.activities.events.lookback import chain_runs
+from coord.activities.events.lookback import ChainLookahead
 from coord.infra.agent_health import candidates_health
 from coord.infra.ledgers import read_ledgers
 from coord.infra.logs import get_logger
@@ -51,10 +51,15 @@ SERVED_POLL = 1.0
 
 
 class AgentRouter:
-    def __init__(self, client: Client, registry: AgentRegistry) -> None:
+    def __init__(
+        self, client: Client, registry: AgentRegistry, lookahead: ChainLookahead | None = None
+    ) -> None:
+        """`lookahead`: the answers asked ahead as the worker created each saga's instance
+        (the coordinator worker's); without one, every chain is asked about when asked for."""
         self._client = client
         self._registry = registry
         self._recent = RecentPicks()
+        self._lookahead = lookahead or ChainLookahead(client)
 
     @activity.defn(name=refs.CHOOSE_AGENT.name)
     async def choose_agent(self, route: CapabilityRoute) -> Assignment:
@@ -87,10 +92,11 @@ class AgentRouter:
         before its first step in one local activity, one read of the server, instead of
         holding its task for a second look-up later (runs all local) or signalling a chain
         that does not run, which fails in a workflow task of its own (runs served as activity
-        tasks: two events for the signal, three for the task)."""
+        tasks: two events for the signal, three for the task). The chain's answer was asked
+        ahead when the worker created the saga's instance (`ChainLookahead`)."""
         placed = await self.place_agents(ask)
         try:
-            running = await chain_runs(self._client, ask.chain_of)
+            running = await self._lookahead.chain_runs(ask.chain_of)
         except RPCError as error:  # unanswered: the workflow signals the chain as before
             log.warning("chain not looked up", correlation_id=ask.chain_of, error=str(error))
             return PlacementAnswer(agents=placed)

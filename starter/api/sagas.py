@@ -34,12 +34,15 @@ def saga_summary(spec: SagaSpec) -> str:
 
 @api_call
 async def start_saga(
-    client: Client, spec: SagaSpec, *, queue: str | None = None, eager: bool = False
+    client: Client, spec: SagaSpec, *, queue: str | None = None, eager: bool = True
 ) -> WorkflowHandle[Any, SagaState]:
     """Start the saga on `queue` (default: $COORD_TASK_QUEUE); `saga_outcome(handle)` waits for
     its record. The server refuses (WorkflowAlreadyStartedError) a saga id already running.
-    `eager`: this client's own worker takes its first task (`start_run`). A saga is listed
-    `in_progress` from its start: its run then writes its status only when it changes."""
+    `eager`, the default: this client's own worker, when one polls `queue` with a free slot,
+    takes its first task from the start's answer (`start_run`), a round trip sooner; a client
+    without one starts it as usual, so asking costs nothing (a saga's latency is what it is
+    held to). A saga is listed `in_progress` from its start: its run then writes its status
+    only when it changes."""
     first = SagaState(
         saga_id=spec.saga_id, correlation_id=spec.correlation_id, status=SagaStatus.IN_PROGRESS
     )
