@@ -62,7 +62,8 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
         if handler is None:  # a dynamic handler's: the SDK calls it with the name
             await super().handle_signal(input)
             return
-        input.args = fitted(input.args, handler.takes)
+        if len(input.args) > handler.takes:
+            input.args = fitted(input.args, handler.takes)
         if not self._direct:
             await super().handle_signal(input)
         elif handler.awaited:
