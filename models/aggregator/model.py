@@ -67,6 +67,8 @@ class AggregatorModel:
         self.chain_joined = carried.chain_joined
         """Attached to its chain and looked back already: a continued run does neither again."""
         self._seen = dict.fromkeys(carried.seen)
+        self._awaited = frozenset(slot.type for slot in self.join.slots)
+        """The types its slots await: an event of another type fits none, told at no cost."""
         self.first_run = False
         """Made from a spec, not from what a previous run carried."""
 
@@ -142,8 +144,9 @@ class AggregatorModel:
     def offer(self, envelope: EventEnvelope, clock: Callable[[], datetime]) -> bool:
         """While it waits: a duplicate, an event of another correlation (unmatched), or one
         offered to the join (which fills a slot, or matches none). True: it matched a slot.
-        `clock` gives the arrival time, asked only of an event that fits a slot: in a flood
-        most match none, and the workflow's clock costs more than the rest of their handling."""
+        `clock` gives the arrival time, asked only of an event of a type a slot awaits: in a
+        flood most match none, and the workflow's clock costs more than the rest of their
+        handling."""
         header = envelope.event
         scope = self.spec.correlation_id
         if header.id in self._seen:
@@ -153,7 +156,7 @@ class AggregatorModel:
         if scope is not None and header.correlation_id not in (None, scope):
             self.state.unmatched += 1
             return False
-        if not any(slot.accepts(envelope) for slot in self.join.slots):
+        if header.type not in self._awaited:
             self.state.unmatched += 1
             return False
         if self.join.offer(envelope, clock()) == "unmatched":
