@@ -59,7 +59,7 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
         handler = self._handlers.get(input.signal) or self._bound(input.signal)
-        if handler is None:  # a dynamic handler's: the SDK calls it with the name
+        if handler is None:
             await super().handle_signal(input)
             return
         if len(input.args) > handler.takes:
@@ -72,8 +72,10 @@ class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
             handler.call(*input.args)
 
     def _bound(self, signal: str) -> _SignalHandler | None:
-        """The declared handler of `signal` (kept: the names are the class's, so few), or
-        None when none is declared under that name."""
+        """The declared handler of `signal`, kept (the names are the class's, so few); None
+        when the class declares none under that name (its dynamic handler takes the signal,
+        called by the SDK with the name) or declares it on a method named otherwise (the SDK
+        calls it with every argument sent, as it always did)."""
         takes = _signal_takes(_class_name(workflow.instance()), signal)
         call = workflow.get_signal_handler(signal)
         if takes is None or call is None:
