@@ -1,5 +1,6 @@
 """The worker interceptor folding a signal's, update's or run's surplus arguments into the
-handler's last one (`arguments.fitted`); the worker installs it, the workflows never import it."""
+handler's last one (`arguments.fitted`), and calling a declared signal's handler bound once per
+run; the worker installs it (last, so innermost), the workflows never import it."""
 
 import functools
 import inspect
