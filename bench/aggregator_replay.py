@@ -9,23 +9,31 @@ the function calls of one replay (a count the machine's load does not change).
 
 `--keep DIR` writes the two histories there (`project.json`, `baseline.json`), which
 `--replay DIR` replays again without running anything; `--profile N` prints the N costliest
-functions of the project's replays.
+functions of the project's replays. Each side is replayed as its worker runs it live: the
+project's with its workflow interceptor in its sandbox (`coord.worker.SANDBOX`), the baseline
+with none in the SDK's; `--same-replayer` replays both the project's way (as this bench did
+before 2026-11-27, which charged the baseline the project's interceptor).
 """
 
 import argparse
 import asyncio
 import cProfile
 import pstats
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.worker import Interceptor, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.aggregator_bench import BaselineAggregator, baseline, project
 from bench.layouts import history_profile
-from bench.saga_replay import profiled, replay_cpu
+from bench.saga_replay import ReplayCost, profiled, replay_cpu
 from bench.server import bench_server
 from coord.infra.process import exit_without_teardown
+from coord.worker import SANDBOX
 
 SIDES = ("project", "baseline")
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
@@ -74,11 +82,37 @@ def signals(history: WorkflowHistory) -> int:
     return sum(1 for e in history.events if e.event_type == kind)
 
 
-def calls_per_replay(history: WorkflowHistory) -> int:
+@dataclass(frozen=True)
+class Replaying:
+    """How a side's history is replayed: in which sandbox, through which interceptors."""
+
+    runner: WorkflowRunner = SANDBOX
+    interceptors: Sequence[Interceptor] | None = None
+    """None: the project's (`bench.saga_replay.replay_cpu`'s default)."""
+
+    def cpu(
+        self, history: WorkflowHistory, replays: int, profile: cProfile.Profile | None = None
+    ) -> ReplayCost:
+        return replay_cpu(
+            history,
+            replays,
+            profile,
+            runner=self.runner,
+            baselines=[BaselineAggregator],
+            interceptors=self.interceptors,
+        )
+
+
+AS_LIVE = {"project": Replaying(), "baseline": Replaying(SandboxedWorkflowRunner(), ())}
+"""Each side as `bench.aggregator_bench` runs it: the baseline on a plain `Worker`."""
+SAME = {"project": Replaying(), "baseline": Replaying()}
+
+
+def calls_per_replay(history: WorkflowHistory, replaying: Replaying) -> int:
     """The function calls of one replay of the workflow code, by the profiler's count: the
     same however loaded the machine is (`replay_cpu` replays twice: once to warm up)."""
     profile = cProfile.Profile()
-    replay_cpu(history, 1, profile, baselines=[BaselineAggregator])
+    replaying.cpu(history, 1, profile)
     return int(pstats.Stats(profile).total_calls) // 2  # type: ignore[attr-defined]
 
 
@@ -101,7 +135,11 @@ def measure() -> None:
     parser.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
     parser.add_argument("--keep", type=Path, help="write the recorded histories to this folder")
     parser.add_argument("--replay", type=Path, help="replay the histories kept in this folder")
+    parser.add_argument(
+        "--same-replayer", action="store_true", help="replay the baseline the project's way"
+    )
     args = parser.parse_args()
+    replaying = SAME if args.same_replayer else AS_LIVE
     histories = (
         asyncio.run(record(args.events, args.senders)) if args.replay is None else kept(args.replay)
     )
@@ -113,10 +151,11 @@ def measure() -> None:
     for side, history in histories.items():
         handled = signals(history)
         told(side, history, handled)
-        cost[side] = replay_cpu(history, args.replays, baselines=[BaselineAggregator]).workflow
+        cost[side] = replaying[side].cpu(history, args.replays).workflow
+        calls = calls_per_replay(history, replaying[side])
         print(
             f"{side}: {1e6 * cost[side] / handled:.0f} µs of workflow-thread CPU per event, "
-            f"{calls_per_replay(history) / handled:.0f} function calls per event"
+            f"{calls / handled:.0f} function calls per event"
         )
     print(f"project/baseline workflow CPU per replay: {cost['project'] / cost['baseline']:.2f}x")
     if args.profile:

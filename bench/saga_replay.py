@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Replayer, Worker, WorkflowRunner
+from temporalio.worker import Interceptor, Replayer, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.layouts import history_profile
@@ -177,15 +177,17 @@ def replay_cpu(
     profile: cProfile.Profile | None = None,
     runner: WorkflowRunner = SANDBOX,
     baselines: Sequence[type] = (BaselineLocalSaga,),
+    interceptors: Sequence[Interceptor] | None = None,
 ) -> ReplayCost:
     """The CPU per replay of `history`, over `replays` replays in one Replayer (its setup
     counted once) in `runner`'s sandbox, after as many to warm up; the workflow code profiled
-    into `profile`. `baselines`: the hand-written workflows registered besides the project's."""
+    into `profile`. `baselines`: the hand-written workflows registered besides the project's;
+    `interceptors`: the worker's (by default the project's workflow interceptor)."""
     thread = WorkflowThread(profile)
     replayer = Replayer(
         workflows=[*WORKFLOWS, *baselines],
         data_converter=data_converter(),
-        interceptors=[SurplusArguments()],
+        interceptors=[SurplusArguments()] if interceptors is None else interceptors,
         workflow_task_executor=thread,
         workflow_runner=runner,
     )

@@ -61,7 +61,7 @@ def counted(model: AggregatorModel) -> bool:
 
 def arrive(model: AggregatorModel, envelope: EventEnvelope, now: datetime = START) -> None:
     model.arrived()
-    model.offer(envelope, now)
+    model.offer(envelope, lambda: now)
 
 
 def test_a_new_aggregator_waits_with_its_deadline_from_the_start() -> None:

@@ -11,15 +11,20 @@ from temporalio.worker import Replayer
 from coord.infra.payload_store import data_converter
 from coord.starter import api
 from coord.worker import SANDBOX, WORKFLOWS, build_worker
+from coord.workflows._runtime.interceptor import SurplusArguments
 from tests.conftest import HISTORIES, feature_deployment
 
 RECORDED = sorted(HISTORIES.glob("*/*.json"))
 
 
 def replayer() -> Replayer:
-    """In the sandbox the project's workers run workflows in."""
+    """In the sandbox the project's workers run workflows in, through their interceptor (which
+    calls the signal handlers)."""
     return Replayer(
-        workflows=list(WORKFLOWS), data_converter=data_converter(), workflow_runner=SANDBOX
+        workflows=list(WORKFLOWS),
+        data_converter=data_converter(),
+        workflow_runner=SANDBOX,
+        interceptors=[SurplusArguments()],
     )
 
 

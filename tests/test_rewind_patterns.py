@@ -103,11 +103,11 @@ def test_the_copy_starts_from_the_slots_and_completes_on_the_next_event() -> Non
     assert copy.state.rewind_of == "story@e4"
     heard_again = LOG[2].to_envelope()
     copy.arrived()
-    assert not copy.offer(heard_again, START), "an event of its past is a duplicate"
+    assert not copy.offer(heard_again, lambda: START), "an event of its past is a duplicate"
     point = LOG[3].to_envelope()
     point.event.correlation_id = "story-copy"  # re-delivered into the copy
     copy.arrived()
-    assert copy.offer(point, START) and copy.satisfied
+    assert copy.offer(point, lambda: START) and copy.satisfied
     assert copy.finish(AggregatorStatus.COMPLETED) is not None
     assert (copy.state.received, copy.state.matched, copy.state.duplicates) == (4, 3, 1)
     continued = AggregatorModel.begin(copy.carry().model_dump(mode="json"), START)

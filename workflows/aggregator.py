@@ -240,7 +240,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             return
         self._published.add(envelope, addressed=addressed)
         if self._model.waiting:
-            if self._model.offer(envelope, workflow.now()):
+            if self._model.offer(envelope, workflow.now):
                 metrics.event_consumed(envelope)
                 workflow.set_current_details(self._model.details())
             return

@@ -18,6 +18,7 @@ The rules:
 - after the end, an event addressed to it is parked (`target_ended`), while a duplicate, an
   event its chain only forwarded, or a lifecycle notice is counted and dropped."""
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -66,6 +67,8 @@ class AggregatorModel:
         self.chain_joined = carried.chain_joined
         """Attached to its chain and looked back already: a continued run does neither again."""
         self._seen = dict.fromkeys(carried.seen)
+        self._awaited = frozenset(slot.type for slot in self.join.slots)
+        """The types its slots await: an event of another type fits none, told at no cost."""
         self.first_run = False
         """Made from a spec, not from what a previous run carried."""
 
@@ -138,9 +141,12 @@ class AggregatorModel:
         """An event reached it by signal: counted before anything else is known of it."""
         self.state.received += 1
 
-    def offer(self, envelope: EventEnvelope, now: datetime) -> bool:
+    def offer(self, envelope: EventEnvelope, clock: Callable[[], datetime]) -> bool:
         """While it waits: a duplicate, an event of another correlation (unmatched), or one
-        offered to the join (which fills a slot, or matches none). True: it matched a slot."""
+        offered to the join (which fills a slot, or matches none). True: it matched a slot.
+        `clock` gives the arrival time, asked only of an event of a type a slot awaits: in a
+        flood most match none, and the workflow's clock costs more than the rest of their
+        handling."""
         header = envelope.event
         scope = self.spec.correlation_id
         if header.id in self._seen:
@@ -150,7 +156,10 @@ class AggregatorModel:
         if scope is not None and header.correlation_id not in (None, scope):
             self.state.unmatched += 1
             return False
-        if self.join.offer(envelope, now) == "unmatched":
+        if header.type not in self._awaited:
+            self.state.unmatched += 1
+            return False
+        if self.join.offer(envelope, clock()) == "unmatched":
             self.state.unmatched += 1
             return False
         self.state.matched += 1
@@ -163,7 +172,7 @@ class AggregatorModel:
         for envelope in sorted(recorded, key=lambda e: e.event.timestamp):
             if envelope.event.type not in LIFECYCLE_NOTICES:
                 self.state.received += 1
-                if self.offer(envelope, now):
+                if self.offer(envelope, lambda: now):
                     matched.append(envelope)
         return matched
 

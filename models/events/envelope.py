@@ -75,7 +75,7 @@ class EventEnvelope(BaseModel):
 
     @model_validator(mode="after")
     def _partition_by_correlation(self) -> Self:
-        if self.routing.partition_key is None:
+        if self.routing.partition_key is None and self.event.correlation_id is not None:
             self.routing.partition_key = self.event.correlation_id
         return self
 

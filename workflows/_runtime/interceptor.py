@@ -1,9 +1,11 @@
 """The worker interceptor folding a signal's, update's or run's surplus arguments into the
-handler's last one (`arguments.fitted`); the worker installs it, the workflows never import it."""
+handler's last one (`arguments.fitted`), and calling a declared signal's handler bound once per
+run; the worker installs it (last, so innermost), the workflows never import it."""
 
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import workflow
@@ -19,6 +21,10 @@ from temporalio.worker import (
 
 from coord.workflows._runtime.arguments import fitted, positional
 
+SDK_INBOUND = "_WorkflowInboundImpl"
+"""The SDK's last inbound step, which calls the handlers: only right before it does
+`SurplusArguments` call them itself (behind another interceptor, it leaves that to the SDK)."""
+
 
 class SurplusArguments(Interceptor):
     def workflow_interceptor_class(
@@ -27,16 +33,57 @@ class SurplusArguments(Interceptor):
         return _SurplusArgumentsInbound
 
 
+@dataclass(frozen=True)
+class _SignalHandler:
+    """A declared signal's handler as the SDK binds it to the run's instance, with what the
+    SDK asks of it at every signal: how many arguments it takes, and whether to await it."""
+
+    call: Callable[..., Any]
+    takes: int
+    awaited: bool
+
+
 class _SurplusArgumentsInbound(WorkflowInboundInterceptor):
+    """One per run. Innermost (the worker's last interceptor), it calls a declared signal's
+    handler itself, bound once per run and name: the SDK's own last step binds it anew and
+    asks twice whether it is a coroutine function at every signal, which in the sandbox cost
+    more than many a handler (a flood is thousands of signals)."""
+
+    def __init__(self, next: WorkflowInboundInterceptor) -> None:
+        super().__init__(next)
+        self._direct = type(next).__name__ == SDK_INBOUND
+        self._handlers: dict[str, _SignalHandler] = {}
+
     async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
         input.args = fitted(input.args, positional(input.run_fn) - 1)  # unbound: less self
         return await super().execute_workflow(input)
 
     async def handle_signal(self, input: HandleSignalInput) -> None:
-        takes = _signal_takes(_class_name(workflow.instance()), input.signal)
-        if takes is not None:
-            input.args = fitted(input.args, takes)
-        await super().handle_signal(input)
+        handler = self._handlers.get(input.signal) or self._bound(input.signal)
+        if handler is None:
+            await super().handle_signal(input)
+            return
+        if len(input.args) > handler.takes:
+            input.args = fitted(input.args, handler.takes)
+        if not self._direct:
+            await super().handle_signal(input)
+        elif handler.awaited:
+            await handler.call(*input.args)
+        else:
+            handler.call(*input.args)
+
+    def _bound(self, signal: str) -> _SignalHandler | None:
+        """The declared handler of `signal`, kept (the names are the class's, so few); None
+        when the class declares none under that name (its dynamic handler takes the signal,
+        called by the SDK with the name) or declares it on a method named otherwise (the SDK
+        calls it with every argument sent, as it always did)."""
+        takes = _signal_takes(_class_name(workflow.instance()), signal)
+        call = workflow.get_signal_handler(signal)
+        if takes is None or call is None:
+            return None
+        handler = _SignalHandler(call, takes, inspect.iscoroutinefunction(call))
+        self._handlers[signal] = handler
+        return handler
 
     def handle_update_validator(self, input: HandleUpdateInput) -> None:
         input.args = _raw_update_args(input.update, input.args)
