@@ -2,6 +2,8 @@
 so a change that would break running workflows fails here first."""
 
 import asyncio
+import gc
+import types
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,22 @@ async def test_fresh_histories_replay(client: Client, task_queue: str) -> None:
         await asyncio.wait_for(asyncio.gather(*(api.saga_outcome(h) for h in handles)), 60)
     for handle in handles:
         await replayer().replay_workflow(await handle.fetch_history())
+
+
+def live_runs_of(qualname: str) -> int:
+    gc.collect()
+    functions = (o for o in gc.get_objects() if isinstance(o, types.FunctionType))
+    return sum(1 for function in functions if function.__qualname__ == qualname)
+
+
+async def test_a_worker_keeps_nothing_of_a_run_that_ended() -> None:
+    """Each sandboxed run imports its workflow's modules anew; a worker-wide cache keyed by one
+    of a run's functions would keep that run's modules alive for the worker's lifetime (tens of
+    kilobytes a run, without bound). Ten runs through the worker's interceptor leave at most one
+    more `Saga.run` alive than before."""
+    path = HISTORIES / "Saga" / "saga-agent-served-on-the-workflow-queue.json"
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replaying, before = replayer(), live_runs_of("Saga.run")
+    for _ in range(10):
+        await replaying.replay_workflow(history)
+    assert live_runs_of("Saga.run") - before <= 1

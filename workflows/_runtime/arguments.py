@@ -10,9 +10,9 @@ before any interceptor runs: `SurplusStartArguments`, its metaclass, folds them 
 This module is what the workflow classes import, so it imports no worker code: a client that
 names a workflow class (the Python API) loads no `temporalio.worker`."""
 
-import functools
 import inspect
 from collections.abc import Callable, Sequence
+from types import MethodType
 from typing import Any
 
 from temporalio import workflow
@@ -32,12 +32,17 @@ class SurplusStartArguments(type):
         return super().__call__(*fitted(args, positional(cls.__init__) - 1))  # type: ignore[misc]
 
 
-@functools.cache
 def positional(fn: Callable[..., Any]) -> int:
-    """Cached: `inspect.signature` costs more than the rest of a signal's handling, and a flood
-    delivers thousands of signals in one activation."""
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return sum(p.kind in kinds for p in inspect.signature(fn).parameters.values())
+    """How many arguments `fn` takes by position (less a bound method's `self`). Read from its
+    code object, which costs next to nothing (`inspect.signature` cost more than the rest of a
+    signal's handling), and never cached: each sandboxed run has functions of its own, and a
+    cache keyed by them would keep every run's modules alive for the worker's lifetime."""
+    function = fn.__func__ if isinstance(fn, MethodType) else fn
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return sum(p.kind in kinds for p in inspect.signature(fn).parameters.values())
+    return int(code.co_argcount) - (function is not fn)
 
 
 def fitted(args: Sequence[Any], takes: int) -> Sequence[Any]:
