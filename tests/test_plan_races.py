@@ -63,6 +63,11 @@ SIGNAL_ENDED = {
 }
 ADMITTED = UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
 NO_RETRY = {"max_retries": 0}
+APPROVAL_TIMEOUT = "15s"
+"""The approval's timer in the timeout race: it must fire only once the first workflow worker
+has stopped (a worker stopping as the timer's task comes may take the task and abandon it, left
+to time out). Its stop comes a fraction of a second after the timer starts on a quiet machine,
+0.6 s at a load of 9; 4 s was once too short at a load of 13."""
 
 
 def agent_workers(client: Client, task_queue: str, gates: GatedAgents) -> WorkerSet:
@@ -82,6 +87,7 @@ async def started_until(
         handle = await start(client, task_queue, spec)
         await ready(handle)
         await wait_until(lambda: idle(handle))
+    assert await idle(handle), "a workflow task came while the first workflow worker stopped"
     return handle
 
 
@@ -398,10 +404,9 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
     and the task runs once."""
     gates = GatedAgents(names=["deployer"])
     gates.released["deployer"].set()
-    # The timeout leaves the first workflow worker time to stop before the timer fires.
     spec = plan(
         "race-approval",
-        {"id": "deploy", "agent": "deployer", "approval": {"timeout": "4s"}},
+        {"id": "deploy", "agent": "deployer", "approval": {"timeout": APPROVAL_TIMEOUT}},
         {"id": "announce", "agent": "deployer", "depends_on": ["deploy"]},
     )
     approval = {"task": "deploy", "by": "alice", "reason": "just in time"}
@@ -411,11 +416,11 @@ async def test_an_approval_landing_with_its_timeout_wins_once(
         )
         fired = lambda: history_has(handle, TIMER_FIRED, 1)  # noqa: E731
         if order == "timer first":
-            await wait_until(fired)
+            await wait_until(fired, timeout=60)
             sent = await admitted_update(client, handle, approval, "alice")
         else:
             sent = await admitted_update(client, handle, approval, "alice")
-            await wait_until(fired)
+            await wait_until(fired, timeout=60)
         state, _ = await finish(client, task_queue, handle)
         decided = ApprovalDecision.model_validate(await sent)
     await assert_one_task_saw(handle, TIMER_FIRED, UPDATE_ACCEPTED)
