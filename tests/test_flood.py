@@ -193,12 +193,13 @@ async def failed_tasks(client: Client, workflow_id: str) -> list[str]:
     return failures
 
 
+@pytest.mark.usefixtures("no_deadlock_detector")
 async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlock(
-    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+    client: Client, task_queue: str
 ) -> None:
     """The run's first activation, all the backlog's signals, takes less CPU than the deadlock
     detector allows (measured on its replay, where no other work shares the thread), and a
-    worker then takes the backlog. The worker runs without the detector (`TEMPORAL_DEBUG`):
+    worker then takes the backlog. The worker runs without the detector (`no_deadlock_detector`):
     under load its wall clock would measure the machine, and the CPU is checked already.
     Every wait here has a bound that fails saying what did not happen in time (the suite's
     900 s timeout once killed this test's process without saying where it waited)."""
@@ -210,7 +211,6 @@ async def test_thousands_of_signals_in_one_activation_are_taken_without_a_deadlo
     cpu = await within(QUERY_TIMEOUT, activation_cpu(history), "replaying the run's first task")
     assert cpu < ACTIVATION_CPU, f"the backlog's activation took {cpu:.2f}s of CPU"
     seen: list[ChainState] = []  # the state that answered the condition
-    monkeypatch.setenv("TEMPORAL_DEBUG", "1")
     serving = build_worker(client, task_queue, flood_registry())
     async with stops_within(WORKER_TIMEOUT, "the worker's part, its shutdown included"), serving:
         # Past its history budget, the run takes the backlog in one activation and continues
