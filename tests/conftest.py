@@ -96,6 +96,16 @@ def _print_tasks(nodeid: str, stream: TextIO) -> None:
     print(f"=== every thread's stack follows in {THREADS_REPORT_LATER:g}s", file=stream)
 
 
+@pytest.fixture
+def no_deadlock_detector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workers the test builds run without the SDK's deadlock detector (`TEMPORAL_DEBUG`,
+    read as a worker is built), for a test whose activations take megabytes or thousands of
+    events: the detector fails an activation past 2 s of wall clock, which on a loaded machine
+    is mostly other processes' time. What such an activation costs is checked as CPU instead
+    (test_flood)."""
+    monkeypatch.setenv("TEMPORAL_DEBUG", "1")
+
+
 async def start_dev_server(dynamic_config: str) -> WorkflowEnvironment:
     """A dev server of its own for a test that reaches a server limit in seconds with one
     dynamic-config value (`key=value`); its workers report themselves as `coord worker`'s do."""

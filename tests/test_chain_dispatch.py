@@ -162,6 +162,12 @@ FAST_RUNS = 150
 agent runs: runs recorded before then held their queue until the slow agent was done."""
 
 
+PROGRESS_TIMEOUT = 300.0
+"""The bound of a wait on the chain getting through its runs: seconds here, minutes at most on a
+loaded machine (every run a task of the chain and, once continue-as-new is due, a `ChainRun`
+of its own); what counts is that they all run."""
+
+
 @pytest.mark.parametrize("hand_over", [None, True])
 async def test_a_slow_agent_holds_no_queued_run_and_its_outcome_crosses_continue_as_new(
     client: Client, task_queue: str, hand_over: bool | None
@@ -183,7 +189,7 @@ async def test_a_slow_agent_holds_no_queued_run_and_its_outcome_crosses_continue
         )
         slow = event(correlation_id, "Slow")
         await api.publish(client, slow)
-        await asyncio.wait_for(agents.slow_started.wait(), 30)
+        await asyncio.wait_for(agents.slow_started.wait(), PROGRESS_TIMEOUT)
         for envelope in fast:
             await api.publish(client, envelope)
 
@@ -192,7 +198,7 @@ async def test_a_slow_agent_holds_no_queued_run_and_its_outcome_crosses_continue
             ran = {key for key in agents.calls if "/fast/" in key}
             return state.queued == 0 and len(ran) == FAST_RUNS
 
-        await eventually(all_fast_ran, timeout=120)
+        await eventually(all_fast_ran, timeout=PROGRESS_TIMEOUT)
         assert not agents.slow_released.is_set()
         runs_during = await chain_runs(client, handle.id)
         agents.slow_released.set()
@@ -201,9 +207,9 @@ async def test_a_slow_agent_holds_no_queued_run_and_its_outcome_crosses_continue
             timeline = await api.chain_timeline(client, correlation_id)
             return "SlowDone" in {row.event for row in timeline}
 
-        await eventually(slow_landed, timeout=60)
+        await eventually(slow_landed, timeout=PROGRESS_TIMEOUT)
         await api.close_chain(client, correlation_id)
-        state = await asyncio.wait_for(handle.result(), 60)
+        state = await asyncio.wait_for(handle.result(), PROGRESS_TIMEOUT)
         parked = await api.dlq_entries(client, queue=task_queue)
     if hand_over:
         assert runs_during > 1, "the chain continued as new while the slow agent ran"

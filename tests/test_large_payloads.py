@@ -38,6 +38,11 @@ from tests.helpers import API, approved, eventually, phase1, user_story
 from tests.workers import COORD, run, server_env
 
 MB = 1024 * 1024
+PROGRESS_TIMEOUT = 300.0
+"""The bound of a wait for the worker to get through megabytes of events (taking them in,
+continuing as new, ending): its tasks take seconds here, tens of seconds on a loaded machine
+(continue-as-new came 33 s after the wait began at a load of 13 to 19, over the 60 s once);
+what counts is that it comes."""
 HANDING_OVER_NEW_EVENTS = (
     WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
     WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
@@ -114,9 +119,13 @@ async def runs(client: Client, workflow_id: str) -> int:
     return len([e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
 
 
+@pytest.mark.usefixtures("no_deadlock_detector")
 async def test_large_events_wedge_neither_chain_nor_aggregator_nor_dead_letter_queue(
     client: Client, dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
+    """Under load the SDK's deadlock detector, which counts wall clock, failed the new worker's
+    replay of megabytes of events (3 s at a load of 20): the workers here run without it, so
+    that a failed task the test finds is one of sizes, what it is about."""
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     chain_id = f"chain-{correlation_id}"
     plain = await plain_client(dev_env)
@@ -135,14 +144,14 @@ async def test_large_events_wedge_neither_chain_nor_aggregator_nor_dead_letter_q
             async def took() -> bool:
                 return (await api.chain_state(client, correlation_id)).received == count
 
-            await eventually(took, 60)
+            await eventually(took, PROGRESS_TIMEOUT)
 
         async def aggregator_took_them() -> None:
             async def took() -> bool:
                 state = await api.aggregator_state(client, spec.workflow_id)
                 return len(state.rejected) == 10 and state.matched + state.unmatched >= 5
 
-            await eventually(took, 60)
+            await eventually(took, PROGRESS_TIMEOUT)
 
         chain_big = large("DesignNote", correlation_id, int(1.9 * MB))
         await flood_with_large_events(
@@ -158,10 +167,11 @@ async def test_large_events_wedge_neither_chain_nor_aggregator_nor_dead_letter_q
         filler = [large("ProgressNote", correlation_id, 20_000) for _ in range(250)]
         for batch in range(0, len(filler), 50):
             await asyncio.gather(*(api.publish(client, e) for e in filler[batch : batch + 50]))
-        await eventually(lambda: _continued(client, chain_id), 60)
+        await eventually(lambda: _continued(client, chain_id), PROGRESS_TIMEOUT)
         await api.publish(client, approved(correlation_id))
-        chain_state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 90)
-        aggregator_state = await asyncio.wait_for(aggregator.result(), 60)
+        chain_handle = api.chain_handle(client, correlation_id)
+        chain_state = await asyncio.wait_for(chain_handle.result(), PROGRESS_TIMEOUT)
+        aggregator_state = await asyncio.wait_for(aggregator.result(), PROGRESS_TIMEOUT)
         timeline = await api.chain_timeline(client, correlation_id)
         code, listed, err = await run(COORD, "dlq", "list", env=server_env(dev_env, task_queue))
     assert chain_state.status == ChainStatus.COMPLETED
@@ -186,6 +196,7 @@ async def _continued(client: Client, workflow_id: str) -> bool:
     return await runs(client, workflow_id) >= 2
 
 
+@pytest.mark.usefixtures("no_deadlock_detector")
 async def test_chain_carrying_200_rows_of_20_kb_continues_as_new(
     client: Client, task_queue: str
 ) -> None:
@@ -198,9 +209,10 @@ async def test_chain_carrying_200_rows_of_20_kb_continues_as_new(
         await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
         for batch in range(0, len(notes), 50):
             await asyncio.gather(*(api.publish(client, e) for e in notes[batch : batch + 50]))
-        await eventually(lambda: _continued(client, chain_id), 60)
+        await eventually(lambda: _continued(client, chain_id), PROGRESS_TIMEOUT)
         await api.publish(client, approved(correlation_id))
-        state = await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+        ended = api.chain_handle(client, correlation_id).result()
+        state = await asyncio.wait_for(ended, PROGRESS_TIMEOUT)
     assert state.status == ChainStatus.COMPLETED
     assert state.events_seen > len(notes)
     assert await failed_tasks(client, chain_id) == []

@@ -119,8 +119,16 @@ def split_workers(client: Client, task_queue: str, gates: GatedAgents) -> tuple[
     return agents, workflow_worker(client, task_queue)
 
 
-def workflow_worker(client: Client, task_queue: str) -> Worker:
-    return Worker(client, task_queue=task_queue, workflows=list(WORKFLOWS), max_cached_workflows=0)
+def workflow_worker(client: Client, task_queue: str, identity: str | None = None) -> Worker:
+    """An uncached workflow worker; `identity` (the client's by default) is what the server
+    records in the history of each workflow task it starts."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=list(WORKFLOWS),
+        max_cached_workflows=0,
+        identity=identity,
+    )
 
 
 async def history_has(

@@ -99,12 +99,14 @@ def vote(voters: list[str], **fields: Any) -> VoteSpec:
     )
 
 
-async def ballot_cast(handle: WorkflowHandle[Any, VoteState], voter: str) -> None:
+async def ballot_cast(
+    handle: WorkflowHandle[Any, VoteState], voter: str, timeout: float = 30
+) -> None:
     async def cast() -> bool:
         state = await handle.query(contract.STATE_QUERY, result_type=VoteState)
         return state.ballot_of(voter) is not None
 
-    await eventually(cast)
+    await eventually(cast, timeout)
 
 
 async def cancel_requested(handle: WorkflowHandle[Any, Any]) -> list[str]:
@@ -183,6 +185,11 @@ async def test_two_rejections_reject_early_and_cancel_the_third_run(
     assert await cancel_requested(handle) == ["ballot: carol"]
 
 
+FAULT_TIMEOUT = 180.0
+"""The bound of the waits on a faulty voter: `sleep`'s six lost runs, each a heartbeat timeout
+the server notices and a retry, take 12 s here, several times that on a loaded machine."""
+
+
 @pytest.mark.parametrize("fault", ["fail", "sleep", "absent"])
 async def test_a_faulty_voter_abstains_and_the_others_decide(
     client: Client, task_queue: str, fault: str
@@ -190,21 +197,22 @@ async def test_a_faulty_voter_abstains_and_the_others_decide(
     """`sleep` sends no heartbeat: the heartbeat timeout ends each attempt long before its
     timeout, and the server ending an attempt no worker reported spends no retry of the voter's,
     but a run lost that often fails `timeout`; `absent` has no worker polling its queue: its
-    run is never started."""
+    run is never started, and its schedule-to-start timeout ends it (1 s; the voters that have
+    a worker get a minute, which a loaded worker may need to take a task)."""
     voters = Voters({"alice": fault, "bob": YES, "carol": YES}, gated={"bob", "carol"})
     spec = vote(
         ["alice", "bob", "carol"],
-        timeout="1m",
+        timeout="5m",
         heartbeat_timeout="1s",
-        schedule_to_start_timeout="1s",
+        schedule_to_start_timeout="1s" if fault == "absent" else "1m",
         retry={"max_retries": 0, "initial_delay": "100ms", "max_delay": "100ms"},
     )
     async with build_worker(client, task_queue, voters.registry()):
         handle = await api.start_vote(client, spec, queue=task_queue)
-        await ballot_cast(handle, "alice")
+        await ballot_cast(handle, "alice", FAULT_TIMEOUT)
         voters.release("bob")
         voters.release("carol")
-        state = await asyncio.wait_for(handle.result(), 30)
+        state = await asyncio.wait_for(handle.result(), FAULT_TIMEOUT)
     assert state.status == VoteStatus.DECIDED
     abstained = state.ballot_of("alice")
     assert abstained is not None and abstained.choice == Choice.ABSTAIN
