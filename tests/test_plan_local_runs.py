@@ -103,15 +103,18 @@ async def test_a_failing_local_agent_is_retried_and_keeps_its_failure_type(
     await _replays_from_every_task(history)
 
 
-PLANS = 12
+PLANS = 20
 """Plans a worker runs at once: their local runs then often outlive their workflow task, and
 several end in one."""
 FAN = 4
 
 
 def _jittery_registry() -> AgentRegistry:
-    """`step` answers after a few milliseconds, so parallel runs end close together."""
+    """`step` answers after a few milliseconds, so parallel runs end close together; `remote`
+    at once, as an activity task."""
     registry = AgentRegistry()
+    remote = PythonAgent(kind="python", callable="tests:remote", execution="remote")
+    registry.register("remote", "python", remote)(_done)
 
     @registry.register("step")
     async def step(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
@@ -124,11 +127,16 @@ def _jittery_registry() -> AgentRegistry:
 async def test_plans_of_parallel_local_runs_replay_each_from_every_task(
     client: Client, task_queue: str
 ) -> None:
-    """Many plans, each of four parallel local tasks and one after them, on one worker: each
-    records one patch marker, no activity task, and replays; the first from every task."""
+    """Many plans, each of four parallel local tasks, one local task after them and a remote
+    one last, on one worker: each records one patch marker (a patch first asked by the remote
+    run, after a local run whose marker landed in a later workflow task than the run began,
+    would not replay) and replays; the first three from every task."""
     tasks = [{"id": f"t{n}", "agent": "step"} for n in range(FAN)]
     join = {"id": "join", "agent": "step", "depends_on": [each["id"] for each in tasks]}
-    specs = [plan(f"plan-parallel-local-{n}", *tasks, join, max_workers=FAN) for n in range(PLANS)]
+    tell = {"id": "tell", "agent": "remote", "depends_on": ["join"]}
+    specs = [
+        plan(f"plan-parallel-local-{n}", *tasks, join, tell, max_workers=FAN) for n in range(PLANS)
+    ]
     async with build_worker(client, task_queue, _jittery_registry()):
         handles = [await start(client, task_queue, spec) for spec in specs]
         states = await asyncio.gather(*(outcome(handle) for handle in handles))
@@ -137,8 +145,43 @@ async def test_plans_of_parallel_local_runs_replay_each_from_every_task(
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     for history in histories:
         events = list(history.events)
-        assert _agent_tasks(events) == {} and _local_agent_runs(events) == FAN + 1
+        assert len(_agent_tasks(events)) == 1 and _local_agent_runs(events) == FAN + 1
         assert _patch_markers(events) == 1
         await replayer.replay_workflow(history)
     for history in histories[:3]:
         await _replays_from_every_task(history)
+
+
+SLOW_S = 9.0
+"""Longer than 80% of the plan's 10 s workflow task timeout: the worker then completes the
+task the local run began in (a heartbeat), and the run's marker lands in a later one."""
+
+
+async def test_a_local_run_outliving_its_workflow_task_then_a_remote_run_replays(
+    client: Client, task_queue: str
+) -> None:
+    """A local run that outlives its workflow task, then a remote run on its outcome: the run's
+    marker is recorded after the commands the plan issued on that outcome. The remote run's
+    patches are in force since the plan began (`plan-patches-at-once`), so no patch marker is
+    recorded there, and the plan replays from every task."""
+    registry = _jittery_registry()
+
+    @registry.register("slow")
+    async def slow(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        await asyncio.sleep(SLOW_S)
+        return {"slow": True}
+
+    spec = plan(
+        "plan-local-run-outlives-its-task",
+        {"id": "slow", "agent": "slow"},
+        {"id": "tell", "agent": "remote", "depends_on": ["slow"]},
+    )
+    async with build_worker(client, task_queue, registry):
+        handle = await start(client, task_queue, spec)
+        state = await outcome(handle)
+        history = await handle.fetch_history()
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    events = list(history.events)
+    assert _local_agent_runs(events) == 1 and len(_agent_tasks(events)) == 1
+    assert _patch_markers(events) == 1
+    await _replays_from_every_task(history)
