@@ -1,9 +1,9 @@
 """A plan runs the short in-process agents its worker serves as local activities, as sagas and
 chains do: a task's run, its reviews and its verifiers leave a marker in the plan's history and
-no activity task; an agent declared `execution: remote` still runs as an activity task; a
-failing local agent is retried with its failure type kept; the plan asks its patches once
-(`plan-patches-at-once`), and many plans of parallel local tasks on one worker replay, each
-from every workflow task."""
+no activity task; an agent declared `execution: remote` still runs as an activity task on its
+own queue (the plan's `dispatch` decides); a failing local agent is retried with its failure
+type kept; the plan asks its patches once (`plan-patches-at-once`), and many plans of parallel
+local tasks on one worker replay, each from every workflow task."""
 
 import asyncio
 import random
@@ -20,6 +20,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import PythonAgent
 from coord.models.plan.spec import PlanStatus, TaskState
+from coord.models.wire.contract import agent_task_queue
 from coord.worker import WORKFLOWS, build_worker
 from tests.test_agent_placement import (
     _agent_tasks,
@@ -47,7 +48,7 @@ async def test_a_plan_runs_its_python_agents_and_their_reviews_locally(
     """Two tasks in parallel, one reviewed in two stages and verified by two agents, and a
     task after both: eight agent runs, each a local activity; an agent declared remote runs as
     an activity task on the plan's queue. One patch marker; the plan replays from every task."""
-    agents = GateAgents()
+    agents = GateAgents(local=True)
     registry = agents.registry()
     remote = PythonAgent(kind="python", callable="tests:remote", execution="remote")
     registry.register("remote", "python", remote)(_done)
@@ -76,7 +77,8 @@ async def test_a_plan_runs_its_python_agents_and_their_reviews_locally(
     ]
     events = list(history.events)
     assert _local_agent_runs(events) == 7, "build, two stages, two verifiers, docs, ship"
-    assert list(_agent_tasks(events).values()) == [task_queue], "the remote agent's run alone"
+    remote_queue = agent_task_queue("remote", task_queue)
+    assert list(_agent_tasks(events).values()) == [remote_queue], "the remote agent's run alone"
     assert _patch_markers(events) == 1, "the bundle's"
     await _replays_from_every_task(history)
 
@@ -89,7 +91,7 @@ async def test_a_failing_local_agent_is_retried_and_keeps_its_failure_type(
     client: Client, task_queue: str
 ) -> None:
     spec = plan("plan-local-failure", {"id": "a", "agent": "fail", "retry": FAST_RETRY})
-    async with build_worker(client, task_queue, PlanAgents().registry()):
+    async with build_worker(client, task_queue, PlanAgents(local=True).registry()):
         handle = await start(client, task_queue, spec)
         state = await outcome(handle)
         history = await handle.fetch_history()

@@ -269,11 +269,12 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
 async def _placements(model: PlanModel) -> Placements | None:
     """Where the plan's agents run, asked of its worker once, as the plan's tasks are known
-    (PLAN_LOCAL_RUNS_PATCH): the short in-process agents it serves as local activities. An
-    agent named later (a task added while the plan runs) goes to its own queue. None for runs
-    recorded before, which ran every agent as an activity task."""
+    (PLAN_LOCAL_RUNS_PATCH): the short in-process agents it serves as local activities, every
+    other agent where the plan's `dispatch` says, as before. An agent named later (a task added
+    while the plan runs) goes there too. None for runs recorded before, which ran every agent
+    as an activity task."""
     if not patched(PLAN_LOCAL_RUNS_PATCH):
         return None
-    placements = Placements()
+    placements = Placements(only_local=True)
     await placements.learn(agent for _, agent in model.spec.agents_named())
     return placements
