@@ -129,15 +129,18 @@ def _jittery_registry() -> AgentRegistry:
 async def test_plans_of_parallel_local_runs_replay_each_from_every_task(
     client: Client, task_queue: str
 ) -> None:
-    """Many plans, each of four parallel local tasks, one local task after them and a remote
-    one last, on one worker: each records one patch marker (a patch first asked by the remote
-    run, after a local run whose marker landed in a later workflow task than the run began,
-    would not replay) and replays; the first three from every task."""
+    """Many plans, each of four parallel local tasks, a remote task after each of them (the
+    commands issued on each local result), a local task after the four and a remote one last,
+    on one worker: each records one patch marker (a patch first asked by a remote run, after a
+    local run whose marker landed in a later workflow task than the run began, would not
+    replay) and replays; the first three from every task."""
     tasks = [{"id": f"t{n}", "agent": "step"} for n in range(FAN)]
     join = {"id": "join", "agent": "step", "depends_on": [each["id"] for each in tasks]}
     tell = {"id": "tell", "agent": "remote", "depends_on": ["join"]}
+    each_told = [{"id": f"u{n}", "agent": "remote", "depends_on": [f"t{n}"]} for n in range(FAN)]
     specs = [
-        plan(f"plan-parallel-local-{n}", *tasks, join, tell, max_workers=FAN) for n in range(PLANS)
+        plan(f"plan-parallel-local-{n}", *tasks, *each_told, join, tell, max_workers=FAN)
+        for n in range(PLANS)
     ]
     async with build_worker(client, task_queue, _jittery_registry()):
         handles = [await start(client, task_queue, spec) for spec in specs]
@@ -147,7 +150,7 @@ async def test_plans_of_parallel_local_runs_replay_each_from_every_task(
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())
     for history in histories:
         events = list(history.events)
-        assert len(_agent_tasks(events)) == 1 and _local_agent_runs(events) == FAN + 1
+        assert len(_agent_tasks(events)) == FAN + 1 and _local_agent_runs(events) == FAN + 1
         assert _patch_markers(events) == 1
         await replayer.replay_workflow(history)
     for history in histories[:3]:
