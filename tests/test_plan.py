@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.models.mesh.retry import agent_time_limit
 from coord.models.plan.requests import TaskRequests
 from coord.models.plan.spec import (
@@ -35,6 +36,8 @@ from coord.workflows.plan.graph import TaskGraph
 from tests.helpers import eventually, task_failures
 
 BLOB = "large-result-" * 1000
+REMOTE = PythonAgent(kind="python", callable="tests:agent", execution="remote")
+"""A test agent run as an activity task (its own queue, or the plan's), never locally."""
 FAST_RETRY = {"max_retries": 2, "initial_delay": "50ms", "max_delay": "50ms"}
 
 
@@ -48,12 +51,17 @@ class PlanAgents:
     released: asyncio.Event = field(default_factory=asyncio.Event)
     holding: set[str] = field(default_factory=set)
 
+    local: bool = False
+    """Whether the agents run as local activities of the plan (python agents' default); these
+    tests read their activity tasks and heartbeats, so they run them `execution: remote`."""
+
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
-        registry.register("work")(self.work)
-        registry.register("fail")(self.fail)
-        registry.register("hold")(self.hold)
-        registry.register("big")(self.big)
+        declared = None if self.local else REMOTE
+        registry.register("work", "python", declared)(self.work)
+        registry.register("fail", "python", declared)(self.fail)
+        registry.register("hold", "python", declared)(self.hold)
+        registry.register("big", "python", declared)(self.big)
         return registry
 
     async def work(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:

@@ -50,7 +50,7 @@ from coord.models.wire.contract import (
 from coord.starter.api.common import kept_record
 from coord.worker import build_worker
 from tests.helpers import connected_as, wait_until
-from tests.test_plan import most_at_once, run_agent_spans
+from tests.test_plan import REMOTE, most_at_once, run_agent_spans
 
 Answer = dict[tuple[str, str, int], tuple[bool, str]]
 """A scripted reviewer's verdicts: (reviewer, stage or `verify`, version reviewed) -> (passed,
@@ -69,12 +69,17 @@ class GateAgents:
     padding: int = 0
     """Characters of filler in each coder result (to make it larger than the plan's limit)."""
 
+    local: bool = False
+    """Whether the agents run as local activities (python agents' default); these tests read
+    the activities they schedule, so they run them `execution: remote`."""
+
     def registry(self) -> AgentRegistry:
         registry = AgentRegistry()
-        registry.register("coder")(self._coder)
-        registry.register("worker")(self._worker)
+        declared = None if self.local else REMOTE
+        registry.register("coder", "python", declared)(self._coder)
+        registry.register("worker", "python", declared)(self._worker)
         for name in self.reviewers:
-            registry.register(name)(self._reviewer(name))
+            registry.register(name, "python", declared)(self._reviewer(name))
         return registry
 
     async def _coder(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:

@@ -405,3 +405,48 @@ CHAIN_PATCHES = frozenset(
 """The patches a chain's code may ask (its own and those of the runtime it shares), every one in
 force for a run taking CHAIN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
 on its own (or bundled under a new id)."""
+
+PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"
+"""Since 2026-11-27, in plan.graph: Runs after this patch ask their worker, as they begin, where
+the agents they name run, and run the short in-process ones it serves (python agents, any agent
+declared `execution: local`) as local activities, as sagas and chains do: a task's run, its
+reviews and its verifiers. Runs recorded before ran every agent as an activity task."""
+
+PLAN_PATCHES_AT_ONCE_PATCH = "plan-patches-at-once"
+"""Since 2026-11-27, in plan.graph: Runs after this patch ask it first (in the workflow's
+`__init__`, before any update is handled) and take every patch of PLAN_PATCHES as in force
+without asking it (`_runtime.patches`): one marker and one `TemporalChangeVersion` upsert instead
+of one of each per patch, and never a patch marker after the run's first workflow task, where a
+local run's marker landing in a later task than the run began would put it after the commands
+the plan issued on its outcome (a nondeterminism error on replay, as a chain found). Runs
+recorded before asked each patch where their code reached it."""
+
+PLAN_PATCHES = frozenset(
+    {
+        # the plan's own (plan.graph, plan.task, plan.gates, plan.team)
+        PLAN_ANNOUNCES_PATCH,
+        SLOTS_GRANTED_BY_THE_PLAN_PATCH,
+        PROGRESS_ON_DEMAND_PATCH,
+        APPROVER_IDENTITY_PATCH,
+        STRICT_VERDICTS_PATCH,
+        UNSENT_RUN_PATCH,
+        SCOPED_VOTE_ID_PATCH,
+        TEAM_MESSAGES_PATCH,
+        PLAN_FAN_OUT_PATCH,
+        PLAN_LOCAL_RUNS_PATCH,
+        # the runtime it shares (_runtime.common, _runtime.agent_runs)
+        DEAD_LETTER_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        AGENT_PLACEMENT_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
+    }
+)
+"""The patches a plan's code may ask (its own and those of the runtime it shares), every one in
+force for a run taking PLAN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
+on its own (or bundled under a new id)."""

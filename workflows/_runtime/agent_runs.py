@@ -257,10 +257,16 @@ class Placements:
     queue, as every named agent's run did before: one a route picked (routing weighs the load
     it reads from the agents' queues, which a run elsewhere would not add to), a fallback."""
 
-    def __init__(self, *, local: bool = True, ask_in_activity: bool = False) -> None:
+    def __init__(
+        self, *, local: bool = True, ask_in_activity: bool = False, only_local: bool = False
+    ) -> None:
         """`local` False: an agent that would run as a local activity runs on this workflow's
         queue instead (a chain recorded before CHAIN_LOCAL_RUNS_PATCH). `ask_in_activity`:
-        the worker is asked in an activity, not a local one (a chain, `_answer`)."""
+        the worker is asked in an activity, not a local one (a chain, `_answer`).
+        `only_local`: an agent that does not run locally goes where runs went before they were
+        placed (its own queue, unless the run says `agent_queue` False): a plan's `dispatch`
+        keeps its meaning."""
+        self._only_local = only_local
         self._known: dict[str, Placement] = {}
         self._asking: asyncio.Task[None] | None = None
         self._local = local
@@ -344,6 +350,8 @@ class Placements:
         if request.config is not None:
             return Placement.HOME
         where = self._known.get(request.agent, Placement.AGENT_QUEUE)
+        if self._only_local and where == Placement.HOME:
+            return Placement.AGENT_QUEUE
         return Placement.HOME if where == Placement.LOCAL and not self._local else where
 
     def local(self, agent: str) -> bool:

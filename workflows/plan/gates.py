@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import STRICT_VERDICTS_PATCH
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import InvalidInput, PlainInput, decode_input, task_error
+    from coord.workflows._runtime.patches import patched
     from coord.workflows.plan.task import TaskRun
 
 ReviewOutcome = tuple[Verdict, TaskError | None]
@@ -163,7 +164,7 @@ def _verdict(reviewer: str, answer: object, what: str) -> ReviewOutcome:
     payload: a failed verdict saying why, and the task's error (a fix cannot mend a reviewer).
     Runs recorded before the check made such an answer a failed (or passing) verdict only."""
     problem = verdict_problem(answer)
-    if problem is None or not workflow.patched(STRICT_VERDICTS_PATCH):
+    if problem is None or not patched(STRICT_VERDICTS_PATCH):
         return parse_verdict(reviewer, answer), None
     invalid = f"invalid verdict: {problem}"
     error = TaskError(

@@ -38,11 +38,15 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
         PLAN_ANNOUNCES_PATCH,
+        PLAN_LOCAL_RUNS_PATCH,
+        PLAN_PATCHES,
+        PLAN_PATCHES_AT_ONCE_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
+    from coord.workflows._runtime.agent_runs import Placements
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -53,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows._runtime.patches import adopt, patched
     from coord.workflows.plan.gates import apply_approval, checked_approval, decide_approval
     from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
     from coord.workflows.plan.schedule import TaskSchedule
@@ -78,7 +83,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so queries answer from the first task on; a spec that does
-        not decode or validate is reported by `run` (nothing may fail the workflow task)."""
+        not decode or validate is reported by `run` (nothing may fail the workflow task).
+        The run's patches are asked first, at once (PLAN_PATCHES_AT_ONCE_PATCH)."""
+        adopt(PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES, on=self)
         spec, self._spec_error = decode_start(PlanSpec, raw_spec, "plan spec")
         self._model = None if spec is None else PlanModel.begin(spec, workflow.now())
         self._team: TeamRoom | None = None
@@ -95,10 +102,11 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._announcements = ChainAnnouncements(model.spec.correlation_id)
         if model.spec.planner is not None:
             model = await self._planned(model)
-        if workflow.patched(PLAN_ANNOUNCES_PATCH):
+        if patched(PLAN_ANNOUNCES_PATCH):
             model.announce_to(self._announcements.send)
-        slots = WorkerSlots(model, by_the_plan=workflow.patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
+        slots = WorkerSlots(model, by_the_plan=patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
         fan_out = FanOut(FAN_OUT_PATCH)
+        placements = await _placements(model)
         self._upsert_status()
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, fan_out)
@@ -106,9 +114,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._team = TeamRoom(model)
         await self._team.start_members()
         self._schedule = TaskSchedule(
-            slots, self._scratchpad, changed=self._details.changed, fan_out=fan_out, team=self._team
+            slots,
+            self._scratchpad,
+            changed=self._details.changed,
+            fan_out=fan_out,
+            team=self._team,
+            placements=placements,
         )
-        polling = not workflow.patched(PROGRESS_ON_DEMAND_PATCH)
+        polling = not patched(PROGRESS_ON_DEMAND_PATCH)
         watcher = asyncio.create_task(watch_progress(model, self._details)) if polling else None
         try:
             await self._schedule.run()
@@ -186,7 +199,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Approve or reject a task waiting for a person (`ApprovalRequest`), by the caller's
         client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
         by the validator in one line naming the field."""
-        if not workflow.patched(APPROVER_IDENTITY_PATCH):
+        if not patched(APPROVER_IDENTITY_PATCH):
             return apply_approval(self._model, raw, self._details.changed)
         return await decide_approval(self._model, raw, self._details.changed)
 
@@ -252,3 +265,16 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _upsert_status(self) -> None:
         if self._model is not None:
             upsert_search_attributes(self._model.state.search_attributes())
+
+
+async def _placements(model: PlanModel) -> Placements | None:
+    """Where the plan's agents run, asked of its worker once, as the plan's tasks are known
+    (PLAN_LOCAL_RUNS_PATCH): the short in-process agents it serves as local activities, every
+    other agent where the plan's `dispatch` says, as before. An agent named later (a task added
+    while the plan runs) goes there too. None for runs recorded before, which ran every agent
+    as an activity task."""
+    if not patched(PLAN_LOCAL_RUNS_PATCH):
+        return None
+    placements = Placements(only_local=True)
+    await placements.learn(agent for _, agent in model.spec.agents_named())
+    return placements

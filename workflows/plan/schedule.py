@@ -12,7 +12,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.plan.spec import PlanTask
-    from coord.workflows._runtime.agent_runs import AgentPicker, outcomes_landed
+    from coord.workflows._runtime.agent_runs import AgentPicker, Placements, outcomes_landed
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows.plan.gates import GatedTaskRun
     from coord.workflows.plan.scratchpad import Scratchpad
@@ -31,13 +31,20 @@ class TaskSchedule:
         changed: Callable[[], None],
         fan_out: FanOut,
         team: TeamRoom,
+        placements: Placements | None = None,
     ) -> None:
         self._model, self._slots, self._scratchpad = slots.model, slots, scratchpad
         self._gated = partial(
-            GatedTaskRun, changed=changed, fan_out=fan_out, picker=AgentPicker(), team=team
+            GatedTaskRun,
+            changed=changed,
+            fan_out=fan_out,
+            picker=AgentPicker(),
+            team=team,
+            placements=placements,
         )
         """A task's run: its changes republished, within the plan's budget per workflow task,
-        its agents picked together with the rest of its wave, its messages to the team."""
+        its agents picked together with the rest of its wave, its messages to the team, its
+        runs placed where the plan's worker said (`Placements`)."""
         self._runs: dict[str, asyncio.Task[None]] = {}
         self._bug: Exception | None = None
 

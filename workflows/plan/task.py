@@ -41,10 +41,16 @@ with workflow.unsafe.imports_passed_through():
         SCOPED_VOTE_ID_PATCH,
         UNSENT_RUN_PATCH,
     )
-    from coord.workflows._runtime.agent_runs import AgentPicker, declared_settings, start_agent_run
+    from coord.workflows._runtime.agent_runs import (
+        AgentPicker,
+        Placements,
+        declared_settings,
+        start_agent_run,
+    )
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import attempts, task_error
     from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows._runtime.patches import patched
     from coord.workflows.plan.team import TeamRoom
 
 AgentActivity = asyncio.Task[AgentResult]
@@ -101,6 +107,7 @@ class TaskRun:
         fan_out: FanOut,
         picker: AgentPicker | None = None,
         team: TeamRoom | None = None,
+        placements: Placements | None = None,
     ) -> None:
         self.slots = slots
         self.picker = picker or AgentPicker()
@@ -117,6 +124,9 @@ class TaskRun:
         waits for."""
         self.team = team
         """Where the messages its runs send go (none: they are ignored)."""
+        self.placements = placements
+        """Where its agents run (local activities for the short in-process agents); none:
+        each on its own queue, as runs recorded before PLAN_LOCAL_RUNS_PATCH."""
 
     async def run(self) -> None:
         """The task to its end; never raises (a cancel is recorded, not propagated)."""
@@ -188,7 +198,7 @@ class TaskRun:
         try:
             result = await self.slotted(run_activity_id(task.id, round), start)
         except asyncio.CancelledError as cancelled:
-            if never_scheduled(cancelled) and workflow.patched(UNSENT_RUN_PATCH):
+            if never_scheduled(cancelled) and patched(UNSENT_RUN_PATCH):
                 self.runs.run_unsent(task.id, round)
             raise
         except ActivityError as error:
@@ -205,7 +215,7 @@ class TaskRun:
         task's result; rejected, no quorum, or a vote that failed or was cancelled on its own
         (`coord vote cancel`) is the task's error, its dependents skipped."""
         try:
-            vote = task_vote(self.model, self.task, scoped=workflow.patched(SCOPED_VOTE_ID_PATCH))
+            vote = task_vote(self.model, self.task, scoped=patched(SCOPED_VOTE_ID_PATCH))
         except SpecError as error:
             invalid = TaskError(type=FailureType.INVALID_PAYLOAD, message=str(error))
             self.graph.task_error(self.task.id, workflow.now(), invalid)
@@ -258,6 +268,7 @@ class TaskRun:
             inline_agents=self.model.spec.agents,
             room=self.fan_out.room,
             tokens=TokenMeter(self.model.state.tokens, self.model.spec.budget),
+            placements=self.placements,
         )
         return start_agent_run(request, settings, self.detoured)
 

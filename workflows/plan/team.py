@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         decode_input,
         signal_chain,
     )
+    from coord.workflows._runtime.patches import patched
 
 MemberHandle = workflow.ChildWorkflowHandle[object, MemberRecord]
 
@@ -79,7 +80,7 @@ class TeamRoom:
 
     def ran(self, task: PlanTask, result: AgentResult) -> None:
         """A run of `task` succeeded: what it asked to send, checked, recorded and sent on."""
-        if result.messages and workflow.patched(TEAM_MESSAGES_PATCH):
+        if result.messages and patched(TEAM_MESSAGES_PATCH):
             self._post(task.member, task.id, result.messages)
 
     def member_sent(self, raw: PlainInput) -> None:
