@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.mesh.config import AgentDeclarationBase
 from coord.models.mesh.demo import (
     CARRIED_FIELDS,
     FEATURE_DEPLOYMENT_AGENTS,
@@ -113,11 +114,17 @@ def _plan_reviewer(fault: str) -> AgentFn:
     return agent
 
 
+REPORTS_PROGRESS = AgentDeclarationBase(execution="remote")
+"""The demo plan's workers and reviewers: they take seconds and report their progress, which
+only an activity task's heartbeats carry (a local run sends none), so they run as activity
+tasks; the saga's and chain's demo agents answer at once and run locally."""
+
+
 def register_demo_agents(registry: AgentRegistry) -> AgentRegistry:
     for name, summary in {**FEATURE_DEPLOYMENT_AGENTS, **USER_STORY_AGENTS}.items():
         registry.register(name)(_demo_agent(summary))
     for name, (summary, steps) in PLAN_WORKERS.items():
-        registry.register(name)(_plan_worker(summary, steps))
+        registry.register(name, declaration=REPORTS_PROGRESS)(_plan_worker(summary, steps))
     for name, fault in PLAN_REVIEWERS.items():
-        registry.register(name)(_plan_reviewer(fault))
+        registry.register(name, declaration=REPORTS_PROGRESS)(_plan_reviewer(fault))
     return registry

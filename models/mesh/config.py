@@ -91,7 +91,7 @@ class AgentDeclarationBase(BaseModel):
     breaker: BreakerConfig = Field(default_factory=BreakerConfig)
     """The agent's circuit breaker (`{failures: 5, recovery: 30s}`; `{enabled: false}`: none)."""
     execution: Literal["local", "remote"] | None = None
-    """How a saga or chain runs it when the workflow's own worker serves it: `local`, a local
+    """How a saga, chain or plan runs it when the workflow's own worker serves it: `local`, a local
     activity (a `timeout` of at most 10s); `remote`, an activity task on the workflow's queue;
     unset: `local` for python agents, `remote` for the others. A pool, a rate limit or
     capabilities keep its runs on its own queue either way (docs/agents.md, "Where a run
