@@ -368,7 +368,24 @@ chain issued on its outcome: a patch first asked there (the first remote run's) 
 replay (a nondeterminism error), where the other commands (an activity task, a timer's cancel)
 replay. Runs recorded before asked each patch where their code reached it."""
 
-CHAIN_PATCHES = frozenset(
+SHARED_RUNTIME_PATCHES = frozenset(
+    {
+        DEAD_LETTER_PATCH,
+        SIGNALS_RUN_TO_THE_END_PATCH,
+        AGENT_QUEUES_PATCH,
+        AGENT_RUN_PRIORITY_PATCH,
+        CAPABILITY_ROUTING_PATCH,
+        AGENT_RUN_GATES_PATCH,
+        COUNTED_RETRIES_PATCH,
+        ROUTING_PICKS_BATCHED_PATCH,
+        AGENT_PLACEMENT_PATCH,
+        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
+    }
+)
+"""The patches of the runtime chains and plans share (_runtime.common, _runtime.agent_runs),
+part of CHAIN_PATCHES and PLAN_PATCHES. Never changed, as those are not."""
+
+CHAIN_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
     {
         # the chain's own (chain.reactive, chain.boundary and the chain's model)
         DECODE_IN_TASK_PATCH,
@@ -389,17 +406,6 @@ CHAIN_PATCHES = frozenset(
         COPY_ENDS_AFTER_ITS_HAND_OVER_PATCH,
         CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH,
         CHAIN_LOCAL_RUNS_PATCH,
-        # the runtime it shares (_runtime.common, _runtime.agent_runs)
-        DEAD_LETTER_PATCH,
-        SIGNALS_RUN_TO_THE_END_PATCH,
-        AGENT_QUEUES_PATCH,
-        AGENT_RUN_PRIORITY_PATCH,
-        CAPABILITY_ROUTING_PATCH,
-        AGENT_RUN_GATES_PATCH,
-        COUNTED_RETRIES_PATCH,
-        ROUTING_PICKS_BATCHED_PATCH,
-        AGENT_PLACEMENT_PATCH,
-        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
     }
 )
 """The patches a chain's code may ask (its own and those of the runtime it shares), every one in
@@ -421,7 +427,7 @@ local run's marker landing in a later task than the run began would put it after
 the plan issued on its outcome (a nondeterminism error on replay, as a chain found). Runs
 recorded before asked each patch where their code reached it."""
 
-PLAN_PATCHES = frozenset(
+PLAN_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
     {
         # the plan's own (plan.graph, plan.task, plan.gates, plan.team)
         PLAN_ANNOUNCES_PATCH,
@@ -434,17 +440,6 @@ PLAN_PATCHES = frozenset(
         TEAM_MESSAGES_PATCH,
         PLAN_FAN_OUT_PATCH,
         PLAN_LOCAL_RUNS_PATCH,
-        # the runtime it shares (_runtime.common, _runtime.agent_runs)
-        DEAD_LETTER_PATCH,
-        SIGNALS_RUN_TO_THE_END_PATCH,
-        AGENT_QUEUES_PATCH,
-        AGENT_RUN_PRIORITY_PATCH,
-        CAPABILITY_ROUTING_PATCH,
-        AGENT_RUN_GATES_PATCH,
-        COUNTED_RETRIES_PATCH,
-        ROUTING_PICKS_BATCHED_PATCH,
-        AGENT_PLACEMENT_PATCH,
-        PLACEMENTS_ASKED_AS_ACTIVITY_PATCH,
     }
 )
 """The patches a plan's code may ask (its own and those of the runtime it shares), every one in
