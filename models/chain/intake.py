@@ -339,6 +339,9 @@ class ChainMatching:
         self._spec = spec
         self._workflow_id = workflow_id
         self._intake = intake
+        self._viewed: tuple[EventEnvelope, dict[str, Any]] | None = None
+        """The last event the filters read and its JSON form: dumped once for its alert and
+        every subscription's filter, not once a filter."""
 
     def match(self, envelope: EventEnvelope, now: datetime) -> list[Fired]:
         """Offers a recorded event to each subscription it fits: the joins it completes, each
@@ -416,10 +419,17 @@ class ChainMatching:
     def _passes(self, expression: str, envelope: EventEnvelope) -> bool:
         """A filter that cannot be evaluated on this event does not match it; the error is
         counted in the chain's state, never raised."""
-        outcome = evaluate(expression, envelope.model_dump(mode="json"))
+        outcome = evaluate(expression, self._as_json(envelope))
         if outcome.error:
             self._record.state.filter_errors += 1
             self._record.state.last_filter_error = (
                 f"event {envelope.event.id}: filter {expression!r}: {outcome.error}"
             )
         return outcome.matched
+
+    def _as_json(self, envelope: EventEnvelope) -> dict[str, Any]:
+        """The event as filters read it, dumped once an event (the last one's is kept: every
+        filter is evaluated while the event is taken in, after its admission set it)."""
+        if self._viewed is None or self._viewed[0] is not envelope:
+            self._viewed = (envelope, envelope.model_dump(mode="json"))
+        return self._viewed[1]
