@@ -36,6 +36,13 @@ def test_a_filter_reads_only_the_parts_of_the_event_it_names() -> None:
     assert calls["filters.py:bounded_view"] <= 2 * signals
 
 
+def test_an_event_s_payload_is_measured_once_for_the_task_s_share_and_the_timeline() -> None:
+    """Its JSON bytes are told when the event is taken and reused for the timeline's bytes: three
+    measures an event (that, the log's pending bytes and the agent's request), four before."""
+    calls, signals = flood()
+    assert calls["sizes.py:json_size"] <= 3 * signals + 10
+
+
 def test_the_chain_records_its_metrics_once_a_turn_and_copies_no_state_for_its_details() -> None:
     """Counters are added once per label set a turn, the latency observed once an event (five
     records an event before: published, consumed, latency, queued, dispatched, each its own);

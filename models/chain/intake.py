@@ -91,6 +91,9 @@ class ChainIntake:
         self.numbers_rows = False
         """Set once the run starts: whether each row gets its `position` in the log (runs
         recorded before left it unset)."""
+        self._sized: tuple[EventEnvelope, int] | None = None
+        """The last event taken and its payload's JSON bytes: told once, for the task's share
+        and the timeline's bytes both."""
 
     def timeline_bytes(self) -> int:
         """The payload bytes the timeline holds now."""
@@ -139,8 +142,13 @@ class ChainIntake:
         else:
             envelope = self._decoded(self._context.decode(self._record.arrivals.pop(0)))
         if envelope is not None:
-            share.budget.spend(json_size(envelope.payload))
+            share.budget.spend(self._payload_bytes(envelope))
         return envelope
+
+    def _payload_bytes(self, envelope: EventEnvelope) -> int:
+        if self._sized is None or self._sized[0] is not envelope:
+            self._sized = (envelope, json_size(envelope.payload))
+        return self._sized[1]
 
     def refuse_waiting(self) -> None:
         """Every waiting event of a chain that has ended is rejected and parked, never dropped
@@ -274,7 +282,7 @@ class ChainIntake:
                 position=record.state.events_seen if self.numbers_rows else None,
             )
         )
-        self._timeline_bytes += json_size(envelope.payload)
+        self._timeline_bytes += self._payload_bytes(envelope)
         if len(record.timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
             record.timeline = timeline_window(record.timeline, self.keep_after())
             self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
