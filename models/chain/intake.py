@@ -91,6 +91,9 @@ class ChainIntake:
         self.numbers_rows = False
         """Set once the run starts: whether each row gets its `position` in the log (runs
         recorded before left it unset)."""
+        self._sized: tuple[EventEnvelope, int] | None = None
+        """The last event taken and its payload's JSON bytes: told once, for the task's share
+        and the timeline's bytes both."""
 
     def timeline_bytes(self) -> int:
         """The payload bytes the timeline holds now."""
@@ -139,8 +142,13 @@ class ChainIntake:
         else:
             envelope = self._decoded(self._context.decode(self._record.arrivals.pop(0)))
         if envelope is not None:
-            share.budget.spend(json_size(envelope.payload))
+            share.budget.spend(self._payload_bytes(envelope))
         return envelope
+
+    def _payload_bytes(self, envelope: EventEnvelope) -> int:
+        if self._sized is None or self._sized[0] is not envelope:
+            self._sized = (envelope, json_size(envelope.payload))
+        return self._sized[1]
 
     def refuse_waiting(self) -> None:
         """Every waiting event of a chain that has ended is rejected and parked, never dropped
@@ -274,7 +282,7 @@ class ChainIntake:
                 position=record.state.events_seen if self.numbers_rows else None,
             )
         )
-        self._timeline_bytes += json_size(envelope.payload)
+        self._timeline_bytes += self._payload_bytes(envelope)
         if len(record.timeline) > 2 * TIMELINE_WINDOW or self._timeline_bytes > 2 * TIMELINE_BYTES:
             record.timeline = timeline_window(record.timeline, self.keep_after())
             self._timeline_bytes = sum(json_size(entry.payload) for entry in record.timeline)
@@ -339,6 +347,9 @@ class ChainMatching:
         self._spec = spec
         self._workflow_id = workflow_id
         self._intake = intake
+        self._viewed: tuple[EventEnvelope, dict[str, Any]] | None = None
+        """The last event the filters read and its JSON form: dumped once for its alert and
+        every subscription's filter, not once a filter."""
 
     def match(self, envelope: EventEnvelope, now: datetime) -> list[Fired]:
         """Offers a recorded event to each subscription it fits: the joins it completes, each
@@ -416,10 +427,17 @@ class ChainMatching:
     def _passes(self, expression: str, envelope: EventEnvelope) -> bool:
         """A filter that cannot be evaluated on this event does not match it; the error is
         counted in the chain's state, never raised."""
-        outcome = evaluate(expression, envelope.model_dump(mode="json"))
+        outcome = evaluate(expression, self._as_json(envelope))
         if outcome.error:
             self._record.state.filter_errors += 1
             self._record.state.last_filter_error = (
                 f"event {envelope.event.id}: filter {expression!r}: {outcome.error}"
             )
         return outcome.matched
+
+    def _as_json(self, envelope: EventEnvelope) -> dict[str, Any]:
+        """The event as filters read it, dumped once an event (the last one's is kept: every
+        filter is evaluated while the event is taken in, after its admission set it)."""
+        if self._viewed is None or self._viewed[0] is not envelope:
+            self._viewed = (envelope, envelope.model_dump(mode="json"))
+        return self._viewed[1]

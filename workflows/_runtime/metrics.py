@@ -17,7 +17,6 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.spec import ChainCarry, ChainSpec
     from coord.models.dlq.letter import DlqEntry
     from coord.models.events.envelope import EventEnvelope
-    from coord.models.events.timeline import TimelineEntry
     from coord.models.ops import metrics as catalogue
     from coord.models.ops.metrics import NONE, MetricSpec
     from coord.models.plan.spec import PlanState
@@ -85,28 +84,35 @@ class ChainFacts:
         self._agents = {f"/{agent}" for _, agent in spec.agents_named() if agent}
 
     def seen(self, record: ChainCarry) -> None:
+        """Counters get one `add` per label set a turn (not one per event: a turn takes up to a
+        task's share of a flood); the latency histogram one value per event."""
         if record.seq <= self._counted:
             return
         recorded = takewhile(lambda entry: entry.seq > self._counted, reversed(record.timeline))
-        for entry in reversed(list(recorded)):
-            self._recorded(entry)
-        for queued in record.queue:
-            if queued.seq > self._counted:
-                _record(catalogue.CHAIN_RUNS_QUEUED, agent=queued.run.agent)
+        events: Counter[tuple[str, str]] = Counter()
+        by_agents: Counter[str] = Counter()
+        now = workflow.now()
+        for entry in recorded:
+            topic = entry.topic or NONE
+            events[topic, entry.event] += 1
+            _record(catalogue.EVENT_LATENCY, (now - entry.time).total_seconds(), topic=topic)
+            if entry.agent in self._agents:
+                by_agents[entry.agent.removeprefix("/")] += 1
+        for (topic, kind), count in events.items():
+            _record(catalogue.EVENTS_PUBLISHED, count, topic=topic, type=kind)
+            _record(catalogue.EVENTS_CONSUMED, count, topic=topic, type=kind)
+        for agent, count in by_agents.items():
+            _record(catalogue.AGENT_EVENTS_PUBLISHED, count, agent=agent)
+        queued = Counter(q.run.agent for q in record.queue if q.seq > self._counted)
+        for agent, count in queued.items():
+            _record(catalogue.CHAIN_RUNS_QUEUED, count, agent=agent)
         self._counted = record.seq
 
-    def _recorded(self, entry: TimelineEntry) -> None:
-        topic = entry.topic or NONE
-        _record(catalogue.EVENTS_PUBLISHED, topic=topic, type=entry.event)
-        _record(catalogue.EVENTS_CONSUMED, topic=topic, type=entry.event)
-        waited = workflow.now() - entry.time
-        _record(catalogue.EVENT_LATENCY, waited.total_seconds(), topic=topic)
-        if entry.agent in self._agents:
-            _record(catalogue.AGENT_EVENTS_PUBLISHED, agent=entry.agent.removeprefix("/"))
 
-
-def chain_run_dispatched(agent: str) -> None:
-    _record(catalogue.CHAIN_RUNS_DISPATCHED, agent=agent)
+def chain_runs_dispatched(agents: Iterable[str]) -> None:
+    """The runs a turn dispatched, one `add` per agent."""
+    for agent, count in Counter(agents).items():
+        _record(catalogue.CHAIN_RUNS_DISPATCHED, count, agent=agent)
 
 
 def _status(spec: MetricSpec, ends: frozenset[str], status: str) -> None:

@@ -361,12 +361,14 @@ class ChainRunner:
         self._model.pacing.runs_locally = True
 
     def dispatch(self) -> None:
+        dispatched = []
         while self._model.pacing.dispatchable():
             seq, run = self._model.runs.start_next()
-            metrics.chain_run_dispatched(run.agent)
+            dispatched.append(run.agent)
             voting = self._model.spec.subscription(run.subscription).vote is not None
             run_work = self._run_vote if voting else self._run_agent
             asyncio.create_task(run_work(seq, run))  # noqa: RUF006 - tracked in the model
+        metrics.chain_runs_dispatched(dispatched)
 
     async def _run_agent(self, seq: int, run: AgentRun) -> None:
         """The agent picked (by capability), its `on_start` published, then the agent run here
