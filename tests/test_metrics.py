@@ -160,8 +160,12 @@ async def compensated_saga(client: Client, queue: str) -> None:
 
 
 async def plan_through_a_review_round(client: Client, queue: str) -> None:
+    """The demo plan, its reviewer rejecting once, and code-analyzer (an activity task: the demo
+    plan's workers are declared remote) failing its first attempt: the run's other agents are
+    local activities, whose failures the SDK counts apart."""
     example = load_spec(PlanSpec, EXAMPLES / "plan-seed003.yaml")
-    spec = plan_run(example, f"plan-{uuid.uuid4().hex[:8]}", {"reject": ["reviewer"]})
+    inject = {"reject": ["reviewer"], "flaky": {"code-analyzer": 1}}
+    spec = plan_run(example, f"plan-{uuid.uuid4().hex[:8]}", inject)
     state = await api.plan_outcome(await api.start_plan(client, spec, queue=queue))
     assert state.status == PlanStatus.COMPLETED
 
