@@ -65,6 +65,8 @@ async def test_start_wait_prints_the_final_table_and_state_reads_it_as_table_and
     document["tasks"][2]["input"] = failing
     # no jitter: the retry waits its whole 6 s, long enough for --wait to see it waiting
     document["tasks"][2]["retry"] = {"max_retries": 1, "initial_delay": "6s", "jitter": "none"}
+    # a heartbeat timeout keeps the run an activity task: a local run's retries stay in its worker
+    document["tasks"][2]["heartbeat_timeout"] = "30s"
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, out, err = await run(COORD, "plan", "start", str(path), "--wait", env=env)
@@ -128,6 +130,8 @@ async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(
     plan_id, path = plan_file(tmp_path)
     document = yaml.safe_load(path.read_text())
     document["tasks"][0]["input"] = {"inject": {"slow": {"backend-architect": 60}}}
+    # a heartbeat timeout keeps the run an activity task: a local run is never cancelled
+    document["tasks"][0]["heartbeat_timeout"] = "30s"
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, _, err = await run(COORD, "plan", "start", str(path), env=env)
@@ -201,7 +205,10 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
     document["tasks"][2]["approval"] = {"required": True}  # build
     document["tasks"][3]["approval"] = {"approvers": ["bob@ops"]}  # docs
     slow = {"inject": {"slow": {"frontend-specialist": 60}}}
-    document["tasks"].append({"id": "long", "agent": "frontend-specialist", "input": slow})
+    # an activity task: a minute-long local run would hold the plan's workflow task, and the
+    # decisions below with it
+    held = {"id": "long", "agent": "frontend-specialist", "input": slow, "heartbeat_timeout": "30s"}
+    document["tasks"].append(held)
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, _, err = await run(COORD, "plan", "start", str(path), env=env)

@@ -1,6 +1,7 @@
 """Eager workflow start: a run started by a client whose own worker polls its queue gets its
 first workflow task in the start call's answer (the server records that it accepted), and a
-remote caller's start (the API's default) is queued as before."""
+remote caller's start is queued as before (a saga's start asks eagerly by default: a remote
+caller's client has no worker to take it)."""
 
 from typing import Any
 
@@ -65,19 +66,19 @@ class _Recording(OutboundInterceptor):
 
 
 @WITH_WORKER
-async def test_the_apis_default_start_is_queued(coord: Coordination) -> None:
-    """A remote caller has no worker to hand the task to: the API asks for no eager start
-    (what its client sends, seen by a client interceptor: this caller's client has no worker,
-    so the server would record the start as queued whatever it asked)."""
+async def test_the_apis_saga_start_asks_for_an_eager_start(coord: Coordination) -> None:
+    """`start_saga` asks for an eager start by default (what its client sends, seen by a client
+    interceptor); the server grants it only to a client whose own connection has a worker on
+    the queue (tests/test_saga_latency.py starts one from a connection without), and the saga
+    runs either way."""
     seen = StartsSeen()
-    remote = Client(
+    caller = Client(
         coord.client.service_client,
         namespace=coord.client.namespace,
         data_converter=coord.client.data_converter,
         interceptors=[seen],
     )
-    spec = feature_deployment(saga_id=f"queued-{coord.task_queue}")
-    handle = await api.start_saga(remote, spec, queue=coord.task_queue)
-    assert seen.eager == [False], "the start asked for no eager start"
-    assert not await started_eagerly(handle)
+    spec = feature_deployment(saga_id=f"asked-{coord.task_queue}")
+    handle = await api.start_saga(caller, spec, queue=coord.task_queue)
+    assert seen.eager == [True], "start_saga asks for an eager start"
     assert (await api.saga_outcome(handle)).status.value == "completed"

@@ -38,8 +38,8 @@ each request inline, forty of them 4.8 MB."""
 
 def agents(*, remote: bool = False) -> AgentRegistry:
     """`worker` answers with the index of its task; every voter approves. `remote`: `worker`
-    is declared `execution: remote`, so a chain runs it as activity tasks, whose inputs it
-    paces (a local run's input never reaches the server)."""
+    is declared `execution: remote`, so a chain or a plan runs it as activity tasks, whose inputs
+    it paces (a local run's input never reaches the server)."""
     registry = AgentRegistry()
     declared = PythonAgent(kind="python", callable=f"{__name__}:agents", execution="remote")
 
@@ -97,7 +97,7 @@ async def test_a_wave_of_forty_tasks_with_110_kb_inputs_is_paced_and_completes(
     spec = PlanSpec.model_validate(
         {"plan_id": f"wide-{uuid.uuid4().hex[:8]}", "max_workers": WIDTH, "tasks": tasks}
     )
-    async with build_worker(client, task_queue, agents(), only=["worker"]):
+    async with build_worker(client, task_queue, agents(remote=True), only=["worker"]):
         handle = await api.start_plan(client, spec, queue=task_queue)
         state = await asyncio.wait_for(api.plan_outcome(handle), 120)
         per_task = await scheduled_bytes_per_task(client, handle.id)

@@ -253,28 +253,24 @@ class ChainModel:
         """The chain's record as its `state` query answers."""
         return self.record.state.model_copy(
             update={
-                "running": self._running(),
+                "running": self.runs.running_labels(),
                 "waiting": self.matching.waiting(),
                 "queued": len(self.record.queue),
                 "listeners": list(self.record.listeners),
             }
         )
 
-    def _running(self) -> list[str]:
-        return [f"{run.agent} ← {run.trigger.event.type}" for run in self.runs.running()]
-
     def status_attributes(self) -> SearchValues:
         """What the chain's run is found by in the UI (its record's, as the start sets them)."""
         return self.record.state.search_attributes()
 
     def details(self) -> str:
-        """The text the Temporal UI shows for the chain, set every turn: read from the record
-        as it is (not a `snapshot`, a copy of the whole state)."""
+        """The UI's text for the chain, set every turn: read from the record, not a `snapshot`."""
         state = self.record.state
         lines = [f"**Status:** {state.status.value} · **events seen:** {state.events_seen}"]
         if state.pause_reason:
             lines.append(f"**Paused by:** {state.pause_reason}")
-        lines.append(f"**Running:** {', '.join(self._running()) or 'none'}")
+        lines.append(f"**Running:** {', '.join(self.runs.running_labels()) or 'none'}")
         lines.append(f"**Waiting:** {'; '.join(self.matching.waiting()) or 'none'}")
         if self.record.queue:
             lines.append(f"**Queued runs:** {len(self.record.queue)}")

@@ -148,6 +148,10 @@ class ChainRuns:
         """The runs started and not ended: here, then in flight."""
         return [*self._running.values(), *self._record.in_flight.values()]
 
+    def running_labels(self) -> list[str]:
+        """The running runs as people read them: `agent ← trigger type`."""
+        return [f"{run.agent} ← {run.trigger.event.type}" for run in self.running()]
+
     def run_started(self, key: int, now: datetime) -> None:
         self._outcomes.started(self._running[key])
 
