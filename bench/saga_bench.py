@@ -216,6 +216,16 @@ def project_side(client: Client, queue: str, spec: SagaSpec, *, eager: bool = Fa
     return run_one
 
 
+def baseline_worker(client: Client, queue: str) -> Worker:
+    """The hand-written sagas' worker (regular and local activities) on `queue`."""
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=[BaselineSaga, BaselineLocalSaga],
+        activities=list(BASELINE_STEPS.values()),
+    )
+
+
 def baseline_side(
     client: Client,
     queue: str,
@@ -495,12 +505,7 @@ async def bench(
         }
         registry = default_registry()
         async with (
-            Worker(
-                client,
-                task_queue=queue[BASELINE],
-                workflows=[BaselineSaga, BaselineLocalSaga],
-                activities=list(BASELINE_STEPS.values()),
-            ),
+            baseline_worker(client, queue[BASELINE]),
             Worker(client, task_queue=queue[BASELINE_QUEUES], workflows=[BaselineQueuesSaga]),
             Worker(
                 client,

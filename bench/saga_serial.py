@@ -23,20 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from bench.rounds import RunOne, rotated
 from bench.saga_bench import (
     BASELINE,
     BASELINE_LOCAL,
-    BASELINE_STEPS,
     LOCAL,
     SAGA_DEADLINE,
     SERVED,
     WORKFLOW_ID_OF,
-    BaselineLocalSaga,
-    BaselineSaga,
     baseline_side,
+    baseline_worker,
     project_side,
     served_here,
 )
@@ -128,12 +125,7 @@ async def bench(sagas: int, warmup: int, eager: bool) -> int:
         }
         measured = {side: Side() for side in sides}
         async with (
-            Worker(
-                client,
-                task_queue=queue[BASELINE],
-                workflows=[BaselineSaga, BaselineLocalSaga],
-                activities=list(BASELINE_STEPS.values()),
-            ),
+            baseline_worker(client, queue[BASELINE]),
             build_worker(client, queue[LOCAL], registry),
             build_worker(client, queue[SERVED], served_here(registry)),
         ):
