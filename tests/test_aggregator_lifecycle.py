@@ -103,6 +103,35 @@ async def test_a_finished_aggregator_detaches_from_its_chain(
     assert ("detach", handle.id) in await signals_sent(client, handle)
 
 
+async def test_an_aggregator_started_is_attached_before_its_first_workflow_task(
+    client: Client, task_queue: str
+) -> None:
+    """`start_aggregator` returns with the aggregator attached to its chain, though no worker
+    has run it yet (none serves its queue here): the chain reaches its terminal event, waits
+    for it, and records its result once a worker runs it."""
+    correlation_id = f"story-{uuid.uuid4().hex[:8]}"
+    aggregator_queue = f"{task_queue}-aggregator"
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        handle = await api.start_aggregator(
+            client, phase1(correlation_id=correlation_id), queue=aggregator_queue
+        )
+        assert handle.id in (await api.chain_state(client, correlation_id)).listeners
+        await api.publish(client, approved(correlation_id))
+
+        async def terminal_recorded() -> bool:
+            timeline = await api.chain_timeline(client, correlation_id)
+            return "TestingCompleted" in {entry.event for entry in timeline}
+
+        await eventually(terminal_recorded, 60)
+        async with build_worker(client, aggregator_queue):
+            state = await asyncio.wait_for(handle.result(), 60)
+            await asyncio.wait_for(chain.result(), 60)
+        events = [entry.event for entry in await api.chain_timeline(client, correlation_id)]
+    assert state.status == AggregatorStatus.COMPLETED and state.published_to_chain
+    assert events.index("TestingCompleted") < events.index("Phase1CompletedEvent")
+
+
 async def test_thousands_of_events_continue_as_new_and_keep_the_count(
     client: Client, task_queue: str
 ) -> None:

@@ -11,7 +11,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
@@ -22,6 +22,7 @@ from coord.starter.api.common import (
     api_call,
     closed_with_result,
     kept_record,
+    log,
     undeliverable,
 )
 from coord.workflows.aggregator import Aggregator
@@ -52,9 +53,10 @@ async def start_aggregator(
 ) -> WorkflowHandle[Any, AggregatorState]:
     """Start an aggregator on `queue` (default: $COORD_TASK_QUEUE); its first events may arrive
     before it (`lookback`). Undeliverable when one with its workflow id already exists.
-    `eager`: this client's own worker takes its first task (`start_run`)."""
+    `eager`: this client's own worker takes its first task (`start_run`). When it returns,
+    the aggregator is attached to its correlation's running chain (`_attach_to_chain`)."""
     try:
-        return await client.start_workflow(
+        handle = await client.start_workflow(
             Aggregator.run,
             spec.model_dump(mode="json"),
             request_eager_start=eager,
@@ -62,6 +64,25 @@ async def start_aggregator(
         )
     except WorkflowAlreadyStartedError:
         raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None
+    await _attach_to_chain(client, spec)
+    return handle
+
+
+async def _attach_to_chain(client: Client, spec: AggregatorSpec) -> None:
+    """The aggregator attaches itself from its first workflow task, which may come after the
+    caller's next publish: a chain whose agents all run in its own workflow task can reach its
+    terminal event and end before then, without the aggregator's result. The starter attaches
+    it first (the chain keeps each listener once), so a chain that ends waits for it. Nothing
+    to do without a correlation or a running chain; any other refusal leaves the attach to the
+    aggregator."""
+    if spec.correlation_id is None:
+        return
+    chain = client.get_workflow_handle(contract.chain_workflow_id(spec.correlation_id))
+    try:
+        await chain.signal(contract.ATTACH_SIGNAL, spec.workflow_id)
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            log.warning("aggregator_attach_left_to_it", chain=chain.id, error=error.message)
 
 
 async def publish_to_aggregator(
