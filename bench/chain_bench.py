@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -129,6 +129,8 @@ class Measurement:
     events: int
     seconds: float
     latencies: list[float] = field(repr=False)
+    history_events: int = 0
+    """Its workflow's history events, over every run (a chain continues as new)."""
 
     @property
     def rate(self) -> float:
@@ -219,6 +221,19 @@ async def count_runs(client: Client, workflow_id: str) -> int:
     return len([run async for run in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
 
 
+async def history_events(client: Client, workflow_id: str) -> int:
+    """History events of the workflow's every run, from the last back to the first (each run
+    started by continue-as-new names the run it continued)."""
+    total, run_id = 0, None
+    while True:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        total += len(history.events)
+        started = history.events[0].workflow_execution_started_event_attributes
+        if not started.continued_execution_run_id:
+            return total
+        run_id = started.continued_execution_run_id
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -244,6 +259,7 @@ async def run_project(
         result = measure("project (ReactiveChain)", sent, dict(probe.started))
         await api.close_chain(client, correlation_id)
         state = await asyncio.wait_for(handle.result(), timeout=120)
+    result = replace(result, history_events=await history_events(client, handle.id))
     return result, state, await count_runs(client, handle.id)
 
 
@@ -273,7 +289,7 @@ async def run_baseline(client: Client, probe: StartRecorder, events: int) -> Mea
         started = await asyncio.wait_for(handle.result(), timeout=120)
     if started != events:
         raise RuntimeError(f"baseline saw {started} events, expected {events}")
-    return result
+    return replace(result, history_events=await history_events(client, handle.id))
 
 
 def print_comparison(project: Measurement, baseline: Measurement) -> None:
@@ -285,6 +301,7 @@ def print_comparison(project: Measurement, baseline: Measurement) -> None:
         )
     for label, mine, theirs in (
         ("events/s", project.rate, baseline.rate),
+        ("history per event", project.history_events, baseline.history_events),
         ("publish-to-agent-start p50", project.p50_ms, baseline.p50_ms),
         ("publish-to-agent-start p95", project.p95_ms, baseline.p95_ms),
     ):

@@ -73,13 +73,14 @@ ACTIVITY_CLOSED = frozenset(
 class Phases:
     """A run's history in numbers: how long its activity tasks and workflow tasks waited to be
     picked up (the server's matching, or none for an activity handed over eagerly with the
-    workflow task that scheduled it), how long its workflow tasks took on the worker, and the
-    most activities in flight at once."""
+    workflow task that scheduled it), how long its workflow tasks took on the worker, the most
+    activities in flight at once, and its length in history events."""
 
     activity_waits: list[float]
     workflow_task_waits: list[float]
     workflow_task_runs: list[float]
     peak_running: int = 0
+    events: int = 0
 
     def line(self) -> str:
         def mean_ms(values: list[float]) -> str:
@@ -105,6 +106,7 @@ async def phases(client: Client, workflow_id: str) -> Phases:
     task_scheduled = task_started = 0.0
     async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
         kind, at = event.event_type, _seconds(event)
+        found.events += 1
         if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled[event.event_id] = at
             in_flight += 1

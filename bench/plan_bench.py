@@ -75,6 +75,8 @@ RATIOS = (
     (PROJECT, BASELINE, "; with the agent queues' cost"),
     (SPLIT, BASELINE, "; the agent queues' cost alone"),
 )
+HISTORY_RATIOS = ((SINGLE, BASELINE), (PROJECT, SPLIT))
+"""History events per task, each layout against the hand-written workflow in the same layout."""
 REPLAYS = 3
 
 
@@ -289,6 +291,12 @@ def side_rate(results: list[Measurement], side: str) -> float:
     return sum(m.tasks for m in mine) / sum(m.seconds for m in mine)
 
 
+def side_history(results: list[Measurement], side: str) -> float:
+    """History events per task over all of a side's rounds."""
+    mine = [m for m in results if m.side == side]
+    return sum(m.phases.events for m in mine) / sum(m.tasks for m in mine)
+
+
 def report(header: list[str], results: list[Measurement]) -> None:
     for line in header:
         print(line)
@@ -300,6 +308,10 @@ def report(header: list[str], results: list[Measurement]) -> None:
     for side, other, goal in RATIOS:
         ratios = per_round(results, side, other, lambda m: m.rate)
         print(ratio_line(f"{side}/{other}", rates[side] / rates[other], ratios, goal))
+    for side, other in HISTORY_RATIOS:
+        ratios = per_round(results, side, other, lambda m: m.phases.events / m.tasks)
+        overall = side_history(results, side) / side_history(results, other)
+        print(ratio_line(f"{side}/{other} history per task", overall, ratios, "; goal <= 1.0x"))
     print("where the time went, each side's last run (from its history):")
     for side in rates:
         print(f"  {side}: {[m for m in results if m.side == side][-1].phases.line()}")

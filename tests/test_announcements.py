@@ -8,7 +8,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
+from temporalio.worker import Worker
 
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.dlq.letter import DlqSelection
@@ -20,10 +23,13 @@ from coord.models.plan.spec import ApprovalGate, ApprovalRequest, PlanSpec, Plan
 from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import plan_run
-from coord.worker import build_worker, default_registry
+from coord.worker import WORKFLOWS, build_worker, default_registry
 from tests.helpers import API, TEST_PLAN, WIREFRAME, completed, eventually, phase1
 from tests.test_plan_demo import PLAN_EXAMPLE
 from tests.test_vote import YES, Voters, vote
+
+SIGNAL_INITIATED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+SIGNAL_FAILED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED
 
 
 def watching(*events: str) -> ChainSpec:
@@ -210,6 +216,61 @@ async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_r
     cause = table[position[opened.causation_id or ""]]
     assert (cause.event, cause.payload["task"]) == ("TaskStarted", "approve")
     assert state.events == [entry for entry in table if entry.agent == f"/plan/{spec.plan_id}"]
+
+
+def _announcing_plan(correlation_id: str) -> PlanSpec:
+    """Three tasks of local runs, one after another: a dozen events to announce."""
+    tasks = [{"id": "a", "agent": "notes"}, {"id": "b", "agent": "notes", "depends_on": ["a"]}]
+    tasks.append({"id": "c", "agent": "notes", "depends_on": ["b"]})
+    plan_id = f"quiet-{uuid.uuid4().hex[:8]}"
+    return PlanSpec.model_validate(
+        {"plan_id": plan_id, "correlation_id": correlation_id, "tasks": tasks}
+    )
+
+
+def _signals_sent(events: list[HistoryEvent]) -> list[HistoryEvent]:
+    return [e for e in events if e.event_type == SIGNAL_INITIATED]
+
+
+async def test_a_plan_whose_chain_does_not_run_sends_it_nothing(
+    client: Client, task_queue: str
+) -> None:
+    """The plan asks whether its correlation's chain runs with where its agents run, and holds
+    its events until the answer: none runs, so it signals nothing (its record keeps them);
+    with the chain running, every event reaches it (in any order: they go out together)."""
+    registry = default_registry()
+    registry.register("notes")(notes)
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue, registry):
+        lonely = await api.start_plan(client, _announcing_plan(correlation_id), queue=task_queue)
+        state = await api.plan_outcome(lonely)
+        events = [e async for e in lonely.fetch_history_events()]
+        await api.start_chain(client, watching("Unwatched"), correlation_id, queue=task_queue)
+        watched = await api.start_plan(client, _announcing_plan(correlation_id), queue=task_queue)
+        watched_state = await api.plan_outcome(watched)
+        timeline = await api.chain_timeline(client, correlation_id)
+    assert state.status == PlanStatus.COMPLETED and len(state.events) >= 8
+    assert _signals_sent(events) == []
+    assert sorted(e.event_id for e in timeline) == sorted(e.event_id for e in watched_state.events)
+
+
+async def test_a_plan_whose_worker_cannot_say_whether_its_chain_runs_sends_the_first_alone(
+    client: Client, task_queue: str
+) -> None:
+    """A worker running the workflows without their activities cannot answer the question
+    (the agents run on their own queues' workers): the plan's first event goes alone, and
+    finding no chain, the rest stay in its record."""
+    registry = default_registry()
+    registry.register("notes")(notes)
+    spec = _announcing_plan(f"c-{uuid.uuid4().hex[:8]}")
+    workflows_alone = Worker(client, task_queue=task_queue, workflows=list(WORKFLOWS))
+    async with workflows_alone, build_worker(client, task_queue, registry, workflows=False):
+        handle = await api.start_plan(client, spec, queue=task_queue)
+        state = await api.plan_outcome(handle)
+        events = [e async for e in handle.fetch_history_events()]
+    assert state.status == PlanStatus.COMPLETED and len(state.events) >= 8
+    assert len(_signals_sent(events)) == 1
+    assert [e.event_type for e in events].count(SIGNAL_FAILED) == 1
 
 
 NEVER_PARKED = ANNOUNCEMENTS | LIFECYCLE_NOTICES

@@ -445,3 +445,19 @@ PLAN_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
 """The patches a plan's code may ask (its own and those of the runtime it shares), every one in
 force for a run taking PLAN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
 on its own (or bundled under a new id)."""
+
+PLAN_ASKS_ITS_CHAIN_PATCH = "plan-asks-whether-its-chain-runs"
+"""Since 2026-11-27, in plan.graph: Runs after this patch ask whether their correlation's chain
+runs together with where their agents run (one local activity), and hold their lifecycle events
+until the answer: a plan without a running chain sends none (its runs recorded before sent each
+event as it came, and each failed: two history events an event, about four a task, for a plan of
+local runs all issued before the first failure came back); unanswered, the first event goes
+alone and the rest follow only if it reached the chain."""
+
+PLAN_PATCHES_AT_ONCE_2_PATCH = "plan-patches-at-once-2"
+"""Since 2026-11-27, in plan.graph: PLAN_PATCHES_AT_ONCE_PATCH with PLAN_ASKS_ITS_CHAIN_PATCH in
+force too (PLAN_PATCHES_2), still one marker. Runs recorded before asked PLAN_PATCHES_AT_ONCE_PATCH
+(or each patch)."""
+
+PLAN_PATCHES_2 = PLAN_PATCHES | {PLAN_ASKS_ITS_CHAIN_PATCH}
+"""The patches in force for a run taking PLAN_PATCHES_AT_ONCE_2_PATCH. Never changed."""

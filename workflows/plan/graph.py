@@ -38,8 +38,11 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
         PLAN_ANNOUNCES_PATCH,
+        PLAN_ASKS_ITS_CHAIN_PATCH,
         PLAN_LOCAL_RUNS_PATCH,
         PLAN_PATCHES,
+        PLAN_PATCHES_2,
+        PLAN_PATCHES_AT_ONCE_2_PATCH,
         PLAN_PATCHES_AT_ONCE_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
@@ -84,8 +87,9 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so queries answer from the first task on; a spec that does
         not decode or validate is reported by `run` (nothing may fail the workflow task).
-        The run's patches are asked first, at once (PLAN_PATCHES_AT_ONCE_PATCH)."""
-        adopt(PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES, on=self)
+        The run's patches are asked first, at once (the newest bundle it takes)."""
+        if not adopt(PLAN_PATCHES_AT_ONCE_2_PATCH, PLAN_PATCHES_2, on=self):
+            adopt(PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES, on=self)
         spec, self._spec_error = decode_start(PlanSpec, raw_spec, "plan spec")
         self._model = None if spec is None else PlanModel.begin(spec, workflow.now())
         self._team: TeamRoom | None = None
@@ -100,13 +104,19 @@ class TaskGraph(metaclass=SurplusStartArguments):
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model_or_fail()
         self._announcements = ChainAnnouncements(model.spec.correlation_id)
+        asks_chain = patched(PLAN_ASKS_ITS_CHAIN_PATCH)
+        if asks_chain:
+            self._announcements.hold()
         if model.spec.planner is not None:
             model = await self._planned(model)
         if patched(PLAN_ANNOUNCES_PATCH):
             model.announce_to(self._announcements.send)
         slots = WorkerSlots(model, by_the_plan=patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
         fan_out = FanOut(FAN_OUT_PATCH)
-        placements = await _placements(model)
+        placements = await _placements(model, asks_chain)
+        if asks_chain:
+            chain_runs = placements.chain_runs if placements is not None else None
+            self._announcements.chain_known(chain_runs)
         self._upsert_status()
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, fan_out)
@@ -267,14 +277,16 @@ class TaskGraph(metaclass=SurplusStartArguments):
             upsert_search_attributes(self._model.state.search_attributes())
 
 
-async def _placements(model: PlanModel) -> Placements | None:
+async def _placements(model: PlanModel, asks_chain: bool) -> Placements | None:
     """Where the plan's agents run, asked of its worker once, as the plan's tasks are known
     (PLAN_LOCAL_RUNS_PATCH): the short in-process agents it serves as local activities, every
     other agent where the plan's `dispatch` says, as before. An agent named later (a task added
-    while the plan runs) goes there too. None for runs recorded before, which ran every agent
-    as an activity task."""
+    while the plan runs) goes there too. `asks_chain`: the same question asks whether the
+    plan's correlation's chain runs (`Placements.chain_runs`, PLAN_ASKS_ITS_CHAIN_PATCH). None
+    for runs recorded before, which ran every agent as an activity task."""
     if not patched(PLAN_LOCAL_RUNS_PATCH):
         return None
     placements = Placements(only_local=True)
-    await placements.learn(agent for _, agent in model.spec.agents_named())
+    chain_of = model.spec.correlation_id if asks_chain else None
+    await placements.learn((agent for _, agent in model.spec.agents_named()), chain_of)
     return placements
