@@ -33,7 +33,7 @@ from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
-from coord.infra.sandbox import CompiledSandboxRunner
+from coord.infra.sandbox import CompiledSandboxRunner, UnsandboxedRunner
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
@@ -255,9 +255,12 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         monitor.read_agent_health,
         monitor.publish_agent_health,
     ]
-    runner = replace(SANDBOX, created=lookahead.instance_created)
     return process.worker(
-        process.home, activities, workflows=list(WORKFLOWS), workflow_runner=runner
+        process.home,
+        activities,
+        workflows=list(WORKFLOWS),
+        workflow_runner=replace(SANDBOX, created=lookahead.instance_created),
+        unsandboxed_workflow_runner=UnsandboxedRunner(lookahead.instance_created),
     )
 
 

@@ -17,7 +17,11 @@ from types import CodeType
 from typing import Any
 
 from temporalio import workflow
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import (
+    UnsandboxedWorkflowRunner,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
@@ -54,3 +58,16 @@ class CompiledSandboxRunner(SandboxedWorkflowRunner):
         if self.created is not None:
             self.created(det.info)
         return _CompiledOnce(det, self.runner_class, self.restrictions)
+
+
+class UnsandboxedRunner(UnsandboxedWorkflowRunner):
+    """The SDK's runner of the workflows declared `sandboxed=False`, telling `created` of each
+    instance first, as `CompiledSandboxRunner` does."""
+
+    def __init__(self, created: InstanceCreated) -> None:
+        super().__init__()
+        self._created = created
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        self._created(det.info)
+        return super().create_instance(det)

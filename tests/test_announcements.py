@@ -235,13 +235,14 @@ def _signals_sent(events: list[HistoryEvent]) -> list[HistoryEvent]:
 async def test_a_plan_whose_chain_does_not_run_sends_it_nothing(
     client: Client, task_queue: str
 ) -> None:
-    """The plan asks whether its correlation's chain runs with where its agents run, and holds
-    its events until the answer: none runs, so it signals nothing (its record keeps them);
+    """The plan asks whether its correlation's chain runs with where its agents run (asked
+    ahead as the worker creates its instance), and holds its events until the answer: none
+    runs, so it signals nothing (its record keeps them);
     with the chain running, every event reaches it (in any order: they go out together)."""
     registry = default_registry()
     registry.register("notes")(notes)
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue, registry):
+    async with build_worker(client, task_queue, registry) as workers:
         lonely = await api.start_plan(client, _announcing_plan(correlation_id), queue=task_queue)
         state = await api.plan_outcome(lonely)
         events = [e async for e in lonely.fetch_history_events()]
@@ -251,6 +252,7 @@ async def test_a_plan_whose_chain_does_not_run_sends_it_nothing(
         timeline = await api.chain_timeline(client, correlation_id)
     assert state.status == PlanStatus.COMPLETED and len(state.events) >= 8
     assert _signals_sent(events) == []
+    assert workers.lookahead is not None and workers.lookahead.answered_ahead == 2, "asked ahead"
     assert sorted(e.event_id for e in timeline) == sorted(e.event_id for e in watched_state.events)
 
 

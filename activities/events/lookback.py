@@ -15,6 +15,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import (
     CORRELATION_ID,
+    PLAN_WORKFLOW,
     SAGA_WORKFLOW,
     TIMELINE_QUERY,
     FailureType,
@@ -76,6 +77,8 @@ LOOKAHEAD_FRESH = timedelta(seconds=10)
 which the server times out after 10 s by default; an answer older is asked again."""
 MAX_LOOKAHEAD = 1024
 """Questions asked ahead and not yet taken, at most: one per saga starting on this worker now."""
+ASKING_AHEAD = frozenset({SAGA_WORKFLOW, PLAN_WORKFLOW})
+"""The workflows whose first look-up asks whether their correlation's chain runs."""
 
 
 class ChainLookahead:
@@ -106,10 +109,11 @@ class ChainLookahead:
         return len(self._asked)
 
     def instance_created(self, info: workflow.Info) -> None:
-        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's first
-        workflow task, not a replay of an older run, asks ahead for the correlation its start
-        named (its search attribute; a saga naming another in its spec asks for itself)."""
-        if info.workflow_type != SAGA_WORKFLOW or not _fresh(info):
+        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's or a
+        plan's first workflow task (`ASKING_AHEAD`), not a replay of an older run, asks ahead
+        for the correlation its start named (its search attribute; a run naming another in its
+        spec asks for itself)."""
+        if info.workflow_type not in ASKING_AHEAD or not _fresh(info):
             return
         correlation_id = info.typed_search_attributes.get(CORRELATION_ID)
         if correlation_id:
