@@ -30,6 +30,7 @@ from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.helpers import eventually
 from tests.test_hostile_input import closed_with, plain_json
+from tests.test_saga_history import _patch_markers
 from tests.workers import COORD, run, server_env
 
 YES = {"approve": True, "reason": "looks good"}
@@ -161,6 +162,8 @@ async def test_two_approvals_of_three_decide(client: Client, task_queue: str) ->
         f"ballot: {name}": contract.agent_task_queue(name, task_queue)
         for name in ["alice", "bob", "carol"]
     }
+    events = [event async for event in handle.fetch_history_events()]
+    assert _patch_markers(events) == ["vote-patches-at-once"], "its patches asked at once"
 
 
 async def test_two_rejections_reject_early_and_cancel_the_third_run(

@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         AGENT_RUN_GATES_PATCH,
         VOTE_ANNOUNCES_PATCH,
         VOTE_FAN_OUT_PATCH,
+        VOTE_PATCHES,
+        VOTE_PATCHES_AT_ONCE_PATCH,
         VOTE_REWIND_PATCH,
     )
     from coord.workflows._runtime import metrics
@@ -44,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
+    from coord.workflows._runtime.patches import adopt, patched
 
 VoterRun = asyncio.Task[AgentResult]
 
@@ -53,7 +56,9 @@ class Vote(metaclass=SurplusStartArguments):
     @workflow.init
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so the query answers from the first task on; a spec that does
-        not decode or validate is reported by `run` (nothing may fail the workflow task)."""
+        not decode or validate is reported by `run` (nothing may fail the workflow task).
+        The run's patches are asked first, at once (VOTE_PATCHES_AT_ONCE_PATCH)."""
+        adopt(VOTE_PATCHES_AT_ONCE_PATCH, VOTE_PATCHES, on=self)
         spec, self._spec_error = decode_start(VoteSpec, raw_spec, "vote spec")
         start = workflow.info().workflow_start_time
         self._model = None if spec is None else VoteModel.begin(spec, start)
@@ -69,9 +74,9 @@ class Vote(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
         announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
-        if workflow.patched(VOTE_ANNOUNCES_PATCH):
+        if patched(VOTE_ANNOUNCES_PATCH):
             model.start_announcing(announcements.send)
-        if model.spec.rewind is not None and workflow.patched(VOTE_REWIND_PATCH):
+        if model.spec.rewind is not None and patched(VOTE_REWIND_PATCH):
             model.take_past(workflow.info().workflow_start_time)
             self._changed(model)
         try:
@@ -87,7 +92,7 @@ class Vote(metaclass=SurplusStartArguments):
             await self._start_voters(model, runs, ballots)
             await self._until_over(model)
         except asyncio.CancelledError:
-            if workflow.patched(AGENT_RUN_GATES_PATCH):
+            if patched(AGENT_RUN_GATES_PATCH):
                 await outcomes_landed()
             if not model.over:  # an outcome taken in the same workflow task stands
                 await self._cancelled(model, runs, ballots)

@@ -461,3 +461,17 @@ force too (PLAN_PATCHES_2), still one marker. Runs recorded before asked PLAN_PA
 
 PLAN_PATCHES_2 = PLAN_PATCHES | {PLAN_ASKS_ITS_CHAIN_PATCH}
 """The patches in force for a run taking PLAN_PATCHES_AT_ONCE_2_PATCH. Never changed."""
+
+VOTE_PATCHES_AT_ONCE_PATCH = "vote-patches-at-once"
+"""Since 2026-11-27, in vote: Runs after this patch ask it first (in the workflow's `__init__`)
+and take every patch of VOTE_PATCHES as in force without asking it (`_runtime.patches`): one
+marker and one `TemporalChangeVersion` upsert instead of one of each per patch (six of each for a
+vote of three voters: 10 of its 38 history events). Runs recorded before asked each patch where
+their code reached it."""
+
+VOTE_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
+    {VOTE_ANNOUNCES_PATCH, VOTE_REWIND_PATCH, VOTE_FAN_OUT_PATCH}
+)
+"""The patches a vote's code may ask (its own and those of the runtime it shares), every one in
+force for a run taking VOTE_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
+on its own (or bundled under a new id)."""
