@@ -21,6 +21,7 @@ from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import PythonAgent
 from coord.models.plan.spec import PlanStatus, TaskState
 from coord.models.wire.contract import agent_task_queue
+from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from tests.test_agent_placement import (
     _agent_tasks,
@@ -189,4 +190,35 @@ async def test_a_local_run_outliving_its_workflow_task_then_a_remote_run_replays
     events = list(history.events)
     assert _local_agent_runs(events) == 1 and len(_agent_tasks(events)) == 1
     assert _patch_markers(events) == 1
+    await _replays_from_every_task(history)
+
+
+async def test_a_task_added_while_the_plan_runs_runs_its_agent_locally(
+    client: Client, task_queue: str
+) -> None:
+    """The plan asks where an added task's agent runs before the task joins it: a python agent
+    no task named before runs locally, as the first tasks' do. (`hold`, declared remote, keeps
+    the plan running without holding its workflow task.)"""
+    registry = _jittery_registry()
+    holding, release = asyncio.Event(), asyncio.Event()
+    hold = PythonAgent(kind="python", callable="tests:hold", execution="remote")
+
+    @registry.register("hold", "python", hold)
+    async def hold_on(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        holding.set()
+        await release.wait()
+        return {}
+
+    spec = plan("plan-added-task-runs-locally", {"id": "a", "agent": "hold"})
+    async with build_worker(client, task_queue, registry):
+        handle = await start(client, task_queue, spec)
+        await asyncio.wait_for(holding.wait(), 30)
+        await api.add_tasks(client, handle.id, [{"id": "b", "agent": "step"}])
+        release.set()
+        state = await outcome(handle)
+        history = await handle.fetch_history()
+    assert state.status == PlanStatus.COMPLETED, state.summary
+    events = list(history.events)
+    assert _local_agent_runs(events) == 1, "the added task's run"
+    assert list(_agent_tasks(events).values()) == [agent_task_queue("hold", task_queue)]
     await _replays_from_every_task(history)

@@ -244,6 +244,20 @@ class PlanTask(Routed):
             raise ValueError("depends_on: a dependency is named twice")
         return self
 
+    def agents_named(self, where: str) -> list[tuple[str, str]]:
+        """Every agent the task runs, each with where it is named (`where`: the task's own
+        place in its plan)."""
+        named = []
+        if self.vote is not None:
+            named += [(f"{where}.vote.voters", voter) for voter in self.vote.voters]
+        elif self.member is None and self.route is None:
+            named.append((f"{where}.agent", self.agent))
+        if self.review is not None:
+            named.append((f"{where}.review.reviewer", self.review.reviewer))
+        if self.verify is not None:
+            named += [(f"{where}.verify.verifiers", v) for v in self.verify.verifiers]
+        return named
+
 
 VOTE_RESULTS_KEY = "results"
 """Where a vote task's proposal carries its dependencies' results, keyed by task id."""
@@ -393,14 +407,7 @@ class PlanSpec(BaseModel):
         if self.planner is not None:
             named.append(("planner.agent", self.planner.agent))
         for i, task in enumerate(self.tasks):
-            if task.vote is not None:
-                named += [(f"tasks[{i}].vote.voters", voter) for voter in task.vote.voters]
-            elif task.member is None and task.route is None:
-                named.append((f"tasks[{i}].agent", task.agent))
-            if task.review is not None:
-                named.append((f"tasks[{i}].review.reviewer", task.review.reviewer))
-            if task.verify is not None:
-                named += [(f"tasks[{i}].verify.verifiers", v) for v in task.verify.verifiers]
+            named += task.agents_named(f"tasks[{i}]")
         return named
 
 

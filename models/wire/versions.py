@@ -454,12 +454,18 @@ event as it came, and each failed: two history events an event, about four a tas
 local runs all issued before the first failure came back); unanswered, the first event goes
 alone and the rest follow only if it reached the chain."""
 
-PLAN_PATCHES_AT_ONCE_2_PATCH = "plan-patches-at-once-2"
-"""Since 2026-11-27, in plan.graph: PLAN_PATCHES_AT_ONCE_PATCH with PLAN_ASKS_ITS_CHAIN_PATCH in
-force too (PLAN_PATCHES_2), still one marker. Runs recorded before asked PLAN_PATCHES_AT_ONCE_PATCH
-(or each patch)."""
+PLAN_PLACES_ADDED_AGENTS_PATCH = "plan-places-the-agents-of-added-tasks"
+"""Since 2026-11-27, in plan.graph: Runs after this patch ask their worker where the agents of
+tasks added while they run (`add_tasks`) run, before the tasks join the plan, so the short
+in-process ones it serves run locally as the plan's first tasks' do; runs recorded before sent
+them where the plan's `dispatch` says."""
 
-PLAN_PATCHES_2 = PLAN_PATCHES | {PLAN_ASKS_ITS_CHAIN_PATCH}
+PLAN_PATCHES_AT_ONCE_2_PATCH = "plan-patches-at-once-2"
+"""Since 2026-11-27, in plan.graph: PLAN_PATCHES_AT_ONCE_PATCH with PLAN_ASKS_ITS_CHAIN_PATCH and
+PLAN_PLACES_ADDED_AGENTS_PATCH in force too (PLAN_PATCHES_2), still one marker. Runs recorded
+before asked PLAN_PATCHES_AT_ONCE_PATCH (or each patch)."""
+
+PLAN_PATCHES_2 = PLAN_PATCHES | {PLAN_ASKS_ITS_CHAIN_PATCH, PLAN_PLACES_ADDED_AGENTS_PATCH}
 """The patches in force for a run taking PLAN_PATCHES_AT_ONCE_2_PATCH. Never changed."""
 
 VOTE_PATCHES_AT_ONCE_PATCH = "vote-patches-at-once"

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         PlanSpec,
         PlanState,
         PlanStatus,
+        PlanTask,
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
@@ -44,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         PLAN_PATCHES_2,
         PLAN_PATCHES_AT_ONCE_2_PATCH,
         PLAN_PATCHES_AT_ONCE_PATCH,
+        PLAN_PLACES_ADDED_AGENTS_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
@@ -97,6 +99,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Whether the loop that starts tasks still runs: a task added once it has returned
         would never start, so `add_tasks` is refused from then on."""
         self._details = Details(self._model)
+        self._placements: Placements | None = None
+        """Where the plan's agents run, once asked (`_placements`)."""
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
@@ -113,7 +117,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
             model.announce_to(self._announcements.send)
         slots = WorkerSlots(model, by_the_plan=patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
         fan_out = FanOut(FAN_OUT_PATCH)
-        placements = await _placements(model, asks_chain)
+        placements = self._placements = await _placements(model, asks_chain)
         if asks_chain:
             chain_runs = placements.chain_runs if placements is not None else None
             self._announcements.chain_known(chain_runs)
@@ -233,6 +237,8 @@ class TaskGraph(metaclass=SurplusStartArguments):
         if self._planning():
             await workflow.wait_condition(lambda: not self._planning())
         tasks = checked_tasks(self._model, raw, open=self._open)
+        if await self._placed(tasks):  # the plan may have moved on meanwhile: checked again
+            tasks = checked_tasks(self._model, raw, open=self._open)
         assert self._model is not None
         self._model.add_tasks(tasks, workflow.now())
         self._details.changed()
@@ -244,6 +250,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
             checked_request(raw)
         else:
             checked_tasks(self._model, raw, open=self._open)
+
+    async def _placed(self, tasks: list[PlanTask]) -> bool:
+        """Asks the worker where the added tasks' agents run, those not asked about yet, before
+        the tasks join the plan (PLAN_PLACES_ADDED_AGENTS_PATCH); whether it asked."""
+        if self._placements is None or not patched(PLAN_PLACES_ADDED_AGENTS_PATCH):
+            return False
+        await self._placements.learn(agent for task in tasks for _, agent in task.agents_named(""))
+        return True
 
     def _planning(self) -> bool:
         """The planner is writing the graph (there is none yet to check tasks against)."""
