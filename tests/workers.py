@@ -73,7 +73,7 @@ class WorkerProcess:
         await worker.wait_polling(client, polls or task_queue)
         return worker
 
-    async def wait_polling(self, client: Client, task_queue: str, timeout: float = 60) -> None:
+    async def wait_polling(self, client: Client, task_queue: str, timeout: float = 120) -> None:
         async def polling() -> None:
             while self.identity not in await task_queue_pollers(client, task_queue):
                 if self.process.poll() is not None:

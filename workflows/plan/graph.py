@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
         PlanSpec,
         PlanState,
         PlanStatus,
-        PlanTask,
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
@@ -39,19 +38,15 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         APPROVER_IDENTITY_PATCH,
         PLAN_ANNOUNCES_PATCH,
-        PLAN_ASKS_ITS_CHAIN_PATCH,
-        PLAN_LOCAL_RUNS_PATCH,
         PLAN_PATCHES,
         PLAN_PATCHES_2,
         PLAN_PATCHES_AT_ONCE_2_PATCH,
         PLAN_PATCHES_AT_ONCE_PATCH,
-        PLAN_PLACES_ADDED_AGENTS_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import Placements
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -64,7 +59,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows._runtime.patches import adopt, patched
     from coord.workflows.plan.gates import apply_approval, checked_approval, decide_approval
-    from coord.workflows.plan.planning import checked_request, checked_tasks, plan_tasks
+    from coord.workflows.plan.placing import PlanPlacing
+    from coord.workflows.plan.planning import (
+        checked_request,
+        checked_tasks,
+        plan_tasks,
+        planning_now,
+    )
     from coord.workflows.plan.schedule import TaskSchedule
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
@@ -99,8 +100,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Whether the loop that starts tasks still runs: a task added once it has returned
         would never start, so `add_tasks` is refused from then on."""
         self._details = Details(self._model)
-        self._placements: Placements | None = None
-        """Where the plan's agents run, once asked (`_placements`)."""
+        self._placing: PlanPlacing | None = None
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
@@ -108,19 +108,14 @@ class TaskGraph(metaclass=SurplusStartArguments):
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model_or_fail()
         self._announcements = ChainAnnouncements(model.spec.correlation_id)
-        asks_chain = patched(PLAN_ASKS_ITS_CHAIN_PATCH)
-        if asks_chain:
-            self._announcements.hold()
+        self._placing = PlanPlacing(self._announcements)
         if model.spec.planner is not None:
             model = await self._planned(model)
         if patched(PLAN_ANNOUNCES_PATCH):
             model.announce_to(self._announcements.send)
         slots = WorkerSlots(model, by_the_plan=patched(SLOTS_GRANTED_BY_THE_PLAN_PATCH))
         fan_out = FanOut(FAN_OUT_PATCH)
-        placements = self._placements = await _placements(model, asks_chain)
-        if asks_chain:
-            chain_runs = placements.chain_runs if placements is not None else None
-            self._announcements.chain_known(chain_runs)
+        placements = await self._placing.place(model)
         self._upsert_status()
         self._details.changed()
         self._scratchpad = Scratchpad(model.spec, model.state, fan_out)
@@ -234,11 +229,11 @@ class TaskGraph(metaclass=SurplusStartArguments):
         succeeding, the caps, a plan that has ended): a refusal names the field. A new task
         whose dependencies have all succeeded starts at once. Tasks sent while the planner
         plans wait for its graph, and are checked against it."""
-        if self._planning():
-            await workflow.wait_condition(lambda: not self._planning())
+        if planning_now(self._model, self._open):
+            await workflow.wait_condition(lambda: not planning_now(self._model, self._open))
         tasks = checked_tasks(self._model, raw, open=self._open)
-        if await self._placed(tasks):  # the plan may have moved on meanwhile: checked again
-            tasks = checked_tasks(self._model, raw, open=self._open)
+        if self._placing and await self._placing.place_added(tasks):
+            tasks = checked_tasks(self._model, raw, open=self._open)  # it may have moved on
         assert self._model is not None
         self._model.add_tasks(tasks, workflow.now())
         self._details.changed()
@@ -246,24 +241,10 @@ class TaskGraph(metaclass=SurplusStartArguments):
 
     @add_tasks.validator
     def _validate_tasks(self, raw: PlainInput = NO_INPUT) -> None:
-        if self._planning():
+        if planning_now(self._model, self._open):
             checked_request(raw)
         else:
             checked_tasks(self._model, raw, open=self._open)
-
-    async def _placed(self, tasks: list[PlanTask]) -> bool:
-        """Asks the worker where the added tasks' agents run, those not asked about yet, before
-        the tasks join the plan (PLAN_PLACES_ADDED_AGENTS_PATCH); whether it asked."""
-        if self._placements is None or not patched(PLAN_PLACES_ADDED_AGENTS_PATCH):
-            return False
-        await self._placements.learn(agent for task in tasks for _, agent in task.agents_named(""))
-        return True
-
-    def _planning(self) -> bool:
-        """The planner is writing the graph (there is none yet to check tasks against)."""
-        model = self._model
-        planned = model is None or model.spec.planner is None or model.state.planning is not None
-        return self._open and not planned
 
     def _model_or_fail(self) -> PlanModel:
         if self._model is None:
@@ -289,18 +270,3 @@ class TaskGraph(metaclass=SurplusStartArguments):
     def _upsert_status(self) -> None:
         if self._model is not None:
             upsert_search_attributes(self._model.state.search_attributes())
-
-
-async def _placements(model: PlanModel, asks_chain: bool) -> Placements | None:
-    """Where the plan's agents run, asked of its worker once, as the plan's tasks are known
-    (PLAN_LOCAL_RUNS_PATCH): the short in-process agents it serves as local activities, every
-    other agent where the plan's `dispatch` says, as before. An agent named later (a task added
-    while the plan runs) goes there too. `asks_chain`: the same question asks whether the
-    plan's correlation's chain runs (`Placements.chain_runs`, PLAN_ASKS_ITS_CHAIN_PATCH). None
-    for runs recorded before, which ran every agent as an activity task."""
-    if not patched(PLAN_LOCAL_RUNS_PATCH):
-        return None
-    placements = Placements(only_local=True)
-    chain_of = model.spec.correlation_id if asks_chain else None
-    await placements.learn((agent for _, agent in model.spec.agents_named()), chain_of)
-    return placements

@@ -126,6 +126,13 @@ async def _worker_check(ref: "refs.ActivityRef[A, R]", argument: A, summary: str
     )
 
 
+def planning_now(model: PlanModel | None, open: bool) -> bool:
+    """The planner is writing the graph (there is none yet to check tasks against); `open`:
+    the plan's loop that starts tasks still runs."""
+    planned = model is None or model.spec.planner is None or model.state.planning is not None
+    return open and not planned
+
+
 def checked_tasks(model: PlanModel | None, raw: PlainInput, *, open: bool) -> list[PlanTask]:
     """The tasks an `add_tasks` update adds, if the plan takes them now (`open`: its loop still
     runs); else an `invalid_tasks` failure whose message is one line naming the field."""
