@@ -337,17 +337,24 @@ class StatusWrites:
     def adopt_patches(self) -> None:
         """The run's patches: those of the version its start carries (`started_version`),
         taken without asking, else its bundle, asked first: the newest it takes
-        (`_runtime.patches`); any makes the status written once per workflow task
-        (`per_task`)."""
+        (`_runtime.patches`); either makes the status written once per workflow task
+        (`per_task`). Replayed, a run whose start carries a version asks the bundles first
+        all the same: a worker older than the version ignored it and asked its bundle, whose
+        marker replay then meets (a worker that read the version recorded none, and the asks
+        find nothing and issue nothing), so a starter upgraded before the workers is safe."""
         covered = SAGA_PATCHES_BY_VERSION.get(started_version())
-        if covered is not None:
+        if covered is not None and not workflow.unsafe.is_replaying():
             take(covered)
-        self.per_task = (
-            covered is not None
-            or adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
-            or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
-            or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
-        )
+            self.per_task = True
+        else:
+            self.per_task = (
+                adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
+                or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
+                or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+            )
+            if covered is not None and not self.per_task:
+                take(covered)
+                self.per_task = True
         self._skips_carried = patched(SAGA_STATUS_FROM_START_PATCH)
 
     def changed(self) -> bool:
