@@ -335,14 +335,14 @@ class StatusWrites:
         self.per_task = False
 
     def adopt_patches(self) -> None:
-        """The run's patches: those of the version its start carries (`started_version`),
+        """The run's patches: those of the version its start carries (`started_patches`),
         taken without asking, else its bundle, asked first: the newest it takes
         (`_runtime.patches`); either makes the status written once per workflow task
         (`per_task`). Replayed, a run whose start carries a version asks the bundles first
         all the same: a worker older than the version ignored it and asked its bundle, whose
         marker replay then meets (a worker that read the version recorded none, and the asks
         find nothing and issue nothing), so a starter upgraded before the workers is safe."""
-        covered = SAGA_PATCHES_BY_VERSION.get(started_version())
+        covered = started_patches()
         if covered is not None and not workflow.unsafe.is_replaying():
             take(covered)
             self.per_task = True
@@ -381,16 +381,16 @@ class StatusWrites:
         self._unwritten = False
 
 
-def started_version() -> int | None:
-    """The saga runtime version the run's starter wrote into its start (SAGA_VERSION_MEMO); None
-    without one, or with anything else there (a start is not trusted): the run then asks its
-    bundle of patches."""
+def started_patches() -> frozenset[str] | None:
+    """The patches of the saga runtime version the run's starter wrote into its start
+    (SAGA_VERSION_MEMO, SAGA_PATCHES_BY_VERSION); None without one, or with one this code does
+    not know, or anything else there (a start is not trusted): the run then asks its bundle."""
     try:
         version = workflow.memo_value(SAGA_VERSION_MEMO, None)
     except (TypeError, ValueError) as error:
         workflow.logger.warning("saga version unreadable, patches asked: %s", error)
         return None
-    return version if type(version) is int else None
+    return SAGA_PATCHES_BY_VERSION.get(version) if type(version) is int else None
 
 
 class ChainSends:

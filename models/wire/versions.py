@@ -338,10 +338,9 @@ its start event carries (`contract.SAGA_VERSION_MEMO`, written by `start_saga` a
 start`): no patch marker, no `TemporalChangeVersion` upsert (two history events fewer than a
 bundle's). A run started without a version (Temporal CLI, UI, a starter before 2026-11-27) or
 with one its worker does not know asks the bundles (SAGA_PATCHES_AT_ONCE_3_PATCH, ...) as
-before. Never changed: a behaviour added later is a new patch, asked on its own, or a new
-version whose set holds it; upgrade every worker before the starters that write that version (a
-worker that does not know it asks the bundles, and a newer worker replaying that run would
-not)."""
+before; so does any run replayed, first (`workflow.saga.StatusWrites.adopt_patches`): a worker
+that did not know the version asked its bundle, whose marker replay then meets. Never changed:
+a behaviour added later is a new patch, asked on its own, or a new version whose set holds it."""
 
 SAGA_VERSION = max(SAGA_PATCHES_BY_VERSION)
 """The version this code's starters write into a new saga's start."""
