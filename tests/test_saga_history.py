@@ -1,10 +1,11 @@
 """What a saga writes into its history: no patch marker when its start carries the saga runtime
 version (`start_saga`, `coord saga start`), one for the patches it asks (`saga-patches-at-once-3`)
-when started without (Temporal CLI, UI), its status as a search attribute at most once per workflow task,
-when it differs from what the attribute holds (a saga starts `in_progress`), written before it
-waits on anything but a local run and when it ends, and no signal to a chain that does not run
-(asked with its agents' placements, in one local activity, wherever they run): a saga of local
-agents runs in one workflow task, a saga of served agents in as many as the hand-written one."""
+when started without (Temporal CLI, UI); its status as a search attribute at most once per
+workflow task, when it differs from what the attribute holds (a saga starts `in_progress`),
+written before it waits on anything but a local run and when it ends; no signal to a chain that
+does not run (asked with its agents' placements, in one local activity, wherever they run): a
+saga of local agents runs in one workflow task, a saga of served agents in as many as the
+hand-written one."""
 
 import asyncio
 import json
@@ -22,7 +23,7 @@ from coord.activities.mesh.routing import AgentRouter
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.placement import ChainPlacementAsk, Placement
 from coord.models.saga.spec import SagaStatus
-from coord.models.wire.contract import COORD_STATUS, SAGA_WORKFLOW
+from coord.models.wire.contract import COORD_STATUS, SAGA_VERSION_MEMO, SAGA_WORKFLOW
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -223,3 +224,26 @@ async def test_whether_a_chain_runs_is_read_from_the_server(
         assert await lookback.chain_running(correlation_id)
         await chain.terminate("test over")
     assert not await lookback.chain_running(correlation_id), "ended"
+
+
+async def test_a_saga_whose_start_carries_an_unknown_version_asks_its_patches(
+    client: Client, task_queue: str
+) -> None:
+    """A start is not trusted: a version this code does not know, or not a number, is a start
+    without one (the run asks its bundle), never a failed workflow task."""
+    async with build_worker(client, task_queue):
+        for version in (99, "3", True, {"v": 3}):
+            spec = feature_deployment()
+            await client.start_workflow(
+                SAGA_WORKFLOW,
+                spec.model_dump(mode="json"),
+                id=spec.workflow_id,
+                task_queue=task_queue,
+                memo={SAGA_VERSION_MEMO: version},
+            )
+            handle = api.saga_handle(client, spec.saga_id)
+            state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+            assert state.status == SagaStatus.COMPLETED, version
+            events = await _history(handle)
+            assert _patch_markers(events) == ["saga-patches-at-once-3"], version
+            assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, version
