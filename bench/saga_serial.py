@@ -7,9 +7,11 @@ load moves within seconds, two sides a few seconds apart see different loads, an
 their p50s moves by tens of percent from one run to the next. Here one saga of each side runs
 in turn, one at a time, the order rotating, so the load's drift reaches every side alike. Each
 saga's latency is taken at the client (start request to result) and at the server (the first
-to the last event of its history: no client, no result long-poll); the ratios given are of the
-p50s. The sides are `bench.saga_bench`'s: `served` against `baseline`, `local` against
-`base-local`, on one worker process, one client, one server.
+to the last event of its history: no client, no result long-poll), and that span's phases (the
+p50 over the sagas of the time their workflow tasks and activity tasks waited in their queues
+and ran, summed per saga, and the history's length); the ratios given are of the p50s. The
+sides are `bench.saga_bench`'s: `served` against `baseline`, `local` against `base-local`, on
+one worker process, one client, one server.
 """
 
 import argparse
@@ -22,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench.rounds import RunOne, rotated
@@ -46,26 +50,62 @@ from coord.worker import build_worker, default_registry
 PAIRS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL))
 
 
+PHASES = ("task queued", "first task run", "task run", "activity queued", "activity run")
+"""Where a saga's span goes, by the server's clock, summed over its history: its workflow tasks
+from scheduled to started and from started to completed (the first apart: it makes the run's
+instance), its activity tasks likewise."""
+PHASE_EVENTS = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED: ("task queued", "scheduled_event_id"),
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: ("task run", "started_event_id"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: ("activity queued", "scheduled_event_id"),
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: ("activity run", "started_event_id"),
+}
+"""Each phase's closing event, and the field naming the event that opened it."""
+
+
 @dataclass
 class Side:
-    """One side's sagas: each one's latency at the client and its span at the server, in
-    seconds, and why those that failed did."""
+    """One side's sagas: each one's latency at the client, its span at the server and that
+    span's phases (`PHASES`), in seconds, its history's length, and why those that failed
+    did."""
 
     latencies: list[float] = field(default_factory=list)
     spans: list[float] = field(default_factory=list)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+    events: list[int] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     def p50_ms(self, values: Sequence[float]) -> float:
         return 1000 * statistics.median(values) if values else float("nan")
 
+    def add_history(self, events: Sequence[HistoryEvent]) -> None:
+        first, last = events[0].event_time, events[-1].event_time
+        self.spans.append((last.ToNanoseconds() - first.ToNanoseconds()) / 1e9)
+        self.events.append(len(events))
+        for phase, seconds in phases(events).items():
+            self.phases.setdefault(phase, []).append(seconds)
 
-async def server_span(client: Client, workflow_id: str) -> float:
-    """Seconds from the run's first event to its last, by the server's clock."""
-    events = [
-        event async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
-    ]
-    first, last = events[0].event_time, events[-1].event_time
-    return (last.ToNanoseconds() - first.ToNanoseconds()) / 1e9
+
+def phases(events: Sequence[HistoryEvent]) -> dict[str, float]:
+    """Seconds spent in each of `PHASES` over the run (a local activity is part of its task)."""
+    opened = {event.event_id: event.event_time.ToNanoseconds() for event in events}
+    spent = dict.fromkeys(PHASES, 0.0)
+    for event in events:
+        if event.event_type not in PHASE_EVENTS:
+            continue
+        phase, field_name = PHASE_EVENTS[event.event_type]
+        kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+        attributes = getattr(event, f"{kind}_event_attributes")
+        since = opened[getattr(attributes, field_name)]
+        if phase == "task run" and not spent["first task run"]:
+            phase = "first task run"
+        spent[phase] += (event.event_time.ToNanoseconds() - since) / 1e9
+    return spent
+
+
+async def history(client: Client, workflow_id: str) -> list[HistoryEvent]:
+    handle = client.get_workflow_handle(workflow_id)
+    return [event async for event in handle.fetch_history_events()]
 
 
 async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | None) -> None:
@@ -84,7 +124,7 @@ async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | 
         measured.failures.append(failure)
         return
     measured.latencies.append(latency)
-    measured.spans.append(await server_span(client, WORKFLOW_ID_OF[side](saga_id)))
+    measured.add_history(await history(client, WORKFLOW_ID_OF[side](saga_id)))
 
 
 def report(measured: dict[str, Side], header: list[str]) -> int:
@@ -97,6 +137,11 @@ def report(measured: dict[str, Side], header: list[str]) -> int:
             f"{side:<12}{len(got.latencies):>7}{got.p50_ms(got.latencies):>10.1f}{mean:>10.1f}"
             f"{got.p50_ms(got.spans):>15.1f}"
         )
+    print(f"{'side':<12}{'events':>7}" + "".join(f" {phase + ' ms':>17}" for phase in PHASES))
+    for side, got in measured.items():
+        p50s = "".join(f"{got.p50_ms(got.phases.get(phase, [])):>18.1f}" for phase in PHASES)
+        events = statistics.median(got.events) if got.events else float("nan")
+        print(f"{side:<12}{events:>7.0f}{p50s}")
     for side, other in PAIRS:
         mine, theirs = measured[side], measured[other]
         client = mine.p50_ms(mine.latencies) / theirs.p50_ms(theirs.latencies)

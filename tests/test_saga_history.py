@@ -1,9 +1,11 @@
-"""What a saga writes into its history: one patch marker for the patches it asks
-(`saga-patches-at-once-3`), its status as a search attribute at most once per workflow task,
-when it differs from what the attribute holds (a saga starts `in_progress`), written before it
-waits on anything but a local run and when it ends, and no signal to a chain that does not run
-(asked with its agents' placements, in one local activity, wherever they run): a saga of local
-agents runs in one workflow task, a saga of served agents in as many as the hand-written one."""
+"""What a saga writes into its history: no patch marker when its start carries the saga runtime
+version (`start_saga`, `coord saga start`), one for the patches it asks (`saga-patches-at-once-3`)
+when started without (Temporal CLI, UI); its status as a search attribute at most once per
+workflow task, when it differs from what the attribute holds (a saga starts `in_progress`),
+written before it waits on anything but a local run and when it ends; no signal to a chain that
+does not run (asked with its agents' placements, in one local activity, wherever they run): a
+saga of local agents runs in one workflow task, a saga of served agents in as many as the
+hand-written one."""
 
 import asyncio
 import json
@@ -21,7 +23,7 @@ from coord.activities.mesh.routing import AgentRouter
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.placement import ChainPlacementAsk, Placement
 from coord.models.saga.spec import SagaStatus
-from coord.models.wire.contract import COORD_STATUS, SAGA_WORKFLOW
+from coord.models.wire.contract import COORD_STATUS, SAGA_VERSION_MEMO, SAGA_WORKFLOW
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
@@ -77,7 +79,7 @@ def _local_activities(events: list[HistoryEvent]) -> list[str]:
     ]
 
 
-async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_patch_marker(
+async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_no_patch_marker(
     client: Client, task_queue: str
 ) -> None:
     async with build_worker(client, task_queue):
@@ -89,13 +91,13 @@ async def test_a_local_saga_writes_its_status_once_per_workflow_task_and_one_pat
     writes = _status_writes(events)
     assert [status for _, _, status in writes] == ["completed"], "it ran in one workflow task"
     assert described.typed_search_attributes.get(COORD_STATUS) == "completed"
-    assert _patch_markers(events) == ["saga-patches-at-once-3"]
+    assert _patch_markers(events) == [], "its start carries its version: nothing asked"
     upserts = sum(1 for e in events if e.event_type == UPSERTED)
-    assert upserts == 2, "the status, and Temporal's TemporalChangeVersion for the one marker"
+    assert upserts == 1, "the status alone: no TemporalChangeVersion without a patch marker"
     assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, "one workflow task"
     assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
     assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
-    assert len(events) <= 14, f"{len(events)} events"
+    assert len(events) <= 12, f"{len(events)} events"
 
 
 async def test_a_local_saga_learns_its_chain_runs_with_its_placements_and_sends(
@@ -138,20 +140,21 @@ SERVED_FIVE_STEPS = {
     "ACTIVITY_TASK_COMPLETED": 5,
     "ACTIVITY_TASK_SCHEDULED": 5,
     "ACTIVITY_TASK_STARTED": 5,
-    "MARKER_RECORDED": 2,
-    "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 2,
+    "MARKER_RECORDED": 1,
+    "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 1,
     "WORKFLOW_EXECUTION_COMPLETED": 1,
     "WORKFLOW_EXECUTION_STARTED": 1,
     "WORKFLOW_TASK_COMPLETED": 6,
     "WORKFLOW_TASK_SCHEDULED": 6,
     "WORKFLOW_TASK_STARTED": 6,
 }
-"""A five-step saga of served agents without a chain: the hand-written saga's 35 events (six
-workflow tasks, five activities, start and end), the patch bundle's marker and Temporal's
-`TemporalChangeVersion` upsert, the placements' look-up (a marker), the final status."""
+"""A five-step saga of served agents without a chain, started by `start_saga`: the hand-written
+saga's 35 events (six workflow tasks, five activities, start and end), the placements' look-up
+(a marker), the final status. No patch marker nor `TemporalChangeVersion` upsert: its start
+carries the saga runtime version."""
 
 
-async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_four_events_more(
+async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_two_events_more(
     client: Client, task_queue: str
 ) -> None:
     async with build_worker(client, task_queue, demo_agents_remote()):
@@ -162,7 +165,8 @@ async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_four_event
     assert _counted(events) == SERVED_FIVE_STEPS, "no signal to a missing chain, no extra task"
     assert [status for _, _, status in _status_writes(events)] == ["completed"], "started so"
     assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
-    assert len(events) == 39
+    assert _patch_markers(events) == []
+    assert len(events) == 37
 
 
 async def test_a_saga_started_without_its_status_writes_in_progress_before_it_waits(
@@ -187,6 +191,7 @@ async def test_a_saga_started_without_its_status_writes_in_progress_before_it_wa
     assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
     assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
     assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
+    assert _patch_markers(events) == ["saga-patches-at-once-3"], "no version: its bundle asked"
 
 
 async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(
@@ -219,3 +224,26 @@ async def test_whether_a_chain_runs_is_read_from_the_server(
         assert await lookback.chain_running(correlation_id)
         await chain.terminate("test over")
     assert not await lookback.chain_running(correlation_id), "ended"
+
+
+async def test_a_saga_whose_start_carries_an_unknown_version_asks_its_patches(
+    client: Client, task_queue: str
+) -> None:
+    """A start is not trusted: a version this code does not know, or not a number, is a start
+    without one (the run asks its bundle), never a failed workflow task."""
+    async with build_worker(client, task_queue):
+        for version in (99, "3", True, {"v": 3}):
+            spec = feature_deployment()
+            await client.start_workflow(
+                SAGA_WORKFLOW,
+                spec.model_dump(mode="json"),
+                id=spec.workflow_id,
+                task_queue=task_queue,
+                memo={SAGA_VERSION_MEMO: version},
+            )
+            handle = api.saga_handle(client, spec.saga_id)
+            state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+            assert state.status == SagaStatus.COMPLETED, version
+            events = await _history(handle)
+            assert _patch_markers(events) == ["saga-patches-at-once-3"], version
+            assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, version

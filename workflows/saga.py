@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         COORD_STATUS,
         EVENT_SIGNAL,
         SAGA_RECORD_MEMO,
+        SAGA_VERSION_MEMO,
         SAGA_WORKFLOW,
         STATE_QUERY,
         FailureType,
@@ -63,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_3_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
+        SAGA_PATCHES_BY_VERSION,
         SAGA_STATUS_FROM_START_PATCH,
     )
     from coord.workflows._runtime import calls, metrics
@@ -84,7 +86,7 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
-    from coord.workflows._runtime.patches import adopt, patched
+    from coord.workflows._runtime.patches import adopt, patched, take
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 CHAIN_CHECK_TIMEOUT = timedelta(seconds=10)
@@ -333,13 +335,26 @@ class StatusWrites:
         self.per_task = False
 
     def adopt_patches(self) -> None:
-        """The run's bundle of patches, asked first: the newest it takes (`_runtime.patches`);
-        any bundle makes the status written once per workflow task (`per_task`)."""
-        self.per_task = (
-            adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
-            or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
-            or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
-        )
+        """The run's patches: those of the version its start carries (`started_patches`),
+        taken without asking, else its bundle, asked first: the newest it takes
+        (`_runtime.patches`); either makes the status written once per workflow task
+        (`per_task`). Replayed, a run whose start carries a version asks the bundles first
+        all the same: a worker older than the version ignored it and asked its bundle, whose
+        marker replay then meets (a worker that read the version recorded none, and the asks
+        find nothing and issue nothing), so a starter upgraded before the workers is safe."""
+        covered = started_patches()
+        if covered is not None and not workflow.unsafe.is_replaying():
+            take(covered)
+            self.per_task = True
+        else:
+            self.per_task = (
+                adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
+                or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
+                or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
+            )
+            if covered is not None and not self.per_task:
+                take(covered)
+                self.per_task = True
         self._skips_carried = patched(SAGA_STATUS_FROM_START_PATCH)
 
     def changed(self) -> bool:
@@ -364,6 +379,18 @@ class StatusWrites:
         if self._unwritten and not (self._skips_carried and carried):
             upsert_search_attributes(self._model.state.search_attributes())
         self._unwritten = False
+
+
+def started_patches() -> frozenset[str] | None:
+    """The patches of the saga runtime version the run's starter wrote into its start
+    (SAGA_VERSION_MEMO, SAGA_PATCHES_BY_VERSION); None without one, or with one this code does
+    not know, or anything else there (a start is not trusted): the run then asks its bundle."""
+    try:
+        version = workflow.memo_value(SAGA_VERSION_MEMO, None)
+    except (TypeError, ValueError) as error:
+        workflow.logger.warning("saga version unreadable, patches asked: %s", error)
+        return None
+    return SAGA_PATCHES_BY_VERSION.get(version) if type(version) is int else None
 
 
 class ChainSends:

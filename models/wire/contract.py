@@ -363,6 +363,9 @@ PLAN_RECORD_MEMO: Final = "plan_state"
 """A finished plan's record (its final report), as above."""
 VOTE_RECORD_MEMO: Final = "vote_state"
 """A cancelled vote's record (the ballots cast until then), as above."""
+SAGA_VERSION_MEMO: Final = "saga_version"
+"""The saga runtime version a saga's starter wrote into its run's start (`versions.SAGA_VERSION`):
+which of the saga's patches the run takes without asking."""
 DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 """A dead-letter entry's listing row, so listing needs no query per entry."""
 

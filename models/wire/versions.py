@@ -332,6 +332,20 @@ SAGA_PATCHES_AT_ONCE_2_PATCH (or an earlier bundle, or each patch)."""
 SAGA_PATCHES_3 = SAGA_PATCHES_2 | {SAGA_STATUS_FROM_START_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
+SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3}
+"""Since 2026-11-27, in saga: the patches a saga run takes as in force without asking anything,
+by the saga runtime version its start event carries (`contract.SAGA_VERSION_MEMO`, written by
+`start_saga` and `coord saga start`): no patch marker, no `TemporalChangeVersion` upsert (two
+history events fewer than a bundle's). A run started without a version (Temporal CLI, UI, a
+starter before 2026-11-27) or with one its worker does not know asks the bundles
+(SAGA_PATCHES_AT_ONCE_3_PATCH, ...) as before; so does any run replayed, first
+(`workflow.saga.StatusWrites.adopt_patches`): a worker that did not know the version asked its
+bundle, whose marker replay then meets. Never changed: a behaviour added later is a new patch,
+asked on its own, or a new version whose set holds it."""
+
+SAGA_VERSION = max(SAGA_PATCHES_BY_VERSION)
+"""The version this code's starters write into a new saga's start."""
+
 AGGREGATOR_PATCHES_AT_ONCE_PATCH = "aggregator-patches-at-once"
 """Since 2026-11-27, in aggregator: Runs after this patch ask it first and take every patch of
 AGGREGATOR_PATCHES as in force without asking it (`_runtime.patches`): one marker and one

@@ -3,7 +3,7 @@ and closed runs."""
 
 import functools
 import re
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -124,6 +124,7 @@ async def start_run(
     details: str | None,
     *,
     eager: bool = False,
+    memo: Mapping[str, Any] | None = None,
 ) -> WorkflowHandle[Any, R]:
     """Starts the workflow whose `run` takes `spec`, under the spec's workflow id, on `queue`
     (else the configured task queue). The spec goes as plain JSON, which the run decodes and
@@ -136,7 +137,7 @@ async def start_run(
     starts a round trip sooner, and its history says `eager_execution_accepted`. For callers
     whose worker shares their client (the demo, tests, a program hosting its own worker); off
     by default, since a remote caller has no worker to take the task (the server then queues
-    it as usual)."""
+    it as usual). `memo`: what the run's start event carries besides (a version)."""
     return await client.start_workflow(
         run,
         spec.model_dump(mode="json"),
@@ -146,6 +147,7 @@ async def start_run(
         static_details=details,
         search_attributes=contract.as_start_attributes(first.search_attributes()),
         request_eager_start=eager,
+        memo=memo,
     )
 
 

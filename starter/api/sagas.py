@@ -13,6 +13,7 @@ from temporalio.client import (
 from coord.models.events.timeline import TimelineEntry, logical_order
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire import contract
+from coord.models.wire.versions import SAGA_VERSION
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
@@ -42,7 +43,8 @@ async def start_saga(
     takes its first task from the start's answer (`start_run`), a round trip sooner; a client
     without one starts it as usual, so asking costs nothing (a saga's latency is what it is
     held to). A saga is listed `in_progress` from its start: its run then writes its status
-    only when it changes."""
+    only when it changes. The start carries the saga runtime version (SAGA_VERSION): the run
+    takes the patches of that version without recording a marker for them."""
     first = SagaState(
         saga_id=spec.saga_id, correlation_id=spec.correlation_id, status=SagaStatus.IN_PROGRESS
     )
@@ -51,7 +53,10 @@ async def start_saga(
         first.rewind_of = spec.rewind.of.search_value()
         summary = f"{summary} ({spec.rewind.of.describe()})"
     details = spec.description or None
-    return await start_run(client, Saga.run, spec, first, queue, summary, details, eager=eager)
+    memo = {contract.SAGA_VERSION_MEMO: SAGA_VERSION}
+    return await start_run(
+        client, Saga.run, spec, first, queue, summary, details, eager=eager, memo=memo
+    )
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:

@@ -24,6 +24,13 @@ def adopt(bundle: str, covered: Set[str], on: object | None = None) -> bool:
     return taken
 
 
+def take(covered: Set[str], on: object | None = None) -> None:
+    """Every patch of `covered` in force without asking anything: for a run whose start event
+    says which set it takes (a version its starter wrote), so its history carries neither a
+    marker nor a `TemporalChangeVersion` upsert for them."""
+    setattr(on or workflow.instance(), IN_FORCE, frozenset(covered))
+
+
 def patched(patch_id: str, on: object | None = None) -> bool:
     """`workflow.patched(patch_id)`, answered True without a marker when the run's bundle
     covers it (`on`: as for `adopt`)."""
