@@ -18,7 +18,7 @@ sandbox imports are paid there, not by whichever side goes first), then `--round
 rounds run each side once, the first side rotating (`bench.rounds`); the ratios are given over
 all rounds, per round and as their median.
 
-    .venv/bin/python -m bench.aggregator_bench [--events 5000] [--senders 10] [--rounds 3]
+    .venv/bin/python -m bench.aggregator_bench [--events 2000] [--senders 10] [--rounds 3] [--warmup 100]
 """
 
 import argparse
@@ -255,7 +255,7 @@ def summed(results: Sequence[Result], side: str) -> Result:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--events", type=int, default=2000)
     parser.add_argument("--senders", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of both sides")
     parser.add_argument("--warmup", type=int, default=100, help="events per side before")
