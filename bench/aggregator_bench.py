@@ -10,7 +10,8 @@ and the senders, which are the same for both; not the server's): what the machin
 changes least. A run's history is counted over every run it continued as new into (the
 project's continues as new when the server suggests it, a few thousand events in), and its
 workflow tasks per event are shown: a worker that finishes its tasks sooner takes the same flood
-in more, smaller tasks, each three history events.
+in more, smaller tasks, each three history events, and the embedded dev server's CPU per event
+(which each task costs too; the server shares the machine's two cores with this process).
 
 The rate of one flood on a shared machine moves by a third from one run to the next, so both
 sides first take a small flood each (`--warmup`: the process's first signals, converters and
@@ -18,11 +19,13 @@ sandbox imports are paid there, not by whichever side goes first), then `--round
 rounds run each side once, the first side rotating (`bench.rounds`); the ratios are given over
 all rounds, per round and as their median.
 
-    .venv/bin/python -m bench.aggregator_bench [--events 2000] [--senders 10] [--rounds 3] [--warmup 100]
+    .venv/bin/python -m bench.aggregator_bench [--events 2000] [--senders 10] [--rounds 3]
+        [--warmup 100]
 """
 
 import argparse
 import asyncio
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -37,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.worker import Worker
 
     from bench.rounds import per_round, ratio_line, rotated
+    from bench.saga_bench import server_cpu_seconds
     from bench.saga_replay import thread_cpu
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
@@ -78,6 +82,8 @@ class Result:
     tasks: int
     """Workflow tasks completed, over the same runs."""
     workflow_id: str
+    server_cpu_seconds: float | None = None
+    """The embedded dev server's CPU meanwhile (None on another server: not this process's)."""
     round: int = 0
 
     @property
@@ -91,6 +97,14 @@ class Result:
     @property
     def cpu_per_event(self) -> float:
         return self.cpu_seconds / self.events
+
+    @property
+    def server_cpu_per_event(self) -> float:
+        return (
+            float("nan")
+            if self.server_cpu_seconds is None
+            else self.server_cpu_seconds / self.events
+        )
 
     @property
     def tasks_per_event(self) -> float:
@@ -142,13 +156,18 @@ async def absorb(
             await handle.signal("event", envelope.model_dump(mode="json"))
 
     started, cpu_started, threads = time.perf_counter(), time.process_time(), thread_cpu()
+    server_started = server_cpu_seconds()
     await asyncio.gather(*(sender(noise[i::senders]) for i in range(senders)))
     await handle.signal("event", done.model_dump(mode="json"))
     await handle.result()
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     split = by_thread(threads, thread_cpu(), events + 1)
+    server_ended = server_cpu_seconds()
+    server = (
+        None if server_started is None or server_ended is None else server_ended - server_started
+    )
     runs = await histories(client, handle.id)
-    return Result(side, events + 1, seconds, cpu, split, runs.events, runs.tasks, handle.id)
+    return Result(side, events + 1, seconds, cpu, split, runs.events, runs.tasks, handle.id, server)
 
 
 def by_thread(before: dict[str, float] | None, after: dict[str, float] | None, events: int) -> str:
@@ -199,6 +218,7 @@ RATIOS: tuple[tuple[str, Callable[[Result], float]], ...] = (
     ("workflow tasks per event", lambda r: r.tasks_per_event),
     ("history per event besides its workflow tasks", lambda r: r.own_history_per_event),
     ("process CPU per event", lambda r: r.cpu_per_event),
+    ("dev server CPU per event", lambda r: r.server_cpu_per_event),
 )
 
 
@@ -223,17 +243,20 @@ async def bench(events: int, senders: int, rounds: int, warmup: int) -> int:
 def report(results: Sequence[Result]) -> None:
     print(
         f"{'round':<6}{'side':<24}{'events':>8}{'events/s':>11}{'history':>10}"
-        f"{'history/event':>15}{'tasks/event':>13}{'CPU µs/event':>14}"
+        f"{'history/event':>15}{'tasks/event':>13}{'CPU µs/event':>14}{'server µs/event':>17}"
     )
     for r in results:
         print(
             f"{r.round:<6}{r.side:<24}{r.events:>8}{r.per_second:>11.1f}{r.history_events:>10}"
             f"{r.history_per_event:>15.2f}{r.tasks_per_event:>13.3f}{1e6 * r.cpu_per_event:>14.0f}"
+            f"{1e6 * r.server_cpu_per_event:>17.0f}"
         )
     for r in results:
         print(f"round {r.round} {r.side}: {r.threads}")
     mine, theirs = summed(results, PROJECT), summed(results, BASELINE)
     for label, value in RATIOS:
+        if math.isnan(value(mine)):  # not measured: another server than the bench's own
+            continue
         ratios = per_round(results, PROJECT, BASELINE, value)
         print(ratio_line(f"project/baseline {label}", value(mine) / value(theirs), ratios))
 
@@ -241,6 +264,7 @@ def report(results: Sequence[Result]) -> None:
 def summed(results: Sequence[Result], side: str) -> Result:
     """`side`'s rounds as one: all its events, in all its time, with all its history."""
     runs = [r for r in results if r.side == side]
+    servers = [r.server_cpu_seconds for r in runs]
     return Result(
         side,
         events=sum(r.events for r in runs),
@@ -250,6 +274,7 @@ def summed(results: Sequence[Result], side: str) -> Result:
         history_events=sum(r.history_events for r in runs),
         tasks=sum(r.tasks for r in runs),
         workflow_id="",
+        server_cpu_seconds=None if None in servers else sum(s for s in servers if s is not None),
     )
 
 
