@@ -4,14 +4,17 @@ workflow doing the same, in one run on one server.
 Fair because both take the same plain-JSON envelopes by signal from the same senders, deduplicate
 by event id and count what they receive; the project's side also validates each envelope and
 matches it against its slots, which is the work it exists to do. Each side runs on its own task
-queue and worker in this process. Also reported: history events per received event, and the CPU
-this process spent per event while each side took the flood in (its worker, Core's threads
-and the senders, which are the same for both; not the server's): what the machine's load
-changes least. A run's history is counted over every run it continued as new into (the
-project's continues as new when the server suggests it, a few thousand events in), and its
-workflow tasks per event are shown: a worker that finishes its tasks sooner takes the same flood
-in more, smaller tasks, each three history events, and the embedded dev server's CPU per event
-(which each task costs too; the server shares the machine's two cores with this process).
+queue and worker in this process; the baseline's client and worker use the SDK's default data
+converter, as a hand-written app does (its signals are the same JSON bytes), the project's its
+own (pydantic, large payloads by reference), whose cost is the project's.
+
+Also reported: history events per received event, counted over every run it continued as new
+into (the project's continues as new when the server suggests it, a few thousand events in);
+workflow tasks per event (a worker that finishes its tasks sooner takes the same flood in more,
+smaller tasks, three history events each, so the history besides them is given too); the CPU
+this process spent per event while each side took the flood in (its worker, Core's threads and
+the senders), what the machine's load changes least; and the embedded dev server's CPU per
+event, which each task costs too (the server shares the machine's cores with this process).
 
 The rate of one flood on a shared machine moves by a third from one run to the next, so both
 sides first take a small flood each (`--warmup`: the process's first signals, converters and
@@ -37,6 +40,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client, WorkflowHandle
+    from temporalio.converter import DataConverter
     from temporalio.worker import Worker
 
     from bench.rounds import per_round, ratio_line, rotated
@@ -199,6 +203,7 @@ async def project(client: Client, events: int, senders: int) -> Result:
 
 
 async def baseline(client: Client, events: int, senders: int) -> Result:
+    client = hand_written(client)
     queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
     async with Worker(client, task_queue=queue, workflows=[BaselineAggregator]):
         handle = await client.start_workflow(
@@ -208,6 +213,15 @@ async def baseline(client: Client, events: int, senders: int) -> Result:
         if await handle.result() != events + 1:
             raise SystemExit("the baseline lost events")
     return result
+
+
+def hand_written(client: Client) -> Client:
+    """The bench's client (same connection and namespace) with the SDK's default data
+    converter, as a hand-written temporalio app has: not the project's (pydantic values, large
+    ones by reference to the payload store), whose cost is the project's to show."""
+    config = client.config()
+    config["data_converter"] = DataConverter.default
+    return Client(**config)
 
 
 Side = Callable[[Client, int, int], Awaitable[Result]]
