@@ -17,9 +17,9 @@ from temporalio.worker import Interceptor, WorkflowInboundInterceptor, WorkflowI
 
 from bench.aggregator_replay import NOT_COMMANDS
 from bench.saga_replay import replay_cpu
+from coord.infra.sandbox import compiled
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
 from coord.models.events.envelope import EventEnvelope
-from coord.infra.sandbox import compiled
 from coord.models.wire import contract
 from coord.starter import api
 from coord.worker import build_worker
