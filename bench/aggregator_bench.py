@@ -6,7 +6,9 @@ by event id and count what they receive; the project's side also validates each 
 matches it against its slots, which is the work it exists to do. Each side runs on its own task
 queue and worker in this process; the baseline's client and worker use the SDK's default data
 converter, as a hand-written app does (its signals are the same JSON bytes), the project's its
-own (pydantic, large payloads by reference), whose cost is the project's.
+own (pydantic, large payloads by reference), whose cost is the project's. The project's worker
+serves no agent (an aggregator runs none), also under `make bench`, which declares the demo
+agents for the benches that run them: each agent's worker polls its own queue, idle here.
 
 Also reported: history events per received event, counted over every run it continued as new
 into (the project's continues as new when the server suggests it, a few thousand events in);
@@ -193,7 +195,7 @@ async def project(client: Client, events: int, senders: int) -> Result:
             "on_timeout": "BenchTimedOut",
         }
     )
-    async with build_worker(client, queue):
+    async with build_worker(client, queue, only=()):  # no agent's worker: it runs none
         handle = await api.start_aggregator(client, spec, queue=queue)
         result = await absorb(client, PROJECT, handle, events, senders)
         state = await api.aggregator_state(client, handle.id)
