@@ -17,11 +17,18 @@ from types import CodeType
 from typing import Any
 
 from temporalio import workflow
+from temporalio.converter import (
+    SerializationContext,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+    WorkflowSerializationContext,
+)
 from temporalio.worker import (
     UnsandboxedWorkflowRunner,
     WorkflowInstance,
     WorkflowInstanceDetails,
 )
+from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
@@ -35,10 +42,57 @@ def compiled(text: str) -> CodeType:
     return compile(text, "<workflow sandbox>", "exec")
 
 
+@dataclass(frozen=True)
+class RunContexts:
+    """The contexts of a payload that belongs to no command, as the SDK's workflow instance
+    gives them (`get_serialization_context`, `get_external_store_context` of None): the run's
+    own, the same for every such payload of the run."""
+
+    serialization: WorkflowSerializationContext
+    store: StorageDriverStoreContext
+
+    @classmethod
+    def of(cls, info: workflow.Info) -> "RunContexts":
+        run = StorageDriverWorkflowInfo(
+            id=info.workflow_id,
+            run_id=info.run_id,
+            type=info.workflow_type,
+            namespace=info.namespace,
+        )
+        serialization = WorkflowSerializationContext(
+            namespace=info.namespace, workflow_id=info.workflow_id
+        )
+        return cls(serialization, StorageDriverStoreContext(target=run))
+
+
 class _CompiledOnce(_Instance):
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         """The SDK's own, which hands `code` to `exec`: given the compiled text instead."""
         super()._run_code(compiled(code), **extra_globals)  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def _run_contexts(self) -> RunContexts | None:
+        """The run's own contexts where the instance in the sandbox is the SDK's (whose answer
+        they are); None for another runner's, which is asked in its sandbox."""
+        if self.runner_class is not UnsandboxedWorkflowRunner:
+            return None
+        return RunContexts.of(self.instance_details.info)
+
+    def get_serialization_context(
+        self, command_info: CommandInfo | None
+    ) -> SerializationContext | None:
+        """A payload of no command: the run's context, without entering the sandbox."""
+        if command_info is None and self._run_contexts is not None:
+            return self._run_contexts.serialization
+        return super().get_serialization_context(command_info)
+
+    def get_external_store_context(
+        self, command_info: CommandInfo | None
+    ) -> StorageDriverStoreContext:
+        """A payload of no command: stored for the run itself, without entering the sandbox."""
+        if command_info is None and self._run_contexts is not None:
+            return self._run_contexts.store
+        return super().get_external_store_context(command_info)
 
 
 InstanceCreated = Callable[[workflow.Info], None]

@@ -1,0 +1,77 @@
+"""The worker's sandbox answers a payload's contexts outside the sandbox only where the SDK's
+workflow instance in it would give the same answer: for a payload of no command (a signal's,
+query's or update's input), the run's own contexts (`coord.infra.sandbox`). Held here against
+the SDK's own answer, asked in the sandbox, over the replays of recorded runs: a new SDK that
+answered otherwise would fail this test, not the payload store's references."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.converter import SerializationContext, StorageDriverStoreContext
+from temporalio.worker import Replayer, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker._command_aware_visitor import CommandInfo
+from temporalio.worker.workflow_sandbox._runner import _Instance
+
+from coord.infra.payload_store import data_converter
+from coord.infra.sandbox import CompiledSandboxRunner, _CompiledOnce
+from coord.worker import WORKFLOWS
+from coord.workflows._runtime.interceptor import SurplusArguments
+from tests.conftest import HISTORIES
+
+Answers = list[tuple[object, object]]
+
+
+class _Compared(_CompiledOnce):
+    """The project's sandbox instance, which also asks the SDK's for every no-command payload
+    and keeps both answers."""
+
+    answers: Answers
+
+    def get_serialization_context(
+        self, command_info: CommandInfo | None
+    ) -> SerializationContext | None:
+        ours = super().get_serialization_context(command_info)
+        if command_info is None:
+            self.answers.append((ours, _Instance.get_serialization_context(self, None)))
+        return ours
+
+    def get_external_store_context(
+        self, command_info: CommandInfo | None
+    ) -> StorageDriverStoreContext:
+        ours = super().get_external_store_context(command_info)
+        if command_info is None:
+            self.answers.append((ours, _Instance.get_external_store_context(self, None)))
+        return ours
+
+
+@dataclass(frozen=True)
+class ComparingRunner(CompiledSandboxRunner):
+    answers: Answers = field(default_factory=list)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        instance = _Compared(det, self.runner_class, self.restrictions)
+        instance.answers = self.answers
+        return instance
+
+
+def recorded(folder: str) -> list[WorkflowHistory]:
+    paths = sorted((HISTORIES / folder).glob("*.json"))
+    return [WorkflowHistory.from_json(Path(p).stem, p.read_text()) for p in paths]
+
+
+async def test_a_no_command_payload_s_contexts_are_the_sdk_s_answer() -> None:
+    """Signals after a run's first task (aggregators, chains) and queries' payloads: each
+    context answered outside the sandbox equals the one the SDK's instance gives in it."""
+    runner = ComparingRunner()
+    replayer = Replayer(
+        workflows=list(WORKFLOWS),
+        data_converter=data_converter(),
+        workflow_runner=runner,
+        interceptors=[SurplusArguments()],
+    )
+    for folder in ("Aggregator", "ReactiveChain"):
+        for history in recorded(folder):
+            await replayer.replay_workflow(history)
+    assert len(runner.answers) > 20, f"only {len(runner.answers)} payloads compared"
+    assert all(ours == sdks for ours, sdks in runner.answers)
