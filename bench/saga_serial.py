@@ -1,6 +1,6 @@
 """The saga's serial latency against the hand-written temporalio saga's, interleaved saga by saga.
 
-    .venv/bin/python -m bench.saga_serial [--sagas 25] [--warmup 3] [--eager]
+    .venv/bin/python -m bench.saga_serial [--sagas 25] [--warmup 3] [--eager] [--no-restate]
 
 `bench.saga_bench` runs each side's sagas in a row, a round at a time: on a shared machine whose
 load moves within seconds, two sides a few seconds apart see different loads, and a ratio of
@@ -9,7 +9,15 @@ in turn, one at a time, the order rotating, so the load's drift reaches every si
 saga's latency is taken at the client (start request to result) and at the server (the first
 to the last event of its history: no client, no result long-poll); the ratios given are of the
 p50s. The sides are `bench.saga_bench`'s: `served` against `baseline`, `local` against
-`base-local`, on one worker process, one client, one server.
+`base-local`, and the fast path (`fast`: `local` started eagerly) against `base-local` and, when
+it is installed, the same saga on Restate (`restate`), on one worker process, one client, one
+server.
+
+Where a Temporal saga's time went, by the server's clock against the client's (one machine,
+one clock): `to start` from the start request to the run's first event, `span` from its first
+event to its last (the worker's workflow tasks and the server's bookkeeping of them), and
+`to result` from the last event to the caller holding the saga's outcome (the completion's
+answer to the worker, the result's long poll waking, the result decoded).
 """
 
 import argparse
@@ -24,11 +32,14 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from bench.restate_saga import restate_side
 from bench.rounds import RunOne, rotated
 from bench.saga_bench import (
     BASELINE,
     BASELINE_LOCAL,
+    FAST,
     LOCAL,
+    RESTATE,
     SAGA_DEADLINE,
     SERVED,
     WORKFLOW_ID_OF,
@@ -43,72 +54,114 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import load_spec
 from coord.worker import build_worker, default_registry
 
-PAIRS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL))
+PAIRS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (FAST, BASELINE_LOCAL), (FAST, RESTATE))
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Where one saga's time went, in seconds: from the start request to the run's first
+    event, from its first event to its last, and from its last event to the caller's result."""
+
+    to_start: float
+    span: float
+    to_result: float
 
 
 @dataclass
 class Side:
-    """One side's sagas: each one's latency at the client and its span at the server, in
+    """One side's sagas: each one's latency at the client and, on Temporal, its `Phases`, in
     seconds, and why those that failed did."""
 
     latencies: list[float] = field(default_factory=list)
-    spans: list[float] = field(default_factory=list)
+    phases: list[Phases] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+
+    @property
+    def spans(self) -> list[float]:
+        return [phased.span for phased in self.phases]
 
     def p50_ms(self, values: Sequence[float]) -> float:
         return 1000 * statistics.median(values) if values else float("nan")
 
+    def phases_ms(self) -> str:
+        """The p50 of each phase (Restate's sagas have none: the columns say `-`)."""
+        if not self.phases:
+            return f"{'-':>10}{'-':>10}{'-':>10}"
+        columns = (
+            [phased.to_start for phased in self.phases],
+            self.spans,
+            [phased.to_result for phased in self.phases],
+        )
+        return "".join(f"{self.p50_ms(column):>10.1f}" for column in columns)
 
-async def server_span(client: Client, workflow_id: str) -> float:
-    """Seconds from the run's first event to its last, by the server's clock."""
+
+async def saga_phases(client: Client, workflow_id: str, requested: float, held: float) -> Phases:
+    """The saga's `Phases`, its first and last events' times (the server's clock) against
+    `requested` and `held`, when the client asked to start it and when it held its outcome
+    (`time.time()`: the same machine's clock)."""
     events = [
         event async for event in client.get_workflow_handle(workflow_id).fetch_history_events()
     ]
-    first, last = events[0].event_time, events[-1].event_time
-    return (last.ToNanoseconds() - first.ToNanoseconds()) / 1e9
+    first = events[0].event_time.ToNanoseconds() / 1e9
+    last = events[-1].event_time.ToNanoseconds() / 1e9
+    return Phases(first - requested, last - first, held - last)
 
 
 async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | None) -> None:
     """One saga of `side`, timed into `measured` (None: a warm-up)."""
     saga_id = f"serial-{side}-{uuid.uuid4().hex[:10]}"
-    started = time.perf_counter()
+    requested, started = time.time(), time.perf_counter()
     try:
         async with asyncio.timeout(SAGA_DEADLINE):
             failure = await run_one(saga_id)
     except Exception as error:
         failure = f"{saga_id}: {type(error).__name__}: {error}"
-    latency = time.perf_counter() - started
+    latency, held = time.perf_counter() - started, time.time()
     if measured is None:
         return
     if failure is not None:
         measured.failures.append(failure)
         return
     measured.latencies.append(latency)
-    measured.spans.append(await server_span(client, WORKFLOW_ID_OF[side](saga_id)))
+    if side in WORKFLOW_ID_OF:
+        workflow_id = WORKFLOW_ID_OF[side](saga_id)
+        measured.phases.append(await saga_phases(client, workflow_id, requested, held))
 
 
 def report(measured: dict[str, Side], header: list[str]) -> int:
     for line in header:
         print(line)
-    print(f"{'side':<12}{'sagas':>7}{'p50 ms':>10}{'mean ms':>10}{'server p50 ms':>15}")
+    print(
+        f"{'side':<12}{'sagas':>7}{'p50 ms':>10}{'mean ms':>10}"
+        f"{'to start':>10}{'span':>10}{'to result':>10}   (p50 ms)"
+    )
     for side, got in measured.items():
         mean = 1000 * statistics.mean(got.latencies) if got.latencies else float("nan")
         print(
             f"{side:<12}{len(got.latencies):>7}{got.p50_ms(got.latencies):>10.1f}{mean:>10.1f}"
-            f"{got.p50_ms(got.spans):>15.1f}"
+            + got.phases_ms()
         )
     for side, other in PAIRS:
-        mine, theirs = measured[side], measured[other]
-        client = mine.p50_ms(mine.latencies) / theirs.p50_ms(theirs.latencies)
-        server = mine.p50_ms(mine.spans) / theirs.p50_ms(theirs.spans)
-        print(f"{side}/{other} p50: {client:.2f}x at the client, {server:.2f}x at the server")
+        if other not in measured:
+            continue
+        print(ratio_line(side, other, measured[side], measured[other]))
     failures = [failure for got in measured.values() for failure in got.failures]
     for failure in failures[:5]:
         print(f"did not complete: {failure}")
     return 1 if failures else 0
 
 
-async def bench(sagas: int, warmup: int, eager: bool) -> int:
+def ratio_line(side: str, other: str, mine: Side, theirs: Side) -> str:
+    """The two sides' p50 ratio at the client, and at the server when both ran on Temporal."""
+    client = mine.p50_ms(mine.latencies) / theirs.p50_ms(theirs.latencies)
+    line = f"{side}/{other} p50: {client:.2f}x at the client"
+    if not (mine.phases and theirs.phases):
+        return line
+    server = mine.p50_ms(mine.spans) / theirs.p50_ms(theirs.spans)
+    return f"{line}, {server:.2f}x at the server"
+
+
+async def bench(sagas: int, warmup: int, eager: bool, restate: bool = True) -> int:
     example = Path(__file__).resolve().parent.parent / "examples" / "feature-deployment.yaml"
     spec = load_spec(SagaSpec, example)
     run_id = uuid.uuid4().hex[:8]
@@ -122,13 +175,17 @@ async def bench(sagas: int, warmup: int, eager: bool) -> int:
             BASELINE_LOCAL: baseline_side(
                 client, queue[BASELINE], spec.input, "BaselineLocalSaga", eager=eager
             ),
+            FAST: project_side(client, queue[LOCAL], spec, eager=True),
         }
-        measured = {side: Side() for side in sides}
         async with (
             baseline_worker(client, queue[BASELINE]),
             build_worker(client, queue[LOCAL], registry),
             build_worker(client, queue[SERVED], served_here(registry)),
+            restate_side(spec.input, restate) as (restate_run, restate_told),
         ):
+            if restate_run is not None:
+                sides[RESTATE] = restate_run
+            measured = {side: Side() for side in sides}
             for turn in range(warmup + sagas):
                 for side in rotated(list(sides), turn):
                     timed = measured[side] if turn >= warmup else None
@@ -137,7 +194,9 @@ async def bench(sagas: int, warmup: int, eager: bool) -> int:
         "Feature Deployment saga, serial, interleaved saga by saga: project vs hand-written",
         f"server: {server}; CPUs: {os.cpu_count()}; load average: {os.getloadavg()[0]:.1f}",
         f"sagas per side: {sagas} after {warmup} warm-up; every side starts "
-        + ("eagerly" if eager else "as the samples start a workflow (not eagerly)"),
+        + ("eagerly" if eager else "as the samples start a workflow (not eagerly)")
+        + f", but {FAST}, always eagerly",
+        restate_told,
     ]
     return report(measured, header)
 
@@ -151,10 +210,16 @@ def main() -> None:
         action="store_true",
         help="start every side eagerly, as start_saga starts a saga by default",
     )
+    parser.add_argument(
+        "--no-restate",
+        dest="restate",
+        action="store_false",
+        help="leave out the Restate side even when it is installed (make bench-restate-setup)",
+    )
     args = parser.parse_args()
     if args.sagas < 1 or args.warmup < 0:
         parser.error("--sagas must be at least 1, --warmup at least 0")
-    run = bench(args.sagas, args.warmup, args.eager)
+    run = bench(args.sagas, args.warmup, args.eager, args.restate)
     exit_without_teardown(lambda: asyncio.run(run))
 
 

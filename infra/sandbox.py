@@ -8,17 +8,27 @@ for the payload store). `exec` of a text compiles it every time, about 20 µs ea
 times for a saga of five local agents, more than a millisecond of its worker's CPU spent
 compiling the same few texts. Handing `exec` the code compiled once does the same work without
 that. The texts are the SDK's own (a handful, and one import per workflow class), so the cache
-is small and bounded."""
+is small and bounded.
+
+A payload's contexts are not worth an entry at all: each is a read of the instance's state
+(its info, the command's pending activity, child or signal) that imports nothing, for which
+the SDK still swaps in the sandbox's importer and `exec`s, on the worker's event loop, some
+seventy times for a saga of five local agents, where the saga's caller and its local
+activities wait their turn. The project's instances answer them from the instance directly:
+the same answer, without the entries."""
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
+from temporalio.converter import SerializationContext, StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 MAX_TEXTS = 256
@@ -35,6 +45,23 @@ class _CompiledOnce(_Instance):
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         """The SDK's own, which hands `code` to `exec`: given the compiled text instead."""
         super()._run_code(compiled(code), **extra_globals)  # type: ignore[arg-type]
+
+    def _in_sandbox(self) -> InSandbox:
+        """The instance inside the sandbox, which the SDK's entries call."""
+        return cast(InSandbox, self.globals_and_locals["__temporal_in_sandbox"])
+
+    def get_serialization_context(
+        self, command_info: CommandInfo | None
+    ) -> SerializationContext | None:
+        """A payload's serialization context, read from the instance without entering it."""
+        return self._in_sandbox().get_serialization_context(command_info)
+
+    def get_external_store_context(
+        self, command_info: CommandInfo | None
+    ) -> StorageDriverStoreContext:
+        """A payload's context for the payload store, read from the instance without entering
+        it."""
+        return self._in_sandbox().get_external_store_context(command_info)
 
 
 InstanceCreated = Callable[[workflow.Info], None]
