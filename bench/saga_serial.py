@@ -58,7 +58,7 @@ PAIRS = ((SERVED, BASELINE), (LOCAL, BASELINE_LOCAL), (FAST, BASELINE_LOCAL), (F
 
 
 @dataclass(frozen=True)
-class Phases:
+class Split:
     """Where one saga's time went, in seconds: from the start request to the run's first
     event, from its first event to its last, and from its last event to the caller's result."""
 
@@ -69,34 +69,34 @@ class Phases:
 
 @dataclass
 class Side:
-    """One side's sagas: each one's latency at the client and, on Temporal, its `Phases`, in
+    """One side's sagas: each one's latency at the client and, on Temporal, its `Split`, in
     seconds, and why those that failed did."""
 
     latencies: list[float] = field(default_factory=list)
-    phases: list[Phases] = field(default_factory=list)
+    splits: list[Split] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
     @property
     def spans(self) -> list[float]:
-        return [phased.span for phased in self.phases]
+        return [part.span for part in self.splits]
 
     def p50_ms(self, values: Sequence[float]) -> float:
         return 1000 * statistics.median(values) if values else float("nan")
 
-    def phases_ms(self) -> str:
-        """The p50 of each phase (Restate's sagas have none: the columns say `-`)."""
-        if not self.phases:
+    def split_ms(self) -> str:
+        """The p50 of each part (Restate's sagas have none: the columns say `-`)."""
+        if not self.splits:
             return f"{'-':>10}{'-':>10}{'-':>10}"
         columns = (
-            [phased.to_start for phased in self.phases],
+            [part.to_start for part in self.splits],
             self.spans,
-            [phased.to_result for phased in self.phases],
+            [part.to_result for part in self.splits],
         )
         return "".join(f"{self.p50_ms(column):>10.1f}" for column in columns)
 
 
-async def saga_phases(client: Client, workflow_id: str, requested: float, held: float) -> Phases:
-    """The saga's `Phases`, its first and last events' times (the server's clock) against
+async def saga_split(client: Client, workflow_id: str, requested: float, held: float) -> Split:
+    """The saga's `Split`, its first and last events' times (the server's clock) against
     `requested` and `held`, when the client asked to start it and when it held its outcome
     (`time.time()`: the same machine's clock)."""
     events = [
@@ -104,7 +104,7 @@ async def saga_phases(client: Client, workflow_id: str, requested: float, held: 
     ]
     first = events[0].event_time.ToNanoseconds() / 1e9
     last = events[-1].event_time.ToNanoseconds() / 1e9
-    return Phases(first - requested, last - first, held - last)
+    return Split(first - requested, last - first, held - last)
 
 
 async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | None) -> None:
@@ -125,7 +125,7 @@ async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | 
     measured.latencies.append(latency)
     if side in WORKFLOW_ID_OF:
         workflow_id = WORKFLOW_ID_OF[side](saga_id)
-        measured.phases.append(await saga_phases(client, workflow_id, requested, held))
+        measured.splits.append(await saga_split(client, workflow_id, requested, held))
 
 
 def report(measured: dict[str, Side], header: list[str]) -> int:
@@ -139,7 +139,7 @@ def report(measured: dict[str, Side], header: list[str]) -> int:
         mean = 1000 * statistics.mean(got.latencies) if got.latencies else float("nan")
         print(
             f"{side:<12}{len(got.latencies):>7}{got.p50_ms(got.latencies):>10.1f}{mean:>10.1f}"
-            + got.phases_ms()
+            + got.split_ms()
         )
     for side, other in PAIRS:
         if other not in measured:
@@ -155,7 +155,7 @@ def ratio_line(side: str, other: str, mine: Side, theirs: Side) -> str:
     """The two sides' p50 ratio at the client, and at the server when both ran on Temporal."""
     client = mine.p50_ms(mine.latencies) / theirs.p50_ms(theirs.latencies)
     line = f"{side}/{other} p50: {client:.2f}x at the client"
-    if not (mine.phases and theirs.phases):
+    if not (mine.splits and theirs.splits):
         return line
     server = mine.p50_ms(mine.spans) / theirs.p50_ms(theirs.spans)
     return f"{line}, {server:.2f}x at the server"
