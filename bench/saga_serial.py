@@ -17,7 +17,9 @@ Where a Temporal saga's time went, by the server's clock against the client's (o
 one clock): `to start` from the start request to the run's first event, `span` from its first
 event to its last (the worker's workflow tasks and the server's bookkeeping of them), and
 `to result` from the last event to the caller holding the saga's outcome (the completion's
-answer to the worker, the result's long poll waking, the result decoded).
+answer to the worker, the result's long poll waking, the result decoded). `cpu ms` is the p50
+of this process's CPU over each saga (its workers and client, and the Restate side's handlers,
+never a server's): the measure a shared machine's load moves least.
 """
 
 import argparse
@@ -73,6 +75,9 @@ class Side:
     seconds, and why those that failed did."""
 
     latencies: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    """This process's CPU seconds over each saga: its workers', its client's (and, for
+    Restate's sagas, the SDK's handlers), never a server's; load moves it far less than time."""
     splits: list[Split] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 
@@ -110,19 +115,20 @@ async def saga_split(client: Client, workflow_id: str, requested: float, held: f
 async def one_saga(client: Client, side: str, run_one: RunOne, measured: Side | None) -> None:
     """One saga of `side`, timed into `measured` (None: a warm-up)."""
     saga_id = f"serial-{side}-{uuid.uuid4().hex[:10]}"
-    requested, started = time.time(), time.perf_counter()
+    requested, started, cpu = time.time(), time.perf_counter(), time.process_time()
     try:
         async with asyncio.timeout(SAGA_DEADLINE):
             failure = await run_one(saga_id)
     except Exception as error:
         failure = f"{saga_id}: {type(error).__name__}: {error}"
-    latency, held = time.perf_counter() - started, time.time()
+    latency, held, cpu = time.perf_counter() - started, time.time(), time.process_time() - cpu
     if measured is None:
         return
     if failure is not None:
         measured.failures.append(failure)
         return
     measured.latencies.append(latency)
+    measured.cpu.append(cpu)
     if side in WORKFLOW_ID_OF:
         workflow_id = WORKFLOW_ID_OF[side](saga_id)
         measured.splits.append(await saga_split(client, workflow_id, requested, held))
@@ -132,14 +138,14 @@ def report(measured: dict[str, Side], header: list[str]) -> int:
     for line in header:
         print(line)
     print(
-        f"{'side':<12}{'sagas':>7}{'p50 ms':>10}{'mean ms':>10}"
+        f"{'side':<12}{'sagas':>7}{'p50 ms':>10}{'mean ms':>10}{'cpu ms':>10}"
         f"{'to start':>10}{'span':>10}{'to result':>10}   (p50 ms)"
     )
     for side, got in measured.items():
         mean = 1000 * statistics.mean(got.latencies) if got.latencies else float("nan")
         print(
             f"{side:<12}{len(got.latencies):>7}{got.p50_ms(got.latencies):>10.1f}{mean:>10.1f}"
-            + got.split_ms()
+            f"{got.p50_ms(got.cpu):>10.1f}" + got.split_ms()
         )
     for side, other in PAIRS:
         if other not in measured:
