@@ -8,21 +8,23 @@ for the payload store). `exec` of a text compiles it every time, about 20 µs ea
 times for a saga of five local agents, more than a millisecond of its worker's CPU spent
 compiling the same few texts. Handing `exec` the code compiled once does the same work without
 that. The texts are the SDK's own (a handful, and one import per workflow class), so the cache
-is small and bounded."""
+is small and bounded.
+
+A payload's contexts are not worth an entry at all: each is a read of the instance's state
+(its info, the command's pending activity, child or signal) that imports nothing, for which
+the SDK still swaps in the sandbox's importer and `exec`s, on the worker's event loop, some
+seventy times for a saga of five local agents, where the saga's caller and its local
+activities wait their turn. The project's instances answer them from the instance directly:
+the same answer, without the entries."""
 
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
-from temporalio.converter import (
-    SerializationContext,
-    StorageDriverStoreContext,
-    StorageDriverWorkflowInfo,
-    WorkflowSerializationContext,
-)
+from temporalio.converter import SerializationContext, StorageDriverStoreContext
 from temporalio.worker import (
     UnsandboxedWorkflowRunner,
     WorkflowInstance,
@@ -30,6 +32,7 @@ from temporalio.worker import (
 )
 from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
 MAX_TEXTS = 256
@@ -42,57 +45,27 @@ def compiled(text: str) -> CodeType:
     return compile(text, "<workflow sandbox>", "exec")
 
 
-@dataclass(frozen=True)
-class RunContexts:
-    """The contexts of a payload that belongs to no command, as the SDK's workflow instance
-    gives them (`get_serialization_context`, `get_external_store_context` of None): the run's
-    own, the same for every such payload of the run."""
-
-    serialization: WorkflowSerializationContext
-    store: StorageDriverStoreContext
-
-    @classmethod
-    def of(cls, info: workflow.Info) -> "RunContexts":
-        run = StorageDriverWorkflowInfo(
-            id=info.workflow_id,
-            run_id=info.run_id,
-            type=info.workflow_type,
-            namespace=info.namespace,
-        )
-        serialization = WorkflowSerializationContext(
-            namespace=info.namespace, workflow_id=info.workflow_id
-        )
-        return cls(serialization, StorageDriverStoreContext(target=run))
-
-
 class _CompiledOnce(_Instance):
     def _run_code(self, code: str, **extra_globals: Any) -> None:
         """The SDK's own, which hands `code` to `exec`: given the compiled text instead."""
         super()._run_code(compiled(code), **extra_globals)  # type: ignore[arg-type]
 
-    @functools.cached_property
-    def _run_contexts(self) -> RunContexts | None:
-        """The run's own contexts where the instance in the sandbox is the SDK's (whose answer
-        they are); None for another runner's, which is asked in its sandbox."""
-        if self.runner_class is not UnsandboxedWorkflowRunner:
-            return None
-        return RunContexts.of(self.instance_details.info)
+    def _in_sandbox(self) -> InSandbox:
+        """The instance inside the sandbox, which the SDK's entries call."""
+        return cast(InSandbox, self.globals_and_locals["__temporal_in_sandbox"])
 
     def get_serialization_context(
         self, command_info: CommandInfo | None
     ) -> SerializationContext | None:
-        """A payload of no command: the run's context, without entering the sandbox."""
-        if command_info is None and self._run_contexts is not None:
-            return self._run_contexts.serialization
-        return super().get_serialization_context(command_info)
+        """A payload's serialization context, read from the instance without entering it."""
+        return self._in_sandbox().get_serialization_context(command_info)
 
     def get_external_store_context(
         self, command_info: CommandInfo | None
     ) -> StorageDriverStoreContext:
-        """A payload of no command: stored for the run itself, without entering the sandbox."""
-        if command_info is None and self._run_contexts is not None:
-            return self._run_contexts.store
-        return super().get_external_store_context(command_info)
+        """A payload's context for the payload store, read from the instance without entering
+        it."""
+        return self._in_sandbox().get_external_store_context(command_info)
 
 
 InstanceCreated = Callable[[workflow.Info], None]

@@ -41,14 +41,17 @@ async def _local_saga(client: Client, task_queue: str) -> None:
 async def test_a_local_saga_enters_its_sandbox_without_compiling(
     client: Client, task_queue: str
 ) -> None:
-    """Every entry (the run's creation, each activation, each payload's contexts) finds its
-    code compiled: the second saga compiles nothing, and enters its sandbox dozens of times."""
+    """Every entry (the run's creation, each activation) finds its code compiled: the second
+    saga compiles nothing. Its payloads' contexts are read from the instance without entering
+    it (the SDK's own runner enters for each, some seventy times a saga): the saga enters its
+    sandbox about a dozen times, twice to be created and once for each of its activations (the
+    worker's other workflows, its agent monitor's, a few more)."""
     await _local_saga(client, task_queue)
     before = compiled.cache_info()
     await _local_saga(client, task_queue)
     after = compiled.cache_info()
     assert after.misses == before.misses, "nothing compiled for the second saga"
-    assert after.hits - before.hits >= 40, f"{after.hits - before.hits} entries"
+    assert 2 < after.hits - before.hits < 32, f"{after.hits - before.hits} entries"
 
 
 def test_the_project_converter_is_one_instance_which_takes_no_context() -> None:

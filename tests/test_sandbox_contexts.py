@@ -1,8 +1,8 @@
-"""The worker's sandbox answers a payload's contexts outside the sandbox only where the SDK's
-workflow instance in it would give the same answer: for a payload of no command (a signal's,
-query's or update's input), the run's own contexts (`coord.infra.sandbox`). Held here against
-the SDK's own answer, asked in the sandbox, over the replays of recorded runs: a new SDK that
-answered otherwise would fail this test, not the payload store's references."""
+"""The worker's sandbox answers a payload's contexts by reading the workflow instance without
+entering the sandbox (`coord.infra.sandbox`): the answer must be the one the SDK's own entry
+gives. Held here against the SDK's answer, asked in the sandbox, for every payload of the
+replays of recorded runs (commands' and signals' alike): a new SDK whose answer needed the
+sandbox would fail this test, not the payload store's references."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +23,8 @@ Answers = list[tuple[object, object]]
 
 
 class _Compared(_CompiledOnce):
-    """The project's sandbox instance, which also asks the SDK's for every no-command payload
-    and keeps both answers."""
+    """The project's sandbox instance, which also asks the SDK's for every payload and keeps
+    both answers."""
 
     answers: Answers
 
@@ -32,16 +32,14 @@ class _Compared(_CompiledOnce):
         self, command_info: CommandInfo | None
     ) -> SerializationContext | None:
         ours = super().get_serialization_context(command_info)
-        if command_info is None:
-            self.answers.append((ours, _Instance.get_serialization_context(self, None)))
+        self.answers.append((ours, _Instance.get_serialization_context(self, command_info)))
         return ours
 
     def get_external_store_context(
         self, command_info: CommandInfo | None
     ) -> StorageDriverStoreContext:
         ours = super().get_external_store_context(command_info)
-        if command_info is None:
-            self.answers.append((ours, _Instance.get_external_store_context(self, None)))
+        self.answers.append((ours, _Instance.get_external_store_context(self, command_info)))
         return ours
 
 
@@ -60,9 +58,10 @@ def recorded(folder: str) -> list[WorkflowHistory]:
     return [WorkflowHistory.from_json(Path(p).stem, p.read_text()) for p in paths]
 
 
-async def test_a_no_command_payload_s_contexts_are_the_sdk_s_answer() -> None:
-    """Signals after a run's first task (aggregators, chains) and queries' payloads: each
-    context answered outside the sandbox equals the one the SDK's instance gives in it."""
+async def test_a_payload_s_contexts_are_the_sdk_s_answer() -> None:
+    """Every payload of recorded sagas (activities, local activities, signals to chains),
+    aggregators and chains (signals after a run's first task): each context read outside the
+    sandbox equals the one the SDK's instance gives in it."""
     runner = ComparingRunner()
     replayer = Replayer(
         workflows=list(WORKFLOWS),
@@ -70,7 +69,7 @@ async def test_a_no_command_payload_s_contexts_are_the_sdk_s_answer() -> None:
         workflow_runner=runner,
         interceptors=[SurplusArguments()],
     )
-    for folder in ("Aggregator", "ReactiveChain"):
+    for folder in ("Saga", "Aggregator", "ReactiveChain"):
         for history in recorded(folder):
             await replayer.replay_workflow(history)
     assert len(runner.answers) > 20, f"only {len(runner.answers)} payloads compared"
