@@ -457,13 +457,20 @@ async def where_it_went(client: Client, results: list[Measurement]) -> list[str]
     sides on Temporal)."""
     lines = ["each side's last saga, from its history:"]
     last = {r.side: r for r in results if r.side in WORKFLOW_ID_OF}
+    lengths: dict[str, int] = {}
     for side, measured in last.items():
         workflow_id = WORKFLOW_ID_OF[side](measured.last_id)
         profile, phased = (
             await history_profile(client, workflow_id),
             await phases(client, workflow_id),
         )
+        lengths[side] = sum(profile.events.values())
         lines += [f"  {side}: {profile.line()}", f"  {side}: {phased.line()}"]
+    for side, other in RATIOS:
+        if side in lengths and other in lengths:
+            ratio = lengths[side] / lengths[other]
+            counts = f"; {lengths[side]} and {lengths[other]} events"
+            lines.append(ratio_line(f"{side}/{other} history events", ratio, [ratio], counts))
     return lines
 
 
