@@ -1,5 +1,6 @@
 """The shared models: the envelope, durations, retry mapping and spec errors."""
 
+import builtins
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -8,7 +9,7 @@ import pytest
 
 from coord.models.aggregator.spec import AggregatorState
 from coord.models.chain.spec import ChainState
-from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.events.envelope import EventEnvelope, Priority, new_event_id
 from coord.models.mesh.retry import RetryConfig
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.durations import parse_duration
@@ -40,6 +41,27 @@ def test_envelope_fills_id_timestamp_and_partition_key() -> None:
     assert re.fullmatch(r"evt-\d{8}-\d{6}-[0-9a-f]{12}", envelope.event.id)
     assert envelope.event.timestamp.tzinfo is UTC
     assert envelope.routing.partition_key == "story-1"
+
+
+def test_an_event_id_is_made_without_importing_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`strftime` imports `time` at every call: in a workflow's sandbox each import goes
+    through the sandbox's importer, which made the most of an event id's cost. The id names
+    the same second as `strftime` would."""
+    imported: list[str] = []
+    real_import = builtins.__import__
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+        imported.append(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counting)
+    before = datetime.now(UTC).replace(microsecond=0)
+    event_id = new_event_id()
+    after = datetime.now(UTC)
+    monkeypatch.undo()
+    assert imported == []
+    stamp = datetime.strptime(event_id[4:19], "%Y%m%d-%H%M%S").replace(tzinfo=UTC)
+    assert before <= stamp <= after and re.fullmatch(r"evt-\d{8}-\d{6}-[0-9a-f]{12}", event_id)
 
 
 def test_naive_and_offset_timestamps_become_utc() -> None:
