@@ -39,7 +39,7 @@ OFFERED = {
     "exec": {"callable": "tests.tools:run_command", "description": "Run a command"},
 }
 TIERS = {
-    "quick": {"model": "cheap-model", "timeout": "300ms"},
+    "quick": {"model": "cheap-model", "timeout": "3s"},
     "normal": {"model": "standard-model"},
     "thorough": {"model": "strong-model", "timeout": "30s"},
 }
@@ -124,17 +124,18 @@ async def test_an_agent_without_tools_is_offered_none() -> None:
 
 
 async def test_an_effort_runs_on_its_tiers_model_and_timeout() -> None:
-    """`effort: quick` asks the quick tier's model, within its 300 ms."""
+    """`effort: quick` asks the quick tier's model, within its 3 s (a bound a loaded machine's
+    first request meets; the slow answer comes twice as late)."""
     with chat_server(completion(VERDICT, model="cheap-model")) as chat:
         result = await ask(worker(chat, effort="quick"))
     assert chat.received[0].body["model"] == "cheap-model"
     assert result.metadata["model"] == "cheap-model"
-    slow = Answer(body=completion(VERDICT).body, delay=2)
+    slow = Answer(body=completion(VERDICT).body, delay=6)
     with chat_server(slow) as chat:
         error = await refusal(worker(chat, effort="quick"))
     assert (error.type, error.message) == (
         "timeout",
-        f"llm agent 'reviewer': {chat.url} did not answer within 0:00:00.300000",
+        f"llm agent 'reviewer': {chat.url} did not answer within 0:00:03",
     )
 
 

@@ -29,7 +29,7 @@ class Service(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         if self.path == "/hang":
-            time.sleep(2)
+            time.sleep(6)
         body = json.dumps({"ok": True}).encode()
         self.send_response(STATUSES.get(self.path, 200))
         self.send_header("Content-Length", str(len(body)))
@@ -79,7 +79,7 @@ async def judged(agents: AgentRegistry, agent: str = "x") -> tuple[str, str | No
 async def test_http_failures_say_whether_the_server_is_unwell(
     service: str, path: str, expected: tuple[str, str | None, bool]
 ) -> None:
-    agents = registry(x={"kind": "http", "url": f"{service}{path}", "timeout": "300ms"})
+    agents = registry(x={"kind": "http", "url": f"{service}{path}", "timeout": "2s"})
     assert await judged(agents) == expected
 
 
@@ -127,7 +127,7 @@ def llm(base_url: str, **fields: Any) -> AgentRegistry:
         (api_error(503, "overloaded"), ("temporary_failure", "http_5xx", True)),
         (api_error(429, "slow down"), ("temporary_failure", "http_429", True)),
         (api_error(400, "bad request"), ("invalid_payload", None, False)),
-        (Answer(body=completion("{}").body, delay=2), ("timeout", "timeout", True)),
+        (Answer(body=completion("{}").body, delay=6), ("timeout", "timeout", True)),
         (completion("not json"), ("invalid_payload", None, False)),
     ],
 )
@@ -136,7 +136,7 @@ async def test_llm_failures_say_whether_the_endpoint_is_unwell(
 ) -> None:
     monkeypatch.setenv(KEY_ENV, "k")
     with chat_server(answer) as chat:
-        assert await judged(llm(chat.url, timeout="300ms")) == expected
+        assert await judged(llm(chat.url, timeout="2s")) == expected
 
 
 async def test_an_unreachable_llm_endpoint_is_a_connection_failure(

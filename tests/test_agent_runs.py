@@ -99,7 +99,7 @@ class Service(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         if self.path == "/hang":
-            time.sleep(2)
+            time.sleep(6)
         status = {"/ok": 200, "/bad": 400, "/auth": 401, "/busy": 429, "/down": 503}.get(
             self.path, 200
         )
@@ -148,7 +148,7 @@ async def test_http_agent_success_sends_headers_from_the_environment(
 async def test_http_statuses_are_classified(
     service: str, path: str, kind: str, retryable: bool, delay: timedelta | None
 ) -> None:
-    agents = registry(x={"kind": "http", "url": f"{service}{path}", "timeout": "500ms"})
+    agents = registry(x={"kind": "http", "url": f"{service}{path}", "timeout": "2s"})
     error = await failure_of(agents, "x")
     assert (error.type, error.non_retryable, error.next_retry_delay) == (kind, not retryable, delay)
 
