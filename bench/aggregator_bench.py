@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.converter import DataConverter
     from temporalio.worker import Worker
 
+    from bench.layouts import every_run
     from bench.rounds import per_round, ratio_line, rotated
     from bench.saga_bench import server_cpu_seconds
     from bench.saga_replay import thread_cpu
@@ -132,18 +133,10 @@ class Histories:
 
 
 async def histories(client: Client, workflow_id: str) -> Histories:
-    """The runs from the last back to the first, each named by its successor's start event."""
-    events = tasks = 0
-    run_id: str | None = None
-    while True:
-        run = client.get_workflow_handle(workflow_id, run_id=run_id)
-        history = await run.fetch_history()
-        events += len(history.events)
-        tasks += sum(1 for e in history.events if e.event_type == TASK_COMPLETED)
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return Histories(events, tasks)
-        run_id = started.continued_execution_run_id
+    """Summed over every run (`every_run`)."""
+    runs = [history.events for history in await every_run(client, workflow_id)]
+    tasks = sum(1 for events in runs for e in events if e.event_type == TASK_COMPLETED)
+    return Histories(sum(len(events) for events in runs), tasks)
 
 
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
+    from bench.layouts import every_run
     from bench.rounds import ratio_line
     from bench.server import bench_server
     from coord.infra.process import exit_without_teardown
@@ -225,16 +226,8 @@ async def count_runs(client: Client, workflow_id: str) -> int:
 
 
 async def history_events(client: Client, workflow_id: str) -> int:
-    """History events of the workflow's every run, from the last back to the first (each run
-    started by continue-as-new names the run it continued)."""
-    total, run_id = 0, None
-    while True:
-        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-        total += len(history.events)
-        started = history.events[0].workflow_execution_started_event_attributes
-        if not started.continued_execution_run_id:
-            return total
-        run_id = started.continued_execution_run_id
+    """History events of the workflow's every run (`every_run`)."""
+    return sum(len(history.events) for history in await every_run(client, workflow_id))
 
 
 def unique(prefix: str) -> str:

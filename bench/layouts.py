@@ -16,7 +16,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client, Interceptor
+from temporalio.client import Client, Interceptor, WorkflowHistory
 from temporalio.worker import Interceptor as WorkerInterceptor
 from temporalio.worker import (
     StartActivityInput,
@@ -156,3 +156,16 @@ def _payload_bytes(event: HistoryEvent) -> int:
     own framing (ids, times), which every event has alike."""
     attributes = event.WhichOneof("attributes")
     return getattr(event, attributes).ByteSize() if attributes else 0
+
+
+async def every_run(client: Client, workflow_id: str) -> list[WorkflowHistory]:
+    """The histories of the workflow's every run, from the last back to the first (a run
+    started by continue-as-new names the run it continued)."""
+    runs = [await client.get_workflow_handle(workflow_id).fetch_history()]
+    while (
+        previous := runs[-1]
+        .events[0]
+        .workflow_execution_started_event_attributes.continued_execution_run_id
+    ):
+        runs.append(await client.get_workflow_handle(workflow_id, run_id=previous).fetch_history())
+    return runs
