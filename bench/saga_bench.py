@@ -31,7 +31,6 @@ and where its time went.
 
 import argparse
 import asyncio
-import hashlib
 import math
 import os
 import statistics
@@ -39,14 +38,11 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
-from datetime import timedelta
-from functools import partial
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio import activity, workflow
 from temporalio.client import (
     Client,
     Interceptor,
@@ -55,150 +51,26 @@ from temporalio.client import (
     StartWorkflowUpdateWithStartInput,
     WorkflowUpdateHandle,
 )
-from temporalio.common import RetryPolicy
 from temporalio.worker import Worker
 
-with workflow.unsafe.imports_passed_through():
-    from bench.layouts import history_profile, phases
-    from bench.restate_saga import SERVER as RESTATE_SERVER
-    from bench.restate_saga import restate_side
-    from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
-    from bench.server import bench_server
-    from coord.infra.process import exit_without_teardown
-    from coord.models.mesh.agents import AgentRegistry
-    from coord.models.mesh.config import PythonAgent
-    from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
-    from coord.models.saga.spec import SagaSpec, SagaStatus
-    from coord.models.wire.contract import LEDGER_ID_PREFIX, saga_workflow_id
-    from coord.models.wire.specs import load_spec
-    from coord.starter.api import saga_outcome, start_saga
-    from coord.worker import build_worker, default_registry
+from bench.baseline_saga import BaselineLocalSaga, BaselineQueuesSaga, BaselineSaga
+from bench.baseline_steps import BASELINE_STEPS, steps_queue
+from bench.layouts import history_profile, phases
+from bench.restate_saga import SERVER as RESTATE_SERVER
+from bench.restate_saga import restate_side
+from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
+from bench.server import bench_server
+from coord.infra.process import exit_without_teardown
+from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import PythonAgent
+from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.wire.contract import LEDGER_ID_PREFIX, saga_workflow_id
+from coord.models.wire.specs import load_spec
+from coord.starter.api import saga_outcome, start_saga
+from coord.worker import build_worker, default_registry
 
 SAGA_DEADLINE = 60.0
 """Seconds a single saga may take before it counts as not completed (instead of a hang)."""
-
-# The spec's defaults (5m per step, 4 attempts, 1s..30s exponential backoff, no retry on
-# invalid_payload/unauthorized), its 2m for DeployToProduction, and its compensation retries.
-STEP_TIMEOUT = timedelta(minutes=5)
-PRODUCTION_TIMEOUT = timedelta(minutes=2)
-RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=4,
-    non_retryable_error_types=["invalid_payload", "unauthorized"],
-)
-COMPENSATION_RETRY = replace(RETRY, maximum_interval=timedelta(minutes=1), maximum_attempts=0)
-
-
-def _done(summary: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """What a demo agent does: a summary, a hash of the activity's identity, the input."""
-    info = activity.info()
-    ref = hashlib.sha256(f"{info.workflow_id}/{info.activity_id}".encode()).hexdigest()[:8]
-    return {"summary": summary, "ref": ref, **payload}
-
-
-Step = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def _baseline_step(name: str, summary: str) -> Step:
-    """The hand-written side's activity `name`: the demo agent's trivial work, as a plain
-    Temporal activity."""
-
-    async def step(payload: dict[str, Any]) -> dict[str, Any]:
-        return _done(summary, payload)
-
-    return activity.defn(name=name)(step)
-
-
-BASELINE_STEPS = {
-    name: _baseline_step(name, summary) for name, summary in FEATURE_DEPLOYMENT_AGENTS.items()
-}
-
-
-async def _run(
-    step: Step,
-    payload: dict[str, Any],
-    timeout: timedelta = STEP_TIMEOUT,
-    retry: RetryPolicy = RETRY,
-    *,
-    elsewhere: bool = False,
-) -> dict[str, Any]:
-    """A step as a regular activity: on the saga's own queue, or `elsewhere` on the queue
-    another worker serves (`steps_queue`)."""
-    queue = steps_queue(workflow.info().task_queue) if elsewhere else None
-    return await workflow.execute_activity(
-        step, payload, task_queue=queue, start_to_close_timeout=timeout, retry_policy=retry
-    )
-
-
-async def _run_local(
-    step: Step,
-    payload: dict[str, Any],
-    timeout: timedelta = STEP_TIMEOUT,
-    retry: RetryPolicy = RETRY,
-) -> dict[str, Any]:
-    return await workflow.execute_local_activity(
-        step, payload, start_to_close_timeout=timeout, retry_policy=retry
-    )
-
-
-Runner = Callable[..., Awaitable[dict[str, Any]]]
-
-
-async def _saga(run: Runner, payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The saga as temporalio/samples-python writes one: compensations kept in a list, each
-    pushed before its step runs, unwound in reverse when a step fails."""
-    compensations: list[Step] = []
-    results: list[dict[str, Any]] = []
-    step = BASELINE_STEPS
-    try:
-        results.append(await run(step["BuildArtifact"], payload))
-        results.append(await run(step["RunTests"], payload))
-        compensations.append(step["RemoveFromStaging"])
-        results.append(await run(step["DeployToStaging"], payload))
-        results.append(await run(step["RunE2ETests"], payload))
-        compensations.append(step["RollbackProduction"])
-        results.append(await run(step["DeployToProduction"], payload, PRODUCTION_TIMEOUT))
-    except Exception:
-        for compensation in reversed(compensations):
-            await run(compensation, payload, retry=COMPENSATION_RETRY)
-        raise
-    return results
-
-
-@workflow.defn(name="BaselineSaga")
-class BaselineSaga:
-    """The hand-written saga, its steps regular activities."""
-
-    @workflow.run
-    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        return await _saga(_run, payload)
-
-
-def steps_queue(workflow_queue: str) -> str:
-    """The task queue of the hand-written saga's activities when they run on another queue."""
-    return f"{workflow_queue}-steps"
-
-
-@workflow.defn(name="BaselineQueuesSaga")
-class BaselineQueuesSaga:
-    """The hand-written saga, its steps regular activities on another queue, served by another
-    worker."""
-
-    @workflow.run
-    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        return await _saga(partial(_run, elsewhere=True), payload)
-
-
-@workflow.defn(name="BaselineLocalSaga")
-class BaselineLocalSaga:
-    """The hand-written saga, its steps local activities."""
-
-    @workflow.run
-    async def run(self, payload: dict[str, Any]) -> list[dict[str, Any]]:
-        return await _saga(_run_local, payload)
-
 
 WorkflowIdOf = Callable[[str], str]
 """The workflow id of the saga run under the given id (to read its history)."""

@@ -1,8 +1,9 @@
 """What the saga's workflow code costs per run, measured without the machine's load: one saga
 with local agents and one hand-written saga with local activities are run (after a warm-up),
-and their histories replayed in this process, many times, under the workflow sandbox as a
-worker runs them. CPU time per replay (`time.process_time`, and the workflow thread's alone) is
-the cost of the workflow code: no server, no network, no activity, no waiting.
+and their histories replayed in this process, many times, as a worker runs them (the
+project's saga outside the workflow sandbox, the hand-written one in the SDK's). CPU time per
+replay (`time.process_time`, and the workflow thread's alone) is the cost of the workflow code:
+no server, no network, no activity, no waiting.
 
     .venv/bin/python -m bench.saga_replay [--replays 50] [--live 30] [--profile 25] [--keep DIR]
 
@@ -34,8 +35,9 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Interceptor, Replayer, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from bench.baseline_saga import BaselineLocalSaga
+from bench.baseline_steps import BASELINE_STEPS
 from bench.layouts import history_profile
-from bench.saga_bench import BASELINE_STEPS, BaselineLocalSaga
 from bench.server import bench_server
 from coord.infra.payload_store import data_converter
 from coord.models.saga.spec import SagaSpec
@@ -137,7 +139,8 @@ def split_line(before: dict[str, float] | None, after: dict[str, float] | None, 
 
 
 RUNNERS: dict[str, WorkflowRunner] = {"local": SANDBOX, "base-local": SandboxedWorkflowRunner()}
-"""The sandbox each side's worker runs its workflow in: the project's, and the SDK's own."""
+"""The sandbox each side's worker runs its sandboxed workflows in: the project's (its saga
+runs outside it), and the SDK's own."""
 
 
 class WorkflowThread(ThreadPoolExecutor):

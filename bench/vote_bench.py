@@ -19,35 +19,24 @@ import statistics
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
-from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
 
-with workflow.unsafe.imports_passed_through():
-    from temporalio.client import Client
-    from temporalio.worker import Worker
+from bench.baseline_vote import VOTERS, BaselineVote, ballot, baseline_voter
+from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
+from bench.server import bench_server
+from coord.infra.process import exit_without_teardown
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.vote.spec import VoteSpec, VoteStatus
+from coord.starter import api
+from coord.worker import build_worker
 
-    from bench.rounds import RunOne, per_round, ratio_line, rotated, timed_runs
-    from bench.server import bench_server
-    from coord.infra.process import exit_without_teardown
-    from coord.models.events.envelope import EventEnvelope
-    from coord.models.mesh.agents import AgentContext, AgentRegistry
-    from coord.models.vote.spec import VoteSpec, VoteStatus
-    from coord.starter import api
-    from coord.worker import build_worker
-
-VOTERS = ("voter-a", "voter-b", "voter-c")
-APPROVALS = 2
 PROPOSAL = {"release": "2.4.0", "tests_passed": True}
 VOTE_DEADLINE = 60.0
 """Seconds one vote may take before it counts as not decided (instead of a hang)."""
-VOTER_TIMEOUT = timedelta(minutes=1)
-
-
-def ballot(voter: str) -> dict[str, Any]:
-    """What every voter answers on both sides."""
-    return {"approve": True, "reason": f"{voter}: the test suite passes"}
 
 
 def bench_registry() -> AgentRegistry:
@@ -64,31 +53,6 @@ def bench_registry() -> AgentRegistry:
 
         registry.register(voter)(vote(voter))
     return registry
-
-
-@activity.defn(name="baseline_voter")
-async def baseline_voter(voter: str) -> dict[str, Any]:
-    return ballot(voter)
-
-
-@workflow.defn(name="BaselineVote")
-class BaselineVote:
-    """The proposal to every voter at once; decided at the second approval, the rest
-    cancelled."""
-
-    @workflow.run
-    async def run(self, proposal: dict[str, Any]) -> bool:
-        runs = [
-            workflow.start_activity(baseline_voter, voter, start_to_close_timeout=VOTER_TIMEOUT)
-            for voter in VOTERS
-        ]
-        approvals, pending = 0, list(runs)
-        while pending and approvals < APPROVALS:
-            done, pending = await workflow.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            approvals += sum(bool(run.result().get("approve")) for run in done)
-        for run in runs:
-            run.cancel()
-        return approvals >= APPROVALS
 
 
 def project_side(client: Client, queue: str) -> RunOne:

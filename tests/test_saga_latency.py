@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from coord import testing
 from coord.activities.events.lookback import LOOKAHEAD_FRESH, ChainLookahead
-from coord.infra.sandbox import CompiledSandboxRunner
+from coord.infra.sandbox import UnsandboxedRunner
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import AGGREGATOR_WORKFLOW
 from coord.starter import api
@@ -117,10 +117,14 @@ async def test_only_new_sagas_are_asked_about_ahead(client: Client, task_queue: 
     """The instances a worker creates, told to the look-ahead as they are: an older run's
     (a replay, after the worker's cache let it go) and other workflows' are not asked about."""
     infos: list[workflow.Info] = []
-    runner = CompiledSandboxRunner(created=infos.append)
     spec = feature_deployment()
     async with (
-        Worker(client, task_queue=task_queue, workflows=list(WORKFLOWS), workflow_runner=runner),
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflows=list(WORKFLOWS),
+            unsandboxed_workflow_runner=UnsandboxedRunner(infos.append),
+        ),
         build_worker(client, task_queue, workflows=False),
     ):
         handle = await api.start_saga(client, spec, queue=task_queue)

@@ -1,26 +1,30 @@
-"""What a saga of local agents costs the worker's process, counted rather than timed: the
-sandbox's code is compiled once for the process, not at every entry into a workflow's sandbox
-(`coord.infra.sandbox`); the SDK's many calls for a payload converter (every run, activation,
+"""What a saga of local agents costs the worker's process, counted rather than timed: it runs
+outside the workflow sandbox, which would import its module afresh for every saga; the SDK's
+many calls for a payload converter (every run, activation,
 command and activity derives a data converter) all get the process's one
 (`coord.infra.type_adapters`); and an agent run on a worker without a metrics endpoint builds
 nothing for its metrics: it neither counts itself in flight nor looks up its kind
 (`coord.activities.metrics.agent_run`)."""
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.converter import CompositePayloadConverter, WorkflowSerializationContext
+from temporalio.worker import Worker
 
 from coord.activities import metrics
 from coord.infra.payload_store import data_converter
-from coord.infra.sandbox import compiled
+from coord.infra.sandbox import UnsandboxedRunner
 from coord.infra.type_adapters import SharedAdapterPayloadConverter
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
 from coord.models.saga.spec import SagaStatus
+from coord.models.wire.contract import SAGA_WORKFLOW
 from coord.starter import api
-from coord.worker import build_worker
+from coord.worker import SANDBOX, WORKFLOWS, build_worker
 from tests.conftest import feature_deployment
 
 
@@ -38,20 +42,28 @@ async def _local_saga(client: Client, task_queue: str) -> None:
     assert state.status == SagaStatus.COMPLETED
 
 
-async def test_a_local_saga_enters_its_sandbox_without_compiling(
-    client: Client, task_queue: str
-) -> None:
-    """Every entry (the run's creation, each activation) finds its code compiled: the second
-    saga compiles nothing. Its payloads' contexts are read from the instance without entering
-    it (the SDK's own runner enters for each, some seventy times a saga): the saga enters its
-    sandbox about a dozen times, twice to be created and once for each of its activations (the
-    worker's other workflows, its agent monitor's, a few more)."""
-    await _local_saga(client, task_queue)
-    before = compiled.cache_info()
-    await _local_saga(client, task_queue)
-    after = compiled.cache_info()
-    assert after.misses == before.misses, "nothing compiled for the second saga"
-    assert 2 < after.hits - before.hits < 32, f"{after.hits - before.hits} entries"
+async def test_a_saga_runs_outside_the_sandbox(client: Client, task_queue: str) -> None:
+    """The worker's runners are told of every instance they create: the saga's is the
+    unsandboxed runner's, and the sandbox creates none for it."""
+    sandboxed: list[workflow.Info] = []
+    unsandboxed: list[workflow.Info] = []
+    async with (
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflows=list(WORKFLOWS),
+            workflow_runner=replace(SANDBOX, created=sandboxed.append),
+            unsandboxed_workflow_runner=UnsandboxedRunner(unsandboxed.append),
+        ),
+        build_worker(client, task_queue, workflows=False),
+    ):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert [info.workflow_type for info in unsandboxed if info.workflow_id == handle.id] == [
+        SAGA_WORKFLOW
+    ]
+    assert not [info for info in sandboxed if info.workflow_id == handle.id]
 
 
 def test_the_project_converter_is_one_instance_which_takes_no_context() -> None:

@@ -59,9 +59,10 @@ def recorded(folder: str) -> list[WorkflowHistory]:
 
 
 async def test_a_payload_s_contexts_are_the_sdk_s_answer() -> None:
-    """Every payload of recorded sagas (activities, local activities, signals to chains),
-    aggregators and chains (signals after a run's first task): each context read outside the
-    sandbox equals the one the SDK's instance gives in it."""
+    """Every payload of the recorded runs of the workflows that run in the sandbox, the
+    aggregator's and the agent monitor's (their commands' and signals' alike): each context
+    read outside the sandbox equals the one the SDK's instance gives in it. The saga, the
+    vote, the chain and the plan run outside it."""
     runner = ComparingRunner()
     replayer = Replayer(
         workflows=list(WORKFLOWS),
@@ -69,7 +70,7 @@ async def test_a_payload_s_contexts_are_the_sdk_s_answer() -> None:
         workflow_runner=runner,
         interceptors=[SurplusArguments()],
     )
-    for folder in ("Saga", "Aggregator", "ReactiveChain"):
+    for folder in ("Aggregator", "AgentMonitor"):
         for history in recorded(folder):
             await replayer.replay_workflow(history)
     assert len(runner.answers) > 20, f"only {len(runner.answers)} payloads compared"

@@ -6,6 +6,12 @@ keeps the Temporal part: each step and compensation is an agent run (`start_agen
 cancel is caught where it lands and the unwinding is shielded from it, a compensation that fails
 for good is parked in the dead-letter queue, the saga's events go to its correlation's chain, and
 the record is published (search attributes, current details, and the memo of a cancelled run).
+
+Not sandboxed, as the chain and the plan: the sandbox imports a sandboxed workflow's module
+afresh for every run, and a saga is short, so that import was a fifth of the CPU a saga of served
+agents cost its worker. The code touches only the workflow API and pure models (imported
+passed-through, so the sandbox never re-imported them anyway); what keeps it deterministic is
+the replay of its recorded histories (`tests/test_replay.py`).
 """
 
 import asyncio
@@ -98,7 +104,7 @@ class StepFailed(Exception):
     """A step failed for good (the model has recorded how): the saga unwinds or fails."""
 
 
-@workflow.defn(name=SAGA_WORKFLOW)
+@workflow.defn(name=SAGA_WORKFLOW, sandboxed=False)
 class Saga:
     def __init__(self) -> None:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))

@@ -51,8 +51,15 @@ with workflow.unsafe.imports_passed_through():
 VoterRun = asyncio.Task[AgentResult]
 
 
-@workflow.defn(name=VOTE_WORKFLOW)
+@workflow.defn(name=VOTE_WORKFLOW, sandboxed=False)
 class Vote(metaclass=SurplusStartArguments):
+    """A vote's Temporal side; its result is the vote's record.
+
+    Not sandboxed, as the saga: a vote is short, and the sandbox would import this module
+    afresh for every vote. The code touches only the workflow API and pure models (imported
+    passed-through); what keeps it deterministic is the replay of its recorded histories
+    (`tests/test_replay.py`)."""
+
     @workflow.init
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so the query answers from the first task on; a spec that does
