@@ -4,13 +4,14 @@ ratios, from one run on one server.
     .venv/bin/python -m bench.table [--quick]
 
 The runner starts one dev server with the project's own settings (`TASK_DISPATCH_CONFIG`,
-`FLOOD_CONFIG`: what `coord server`, the tests and the benches start), and runs each bench of
-bench/ against it in a process of its own (`TEMPORAL_ADDRESS`), one after the other; each bench
-keeps its own workload, baseline and measurement (its docstring says why its comparison is
-fair), and prints its ratios as `bench.rounds.ratio_line` lines, which are what this runner
-reads. A bench that runs interleaved rounds itself is run once; one that measures each side once
-per run is run `rounds` times in a row, each run one round. `--quick` runs every bench small and
-in two rounds: enough to see a ratio move on a shared machine, not to publish a goal met.
+`TIMER_CONFIG`, `FLOOD_CONFIG`: what `coord server`, the tests and the benches start), and
+runs each bench of bench/ against it in a process of its own (`TEMPORAL_ADDRESS`), one after
+the other; each bench keeps its own workload, baseline and measurement (its docstring says why
+its comparison is fair), and prints its ratios as `bench.rounds.ratio_line` lines, which are
+what this runner reads. A bench that runs interleaved rounds itself is run once; one that
+measures each side once per run is run `rounds` times in a row, each run one round. `--quick`
+runs every bench small and in two rounds: enough to see a ratio move on a shared machine, not to
+publish a goal met.
 
 Optionally, when both `restate-server` and the `restate-sdk` package are installed (never
 required, never downloaded: `make bench-restate-setup` installs them), the saga benches also run
@@ -36,7 +37,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bench import restate_saga
-from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG, start_dev_server
+from coord.infra.devserver import (
+    FLOOD_CONFIG,
+    TASK_DISPATCH_CONFIG,
+    TIMER_CONFIG,
+    start_dev_server,
+)
 from coord.infra.process import exit_without_teardown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,7 +187,8 @@ async def measure(bench: Bench, quick: bool, rounds: int, env: dict[str, str]) -
 
 
 def server_settings() -> str:
-    values = [arg for arg in (*TASK_DISPATCH_CONFIG, *FLOOD_CONFIG) if not arg.startswith("--")]
+    configs = (*TASK_DISPATCH_CONFIG, *TIMER_CONFIG, *FLOOD_CONFIG)
+    values = [arg for arg in configs if not arg.startswith("--")]
     return ", ".join(values)
 
 

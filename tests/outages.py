@@ -11,7 +11,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from coord.infra.devserver import TASK_DISPATCH_CONFIG, installed_binary
+from coord.infra.devserver import TASK_DISPATCH_CONFIG, TIMER_CONFIG, installed_binary
 from coord.infra.payload_store import data_converter
 from coord.infra.search_attributes import register_search_attributes
 
@@ -41,7 +41,7 @@ class OwnDevServer:
             installed_binary("temporal"),
             *("server", "start-dev", "--headless", "--ip", "127.0.0.1"),
             *("--port", str(self.port), "--db-filename", str(self.db_file)),
-            *("--log-level", "error", *TASK_DISPATCH_CONFIG),
+            *("--log-level", "error", *TASK_DISPATCH_CONFIG, *TIMER_CONFIG),
         ]
         with self.log.open("ab") as output:
             self._process = subprocess.Popen(

@@ -3,6 +3,7 @@ attributes registered, no deprecated auto-setup image; Prometheus scraping every
 metrics and Grafana provisioned with dashboards whose every query names an exported metric.
 Static checks only; no Docker needed."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG
+from coord.infra.devserver import FLOOD_CONFIG, TASK_DISPATCH_CONFIG, TIMER_CONFIG
 from coord.models.ops.metrics import METRICS, exported_names
 from coord.models.wire import contract
 from tests.dashboards import (
@@ -79,14 +80,15 @@ def test_no_deprecated_auto_setup_image() -> None:
 
 
 def test_server_dispatches_tasks_as_the_embedded_one() -> None:
-    """Fairness, priority and task loading are the server's: the compose server is configured
-    as every dev server the project starts."""
+    """Fairness, priority, task loading and timers are the server's: the compose server is
+    configured as every dev server the project starts."""
     server = services()["temporal"]
     path = Path(server["environment"]["DYNAMIC_CONFIG_FILE_PATH"])
     host_dir, mounted, _ = server["volumes"][0].split(":")
     config = yaml.safe_load((ROOT / host_dir / path.relative_to(mounted)).read_text())
-    embedded = dict(value.split("=") for value in (*TASK_DISPATCH_CONFIG, *FLOOD_CONFIG)[1::2])
-    assert {key: str(config[key][0]["value"]).lower() for key in embedded} == embedded
+    values = (*TASK_DISPATCH_CONFIG, *TIMER_CONFIG, *FLOOD_CONFIG)[1::2]
+    embedded = {key: json.loads(value) for key, value in (v.split("=", 1) for v in values)}
+    assert {key: config[key][0]["value"] for key in embedded} == embedded
 
 
 # --- Metrics: every worker's endpoint, Prometheus scraping them, Grafana provisioned ------------

@@ -426,6 +426,21 @@ CHAIN_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
 force for a run taking CHAIN_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
 on its own (or bundled under a new id)."""
 
+CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH = "chain-places-runs-before-their-budget"
+"""Since 2026-11-27, in chain.reactive: a run that starts before the chain has learned where its
+agents run learns it first, then takes its share of the workflow task's fan-out budget, so the
+run goes out in the task it was counted in. Runs recorded before counted it first; the answer
+came in a later task, and when the fan-out's timer fired in that same task, the task sent the
+earlier task's share and its own (twice the budget)."""
+
+CHAIN_PATCHES_AT_ONCE_2_PATCH = "chain-patches-at-once-2"
+"""Since 2026-11-27, in chain.reactive: CHAIN_PATCHES_AT_ONCE_PATCH with
+CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH in force too (CHAIN_PATCHES_2), still one marker. Runs
+recorded before asked CHAIN_PATCHES_AT_ONCE_PATCH (or each patch)."""
+
+CHAIN_PATCHES_2 = CHAIN_PATCHES | {CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH}
+"""The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_2_PATCH. Never changed."""
+
 PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"
 """Since 2026-11-27, in plan.graph: Runs after this patch ask their worker, as they begin, where
 the agents they name run, and run the short in-process ones it serves (python agents, any agent

@@ -276,6 +276,12 @@ class Placements:
         when not asked or not answered (answers recorded before said it only when every
         agent ran locally)."""
 
+    def settled(self, agents: Iterable[str]) -> bool:
+        """Whether `learn(agents)` would return at once: no question in flight, every agent
+        asked about (those past MAX_PLACED never are)."""
+        asking = self._asking is not None and not self._asking.done()
+        return not asking and not set(agents) - self._known.keys()
+
     async def learn(self, agents: Iterable[str], chain_of: str | None = None) -> None:
         """Asks the worker running this workflow task, in one local activity, about the agents
         not asked about yet (runs starting together wait for one question, then ask only what

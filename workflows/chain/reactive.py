@@ -92,7 +92,10 @@ with workflow.unsafe.imports_passed_through():
         AGENTS_ATTRIBUTE_PATCH,
         CHAIN_LOCAL_RUNS_PATCH,
         CHAIN_PATCHES,
+        CHAIN_PATCHES_2,
+        CHAIN_PATCHES_AT_ONCE_2_PATCH,
         CHAIN_PATCHES_AT_ONCE_PATCH,
+        CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -151,7 +154,8 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
-        adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
+        if not adopt(CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2, on=self):
+            adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
         self._input_error: str | None = None
         try:
             chain_input = decode_input(ChainInput, raw_input, "chain input")
@@ -400,6 +404,19 @@ class ChainRunner:
         finally:
             runs.finish(seq)
 
+    async def _placed_within_budget(self, size: int) -> None:
+        """Where the chain's agents run, then room for a run's input in the workflow task's
+        fan-out budget: the run then goes out in the task it was counted in. Runs recorded
+        before counted it before the placements' answer, which could come in a later task
+        (CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH, asked only while the answer is awaited)."""
+        agents = self._model.spec.served_agents()
+        if not self._placements.settled(agents) and patched(CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH):
+            await self._placements.learn(agents)
+            await self._outbound.fan_out.room(size)
+            return
+        await self._outbound.fan_out.room(size)
+        await self._placements.learn(agents)
+
     async def _run_here(
         self, run: AgentRun, subscription: Subscription, request: AgentRequest
     ) -> AgentResult:
@@ -410,8 +427,7 @@ class ChainRunner:
         ending in one workflow task one by one as they come, but on a replay it may hand
         several at once, and the chain, taking in each result's events before the next,
         would issue its commands in another order than it recorded (a nondeterminism error)."""
-        await self._outbound.fan_out.room(json_size(request))
-        await self._placements.learn(self._model.spec.served_agents())
+        await self._placed_within_budget(json_size(request))
         settings = declared_settings(
             subscription,
             f"{run.agent} ← {run.trigger.event.type}",
