@@ -81,10 +81,28 @@ class CompiledSandboxRunner(SandboxedWorkflowRunner):
 
     created: InstanceCreated | None = None
 
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        """The SDK validates a workflow class as each worker is built, by importing its module
+        into a new sandbox: once per class and restrictions for the process is enough (the
+        module is the same), and each import into a new sandbox can fail on its own on Python
+        before 3.12, when a finalizer imports while the import lock is held (`_VALIDATED`)."""
+        key = (defn.cls, id(self.restrictions))
+        if key not in _VALIDATED:
+            super().prepare_workflow(defn)
+            _VALIDATED.add(key)
+
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         if self.created is not None:
             self.created(det.info)
         return _CompiledOnce(det, self.runner_class, self.restrictions)
+
+
+_VALIDATED: set[tuple[type, int]] = set()
+"""The workflow classes validated in this process, with the id of the restrictions they were
+validated under. CPython before 3.12 (bug 91351) raises `KeyError: <thread id>` from an import
+into a sandbox when a garbage-collected coroutine's finalizer imports during it, which fails
+building the worker (`Failed validating workflow`, temporalio/sdk-python#585); a validation
+done once leaves one such import per class, not one per worker built."""
 
 
 class UnsandboxedRunner(UnsandboxedWorkflowRunner):

@@ -7,15 +7,19 @@ sandbox would fail this test, not the payload store's references."""
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from temporalio.client import WorkflowHistory
+import pytest
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import SerializationContext, StorageDriverStoreContext
-from temporalio.worker import Replayer, WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import Replayer, Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker._command_aware_visitor import CommandInfo
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox._runner import _Instance
 
+from coord.infra import sandbox
 from coord.infra.payload_store import data_converter
 from coord.infra.sandbox import CompiledSandboxRunner, _CompiledOnce
-from coord.worker import WORKFLOWS
+from coord.worker import SANDBOX, WORKFLOWS
 from coord.workflows._runtime.interceptor import SurplusArguments
 from tests.conftest import HISTORIES
 
@@ -75,3 +79,27 @@ async def test_a_payload_s_contexts_are_the_sdk_s_answer() -> None:
             await replayer.replay_workflow(history)
     assert len(runner.answers) > 20, f"only {len(runner.answers)} payloads compared"
     assert all(ours == sdks for ours, sdks in runner.answers)
+
+
+async def test_a_process_validates_each_sandboxed_workflow_once(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers built in one process: the SDK's validation (an import of the workflow's
+    module into a new sandbox) runs once for each sandboxed workflow class, not once per worker."""
+    validated: list[str] = []
+    prepare = SandboxedWorkflowRunner.prepare_workflow
+
+    def counting(self: SandboxedWorkflowRunner, defn: workflow._Definition) -> None:
+        validated.append(defn.name or "")
+        prepare(self, defn)
+
+    monkeypatch.setattr(sandbox, "_VALIDATED", set())
+    monkeypatch.setattr(SandboxedWorkflowRunner, "prepare_workflow", counting)
+    for _ in range(2):
+        async with Worker(
+            client, task_queue=task_queue, workflows=list(WORKFLOWS), workflow_runner=SANDBOX
+        ):
+            pass
+    definitions = map(workflow._Definition.must_from_class, WORKFLOWS)
+    sandboxed = [defn.name or "" for defn in definitions if defn.sandboxed]
+    assert sorted(validated) == sorted(sandboxed), validated
