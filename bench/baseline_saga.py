@@ -3,6 +3,7 @@ temporalio/samples-python writes one: the workflows in a module of their own (th
 imports it afresh for every run, so it holds only them) and their activities imported passed
 through (`bench.baseline_steps`)."""
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -49,7 +50,11 @@ async def _run_local(
     )
 
 
-async def _saga(run: Any, payload: dict[str, Any]) -> list[dict[str, Any]]:
+Runner = Callable[..., Awaitable[dict[str, Any]]]
+"""How a step runs: `_run`, `_run_local`, or `_run` elsewhere."""
+
+
+async def _saga(run: Runner, payload: dict[str, Any]) -> list[dict[str, Any]]:
     """The saga as temporalio/samples-python writes one: compensations kept in a list, each
     pushed before its step runs, unwound in reverse when a step fails."""
     compensations: list[Step] = []

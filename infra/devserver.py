@@ -53,12 +53,13 @@ within 50 ms of the last load waited for the next one (about 40 ms each, the ser
 
 TIMER_CONFIG = ("--dynamic-config-value", 'history.timerProcessorMaxTimeShift="10ms"')
 """Every dev server the project starts fires a timer within about 10 ms of its time, instead of
-up to a second late: the server's timer queue fires no timer earlier than the time it was
-created plus this shift (1 s by default). A chain that takes in a backlog ends each workflow
-task after a share of it with a 1 ms timer, and the next task takes the next share; plans and
-votes fan out past a workflow task's budget the same way. At the default shift each share
-waited up to a second: a chain taking a flood of 500 events across its continue-as-new did 130
-events a second, 0.4x the hand-written workflow, against 300 with this shift (bench/RESULTS.md).
+up to a second late: the server's timer queue fires a timer up to this shift after its time
+(1 s by default; 0.4 s to 1 s measured for 1 ms timers). A chain that takes in a backlog ends
+each workflow task after a share of it with a 1 ms timer, and the next task takes the next
+share; plans and votes fan out past a workflow task's budget the same way. At the default
+shift each share waited up to a second: a chain taking a flood of 500 events across its
+continue-as-new did 130 events a second, 0.4x the hand-written workflow, against 266 and 301
+in two runs with it (bench/RESULTS.md).
 A self-hosted server should set it too (docs/operations.md); deploy/dynamicconfig does."""
 
 FLOOD_CONFIG = ("--dynamic-config-value", "history.maximumBufferedEventsBatch=1000")

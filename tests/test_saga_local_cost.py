@@ -1,10 +1,9 @@
 """What a saga of local agents costs the worker's process, counted rather than timed: it runs
 outside the workflow sandbox, which would import its module afresh for every saga; the SDK's
-many calls for a payload converter (every run, activation,
-command and activity derives a data converter) all get the process's one
-(`coord.infra.type_adapters`); and an agent run on a worker without a metrics endpoint builds
-nothing for its metrics: it neither counts itself in flight nor looks up its kind
-(`coord.activities.metrics.agent_run`)."""
+many calls for a payload converter (every run, activation, command and activity derives a data
+converter) all get the process's one (`coord.infra.type_adapters`); and an agent run on a worker
+without a metrics endpoint builds nothing for its metrics: it neither counts itself in flight
+nor looks up its kind (`coord.activities.metrics.agent_run`)."""
 
 import asyncio
 from dataclasses import replace
