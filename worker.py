@@ -2,7 +2,7 @@
 declares on the agent's own task queue."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
@@ -38,7 +38,7 @@ from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
 from coord.infra.tracing import configure_tracing
-from coord.models.mesh.agents import AgentRegistry, AgentRequest, AgentResult
+from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.declared import declared_agents
 from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
@@ -184,12 +184,10 @@ class WorkerProcess:
         breakers, pools = Breakers(client, home, registry), AgentPools(client, home, registry)
         return cls(client, home, breakers, pools, ReportKeeper(client), ChainLookahead(client))
 
-    def run_agent(
-        self, registry: AgentRegistry
-    ) -> Callable[[AgentRequest], Awaitable[AgentResult]]:
-        """The `run_agent` activity for the agents of `registry`, through this process's
-        breakers and pools."""
-        return AgentActivities(registry, self.breakers, self.pools).run_agent
+    def agent_activities(self, registry: AgentRegistry) -> AgentActivities:
+        """The `run_agent` activity (and `run_agents`, local runs' batches) for the agents of
+        `registry`, through this process's breakers and pools."""
+        return AgentActivities(registry, self.breakers, self.pools)
 
     def worker(
         self, queue: str, activities: Sequence[Callable[..., Any]], **options: Any
@@ -216,7 +214,7 @@ def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     declaration = registry.declarations.get(agent)
     return process.worker(
         agent_task_queue(agent, process.home),
-        [process.run_agent(registry)],
+        [process.agent_activities(registry).run_agent],
         max_concurrent_activities=declaration.worker_slots if declaration else None,
         max_task_queue_activities_per_second=declaration.rate_limit if declaration else None,
     )
@@ -234,8 +232,10 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
     router = AgentRouter(client, registry, lookahead)
     planning = PlanningActivities(registry)
     lookback = ChainLookback(client)
+    agents = process.agent_activities(registry)
     activities: list[Callable[..., Any]] = [
-        process.run_agent(registry),
+        agents.run_agent,
+        agents.run_agents,
         lookback.chain_events,
         lookback.chain_running,
         LogWriter().write_log_segment,

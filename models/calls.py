@@ -13,6 +13,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.events.log import LogSegment
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.assignment import Assignment, CapabilityRoute
+from coord.models.mesh.batches import LocalBatch, LocalBatchOutcomes
 from coord.models.mesh.monitor import HealthPublication, HealthRead, HealthReading
 from coord.models.mesh.placement import (
     ChainPlacementAsk,
@@ -41,6 +42,7 @@ __all__ = [
     "READ_AGENT_HEALTH",
     "REDELIVER",
     "RUN_AGENT",
+    "RUN_AGENTS",
     "UPDATE_CALLER",
     "WRITE_LOG_SEGMENT",
     "WRITE_SCRATCHPAD",
@@ -64,6 +66,9 @@ class ActivityRef(Generic[ArgT, ResultT]):
 
 RUN_AGENT: ActivityRef[AgentRequest, AgentResult] = ActivityRef(
     contract.RUN_AGENT_ACTIVITY, AgentRequest, AgentResult
+)
+RUN_AGENTS: ActivityRef[LocalBatch, LocalBatchOutcomes] = ActivityRef(
+    contract.RUN_AGENTS_ACTIVITY, LocalBatch, LocalBatchOutcomes
 )
 PARK_DEAD_LETTER: ActivityRef[DeadLetter, str] = ActivityRef(
     contract.PARK_DEAD_LETTER_ACTIVITY, DeadLetter, str

@@ -65,6 +65,7 @@ WIRE_NAMES = {
     contract.REPLAY_UPDATE: "replay",
     contract.ARCHIVE_UPDATE: "archive",
     contract.RUN_AGENT_ACTIVITY: "run_agent",
+    contract.RUN_AGENTS_ACTIVITY: "run_agents",
     contract.PARK_DEAD_LETTER_ACTIVITY: "park_dead_letter",
     contract.REDELIVER_ACTIVITY: "redeliver",
     contract.DECLARED_AGENT_ACTIVITY: "declared_agent",
@@ -175,6 +176,7 @@ def test_workflows_are_registered_under_the_contracts_names(
     ("activity_fn", "name"),
     [
         (AgentActivities.run_agent, contract.RUN_AGENT_ACTIVITY),
+        (AgentActivities.run_agents, contract.RUN_AGENTS_ACTIVITY),
         (DeadLetterActivities.park, contract.PARK_DEAD_LETTER_ACTIVITY),
         (DeadLetterActivities.redeliver, contract.REDELIVER_ACTIVITY),
         (DeadLetterActivities.declared_agent, contract.DECLARED_AGENT_ACTIVITY),

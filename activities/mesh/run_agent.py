@@ -67,9 +67,18 @@ from coord.models.mesh.agents import (
     AgentResult,
     ProgressReporter,
 )
+from coord.models.mesh.batches import (
+    BatchedFailure,
+    BatchedOutcome,
+    BatchedRun,
+    LocalBatch,
+    LocalBatchOutcomes,
+    results_that_fit,
+)
 from coord.models.mesh.config import AgentConfig
 from coord.models.mesh.runs import GATE_FAILURES, NO_JITTER, GateRefusal, retry_delay
 from coord.models.wire.contract import FailureType, failure, failure_type_of
+from coord.models.wire.sizes import json_size
 from coord.models.wire.specs import SpecError
 
 Output = Mapping[str, Any] | None
@@ -88,6 +97,27 @@ class AgentActivities:
         self._results = ResultStore()
         self._breakers = breakers
         self._pools = pools
+
+    @activity.defn(name=refs.RUN_AGENTS.name)
+    async def run_agents(self, batch: LocalBatch) -> LocalBatchOutcomes:
+        """The first attempts of a batch's runs side by side, each as `run_agent` runs one
+        within its own timeout; a failure comes back as data, and a result that would take the
+        batch's marker past its bytes comes back as neither (coord.models.mesh.batches)."""
+        outcomes = await asyncio.gather(*(self._batched(run) for run in batch.runs))
+        sizes = [None if o.result is None else json_size(o.result) for o in outcomes]
+        fitting = results_that_fit(sizes)
+        kept = [o if fits else BatchedOutcome() for o, fits in zip(outcomes, fitting, strict=True)]
+        return LocalBatchOutcomes(outcomes=kept)
+
+    async def _batched(self, run: BatchedRun) -> BatchedOutcome:
+        try:
+            async with asyncio.timeout(run.timeout_s):
+                return BatchedOutcome(result=await self.run_agent(run.request))
+        except ApplicationError as error:
+            return BatchedOutcome(failure=batched_failure(error))
+        except TimeoutError:
+            message = f"agent {run.request.agent!r} ran past its time limit of {run.timeout_s:g}s"
+            return BatchedOutcome(failure=BatchedFailure(type=FailureType.TIMEOUT, message=message))
 
     @activity.defn(name=refs.RUN_AGENT.name)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
@@ -111,6 +141,18 @@ class AgentActivities:
         duration_ms = (time.monotonic() - started) * 1000
         result = result_of(self._registry, request, output, duration_ms, tally.attempt)
         return await self._results.kept(result, request.result_limit)
+
+
+def batched_failure(error: ApplicationError) -> BatchedFailure:
+    """A failed attempt as `report_failure` raised it, as data for the workflow."""
+    delay = error.next_retry_delay
+    return BatchedFailure(
+        type=error.type or "",
+        message=error.message,
+        non_retryable=error.non_retryable,
+        details=list(error.details),
+        retry_after_s=None if delay is None else delay.total_seconds(),
+    )
 
 
 def admit(

@@ -300,6 +300,9 @@ class PublishAnswer(BaseModel):
 
 RUN_AGENT_ACTIVITY: Final = "run_agent"
 """Runs an agent by name (or inline declaration) on an event: every agent run goes through it."""
+RUN_AGENTS_ACTIVITY: Final = "run_agents"
+"""Runs the first attempts of several local agent runs side by side, each as `run_agent` would
+(a chain's burst, as one local activity)."""
 PARK_DEAD_LETTER_ACTIVITY: Final = "park_dead_letter"
 """Starts a dead-letter entry's workflow for what a workflow could not handle."""
 REDELIVER_ACTIVITY: Final = "redeliver"

@@ -441,6 +441,20 @@ recorded before asked CHAIN_PATCHES_AT_ONCE_PATCH (or each patch)."""
 CHAIN_PATCHES_2 = CHAIN_PATCHES | {CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH}
 """The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_2_PATCH. Never changed."""
 
+CHAIN_BATCHES_LOCAL_RUNS_PATCH = "chain-batches-local-runs"
+"""Since 2026-11-28, in chain.reactive: the first attempts of the local runs that start while
+one local activity is under way run side by side in the next one (`run_agents`, a batch), its
+outcomes in one marker; a run whose first attempt failed goes on as its own. Runs recorded
+before ran each local run in a local activity of its own, one after the other."""
+
+CHAIN_PATCHES_AT_ONCE_3_PATCH = "chain-patches-at-once-3"
+"""Since 2026-11-28, in chain.reactive: CHAIN_PATCHES_AT_ONCE_2_PATCH with
+CHAIN_BATCHES_LOCAL_RUNS_PATCH in force too (CHAIN_PATCHES_3), still one marker. Runs recorded
+before asked an earlier bundle (or each patch)."""
+
+CHAIN_PATCHES_3 = CHAIN_PATCHES_2 | {CHAIN_BATCHES_LOCAL_RUNS_PATCH}
+"""The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_3_PATCH. Never changed."""
+
 PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"
 """Since 2026-11-27, in plan.graph: Runs after this patch ask their worker, as they begin, where
 the agents they name run, and run the short in-process ones it serves (python agents, any agent

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.priority import task_priority
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
+    from coord.models.mesh.batches import BatchedFailure
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
     from coord.models.mesh.placement import (
         MAX_PLACED,
@@ -69,12 +70,14 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.runs import (
         GATE_FAILURES,
         GO_ELSEWHERE,
+        NO_JITTER,
         DetourAction,
         GateRefusal,
         RetryJitter,
         RunAllowance,
         RunDetour,
         gate_delay,
+        retry_delay,
     )
     from coord.models.mesh.usage import TokenMeter
     from coord.models.wire import contract
@@ -96,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import uncancellable
+    from coord.workflows._runtime.local_batches import LocalBatches
     from coord.workflows._runtime.patches import patched
 
 
@@ -445,6 +449,19 @@ def start_agent_run(
     return asyncio.ensure_future(run.result(run.execute()))
 
 
+def start_batched_run(
+    request: AgentRequest,
+    settings: RunSettings,
+    batches: LocalBatches,
+    on_detour: Detoured | None = None,
+) -> "asyncio.Task[AgentResult]":
+    """A local run (`settings.placement` says LOCAL, `settings.start_to_close` set), its first
+    attempt in the caller's next batch (`LocalBatches`), then on as `start_agent_run`'s: awaiting
+    it gives the agent's result or raises its ActivityError."""
+    run = _AgentRun(request, settings, on_detour)
+    return asyncio.ensure_future(run.batched(batches))
+
+
 def _start(
     request: AgentRequest, settings: RunSettings, policy: RetryPolicy
 ) -> workflow.ActivityHandle[AgentResult]:
@@ -532,21 +549,79 @@ class _AgentRun:
             except ActivityError as error:
                 if not await self._recovered(error):
                     raise
-            if self.settings.room is not None:
-                await self.settings.room(json_size(self.request))
-            execution = self.execute()
+            execution = await self._again()
+        return self._took(result)
+
+    async def batched(self, batches: LocalBatches) -> AgentResult:
+        """The run's first attempt in the caller's next batch, as its first local execution
+        would send it, then on as its own run: from its second attempt after its retry's wait
+        when it failed with attempts left (as its worker would retry it); after a refusal, or a
+        failure it is done retrying, as after any execution's last (`_recovered`)."""
+        timeout = self.settings.start_to_close
+        assert timeout is not None  # a local run's (`start_batched_run`)
+        self.local = True
+        # The retry's wait is the policy's, spread here by the run's jitter: the batch's own
+        # policy, which its worker would read, is not the run's.
+        first = self._sent().model_copy(update={"jitter": None})
+        outcome = await batches.run(first, timeout)
+        if outcome.result is not None:
+            return self._took(outcome.result)
+        failed = outcome.failure
+        if failed is None:
+            async with batches.one_local:
+                return await self.result(await self._again())
+        delay = self._retry_wait(failed)
+        if delay is not None:
+            self.allowance.spent += 1
+            await workflow.sleep(delay, summary=f"{self.request.agent}: {failed.type}, retrying")
+        else:
+            error = _batched_error(failed)
+            if not await self._recovered(error):
+                raise error
+        async with batches.one_local:
+            return await self.result(await self._again())
+
+    def _retry_wait(self, failed: BatchedFailure) -> timedelta | None:
+        """The wait before the second attempt of a run whose first failed in its batch; None
+        when it is not retried (not retryable, or its policy allows one attempt)."""
+        policy = self.policy
+        if failed.non_retryable or failed.type in (policy.non_retryable_error_types or ()):
+            return None
+        if policy.maximum_attempts == 1:
+            return None
+        if failed.retry_after_s is not None:
+            return timedelta(seconds=failed.retry_after_s)
+        return retry_delay(
+            1,
+            self.request.jitter or NO_JITTER,
+            initial=policy.initial_interval,
+            coefficient=policy.backoff_coefficient,
+            maximum=policy.maximum_interval,
+        )
+
+    async def _again(self) -> workflow.ActivityHandle[AgentResult]:
+        """The next execution, sent within the caller's budget per workflow task."""
+        if self.settings.room is not None:
+            await self.settings.room(json_size(self.request))
+        return self.execute()
+
+    def _took(self, result: AgentResult) -> AgentResult:
         if self.settings.tokens is not None:
             self.settings.tokens.add(result)
         return result
+
+    def _sent(self) -> AgentRequest:
+        """The request an execution sends now: the attempts spent before it, the tokens left."""
+        update: dict[str, Any] = {"attempts_before": self.allowance.spent}
+        if self.settings.tokens is not None:
+            update["tokens"] = self.settings.tokens.allowance()
+        return self.request.model_copy(update=update)
 
     def execute(self) -> workflow.ActivityHandle[AgentResult]:
         """One activity execution of the run, with the attempts and time it has left: its
         worker counts the agent's failures on from those of the executions before
         (`counted_retries`), or, for runs recorded before workers counted, the server does."""
-        update: dict[str, Any] = {"attempts_before": self.allowance.spent}
-        if self.settings.tokens is not None:
-            update["tokens"] = self.settings.tokens.allowance()
-        sent = self.request.model_copy(update=update)
+        sent = self._sent()
         self.local = local = self.settings.placement(sent) == Placement.LOCAL
         request, policy = (_local_retries if local else counted_retries)(sent, self.settings.retry)
         if policy.maximum_attempts:
@@ -685,6 +760,22 @@ def _local_outcome(execution: workflow.ActivityHandle[AgentResult]) -> AgentResu
         return execution.result()
     except FailureError as error:
         _raise_as_activity_error(error)
+
+
+def _batched_error(failed: BatchedFailure) -> ActivityError:
+    """A first attempt's failure in its batch as an activity's (raised from the agent's
+    ApplicationError), which is what every caller reads: its type, attempt, retry state."""
+    delay = None if failed.retry_after_s is None else timedelta(seconds=failed.retry_after_s)
+    cause = ApplicationError(
+        failed.message,
+        *failed.details,
+        type=failed.type,
+        non_retryable=failed.non_retryable,
+        next_retry_delay=delay,
+    )
+    error = _as_activity_error(cause)
+    error.__cause__ = cause
+    return error
 
 
 def _raise_as_activity_error(error: FailureError) -> NoReturn:

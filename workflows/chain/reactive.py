@@ -32,7 +32,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TypeVar
 
@@ -90,10 +90,13 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
         AGENTS_ATTRIBUTE_PATCH,
+        CHAIN_BATCHES_LOCAL_RUNS_PATCH,
         CHAIN_LOCAL_RUNS_PATCH,
         CHAIN_PATCHES,
         CHAIN_PATCHES_2,
+        CHAIN_PATCHES_3,
         CHAIN_PATCHES_AT_ONCE_2_PATCH,
+        CHAIN_PATCHES_AT_ONCE_3_PATCH,
         CHAIN_PATCHES_AT_ONCE_PATCH,
         CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH,
         DECODE_IN_TASK_PATCH,
@@ -108,14 +111,17 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         Placements,
+        RunSettings,
         assign_agent,
         declared_settings,
         start_agent_run,
+        start_batched_run,
     )
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
+    from coord.workflows._runtime.local_batches import LocalBatches
     from coord.workflows._runtime.patches import adopt, patched
     from coord.workflows.chain.boundary import (
         Outbound,
@@ -154,7 +160,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
-        if not adopt(CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2, on=self):
+        if not adopt(CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3, on=self) and not adopt(
+            CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2, on=self
+        ):
             adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
         self._input_error: str | None = None
         try:
@@ -355,8 +363,8 @@ class ChainRunner:
         here: on the chain's own queue when its worker serves them, as local activities too
         once `run_locally`."""
 
-        self._one_local = asyncio.Lock()
-        """Held by the chain's local run under way: one at a time (`_run_here`)."""
+        self._batches = LocalBatches()
+        """The chain's local runs, taken together (`_run_here`)."""
 
     def run_locally(self) -> None:
         """Short in-process agents its worker serves run as local activities, as a saga's do
@@ -423,10 +431,13 @@ class ChainRunner:
         """The agent run in the chain (the fast path): its result, or its ActivityError. Its
         ending is noted for continue-as-new (`ChainPacing.ran_here`).
 
-        Local runs go one at a time: the SDK hands a workflow the results of local activities
-        ending in one workflow task one by one as they come, but on a replay it may hand
-        several at once, and the chain, taking in each result's events before the next,
-        would issue its commands in another order than it recorded (a nondeterminism error)."""
+        Local runs go one local activity at a time: the SDK hands a workflow the results of
+        local activities ending in one workflow task one by one as they come, but on a replay
+        it may hand several at once, and the chain, taking in each result's events before the
+        next, would issue its commands in another order than it recorded (a nondeterminism
+        error). Those that start together run side by side in one (a batch, `LocalBatches`,
+        CHAIN_BATCHES_LOCAL_RUNS_PATCH): a workflow task stays open while a local activity
+        runs, and the events arriving meanwhile wait for it to end."""
         await self._placed_within_budget(json_size(request))
         settings = declared_settings(
             subscription,
@@ -436,14 +447,27 @@ class ChainRunner:
             placements=self._placements,
         )
         local = self._placements.of(request) == Placement.LOCAL
-        async with self._one_local if local else contextlib.nullcontext():
-            try:
-                result = await start_agent_run(request, settings, partial(self._detoured, run))
-            except ActivityError:
-                self._model.pacing.ran_here()
-                raise
-        self._model.pacing.ran_here()
-        return result
+        running: Awaitable[AgentResult]
+        if settings.placement(request) == Placement.LOCAL and patched(
+            CHAIN_BATCHES_LOCAL_RUNS_PATCH
+        ):
+            running = start_batched_run(
+                request, settings, self._batches, partial(self._detoured, run)
+            )
+        else:
+            running = self._alone(request, settings, run, local=local)
+        try:
+            return await running
+        finally:
+            self._model.pacing.ran_here()
+
+    async def _alone(
+        self, request: AgentRequest, settings: RunSettings, run: AgentRun, *, local: bool
+    ) -> AgentResult:
+        """A run on its own: a local one after the one before it (runs recorded before batches
+        ran each local run so), or an activity task on the chain's queue."""
+        async with self._batches.one_local if local else contextlib.nullcontext():
+            return await start_agent_run(request, settings, partial(self._detoured, run))
 
     async def _run_vote(self, seq: int, run: AgentRun) -> None:
         """A vote subscription's run: a `Vote` on the event's payload, counted as a run and

@@ -1,0 +1,114 @@
+"""Local runs taken together: the first attempts of several short in-process agent runs, run side
+by side in one local activity (`run_agents`), whose outcomes come back in one marker.
+
+A workflow task stays open while a local activity runs, and the signals arriving meanwhile wait
+for it to end. One local run at a time keeps the recorded order of outcomes the one a replay
+sees, but under a burst it holds the workflow's tasks open back to back, the runs queued behind
+each other. A batch keeps the one-at-a-time order (one local activity in flight) and runs the
+queued runs side by side: a burst costs about one round trip and one marker, not one each.
+
+A batch carries first attempts only. A run whose first attempt fails goes on as its own run
+from its second attempt, with its retry policy's wait, its detours and its failure taxonomy; a
+run whose result does not fit the batch's share of a workflow task's bytes is run again on its
+own (agents are called at least once, as any retried activity is)."""
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coord.models.mesh.agents import AgentRequest, AgentResult
+from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
+from coord.models.wire.specs import MAX_COUNT
+
+__all__ = [
+    "BATCH_MARGIN",
+    "BATCH_RESULT_BYTES",
+    "MAX_BATCH_RUNS",
+    "BatchedFailure",
+    "BatchedOutcome",
+    "BatchedRun",
+    "LocalBatch",
+    "LocalBatchOutcomes",
+    "batch_timeout",
+    "results_that_fit",
+]
+
+MAX_BATCH_RUNS = 50
+"""Runs in one batch at most: those queued beyond wait for the next."""
+BATCH_RESULT_BYTES = BYTES_PER_WORKFLOW_TASK
+"""The JSON bytes of a batch's results at most, all in one marker (the server refuses a payload
+over 2 MB, and a workflow task's completion over 4 MB)."""
+BATCH_MARGIN = timedelta(seconds=1)
+"""How much longer a batch may take than its slowest run's timeout (each run's own timeout is
+kept inside the batch)."""
+
+
+class BatchedRun(BaseModel):
+    """One run's first attempt, with the timeout its execution alone would have had."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request: AgentRequest
+    timeout_s: float = Field(gt=0)
+
+
+class LocalBatch(BaseModel):
+    """What `run_agents` is asked to run side by side."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runs: list[BatchedRun] = Field(min_length=1, max_length=MAX_BATCH_RUNS)
+
+
+class BatchedFailure(BaseModel):
+    """A failed first attempt as the agent's worker classified it (the ApplicationError a
+    `run_agent` raises): its type, message, whether it may be retried, its details (the
+    attempt) and the agent's own wait before a retry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str
+    message: str
+    non_retryable: bool = False
+    details: list[Any] = Field(default_factory=list, max_length=MAX_COUNT)
+    retry_after_s: float | None = None
+
+
+class BatchedOutcome(BaseModel):
+    """One run's outcome in its batch: a result, a failure, or neither (run it on its own)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result: AgentResult | None = None
+    failure: BatchedFailure | None = None
+
+    @property
+    def again(self) -> bool:
+        """Neither result nor failure came back: the run goes on its own from its first
+        attempt (its result did not fit, or the batch as a whole failed)."""
+        return self.result is None and self.failure is None
+
+
+class LocalBatchOutcomes(BaseModel):
+    """The outcomes of a batch's runs, in the batch's order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcomes: list[BatchedOutcome] = Field(max_length=MAX_BATCH_RUNS)
+
+
+def batch_timeout(runs: list[BatchedRun]) -> timedelta:
+    """The batch's start-to-close: its slowest run's timeout, and a margin."""
+    return timedelta(seconds=max(run.timeout_s for run in runs)) + BATCH_MARGIN
+
+
+def results_that_fit(sizes: list[int | None], budget: int = BATCH_RESULT_BYTES) -> list[bool]:
+    """Which results come back in the batch's marker, in order, each while the bytes of those
+    before it and its own fit `budget` (None: a run without a result, which takes none)."""
+    fits, spent = [], 0
+    for size in sizes:
+        fit = size is None or spent + size <= budget
+        spent += size if fit and size is not None else 0
+        fits.append(fit)
+    return fits

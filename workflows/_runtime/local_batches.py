@@ -1,0 +1,85 @@
+"""A workflow's local runs taken together (coord.models.mesh.batches): one batch in flight at a
+time, which takes every run that came meanwhile, so the outcomes reach the workflow one local
+activity at a time, as a replay hands them over."""
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models import calls as refs
+    from coord.models.mesh.agents import AgentRequest
+    from coord.models.mesh.batches import (
+        MAX_BATCH_RUNS,
+        BatchedOutcome,
+        BatchedRun,
+        LocalBatch,
+        batch_timeout,
+    )
+    from coord.workflows._runtime import calls
+
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+"""A batch is not retried as a whole: each run that failed goes on as its own run."""
+SUMMARY_AGENTS = 3
+"""Agents a batch's summary names (the UI's line for it)."""
+
+
+class LocalBatches:
+    """Runs waiting for the batch under way, and the batch under way."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[BatchedRun, asyncio.Future[BatchedOutcome]]] = []
+        self._draining = False
+        self.one_local = asyncio.Lock()
+        """Held by the local activity under way, a batch or a run's later execution on its own:
+        one at a time, so that a replay hands their outcomes over in the recorded order (it may
+        hand several that ended in one workflow task over at once)."""
+
+    async def run(self, request: AgentRequest, timeout: timedelta) -> BatchedOutcome:
+        """The outcome of `request`'s first attempt, run in the next batch. A cancel does not
+        end the wait: a local execution is never cancelled (it holds the workflow task that
+        would hear the cancel anyway), and its outcome is kept, as a run on its own keeps it."""
+        outcome: asyncio.Future[BatchedOutcome] = asyncio.get_running_loop().create_future()
+        run = BatchedRun(request=request, timeout_s=timeout.total_seconds())
+        self._waiting.append((run, outcome))
+        if not self._draining:
+            self._draining = True
+            asyncio.create_task(self._drain())  # noqa: RUF006 - its runs await their outcomes
+        while True:
+            try:
+                return await asyncio.shield(outcome)
+            except asyncio.CancelledError:
+                if outcome.done():
+                    return outcome.result()
+
+    async def _drain(self) -> None:
+        """Batches, one after the other, until no run waits."""
+        while self._waiting:
+            taken, self._waiting = self._waiting[:MAX_BATCH_RUNS], self._waiting[MAX_BATCH_RUNS:]
+            async with self.one_local:
+                outcomes = await _run_batch([run for run, _ in taken])
+            for (_, waiting), outcome in zip(taken, outcomes, strict=True):
+                waiting.set_result(outcome)
+        self._draining = False
+
+
+async def _run_batch(runs: list[BatchedRun]) -> list[BatchedOutcome]:
+    """The batch's outcomes; a batch that failed as a whole (its worker lost, a bug) leaves
+    every run to go on its own."""
+    agents = sorted({run.request.agent for run in runs})
+    named = ", ".join(agents[:SUMMARY_AGENTS]) + (", …" if len(agents) > SUMMARY_AGENTS else "")
+    try:
+        answer = await calls.execute_local(
+            refs.RUN_AGENTS,
+            LocalBatch(runs=runs),
+            start_to_close_timeout=batch_timeout(runs),
+            retry_policy=ONE_ATTEMPT,
+            summary=f"{len(runs)} local runs: {named}",
+        )
+    except (ActivityError, FailureError) as error:
+        workflow.logger.warning("a batch of %d local runs failed: %s", len(runs), error)
+        return [BatchedOutcome() for _ in runs]
+    return answer.outcomes
