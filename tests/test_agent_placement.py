@@ -23,10 +23,11 @@ from coord.infra.payload_store import data_converter
 from coord.models.calls import PLACE_AGENTS
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.batches import LocalBatchOutcomes
 from coord.models.mesh.config import PythonAgent, ShellAgent
 from coord.models.mesh.placement import Placement, PlacementAsk, placement
 from coord.models.saga.spec import SagaSpec, SagaStatus
-from coord.models.wire.contract import RUN_AGENT_ACTIVITY, agent_task_queue
+from coord.models.wire.contract import RUN_AGENT_ACTIVITY, RUN_AGENTS_ACTIVITY, agent_task_queue
 from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
@@ -91,6 +92,25 @@ def local_activity_types(events: list[HistoryEvent]) -> list[str]:
         for e in events
         if e.marker_recorded_event_attributes.marker_name == LOCAL
     ]
+
+
+def local_agent_runs(events: list[HistoryEvent]) -> int:
+    """The agent runs local activities recorded: one a `run_agent` marker, and each of a
+    batch's (`run_agents`) that came back with an outcome."""
+    runs = 0
+    for event in events:
+        marker = event.marker_recorded_event_attributes
+        if marker.marker_name != LOCAL:
+            continue
+        kind = json.loads(marker.details["data"].payloads[0].data)["activity_type"]
+        if kind == RUN_AGENTS_ACTIVITY:
+            answer = LocalBatchOutcomes.model_validate_json(
+                marker.details["result"].payloads[0].data
+            )
+            runs += sum(1 for outcome in answer.outcomes if not outcome.again)
+        else:
+            runs += 1
+    return runs
 
 
 def _markers(events: list[HistoryEvent]) -> int:

@@ -30,7 +30,12 @@ from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
 from tests.helpers import approved, eventually, parked, run_chain, user_story
-from tests.test_agent_placement import LOCAL, _agent_tasks, _replays_from_every_task
+from tests.test_agent_placement import (
+    LOCAL,
+    _agent_tasks,
+    _replays_from_every_task,
+    local_agent_runs,
+)
 from tests.test_rewind import FIXED, story_with
 from tests.test_rewind import approved as rewind_approved
 
@@ -47,6 +52,10 @@ PUBLISHERS = 4
 
 
 def _local_runs(events: list[HistoryEvent]) -> int:
+    return local_agent_runs(events)
+
+
+def _local_activities(events: list[HistoryEvent]) -> int:
     return sum(1 for e in events if e.marker_recorded_event_attributes.marker_name == LOCAL)
 
 
@@ -84,7 +93,7 @@ async def test_a_chain_runs_its_python_agents_locally_retries_them_and_parks_a_f
     assert entry.failure_type == "service_unavailable", "the agent's own failure type"
     assert entry.attempts == 2 and entry.target_agent == "python-pro" and entry.replay == "rerun"
     assert _agent_tasks(events) == {}, "no activity task for a local agent"
-    assert _local_runs(events) >= 5, "a marker per run: 3 first, python-pro, database-specialist"
+    assert _local_runs(events) >= 5, "local runs: 3 first, python-pro, database-specialist"
 
 
 def _counting_registry(calls: Counter[str]) -> AgentRegistry:
@@ -286,13 +295,13 @@ def _overlap_registry(running: Counter[str]) -> AgentRegistry:
     return registry
 
 
-async def test_a_chain_runs_one_local_agent_at_a_time_and_replays_from_every_task(
+async def test_a_chain_runs_local_agents_starting_together_in_one_batch_and_replays(
     client: Client, task_queue: str
 ) -> None:
     """Three subscriptions on one event, the chain allowing four runs at once: their local runs
-    go one after the other (a replay may hand several local results to the chain at once,
-    which it would take in another order than it recorded), and the chain replays from every
-    workflow task."""
+    go side by side in one local activity (one at a time: a replay may hand several local
+    results to the chain at once, which it would take in another order than it recorded), and
+    the chain replays from every workflow task."""
     spec = ChainSpec.model_validate(
         {
             "name": "fanned",
@@ -311,9 +320,10 @@ async def test_a_chain_runs_one_local_agent_at_a_time_and_replays_from_every_tas
         state, timeline = await run_chain(client, task_queue, spec, [go])
         history = await api.chain_handle(client, state.correlation_id).fetch_history()
     assert {row.event for row in timeline} == {"Go", *(f"{name}-done" for name in FANNED)}
-    assert running["most"] == 1, "one local run at a time"
+    assert running["most"] == len(FANNED), "side by side"
     events = list(history.events)
     assert _agent_tasks(events) == {} and _local_runs(events) == len(FANNED)
+    assert _local_activities(events) == 1, "one batch"
     await _replays_from_every_task(history)
 
 

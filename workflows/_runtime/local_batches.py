@@ -21,6 +21,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import calls
 
+Waiting = tuple[BatchedRun, "asyncio.Future[BatchedOutcome]"]
+"""A run in a batch, and the wait for its outcome."""
 ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 """A batch is not retried as a whole: each run that failed goes on as its own run."""
 SUMMARY_AGENTS = 3
@@ -31,7 +33,9 @@ class LocalBatches:
     """Runs waiting for the batch under way, and the batch under way."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[BatchedRun, asyncio.Future[BatchedOutcome]]] = []
+        self._waiting: list[Waiting] = []
+        self._taken: list[Waiting] = []
+        """The runs of the batch under way."""
         self._draining = False
         self.one_local = asyncio.Lock()
         """Held by the local activity under way, a batch or a run's later execution on its own:
@@ -47,7 +51,8 @@ class LocalBatches:
         self._waiting.append((run, outcome))
         if not self._draining:
             self._draining = True
-            asyncio.create_task(self._drain())  # noqa: RUF006 - its runs await their outcomes
+            drain = asyncio.create_task(self._drain())
+            drain.add_done_callback(self._drain_ended)
         while True:
             try:
                 return await asyncio.shield(outcome)
@@ -58,12 +63,23 @@ class LocalBatches:
     async def _drain(self) -> None:
         """Batches, one after the other, until no run waits."""
         while self._waiting:
-            taken, self._waiting = self._waiting[:MAX_BATCH_RUNS], self._waiting[MAX_BATCH_RUNS:]
+            self._taken = self._waiting[:MAX_BATCH_RUNS]
+            self._waiting = self._waiting[MAX_BATCH_RUNS:]
             async with self.one_local:
-                outcomes = await _run_batch([run for run, _ in taken])
-            for (_, waiting), outcome in zip(taken, outcomes, strict=True):
+                outcomes = await _run_batch([run for run, _ in self._taken])
+            for (_, waiting), outcome in zip(self._taken, outcomes, strict=True):
                 waiting.set_result(outcome)
+            self._taken = []
         self._draining = False
+
+    def _drain_ended(self, drain: "asyncio.Task[None]") -> None:
+        """A drain cut short (the worker dropping the run from its cache, maybe before the
+        drain began) cancels the waits it would have ended."""
+        if not drain.cancelled() and drain.exception() is None:
+            return
+        for _, waiting in [*self._taken, *self._waiting]:
+            if not waiting.done():
+                waiting.cancel()
 
 
 async def _run_batch(runs: list[BatchedRun]) -> list[BatchedOutcome]:
