@@ -15,7 +15,7 @@ from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.config import PythonAgent
-from coord.models.wire.contract import RUN_AGENT_ACTIVITY
+from coord.models.wire.contract import RUN_AGENTS_ACTIVITY
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import GatedAgents
@@ -338,4 +338,4 @@ async def test_runs_stay_in_the_chain_unless_their_subscription_hands_them_over(
     assert state.events_seen == 1 and state.dead_lettered == 0
     assert [run.id for run in handed] == [f"{handle.id}/run-3"], "python-pro's: its own workflow"
     assert list(here) == [], "no activity task in the chain"
-    assert local_activity_types(events) == [RUN_AGENT_ACTIVITY], "ux-designer's: in the chain"
+    assert local_activity_types(events) == [RUN_AGENTS_ACTIVITY], "ux-designer's: in the chain"

@@ -1,0 +1,117 @@
+"""A chain's local runs that start together run side by side in one local activity (a batch):
+which results come back in its marker, how long it may take, and, on a chain, a run whose
+result did not fit running again on its own, and a failure no retry fixes ending its run at
+once with its type and attempt."""
+
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+
+from coord.models.chain.spec import ChainSpec
+from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
+from coord.models.mesh.batches import (
+    BATCH_MARGIN,
+    BATCH_RESULT_BYTES,
+    BatchedFailure,
+    BatchedOutcome,
+    BatchedRun,
+    batch_timeout,
+    results_that_fit,
+)
+from coord.models.wire.contract import FailureType
+from coord.starter import api
+from coord.worker import build_worker
+from tests.helpers import parked, run_chain
+from tests.test_agent_placement import _agent_tasks, local_activity_types
+
+FANNED = ("first", "second", "third")
+LARGE = 300 * 1024
+"""A result's bytes: one fits a batch's marker, two do not."""
+
+
+def test_results_fit_a_batch_in_order_while_their_bytes_allow() -> None:
+    half = BATCH_RESULT_BYTES // 2
+    assert results_that_fit([half, None, half, 1]) == [True, True, True, False]
+    assert results_that_fit([half + 1, half, 10]) == [True, False, True], "a smaller one fits"
+    assert results_that_fit([BATCH_RESULT_BYTES + 1]) == [False]
+
+
+def test_a_batch_takes_its_slowest_runs_time_and_a_margin() -> None:
+    request = AgentRequest(agent="a", event=EventEnvelope.new("Go", "/go"))
+    runs = [BatchedRun(request=request, timeout_s=s) for s in (1.0, 7.5, 2.0)]
+    assert batch_timeout(runs) == timedelta(seconds=7.5) + BATCH_MARGIN
+
+
+def test_an_outcome_without_result_or_failure_runs_again() -> None:
+    failed = BatchedFailure(type=FailureType.TIMEOUT, message="late")
+    assert BatchedOutcome().again
+    assert not BatchedOutcome(failure=failed).again
+
+
+def _fanned(**subscription: Any) -> ChainSpec:
+    return ChainSpec.model_validate(
+        {
+            "name": "fanned",
+            "triggers": ["Go"],
+            "max_concurrency": 4,
+            "subscriptions": [
+                {"agent": name, "events": ["Go"], "publishes": {"events": []}, **subscription}
+                for name in FANNED
+            ],
+            "alerts": None,
+        }
+    )
+
+
+def _registry(calls: Counter[str], output: Mapping[str, Any]) -> AgentRegistry:
+    """The three agents, counting their calls, each returning `output`."""
+    registry = AgentRegistry()
+
+    async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        calls[context.agent] += 1
+        return output
+
+    for name in FANNED:
+        registry.register(name)(agent)
+    return registry
+
+
+async def test_runs_whose_results_do_not_fit_their_batch_run_again_on_their_own(
+    client: Client, task_queue: str
+) -> None:
+    """Three runs of 300 KiB results: the first comes back in the batch, the other two are
+    called again, each in a local activity of its own, and every run succeeds."""
+    calls: Counter[str] = Counter()
+    go = EventEnvelope.new("Go", "/go")
+    async with build_worker(client, task_queue, _registry(calls, {"blob": "x" * LARGE})):
+        state, _ = await run_chain(client, task_queue, _fanned(), [go])
+        events = [
+            e async for e in api.chain_handle(client, state.correlation_id).fetch_history_events()
+        ]
+    assert state.dead_lettered == 0 and not state.running
+    assert sorted(calls.values()) == [1, 2, 2], "two called again"
+    assert local_activity_types(events) == ["run_agents", "run_agent", "run_agent"]
+    assert _agent_tasks(events) == {}
+
+
+async def test_a_failure_no_retry_fixes_ends_its_batched_run_at_once(
+    client: Client, task_queue: str
+) -> None:
+    """An output that does not validate (`invalid_payload`, never retried) fails each run in
+    its batch after one call, parked with its type and attempt, though the subscription allows
+    retries."""
+    calls: Counter[str] = Counter()
+    go = EventEnvelope.new("Go", "/go", correlation_id=f"bad-{uuid.uuid4().hex[:8]}")
+    spec = _fanned(retry={"max_retries": 3, "initial_delay": "10ms", "jitter": "none"})
+    async with build_worker(client, task_queue, _registry(calls, {"publish": 5})):
+        state, _ = await run_chain(client, task_queue, spec, [go])
+        entries = await parked(client, task_queue, len(FANNED))
+        letters = [await api.dlq_entry(client, row.entry_id) for row in entries]
+    assert dict(calls) == dict.fromkeys(FANNED, 1), "one call each"
+    assert state.dead_lettered == len(FANNED)
+    assert {(e.failure_type, e.attempts) for e in letters} == {(FailureType.INVALID_PAYLOAD, 1)}
