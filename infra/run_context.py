@@ -2,6 +2,8 @@
 (`coord.infra.tracing`), apart from it so that a client, which never runs an agent, loads no
 worker code."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -13,29 +15,51 @@ from temporalio.worker import Interceptor as WorkerInterceptor
 from coord.infra.tracing import CORRELATION_ATTRIBUTE, event_attributes
 from coord.models.mesh.agents import AgentRequest
 
+BATCHED_RUN_SPAN = "BatchedRun:run_agent"
+"""The span of one run in a batch of local runs, under the batch's `RunActivity:run_agents`."""
+
+_tracer = trace.get_tracer(__name__)
+
+
+@contextmanager
+def agent_run_context(request: AgentRequest, *, own_span: bool = False) -> Iterator[None]:
+    """`request`'s run: its event and agent on the current span (on a span of its own, for a
+    run in a batch, with `own_span`) and on every log line written meanwhile."""
+    envelope = request.event.event
+    fields = {
+        "correlation_id": envelope.correlation_id,
+        "causation_id": envelope.causation_id,
+        "event_id": envelope.id,
+        "workflow_id": activity.info().workflow_id,
+        "agent": request.agent,
+    }
+    bound = structlog.contextvars.bound_contextvars(
+        **{key: value for key, value in fields.items() if value is not None}
+    )
+    if not trace.get_current_span().is_recording():
+        with bound:
+            yield
+        return
+    with _tracer.start_as_current_span(BATCHED_RUN_SPAN) if own_span else _current() as span:
+        span.set_attributes(event_attributes(request.event.model_dump(mode="json")))
+        span.set_attribute("coord.agent", request.agent)
+        if envelope.correlation_id:
+            span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
+        with bound:
+            yield
+
+
+@contextmanager
+def _current() -> Iterator[trace.Span]:
+    yield trace.get_current_span()
+
 
 class _RunContextInbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         request = input.args[0] if input.args else None
         if not isinstance(request, AgentRequest):
             return await super().execute_activity(input)
-        envelope = request.event.event
-        fields = {
-            "correlation_id": envelope.correlation_id,
-            "causation_id": envelope.causation_id,
-            "event_id": envelope.id,
-            "workflow_id": activity.info().workflow_id,
-            "agent": request.agent,
-        }
-        span = trace.get_current_span()
-        if span.is_recording():
-            span.set_attributes(event_attributes(request.event.model_dump(mode="json")))
-            span.set_attribute("coord.agent", request.agent)
-            if envelope.correlation_id:
-                span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
-        with structlog.contextvars.bound_contextvars(
-            **{key: value for key, value in fields.items() if value is not None}
-        ):
+        with agent_run_context(request):
             return await super().execute_activity(input)
 
 

@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.logs import get_logger
+from coord.infra.run_context import BATCHED_RUN_SPAN
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
@@ -71,7 +72,7 @@ async def test_the_seed_chain_is_one_trace_whose_spans_mirror_its_causation_tree
     assert any("StartWorkflow" in s["name"] or "SignalWorkflow" in s["name"] for s in publish)
     runs_by_event: dict[str, set[str]] = defaultdict(set)
     for span in in_trace:
-        if span["name"] == "RunActivity:run_agent":
+        if span["name"] in {"RunActivity:run_agent", BATCHED_RUN_SPAN}:
             attributes = span["attributes"]
             runs_by_event[attributes["coord.event_id"]].add(attributes["coord.agent"])
             assert attributes["coord.event_type"] and attributes["coord.correlation_id"]

@@ -58,6 +58,7 @@ from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.pools import AgentPools
 from coord.activities.mesh.result_refs import ResultStore
 from coord.activities.mesh.run_tally import RunCounter
+from coord.infra.run_context import agent_run_context
 from coord.models import calls as refs
 from coord.models.mesh.agents import (
     AgentContext,
@@ -110,14 +111,18 @@ class AgentActivities:
         return LocalBatchOutcomes(outcomes=kept)
 
     async def _batched(self, run: BatchedRun) -> BatchedOutcome:
+        """One run of a batch, with its own context (its span, its log lines' ids)."""
         try:
-            async with asyncio.timeout(run.timeout_s):
-                return BatchedOutcome(result=await self.run_agent(run.request))
+            with agent_run_context(run.request, own_span=True):
+                async with asyncio.timeout(run.timeout_s):
+                    return BatchedOutcome(result=await self.run_agent(run.request))
         except ApplicationError as error:
             return BatchedOutcome(failure=batched_failure(error))
         except TimeoutError:
             message = f"agent {run.request.agent!r} ran past its time limit of {run.timeout_s:g}s"
-            return BatchedOutcome(failure=BatchedFailure(type=FailureType.TIMEOUT, message=message))
+            attempt = {"attempt": run.request.attempts_before + 1}
+            timeout = BatchedFailure(type=FailureType.TIMEOUT, message=message, details=[attempt])
+            return BatchedOutcome(failure=timeout)
 
     @activity.defn(name=refs.RUN_AGENT.name)
     async def run_agent(self, request: AgentRequest) -> AgentResult:

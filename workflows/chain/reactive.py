@@ -146,6 +146,21 @@ def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
         runner.run_locally()
 
 
+PATCH_BUNDLES = (
+    (CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3),
+    (CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2),
+    (CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES),
+)
+"""The chain's bundles of patches, newest first: a new run takes the newest; a run recorded
+before, the one it took then (or none: it asked each patch)."""
+
+
+def _adopt_newest_bundle(chain: "ReactiveChain") -> None:
+    for bundle, covered in PATCH_BUNDLES:
+        if adopt(bundle, covered, on=chain):
+            return
+
+
 @workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
 class ReactiveChain(metaclass=SurplusStartArguments):
     """The Temporal side of a chain: signals, queries, timers, runs and continue-as-new.
@@ -160,10 +175,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
-        if not adopt(CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3, on=self) and not adopt(
-            CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2, on=self
-        ):
-            adopt(CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES, on=self)
+        _adopt_newest_bundle(self)
         self._input_error: str | None = None
         try:
             chain_input = decode_input(ChainInput, raw_input, "chain input")
