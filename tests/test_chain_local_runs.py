@@ -1,7 +1,8 @@
 """A chain runs the short in-process agents its worker serves as local activities, as a saga
-does: a marker in its history for each run, no activity task; retries, the failure taxonomy and
-the dead-letter queue as for an activity task; and a chain that continues as new while its local
-runs come and go runs each of them exactly once, its every run replaying from any task."""
+does: markers in its history (one for a batch of runs starting together), no activity task;
+retries, the failure taxonomy and the dead-letter queue as for an activity task; and a chain
+that continues as new while its local runs come and go runs each of them exactly once, its every
+run replaying from any task."""
 
 import asyncio
 import uuid
@@ -29,9 +30,8 @@ from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
-from tests.helpers import approved, eventually, parked, run_chain, user_story
+from tests.helpers import approved, eventually, parked, user_story
 from tests.test_agent_placement import (
-    LOCAL,
     _agent_tasks,
     _replays_from_every_task,
     local_agent_runs,
@@ -53,10 +53,6 @@ PUBLISHERS = 4
 
 def _local_runs(events: list[HistoryEvent]) -> int:
     return local_agent_runs(events)
-
-
-def _local_activities(events: list[HistoryEvent]) -> int:
-    return sum(1 for e in events if e.marker_recorded_event_attributes.marker_name == LOCAL)
 
 
 def _fast_story() -> ChainSpec:
@@ -274,57 +270,6 @@ async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_ru
     for events in runs:
         assert not _local_runs(_last_task_commands(events)), "the run's marker recorded first"
     assert _last_task_commands(runs[0])[-1].event_type == COMPLETED
-
-
-FANNED = ("first", "second", "third")
-
-
-def _overlap_registry(running: Counter[str]) -> AgentRegistry:
-    """Three python agents (local runs) that count how many of them run at once (`most`)."""
-    registry = AgentRegistry()
-
-    async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        running["now"] += 1
-        running["most"] = max(running["most"], running["now"])
-        await asyncio.sleep(0.1)  # the agent's work: long enough for the others to start
-        running["now"] -= 1
-        return {}
-
-    for name in FANNED:
-        registry.register(name)(agent)
-    return registry
-
-
-async def test_a_chain_runs_local_agents_starting_together_in_one_batch_and_replays(
-    client: Client, task_queue: str
-) -> None:
-    """Three subscriptions on one event, the chain allowing four runs at once: their local runs
-    go side by side in one local activity (one at a time: a replay may hand several local
-    results to the chain at once, which it would take in another order than it recorded), and
-    the chain replays from every workflow task."""
-    spec = ChainSpec.model_validate(
-        {
-            "name": "fanned",
-            "triggers": ["Go"],
-            "max_concurrency": 4,
-            "subscriptions": [
-                {"agent": name, "events": ["Go"], "publishes": {"on_success": f"{name}-done"}}
-                for name in FANNED
-            ],
-            "alerts": None,
-        }
-    )
-    running: Counter[str] = Counter()
-    go = EventEnvelope.new("Go", "/go")
-    async with build_worker(client, task_queue, _overlap_registry(running)):
-        state, timeline = await run_chain(client, task_queue, spec, [go])
-        history = await api.chain_handle(client, state.correlation_id).fetch_history()
-    assert {row.event for row in timeline} == {"Go", *(f"{name}-done" for name in FANNED)}
-    assert running["most"] == len(FANNED), "side by side"
-    events = list(history.events)
-    assert _agent_tasks(events) == {} and _local_runs(events) == len(FANNED)
-    assert _local_activities(events) == 1, "one batch"
-    await _replays_from_every_task(history)
 
 
 STORIES = 20
