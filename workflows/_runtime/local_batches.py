@@ -7,7 +7,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
@@ -83,8 +82,8 @@ class LocalBatches:
 
 
 async def _run_batch(runs: list[BatchedRun]) -> list[BatchedOutcome]:
-    """The batch's outcomes; a batch that failed as a whole (its worker lost, a bug) leaves
-    every run to go on its own."""
+    """The batch's outcomes; a batch that failed as a whole (its worker lost, an answer that
+    does not decode or does not match its runs) leaves every run to go on its own."""
     agents = sorted({run.request.agent for run in runs})
     named = ", ".join(agents[:SUMMARY_AGENTS]) + (", …" if len(agents) > SUMMARY_AGENTS else "")
     try:
@@ -95,7 +94,12 @@ async def _run_batch(runs: list[BatchedRun]) -> list[BatchedOutcome]:
             retry_policy=ONE_ATTEMPT,
             summary=f"{len(runs)} local runs: {named}",
         )
-    except (ActivityError, FailureError) as error:
+    except Exception as error:  # anything: no run waits on a batch that will not answer
         workflow.logger.warning("a batch of %d local runs failed: %s", len(runs), error)
+        return [BatchedOutcome() for _ in runs]
+    if len(answer.outcomes) != len(runs):
+        workflow.logger.warning(
+            "a batch of %d local runs answered for %d", len(runs), len(answer.outcomes)
+        )
         return [BatchedOutcome() for _ in runs]
     return answer.outcomes
