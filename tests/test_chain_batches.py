@@ -167,3 +167,28 @@ async def test_a_failure_no_retry_fixes_ends_its_batched_run_at_once(
     assert dict(calls) == dict.fromkeys(FANNED, 1), "one call each"
     assert state.dead_lettered == len(FANNED)
     assert {(e.failure_type, e.attempts) for e in letters} == {(FailureType.INVALID_PAYLOAD, 1)}
+
+
+async def test_a_batched_run_past_its_timeout_fails_timeout_and_frees_the_others(
+    client: Client, task_queue: str
+) -> None:
+    """One agent of the three outlives its subscription's one-second timeout in their batch: it
+    is parked `timeout` after its one attempt, and the other two succeed in that same batch."""
+    calls: Counter[str] = Counter()
+
+    async def agent(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        calls[context.agent] += 1
+        if context.agent == "second":
+            await asyncio.sleep(5)
+        return {}
+
+    go = EventEnvelope.new("Go", "/go", correlation_id=f"late-{uuid.uuid4().hex[:8]}")
+    spec = _fanned(announced=True, timeout="1s", retry={"max_retries": 0})
+    async with build_worker(client, task_queue, _serving(agent)):
+        state, timeline = await run_chain(client, task_queue, spec, [go])
+        [row] = await parked(client, task_queue, 1)
+        letter = await api.dlq_entry(client, row.entry_id)
+    assert dict(calls) == dict.fromkeys(FANNED, 1)
+    assert state.dead_lettered == 1
+    assert {row.event for row in timeline} == {"Go", "first-done", "third-done"}
+    assert (letter.failure_type, letter.attempts, letter.target_agent) == ("timeout", 1, "second")
