@@ -3,7 +3,7 @@
 worker code."""
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import structlog
@@ -40,18 +40,14 @@ def agent_run_context(request: AgentRequest, *, own_span: bool = False) -> Itera
         with bound:
             yield
         return
-    with _tracer.start_as_current_span(BATCHED_RUN_SPAN) if own_span else _current() as span:
+    current = nullcontext(trace.get_current_span())
+    with _tracer.start_as_current_span(BATCHED_RUN_SPAN) if own_span else current as span:
         span.set_attributes(event_attributes(request.event.model_dump(mode="json")))
         span.set_attribute("coord.agent", request.agent)
         if envelope.correlation_id:
             span.set_attribute(CORRELATION_ATTRIBUTE, envelope.correlation_id)
         with bound:
             yield
-
-
-@contextmanager
-def _current() -> Iterator[trace.Span]:
-    yield trace.get_current_span()
 
 
 class _RunContextInbound(ActivityInboundInterceptor):

@@ -51,10 +51,6 @@ PINGS = 40
 PUBLISHERS = 4
 
 
-def _local_runs(events: list[HistoryEvent]) -> int:
-    return local_agent_runs(events)
-
-
 def _fast_story() -> ChainSpec:
     """The user-story chain, each subscription retried once after 100 ms."""
     spec = user_story()
@@ -89,7 +85,7 @@ async def test_a_chain_runs_its_python_agents_locally_retries_them_and_parks_a_f
     assert entry.failure_type == "service_unavailable", "the agent's own failure type"
     assert entry.attempts == 2 and entry.target_agent == "python-pro" and entry.replay == "rerun"
     assert _agent_tasks(events) == {}, "no activity task for a local agent"
-    assert _local_runs(events) >= 5, "local runs: 3 first, python-pro, database-specialist"
+    assert local_agent_runs(events) >= 5, "local runs: 3 first, python-pro, database-specialist"
 
 
 def _counting_registry(calls: Counter[str]) -> AgentRegistry:
@@ -164,7 +160,7 @@ async def test_a_chain_continuing_as_new_among_local_runs_runs_each_once_and_rep
     assert continued, "the chain continued as new"
     events = [event for history in histories for event in history.events]
     assert _agent_tasks(events) == {}
-    assert _local_runs(events) >= PINGS
+    assert local_agent_runs(events) >= PINGS
     for history in histories:
         await _replays_from_every_task(history)
 
@@ -265,10 +261,10 @@ async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_ru
         runs = [list(h.events) for h in await _histories(client, chain.id)]
     assert state.events_seen == SEGMENT_ROWS and state.dead_lettered == 0
     assert list(calls.values()) == [1], "the gate ran once"
-    assert sum(_local_runs(events) for events in runs) >= 1
+    assert sum(local_agent_runs(events) for events in runs) >= 1
     assert all(_agent_tasks(events) == {} for events in runs)
     for events in runs:
-        assert not _local_runs(_last_task_commands(events)), "the run's marker recorded first"
+        assert not local_agent_runs(_last_task_commands(events)), "the run's marker recorded first"
     assert _last_task_commands(runs[0])[-1].event_type == COMPLETED
 
 
@@ -302,7 +298,7 @@ async def test_chains_of_local_and_remote_runs_ask_their_patches_once_and_replay
         histories = [await api.chain_handle(client, c).fetch_history() for c in ids]
     for history in histories:
         events = list(history.events)
-        assert _local_runs(events) >= 5 and _agent_tasks(events) != {}, "local and remote runs"
+        assert local_agent_runs(events) >= 5 and _agent_tasks(events) != {}, "local and remote runs"
         patches = [e for e in events if e.marker_recorded_event_attributes.marker_name == PATCH]
         assert len(patches) == 1, "one patch marker: the bundle's"
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter())

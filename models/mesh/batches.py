@@ -37,8 +37,9 @@ __all__ = [
 MAX_BATCH_RUNS = 50
 """Runs in one batch at most: those queued beyond wait for the next."""
 BATCH_RESULT_BYTES = BYTES_PER_WORKFLOW_TASK
-"""The JSON bytes of a batch's results at most, all in one marker (the server refuses a payload
-over 2 MB, and a workflow task's completion over 4 MB)."""
+"""The JSON bytes of a batch's results at most: they come back in one marker, which the workflow
+decodes in one activation, so a batch takes no more than a workflow task's byte budget (the one
+the chain takes its events by)."""
 BATCH_MARGIN = timedelta(seconds=1)
 """How much longer a batch may take than its slowest run's timeout (each run's own timeout is
 kept inside the batch)."""

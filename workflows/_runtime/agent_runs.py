@@ -559,27 +559,29 @@ class _AgentRun:
         failure it is done retrying, as after any execution's last (`_recovered`)."""
         timeout = self.settings.start_to_close
         assert timeout is not None  # a local run's (`start_batched_run`)
-        self.local = True
         # The retry's wait is the policy's, spread here by the run's jitter: the batch's own
         # policy, which its worker would read, is not the run's.
         first = self._sent().model_copy(update={"jitter": None})
         outcome = await batches.run(first, timeout)
         if outcome.result is not None:
             return self._took(outcome.result)
-        failed = outcome.failure
-        if failed is None:
-            async with batches.one_local:
-                return await self.result(await self._again())
+        if outcome.failure is not None:
+            await self._after_batched_failure(outcome.failure)
+        async with batches.one_local:
+            return await self.result(await self._again())
+
+    async def _after_batched_failure(self, failed: BatchedFailure) -> None:
+        """Waits for the second attempt of a run whose first failed in its batch, or, when it
+        is not retried, goes through `_recovered` as after any execution's last (raising the
+        failure when the run does not go on)."""
         delay = self._retry_wait(failed)
         if delay is not None:
             self.allowance.spent += 1
             await workflow.sleep(delay, summary=f"{self.request.agent}: {failed.type}, retrying")
-        else:
-            error = _batched_error(failed)
-            if not await self._recovered(error):
-                raise error
-        async with batches.one_local:
-            return await self.result(await self._again())
+            return
+        error = _batched_error(failed)
+        if not await self._recovered(error):
+            raise error
 
     def _retry_wait(self, failed: BatchedFailure) -> timedelta | None:
         """The wait before the second attempt of a run whose first failed in its batch; None
