@@ -21,6 +21,7 @@ from coord.models.mesh.batches import (
     BatchedFailure,
     BatchedOutcome,
     BatchedRun,
+    LocalBatch,
     batch_timeout,
     results_that_fit,
 )
@@ -50,7 +51,7 @@ def test_results_fit_a_batch_in_order_while_their_bytes_allow() -> None:
 def test_a_batch_takes_its_slowest_runs_time_and_a_margin() -> None:
     request = AgentRequest(agent="a", event=EventEnvelope.new("Go", "/go"))
     runs = [BatchedRun(request=request, timeout_s=s) for s in (1.0, 7.5, 2.0)]
-    assert batch_timeout(runs) == timedelta(seconds=7.5) + BATCH_MARGIN
+    assert batch_timeout(LocalBatch(runs=runs)) == timedelta(seconds=7.5) + BATCH_MARGIN
 
 
 def test_an_outcome_without_result_or_failure_runs_again() -> None:

@@ -33,10 +33,11 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.batches import BatchedRun
     from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
-    from coord.models.saga.model import SagaEnd, SagaModel
+    from coord.models.saga.model import SagaEnd, SagaModel, StepAhead
     from coord.models.saga.spec import (
         CancelEffect,
         SagaSpec,
@@ -67,10 +68,13 @@ with workflow.unsafe.imports_passed_through():
         SAGA_PATCHES,
         SAGA_PATCHES_2,
         SAGA_PATCHES_3,
+        SAGA_PATCHES_4,
         SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_3_PATCH,
+        SAGA_PATCHES_AT_ONCE_4_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
         SAGA_PATCHES_BY_VERSION,
+        SAGA_RUNS_STEPS_AHEAD_PATCH,
         SAGA_STATUS_FROM_START_PATCH,
     )
     from coord.workflows._runtime import calls, metrics
@@ -78,9 +82,11 @@ with workflow.unsafe.imports_passed_through():
         Placements,
         RunSettings,
         assign_agent,
+        batched_first_attempt,
         declared_settings,
         outcomes_landed,
         start_agent_run,
+        start_batched_run,
     )
     from coord.workflows._runtime.common import (
         NO_INPUT,
@@ -92,6 +98,7 @@ with workflow.unsafe.imports_passed_through():
         uncancellable,
         upsert_search_attributes,
     )
+    from coord.workflows._runtime.local_batches import RunsAhead
     from coord.workflows._runtime.patches import adopt, patched, take
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
@@ -112,6 +119,7 @@ class Saga:
         self._sends = ChainSends(self._model)
         self._placements = Placements()
         """Where the saga's agents run, asked of its worker before the first step."""
+        self._ahead = StepsAhead()
         self._options: dict[str, Any] = {
             "cancellation": WAIT_FOR_CANCEL,
             "placements": self._placements,
@@ -146,6 +154,7 @@ class Saga:
         try:
             await self._placements.learn(self._model.spec.agents_run(), self._sends.chain_of())
             self._sends.ask_first(self._status.per_task, self._placements)
+            await self._ahead.run(self._model, self._placements, self._options)
             for index, step in self._model.steps():
                 await self._run_step(index, step)
         except StepFailed:
@@ -177,10 +186,16 @@ class Saga:
             agent = self._model.step_agent(step, await assign_agent(step.route, step.name))
             self._publish()
             settings = declared_settings(step, step.name, retry=retry, **self._options)
-            request = self._model.step_request(step, agent, retry)
+            ahead = self._ahead.of(index)
+            command = None if ahead is None else ahead.request.event
+            request = self._model.step_request(step, agent, retry, command)
             self._status.before_run(settings, request)
-            running = start_agent_run(request, settings, partial(self._detoured, step.name))
-            result = await self._await_step(running)
+            detoured = partial(self._detoured, step.name)
+            if self._ahead.reached(request):
+                running = start_batched_run(request, settings, self._ahead.lane, detoured)
+            else:
+                running = start_agent_run(request, settings, detoured)
+            result = await self._await_step(running, self._ahead.cancel_landed_in(index))
         except asyncio.CancelledError:
             self._model.step_cancelled(step)
             raise
@@ -193,17 +208,23 @@ class Saga:
             if self._model.unwinding:
                 raise asyncio.CancelledError from error
             raise StepFailed from error
-        self._sends.send(self._model.step_succeeded(index, step, result.data))
+        success_id = None if ahead is None else ahead.success_id
+        self._sends.send(self._model.step_succeeded(index, step, result.data, success_id))
         self._log("step completed", step=step.name, event=step.on_success, pivot=step.pivot)
         if self._model.unwinding:
             raise asyncio.CancelledError
 
-    async def _await_step(self, running: "asyncio.Task[AgentResult]") -> AgentResult:
+    async def _await_step(
+        self, running: "asyncio.Task[AgentResult]", cancel_landed: bool = False
+    ) -> AgentResult:
         """The step's result, whatever a cancel does meanwhile. Before the pivot a cancel is
         passed on to the agent, which may honour it or ignore it (no heartbeat, or done inside the
         heartbeat throttle): a result is kept either way, even one arriving in the same workflow
-        task as the cancel, and the stack is unwound after it. After the pivot the step runs on."""
+        task as the cancel, and the stack is unwound after it. After the pivot the step runs on.
+        `cancel_landed`: a cancel landed while the step ran ahead (`StepsAhead`)."""
         try:
+            if cancel_landed:
+                raise asyncio.CancelledError
             await workflow.wait([running])
         except asyncio.CancelledError:
             effect = self._model.cancel_effect()
@@ -323,6 +344,59 @@ def all_local(model: SagaModel, placements: Placements) -> bool:
     )
 
 
+class StepsAhead:
+    """The first attempts of a saga's steps, all local, run ahead in one local activity, in
+    order, each handed the results of those before it (`RunsAhead`): a five-step saga takes one
+    marker and one round trip to its agents, not five. Each step then takes its outcome in turn,
+    as its run's first attempt, and goes on from there as it would have (its retries, detours
+    and failure); the steps after one that did not succeed run on their own. A cancel landing
+    while the batch runs lands, for the record, while its last step ran: its results are kept
+    and the stack is unwound after it (before the pivot), as for a step that ignores a cancel.
+    Runs recorded before SAGA_RUNS_STEPS_AHEAD_PATCH ran each step alone."""
+
+    def __init__(self) -> None:
+        self.lane = RunsAhead()
+        self._ahead: dict[int, StepAhead] = {}
+        self._cancel_landed = False
+        self._last = 0
+        """The last step the batch reached."""
+
+    async def run(self, model: SagaModel, placements: Placements, options: dict[str, Any]) -> None:
+        """Runs the steps ahead when there are two or more, every run is local, no token budget
+        is spent (each run is sent what is left of it), and the run takes the patch."""
+        steps = list(model.steps())
+        if len(steps) < 2 or model.spec.budget is not None:
+            return
+        if not all_local(model, placements) or not patched(SAGA_RUNS_STEPS_AHEAD_PATCH):
+            return
+        ahead = model.steps_ahead(steps)
+        runs = []
+        for run in ahead:
+            settings = declared_settings(run.step, run.step.name, retry=run.retry, **options)
+            first = batched_first_attempt(run.request, settings)
+            timeout = run.step.timeout.total_seconds()
+            runs.append(BatchedRun(request=first, timeout_s=timeout, result_as=run.step.name))
+        self._ahead = {run.index: run for run in ahead}
+        await uncancellable(self.lane.run_all(runs), self._landed)
+        reached = [run.index for run in ahead if self.lane.reached(run.request)]
+        if self._cancel_landed and not reached:
+            raise asyncio.CancelledError  # as a cancel landing before the first step
+        self._last = max(reached, default=0)
+
+    def _landed(self) -> None:
+        self._cancel_landed = True
+
+    def of(self, index: int) -> StepAhead | None:
+        return self._ahead.get(index)
+
+    def reached(self, request: AgentRequest) -> bool:
+        return self.lane.reached(request)
+
+    def cancel_landed_in(self, index: int) -> bool:
+        """Whether a cancel landed while the batch ran and `index` is its last step."""
+        return self._cancel_landed and index == self._last
+
+
 class StatusWrites:
     """The saga's status as a search attribute, written once per change of status: at once
     (runs recorded before SAGA_PATCHES_AT_ONCE_PATCH), or, `per_task`, once per workflow task:
@@ -354,7 +428,8 @@ class StatusWrites:
             self.per_task = True
         else:
             self.per_task = (
-                adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
+                adopt(SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4)
+                or adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
                 or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
                 or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
             )

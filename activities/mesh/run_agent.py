@@ -69,11 +69,14 @@ from coord.models.mesh.agents import (
     ProgressReporter,
 )
 from coord.models.mesh.batches import (
+    BATCH_RESULT_BYTES,
     BatchedFailure,
     BatchedOutcome,
     BatchedRun,
     LocalBatch,
     LocalBatchOutcomes,
+    goes_on_after,
+    handed_on,
     results_that_fit,
 )
 from coord.models.mesh.config import AgentConfig
@@ -104,11 +107,33 @@ class AgentActivities:
         """The first attempts of a batch's runs side by side, each as `run_agent` runs one
         within its own timeout; a failure comes back as data, and a result that would take the
         batch's marker past its bytes comes back as neither (coord.models.mesh.batches)."""
+        if batch.in_order:
+            return LocalBatchOutcomes(outcomes=await self._in_order(batch.runs))
         outcomes = await asyncio.gather(*(self._batched(run) for run in batch.runs))
         sizes = [None if o.result is None else json_size(o.result) for o in outcomes]
         fitting = results_that_fit(sizes)
         kept = [o if fits else BatchedOutcome() for o, fits in zip(outcomes, fitting, strict=True)]
         return LocalBatchOutcomes(outcomes=kept)
+
+    async def _in_order(self, runs: list[BatchedRun]) -> list[BatchedOutcome]:
+        """The runs one after the other, each handed the results before it, up to the first
+        that fails, does not fit the batch's bytes, or ends the batch (`goes_on_after`)."""
+        outcomes: list[BatchedOutcome] = []
+        handed: dict[str, Any] = {}
+        spent = 0
+        for run in runs:
+            request = handed_on(run.request, handed)
+            outcome = await self._batched(run.model_copy(update={"request": request}))
+            if outcome.result is None:
+                return [*outcomes, outcome]
+            spent += json_size(outcome.result)
+            if spent > BATCH_RESULT_BYTES:
+                return [*outcomes, BatchedOutcome()]
+            outcomes.append(outcome)
+            if run.result_as is None or not goes_on_after(outcome.result):
+                break
+            handed[run.result_as] = outcome.result.data
+        return outcomes
 
     async def _batched(self, run: BatchedRun) -> BatchedOutcome:
         """One run of a batch, with its own context (its span, its log lines' ids)."""

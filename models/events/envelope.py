@@ -94,10 +94,13 @@ class EventEnvelope(BaseModel):
         causation_id: str | None = None,
         topic: str | None = None,
         priority: Priority = Priority.NORMAL,
+        event_id: str | None = None,
     ) -> Self:
-        """The short way to build an envelope from code; ids and timestamps are filled in."""
+        """The short way to build an envelope from code; ids and timestamps are filled in (the
+        id unless given: one reserved before, for events caused by it)."""
         return cls(
             event=EventHeader(
+                id=event_id or new_event_id(),
                 type=type,
                 source=source,
                 correlation_id=correlation_id,

@@ -10,7 +10,13 @@ queued runs side by side: a burst costs about one round trip and one marker, not
 A batch carries first attempts only. A run whose first attempt fails goes on as its own run
 from its second attempt, with its retry policy's wait, its detours and its failure taxonomy; a
 run whose result does not fit the batch's share of a workflow task's bytes is run again on its
-own (agents are called at least once, as any retried activity is)."""
+own (agents are called at least once, as any retried activity is).
+
+Runs that follow each other (a saga's steps, each handed the results of those before it) run
+ahead in order (`LocalBatch.in_order`): each is handed the results of those before it in the
+batch (`handed_on`), and the batch stops at the first that does not succeed, does not fit, or
+reports what it used (the next run is sent what is left of a budget): the runs after it go on
+their own, as they would have without the batch."""
 
 from datetime import timedelta
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coord.models.mesh.agents import AgentRequest, AgentResult
+from coord.models.mesh.usage import reported_usage
 from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.models.wire.specs import MAX_COUNT
 
@@ -31,6 +38,8 @@ __all__ = [
     "LocalBatch",
     "LocalBatchOutcomes",
     "batch_timeout",
+    "goes_on_after",
+    "handed_on",
     "results_that_fit",
 ]
 
@@ -52,6 +61,9 @@ class BatchedRun(BaseModel):
 
     request: AgentRequest
     timeout_s: float = Field(gt=0)
+    result_as: str | None = None
+    """In an in-order batch, the name under which the runs after it are handed its result
+    (`inputs.steps`, as a saga's steps are)."""
 
 
 class LocalBatch(BaseModel):
@@ -60,6 +72,9 @@ class LocalBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     runs: list[BatchedRun] = Field(min_length=1, max_length=MAX_BATCH_RUNS)
+    in_order: bool = False
+    """One after the other, each handed the results of those before (`handed_on`), until one
+    does not succeed; else side by side."""
 
 
 class BatchedFailure(BaseModel):
@@ -92,16 +107,28 @@ class BatchedOutcome(BaseModel):
 
 
 class LocalBatchOutcomes(BaseModel):
-    """The outcomes of a batch's runs, in the batch's order."""
+    """The outcomes of a batch's runs, in the batch's order: of each run, or, in order, of the
+    runs up to the one that ended the batch."""
 
     model_config = ConfigDict(extra="forbid")
 
     outcomes: list[BatchedOutcome] = Field(max_length=MAX_BATCH_RUNS)
 
 
-def batch_timeout(runs: list[BatchedRun]) -> timedelta:
-    """The batch's start-to-close: its slowest run's timeout, and a margin."""
-    return timedelta(seconds=max(run.timeout_s for run in runs)) + BATCH_MARGIN
+def batch_timeout(batch: LocalBatch) -> timedelta:
+    """The batch's start-to-close: its slowest run's timeout (in order, the sum of its runs'),
+    and a margin."""
+    timeouts = [run.timeout_s for run in batch.runs]
+    return timedelta(seconds=sum(timeouts) if batch.in_order else max(timeouts)) + BATCH_MARGIN
+
+
+def handed_on(request: AgentRequest, results: dict[str, Any]) -> AgentRequest:
+    """`request` handed the results of the runs before it in an in-order batch, by name, after
+    those it already holds (what a saga's step request holds once those steps succeeded)."""
+    if not results:
+        return request
+    steps = {**request.inputs.get("steps", {}), **results}
+    return request.model_copy(update={"inputs": {**request.inputs, "steps": steps}})
 
 
 def results_that_fit(sizes: list[int | None], budget: int = BATCH_RESULT_BYTES) -> list[bool]:
@@ -113,3 +140,10 @@ def results_that_fit(sizes: list[int | None], budget: int = BATCH_RESULT_BYTES) 
         spent += size if fit and size is not None else 0
         fits.append(fit)
     return fits
+
+
+def goes_on_after(result: AgentResult) -> bool:
+    """Whether an in-order batch goes on after a run that ended in `result`: its data is here
+    to hand on (not in the payload store), and it reported no use (the next run is sent what is
+    left of a budget)."""
+    return result.reference is None and reported_usage(result.metadata) is None

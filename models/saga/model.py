@@ -20,12 +20,12 @@ The rules:
   pivot it unwinds the stack (after the running step's result, which is kept), after it the saga
   runs on."""
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from coord.models.events.envelope import EventEnvelope
+from coord.models.events.envelope import EventEnvelope, new_event_id
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentRequest
 from coord.models.mesh.assignment import Assignment
@@ -50,6 +50,18 @@ CANCELLED_STEP = {
 }
 """The outcome of a step cancelled before it ended: unknown, so its compensation runs."""
 CANCEL_REASON = "saga cancelled"
+
+
+@dataclass(frozen=True)
+class StepAhead:
+    """A step's run made before the steps ahead of it ended (`SagaModel.steps_ahead`)."""
+
+    index: int
+    step: SagaStep
+    retry: RetryConfig
+    request: AgentRequest
+    success_id: str
+    """The id its success event takes (the next step's command is caused by it)."""
 
 
 @dataclass(frozen=True)
@@ -139,10 +151,14 @@ class SagaModel:
         self.state.assignments[step.name] = assignment
         return assignment.agent
 
-    def step_succeeded(self, index: int, step: SagaStep, data: dict[str, Any]) -> EventEnvelope:
-        """Records the result and announces `on_success`. A pivot turns recovery forward, and a
-        cancel that came while it ran then lets the saga run on."""
-        completed = announced(self.state, step.on_success, f"/{self.agent_of(step)}", data)
+    def step_succeeded(
+        self, index: int, step: SagaStep, data: dict[str, Any], event_id: str | None = None
+    ) -> EventEnvelope:
+        """Records the result and announces `on_success` (under `event_id` when one was reserved
+        for it: `steps_ahead`). A pivot turns recovery forward, and a cancel that came while it
+        ran then lets the saga run on."""
+        source = f"/{self.agent_of(step)}"
+        completed = announced(self.state, step.on_success, source, data, event_id=event_id)
         self._succeeded(index, step, data, completed.event.id)
         return completed
 
@@ -170,27 +186,62 @@ class SagaModel:
         """The step was cancelled before it ended: its outcome is unknown."""
         self._outcomes[step.name] = CANCELLED_STEP
 
-    def step_request(self, step: SagaStep, agent: str, retry: RetryConfig) -> AgentRequest:
-        """What the step's run is handed: the command event and the results so far."""
-        results = {
-            name: done["result"] for name, done in self._outcomes.items() if "result" in done
-        }
-        return self._request(agent, retry, f"{self._run_key}/{step.name}", {"steps": results})
+    def step_request(
+        self, step: SagaStep, agent: str, retry: RetryConfig, command: EventEnvelope | None = None
+    ) -> AgentRequest:
+        """What the step's run is handed: the command event (`command`, when it was made ahead)
+        and the results so far."""
+        event = command or self.command(agent)
+        return self._request(agent, retry, self._step_key(step), {"steps": self._results()}, event)
+
+    def steps_ahead(self, steps: Iterable[tuple[int, SagaStep]]) -> list[StepAhead]:
+        """The runs of `steps` (named agents, no route) as each would be sent once those before
+        it have succeeded: its retries (until success after a pivot before it), its command
+        event, caused by the success of the step before it (whose id is reserved here, for
+        `step_succeeded`), and the results of the steps ended so far; the results of those
+        before it among `steps` are handed to it where they run (`batches.handed_on`)."""
+        ahead: list[StepAhead] = []
+        forward = self.forward
+        cause = self.state.events[-1].event_id if self.state.events else None
+        for index, step in steps:
+            retry = step.retry.until_success() if forward else step.retry
+            agent = self.step_agent(step, None)
+            command = saga_event(self.state, f"{agent}Command", self.spec.input, caused_by=cause)
+            request = self._request(
+                agent, retry, self._step_key(step), {"steps": self._results()}, command
+            )
+            ahead.append(StepAhead(index, step, retry, request, success_id=new_event_id()))
+            cause, forward = ahead[-1].success_id, forward or step.pivot
+        return ahead
+
+    def _step_key(self, step: SagaStep) -> str:
+        return f"{self._run_key}/{step.name}"
+
+    def _results(self) -> dict[str, Any]:
+        return {name: done["result"] for name, done in self._outcomes.items() if "result" in done}
 
     def undo_request(self, entry: StackEntry) -> tuple[SagaStep, AgentRequest]:
         """The step undone, and the run undoing it: handed that step's outcome (its result, or
         how it failed when its outcome is unknown)."""
         step = self.spec.steps[entry.step - 1]
         inputs = {"undoes": {"step": step.name, **self._outcomes[step.name]}}
-        key = f"{self._run_key}/{step.name}/undo"
-        return step, self._request(entry.compensate, step.compensation_retry, key, inputs)
+        key = f"{self._step_key(step)}/undo"
+        retry = step.compensation_retry
+        return step, self._request(
+            entry.compensate, retry, key, inputs, self.command(entry.compensate)
+        )
 
     def _request(
-        self, agent: str, retry: RetryConfig, key: str, inputs: dict[str, Any]
+        self,
+        agent: str,
+        retry: RetryConfig,
+        key: str,
+        inputs: dict[str, Any],
+        command: EventEnvelope,
     ) -> AgentRequest:
         return AgentRequest(
             agent=agent,
-            event=self.command(agent),
+            event=command,
             retry_on=retry.retry_on,
             config=self.spec.agents.get(agent),
             idempotency_key=key,
@@ -310,10 +361,14 @@ class SagaModel:
 
 
 def announced(
-    state: SagaState, event_type: str, source: str, payload: dict[str, Any]
+    state: SagaState,
+    event_type: str,
+    source: str,
+    payload: dict[str, Any],
+    event_id: str | None = None,
 ) -> EventEnvelope:
     """One of the saga's events, recorded in its timeline, for the correlation's chain."""
-    envelope = saga_event(state, event_type, payload, source)
+    envelope = saga_event(state, event_type, payload, source, event_id=event_id)
     state.events.append(
         TimelineEntry.recording(
             envelope, seq=len(state.events) + 1, correlation_id=state.correlation_id
@@ -323,16 +378,24 @@ def announced(
 
 
 def saga_event(
-    state: SagaState, event_type: str, payload: dict[str, Any], source: str | None = None
+    state: SagaState,
+    event_type: str,
+    payload: dict[str, Any],
+    source: str | None = None,
+    *,
+    event_id: str | None = None,
+    caused_by: str | None = None,
 ) -> EventEnvelope:
-    """An event of the saga, caused by its latest recorded event."""
+    """An event of the saga, caused by its latest recorded event, or by `caused_by` (an event
+    reserved ahead, not recorded yet)."""
     previous = state.events[-1].event_id if state.events else None
     return EventEnvelope.new(
         event_type,
         source or f"/saga/{state.saga_id}",
         payload=payload,
         correlation_id=state.correlation_id,
-        causation_id=previous,
+        causation_id=caused_by or previous,
+        event_id=event_id,
     )
 
 

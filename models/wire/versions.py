@@ -332,7 +332,21 @@ SAGA_PATCHES_AT_ONCE_2_PATCH (or an earlier bundle, or each patch)."""
 SAGA_PATCHES_3 = SAGA_PATCHES_2 | {SAGA_STATUS_FROM_START_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
-SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3}
+SAGA_RUNS_STEPS_AHEAD_PATCH = "saga-runs-local-steps-ahead"
+"""Since 2026-11-28, in saga: a saga whose steps all run locally (and spend no token budget) runs
+their first attempts ahead, in order, in one local activity (`run_agents`, an in-order batch),
+each step handed the results of those before it; each step then takes its outcome in turn and
+goes on as it would have. Runs recorded before ran each step in a local activity of its own."""
+
+SAGA_PATCHES_AT_ONCE_4_PATCH = "saga-patches-at-once-4"
+"""Since 2026-11-28, in saga: SAGA_PATCHES_AT_ONCE_3_PATCH with SAGA_RUNS_STEPS_AHEAD_PATCH in
+force too (SAGA_PATCHES_4), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+SAGA_PATCHES_4 = SAGA_PATCHES_3 | {SAGA_RUNS_STEPS_AHEAD_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_4_PATCH. Never changed."""
+
+SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3, 4: SAGA_PATCHES_4}
 """Since 2026-11-27, in saga: the patches a saga run takes as in force without asking anything,
 by the saga runtime version its start event carries (`contract.SAGA_VERSION_MEMO`, written by
 `start_saga` and `coord saga start`): no patch marker, no `TemporalChangeVersion` upsert (two

@@ -99,7 +99,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.common import uncancellable
-    from coord.workflows._runtime.local_batches import LocalBatches
+    from coord.workflows._runtime.local_batches import BatchLane
     from coord.workflows._runtime.patches import patched
 
 
@@ -452,14 +452,23 @@ def start_agent_run(
 def start_batched_run(
     request: AgentRequest,
     settings: RunSettings,
-    batches: LocalBatches,
+    batches: BatchLane,
     on_detour: Detoured | None = None,
 ) -> "asyncio.Task[AgentResult]":
     """A local run (`settings.placement` says LOCAL, `settings.start_to_close` set), its first
-    attempt in the caller's next batch (`LocalBatches`), then on as `start_agent_run`'s: awaiting
-    it gives the agent's result or raises its ActivityError."""
+    attempt in the caller's batch (`LocalBatches`, `RunsAhead`), then on as `start_agent_run`'s:
+    awaiting it gives the agent's result or raises its ActivityError."""
     run = _AgentRun(request, settings, on_detour)
     return asyncio.ensure_future(run.batched(batches))
+
+
+def batched_first_attempt(request: AgentRequest, settings: RunSettings) -> AgentRequest:
+    """What a run's first attempt in a batch is sent (`_AgentRun.batched`): no jitter, since the
+    retry's wait is computed in the workflow (the batch's policy is not the run's)."""
+    update: dict[str, Any] = {"gates_return": True, "jitter": None, "attempts_before": 0}
+    if settings.tokens is not None:
+        update["tokens"] = settings.tokens.allowance()
+    return request.model_copy(update=update)
 
 
 def _start(
@@ -552,17 +561,15 @@ class _AgentRun:
             execution = await self._again()
         return self._took(result)
 
-    async def batched(self, batches: LocalBatches) -> AgentResult:
-        """The run's first attempt in the caller's next batch, as its first local execution
-        would send it, then on as its own run: from its second attempt after its retry's wait
-        when it failed with attempts left (as its worker would retry it); after a refusal, or a
-        failure it is done retrying, as after any execution's last (`_recovered`)."""
+    async def batched(self, batches: BatchLane) -> AgentResult:
+        """The run's first attempt in the caller's batch, as its first local execution would
+        send it, then on as its own run: from its second attempt after its retry's wait (the
+        policy's, spread here by the run's jitter) when it failed with attempts left (as its
+        worker would retry it); after a refusal, or a failure it is done retrying, as after any
+        execution's last (`_recovered`)."""
         timeout = self.settings.start_to_close
         assert timeout is not None  # a local run's (`start_batched_run`)
-        # The retry's wait is the policy's, spread here by the run's jitter: the batch's own
-        # policy, which its worker would read, is not the run's.
-        first = self._sent().model_copy(update={"jitter": None})
-        outcome = await batches.run(first, timeout)
+        outcome = await batches.run(batched_first_attempt(self.request, self.settings), timeout)
         if outcome.result is not None:
             return self._took(outcome.result)
         if outcome.failure is not None:
