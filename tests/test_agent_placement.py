@@ -128,7 +128,8 @@ async def test_a_saga_of_python_agents_runs_them_as_local_activities(
     assert [step.name for step in state.completed_steps] == STEPS
     events = await _history(handle)
     assert _agent_tasks(events) == {}, "no activity task for a local agent"
-    assert _markers(events) >= len(STEPS) + 1, "a marker per run, and the placement's"
+    assert local_agent_runs(events) == len(STEPS) + 1, "each run's outcome, and the placement's"
+    assert _markers(events) == 2, "the placement's marker, and one for the steps run ahead"
     sent = [e for e in events if e.event_type == SIGNALED]
     assert sent == [], "no chain runs: the saga asked before its first send, and sent none"
     assert len(events) <= 35, "no longer than the hand-written five-step saga's history"

@@ -154,8 +154,8 @@ class Saga:
         try:
             await self._placements.learn(self._model.spec.agents_run(), self._sends.chain_of())
             self._sends.ask_first(self._status.per_task, self._placements)
-            await self._ahead.run(self._model, self._placements, self._options)
             for index, step in self._model.steps():
+                await self._ahead.run_from(index, self._model, self._placements, self._options)
                 await self._run_step(index, step)
         except StepFailed:
             end = self._model.after_failure()  # None: before the pivot, so the stack is unwound
@@ -349,25 +349,36 @@ class StepsAhead:
     order, each handed the results of those before it (`RunsAhead`): a five-step saga takes one
     marker and one round trip to its agents, not five. Each step then takes its outcome in turn,
     as its run's first attempt, and goes on from there as it would have (its retries, detours
-    and failure); the steps after one that did not succeed run on their own. A cancel landing
-    while the batch runs lands, for the record, while its last step ran: its results are kept
-    and the stack is unwound after it (before the pivot), as for a step that ignores a cancel.
-    Runs recorded before SAGA_RUNS_STEPS_AHEAD_PATCH ran each step alone."""
+    and failure); the steps after one that did not succeed run ahead again once it ends.
+
+    A batch ends before the pivot (the pivot begins the next), and a cancel landing while a
+    batch runs is recorded when it ends, as landing while its last step ran: the results are
+    kept and, before the pivot, the stack is unwound after them, so a cancel still keeps the
+    pivot from running. Meanwhile the saga's record shows the steps before the batch. Runs
+    recorded before SAGA_RUNS_STEPS_AHEAD_PATCH ran each step alone."""
 
     def __init__(self) -> None:
         self.lane = RunsAhead()
         self._ahead: dict[int, StepAhead] = {}
-        self._cancel_landed = False
+        self._reached: set[int] = set()
         self._last = 0
-        """The last step the batch reached."""
+        """The last step the latest batch reached, when a cancel landed while it ran."""
+        self._off = False
+        """A batch reached no step (it failed as a whole): the steps left run alone."""
 
-    async def run(self, model: SagaModel, placements: Placements, options: dict[str, Any]) -> None:
-        """Runs the steps ahead when there are two or more, every run is local, no token budget
-        is spent (each run is sent what is left of it), and the run takes the patch."""
-        steps = list(model.steps())
-        if len(steps) < 2 or model.spec.budget is not None:
+    async def run_from(
+        self, index: int, model: SagaModel, placements: Placements, options: dict[str, Any]
+    ) -> None:
+        """Runs ahead the steps from `index` to the pivot after it, unless a batch reached it
+        already; only two steps or more, every run local, no token budget to spend (each run is
+        sent what is left of it), in a run that takes the patch."""
+        if index in self._reached or self._off or model.spec.budget is not None:
             return
-        if not all_local(model, placements) or not patched(SAGA_RUNS_STEPS_AHEAD_PATCH):
+        steps = model.steps_to_pivot(index)
+        if len(steps) < 2 or not all_local(model, placements):
+            return
+        if not patched(SAGA_RUNS_STEPS_AHEAD_PATCH):
+            self._off = True
             return
         ahead = model.steps_ahead(steps)
         runs = []
@@ -376,25 +387,26 @@ class StepsAhead:
             first = batched_first_attempt(run.request, settings)
             timeout = run.step.timeout.total_seconds()
             runs.append(BatchedRun(request=first, timeout_s=timeout, result_as=run.step.name))
-        self._ahead = {run.index: run for run in ahead}
-        await uncancellable(self.lane.run_all(runs), self._landed)
+        self._ahead.update((run.index, run) for run in ahead)
+        landed: list[bool] = []
+        await uncancellable(self.lane.run_all(runs), partial(landed.append, True))
         reached = [run.index for run in ahead if self.lane.reached(run.request)]
-        if self._cancel_landed and not reached:
-            raise asyncio.CancelledError  # as a cancel landing before the first step
-        self._last = max(reached, default=0)
-
-    def _landed(self) -> None:
-        self._cancel_landed = True
+        self._reached.update(reached)
+        self._off = not reached
+        if landed and not reached:
+            raise asyncio.CancelledError  # as a cancel landing before the step
+        self._last = max(reached) if landed else 0
 
     def of(self, index: int) -> StepAhead | None:
+        """The step's run as it was made ahead (its command event, its success's id)."""
         return self._ahead.get(index)
 
     def reached(self, request: AgentRequest) -> bool:
         return self.lane.reached(request)
 
     def cancel_landed_in(self, index: int) -> bool:
-        """Whether a cancel landed while the batch ran and `index` is its last step."""
-        return self._cancel_landed and index == self._last
+        """Whether a cancel landed while the latest batch ran and `index` is its last step."""
+        return index == self._last
 
 
 class StatusWrites:

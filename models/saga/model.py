@@ -194,6 +194,15 @@ class SagaModel:
         event = command or self.command(agent)
         return self._request(agent, retry, self._step_key(step), {"steps": self._results()}, event)
 
+    def steps_to_pivot(self, index: int) -> list[tuple[int, SagaStep]]:
+        """The steps from `index` up to the next pivot after it, left out: those that may run
+        ahead together, so that a cancel landing while they run keeps the pivot from running."""
+        steps = [(number, step) for number, step in self.steps() if number >= index]
+        for count, (_, step) in enumerate(steps[1:], start=1):
+            if step.pivot:
+                return steps[:count]
+        return steps
+
     def steps_ahead(self, steps: Iterable[tuple[int, SagaStep]]) -> list[StepAhead]:
         """The runs of `steps` (named agents, no route) as each would be sent once those before
         it have succeeded: its retries (until success after a pivot before it), its command
