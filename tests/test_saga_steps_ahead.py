@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import partial
-from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from coord.models.mesh.batches import (
     goes_on_after,
     handed_on,
 )
+from coord.models.saga.ahead import steps_ahead, steps_to_pivot
 from coord.models.saga.model import SagaModel
 from coord.models.saga.spec import SagaStatus
 from coord.starter import api
@@ -52,30 +52,30 @@ def test_steps_made_ahead_are_the_requests_each_step_makes_once_those_before_suc
     reserved for it; handed the results of the steps before, a request made ahead is the one the
     step makes when its turn comes."""
     model = _begun()
-    ahead = model.steps_ahead(list(model.steps()))
+    ahead = steps_ahead(model, list(model.steps()))
     assert [run.step.name for run in ahead] == STEPS
+    reserved = [model.made_ahead[model.step_key(run.step)][1] for run in ahead]
     assert ahead[0].request.event.event.causation_id is None
-    for before, run in pairwise(ahead):
-        assert run.request.event.event.causation_id == before.success_id
+    for success_id, run in zip(reserved, ahead[1:], strict=False):
+        assert run.request.event.event.causation_id == success_id
     results: dict[str, Any] = {}
-    for run in ahead:
+    for run, success_id in zip(ahead, reserved, strict=True):
         retry = model.step_started(run.index, run.step)
-        agent = model.step_agent(run.step, None)
-        made = model.step_request(run.step, agent, retry, run.request.event)
+        made = model.step_request(run.step, model.step_agent(run.step, None), retry)
         assert made == handed_on(run.request, results)
         data = {"done": run.step.name}
-        success = model.step_succeeded(run.index, run.step, data, run.success_id)
-        assert success.event.id == run.success_id
+        assert model.step_succeeded(run.index, run.step, data).event.id == success_id
         results[run.step.name] = data
+    assert model.made_ahead == {}, "each reserved id taken"
 
 
 def test_steps_run_ahead_together_up_to_the_pivot_which_begins_the_next_batch() -> None:
     model = _begun()
     model.spec.steps[2].pivot = True
-    assert [index for index, _ in model.steps_to_pivot(1)] == [1, 2]
-    assert [index for index, _ in model.steps_to_pivot(3)] == [3, 4, 5]
-    assert [index for index, _ in model.steps_to_pivot(4)] == [4, 5]
-    pivot, *after = model.steps_ahead(model.steps_to_pivot(3))
+    assert [index for index, _ in steps_to_pivot(model, 1)] == [1, 2]
+    assert [index for index, _ in steps_to_pivot(model, 3)] == [3, 4, 5]
+    assert [index for index, _ in steps_to_pivot(model, 4)] == [4, 5]
+    pivot, *after = steps_ahead(model, steps_to_pivot(model, 3))
     assert pivot.retry == pivot.step.retry, "the pivot's own retries"
     assert all(run.retry == run.step.retry.until_success() for run in after), "then until success"
 
@@ -84,7 +84,7 @@ def test_an_in_order_batch_takes_the_sum_of_its_runs_timeouts() -> None:
     model = _begun()
     runs = [
         BatchedRun(request=run.request, timeout_s=seconds)
-        for run, seconds in zip(model.steps_ahead(list(model.steps())), (1.5, 2.0), strict=False)
+        for run, seconds in zip(steps_ahead(model, list(model.steps())), (1.5, 2.0), strict=False)
     ]
     in_order = LocalBatch(runs=runs, in_order=True)
     assert batch_timeout(in_order) == timedelta(seconds=3.5) + BATCH_MARGIN

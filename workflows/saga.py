@@ -37,7 +37,8 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
-    from coord.models.saga.model import SagaEnd, SagaModel, StepAhead
+    from coord.models.saga.ahead import steps_ahead, steps_to_pivot
+    from coord.models.saga.model import SagaEnd, SagaModel
     from coord.models.saga.spec import (
         CancelEffect,
         SagaSpec,
@@ -79,6 +80,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import (
+        Detoured,
         Placements,
         RunSettings,
         assign_agent,
@@ -186,16 +188,11 @@ class Saga:
             agent = self._model.step_agent(step, await assign_agent(step.route, step.name))
             self._publish()
             settings = declared_settings(step, step.name, retry=retry, **self._options)
-            ahead = self._ahead.of(index)
-            command = None if ahead is None else ahead.request.event
-            request = self._model.step_request(step, agent, retry, command)
+            request = self._model.step_request(step, agent, retry)
             self._status.before_run(settings, request)
             detoured = partial(self._detoured, step.name)
-            if self._ahead.reached(request):
-                running = start_batched_run(request, settings, self._ahead.lane, detoured)
-            else:
-                running = start_agent_run(request, settings, detoured)
-            result = await self._await_step(running, self._ahead.cancel_landed_in(index))
+            running = self._ahead.start(index, request, settings, detoured)
+            result = await self._await_step(running)
         except asyncio.CancelledError:
             self._model.step_cancelled(step)
             raise
@@ -208,23 +205,18 @@ class Saga:
             if self._model.unwinding:
                 raise asyncio.CancelledError from error
             raise StepFailed from error
-        success_id = None if ahead is None else ahead.success_id
-        self._sends.send(self._model.step_succeeded(index, step, result.data, success_id))
-        self._log("step completed", step=step.name, event=step.on_success, pivot=step.pivot)
+        self._sends.send(self._model.step_succeeded(index, step, result.data))
+        completed = {"step": step.name, "event": step.on_success, "pivot": step.pivot}
+        log(self._model.state, "step completed", **completed)
         if self._model.unwinding:
             raise asyncio.CancelledError
 
-    async def _await_step(
-        self, running: "asyncio.Task[AgentResult]", cancel_landed: bool = False
-    ) -> AgentResult:
+    async def _await_step(self, running: "asyncio.Task[AgentResult]") -> AgentResult:
         """The step's result, whatever a cancel does meanwhile. Before the pivot a cancel is
         passed on to the agent, which may honour it or ignore it (no heartbeat, or done inside the
         heartbeat throttle): a result is kept either way, even one arriving in the same workflow
-        task as the cancel, and the stack is unwound after it. After the pivot the step runs on.
-        `cancel_landed`: a cancel landed while the step ran ahead (`StepsAhead`)."""
+        task as the cancel, and the stack is unwound after it. After the pivot the step runs on."""
         try:
-            if cancel_landed:
-                raise asyncio.CancelledError
             await workflow.wait([running])
         except asyncio.CancelledError:
             effect = self._model.cancel_effect()
@@ -236,7 +228,7 @@ class Saga:
 
     def _note_cancel(self, effect: CancelEffect) -> None:
         if self._model.cancel_requested(effect, workflow.now()):
-            self._log("cancel requested", effect=effect)
+            log(self._model.state, "cancel requested", effect=effect)
             self._publish()
 
     async def _compensate(self, *, cancelled: bool) -> None:
@@ -319,13 +311,14 @@ class Saga:
         state = self._model.state
         if self._status.changed():
             metrics.saga_status(state.status)
-            self._log("saga status", status=state.status.value, reason=state.failure_reason)
+            log(state, "saga status", status=state.status.value, reason=state.failure_reason)
         workflow.set_current_details(self._model.details())
 
-    def _log(self, message: str, **fields: Any) -> None:
-        state = self._model.state
-        extra = {"correlation_id": state.correlation_id, "saga_id": state.saga_id, **fields}
-        workflow.logger.info(message, extra=extra)
+
+def log(state: SagaState, message: str, **fields: Any) -> None:
+    """A line of the saga's log, with its ids."""
+    extra = {"correlation_id": state.correlation_id, "saga_id": state.saga_id, **fields}
+    workflow.logger.info(message, extra=extra)
 
 
 def may_run_locally(model: SagaModel) -> bool:
@@ -359,7 +352,6 @@ class StepsAhead:
 
     def __init__(self) -> None:
         self.lane = RunsAhead()
-        self._ahead: dict[int, StepAhead] = {}
         self._reached: set[int] = set()
         self._last = 0
         """The last step the latest batch reached, when a cancel landed while it ran."""
@@ -374,20 +366,19 @@ class StepsAhead:
         sent what is left of it), in a run that takes the patch."""
         if index in self._reached or self._off or model.spec.budget is not None:
             return
-        steps = model.steps_to_pivot(index)
+        steps = steps_to_pivot(model, index)
         if len(steps) < 2 or not all_local(model, placements):
             return
         if not patched(SAGA_RUNS_STEPS_AHEAD_PATCH):
             self._off = True
             return
-        ahead = model.steps_ahead(steps)
+        ahead = steps_ahead(model, steps)
         runs = []
         for run in ahead:
             settings = declared_settings(run.step, run.step.name, retry=run.retry, **options)
             first = batched_first_attempt(run.request, settings)
             timeout = run.step.timeout.total_seconds()
             runs.append(BatchedRun(request=first, timeout_s=timeout, result_as=run.step.name))
-        self._ahead.update((run.index, run) for run in ahead)
         landed: list[bool] = []
         await uncancellable(self.lane.run_all(runs), partial(landed.append, True))
         reached = [run.index for run in ahead if self.lane.reached(run.request)]
@@ -397,16 +388,21 @@ class StepsAhead:
             raise asyncio.CancelledError  # as a cancel landing before the step
         self._last = max(reached) if landed else 0
 
-    def of(self, index: int) -> StepAhead | None:
-        """The step's run as it was made ahead (its command event, its success's id)."""
-        return self._ahead.get(index)
-
-    def reached(self, request: AgentRequest) -> bool:
-        return self.lane.reached(request)
-
-    def cancel_landed_in(self, index: int) -> bool:
-        """Whether a cancel landed while the latest batch ran and `index` is its last step."""
-        return index == self._last
+    def start(
+        self, index: int, request: AgentRequest, settings: RunSettings, on_detour: Detoured
+    ) -> "asyncio.Task[AgentResult]":
+        """The step's run: from its first attempt's outcome when a batch reached it. A cancel
+        that landed while the batch ran is delivered as the last step it reached starts: the
+        saga's task is cancelled, so it lands as the saga awaits that step's result, as a cancel
+        landing while the step ran would have."""
+        if index == self._last:
+            self._last = 0
+            saga = asyncio.current_task()
+            assert saga is not None
+            saga.cancel()
+        if self.lane.reached(request):
+            return start_batched_run(request, settings, self.lane, on_detour)
+        return start_agent_run(request, settings, on_detour)
 
 
 class StatusWrites:

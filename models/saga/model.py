@@ -20,12 +20,12 @@ The rules:
   pivot it unwinds the stack (after the running step's result, which is kept), after it the saga
   runs on."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from coord.models.events.envelope import EventEnvelope, new_event_id
+from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentRequest
 from coord.models.mesh.assignment import Assignment
@@ -50,18 +50,8 @@ CANCELLED_STEP = {
 }
 """The outcome of a step cancelled before it ended: unknown, so its compensation runs."""
 CANCEL_REASON = "saga cancelled"
-
-
-@dataclass(frozen=True)
-class StepAhead:
-    """A step's run made before the steps ahead of it ended (`SagaModel.steps_ahead`)."""
-
-    index: int
-    step: SagaStep
-    retry: RetryConfig
-    request: AgentRequest
-    success_id: str
-    """The id its success event takes (the next step's command is caused by it)."""
+Inputs = dict[str, Any]
+"""What a run is handed besides its event (`AgentRequest.inputs`)."""
 
 
 @dataclass(frozen=True)
@@ -84,14 +74,14 @@ class SagaModel:
         self._outcomes: dict[str, dict[str, Any]] = {}
         """Each ended step's outcome by name, `{"result": data}` or `{"failure": {...}}`: what
         later steps and compensations receive as inputs."""
+        self.made_ahead: dict[str, tuple[EventEnvelope, str]] = {}  # saga.ahead: by run key
         self._ran_by: dict[str, str] = {}
         """Steps whose run fell back to another agent, by name: who ran it."""
         self._step_failure = ""
 
     def refuse(self, reason: str) -> SagaEnd:
         """The spec does not validate: the saga fails at once, naming the field."""
-        self.state.failure_reason = reason
-        self.state.status = SagaStatus.FAILED
+        self.state.failure_reason, self.state.status = reason, SagaStatus.FAILED
         return SagaEnd(FailureType.INVALID_SPEC, reason)
 
     def begin(self, spec: SagaSpec, *, workflow_id: str, first_run_id: str) -> None:
@@ -151,14 +141,12 @@ class SagaModel:
         self.state.assignments[step.name] = assignment
         return assignment.agent
 
-    def step_succeeded(
-        self, index: int, step: SagaStep, data: dict[str, Any], event_id: str | None = None
-    ) -> EventEnvelope:
-        """Records the result and announces `on_success` (under `event_id` when one was reserved
-        for it: `steps_ahead`). A pivot turns recovery forward, and a cancel that came while it
-        ran then lets the saga run on."""
+    def step_succeeded(self, index: int, step: SagaStep, data: dict[str, Any]) -> EventEnvelope:
+        """Records the result and announces `on_success` (made ahead: under its reserved id). A
+        pivot turns recovery forward; a cancel that came while it ran then lets the saga run on."""
+        _, event_id = self.made_ahead.pop(self.step_key(step), (None, None))
         source = f"/{self.agent_of(step)}"
-        completed = announced(self.state, step.on_success, source, data, event_id=event_id)
+        completed = announced(self.state, step.on_success, source, data, event_id)
         self._succeeded(index, step, data, completed.event.id)
         return completed
 
@@ -186,71 +174,29 @@ class SagaModel:
         """The step was cancelled before it ended: its outcome is unknown."""
         self._outcomes[step.name] = CANCELLED_STEP
 
-    def step_request(
-        self, step: SagaStep, agent: str, retry: RetryConfig, command: EventEnvelope | None = None
-    ) -> AgentRequest:
-        """What the step's run is handed: the command event (`command`, when it was made ahead)
-        and the results so far."""
-        event = command or self.command(agent)
-        return self._request(agent, retry, self._step_key(step), {"steps": self._results()}, event)
+    def step_request(self, step: SagaStep, agent: str, retry: RetryConfig) -> AgentRequest:
+        """What the step's run is handed: the command event and the results so far."""
+        results = {
+            name: done["result"] for name, done in self._outcomes.items() if "result" in done
+        }
+        return self._request(agent, retry, self.step_key(step), {"steps": results})
 
-    def steps_to_pivot(self, index: int) -> list[tuple[int, SagaStep]]:
-        """The steps from `index` up to the next pivot after it, left out: those that may run
-        ahead together, so that a cancel landing while they run keeps the pivot from running."""
-        steps = [(number, step) for number, step in self.steps() if number >= index]
-        for count, (_, step) in enumerate(steps[1:], start=1):
-            if step.pivot:
-                return steps[:count]
-        return steps
-
-    def steps_ahead(self, steps: Iterable[tuple[int, SagaStep]]) -> list[StepAhead]:
-        """The runs of `steps` (named agents, no route) as each would be sent once those before
-        it have succeeded: its retries (until success after a pivot before it), its command
-        event, caused by the success of the step before it (whose id is reserved here, for
-        `step_succeeded`), and the results of the steps ended so far; the results of those
-        before it among `steps` are handed to it where they run (`batches.handed_on`)."""
-        ahead: list[StepAhead] = []
-        forward = self.forward
-        cause = self.state.events[-1].event_id if self.state.events else None
-        for index, step in steps:
-            retry = step.retry.until_success() if forward else step.retry
-            agent = self.step_agent(step, None)
-            command = saga_event(self.state, f"{agent}Command", self.spec.input, caused_by=cause)
-            request = self._request(
-                agent, retry, self._step_key(step), {"steps": self._results()}, command
-            )
-            ahead.append(StepAhead(index, step, retry, request, success_id=new_event_id()))
-            cause, forward = ahead[-1].success_id, forward or step.pivot
-        return ahead
-
-    def _step_key(self, step: SagaStep) -> str:
+    def step_key(self, step: SagaStep) -> str:
         return f"{self._run_key}/{step.name}"
-
-    def _results(self) -> dict[str, Any]:
-        return {name: done["result"] for name, done in self._outcomes.items() if "result" in done}
 
     def undo_request(self, entry: StackEntry) -> tuple[SagaStep, AgentRequest]:
         """The step undone, and the run undoing it: handed that step's outcome (its result, or
         how it failed when its outcome is unknown)."""
         step = self.spec.steps[entry.step - 1]
         inputs = {"undoes": {"step": step.name, **self._outcomes[step.name]}}
-        key = f"{self._step_key(step)}/undo"
-        retry = step.compensation_retry
-        return step, self._request(
-            entry.compensate, retry, key, inputs, self.command(entry.compensate)
-        )
+        key = f"{self._run_key}/{step.name}/undo"
+        return step, self._request(entry.compensate, step.compensation_retry, key, inputs)
 
-    def _request(
-        self,
-        agent: str,
-        retry: RetryConfig,
-        key: str,
-        inputs: dict[str, Any],
-        command: EventEnvelope,
-    ) -> AgentRequest:
+    def _request(self, agent: str, retry: RetryConfig, key: str, inputs: Inputs) -> AgentRequest:
+        made = self.made_ahead.get(key)
         return AgentRequest(
             agent=agent,
-            event=command,
+            event=self.command(agent) if made is None else made[0],
             retry_on=retry.retry_on,
             config=self.spec.agents.get(agent),
             idempotency_key=key,
