@@ -182,7 +182,8 @@ async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_r
     client: Client, task_queue: str
 ) -> None:
     """No chain runs: the plan's sends stop at the first that finds none, and `coord events`
-    reads the events from the plan's record and its vote's, each after its cause."""
+    reads the events from the plan's record and its vote's, each after its cause. The vote is
+    found by its search attributes, which it writes as it begins: the listing may lag them."""
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     spec = PlanSpec.model_validate(
         {
@@ -204,8 +205,14 @@ async def test_without_a_chain_the_correlation_table_reads_the_plans_and_votes_r
     registry.register("notes")(notes)
     async with build_worker(client, task_queue, registry):
         state = await api.plan_outcome(await api.start_plan(client, spec, queue=task_queue))
-        table = await api.correlation_events(client, correlation_id)
     assert state.status == PlanStatus.COMPLETED
+
+    async def vote_listed() -> bool:
+        kinds = {entry.event for entry in await api.correlation_events(client, correlation_id)}
+        return "VoteOpened" in kinds
+
+    await eventually(vote_listed, timeout=30)
+    table = await api.correlation_events(client, correlation_id)
     kinds = [entry.event for entry in table]
     assert kinds[0] == "PlanStarted" and "PlanCompleted" in kinds
     assert {"VoteOpened", "BallotCast", "DecisionMade", "DependencyResolved"} <= set(kinds)

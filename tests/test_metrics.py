@@ -42,7 +42,16 @@ from coord.worker import WORKFLOWS, build_worker, default_registry
 from tests.chat_server import chat_server, completion
 from tests.conftest import ROOT, feature_deployment
 from tests.dashboards import SDK_METRICS, expressions
-from tests.helpers import API, TEST_PLAN, WIREFRAME, approved, eventually, phase1, user_story
+from tests.helpers import (
+    API,
+    TEST_PLAN,
+    WIREFRAME,
+    approved,
+    eventually,
+    failing_at,
+    phase1,
+    user_story,
+)
 from tests.workers import COORD, run, server_env, stop_process_group, worker_process
 
 pytestmark = pytest.mark.slow
@@ -153,8 +162,9 @@ async def aggregator_fed_directly(client: Client, queue: str) -> None:
 
 
 async def compensated_saga(client: Client, queue: str) -> None:
-    inject = {"fail": ["DeployToProduction"], "error_type": "invalid_payload"}
-    spec = feature_deployment(input={"feature": "xyz", "inject": inject})
+    """DeployToProduction fails every attempt: its first in the batch of steps run ahead, its
+    second a local activity of its own, which the SDK counts as failed."""
+    spec = failing_at("DeployToProduction", error_type="service_unavailable")
     state = await api.saga_outcome(await api.start_saga(client, spec, queue=queue))
     assert state.status == SagaStatus.COMPENSATED
 
@@ -234,12 +244,16 @@ EXPECTED: tuple[tuple[str, Mapping[str, str], float], ...] = (
     ("coord_agent_events_published_total", {"agent": "ux-designer"}, 4),
     ("coord_agent_events_published_total", {}, 16),
     ("coord_aggregators_total", {"outcome": "completed"}, 1),
-    # the saga: the step failing for good, its two compensations
+    # the saga: the step failing both its attempts, its two compensations
     ("coord_sagas_total", {"outcome": "compensated"}, 1),
     ("coord_saga_compensations_total", {"agent": "RollbackProduction"}, 1),
     ("coord_saga_compensations_total", {"agent": "RemoveFromStaging"}, 1),
-    ("coord_agent_runs_total", {"agent": "DeployToProduction", "outcome": "invalid_payload"}, 1),
-    ("coord_agent_run_duration_seconds_count", {"agent": "DeployToProduction"}, 1),
+    (
+        "coord_agent_runs_total",
+        {"agent": "DeployToProduction", "outcome": "service_unavailable"},
+        2,
+    ),
+    ("coord_agent_run_duration_seconds_count", {"agent": "DeployToProduction"}, 2),
     # the plan, the vote and its llm voter
     ("coord_plans_total", {"outcome": "completed"}, 1),
     ("coord_plan_tasks_total", {"state": "succeeded"}, 6),
