@@ -356,7 +356,8 @@ class StepsAhead:
         self._last = 0
         """The last step the latest batch reached, when a cancel landed while it ran."""
         self._off = False
-        """A batch reached no step (it failed as a whole): the steps left run alone."""
+        """The steps left run alone: not all local, or a batch reached none (it failed as a
+        whole), or the run does not take the patch."""
 
     async def run_from(
         self, index: int, model: SagaModel, placements: Placements, options: dict[str, Any]
@@ -364,10 +365,13 @@ class StepsAhead:
         """Runs ahead the steps from `index` to the pivot after it, unless a batch reached it
         already; only two steps or more, every run local, no token budget to spend (each run is
         sent what is left of it), in a run that takes the patch."""
-        if index in self._reached or self._off or model.spec.budget is not None:
+        if self._off or index in self._reached or model.spec.budget is not None:
+            return
+        if not all_local(model, placements):  # learned once, before the first step
+            self._off = True
             return
         steps = steps_to_pivot(model, index)
-        if len(steps) < 2 or not all_local(model, placements):
+        if len(steps) < 2:
             return
         if not patched(SAGA_RUNS_STEPS_AHEAD_PATCH):
             self._off = True
