@@ -5,6 +5,10 @@ continue-as-new, each checking that every event is accounted for (`received = se
 rejected`, nothing parked) and every `state` query sent meanwhile is answered.
 
     .venv/bin/python -m bench.chain_bench [--events N] [--soak-events M] [--soak-runs R]
+        [--interval-ms MS]
+
+`--interval-ms` sends the comparison's events from one sender waiting that long after each
+send: a chain at a trickle, whose every local run goes alone (a batch of one).
 
 Why the comparison is fair: both sides run on the same Temporal server, through the same client
 (same data converter), in the same process, one after the other, each with a worker of its own on
@@ -160,9 +164,10 @@ def envelope(n: int, correlation_id: str) -> EventEnvelope:
 
 
 async def send_all(
-    count: int, senders: int, send: Callable[[int], Awaitable[None]]
+    count: int, senders: int, send: Callable[[int], Awaitable[None]], interval: float = 0.0
 ) -> dict[int, float]:
-    """Send events 0..count-1 from `senders` concurrent senders; when each send began."""
+    """Send events 0..count-1 from `senders` concurrent senders, each waiting `interval` seconds
+    after each of its sends; when each send began."""
     sent: dict[int, float] = {}
     numbers = iter(range(count))
 
@@ -170,6 +175,8 @@ async def send_all(
         for n in numbers:
             sent[n] = time.perf_counter()
             await send(n)
+            if interval:
+                await asyncio.sleep(interval)
 
     await asyncio.gather(*(sender() for _ in range(senders)))
     return sent
@@ -238,7 +245,7 @@ def unique(prefix: str) -> str:
 
 
 async def run_project(
-    client: Client, registry: AgentRegistry, probe: StartRecorder, events: int
+    client: Client, registry: AgentRegistry, probe: StartRecorder, events: int, pace: "Pace"
 ) -> tuple[Measurement, ChainState, int]:
     probe.clear()
     queue, correlation_id = unique("bench-chain-tq"), unique("bench-chain")
@@ -250,7 +257,7 @@ async def run_project(
         async def send(n: int) -> None:
             await api.publish(client, envelope(n, correlation_id))
 
-        sent = await send_all(events, COMPARISON_SENDERS, send)
+        sent = await send_all(events, pace.senders, send, pace.interval)
         await wait_until(lambda: len(probe.started) >= events, 120, "the chain's agent starts")
         result = measure("project (ReactiveChain)", sent, dict(probe.started))
         await api.close_chain(client, correlation_id)
@@ -259,7 +266,9 @@ async def run_project(
     return result, state, await count_runs(client, handle.id)
 
 
-async def run_baseline(client: Client, probe: StartRecorder, events: int) -> Measurement:
+async def run_baseline(
+    client: Client, probe: StartRecorder, events: int, pace: "Pace"
+) -> Measurement:
     probe.clear()
     queue, correlation_id = unique("bench-baseline-tq"), unique("bench-baseline")
     worker = Worker(
@@ -278,7 +287,7 @@ async def run_baseline(client: Client, probe: StartRecorder, events: int) -> Mea
             raw = envelope(n, correlation_id).model_dump(mode="json")
             await handle.signal(BaselineSignalActivity.event, raw)
 
-        sent = await send_all(events, COMPARISON_SENDERS, send)
+        sent = await send_all(events, pace.senders, send, pace.interval)
         await wait_until(lambda: len(probe.started) >= events, 120, "the baseline's activities")
         result = measure("baseline (temporalio)", sent, dict(probe.started))
         await handle.signal(BaselineSignalActivity.close)
@@ -451,14 +460,28 @@ async def temporal(soak_events: int) -> AsyncIterator[Client]:
         yield client
 
 
-async def run(events: int, soak_events: int, soak_runs: int) -> int:
+@dataclass(frozen=True)
+class Pace:
+    """How the comparison's events are sent: `senders` at once, each waiting `interval` seconds
+    after each send (0: at full speed)."""
+
+    senders: int = COMPARISON_SENDERS
+    interval: float = 0.0
+
+    def describe(self) -> str:
+        if not self.interval:
+            return f"{self.senders} senders at full speed"
+        return f"{self.senders} sender(s), each waiting {self.interval * 1000:g} ms after a send"
+
+
+async def run(events: int, soak_events: int, soak_runs: int, pace: Pace = Pace()) -> int:
     probe = StartRecorder()
     registry = bench_registry(probe)
     async with temporal(soak_events) as client:
-        project, state, runs = await run_project(client, registry, probe, events)
-        baseline = await run_baseline(client, probe, events)
+        project, state, runs = await run_project(client, registry, probe, events, pace)
+        baseline = await run_baseline(client, probe, events, pace)
         print()
-        print(f"comparison: {events} events into one workflow, {COMPARISON_SENDERS} senders")
+        print(f"comparison: {events} events into one workflow, {pace.describe()}")
         print_comparison(project, baseline)
         print(
             f"  (the chain: {runs} run(s), events_seen {state.events_seen}, "
@@ -474,8 +497,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=500, help="events per comparison side")
     parser.add_argument("--soak-events", type=int, default=20_000, help="events per soak run")
     parser.add_argument("--soak-runs", type=int, default=5, help="soak runs in a row")
+    parser.add_argument(
+        "--interval-ms",
+        type=float,
+        default=0.0,
+        help="one sender, waiting this long after each send (a chain at a trickle); "
+        f"default: {COMPARISON_SENDERS} senders at full speed",
+    )
     args = parser.parse_args(argv)
-    return asyncio.run(run(args.events, args.soak_events, args.soak_runs))
+    pace = Pace(1, args.interval_ms / 1000) if args.interval_ms > 0 else Pace()
+    return asyncio.run(run(args.events, args.soak_events, args.soak_runs, pace))
 
 
 if __name__ == "__main__":
