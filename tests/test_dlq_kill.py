@@ -87,6 +87,12 @@ async def test_a_bulk_replay_killed_midway_replays_each_entry_once(
             return (await statuses(client, entry_ids))["replayed"] == ENTRIES
 
         await eventually(all_replayed, timeout=120)
+
+        async def all_taken_in() -> bool:  # an entry is replayed once its signal is delivered
+            rows = await api.chain_timeline(client, correlation_id)
+            return sum(1 for row in rows if row.event == "Z") >= ENTRIES
+
+        await eventually(all_taken_in, timeout=60)
         state = await api.chain_state(client, correlation_id)
         timeline = await api.chain_timeline(client, correlation_id)
     assert at_kill["replayed"] >= KILL_AFTER and at_kill["parked"] > 0, at_kill
