@@ -101,9 +101,16 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.local_batches import RunsAhead
-    from coord.workflows._runtime.patches import adopt, patched, take
+    from coord.workflows._runtime.patches import adopt_newest, patched, take
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+SAGA_PATCH_BUNDLES = (
+    (SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4),
+    (SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3),
+    (SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2),
+    (SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES),
+)
+"""The saga's bundles of patches, newest first (`adopt_newest`)."""
 CHAIN_CHECK_TIMEOUT = timedelta(seconds=10)
 CHAIN_CHECK_RETRY = RetryPolicy(maximum_attempts=2)
 """Whether the chain runs is one read of the server; unanswered, the saga sends as before."""
@@ -439,12 +446,7 @@ class StatusWrites:
             take(covered)
             self.per_task = True
         else:
-            self.per_task = (
-                adopt(SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4)
-                or adopt(SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3)
-                or adopt(SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2)
-                or adopt(SAGA_PATCHES_AT_ONCE_PATCH, SAGA_PATCHES)
-            )
+            self.per_task = adopt_newest(SAGA_PATCH_BUNDLES)
             if covered is not None and not self.per_task:
                 take(covered)
                 self.per_task = True

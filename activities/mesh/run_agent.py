@@ -69,7 +69,6 @@ from coord.models.mesh.agents import (
     ProgressReporter,
 )
 from coord.models.mesh.batches import (
-    BATCH_RESULT_BYTES,
     BatchedFailure,
     BatchedOutcome,
     BatchedRun,
@@ -120,14 +119,14 @@ class AgentActivities:
         that fails, does not fit the batch's bytes, or ends the batch (`goes_on_after`)."""
         outcomes: list[BatchedOutcome] = []
         handed: dict[str, Any] = {}
-        spent = 0
+        sizes: list[int | None] = []
         for run in runs:
             request = handed_on(run.request, handed)
             outcome = await self._batched(run.model_copy(update={"request": request}))
             if outcome.result is None:
                 return [*outcomes, outcome]
-            spent += json_size(outcome.result)
-            if spent > BATCH_RESULT_BYTES:
+            sizes.append(json_size(outcome.result))
+            if not results_that_fit(sizes)[-1]:
                 return [*outcomes, BatchedOutcome()]
             outcomes.append(outcome)
             if run.result_as is None or not goes_on_after(outcome.result):

@@ -7,7 +7,7 @@ back to `workflow.patched`), so they replay unchanged.
 The set in force is kept on the workflow instance (`IN_FORCE`), not in this module: the
 module is shared by every run of the worker."""
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 from temporalio import workflow
 
@@ -22,6 +22,13 @@ def adopt(bundle: str, covered: Set[str], on: object | None = None) -> bool:
     taken = workflow.patched(bundle)
     setattr(on or workflow.instance(), IN_FORCE, frozenset(covered) if taken else frozenset())
     return taken
+
+
+def adopt_newest(bundles: Sequence[tuple[str, Set[str]]], on: object | None = None) -> bool:
+    """Asks `bundles` (each a bundle and the patches it covers), newest first, until the run
+    takes one (`adopt`): a new run takes the newest; a run recorded before, the one it took
+    then, or none (it asked each patch). Returns whether it took one."""
+    return any(adopt(bundle, covered, on) for bundle, covered in bundles)
 
 
 def take(covered: Set[str], on: object | None = None) -> None:

@@ -122,7 +122,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
     from coord.workflows._runtime.fan_out import NEXT_TASK
     from coord.workflows._runtime.local_batches import LocalBatches
-    from coord.workflows._runtime.patches import adopt, patched
+    from coord.workflows._runtime.patches import adopt_newest, patched
     from coord.workflows.chain.boundary import (
         Outbound,
         WorkflowRun,
@@ -151,14 +151,7 @@ PATCH_BUNDLES = (
     (CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2),
     (CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES),
 )
-"""The chain's bundles of patches, newest first: a new run takes the newest; a run recorded
-before, the one it took then (or none: it asked each patch)."""
-
-
-def _adopt_newest_bundle(chain: "ReactiveChain") -> None:
-    for bundle, covered in PATCH_BUNDLES:
-        if adopt(bundle, covered, on=chain):
-            return
+"""The chain's bundles of patches, newest first (`adopt_newest`)."""
 
 
 @workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
@@ -175,7 +168,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses the input here, before any signal of a signal-with-start is handled; a bad input
         is reported by `run`, since nothing may fail the workflow task."""
-        _adopt_newest_bundle(self)
+        adopt_newest(PATCH_BUNDLES, on=self)
         self._input_error: str | None = None
         try:
             chain_input = decode_input(ChainInput, raw_input, "chain input")

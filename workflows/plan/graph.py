@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
-    from coord.workflows._runtime.patches import adopt, patched
+    from coord.workflows._runtime.patches import adopt_newest, patched
     from coord.workflows.plan.gates import apply_approval, checked_approval, decide_approval
     from coord.workflows.plan.placing import PlanPlacing
     from coord.workflows.plan.planning import (
@@ -71,6 +71,12 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.plan.task import WorkerSlots
     from coord.workflows.plan.team import TeamRoom
     from coord.workflows.plan.views import Details, watch_progress
+
+PLAN_PATCH_BUNDLES = (
+    (PLAN_PATCHES_AT_ONCE_2_PATCH, PLAN_PATCHES_2),
+    (PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES),
+)
+"""The plan's bundles of patches, newest first (`adopt_newest`)."""
 
 
 @workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
@@ -91,8 +97,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         """Decodes the spec here, so queries answer from the first task on; a spec that does
         not decode or validate is reported by `run` (nothing may fail the workflow task).
         The run's patches are asked first, at once (the newest bundle it takes)."""
-        if not adopt(PLAN_PATCHES_AT_ONCE_2_PATCH, PLAN_PATCHES_2, on=self):
-            adopt(PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES, on=self)
+        adopt_newest(PLAN_PATCH_BUNDLES, on=self)
         spec, self._spec_error = decode_start(PlanSpec, raw_spec, "plan spec")
         self._model = None if spec is None else PlanModel.begin(spec, workflow.now())
         self._team: TeamRoom | None = None
