@@ -22,7 +22,7 @@ from coord.activities.mesh.run_agent import AgentActivities
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry, AgentRequest, AgentResult
 from coord.models.mesh.config import AgentsFile, PythonAgent
-from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
+from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS, USER_STORY_AGENTS
 
 Execution = Literal["local", "remote"]
 
@@ -198,15 +198,15 @@ async def keyed_demo_agent(event: EventEnvelope, context: AgentContext) -> Mappi
 
 
 def demo_agents_file(path: Path, execution: Execution) -> Path:
-    """An agents file declaring the feature-deployment saga's agents `keyed_demo_agent`s, run
-    as `execution` says."""
+    """An agents file declaring the feature-deployment saga's and the user-story chain's agents
+    `keyed_demo_agent`s, run as `execution` says."""
     declared = {
         name: {
             "kind": "python",
             "callable": "tests.agents:keyed_demo_agent",
             "execution": execution,
         }
-        for name in FEATURE_DEPLOYMENT_AGENTS
+        for name in (*FEATURE_DEPLOYMENT_AGENTS, *USER_STORY_AGENTS)
     }
     path.write_text(json.dumps({"agents": declared}))
     return path

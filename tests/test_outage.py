@@ -1,15 +1,19 @@
-"""Server and worker outages cost the runs in flight nothing: a dev server SIGTERMed, SIGKILLed
-or away for a minute, with sagas and chains running on it, and a worker SIGKILLed twice under
-twenty sagas. Every step allows no retry (or one, for the worker kills), so a single attempt the
-outage cost the agent would fail it; half of them heartbeat (the server times those out when it
-comes back, as their worker had said nothing for longer), the other half do not (their reports
-reach the restarted server, and no agent runs twice). The outage tests start and kill a dev
-server of their own; the file takes about five minutes."""
+"""Server and worker outages cost the runs in flight nothing but runs again: a dev server
+SIGTERMed, SIGKILLed or away for a minute, with sagas and chains running on it, and a worker
+SIGKILLed twice under twenty sagas. Every step allows no retry (or one, for the worker kills), so
+a single attempt the outage cost the agent would fail it. Runs that are activity tasks: half of
+them heartbeat (the server times those out when it comes back, as their worker had said nothing
+for longer), the other half do not (their reports reach the restarted server, and no agent runs
+twice). Local runs (the fast path): their results reach the server with their workflow task,
+which the outage cuts off, so the restarted server's next task runs them again, each step with
+its one idempotency key. The outage tests start and kill a dev server of their own; the file
+takes about five minutes."""
 
 import asyncio
 import signal
 import uuid
 from collections.abc import Awaitable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +29,11 @@ from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker
+from tests.agents import Execution, demo_agents_file
 from tests.conftest import FEATURE_DEPLOYMENT
 from tests.helpers import USER_STORY, approved, eventually
 from tests.outages import OwnDevServer
-from tests.workers import worker_process
+from tests.workers import WorkerProcess, worker_process
 
 SLOW_STEPS = {
     "BuildArtifact": 3,
@@ -53,14 +58,20 @@ again, one that finished during the outage waits for its 5-minute time limit."""
 
 
 def saga(
-    step: dict[str, Any], retries: int = 0, slow: Mapping[str, float] = SLOW_STEPS
+    step: dict[str, Any],
+    retries: int = 0,
+    slow: Mapping[str, float] = SLOW_STEPS,
+    keys: Path | None = None,
 ) -> SagaSpec:
-    """The saga, every step with `step`'s fields and `retries` retries, slow agents."""
+    """The saga, every step with `step`'s fields and `retries` retries, slow agents; `keys`:
+    the file each run notes its agent, attempt and idempotency key in (`keyed_demo_agent`)."""
     data = read_document(FEATURE_DEPLOYMENT)
     data["saga_id"] = f"outage-{uuid.uuid4().hex[:8]}"
     for each in data["steps"]:
         each.update(step, retry={"max_retries": retries, "initial_delay": "200ms"})
     data["input"] = {**data["input"], "inject": {"slow": dict(slow)}}
+    if keys is not None:
+        data["input"]["keys"] = str(keys)
     return SagaSpec.model_validate(data)
 
 
@@ -83,6 +94,28 @@ async def in_flight(handle: WorkflowHandle[Any, Any], attempt: int = 1) -> bool:
 
 async def all_in_flight(handles: list[WorkflowHandle[Any, Any]], attempt: int = 1) -> bool:
     return all(await asyncio.gather(*(in_flight(h, attempt) for h in handles)))
+
+
+def noted_runs(keys: Path) -> list[tuple[str, str]]:
+    """Each run a saga's agents noted (`keyed_demo_agent`), in order: its agent and key."""
+    if not keys.exists():
+        return []
+    return [(agent, key) for agent, _, key in map(str.split, keys.read_text().splitlines())]
+
+
+async def all_noted(keys: list[Path]) -> bool:
+    """Each saga's first local run has begun (it noted its key)."""
+    return all(noted_runs(each) for each in keys)
+
+
+def agents_worker(
+    client: Client, queue: str, tmp_path: Path, execution: Execution
+) -> "AbstractAsyncContextManager[WorkerProcess]":
+    """A worker process whose saga and chain agents run as `execution` says: `remote`, each run
+    an activity task; `local`, a local activity of its workflow."""
+    agents = demo_agents_file(tmp_path / f"agents-{execution}.json", execution)
+    log = tmp_path / f"worker-{execution}.log"
+    return worker_process(client, queue, log, "--agents", str(agents), demo=False)
 
 
 async def ended_within(timeout: float, *outcomes: Awaitable[SagaState | ChainState]) -> list[str]:
@@ -120,33 +153,49 @@ async def test_runs_in_flight_outlive_a_server_outage(
 ) -> None:
     server = OwnDevServer(tmp_path / "server.db", tmp_path / "server.log")
     client = await server.start()
-    queue = f"tq-{uuid.uuid4()}"
+    queue = {execution: f"tq-{execution}-{uuid.uuid4()}" for execution in ("remote", "local")}
     sagas = [saga(HEARTBEATING) for _ in range(6)] + [saga(QUIET) for _ in range(6)]
-    chains = {f"outage-{uuid.uuid4().hex[:8]}": chain(kind) for kind in (HEARTBEATING, QUIET)}
+    keys = [tmp_path / f"keys-{i}.txt" for i in range(4)]
+    local_sagas = [saga(QUIET, keys=each) for each in keys]
+    chains = {
+        (f"outage-{uuid.uuid4().hex[:8]}", where): chain(kind)
+        for kind, where in ((HEARTBEATING, "remote"), (QUIET, "remote"), (QUIET, "local"))
+    }
     try:
-        async with worker_process(client, queue, tmp_path / "worker.log"):
+        async with (
+            agents_worker(client, queue["remote"], tmp_path, "remote"),
+            agents_worker(client, queue["local"], tmp_path, "local"),
+        ):
             handles: list[WorkflowHandle[Any, Any]] = [
-                await api.start_saga(client, spec, queue=queue) for spec in sagas
+                await api.start_saga(client, spec, queue=queue["remote"]) for spec in sagas
             ]
-            for correlation_id, spec in chains.items():
-                await api.start_chain(client, spec, correlation_id, queue=queue)
+            for spec in local_sagas:
+                await api.start_saga(client, spec, queue=queue["local"])
+            for (correlation_id, where), chain_spec in chains.items():
+                await api.start_chain(client, chain_spec, correlation_id, queue=queue[where])
                 await api.publish(client, approved(correlation_id, inject={"slow": SLOW_CHAIN}))
-                handles.append(api.chain_handle(client, correlation_id))
+                if where == "remote":
+                    handles.append(api.chain_handle(client, correlation_id))
             await eventually(lambda: all_in_flight(handles), timeout=60, interval=0.2)
+            await eventually(lambda: all_noted(keys), timeout=60, interval=0.2)
             server.stop(how)
             await asyncio.sleep(away)  # the outage itself
             client = await server.start()
-            saga_ends = [api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
-            chain_ends = [api.chain_handle(client, c).result() for c in chains]
+            every = [*sagas, *local_sagas]
+            saga_ends = [api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in every]
+            chain_ends = [api.chain_handle(client, c).result() for c, _ in chains]
             ended = await ended_within(ENDED_AFTER_RESTART, *saga_ends, *chain_ends)
         assert ended == ["completed"] * len(ended), " ".join(ended)
-        saga_states = [await api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in sagas]
+        saga_states = [await api.saga_outcome(api.saga_handle(client, s.saga_id)) for s in every]
         assert all(not s.compensations for s in saga_states)
-        chain_states = [await api.chain_handle(client, c).result() for c in chains]
+        chain_states = [await api.chain_handle(client, c).result() for c, _ in chains]
         assert all(c.dead_lettered == 0 for c in chain_states)
         quiet = [api.saga_handle(client, s.saga_id) for s in sagas[6:]]
         for handle in quiet:  # their reports reached the server: no agent ran twice
             assert set(await attempts_started(handle)) == {1}, handle.id
+        for noted in map(noted_runs, keys):  # a local run again has its step's one key
+            for step in local_sagas[0].steps:
+                assert len({key for agent, key in noted if agent == step.name}) == 1, noted
     finally:
         server.stop(signal.SIGKILL)
 
