@@ -220,6 +220,14 @@ def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     )
 
 
+WORKFLOW_TASK_SLOTS = 1000
+"""Workflow tasks the coordinator worker holds at once: ten times its local activities' slots
+(the SDK's 100), as many as the SDK caches workflows. A workflow task stays open while its local
+runs run or wait for a slot, so with the SDK's 100 of each, a hundred sagas whose local agent
+hangs would hold every task, and the worker's other workflows would wait for them: the agent's
+ledger among them, whose breaker would then never open. An open task holds only memory."""
+
+
 def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
     inline (and for runs recorded before agents had queues of their own). Its sandbox tells
@@ -261,6 +269,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         workflows=list(WORKFLOWS),
         workflow_runner=replace(SANDBOX, created=lookahead.instance_created),
         unsandboxed_workflow_runner=UnsandboxedRunner(lookahead.instance_created),
+        max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
     )
 
 

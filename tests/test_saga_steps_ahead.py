@@ -17,6 +17,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentResult
 from coord.models.mesh.batches import (
     BATCH_MARGIN,
+    IN_ORDER_FOR,
     BatchedRun,
     LocalBatch,
     batch_timeout,
@@ -122,6 +123,24 @@ async def test_a_failed_first_attempt_is_retried_alone_and_the_steps_after_run_a
     causes = [row.causation_id for row in state.events]
     assert causes[1:] == [row.event_id for row in state.events[:-1]], "one causal line"
     await _replays_from_every_task(await handle.fetch_history())
+
+
+async def test_a_batch_ends_after_the_step_that_takes_it_past_a_second(
+    client: Client, task_queue: str
+) -> None:
+    """BuildArtifact takes longer than IN_ORDER_FOR: its batch ends with it (its outcome then
+    recorded while the next batch runs), and the steps after it run ahead in another."""
+    agents = RecordingAgents()
+    slow = IN_ORDER_FOR.total_seconds() + 0.1
+    spec = feature_deployment(input={"inject": {"slow": {"BuildArtifact": slow}}})
+    async with build_worker(client, task_queue, agents.registry()):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    kinds = [kind for kind in local_activity_types(events) if kind != "place_agents_with_chain"]
+    assert len(kinds) >= 2 and set(kinds) == {"run_agents"}, kinds
+    assert local_agent_runs(events) == 1 + len(STEPS), "the placements, each step once"
 
 
 async def test_a_cancel_landing_while_steps_run_ahead_still_keeps_the_pivot_from_running(

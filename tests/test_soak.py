@@ -28,7 +28,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.mesh.demo import FEATURE_DEPLOYMENT_AGENTS
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
-from coord.models.wire.contract import agent_task_queue
+from coord.models.wire.contract import FailureType, agent_task_queue
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT
@@ -160,9 +160,8 @@ async def test_an_unhealthy_agent_opens_its_breaker_and_runs_wait_for_it(
     assert waited and all(s.status == SagaStatus.COMPLETED for s in waited)
     for state in failed:  # out of attempts on the agent's own timeouts, before it opened
         assert state.status == SagaStatus.COMPENSATED, state.failure_reason
-        assert "Heartbeat timeout" in (state.failure_reason or "") or "timeout" in (
-            state.failure_reason or ""
-        )
-        failed_at = next(e.time for e in state.events if e.event == "ProductionFailed")
+        production_failed = next(e for e in state.events if e.event == "ProductionFailed")
+        assert production_failed.payload["error"]["type"] == FailureType.TIMEOUT, state
+        failed_at = production_failed.time
         assert failed_at <= opened + IN_FLIGHT, "ran out of attempts before the breaker opened"
     assert len(failed) <= SAGAS // 20

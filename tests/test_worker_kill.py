@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 
 from coord.models.chain.spec import ChainSpec, ChainStatus
@@ -123,6 +123,36 @@ async def test_a_worker_killed_mid_local_step_the_next_one_runs_it_again_with_it
     }
     assert all(len(step_keys) == 1 for step_keys in keys_of.values()), runs
     assert len([agent for agent, _, _ in runs if agent == "RunE2ETests"]) >= 2, runs
+
+
+async def test_a_worker_killed_mid_batch_loses_only_the_steps_not_recorded(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A saga's steps run ahead in one local activity stop after the step that takes the batch
+    past a second: the next ones go in another. The first batch's outcome is recorded when the
+    worker hands the saga's workflow task back (8 s into it) while the second batch runs, so a
+    worker killed then loses the second batch only: the first step does not run again."""
+    keys = tmp_path / "keys.txt"
+    slow = {"BuildArtifact": 1.5, "RunE2ETests": 12}
+    spec = saga(input={"keys": str(keys), "inject": {"slow": slow}})
+    async with demo_worker(client, task_queue, tmp_path, "local") as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await asyncio.wait_for(noted(keys, "RunE2ETests"), 60)
+        await asyncio.wait_for(markers_recorded(handle, 2), 60)  # placements, the first batch
+        first.kill()
+    async with demo_worker(client, task_queue, tmp_path, "local"):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 90)
+    assert state.status == SagaStatus.COMPLETED
+    runs = Counter(line.split()[0] for line in keys.read_text().splitlines())
+    assert runs["BuildArtifact"] == 1, runs
+    assert runs["RunE2ETests"] >= 2, runs
+
+
+async def markers_recorded(handle: WorkflowHandle[Any, Any], count: int) -> None:
+    """Until the run's history holds `count` markers."""
+    marker = EventType.EVENT_TYPE_MARKER_RECORDED
+    while sum([e.event_type == marker async for e in handle.fetch_history_events()]) < count:
+        await asyncio.sleep(0.2)
 
 
 async def noted(keys: Path, agent: str) -> None:

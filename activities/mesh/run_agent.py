@@ -69,6 +69,7 @@ from coord.models.mesh.agents import (
     ProgressReporter,
 )
 from coord.models.mesh.batches import (
+    IN_ORDER_FOR,
     BatchedFailure,
     BatchedOutcome,
     BatchedRun,
@@ -116,10 +117,12 @@ class AgentActivities:
 
     async def _in_order(self, runs: list[BatchedRun]) -> list[BatchedOutcome]:
         """The runs one after the other, each handed the results before it, up to the first
-        that fails, does not fit the batch's bytes, or ends the batch (`goes_on_after`)."""
+        that fails, does not fit the batch's bytes, ends the batch (`goes_on_after`), or ends
+        past IN_ORDER_FOR since the batch began."""
         outcomes: list[BatchedOutcome] = []
         handed: dict[str, Any] = {}
         sizes: list[int | None] = []
+        ends = time.monotonic() + IN_ORDER_FOR.total_seconds()
         for run in runs:
             request = handed_on(run.request, handed)
             outcome = await self._batched(run.model_copy(update={"request": request}))
@@ -130,6 +133,8 @@ class AgentActivities:
                 return [*outcomes, BatchedOutcome()]
             outcomes.append(outcome)
             if run.result_as is None or not goes_on_after(outcome.result):
+                break
+            if time.monotonic() >= ends:  # what a lost worker would cost again
                 break
             handed[run.result_as] = outcome.result.data
         return outcomes

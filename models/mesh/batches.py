@@ -16,7 +16,11 @@ Runs that follow each other (a saga's steps, each handed the results of those be
 ahead in order (`LocalBatch.in_order`): each is handed the results of those before it in the
 batch (`handed_on`), and the batch stops at the first that does not succeed, does not fit, or
 reports what it used (the next run is sent what is left of a budget): the runs after it go on
-their own, as they would have without the batch."""
+their own, as they would have without the batch. It also stops after the run that takes it past
+`IN_ORDER_FOR`: its results are recorded only once it ends (a workflow task open that long
+records the outcomes of the local activities ended so far each time its worker hands it back),
+so a worker or server lost meanwhile costs every run of the batch again. Slow agents then run
+one to a batch; instant ones still go together."""
 
 from datetime import timedelta
 from typing import Any
@@ -31,6 +35,7 @@ from coord.models.wire.specs import MAX_COUNT
 __all__ = [
     "BATCH_MARGIN",
     "BATCH_RESULT_BYTES",
+    "IN_ORDER_FOR",
     "MAX_BATCH_RUNS",
     "BatchedFailure",
     "BatchedOutcome",
@@ -49,6 +54,9 @@ BATCH_RESULT_BYTES = BYTES_PER_WORKFLOW_TASK
 """The JSON bytes of a batch's results at most: they come back in one marker, which the workflow
 decodes in one activation, so a batch takes no more than a workflow task's byte budget (the one
 the chain takes its events by)."""
+IN_ORDER_FOR = timedelta(seconds=1)
+"""How long an in-order batch runs before it ends after the run under way: what a worker or
+server lost while it runs costs again, at most."""
 BATCH_MARGIN = timedelta(seconds=1)
 """How much longer a batch may take than its slowest run's timeout (each run's own timeout is
 kept inside the batch)."""
