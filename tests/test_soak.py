@@ -8,7 +8,8 @@
   until its 2 s timeout): its breaker opens, the other agents' stay closed, and the runs turned
   away wait at the breaker, without spending their attempts, until the agent is back: they all
   complete. The few sagas that used up their attempts on the agent's timeouts before the breaker
-  opened compensate: the agent failed them, nobody else did."""
+  opened compensate: the agent failed them, nobody else did. Sagas that never call it, started
+  once its hanging calls fill the worker, complete while it is still down."""
 
 import asyncio
 import time
@@ -58,6 +59,23 @@ def sagas(task_queue: str, production: dict[str, Any]) -> list[SagaSpec]:
             )
         )
     return specs
+
+
+BYSTANDERS = 20
+HANGING = 50
+"""Calls of the unhealthy agent hanging at once before the bystanders start."""
+DOWN_FOR = 20.0
+
+
+def bystanders() -> list[SagaSpec]:
+    """Sagas of the four steps before DeployToProduction, which they never call."""
+    document = yaml.safe_load(FEATURE_DEPLOYMENT.read_text())
+    document["steps"] = document["steps"][:4]
+    run = uuid.uuid4().hex[:6]
+    return [
+        SagaSpec.model_validate({**document, "saga_id": f"bystander-{run}-{n}"})
+        for n in range(BYSTANDERS)
+    ]
 
 
 async def run_all(client: Client, task_queue: str, specs: list[SagaSpec]) -> list[SagaState]:
@@ -142,9 +160,17 @@ async def test_an_unhealthy_agent_opens_its_breaker_and_runs_wait_for_it(
     started = time.monotonic()
     async with build_worker(client, task_queue, registry):
         running = asyncio.ensure_future(run_all(client, task_queue, specs))
-        await asyncio.sleep(20)
+        while outage.calls_while_down < HANGING:
+            await asyncio.sleep(0.1)
+        passing = asyncio.ensure_future(run_all(client, task_queue, bystanders()))
+        begun = time.monotonic()
+        await asyncio.wait([passing], timeout=started + DOWN_FOR - time.monotonic())
+        passed_while_down = passing.done()
+        print(f"\nbystanders done: {passed_while_down}, in {time.monotonic() - begun:.1f}s")
+        await asyncio.sleep(max(0.0, started + DOWN_FOR - time.monotonic()))  # the outage
         outage.down = False
         states = await running
+        passed = await passing
         transitions = await breakers(client, task_queue)
         ledger = await read_ledger(client, agent_task_queue("DeployToProduction", task_queue))
     report("outage of DeployToProduction", states, started)
@@ -165,3 +191,5 @@ async def test_an_unhealthy_agent_opens_its_breaker_and_runs_wait_for_it(
         failed_at = production_failed.time
         assert failed_at <= opened + IN_FLIGHT, "ran out of attempts before the breaker opened"
     assert len(failed) <= SAGAS // 20
+    assert passed_while_down, "sagas that never call the agent waited for its outage"
+    assert all(s.status == SagaStatus.COMPLETED for s in passed)
