@@ -44,6 +44,7 @@ from coord.models.wire.contract import (
     AGENT_MONITOR_WORKFLOW,
     agent_monitor_workflow_id,
     agent_task_queue,
+    ledger_task_queue,
 )
 from coord.models.wire.specs import SpecError
 from coord.workflows._runtime.interceptor import SurplusArguments
@@ -156,12 +157,13 @@ def build_worker(
     workflows: bool = True,
 ) -> WorkerSet:
     """The workers serving `registry` (restricted to `only` when given): the coordinator
-    worker on `queue` (unless `workflows` is False) and one worker per agent on its queue."""
+    worker on `queue` and the ledgers' worker (unless `workflows` is False), and one worker per
+    agent on its queue."""
     registry = registry or default_registry()
     if only is not None:
         registry = registry.only(only)
     process = WorkerProcess.of(client, queue or task_queue(), registry)
-    workers = [coordinator_worker(process, registry)] if workflows else []
+    workers = [coordinator_worker(process, registry), ledger_worker(process)] if workflows else []
     workers += [agent_worker(process, registry.only([name])) for name in registry]
     return WorkerSet(workers, process.home, process.breakers, process.keeper, process.lookahead)
 
@@ -169,7 +171,7 @@ def build_worker(
 @dataclass(frozen=True)
 class WorkerProcess:
     """What the workers of one process share: the client, the deployment's coordinator queue
-    `home` (which names its agent queues and runs their ledgers), the agents' breakers and pools
+    `home` (which names its agent queues and its ledgers' queue), the agents' breakers and pools
     (against those ledgers), the report keeper, and the chain look-ahead."""
 
     client: Client
@@ -224,8 +226,9 @@ WORKFLOW_TASK_SLOTS = 1000
 """Workflow tasks the coordinator worker holds at once: ten times its local activities' slots
 (the SDK's 100), as many as the SDK caches workflows. A workflow task stays open while its local
 runs run or wait for a slot, so with the SDK's 100 of each, a hundred sagas whose local agent
-hangs would hold every task, and the worker's other workflows would wait for them: the agent's
-ledger among them, whose breaker would then never open. An open task holds only memory."""
+hangs would hold every task, and the worker's other workflows would wait for them (the agents'
+ledgers, whose breakers must open then, run on a queue of their own: `ledger_worker`). An open
+task holds only memory."""
 
 
 def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
@@ -271,6 +274,13 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         unsandboxed_workflow_runner=UnsandboxedRunner(lookahead.instance_created),
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
     )
+
+
+def ledger_worker(process: WorkerProcess) -> Worker:
+    """The deployment's agent ledgers (`ledger_task_queue`), on workflow task slots of their
+    own: a breaker opens while the coordinator worker's tasks all wait on a hanging agent. The
+    coordinator worker serves them too, for ledgers started on its queue before."""
+    return process.worker(ledger_task_queue(process.home), [], workflows=[AgentLedger])
 
 
 async def start_agent_monitor(client: Client, home: str) -> None:

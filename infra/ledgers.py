@@ -58,7 +58,8 @@ async def read_ledgers(client: Client, queues: Iterable[str]) -> dict[str, Agent
 
 class LedgerClient:
     """A worker's messages to one agent queue's ledger, starting it when it does not run
-    (update-with-start, on the deployment's coordinator queue `home`)."""
+    (update-with-start, on the ledger queue of the deployment whose coordinator queue is
+    `home`; a ledger started before it had one runs on `home`, where it stays)."""
 
     def __init__(
         self, client: Client, agent_queue: str, home: str, config: BreakerConfig, worker: str
@@ -111,7 +112,7 @@ class LedgerClient:
             contract.AGENT_LEDGER_WORKFLOW,
             LedgerStart(agent_queue=self.agent_queue, config=self._config),
             id=contract.agent_ledger_workflow_id(self.agent_queue),
-            task_queue=self._home,
+            task_queue=contract.ledger_task_queue(self._home),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary=f"ledger of {self.agent_queue}",
         )

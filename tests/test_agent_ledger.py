@@ -23,15 +23,23 @@ from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
 from coord.models.mesh.breaker import SUCCEEDED, failure_verdict
 from coord.models.mesh.config import PythonAgent
 from coord.models.mesh.health import AgentHealth
-from coord.models.mesh.ledger import AgentLedgerState, BreakerConfig, RunStats, duration_bin
+from coord.models.mesh.ledger import (
+    AgentLedgerState,
+    BreakerConfig,
+    LedgerStart,
+    RunStats,
+    duration_bin,
+)
 from coord.models.mesh.retry import RetryConfig
 from coord.models.vote.spec import Ballot, Choice, VoteSpec
 from coord.models.wire.contract import (
+    AGENT_LEDGER_WORKFLOW,
     FailureType,
     Health,
     agent_ledger_workflow_id,
     agent_task_queue,
     failure,
+    ledger_task_queue,
 )
 from coord.starter import api, render
 from coord.starter.commands.agents import agents_view
@@ -69,7 +77,28 @@ async def test_the_ledger_is_started_by_the_first_report_and_read_by_queue(
         assert read.p50_ms == pytest.approx(12, rel=0.05)
         assert (await read_ledgers(client, [unknown]))[unknown].breaker == "closed"
         description = await client.get_workflow_handle(agent_ledger_workflow_id(queue)).describe()
-        assert description.task_queue == task_queue
+        assert description.task_queue == ledger_task_queue(task_queue)
+
+
+async def test_a_ledger_started_on_the_coordinator_queue_before_stays_there_and_answers(
+    client: Client, task_queue: str
+) -> None:
+    """Ledgers started before they had a queue of their own run on the coordinator queue: a
+    report reaches the one running (its id is the agent queue's), served there as before."""
+    queue = agent_task_queue(f"older-{uuid.uuid4().hex[:8]}", task_queue)
+    await client.start_workflow(
+        AGENT_LEDGER_WORKFLOW,
+        LedgerStart(agent_queue=queue),
+        id=agent_ledger_workflow_id(queue),
+        task_queue=task_queue,
+    )
+    ledger = LedgerClient(client, queue, task_queue, BreakerConfig(), worker="test")
+    async with build_worker(client, task_queue):
+        stats = RunStats()
+        stats.record(SUCCEEDED, 5.0)
+        assert (await ledger.stats(stats)).runs == 1
+    description = await client.get_workflow_handle(agent_ledger_workflow_id(queue)).describe()
+    assert description.task_queue == task_queue
 
 
 async def test_the_ledger_continues_as_new_with_its_book_when_its_history_grows(

@@ -40,6 +40,13 @@ def agent_queue_prefix(home: str = DEFAULT_TASK_QUEUE) -> str:
     return AGENT_QUEUE_PREFIX if home == DEFAULT_TASK_QUEUE else f"{home}/{AGENT_QUEUE_PREFIX}"
 
 
+def ledger_task_queue(home: str = DEFAULT_TASK_QUEUE) -> str:
+    """The task queue of a deployment's agent ledgers (its breakers and pools), served by every
+    worker serving its workflows, on workflow task slots of its own: the coordinator queue's can
+    all be held by workflows waiting on a hanging local agent, whose breaker must open then."""
+    return f"{home}/ledgers"
+
+
 def agent_task_queue(agent: str, home: str = DEFAULT_TASK_QUEUE) -> str:
     """The task queue the workers serving `agent` poll and its runs are dispatched to. An agent
     name is any string: characters outside letters, digits and `.@:+-_` become `_`, and a name

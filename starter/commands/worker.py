@@ -48,7 +48,8 @@ async def worker(
     ] = None,
 ) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233): the
-    workflows on the coordinator queue, and each agent on its own queue (`agent-<name>`)."""
+    workflows on the coordinator queue (the agents' ledgers on `<queue>/ledgers`), and each
+    agent on its own queue (`agent-<name>`)."""
     from coord.worker import run_worker
 
     names = [name.strip() for name in only.split(",") if name.strip()] if only is not None else None
