@@ -13,7 +13,6 @@ import asyncio
 import signal
 import uuid
 from collections.abc import Awaitable, Mapping
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +28,10 @@ from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker
-from tests.agents import Execution, demo_agents_file
 from tests.conftest import FEATURE_DEPLOYMENT
 from tests.helpers import USER_STORY, approved, eventually
 from tests.outages import OwnDevServer
-from tests.workers import WorkerProcess, worker_process
+from tests.workers import demo_agents_worker, worker_process
 
 SLOW_STEPS = {
     "BuildArtifact": 3,
@@ -108,16 +106,6 @@ async def all_noted(keys: list[Path]) -> bool:
     return all(noted_runs(each) for each in keys)
 
 
-def agents_worker(
-    client: Client, queue: str, tmp_path: Path, execution: Execution
-) -> "AbstractAsyncContextManager[WorkerProcess]":
-    """A worker process whose saga and chain agents run as `execution` says: `remote`, each run
-    an activity task; `local`, a local activity of its workflow."""
-    agents = demo_agents_file(tmp_path / f"agents-{execution}.json", execution)
-    log = tmp_path / f"worker-{execution}.log"
-    return worker_process(client, queue, log, "--agents", str(agents), demo=False)
-
-
 async def ended_within(timeout: float, *outcomes: Awaitable[SagaState | ChainState]) -> list[str]:
     """How each run ended (its status), or `running` when it had not within `timeout`."""
     waiting = [asyncio.ensure_future(outcome) for outcome in outcomes]
@@ -163,8 +151,8 @@ async def test_runs_in_flight_outlive_a_server_outage(
     }
     try:
         async with (
-            agents_worker(client, queue["remote"], tmp_path, "remote"),
-            agents_worker(client, queue["local"], tmp_path, "local"),
+            demo_agents_worker(client, queue["remote"], tmp_path, "remote"),
+            demo_agents_worker(client, queue["local"], tmp_path, "local"),
         ):
             handles: list[WorkflowHandle[Any, Any]] = [
                 await api.start_saga(client, spec, queue=queue["remote"]) for spec in sagas

@@ -4,7 +4,6 @@ the work, and the histories show every compensation and every agent run complete
 import asyncio
 import uuid
 from collections import Counter
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ from coord.models.saga.spec import SagaSpec, SagaStatus
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.progress import activity_names
-from tests.agents import Execution, demo_agents_file
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.workers import WorkerProcess, worker_process
+from tests.workers import demo_agents_worker, worker_process
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
 
@@ -72,17 +70,6 @@ def saga(**changes: Any) -> SagaSpec:
     return SagaSpec.model_validate(data)
 
 
-def demo_worker(
-    client: Client, task_queue: str, tmp_path: Path, execution: Execution
-) -> "AbstractAsyncContextManager[WorkerProcess]":
-    """A worker process serving the saga's agents, each declared `execution`: `remote` for an
-    activity task (what the server hands to the next worker when this one dies), `local` for
-    a local activity of the saga."""
-    agents = demo_agents_file(tmp_path / f"agents-{execution}.json", execution)
-    log = tmp_path / "workers.log"
-    return worker_process(client, task_queue, log, "--agents", str(agents), demo=False)
-
-
 async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
@@ -90,11 +77,11 @@ async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
         RunE2ETests={"heartbeat_timeout": "1s", "timeout": "30s"},
         input={"inject": {"slow": {"RunE2ETests": 3}}},
     )
-    async with demo_worker(client, task_queue, tmp_path, "remote") as first:
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await wait_running(client, handle, "RunE2ETests")
         first.kill()
-    async with demo_worker(client, task_queue, tmp_path, "remote"):
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
     completed = await completed_activities(client, handle)
@@ -110,11 +97,11 @@ async def test_a_worker_killed_mid_local_step_the_next_one_runs_it_again_with_it
     they run again too, each with its own same key."""
     keys = tmp_path / "keys.txt"
     spec = saga(input={"keys": str(keys), "inject": {"slow": {"RunE2ETests": 3}}})
-    async with demo_worker(client, task_queue, tmp_path, "local") as first:
+    async with demo_agents_worker(client, task_queue, tmp_path, "local") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await asyncio.wait_for(noted(keys, "RunE2ETests"), 60)
         first.kill()
-    async with demo_worker(client, task_queue, tmp_path, "local"):
+    async with demo_agents_worker(client, task_queue, tmp_path, "local"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
     runs = [line.split() for line in keys.read_text().splitlines()]
@@ -135,12 +122,12 @@ async def test_a_worker_killed_mid_batch_loses_only_the_steps_not_recorded(
     keys = tmp_path / "keys.txt"
     slow = {"BuildArtifact": 1.5, "RunE2ETests": 12}
     spec = saga(input={"keys": str(keys), "inject": {"slow": slow}})
-    async with demo_worker(client, task_queue, tmp_path, "local") as first:
+    async with demo_agents_worker(client, task_queue, tmp_path, "local") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await asyncio.wait_for(noted(keys, "RunE2ETests"), 60)
         await asyncio.wait_for(markers_recorded(handle, 2), 60)  # placements, the first batch
         first.kill()
-    async with demo_worker(client, task_queue, tmp_path, "local"):
+    async with demo_agents_worker(client, task_queue, tmp_path, "local"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
     runs = Counter(line.split()[0] for line in keys.read_text().splitlines())
@@ -170,11 +157,11 @@ async def test_a_worker_killed_mid_compensation_each_compensation_completes_once
         DeployToStaging={"compensation_timeout": "4s"},
         input={"inject": {"fail": ["DeployToProduction"], "slow": {"RemoveFromStaging": 2}}},
     )
-    async with demo_worker(client, task_queue, tmp_path, "remote") as first:
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await wait_running(client, handle, "compensate: RemoveFromStaging")
         first.kill()
-    async with demo_worker(client, task_queue, tmp_path, "remote"):
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPENSATED
     assert [c.compensate for c in state.compensations] == [

@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.starter.progress import task_queue_pollers
+from tests.agents import Execution, demo_agents_file
 
 COORD = str(Path(sys.executable).parent / "coord")
 ROOT = str(Path(__file__).resolve().parents[1])
@@ -120,3 +121,15 @@ def server_env(env: WorkflowEnvironment, task_queue: str) -> dict[str, str]:
         "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
         "COORD_TASK_QUEUE": task_queue,
     }
+
+
+def demo_agents_worker(
+    client: Client, task_queue: str, tmp_path: Path, execution: Execution
+) -> "AbstractAsyncContextManager[WorkerProcess]":
+    """A worker process serving the saga's and the user-story chain's agents, each declared
+    `execution`: `remote` for an activity task (what the server hands to the next worker when
+    this one dies), `local` for a local activity of its workflow. Its log is
+    `worker-<execution>.log` in `tmp_path`, beside its agents file."""
+    agents = demo_agents_file(tmp_path / f"agents-{execution}.json", execution)
+    log = tmp_path / f"worker-{execution}.log"
+    return worker_process(client, task_queue, log, "--agents", str(agents), demo=False)

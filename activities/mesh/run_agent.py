@@ -134,7 +134,7 @@ class AgentActivities:
             outcomes.append(outcome)
             if run.result_as is None or not goes_on_after(outcome.result):
                 break
-            if time.monotonic() >= ends:  # what a lost worker would cost again
+            if time.monotonic() >= ends:  # a lost worker would cost every run so far again
                 break
             handed[run.result_as] = outcome.result.data
         return outcomes
