@@ -32,6 +32,7 @@ from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
 from tests.helpers import approved, eventually, parked, user_story
 from tests.test_agent_placement import (
+    LOCAL,
     _agent_tasks,
     _replays_from_every_task,
     local_agent_runs,
@@ -43,6 +44,7 @@ CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
 COMPLETED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+TIMER_STARTED = EventType.EVENT_TYPE_TIMER_STARTED
 PATCH = "core_patch"
 FAST_RETRY = RetryConfig(max_retries=1, initial_delay=timedelta(milliseconds=100), jitter="none")
 SIGNALS_PER_RUN = 100
@@ -162,7 +164,26 @@ async def test_a_chain_continuing_as_new_among_local_runs_runs_each_once_and_rep
     assert _agent_tasks(events) == {}
     assert local_agent_runs(events) >= PINGS
     for history in histories:
+        events = list(history.events)
+        assert _local_runs_recorded_before_the_end(events), "a run ended without its timer"
         await _replays_from_every_task(history)
+
+
+def _local_runs_recorded_before_the_end(events: list[HistoryEvent]) -> bool:
+    """A run that ran agents locally started its recording timer after the last of their
+    markers, before it ended: whichever task took the last outcome, the end came in a later
+    one."""
+    markers = [
+        e.event_id for e in events if e.marker_recorded_event_attributes.marker_name == LOCAL
+    ]
+    if not markers:
+        return True
+    return any(
+        e.event_type == TIMER_STARTED
+        and e.event_id > markers[-1]
+        and e.user_metadata.summary.data == b'"local runs recorded first"'
+        for e in events
+    )
 
 
 def _gated_registry(

@@ -8,7 +8,7 @@ from coord.models.chain.intake import TaskShare
 from coord.models.chain.model import ChainModel
 from coord.models.chain.pacing import HELD_UP_AFTER, HOLDING_BUDGETS, MIN_WAKE, RUN_HISTORY_BUDGET
 from coord.models.chain.spec import ChainInput
-from coord.models.wire.versions import FLOOD_PATCH
+from coord.models.wire.versions import CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH, FLOOD_PATCH
 from tests.chain_models import NOW, WORKFLOW_ID, FixedRun, event, spec, take
 
 
@@ -97,9 +97,10 @@ def test_a_chain_that_may_not_hand_over_is_never_held_up() -> None:
     assert not model.pacing.held_up() and model.pacing.wake_in() is None
 
 
-def test_a_run_of_local_agents_continues_only_in_a_task_that_records_no_run_outcome() -> None:
+def test_a_run_of_local_agents_continues_only_after_a_timer_started_once_its_runs_ended() -> None:
     """A local run's outcome is recorded with the workflow task it ended in: continue-as-new
-    waits for a later task (the history grew), for a chain that may run agents locally."""
+    waits for a timer started after the runs ended, whatever the history's length (a replay may
+    hand an outcome over in another activation, at another length)."""
     run = FixedRun(length=RUN_HISTORY_BUDGET)
     model = paced(run)
     model.pacing.ran_here()
@@ -107,6 +108,24 @@ def test_a_run_of_local_agents_continues_only_in_a_task_that_records_no_run_outc
     model.pacing.runs_locally = True
     assert not model.pacing.outcomes_unrecorded(), "no run ended yet"
     model.pacing.ran_here()
-    assert model.pacing.outcomes_unrecorded(), "a run ended in this task"
+    model.pacing.ran_here()
+    run.length += 3
+    assert model.pacing.outcomes_unrecorded() == 2, "in an earlier task, yet no timer since"
+    model.pacing.recorded(2)
+    assert not model.pacing.outcomes_unrecorded(), "the timer started after both fired"
+    model.pacing.ran_here()
+    assert model.pacing.outcomes_unrecorded() == 1, "a run ended after the timer"
+
+
+def test_runs_recorded_before_the_timer_rule_wait_only_for_a_run_ended_in_this_task() -> None:
+    run = FixedRun(length=RUN_HISTORY_BUDGET, before={CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH})
+    model = paced(run)
+    model.pacing.runs_locally = True
+    model.pacing.ran_here()
+    assert model.pacing.outcomes_unrecorded() == 1, "a run ended in this task"
     run.length += 3
     assert not model.pacing.outcomes_unrecorded(), "the task it ended in was recorded"
+    model.pacing.ran_here()
+    assert model.pacing.outcomes_unrecorded() == 2
+    model.pacing.recorded(2)
+    assert not model.pacing.outcomes_unrecorded()

@@ -10,14 +10,21 @@ each queued run in a `ChainRun` of its own, so none waits for that agent.
 A run that may run agents as local activities continues as new, or ends, only in a workflow
 task that records no run's outcome (`outcomes_unrecorded`): a local run's outcome is a marker
 written with the task that took it, and the server refuses a task ending the run when new
-signals arrived meanwhile, markers and all, so the run would run again on the retried task."""
+signals arrived meanwhile, markers and all, so the run would run again on the retried task.
+Which runs are recorded is counted against the timer the run starts for it, never against the
+history's length: on a replay the SDK may hand a local run's outcome over in another activation
+than the live run got it in, so the length a replay sees at its end can differ."""
 
 from datetime import datetime, timedelta
 
 from coord.models.chain.boundary import RunContext
 from coord.models.chain.runs import ChainRuns
 from coord.models.chain.spec import Subscription
-from coord.models.wire.versions import CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH, FLOOD_PATCH
+from coord.models.wire.versions import (
+    CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH,
+    CHAIN_WAITS_FOR_ITS_LISTENERS_PATCH,
+    FLOOD_PATCH,
+)
 
 RUN_HISTORY_BUDGET = 500
 """History events after which a run continues-as-new even below the server's limits. A worker
@@ -56,7 +63,13 @@ class ChainPacing:
         self.runs_locally = False
         """Set once the run starts: whether its agents may run as local activities."""
         self._ended_in: int | None = None
-        """The history length of the workflow task in which a run held here last ended."""
+        """The history length of the workflow task in which a run held here last ended (runs
+        recorded before CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH compare it with the current one)."""
+        self._ended = 0
+        """How many runs held here ended in this run, possibly local ones."""
+        self._recorded = 0
+        """How many of them ended before a timer the run started, and which has fired since:
+        their outcomes are in the history."""
 
     def note_time(self) -> None:
         """Brings `held_up` to the workflow's clock (once a turn)."""
@@ -69,13 +82,24 @@ class ChainPacing:
     def ran_here(self) -> None:
         """A run held here ended (succeeded or failed) in the current workflow task."""
         if self.runs_locally:
+            self._ended += 1
             self._ended_in = self._context.history_length()
 
-    def outcomes_unrecorded(self) -> bool:
-        """Whether a run held here, possibly local, ended in the current workflow task: its
-        marker is not in the history before this task completes, so continue-as-new waits for
-        the next task (the history length is that of the task's start, the same all task)."""
-        return self._ended_in is not None and self._ended_in == self._context.history_length()
+    def outcomes_unrecorded(self) -> int:
+        """How many runs held here, possibly local, ended since the run's last recording timer
+        started: their markers may not be in the history before the current task completes, so
+        continue-as-new waits for the timer (`recorded`). Zero when there is nothing to wait
+        for. Runs recorded before the patch waited only for a run that ended in the current
+        workflow task (the history length at the task's start, the same all task)."""
+        unrecorded = self._ended - self._recorded
+        if not unrecorded or self._context.patched(CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH):
+            return unrecorded
+        return unrecorded if self._ended_in == self._context.history_length() else 0
+
+    def recorded(self, runs: int) -> None:
+        """The recording timer started once `runs` runs held here had ended has fired: the
+        workflow tasks that took their outcomes are in the history."""
+        self._recorded += runs
 
     def held_up(self) -> bool:
         """Whether agent runs held here have kept the due continue-as-new waiting HELD_UP_AFTER:

@@ -469,6 +469,21 @@ before asked an earlier bundle (or each patch)."""
 CHAIN_PATCHES_3 = CHAIN_PATCHES_2 | {CHAIN_BATCHES_LOCAL_RUNS_PATCH}
 """The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
+CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH = "chain-records-local-runs-by-its-timer"
+"""Since 2026-11-28, in chain.pacing: a run that ran agents locally continues as new (or ends)
+after a timer started once every such run had ended, unless one started since has fired. Runs
+recorded before took that timer only when a run had ended in the current workflow task, by the
+history's length, which a replay handed a local run's outcome in another activation could see
+otherwise (a nondeterminism error at the run's end)."""
+
+CHAIN_PATCHES_AT_ONCE_4_PATCH = "chain-patches-at-once-4"
+"""Since 2026-11-28, in chain.reactive: CHAIN_PATCHES_AT_ONCE_3_PATCH with
+CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH in force too (CHAIN_PATCHES_4), still one marker. Runs
+recorded before asked an earlier bundle (or each patch)."""
+
+CHAIN_PATCHES_4 = CHAIN_PATCHES_3 | {CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH}
+"""The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_4_PATCH. Never changed."""
+
 PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"
 """Since 2026-11-27, in plan.graph: Runs after this patch ask their worker, as they begin, where
 the agents they name run, and run the short in-process ones it serves (python agents, any agent

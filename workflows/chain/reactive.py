@@ -95,8 +95,10 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_PATCHES,
         CHAIN_PATCHES_2,
         CHAIN_PATCHES_3,
+        CHAIN_PATCHES_4,
         CHAIN_PATCHES_AT_ONCE_2_PATCH,
         CHAIN_PATCHES_AT_ONCE_3_PATCH,
+        CHAIN_PATCHES_AT_ONCE_4_PATCH,
         CHAIN_PATCHES_AT_ONCE_PATCH,
         CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH,
         DECODE_IN_TASK_PATCH,
@@ -147,6 +149,7 @@ def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
 
 
 PATCH_BUNDLES = (
+    (CHAIN_PATCHES_AT_ONCE_4_PATCH, CHAIN_PATCHES_4),
     (CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3),
     (CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2),
     (CHAIN_PATCHES_AT_ONCE_PATCH, CHAIN_PATCHES),
@@ -230,8 +233,9 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         (continue-as-new, the end) must be: the server refuses a last task when signals arrived
         meanwhile, markers and all, and those runs would run again (`outcomes_unrecorded`)."""
         await workflow.wait_condition(self._quiet)
-        while self._model.pacing.outcomes_unrecorded():
+        while unrecorded := self._model.pacing.outcomes_unrecorded():
             await workflow.sleep(NEXT_TASK, summary="local runs recorded first")
+            self._model.pacing.recorded(unrecorded)
             await workflow.wait_condition(self._quiet)
 
     def _take_in(self) -> bool:
