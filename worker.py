@@ -19,6 +19,7 @@ from coord.activities.events.log import LogWriter
 from coord.activities.events.lookback import ChainLookahead, ChainLookback
 from coord.activities.kinds import serve
 from coord.activities.mesh.breakers import Breakers
+from coord.activities.mesh.local_shares import LOCAL_ACTIVITY_SLOTS, LocalShares
 from coord.activities.mesh.monitor import AgentMonitorActivities
 from coord.activities.mesh.pools import AgentPools
 from coord.activities.mesh.reports import ReportKeeper
@@ -155,14 +156,16 @@ def build_worker(
     *,
     only: Sequence[str] | None = None,
     workflows: bool = True,
+    local_slots: int = LOCAL_ACTIVITY_SLOTS,
 ) -> WorkerSet:
     """The workers serving `registry` (restricted to `only` when given): the coordinator
     worker on `queue` and the ledgers' worker (unless `workflows` is False), and one worker per
-    agent on its queue."""
+    agent on its queue. The coordinator worker runs `local_slots` local activities at once,
+    half of them at most for any one agent (`LocalShares`)."""
     registry = registry or default_registry()
     if only is not None:
         registry = registry.only(only)
-    process = WorkerProcess.of(client, queue or task_queue(), registry)
+    process = WorkerProcess.of(client, queue or task_queue(), registry, LocalShares(local_slots))
     workers = [coordinator_worker(process, registry), ledger_worker(process)] if workflows else []
     workers += [agent_worker(process, registry.only([name])) for name in registry]
     return WorkerSet(workers, process.home, process.breakers, process.keeper, process.lookahead)
@@ -172,7 +175,8 @@ def build_worker(
 class WorkerProcess:
     """What the workers of one process share: the client, the deployment's coordinator queue
     `home` (which names its agent queues and its ledgers' queue), the agents' breakers and pools
-    (against those ledgers), the report keeper, and the chain look-ahead."""
+    (against those ledgers), the report keeper, the chain look-ahead, and the agents' shares of
+    the local activity slots."""
 
     client: Client
     home: str
@@ -180,16 +184,20 @@ class WorkerProcess:
     pools: AgentPools
     keeper: ReportKeeper
     lookahead: ChainLookahead
+    local_shares: LocalShares
 
     @classmethod
-    def of(cls, client: Client, home: str, registry: AgentRegistry) -> "WorkerProcess":
+    def of(
+        cls, client: Client, home: str, registry: AgentRegistry, local_shares: LocalShares
+    ) -> "WorkerProcess":
         breakers, pools = Breakers(client, home, registry), AgentPools(client, home, registry)
-        return cls(client, home, breakers, pools, ReportKeeper(client), ChainLookahead(client))
+        keeper, lookahead = ReportKeeper(client), ChainLookahead(client)
+        return cls(client, home, breakers, pools, keeper, lookahead, local_shares)
 
     def agent_activities(self, registry: AgentRegistry) -> AgentActivities:
         """The `run_agent` activity (and `run_agents`, local runs' batches) for the agents of
-        `registry`, through this process's breakers and pools."""
-        return AgentActivities(registry, self.breakers, self.pools)
+        `registry`, through this process's breakers, pools and local shares."""
+        return AgentActivities(registry, self.breakers, self.pools, self.local_shares)
 
     def worker(
         self, queue: str, activities: Sequence[Callable[..., Any]], **options: Any
@@ -224,8 +232,8 @@ def agent_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
 
 WORKFLOW_TASK_SLOTS = 1000
 """Workflow tasks the coordinator worker holds at once: ten times its local activities' slots
-(the SDK's 100), as many as the SDK caches workflows. A workflow task stays open while its local
-runs run or wait for a slot, so with the SDK's 100 of each, a hundred sagas whose local agent
+(`LOCAL_ACTIVITY_SLOTS`), as many as the SDK caches workflows. A workflow task stays open while
+its local runs run or wait for a slot, so with 100 of each, a hundred sagas whose local agent
 hangs would hold every task, and the worker's other workflows would wait for them (the agents'
 ledgers, whose breakers must open then, run on a queue of their own: `ledger_worker`). An open
 task holds only memory."""
@@ -273,6 +281,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         workflow_runner=replace(SANDBOX, created=lookahead.instance_created),
         unsandboxed_workflow_runner=UnsandboxedRunner(lookahead.instance_created),
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
+        max_concurrent_local_activities=process.local_shares.slots,
     )
 
 

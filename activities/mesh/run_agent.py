@@ -1,7 +1,10 @@
 """The `run_agent` activity: one attempt of an agent run, in steps read top to bottom.
 
-    admit -> guard -> resolve -> run -> keep (a result) | report (a failure)
+    share -> admit -> guard -> resolve -> run -> keep (a result) | report (a failure)
 
+0. share (`share`, local_shares.py): for a local run, the agent's share of the worker's local
+   activity slots: `local_share_full` (the agent not called) when its local runs hold it all;
+   the workflow sends the run on as an activity task.
 1. admit (`admit`, pools.py): a permit of the agent's pool, when it declares `max_concurrent`;
    `pool_full` (the agent not called) when none comes free in time.
 2. guard (`guard`, breakers.py): the agent's circuit breaker: `circuit_open` (the agent not
@@ -55,6 +58,7 @@ from temporalio.exceptions import ApplicationError
 from coord.activities import metrics
 from coord.activities.kinds import agent_from_config
 from coord.activities.mesh.breakers import Breakers
+from coord.activities.mesh.local_shares import LocalShares
 from coord.activities.mesh.pools import AgentPools
 from coord.activities.mesh.result_refs import ResultStore
 from coord.activities.mesh.run_tally import RunCounter
@@ -94,13 +98,17 @@ class AgentActivities:
         registry: AgentRegistry,
         breakers: Breakers | None = None,
         pools: AgentPools | None = None,
+        local_shares: LocalShares | None = None,
     ) -> None:
         """`breakers`: the agents' circuit breakers (none: runs are not watched); `pools`: the
-        pools of agents declaring max_concurrent (none: only the worker's slots limit them)."""
+        pools of agents declaring max_concurrent (none: only the worker's slots limit them);
+        `local_shares`: each agent's share of the worker's local activity slots (none: any
+        agent may hold them all)."""
         self._registry = registry
         self._results = ResultStore()
         self._breakers = breakers
         self._pools = pools
+        self._local_shares = local_shares
 
     @activity.defn(name=refs.RUN_AGENTS.name)
     async def run_agents(self, batch: LocalBatch) -> LocalBatchOutcomes:
@@ -155,12 +163,16 @@ class AgentActivities:
 
     @activity.defn(name=refs.RUN_AGENT.name)
     async def run_agent(self, request: AgentRequest) -> AgentResult:
-        """One attempt of the run `request` asks for, through the module's six steps."""
+        """One attempt of the run `request` asks for, through the module's steps."""
         tally = RunCounter(request.agent, request.budget, before=request.attempts_before)
         activity.logger.info(
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
+        with share(self._local_shares, request):
+            return await self._run(request, tally)
+
+    async def _run(self, request: AgentRequest, tally: RunCounter) -> AgentResult:
         try:
             async with (
                 admit(self._pools, request),
@@ -186,6 +198,18 @@ def batched_failure(error: ApplicationError) -> BatchedFailure:
         non_retryable=error.non_retryable,
         details=list(error.details),
         retry_after_s=None if delay is None else delay.total_seconds(),
+    )
+
+
+def share(
+    local_shares: LocalShares | None, request: AgentRequest
+) -> contextlib.AbstractContextManager[None]:
+    """Step 0, for a local run: the agent's share of the worker's local activity slots
+    (`local_share_full` when the agent holds it all elsewhere); nothing for an activity task."""
+    return (
+        local_shares.holding(request.agent)
+        if local_shares is not None
+        else contextlib.nullcontext()
     )
 
 

@@ -487,6 +487,10 @@ class FailureType(StrEnum):
     POOL_FULL = "pool_full"
     """The agent's pool (max_concurrent across all its workers) had no permit free for the
     run within its wait: the agent was not called; retried after a spread delay (retryable)."""
+    LOCAL_SHARE_FULL = "local_share_full"
+    """A local run of an agent whose local runs already hold its share of the worker's local
+    activity slots: the agent was not called, and the workflow sends the run on as an activity
+    task on the agent's queue (never parked: it is how a run changes place)."""
     NO_CAPABLE_AGENT = "no_capable_agent"
     """A run naming capabilities instead of an agent found no declared agent offering them."""
     AGENT_BLOCKED = "agent_blocked"

@@ -396,13 +396,21 @@ class RunSettings:
     allowance (`AgentRequest.tokens`), and the run's usage is counted into it when it succeeds."""
     placements: Placements | None = None
     """Where the caller's agents run (`Placements`); none: each named agent on its own queue."""
+    local: bool = True
+    """False once a local execution of the run was refused (`local_share_full`: its agent holds
+    its share of the worker's local activity slots): it goes on as an activity task on the
+    agent's own queue, whose worker's slots are the agent's alone."""
 
     def placement(self, request: AgentRequest) -> Placement:
         """Where this run of `request` goes. A run with a heartbeat timeout is watched by its
-        heartbeats, which a local activity does not send: it goes to this workflow's queue."""
+        heartbeats, which a local activity does not send: it goes to this workflow's queue. A
+        run refused its local share goes to its agent's queue, where it holds none of the slots
+        the workflow's own activities need."""
         if self.placements is None:
             return Placement.HOME if request.config is not None else Placement.AGENT_QUEUE
         where = self.placements.of(request)
+        if where == Placement.LOCAL and not self.local:
+            return Placement.AGENT_QUEUE
         if where == Placement.LOCAL and self.heartbeat_timeout is not None:
             return Placement.HOME
         return where
@@ -574,6 +582,8 @@ class _AgentRun:
             return self._took(outcome.result)
         if outcome.failure is not None:
             await self._after_batched_failure(outcome.failure)
+        if not self.settings.local:  # refused its local share: an activity task holds no slot
+            return await self.result(await self._again())
         async with batches.one_local:
             return await self.result(await self._again())
 
@@ -642,8 +652,13 @@ class _AgentRun:
         return _start(request, settings, policy)
 
     async def _recovered(self, error: ActivityError) -> bool:
-        """Whether the run goes on after `error`: elsewhere, or after a wait at a gate."""
+        """Whether the run goes on after `error`: as an activity task, elsewhere, or after a
+        wait at a gate."""
         kind = failure_type_of(error)
+        if kind == FailureType.LOCAL_SHARE_FULL and self.settings.local:
+            workflow.logger.info("agent run goes on as an activity task: %s", error.cause)
+            self.settings = replace(self.settings, local=False)
+            return True
         refusal = _refusal(error) if kind in GATE_FAILURES else None
         if refusal is not None:
             self.allowance.refused(refusal)
