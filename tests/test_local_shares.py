@@ -114,6 +114,8 @@ async def test_an_agent_that_hangs_leaves_half_the_local_slots_to_the_others(
             asyncio.gather(*(api.saga_outcome(handle) for handle in hanging)), 60
         )
     assert {state.status for state in hung} == {"completed"}
+    queued = [detour for state in hung for detour in state.detours if detour.action == "queued"]
+    assert [detour.reason for detour in queued] == [FailureType.LOCAL_SHARE_FULL] * 2
     queues = []
     for handle in hanging:
         async for event in handle.fetch_history_events():

@@ -44,9 +44,10 @@ MAX_DETOURS = 20
 """Detours kept per run record, newest last."""
 
 Jitter = Literal["full", "decorrelated", "none"]
-DetourAction = Literal["waited", "rerouted", "fell_back", "resent"]
+DetourAction = Literal["waited", "rerouted", "fell_back", "resent", "queued"]
 """What a run did instead of simply running: waited at a gate, went to the next capable agent or
-to its fallback, or was sent again once a worker served its agent again."""
+to its fallback, was sent again once a worker served its agent again, or went to its agent's
+queue instead of a local activity (the agent held its share of the worker's local slots)."""
 
 
 class RetryJitter(BaseModel):
@@ -104,6 +105,8 @@ class RunDetour(BaseModel):
             return f"{where}{self.agent} {self.reason}, waited {self.waited_s or 0:g}s"
         if self.action == "resent":
             return f"{where}{self.agent} {self.reason}, sent again (a worker serves it again)"
+        if self.action == "queued":
+            return f"{where}{self.agent} {self.reason}, sent to its queue"
         verb = "rerouted" if self.action == "rerouted" else "fell back"
         return f"{where}{self.agent} {self.reason}, {verb} to {self.to_agent}"
 

@@ -656,7 +656,7 @@ class _AgentRun:
         wait at a gate."""
         kind = failure_type_of(error)
         if kind == FailureType.LOCAL_SHARE_FULL and self.settings.local:
-            workflow.logger.info("agent run goes on as an activity task: %s", error.cause)
+            self._tell(_detour(self.request.agent, kind, "queued", error))
             self.settings = replace(self.settings, local=False)
             return True
         refusal = _refusal(error) if kind in GATE_FAILURES else None
