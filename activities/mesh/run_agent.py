@@ -173,6 +173,7 @@ class AgentActivities:
             return await self._run(request, tally)
 
     async def _run(self, request: AgentRequest, tally: RunCounter) -> AgentResult:
+        """Steps 1 to 6, once the run holds its place (a local run its share of the slots)."""
         try:
             async with (
                 admit(self._pools, request),

@@ -396,7 +396,7 @@ class RunSettings:
     allowance (`AgentRequest.tokens`), and the run's usage is counted into it when it succeeds."""
     placements: Placements | None = None
     """Where the caller's agents run (`Placements`); none: each named agent on its own queue."""
-    local: bool = True
+    local_share: bool = True
     """False once a local execution of the run was refused (`local_share_full`: its agent holds
     its share of the worker's local activity slots): it goes on as an activity task on the
     agent's own queue, whose worker's slots are the agent's alone."""
@@ -409,7 +409,7 @@ class RunSettings:
         if self.placements is None:
             return Placement.HOME if request.config is not None else Placement.AGENT_QUEUE
         where = self.placements.of(request)
-        if where == Placement.LOCAL and not self.local:
+        if where == Placement.LOCAL and not self.local_share:
             return Placement.AGENT_QUEUE
         if where == Placement.LOCAL and self.heartbeat_timeout is not None:
             return Placement.HOME
@@ -582,7 +582,7 @@ class _AgentRun:
             return self._took(outcome.result)
         if outcome.failure is not None:
             await self._after_batched_failure(outcome.failure)
-        if not self.settings.local:  # refused its local share: an activity task holds no slot
+        if not self.settings.local_share:  # refused its local share: an activity task holds no slot
             return await self.result(await self._again())
         async with batches.one_local:
             return await self.result(await self._again())
@@ -655,9 +655,9 @@ class _AgentRun:
         """Whether the run goes on after `error`: as an activity task, elsewhere, or after a
         wait at a gate."""
         kind = failure_type_of(error)
-        if kind == FailureType.LOCAL_SHARE_FULL and self.settings.local:
+        if kind == FailureType.LOCAL_SHARE_FULL and self.settings.local_share:
             self._tell(_detour(self.request.agent, kind, "queued", error))
-            self.settings = replace(self.settings, local=False)
+            self.settings = replace(self.settings, local_share=False)
             return True
         refusal = _refusal(error) if kind in GATE_FAILURES else None
         if refusal is not None:
