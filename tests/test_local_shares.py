@@ -21,6 +21,7 @@ from coord.models.wire.contract import FailureType, agent_task_queue
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually
+from tests.test_replay import replayer
 
 LOCAL_SLOTS = 4
 HANGING = 4
@@ -118,7 +119,9 @@ async def test_an_agent_that_hangs_leaves_half_the_local_slots_to_the_others(
     assert [detour.reason for detour in queued] == [FailureType.LOCAL_SHARE_FULL] * 2
     queues = []
     for handle in hanging:
-        async for event in handle.fetch_history_events():
+        history = await handle.fetch_history()
+        await replayer().replay_workflow(history)
+        for event in history.events:
             if event.event_type == SCHEDULED:
                 queues.append(event.activity_task_scheduled_event_attributes.task_queue.name)
     agent_queue = agent_task_queue("hang", task_queue)
