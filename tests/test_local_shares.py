@@ -11,6 +11,7 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from coord.activities.mesh.local_shares import LocalShares
 from coord.models.chain.spec import ChainSpec
@@ -37,10 +38,9 @@ def test_an_agent_holds_at_most_half_the_slots_and_a_batch_counts_once() -> None
     shares = LocalShares(slots=4)
     shares.take("hang", ("run-1", "1", 1))
     shares.take("hang", ("run-2", "1", 1))
-    with pytest.raises(Exception) as refused:
+    with pytest.raises(ApplicationError) as refused:
         shares.take("hang", ("run-3", "1", 1))
-    assert getattr(refused.value, "type", None) == FailureType.LOCAL_SHARE_FULL
-    assert getattr(refused.value, "non_retryable", None) is True
+    assert (refused.value.type, refused.value.non_retryable) == (FailureType.LOCAL_SHARE_FULL, True)
     shares.take("hang", ("run-1", "1", 1))  # a batch running a second run of the agent
     shares.take("quick", ("run-3", "1", 1))  # another agent: its own share
     assert (shares.held("hang"), shares.held("quick")) == (2, 1)
