@@ -5,6 +5,7 @@ that continues as new while its local runs come and go runs each of them exactly
 run replaying from any task."""
 
 import asyncio
+import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
+from coord.workflows.chain.reactive import RECORDING_TIMER
 from tests.helpers import approved, eventually, parked, user_story
 from tests.test_agent_placement import (
     LOCAL,
@@ -181,7 +183,7 @@ def _local_runs_recorded_before_the_end(events: list[HistoryEvent]) -> bool:
     return any(
         e.event_type == TIMER_STARTED
         and e.event_id > markers[-1]
-        and e.user_metadata.summary.data == b'"local runs recorded first"'
+        and e.user_metadata.summary.data == json.dumps(RECORDING_TIMER).encode()
         for e in events
     )
 

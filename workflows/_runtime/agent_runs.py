@@ -36,6 +36,7 @@ run's result is counted into the record the moment it comes back, so the next ru
 new total. (A chain counts in its own model instead: its runs may end in a `ChainRun`.)"""
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -582,9 +583,9 @@ class _AgentRun:
             return self._took(outcome.result)
         if outcome.failure is not None:
             await self._after_batched_failure(outcome.failure)
-        if not self.settings.local_share:  # refused its local share: an activity task holds no slot
-            return await self.result(await self._again())
-        async with batches.one_local:
+        # refused its local share, the run goes on as an activity task, which holds no local slot
+        local = batches.one_local if self.settings.local_share else contextlib.nullcontext()
+        async with local:
             return await self.result(await self._again())
 
     async def _after_batched_failure(self, failed: BatchedFailure) -> None:

@@ -148,6 +148,10 @@ def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
         runner.run_locally()
 
 
+RECORDING_TIMER = "local runs recorded first"
+"""The summary of the 1 ms timer a run that ran agents locally takes before it continues as new
+or ends (`_recorded`)."""
+
 PATCH_BUNDLES = (
     (CHAIN_PATCHES_AT_ONCE_4_PATCH, CHAIN_PATCHES_4),
     (CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3),
@@ -234,7 +238,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         meanwhile, markers and all, and those runs would run again (`outcomes_unrecorded`)."""
         await workflow.wait_condition(self._quiet)
         while unrecorded := self._model.pacing.outcomes_unrecorded():
-            await workflow.sleep(NEXT_TASK, summary="local runs recorded first")
+            await workflow.sleep(NEXT_TASK, summary=RECORDING_TIMER)
             self._model.pacing.recorded(unrecorded)
             await workflow.wait_condition(self._quiet)
 
