@@ -23,6 +23,7 @@ from coord.starter.api.common import (
     closed_with_result,
     kept_record,
     log,
+    named_workflow_id,
     undeliverable,
 )
 from coord.workflows.aggregator import Aggregator
@@ -105,17 +106,26 @@ async def publish_to_aggregator(
 
 
 def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
-    """The handle of an aggregator, by its workflow id or its aggregator id."""
+    """The handle of an aggregator, by its workflow id or its aggregator id; a name that starts
+    with `aggregator-` is taken as a workflow id (`named_aggregator` asks which it is)."""
     return client.get_workflow_handle_for(
         Aggregator.run, contract.as_aggregator_workflow_id(workflow_id)
     )
 
 
+async def named_aggregator(client: Client, name: str) -> WorkflowHandle[Any, AggregatorState]:
+    """The aggregator a user names by its own id or its workflow id (`named_workflow_id`)."""
+    prefix = contract.AGGREGATOR_ID_PREFIX
+    return aggregator_handle(client, await named_workflow_id(client, name, prefix))
+
+
 @api_call
-async def cancel_aggregator(client: Client, workflow_id: str) -> None:
+async def cancel_aggregator(client: Client, workflow_id: str) -> str:
     """Stop an aggregator before it completes or times out; its record (kept in its memo)
-    stays readable with `aggregator_state`."""
-    await aggregator_handle(client, workflow_id).cancel()
+    stays readable with `aggregator_state`. Returns the cancelled run's workflow id."""
+    handle = await named_aggregator(client, workflow_id)
+    await handle.cancel()
+    return handle.id
 
 
 @api_call
@@ -123,7 +133,11 @@ async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     """The record, with the time left until the deadline as of now (the query cannot know
     the time: it answers as of the run's last workflow task). An ended run is read without a
     worker: from its result, or a cancelled one from its memo."""
-    handle = aggregator_handle(client, workflow_id)
+    return await aggregator_record(await named_aggregator(client, workflow_id))
+
+
+async def aggregator_record(handle: WorkflowHandle[Any, AggregatorState]) -> AggregatorState:
+    """`aggregator_state`'s record, of the aggregator `handle` names."""
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()

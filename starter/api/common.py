@@ -161,6 +161,22 @@ async def cancel_running(handle: WorkflowHandle[Any, Any], name: str) -> None:
     await handle.cancel()
 
 
+async def named_workflow_id(client: Client, name: str, prefix: str) -> str:
+    """What a user names a run by, its own id or its workflow id (`<prefix><id>`), as its
+    workflow id. A name that starts with `prefix` may be either: it is the run whose own id it
+    is when that run exists, else the workflow id it spells."""
+    own = prefix + name
+    if not name.startswith(prefix):
+        return own
+    try:
+        await client.get_workflow_handle(own).describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return name
+        raise
+    return own
+
+
 async def described(
     handle: WorkflowHandle[Any, Any], missing: Exception
 ) -> WorkflowExecutionDescription:

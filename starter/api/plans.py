@@ -36,6 +36,7 @@ from coord.starter.api.common import (
     current_record,
     ended_or_missing,
     ended_record,
+    named_workflow_id,
     start_run,
 )
 from coord.workflows.plan.graph import TaskGraph
@@ -78,8 +79,14 @@ async def start_plan(
 
 
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
-    """`plan` is a plan id or its workflow id (`plan-<plan_id>`)."""
+    """`plan` is a plan id or its workflow id (`plan-<plan_id>`); a name that starts with
+    `plan-` is taken as a workflow id (`named_plan` asks which it is)."""
     return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
+
+
+async def named_plan(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
+    """The plan a user names by its plan id or its workflow id (`named_workflow_id`)."""
+    return plan_handle(client, await named_workflow_id(client, plan, contract.PLAN_ID_PREFIX))
 
 
 @api_call
@@ -100,7 +107,7 @@ async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
 async def plan_state(client: Client, plan: str) -> PlanState:
     """The record; a running plan's with what its agents say now (their progress summaries and
     attempts, read from the server's pending activities: the plan itself never polls them)."""
-    handle = plan_handle(client, plan)
+    handle = await named_plan(client, plan)
     state = await plan_record(handle)
     if state.status != PlanStatus.RUNNING:
         return state
@@ -112,7 +119,7 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
     """Running tasks with their agents' latest summaries (read from the server's pending
     activities as the answer is made) and elapsed time, counts by state, and what the plan
     waits for (a running plan only: the counts are the workflow's query)."""
-    handle = plan_handle(client, plan)
+    handle = await named_plan(client, plan)
     try:
         return await live_progress(client, handle)
     except RPCError as error:
@@ -137,7 +144,7 @@ async def approve_task(
     line, naming the field) a task that is not one of the plan's or is not waiting for
     approval, and a caller the task's approvers do not name (`approval_refused`); NoWorker when
     no worker took the decision up within `answer_time`."""
-    handle = plan_handle(client, plan)
+    handle = await named_plan(client, plan)
     try:
         # The SDK types a named async update's result as its coroutine; the decoded result is
         # the handler's declared return type.
@@ -175,7 +182,7 @@ async def add_tasks(
     or that already ended without succeeding, the caps, and a plan that has ended; NoWorker
     when no worker took the request up within `answer_time`."""
     request = AddTasks.model_validate({"tasks": tasks})
-    handle = plan_handle(client, plan)
+    handle = await named_plan(client, plan)
     try:
         added: AddedTasks = await handle.execute_update(
             TaskGraph.add_tasks, request.model_dump(mode="json"), rpc_timeout=answer_time
@@ -194,4 +201,4 @@ async def add_tasks(
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""
-    await cancel_running(plan_handle(client, plan), f"plan {plan!r}")
+    await cancel_running(await named_plan(client, plan), f"plan {plan!r}")

@@ -35,7 +35,7 @@ from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
 from coord.starter.api.common import api_call
 from coord.starter.api.log import read_log
-from coord.starter.api.plans import plan_handle, plan_state, start_plan
+from coord.starter.api.plans import named_plan, plan_state, start_plan
 from coord.starter.api.rewind_patterns import PatternRewind, listed_runs, started_input
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
@@ -207,7 +207,7 @@ async def rewind_plan(
     what depends on it run again (without it, every task that did not succeed), the other
     tasks that succeeded are reused as they stood, never run again; `agents` are declared
     inline (fixed agents). RewindRefused for a planned plan, or a task it does not have."""
-    original = plan_handle(client, plan_id)
+    original = await named_plan(client, plan_id)
     spec = await started_with(client, original, PlanSpec)
     if spec.planner is not None:
         raise RewindRefused(f"plan {plan_id!r} was written by its planner: rewind it by hand")

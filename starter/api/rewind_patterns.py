@@ -35,12 +35,12 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.models.wire import contract
 from coord.models.wire.specs import parse_model
-from coord.starter.api.aggregators import aggregator_handle, aggregator_state, start_aggregator
+from coord.starter.api.aggregators import aggregator_handle, aggregator_record, start_aggregator
 from coord.starter.api.chains import chain_state
 from coord.starter.api.common import NoWorker
 from coord.starter.api.plans import plan_handle, plan_record, start_plan
 from coord.starter.api.sagas import saga_handle, saga_record, start_saga
-from coord.starter.api.votes import start_vote, vote_handle, vote_state
+from coord.starter.api.votes import start_vote, vote_handle, vote_record
 
 Pattern = contract.Pattern
 COPIED = (Pattern.AGGREGATOR, Pattern.VOTE, Pattern.SAGA, Pattern.PLAN)
@@ -149,7 +149,7 @@ class PatternRewind:
     ) -> Prepared | None:
         handle = aggregator_handle(self._client, run.workflow_id)
         spec, _ = parse_aggregator_input(await started_input(self._client, handle))
-        record = await aggregator_state(self._client, run.workflow_id)
+        record = await aggregator_record(handle)
         past = aggregator_past(spec, record, before, run=run, point=point, origin=self._origin)
         if past is None:
             return None
@@ -163,7 +163,7 @@ class PatternRewind:
     ) -> Prepared | None:
         handle = vote_handle(self._client, run.workflow_id)
         spec = parse_model(VoteSpec, await started_input(self._client, handle), "vote")
-        record = await vote_state(self._client, run.workflow_id)
+        record = await vote_record(handle)
         past = vote_past(spec, record, before, point=point, origin=self._origin)
         if past is None:
             return None

@@ -15,6 +15,7 @@ from coord.starter.api.common import (
     cancel_running,
     current_record,
     ended_record,
+    named_workflow_id,
     start_run,
 )
 from coord.workflows.vote import Vote
@@ -38,8 +39,14 @@ async def start_vote(
 
 
 def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
-    """`vote` is a vote id or its workflow id (`vote-<vote_id>`)."""
+    """`vote` is a vote id or its workflow id (`vote-<vote_id>`); a name that starts with
+    `vote-` is taken as a workflow id (`named_vote` asks which it is)."""
     return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
+
+
+async def named_vote(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
+    """The vote a user names by its vote id or its workflow id (`named_workflow_id`)."""
+    return vote_handle(client, await named_workflow_id(client, vote, contract.VOTE_ID_PREFIX))
 
 
 @api_call
@@ -53,7 +60,11 @@ async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
 async def vote_state(client: Client, vote: str) -> VoteState:
     """The vote's record now (`current_record`): a running vote's from its `state` query, an
     ended one's from its result or memo, without a worker."""
-    handle = vote_handle(client, vote)
+    return await vote_record(await named_vote(client, vote))
+
+
+async def vote_record(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
+    """The vote's record now (`current_record`)."""
     missing = NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist")
     return await current_record(handle, vote_outcome, Vote.state, missing)
 
@@ -63,5 +74,5 @@ async def cancel_vote(client: Client, vote: str) -> None:
     """The voters' runs still out are cancelled and the record (in the memo) says so; a plan
     task or chain subscription waiting on the vote takes it as failed. Refused when the vote
     has ended: the server would accept the request and nothing would happen."""
-    handle = vote_handle(client, vote)
+    handle = await named_vote(client, vote)
     await cancel_running(handle, f"vote {contract.vote_id_of(handle.id)!r}")

@@ -49,6 +49,5 @@ async def state(
 @runs_async
 async def cancel(aggregator: AggregatorId) -> None:
     """Cancel an aggregator; it emits nothing."""
-    client = await connect()
-    await api.cancel_aggregator(client, aggregator)
-    typer.echo(f"cancellation requested for {api.aggregator_handle(client, aggregator).id}")
+    workflow_id = await api.cancel_aggregator(await connect(), aggregator)
+    typer.echo(f"cancellation requested for {workflow_id}")
