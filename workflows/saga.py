@@ -95,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         attempts,
         decode_input,
+        ending_with,
         park,
         signal_chain,
         uncancellable,
@@ -152,12 +153,13 @@ class Saga:
         self._options["inline_agents"] = spec.agents
         self._options["tokens"] = TokenMeter(self._model.state.tokens, spec.budget)
         self._publish()
-        try:
-            return await self._outcome()
-        finally:
-            self._status.write()
-            late = partial(self._note_cancel, "ended")
-            await uncancellable(asyncio.gather(*self._sends.pending), late)
+        return await ending_with(self._outcome(), self._leave)
+
+    async def _leave(self) -> None:
+        """However the run ends: its status written, its events sent."""
+        self._status.write()
+        late = partial(self._note_cancel, "ended")
+        await uncancellable(asyncio.gather(*self._sends.pending), late)
 
     async def _outcome(self) -> SagaState:
         try:

@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         NO_INPUT,
         PlainInput,
         decode_start,
+        ending_with,
         task_error,
         uncancellable,
         upsert_search_attributes,
@@ -86,10 +87,7 @@ class Vote(metaclass=SurplusStartArguments):
         if model.spec.rewind is not None and patched(VOTE_REWIND_PATCH):
             model.take_past(workflow.info().workflow_start_time)
             self._changed(model)
-        try:
-            await self._vote(model)
-        finally:
-            await announcements.flush()
+        await ending_with(self._vote(model), announcements.flush)
         return model.state
 
     async def _vote(self, model: VoteModel) -> None:

@@ -239,6 +239,26 @@ async def uncancellable(awaitable: Awaitable[T], on_cancel: Callable[[], None] |
                 return task.result()
 
 
+async def ending_with(awaitable: Awaitable[T], leave: Callable[[], Awaitable[None] | None]) -> T:
+    """`await awaitable`, then `leave()` however it ended, as a `finally` would, unless the
+    coroutine is being closed: a worker that drops a workflow instance without evicting it
+    (its shutdown) closes its coroutines outside the workflow's event loop (GeneratorExit),
+    where no workflow call can be made and nothing has ended in a workflow task."""
+    try:
+        result = await awaitable
+    except GeneratorExit:
+        raise
+    except BaseException:
+        left = leave()
+        if left is not None:
+            await left
+        raise
+    left = leave()
+    if left is not None:
+        await left
+    return result
+
+
 def task_error(error: ActivityError) -> TaskError:
     """How an activity failed for good, as the record shows it: the failure type, and the
     agent's own words (without the type `str()` puts in front)."""

@@ -121,7 +121,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows._runtime.common import NO_INPUT, PlainInput, attempts, decode_input
+    from coord.workflows._runtime.common import (
+        NO_INPUT,
+        PlainInput,
+        attempts,
+        decode_input,
+        ending_with,
+    )
     from coord.workflows._runtime.fan_out import NEXT_TASK
     from coord.workflows._runtime.local_batches import LocalBatches
     from coord.workflows._runtime.patches import adopt_newest, patched
@@ -469,10 +475,7 @@ class ChainRunner:
             )
         else:
             running = self._alone(request, settings, run, local=local)
-        try:
-            return await running
-        finally:
-            self._model.pacing.ran_here()
+        return await ending_with(running, self._model.pacing.ran_here)
 
     async def _alone(
         self, request: AgentRequest, settings: RunSettings, run: AgentRun, *, local: bool
