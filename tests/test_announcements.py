@@ -282,6 +282,32 @@ async def test_a_plan_whose_worker_cannot_say_whether_its_chain_runs_sends_the_f
     assert [e.event_type for e in events].count(SIGNAL_FAILED) == 1
 
 
+async def test_a_vote_whose_chain_does_not_run_sends_it_nothing(
+    client: Client, task_queue: str
+) -> None:
+    """The vote asks whether its chain runs with where its voters run (asked ahead as the
+    worker creates its instance) and holds its events until the answer: without a chain it
+    signals nothing; with one, every event reaches it, in the vote's order."""
+    voters = Voters({"qa": YES, "security": YES, "ops": YES})
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    spec = vote(["qa", "security", "ops"], correlation_id=correlation_id)
+    async with build_worker(client, task_queue, voters.registry()) as workers:
+        lonely = await api.start_vote(client, spec, queue=task_queue)
+        state = await api.vote_outcome(lonely)
+        events = [e async for e in lonely.fetch_history_events()]
+        await api.start_chain(client, watching("Unwatched"), correlation_id, queue=task_queue)
+        again = spec.model_copy(update={"vote_id": f"{spec.vote_id}-again"})
+        watched = await api.vote_outcome(await api.start_vote(client, again, queue=task_queue))
+
+        async def all_arrived_in_order() -> bool:
+            timeline = await api.chain_timeline(client, correlation_id)
+            return [e.event_id for e in timeline] == [e.event_id for e in watched.events]
+
+        await eventually(all_arrived_in_order)
+    assert len(state.events) >= 3 and _signals_sent(events) == []
+    assert workers.lookahead is not None and workers.lookahead.answered_ahead == 2, "asked ahead"
+
+
 NEVER_PARKED = ANNOUNCEMENTS | LIFECYCLE_NOTICES
 """What a chain refuses without parking: announcements, and notices about its own handling."""
 

@@ -22,7 +22,7 @@ from coord.models.wire.contract import AGGREGATOR_WORKFLOW
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import demo_agents_remote, user_story
+from tests.helpers import demo_agents_remote, eventually, user_story
 
 SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
 
@@ -111,6 +111,23 @@ async def test_the_answer_is_the_one_read_ahead_until_it_lapses(
         finally:
             await chain.terminate("test over")
     assert (ahead.answered_ahead, lapsing.answered_ahead) == (1, 0)
+
+
+async def test_an_answer_not_taken_is_asked_again(client: Client, task_queue: str) -> None:
+    """A question answered and never taken (a replay's, whose look-up is in its history) does
+    not answer the next run of the correlation: a chain started in between is seen."""
+    correlation_id = testing.unique("story")
+    lookahead = ChainLookahead(client)
+    lookahead.ask(correlation_id)
+    await eventually(lambda: asyncio.sleep(0, not lookahead.asking(correlation_id)))
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        try:
+            lookahead.ask(correlation_id)
+            assert await lookahead.chain_runs(correlation_id) is True
+        finally:
+            await chain.terminate("test over")
+    assert lookahead.answered_ahead == 1
 
 
 async def test_only_new_sagas_are_asked_about_ahead(client: Client, task_queue: str) -> None:

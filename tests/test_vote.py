@@ -158,12 +158,49 @@ async def test_two_approvals_of_three_decide(client: Client, task_queue: str) ->
     description = await handle.describe()
     assert description.typed_search_attributes.get(contract.COORD_STATUS) == "decided"
     assert description.typed_search_attributes.get(contract.COORD_PATTERN) == "vote"
+    served_here = dict.fromkeys(["ballot: alice", "ballot: bob", "ballot: carol"], task_queue)
+    assert await voter_queues(handle) == served_here
+    events = [event async for event in handle.fetch_history_events()]
+    assert _patch_markers(events) == ["vote-patches-at-once-2"], "its patches asked at once"
+
+
+async def test_a_voter_served_elsewhere_runs_on_its_own_queue(
+    client: Client, task_queue: str
+) -> None:
+    """The vote's worker serves alice and bob: their runs stay on the vote's queue, handed over
+    at once, never local (a local run would not hear the vote's cancel). Carol's worker serves
+    her alone, on her own queue."""
+    voters = Voters({"alice": YES, "bob": NO, "carol": YES})
+    registry = voters.registry()
+    async with (
+        build_worker(client, task_queue, registry, only=["alice", "bob"]),
+        build_worker(client, task_queue, registry.only(["carol"]), workflows=False),
+    ):
+        handle = await api.start_vote(client, vote(["alice", "bob", "carol"]), queue=task_queue)
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.status == VoteStatus.DECIDED
     assert await voter_queues(handle) == {
-        f"ballot: {name}": contract.agent_task_queue(name, task_queue)
-        for name in ["alice", "bob", "carol"]
+        "ballot: alice": task_queue,
+        "ballot: bob": task_queue,
+        "ballot: carol": contract.agent_task_queue("carol", task_queue),
     }
     events = [event async for event in handle.fetch_history_events()]
-    assert _patch_markers(events) == ["vote-patches-at-once"], "its patches asked at once"
+    markers = [
+        event.marker_recorded_event_attributes.marker_name
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+    ]
+    assert markers.count("core_local_activity") == 1, "the placements' look-up, no local ballot"
+    upserted = [
+        event.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        for event in events
+        if event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+    ]
+    status = contract.COORD_STATUS.name
+    statuses = [fields[status].data for fields in upserted if status in fields]
+    assert statuses == [b'"decided"'], "`voting` came with the start"
+    signals = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    assert not [e for e in events if e.event_type == signals], "no chain runs: nothing sent"
 
 
 async def test_two_rejections_reject_early_and_cancel_the_third_run(

@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.vote.spec import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
     from coord.models.wire.contract import (
+        COORD_STATUS,
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
@@ -30,11 +31,20 @@ with workflow.unsafe.imports_passed_through():
         VOTE_ANNOUNCES_PATCH,
         VOTE_FAN_OUT_PATCH,
         VOTE_PATCHES,
+        VOTE_PATCHES_2,
+        VOTE_PATCHES_AT_ONCE_2_PATCH,
         VOTE_PATCHES_AT_ONCE_PATCH,
+        VOTE_PLACES_VOTERS_PATCH,
         VOTE_REWIND_PATCH,
+        VOTE_STATUS_FROM_START_PATCH,
     )
     from coord.workflows._runtime import metrics
-    from coord.workflows._runtime.agent_runs import RunSettings, outcomes_landed, start_agent_run
+    from coord.workflows._runtime.agent_runs import (
+        Placements,
+        RunSettings,
+        outcomes_landed,
+        start_agent_run,
+    )
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
@@ -47,9 +57,15 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
-    from coord.workflows._runtime.patches import adopt, patched
+    from coord.workflows._runtime.patches import adopt_newest, patched
 
 VoterRun = asyncio.Task[AgentResult]
+
+PATCH_BUNDLES = (
+    (VOTE_PATCHES_AT_ONCE_2_PATCH, VOTE_PATCHES_2),
+    (VOTE_PATCHES_AT_ONCE_PATCH, VOTE_PATCHES),
+)
+"""The vote's bundles of patches, newest first (`adopt_newest`)."""
 
 
 @workflow.defn(name=VOTE_WORKFLOW, sandboxed=False)
@@ -65,13 +81,19 @@ class Vote(metaclass=SurplusStartArguments):
     def __init__(self, raw_spec: PlainInput = NO_INPUT) -> None:
         """Decodes the spec here, so the query answers from the first task on; a spec that does
         not decode or validate is reported by `run` (nothing may fail the workflow task).
-        The run's patches are asked first, at once (VOTE_PATCHES_AT_ONCE_PATCH)."""
-        adopt(VOTE_PATCHES_AT_ONCE_PATCH, VOTE_PATCHES, on=self)
+        The run's patches are asked first, at once (`PATCH_BUNDLES`)."""
+        adopt_newest(PATCH_BUNDLES, on=self)
         spec, self._spec_error = decode_start(VoteSpec, raw_spec, "vote spec")
         start = workflow.info().workflow_start_time
         self._model = None if spec is None else VoteModel.begin(spec, start)
-        self._upserted: VoteStatus | None = None
+        self._shown: VoteStatus | None = None
+        self._carried: str | None = None
+        """The status the start's search attributes carry, not written again (a run recorded
+        before VOTE_STATUS_FROM_START_PATCH wrote it)."""
+        if patched(VOTE_STATUS_FROM_START_PATCH, on=self):
+            self._carried = workflow.info().typed_search_attributes.get(COORD_STATUS)
         self._fan_out = FanOut(VOTE_FAN_OUT_PATCH)
+        self._placements: Placements | None = None
 
     @workflow.run
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> VoteState:
@@ -82,6 +104,9 @@ class Vote(metaclass=SurplusStartArguments):
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
         announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
+        if patched(VOTE_PLACES_VOTERS_PATCH):
+            announcements.hold()  # until the voters' placements say whether the chain runs
+        self._announcements = announcements
         if patched(VOTE_ANNOUNCES_PATCH):
             model.start_announcing(announcements.send)
         if model.spec.rewind is not None and patched(VOTE_REWIND_PATCH):
@@ -143,8 +168,17 @@ class Vote(metaclass=SurplusStartArguments):
     ) -> None:
         """Every voter's run, in as many workflow tasks as the budget needs (the ballots of the
         first are counted meanwhile); once the outcome is known the rest never start. A rewound
-        copy's voters whose ballots it took from its original are not asked again."""
-        for voter in model.to_ask():
+        copy's voters whose ballots it took from its original are not asked again. Their
+        worker is asked first where they run (`Placements`), never locally: a local run would
+        not hear the cancel the vote sends the runs still out once its outcome is certain. The
+        same question asks whether the correlation's chain runs, which releases the vote's
+        events (or drops them)."""
+        voters = model.to_ask()
+        if patched(VOTE_PLACES_VOTERS_PATCH):
+            self._placements = Placements(local=False)
+            await self._placements.learn(voters, chain_of=model.spec.correlation_id)
+            self._announcements.chain_known(self._placements.chain_runs)
+        for voter in voters:
             if model.over:
                 return
             runs[voter] = run = await self._start_voter(model, voter)
@@ -175,6 +209,7 @@ class Vote(metaclass=SurplusStartArguments):
             schedule_to_start=spec.schedule_to_start_timeout,
             inline_agents=spec.agents,
             room=self._fan_out.room,
+            placements=self._placements,
         )
         return start_agent_run(request, settings)
 
@@ -209,10 +244,13 @@ class Vote(metaclass=SurplusStartArguments):
 
     def _changed(self, model: VoteModel) -> None:
         """Republishes the details; upserts the search attributes when the status moved."""
-        if model.state.status != self._upserted:
-            self._upserted = model.state.status
-            metrics.vote_status(model.state.status)
-            upsert_search_attributes(model.state.search_attributes())
+        status = model.state.status
+        if status != self._shown:
+            self._shown = status
+            metrics.vote_status(status)
+            if status != self._carried:
+                upsert_search_attributes(model.state.search_attributes())
+            self._carried = None
         workflow.set_current_details(model.details())
 
     def _log(self, model: VoteModel) -> None:

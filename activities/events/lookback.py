@@ -18,6 +18,7 @@ from coord.models.wire.contract import (
     PLAN_WORKFLOW,
     SAGA_WORKFLOW,
     TIMELINE_QUERY,
+    VOTE_WORKFLOW,
     FailureType,
     chain_workflow_id,
     failure,
@@ -77,7 +78,7 @@ LOOKAHEAD_FRESH = timedelta(seconds=10)
 which the server times out after 10 s by default; an answer older is asked again."""
 MAX_LOOKAHEAD = 1024
 """Questions asked ahead and not yet taken, at most: one per saga starting on this worker now."""
-ASKING_AHEAD = frozenset({SAGA_WORKFLOW, PLAN_WORKFLOW})
+ASKING_AHEAD = frozenset({SAGA_WORKFLOW, PLAN_WORKFLOW, VOTE_WORKFLOW})
 """The workflows whose first look-up asks whether their correlation's chain runs."""
 
 
@@ -109,8 +110,8 @@ class ChainLookahead:
         return len(self._asked)
 
     def instance_created(self, info: workflow.Info) -> None:
-        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's or a
-        plan's first workflow task (`ASKING_AHEAD`), not a replay of an older run, asks ahead
+        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's, a plan's
+        or a vote's first workflow task (`ASKING_AHEAD`), not a replay of an older run, asks ahead
         for the correlation its start named (its search attribute; a run naming another in its
         spec asks for itself)."""
         if info.workflow_type not in ASKING_AHEAD or not _fresh(info):
@@ -120,10 +121,15 @@ class ChainLookahead:
             self.ask(correlation_id)
 
     def ask(self, correlation_id: str) -> None:
-        """Asks now, in the background, unless asked already or `most` are waiting; outside
-        an event loop (nothing to ask on), not at all."""
+        """Asks now, in the background, unless a question about it is still on its way or
+        `most` are waiting; outside an event loop (nothing to ask on), not at all. A question
+        already answered and not taken is asked again: it may be a replay's (an instance the
+        worker made again within `fresh` of the run's start, after a failed workflow task),
+        which no look-up takes, and a chain may have started since."""
         self._lapse()
-        if correlation_id in self._asked or len(self._asked) >= self._most:
+        if self.asking(correlation_id):
+            return
+        if correlation_id not in self._asked and len(self._asked) >= self._most:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -132,6 +138,11 @@ class ChainLookahead:
         answer = loop.create_task(chain_runs(self._client, correlation_id))
         answer.add_done_callback(_seen)
         self._asked[correlation_id] = (time.monotonic(), answer)
+
+    def asking(self, correlation_id: str) -> bool:
+        """Whether a question about the correlation's chain is on its way."""
+        waiting = self._asked.get(correlation_id)
+        return waiting is not None and not waiting[1].done()
 
     async def chain_runs(self, correlation_id: str) -> bool:
         """The answer asked ahead (taken: asked once, answered once), else asked now."""

@@ -553,3 +553,24 @@ VOTE_PATCHES = SHARED_RUNTIME_PATCHES | frozenset(
 """The patches a vote's code may ask (its own and those of the runtime it shares), every one in
 force for a run taking VOTE_PATCHES_AT_ONCE_PATCH. Never changed: a patch added later is asked
 on its own (or bundled under a new id)."""
+
+VOTE_PLACES_VOTERS_PATCH = "vote-places-its-voters"
+"""Since 2026-11-28, in vote: Runs after this patch ask their worker, as they begin, where their
+voters run: a voter it serves (with neither pool nor rate limit nor capabilities) runs as an
+activity task on the vote's own queue, handed over eagerly to the worker that schedules it, the
+others on their own queues. Never as a local activity: a vote cancels the runs still out once
+its outcome is certain, which a local activity would not hear. Runs recorded before sent every
+named voter to its own queue."""
+
+VOTE_STATUS_FROM_START_PATCH = "vote-status-from-its-start"
+"""Since 2026-11-28, in vote: Runs after this patch write their search attributes when their
+status differs from the one their start carried (`coord vote start` starts a vote `voting`);
+runs recorded before wrote them again in their first workflow task."""
+
+VOTE_PATCHES_AT_ONCE_2_PATCH = "vote-patches-at-once-2"
+"""Since 2026-11-28, in vote: VOTE_PATCHES_AT_ONCE_PATCH with VOTE_PLACES_VOTERS_PATCH and
+VOTE_STATUS_FROM_START_PATCH in force too (VOTE_PATCHES_2), still one marker. Runs recorded
+before asked VOTE_PATCHES_AT_ONCE_PATCH (or each patch)."""
+
+VOTE_PATCHES_2 = VOTE_PATCHES | {VOTE_PLACES_VOTERS_PATCH, VOTE_STATUS_FROM_START_PATCH}
+"""The patches in force for a run taking VOTE_PATCHES_AT_ONCE_2_PATCH. Never changed."""

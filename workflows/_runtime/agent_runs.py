@@ -266,7 +266,7 @@ class Placements:
         self, *, local: bool = True, ask_in_activity: bool = False, only_local: bool = False
     ) -> None:
         """`local` False: an agent that would run as a local activity runs on this workflow's
-        queue instead (a chain recorded before CHAIN_LOCAL_RUNS_PATCH). `ask_in_activity`:
+        queue instead (a vote; a chain recorded before CHAIN_LOCAL_RUNS_PATCH). `ask_in_activity`:
         the worker is asked in an activity, not a local one (a chain, `_answer`).
         `only_local`: an agent that does not run locally goes where runs went before they were
         placed (its own queue, unless the run says `agent_queue` False): a plan's `dispatch`
@@ -275,7 +275,7 @@ class Placements:
         self._known: dict[str, Placement] = {}
         self._asking: asyncio.Task[None] | None = None
         self._local = local
-        self._ask_in_activity = ask_in_activity or not local
+        self._ask_in_activity = ask_in_activity
         self.chain_runs: bool | None = None
         """Whether the chain asked about with the agents runs (`learn(chain_of=...)`); None
         when not asked or not answered (answers recorded before said it only when every

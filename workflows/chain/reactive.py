@@ -377,7 +377,7 @@ class ChainRunner:
         self._model = model
         self._outbound = outbound
         self._announced: list[str] | None = None
-        self._placements = Placements(local=False)
+        self._placements = Placements(local=False, ask_in_activity=True)
         """Where the chain's agents run, asked of its worker (in an activity) at its first run
         here: on the chain's own queue when its worker serves them, as local activities too
         once `run_locally`."""
