@@ -137,6 +137,7 @@ class ChainLookahead:
             return
         answer = loop.create_task(chain_runs(self._client, correlation_id))
         answer.add_done_callback(_seen)
+        self._asked.pop(correlation_id, None)  # asked again: now the newest, for `_lapse`
         self._asked[correlation_id] = (time.monotonic(), answer)
 
     def asking(self, correlation_id: str) -> bool:
