@@ -8,7 +8,7 @@ import uuid
 from temporalio.client import Client
 
 from coord.models.aggregator.spec import AggregatorStatus
-from coord.models.plan.spec import PlanSpec, PlanState
+from coord.models.plan.spec import PlanSpec
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually, phase1
@@ -20,13 +20,9 @@ def small_plan(plan_id: str) -> PlanSpec:
     )
 
 
-async def ran(client: Client, task_queue: str, *plan_ids: str) -> None:
+async def run_plans(client: Client, task_queue: str, *plan_ids: str) -> None:
     handles = [await api.start_plan(client, small_plan(p), queue=task_queue) for p in plan_ids]
     await asyncio.wait_for(asyncio.gather(*(api.plan_outcome(h) for h in handles)), 60)
-
-
-async def plan_named(client: Client, name: str) -> PlanState:
-    return await api.plan_state(client, name)
 
 
 async def test_a_plan_id_that_starts_with_the_prefix_names_its_own_plan(
@@ -37,9 +33,9 @@ async def test_a_plan_id_that_starts_with_the_prefix_names_its_own_plan(
     async with build_worker(client, task_queue):
         # `short` is named `plan-<short>` by its workflow id; `plan-<short>` is nobody's own id.
         # `both` and `both`'s suffix are both plans: `both` names the one whose own id it is.
-        await ran(client, task_queue, short, both, both.removeprefix("plan-"))
+        await run_plans(client, task_queue, short, both, both.removeprefix("plan-"))
         ids = {
-            name: (await plan_named(client, name)).plan_id
+            name: (await api.plan_state(client, name)).plan_id
             for name in (short, prefixed, both, f"plan-{both}", both.removeprefix("plan-"))
         }
     assert ids == {
