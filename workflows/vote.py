@@ -87,11 +87,11 @@ class Vote(metaclass=SurplusStartArguments):
         start = workflow.info().workflow_start_time
         self._model = None if spec is None else VoteModel.begin(spec, start)
         self._shown: VoteStatus | None = None
-        self._carried: str | None = None
-        """The status the start's search attributes carry, not written again (a run recorded
-        before VOTE_STATUS_FROM_START_PATCH wrote it)."""
+        self._written: str | None = None
+        """The status the run's search attribute holds: its start's, then each one written (a
+        run recorded before VOTE_STATUS_FROM_START_PATCH wrote the start's again)."""
         if patched(VOTE_STATUS_FROM_START_PATCH, on=self):
-            self._carried = workflow.info().typed_search_attributes.get(COORD_STATUS)
+            self._written = workflow.info().typed_search_attributes.get(COORD_STATUS)
         self._fan_out = FanOut(VOTE_FAN_OUT_PATCH)
         self._placements: Placements | None = None
 
@@ -248,9 +248,9 @@ class Vote(metaclass=SurplusStartArguments):
         if status != self._shown:
             self._shown = status
             metrics.vote_status(status)
-            if status != self._carried:
+            if status != self._written:
                 upsert_search_attributes(model.state.search_attributes())
-            self._carried = None
+                self._written = status
         workflow.set_current_details(model.details())
 
     def _log(self, model: VoteModel) -> None:

@@ -244,19 +244,15 @@ async def ending_with(awaitable: Awaitable[T], leave: Callable[[], Awaitable[Non
     coroutine is being closed: a worker that drops a workflow instance without evicting it
     (its shutdown) closes its coroutines outside the workflow's event loop (GeneratorExit),
     where no workflow call can be made and nothing has ended in a workflow task."""
+    closing = False
     try:
-        result = await awaitable
+        return await awaitable
     except GeneratorExit:
+        closing = True
         raise
-    except BaseException:
-        left = leave()
-        if left is not None:
+    finally:
+        if not closing and (left := leave()) is not None:
             await left
-        raise
-    left = leave()
-    if left is not None:
-        await left
-    return result
 
 
 def task_error(error: ActivityError) -> TaskError:
