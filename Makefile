@@ -12,8 +12,9 @@ $(INSTALLED): pyproject.toml
 	touch $(INSTALLED)
 
 # Bytecode for the project and its venv, written even where PYTHONDONTWRITEBYTECODE is set (the
-# development VM sets it): without it no bytecode is cached there, and the workflow sandbox
-# compiles each run's workflow modules from source again, milliseconds of CPU per workflow run.
+# development VM sets it): without it no bytecode is cached there, every process compiles what
+# it imports from source, and the benches' hand-written workflows, which run in the SDK's
+# sandbox, compile their modules again for every run (milliseconds of CPU each).
 # Python checks each file's bytecode against its source, so an edited module is compiled again.
 PACKAGES := coord models workflows activities infra starter bench worker.py
 

@@ -3,7 +3,7 @@ declares on the agent's own task queue."""
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
@@ -34,11 +34,11 @@ from coord.infra.gc import options_for, sweep_forever
 from coord.infra.logs import configure_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
-from coord.infra.sandbox import CompiledSandboxRunner, UnsandboxedRunner
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
 from coord.infra.tracing import configure_tracing
+from coord.infra.workflow_runner import UnsandboxedRunner
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.declared import declared_agents
 from coord.models.wire.contract import (
@@ -86,8 +86,6 @@ def default_registry(
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)
 """How often a `coord worker` reports itself to the server;
 `coord agents` counts a worker alive for 10 s after its last report or poll."""
-SANDBOX = CompiledSandboxRunner()
-"""The SDK's workflow sandbox, entered by code compiled once (`coord.infra.sandbox`)."""
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle would
 hold compensation back that long when a step sets no heartbeat timeout."""
@@ -241,7 +239,7 @@ task holds only memory."""
 
 def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worker:
     """The workflows, the activities they run themselves, and `run_agent` for agents declared
-    inline (and for runs recorded before agents had queues of their own). Its sandbox tells
+    inline (and for runs recorded before agents had queues of their own). Its runner tells
     the chain look-ahead of each instance it creates: a new saga's chain is asked about then,
     for its placements' look-up (`ChainLookahead`)."""
     client = process.client
@@ -278,7 +276,6 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         process.home,
         activities,
         workflows=list(WORKFLOWS),
-        workflow_runner=replace(SANDBOX, created=lookahead.instance_created),
         unsandboxed_workflow_runner=UnsandboxedRunner(lookahead.instance_created),
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
         max_concurrent_local_activities=process.local_shares.slots,

@@ -10,8 +10,8 @@ the function calls of one replay (a count the machine's load does not change).
 `--keep DIR` writes the two histories there (`project.json`, `baseline.json`), which
 `--replay DIR` replays again without running anything; `--profile N` prints the N costliest
 functions of the project's replays. Each side is replayed as its worker runs it live: the
-project's with its workflow interceptor in its sandbox (`coord.worker.SANDBOX`), the baseline
-with none in the SDK's; `--same-replayer` replays both the project's way (as this bench did
+project's with its workflow interceptor outside the sandbox, the baseline with none in the
+SDK's sandbox; `--same-replayer` replays both the project's way (as this bench did
 before 2026-11-27, which charged the baseline the project's interceptor).
 """
 
@@ -25,15 +25,13 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.worker import Interceptor, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker import Interceptor
 
 from bench.aggregator_bench import BaselineAggregator, baseline, project
 from bench.layouts import history_profile
 from bench.saga_replay import ReplayCost, profiled, replay_cpu
 from bench.server import bench_server
 from coord.infra.process import exit_without_teardown
-from coord.worker import SANDBOX
 
 SIDES = ("project", "baseline")
 TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
@@ -84,9 +82,8 @@ def signals(history: WorkflowHistory) -> int:
 
 @dataclass(frozen=True)
 class Replaying:
-    """How a side's history is replayed: in which sandbox, through which interceptors."""
+    """How a side's history is replayed: through which interceptors."""
 
-    runner: WorkflowRunner = SANDBOX
     interceptors: Sequence[Interceptor] | None = None
     """None: the project's (`bench.saga_replay.replay_cpu`'s default)."""
 
@@ -97,13 +94,12 @@ class Replaying:
             history,
             replays,
             profile,
-            runner=self.runner,
             baselines=[BaselineAggregator],
             interceptors=self.interceptors,
         )
 
 
-AS_LIVE = {"project": Replaying(), "baseline": Replaying(SandboxedWorkflowRunner(), ())}
+AS_LIVE = {"project": Replaying(), "baseline": Replaying(())}
 """Each side as `bench.aggregator_bench` runs it: the baseline on a plain `Worker`."""
 SAME = {"project": Replaying(), "baseline": Replaying()}
 

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.worker import Interceptor, Replayer, Worker, WorkflowRunner
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker import Interceptor, Replayer, Worker
 
 from bench.baseline_saga import BaselineLocalSaga
 from bench.baseline_steps import BASELINE_STEPS
@@ -44,7 +43,7 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import saga_workflow_id
 from coord.models.wire.specs import load_spec
 from coord.starter.api import saga_outcome, start_saga
-from coord.worker import SANDBOX, WORKFLOWS, build_worker, default_registry
+from coord.worker import WORKFLOWS, build_worker, default_registry
 from coord.workflows._runtime.interceptor import SurplusArguments
 
 T = TypeVar("T")
@@ -138,11 +137,6 @@ def split_line(before: dict[str, float] | None, after: dict[str, float] | None, 
     return "ms CPU per saga by thread: " + ", ".join(parts)
 
 
-RUNNERS: dict[str, WorkflowRunner] = {"local": SANDBOX, "base-local": SandboxedWorkflowRunner()}
-"""The sandbox each side's worker runs its sandboxed workflows in: the project's (its saga
-runs outside it), and the SDK's own."""
-
-
 class WorkflowThread(ThreadPoolExecutor):
     """The workflow task executor, one thread, whose work is timed (`seconds`: the thread's CPU
     time in the workflow code and its sandbox, none of Core's threads or the event loop's) and,
@@ -178,12 +172,12 @@ def replay_cpu(
     history: WorkflowHistory,
     replays: int,
     profile: cProfile.Profile | None = None,
-    runner: WorkflowRunner = SANDBOX,
     baselines: Sequence[type] = (BaselineLocalSaga,),
     interceptors: Sequence[Interceptor] | None = None,
 ) -> ReplayCost:
     """The CPU per replay of `history`, over `replays` replays in one Replayer (its setup
-    counted once) in `runner`'s sandbox, after as many to warm up; the workflow code profiled
+    counted once) as a worker runs it (the project's workflows outside the sandbox, the
+    hand-written ones in the SDK's), after as many to warm up; the workflow code profiled
     into `profile`. `baselines`: the hand-written workflows registered besides the project's;
     `interceptors`: the worker's (by default the project's workflow interceptor)."""
     thread = WorkflowThread(profile)
@@ -192,7 +186,6 @@ def replay_cpu(
         data_converter=data_converter(),
         interceptors=[SurplusArguments()] if interceptors is None else interceptors,
         workflow_task_executor=thread,
-        workflow_runner=runner,
     )
     copies = [WorkflowHistory(f"{history.workflow_id}-{n}", history.events) for n in range(replays)]
 
@@ -246,10 +239,7 @@ def main() -> None:
         args.keep.mkdir(parents=True, exist_ok=True)
         for side, history in histories.items():
             (args.keep / f"{side}.json").write_text(history.to_json())
-    cpu = {
-        side: replay_cpu(history, args.replays, runner=RUNNERS[side])
-        for side, history in histories.items()
-    }
+    cpu = {side: replay_cpu(history, args.replays) for side, history in histories.items()}
     for side, cost in cpu.items():
         tasks = sum(
             1

@@ -17,7 +17,6 @@ from temporalio.worker import Interceptor, WorkflowInboundInterceptor, WorkflowI
 
 from bench.aggregator_replay import NOT_COMMANDS
 from bench.saga_replay import replay_cpu
-from coord.infra.sandbox import compiled
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorStatus
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
@@ -71,33 +70,6 @@ async def test_a_flood_taken_in_one_task_costs_four_commands_none_per_event(
     }
     described = (await handle.describe()).typed_search_attributes
     assert described.get(contract.COORD_STATUS) == "completed"
-
-
-async def test_a_flood_s_signals_are_decoded_without_entering_the_sandbox(
-    client: Client, task_queue: str
-) -> None:
-    """Forty-one signals after the run's first workflow task: the worker enters the run's
-    sandbox for its activations (at most one per signal) and its commands' payloads, never for a
-    signal's payload, whose contexts are the run's own (`coord.infra.sandbox`): fewer entries
-    than two per signal. The SDK entered it twice per signal besides, on the worker's event
-    loop (152 entries for this run, where 27 remain). Each entry finds its code compiled (the
-    SDK compiled a short text at every entry)."""
-    noise = [EventEnvelope.new("Noise", "/flood", payload={"n": n}) for n in range(40)]
-    async with build_worker(client, task_queue):
-        handle = await api.start_aggregator(client, waiting_for_done(), queue=task_queue)
-
-        async def first_task_done() -> bool:
-            return (await commands(handle))["TIMER_STARTED"] == 1
-
-        await eventually(first_task_done)
-        before = compiled.cache_info()
-        await signal(handle, *noise, EventEnvelope.new("Done", "/flood"))
-        state = await handle.result()
-        after = compiled.cache_info()
-    assert (state.received, state.matched, state.unmatched) == (41, 1, 40)
-    entries = after.hits - before.hits
-    assert entries < 2 * 41, f"{entries} entries into the sandbox for 41 signals"
-    assert after.misses == before.misses, "every entry finds its code compiled"
 
 
 async def test_events_after_the_first_task_leave_the_deadline_timer_to_lapse(

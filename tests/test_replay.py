@@ -12,7 +12,7 @@ from temporalio.worker import Replayer
 
 from coord.infra.payload_store import data_converter
 from coord.starter import api
-from coord.worker import SANDBOX, WORKFLOWS, build_worker
+from coord.worker import WORKFLOWS, build_worker
 from coord.workflows._runtime.interceptor import SurplusArguments
 from tests.conftest import HISTORIES, feature_deployment
 
@@ -20,12 +20,11 @@ RECORDED = sorted(HISTORIES.glob("*/*.json"))
 
 
 def replayer() -> Replayer:
-    """In the sandbox the project's workers run workflows in, through their interceptor (which
-    calls the signal handlers)."""
+    """As the project's workers run workflows: through their interceptor (which calls the
+    signal handlers)."""
     return Replayer(
         workflows=list(WORKFLOWS),
         data_converter=data_converter(),
-        workflow_runner=SANDBOX,
         interceptors=[SurplusArguments()],
     )
 
@@ -58,9 +57,8 @@ def live_runs_of(qualname: str) -> int:
 
 
 async def test_a_worker_keeps_nothing_of_a_run_that_ended() -> None:
-    """Each sandboxed run imports its workflow's modules anew; a worker-wide cache keyed by one
-    of a run's functions would keep that run's modules alive for the worker's lifetime (tens of
-    kilobytes a run, without bound). Ten runs through the worker's interceptor leave at most one
+    """A worker-wide cache keyed by one of a run's functions would keep that run alive for the
+    worker's lifetime (without bound). Ten runs through the worker's interceptor leave at most one
     more `Saga.run` alive than before."""
     path = HISTORIES / "Saga" / "saga-agent-served-on-the-workflow-queue.json"
     history = WorkflowHistory.from_json(path.stem, path.read_text())

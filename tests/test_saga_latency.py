@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 
 from coord import testing
 from coord.activities.events.lookback import LOOKAHEAD_FRESH, ChainLookahead
-from coord.infra.sandbox import UnsandboxedRunner
+from coord.infra.workflow_runner import UnsandboxedRunner
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import AGGREGATOR_WORKFLOW
 from coord.starter import api

@@ -6,7 +6,6 @@ without a metrics endpoint builds nothing for its metrics: it neither counts its
 nor looks up its kind (`coord.activities.metrics.agent_run`)."""
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,13 +16,13 @@ from temporalio.worker import Worker
 
 from coord.activities import metrics
 from coord.infra.payload_store import data_converter
-from coord.infra.sandbox import UnsandboxedRunner
 from coord.infra.type_adapters import SharedAdapterPayloadConverter
+from coord.infra.workflow_runner import UnsandboxedRunner
 from coord.models.mesh.agents import AgentRegistry, AgentRequest
 from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import SAGA_WORKFLOW
 from coord.starter import api
-from coord.worker import SANDBOX, WORKFLOWS, build_worker
+from coord.worker import WORKFLOWS, build_worker
 from tests.conftest import feature_deployment
 
 
@@ -41,17 +40,20 @@ async def _local_saga(client: Client, task_queue: str) -> None:
     assert state.status == SagaStatus.COMPLETED
 
 
+def test_every_workflow_runs_outside_the_sandbox() -> None:
+    """None of the worker's workflows is handed to the SDK's sandbox."""
+    sandboxed = [cls for cls in WORKFLOWS if workflow._Definition.must_from_class(cls).sandboxed]
+    assert not sandboxed
+
+
 async def test_a_saga_runs_outside_the_sandbox(client: Client, task_queue: str) -> None:
-    """The worker's runners are told of every instance they create: the saga's is the
-    unsandboxed runner's, and the sandbox creates none for it."""
-    sandboxed: list[workflow.Info] = []
+    """The unsandboxed runner is told of every instance it creates: the saga's is one."""
     unsandboxed: list[workflow.Info] = []
     async with (
         Worker(
             client,
             task_queue=task_queue,
             workflows=list(WORKFLOWS),
-            workflow_runner=replace(SANDBOX, created=sandboxed.append),
             unsandboxed_workflow_runner=UnsandboxedRunner(unsandboxed.append),
         ),
         build_worker(client, task_queue, workflows=False),
@@ -62,7 +64,6 @@ async def test_a_saga_runs_outside_the_sandbox(client: Client, task_queue: str) 
     assert [info.workflow_type for info in unsandboxed if info.workflow_id == handle.id] == [
         SAGA_WORKFLOW
     ]
-    assert not [info for info in sandboxed if info.workflow_id == handle.id]
 
 
 def test_the_project_converter_is_one_instance_which_takes_no_context() -> None:

@@ -76,8 +76,13 @@ LOOKBACK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_atte
 join goes on with the live events."""
 
 
-@workflow.defn(name=AGGREGATOR_WORKFLOW)
+@workflow.defn(name=AGGREGATOR_WORKFLOW, sandboxed=False)
 class Aggregator(metaclass=SurplusStartArguments):
+    """Not sandboxed, as every workflow of the project: its code touches only the workflow API
+    and pure models, and on Python before 3.12 each import into a sandbox can fail on its own
+    (`KeyError: <thread id>`, temporalio/sdk-python#585), failing the workflow task that
+    creates a run. What keeps it deterministic is the replay of its recorded histories."""
+
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
         """Parses here, before the signal of a signal-with-start is handled; a bad spec is

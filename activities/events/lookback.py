@@ -110,10 +110,10 @@ class ChainLookahead:
         return len(self._asked)
 
     def instance_created(self, info: workflow.Info) -> None:
-        """A workflow instance this worker creates (`coord.infra.sandbox`): a saga's, a plan's
-        or a vote's first workflow task (`ASKING_AHEAD`), not a replay of an older run, asks ahead
-        for the correlation its start named (its search attribute; a run naming another in its
-        spec asks for itself)."""
+        """A workflow instance this worker creates (`coord.infra.workflow_runner`): a saga's, a
+        plan's or a vote's first workflow task (`ASKING_AHEAD`), not a replay of an older run,
+        asks ahead for the correlation its start named (its search attribute; a run naming
+        another in its spec asks for itself)."""
         if info.workflow_type not in ASKING_AHEAD or not _fresh(info):
             return
         correlation_id = info.typed_search_attributes.get(CORRELATION_ID)

@@ -45,8 +45,11 @@ HISTORY_BUDGET = 1000
 lost the run from its cache replays at most this much."""
 
 
-@workflow.defn(name=AGENT_MONITOR_WORKFLOW)
+@workflow.defn(name=AGENT_MONITOR_WORKFLOW, sandboxed=False)
 class AgentMonitor(metaclass=SurplusStartArguments):
+    """Not sandboxed, as the aggregator: it imports only pure models, and an import into a
+    sandbox can fail on its own on Python before 3.12 (temporalio/sdk-python#585)."""
+
     @workflow.init
     def __init__(self, raw_state: PlainInput = NO_INPUT) -> None:
         """Started without input (a fresh monitor), or with the state a previous run carried."""
