@@ -35,8 +35,9 @@ class SurplusStartArguments(type):
 def positional(fn: Callable[..., Any]) -> int:
     """How many arguments `fn` takes by position (less a bound method's `self`). Read from its
     code object, which costs next to nothing (`inspect.signature` cost more than the rest of a
-    signal's handling), and never cached: each sandboxed run has functions of its own, and a
-    cache keyed by them would keep every run's modules alive for the worker's lifetime."""
+    signal's handling), and never cached: a sandboxed run (a hand-written workflow the benches
+    replay through the interceptor) has functions of its own, and a cache keyed by them would
+    keep every such run's modules alive for the process's lifetime."""
     function = fn.__func__ if isinstance(fn, MethodType) else fn
     code = getattr(inspect.unwrap(function), "__code__", None)
     if code is None:

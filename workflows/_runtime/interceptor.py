@@ -109,8 +109,9 @@ def _signal_takes(workflow_class: str, signal: str) -> int | None:
 
 
 def _class_name(instance: object) -> str:
-    """The class by name: each sandboxed run imports the workflow's module anew, so its class
-    object differs from run to run while its name does not."""
+    """The class by name: a sandboxed run (the project's workflows run outside the sandbox, but
+    the benches replay hand-written ones in it through this interceptor) imports its module
+    anew, so its class object differs from run to run while its name does not."""
     cls = type(instance)
     return f"{cls.__module__}.{cls.__qualname__}"
 
