@@ -192,9 +192,9 @@ async def test_gc_removes_exactly_what_has_expired_and_nothing_refers_to(
         assert state.rejected_count == 0
 
 
-DEAD_LETTERS_SECONDS = 60
-"""Dead letters' retention in the test: long enough that the two gc runs finish before the young
-entry is that old, even on a loaded machine."""
+DEAD_LETTERS_SECONDS = 20
+"""Dead letters' retention in the test: long enough that the two gc runs (about a second each)
+finish before the young entry is that old, even on a loaded machine."""
 
 
 def stored(store: Path) -> StoredPayloads:
