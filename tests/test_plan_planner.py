@@ -25,7 +25,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.activities.kinds import load_agents
 from coord.models.events.envelope import EventEnvelope
-from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.mesh.agents import AgentContext, AgentFn, AgentRegistry
+from coord.models.mesh.config import PythonAgent
 from coord.models.plan.spec import (
     ApprovalRequest,
     Level,
@@ -58,11 +59,20 @@ def goal_plan(planner: str, **fields: Any) -> PlanSpec:
     )
 
 
-def agents(**more: Any) -> AgentRegistry:
+REMOTE = PythonAgent(kind="python", callable="tests.planners:work", execution="remote")
+"""An agent held until the test releases it runs as an activity task: run locally, it would
+hold the plan's workflow task, and each update or query would wait until the worker hands the
+task back (8 s in)."""
+
+
+def agents(remote: Mapping[str, AgentFn] | None = None, **more: AgentFn) -> AgentRegistry:
+    """`work`, and the agents given: `remote` ones as activity tasks, the others locally."""
     registry = AgentRegistry()
     registry.register("work")(planners.work)
     for name, agent in more.items():
         registry.register(name)(agent)
+    for name, agent in (remote or {}).items():
+        registry.register(name, "python", REMOTE)(agent)
     return registry
 
 
@@ -210,7 +220,7 @@ async def test_tasks_added_to_a_running_plan_run_and_a_cycle_is_refused(
     spec = PlanSpec.model_validate(
         {"plan_id": f"grow-{uuid.uuid4().hex[:8]}", "tasks": [{"id": "a", "agent": "hold"}]}
     )
-    async with build_worker(client, task_queue, agents(hold=held.hold)):
+    async with build_worker(client, task_queue, agents(remote={"hold": held.hold})):
         handle = await api.start_plan(client, spec, queue=task_queue)
         await asyncio.wait_for(held.started.wait(), 30)
         added = await api.add_tasks(
