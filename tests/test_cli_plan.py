@@ -130,8 +130,10 @@ async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(
     plan_id, path = plan_file(tmp_path)
     document = yaml.safe_load(path.read_text())
     document["tasks"][0]["input"] = {"inject": {"slow": {"backend-architect": 60}}}
-    # a heartbeat timeout keeps the run an activity task: a local run is never cancelled
-    document["tasks"][0]["heartbeat_timeout"] = "30s"
+    # a heartbeat timeout keeps the run an activity task (a local run is never cancelled); a
+    # short one has the cancel reach it within seconds (with its next heartbeat sent, at most
+    # 0.8 of the timeout after the last)
+    document["tasks"][0]["heartbeat_timeout"] = "5s"
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
         code, _, err = await run(COORD, "plan", "start", str(path), env=env)
@@ -206,8 +208,8 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
     document["tasks"][3]["approval"] = {"approvers": ["bob@ops"]}  # docs
     slow = {"inject": {"slow": {"frontend-specialist": 60}}}
     # an activity task: a minute-long local run would hold the plan's workflow task, and the
-    # decisions below with it
-    held = {"id": "long", "agent": "frontend-specialist", "input": slow, "heartbeat_timeout": "30s"}
+    # decisions below with it; the cancel at the end reaches it with its next heartbeat sent
+    held = {"id": "long", "agent": "frontend-specialist", "input": slow, "heartbeat_timeout": "5s"}
     document["tasks"].append(held)
     path.write_text(yaml.safe_dump(document))
     async with build_worker(client, task_queue):
