@@ -60,9 +60,9 @@ def goal_plan(planner: str, **fields: Any) -> PlanSpec:
 
 
 REMOTE = PythonAgent(kind="python", callable="tests.planners:work", execution="remote")
-"""An agent held until the test releases it runs as an activity task: run locally, it would
-hold the plan's workflow task, and each update or query would wait until the worker hands the
-task back (8 s in)."""
+"""The declaration of `agents(remote=...)`: activity tasks. An agent held until the test
+releases it, run locally, would hold the plan's workflow task, and each update or query would
+wait until the worker hands the task back (8 s in)."""
 
 
 def agents(remote: Mapping[str, AgentFn] | None = None, **more: AgentFn) -> AgentRegistry:
