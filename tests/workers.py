@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from coord.starter.progress import task_queue_pollers
@@ -75,8 +76,11 @@ class WorkerProcess:
         return worker
 
     async def wait_polling(self, client: Client, task_queue: str, timeout: float = 120) -> None:
+        """Until the server lists the worker among the queue's pollers; a description the
+        server could not give this time (a loaded server has cancelled one) is asked again."""
+
         async def polling() -> None:
-            while self.identity not in await task_queue_pollers(client, task_queue):
+            while self.identity not in await pollers_or_none(client, task_queue):
                 if self.process.poll() is not None:
                     raise AssertionError(f"worker exited with {self.process.returncode}")
                 await asyncio.sleep(0.1)
@@ -90,6 +94,19 @@ class WorkerProcess:
 
     def stop(self) -> None:
         stop_process_group(self.process)
+
+
+TRANSIENT = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE})
+
+
+async def pollers_or_none(client: Client, task_queue: str) -> set[str]:
+    """The queue's pollers, or none when the server's answer failed in passing (`TRANSIENT`)."""
+    try:
+        return await task_queue_pollers(client, task_queue)
+    except RPCError as error:
+        if error.status not in TRANSIENT:
+            raise
+        return set()
 
 
 @asynccontextmanager
