@@ -77,7 +77,7 @@ class WorkerProcess:
 
     async def wait_polling(self, client: Client, task_queue: str, timeout: float = 120) -> None:
         """Until the server lists the worker among the queue's pollers; a description the
-        server could not give this time (a loaded server has cancelled one) is asked again."""
+        server could not give this time (one came back cancelled under load) is asked again."""
 
         async def polling() -> None:
             while self.identity not in await pollers_or_none(client, task_queue):
