@@ -78,10 +78,8 @@ join goes on with the live events."""
 
 @workflow.defn(name=AGGREGATOR_WORKFLOW, sandboxed=False)
 class Aggregator(metaclass=SurplusStartArguments):
-    """Not sandboxed, as every workflow of the project: its code touches only the workflow API
-    and pure models, and on Python before 3.12 each import into a sandbox can fail on its own
-    (`KeyError: <thread id>`, temporalio/sdk-python#585), failing the workflow task that
-    creates a run. What keeps it deterministic is the replay of its recorded histories."""
+    """Not sandboxed, as every workflow of the project (`coord.infra.workflow_runner` says
+    why): its code touches only the workflow API and pure models."""
 
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:

@@ -47,8 +47,8 @@ lost the run from its cache replays at most this much."""
 
 @workflow.defn(name=AGENT_MONITOR_WORKFLOW, sandboxed=False)
 class AgentMonitor(metaclass=SurplusStartArguments):
-    """Not sandboxed, as the aggregator: it imports only pure models, and an import into a
-    sandbox can fail on its own on Python before 3.12 (temporalio/sdk-python#585)."""
+    """Not sandboxed, as every workflow of the project (`coord.infra.workflow_runner` says
+    why): it imports only pure models."""
 
     @workflow.init
     def __init__(self, raw_state: PlainInput = NO_INPUT) -> None:
