@@ -29,6 +29,7 @@ from coord.models.mesh.config import WorkerSettings
 from coord.models.mesh.retry import RetryConfig
 from coord.models.wire.contract import CLOSE_SIGNAL
 from coord.starter import api
+from coord.starter.api import chains
 from coord.starter.api.chains import SIGNALS_PER_RUN_ENV
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows.chain.reactive import RECORDING_TIMER
@@ -239,7 +240,7 @@ def _close_taken(events: list[HistoryEvent]) -> bool:
 
 @pytest.mark.slow
 async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_run_first(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A closed chain whose last local run publishes nothing, its log written before: it would
     end in the task the run ended in, whose marker the server would drop with the task if a
@@ -255,6 +256,9 @@ async def test_a_chain_ending_in_the_task_its_last_local_run_ends_records_the_ru
             "alerts": None,
         }
     )
+    # The close reaches the chain when the worker heartbeats the task the gate holds, at 80
+    # percent of the task's timeout: Temporal's default timeout instead of the chain's longer one.
+    monkeypatch.setattr(chains, "CHAIN_TASK_TIMEOUT", timedelta(seconds=10))
     correlation_id = f"gated-{uuid.uuid4().hex[:8]}"
     calls: Counter[str] = Counter()
     started, release = asyncio.Event(), asyncio.Event()
