@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         decode_json,
         decode_plain,
         park,
+        show_details,
         signal_chain,
         uncancellable,
         upsert_search_attributes,
@@ -168,7 +169,7 @@ class Aggregator(metaclass=SurplusStartArguments):
             self._model.lookback_failed(failure_message(error))
         else:
             metrics.events_consumed(self._model.looked_back(recorded, workflow.now()))
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
 
     async def _finish(self, status: AggregatorStatus) -> None:
         """Record the outcome (a cancelled run keeps it in its memo), publish the emitted event
@@ -245,7 +246,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         if self._model.waiting:
             if self._model.offer(envelope, workflow.now):
                 metrics.event_consumed(envelope)
-                workflow.set_current_details(self._model.details())
+                show_details(self._model.details())
             return
         settled = self._deadline_first
         reason = self._model.after_end(envelope, addressed=addressed, settled=settled)
@@ -272,7 +273,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         """The status as a search attribute (what changed, under the bundle), and the details."""
         upsert = upsert_unwritten if self._at_once else upsert_search_attributes
         upsert(self._model.state.search_attributes())
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
 
 
 class DeadlineTimer:

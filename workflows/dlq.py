@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         decode_input,
+        show_details,
         signal_chain,
         upsert_search_attributes,
     )
@@ -158,7 +159,7 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         summary = self._model.entry.summary()
         upsert_search_attributes(summary.search_attributes())
         workflow.upsert_memo({DEAD_LETTER_SUMMARY_MEMO: summary.model_dump(mode="json")})
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
 
     async def _redeliver(self, payload: dict[str, Any] | None) -> None:
         event = self._model.replayed_event(payload)

@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
         decode_input,
         ending_with,
         park,
+        show_details,
         signal_chain,
         uncancellable,
         upsert_search_attributes,
@@ -321,7 +322,7 @@ class Saga:
         if self._status.changed():
             metrics.saga_status(state.status)
             log(state, "saga status", status=state.status.value, reason=state.failure_reason)
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
 
 
 def log(state: SagaState, message: str, **fields: Any) -> None:

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         decode_start,
         ending_with,
+        show_details,
         task_error,
         uncancellable,
         upsert_search_attributes,
@@ -251,7 +252,7 @@ class Vote(metaclass=SurplusStartArguments):
             if status != self._written:
                 upsert_search_attributes(model.state.search_attributes())
                 self._written = status
-        workflow.set_current_details(model.details())
+        show_details(model.details())
 
     def _log(self, model: VoteModel) -> None:
         workflow.logger.info(

@@ -19,6 +19,31 @@ payload store's threshold (128 KiB) or goes by reference, so several fit, with r
 the rest of the task."""
 
 
+DETAILS_CHARS = 16 * 1024
+"""The most a run's current details (the UI's and `temporal workflow metadata`'s text) holds. A
+record's details list its waiting slots, tasks or steps, as many as its spec names; past the
+payload store's threshold (128 KiB) the server would keep a reference, which neither shows."""
+
+
+def bounded_details(text: str, limit: int = DETAILS_CHARS) -> str:
+    """`text` when it is at most `limit` characters; otherwise its first lines within the limit
+    and one line saying how many were left out (the run's state query has them all)."""
+    if len(text) <= limit:
+        return text
+    room = limit - 100  # the last line's
+    lines = text.splitlines()
+    kept: list[str] = []
+    for line in lines:
+        room -= len(line) + 1
+        if room < 0:
+            if not kept:  # one long first line: its start
+                kept.append(line[: limit - 100])
+            break
+        kept.append(line)
+    left = len(lines) - len(kept)
+    return "\n".join([*kept, f"… {left} more lines not shown: the run's state has them all"])
+
+
 def json_size(value: Any) -> int:
     return len(pydantic_core.to_json(value, fallback=str))
 

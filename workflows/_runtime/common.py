@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.plan.spec import TaskError
     from coord.models.wire import contract
+    from coord.models.wire.sizes import bounded_details
     from coord.models.wire.specs import (
         MAX_JSON_DEPTH,
         SpecError,
@@ -50,6 +51,11 @@ reads the runtime annotation (RawValue); type checkers see what callers may pass
 NO_INPUT: PlainInput = RawValue(Payload())
 """The default of every workflow and handler parameter: a start or signal sent without input then
 reaches our code, which refuses it, instead of failing the workflow task with a TypeError."""
+
+
+def show_details(text: str) -> None:
+    """The run's current details, as the UI shows them: bounded (`bounded_details`)."""
+    workflow.set_current_details(bounded_details(text))
 
 
 class InvalidInput(SpecError):

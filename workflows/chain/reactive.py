@@ -127,6 +127,7 @@ with workflow.unsafe.imports_passed_through():
         attempts,
         decode_input,
         ending_with,
+        show_details,
     )
     from coord.workflows._runtime.fan_out import NEXT_TASK
     from coord.workflows._runtime.local_batches import LocalBatches
@@ -210,7 +211,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         if self._model.record.queue and patched(PARK_QUEUED_RUNS_PATCH):
             await asyncio.gather(*(park_letter(p) for p in self._model.runs.take_queued()))
         self._outbound.upsert_status()
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
         await self._settle()
         return self.state()
 
@@ -230,7 +231,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         self._facts.seen(self._model.record)
         self._runner.dispatch()
         await write_log(self._model.log)
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
         if pacing.continue_as_new_now(self._outbound.count):
             await self._recorded()
             workflow.continue_as_new(self._model.carry())
@@ -573,7 +574,7 @@ class ChainRunner:
         """A run that waited for its agent or went elsewhere: in the chain's record; a run
         that went to another agent publishes as that agent."""
         self._model.runs.run_detoured(run, detour, assignment)
-        workflow.set_current_details(self._model.details())
+        show_details(self._model.details())
         if assignment is not None:
             self.announce_agents()
 
@@ -583,7 +584,7 @@ class ChainRunner:
         assignment = await assign_agent(subscription.route, subscription.name)
         if assignment is not None:
             self._model.runs.run_assigned(run, assignment)
-            workflow.set_current_details(self._model.details())
+            show_details(self._model.details())
             self.announce_agents()
 
     def announce_agents(self) -> None:

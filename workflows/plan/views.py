@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
     from coord.models.plan.model import PlanModel
     from coord.workflows._runtime import calls
+    from coord.workflows._runtime.common import show_details
 
 PROGRESS_READ_TIMEOUT = timedelta(seconds=10)
 PROGRESS_READ_RETRY = RetryPolicy(maximum_attempts=1)
@@ -37,7 +38,7 @@ class Details:
     def publish_now(self) -> None:
         self._publishing = False
         if self.model is not None:
-            workflow.set_current_details(self.model.view.details(workflow.now()))
+            show_details(self.model.view.details(workflow.now()))
 
 
 async def watch_progress(model: PlanModel, details: Details) -> None:
