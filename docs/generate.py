@@ -452,7 +452,10 @@ FAILURE_MEANINGS: dict[str, str] = {
     "chain_ended": "a run still queued when its chain ended (closed, or idle)",
     "chain_closing": "an event that reached a chain while it was closing",
     "foreign_correlation": "an event of another correlation than the chain's",
-    "causation_loop": "an event deeper than the chain's `max_causation_depth`: a probable loop",
+    "causation_loop": (
+        "an event deeper than the chain's `max_causation_depth`, or past its "
+        "`max_runs_per_event`: a probable loop"
+    ),
     "saga_failed": "the saga failed with nothing to compensate",
     "saga_compensated": "the saga failed and its completed steps were compensated",
     "compensation_failed": "a compensation still failing after its retries",

@@ -128,6 +128,43 @@ async def test_runaway_reaction_is_rejected_with_its_causation_path(coord: Coord
     assert state.dead_lettered == 1, "the loop is parked; a notice about it is never parked"
 
 
+async def test_a_filtered_cycle_that_fans_out_stops_at_its_run_budget(
+    coord: Coordination,
+) -> None:
+    """Two subscriptions on X publishing Y and two on Y publishing X: each hop doubles the runs,
+    far below the depth limit. The seed's events queue `max_runs_per_event` runs; the events
+    past it are rejected and parked, and the chain settles."""
+    hops = [
+        {
+            "name": f"{source}{n}",
+            "agent": "python-pro",
+            "events": source,
+            "filter": f"type={source}",
+            "publishes": {"on_success": target},
+        }
+        for source, target in (("X", "Y"), ("Y", "X"))
+        for n in (1, 2)
+    ]
+    spec = ChainSpec.model_validate(
+        {
+            "name": "fans",
+            "triggers": ["X"],
+            "alerts": None,
+            "max_runs_per_event": 10,
+            "subscriptions": hops,
+        }
+    )
+    async with coord.worker():
+        state, _ = await run_chain(coord.client, coord.task_queue, spec, [event("", "X")])
+    budget = [r for r in state.rejected if "max_runs_per_event" in r.reason]
+    assert state.status == ChainStatus.CLOSED and budget
+    assert "caused have queued 10 runs, the chain's max_runs_per_event, a probable loop" in (
+        budget[0].reason
+    )
+    assert state.events_seen <= 1 + 11, "the seed and one event per run queued"
+    assert state.dead_lettered == len(budget) <= 11
+
+
 async def test_event_of_another_correlation_is_rejected(coord: Coordination) -> None:
     stray = event("", "A")
     async with coord.worker():

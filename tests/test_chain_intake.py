@@ -1,8 +1,11 @@
 """The chain's intake on its own (no server): the one queue every event enters once, the share
 of it a workflow task takes, admission, rejection and parking, the timeline's windows."""
 
+from typing import Any
+
 from coord.models.chain.boundary import ParkDetails, Parking, Rejection
 from coord.models.chain.intake import EVENTS_PER_TASK, SEEN_WINDOW, TIMELINE_WINDOW, TaskShare
+from coord.models.chain.model import ChainModel
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.sizes import BYTES_PER_WORKFLOW_TASK
 from coord.models.wire.versions import (
@@ -11,6 +14,7 @@ from coord.models.wire.versions import (
     LIFECYCLE_NOTICES_PATCH,
 )
 from tests.chain_models import (
+    WORKFLOW_ID,
     FixedRun,
     accounted,
     event,
@@ -212,3 +216,63 @@ def test_an_announcement_refused_by_a_closing_chain_is_recorded_never_parked() -
     before.record.closing = True
     before.intake.receive(announced("PlanCompleted"))
     assert len(parkings(before.outbox.take())) == 1, "runs recorded before parked it"
+
+
+def looping(**overrides: Any) -> ChainModel:
+    """Two subscriptions on X publishing Y and two on Y publishing X, each filtered (so the
+    spec's cycle check lets them through): every hop doubles the runs."""
+    pair = [
+        {
+            "name": f"{source}{n}",
+            "agent": "a",
+            "events": source,
+            "filter": "true",
+            "publishes": {"on_success": target},
+        }
+        for source, target in (("X", "Y"), ("Y", "X"))
+        for n in (1, 2)
+    ]
+    model = new_model(triggers=["X"], subscriptions=pair, terminal_event=None, **overrides)
+    model.intake.budgets_runs = True
+    return model
+
+
+def test_an_event_whose_first_cause_queued_its_budget_of_runs_is_rejected_as_a_loop() -> None:
+    model = looping(max_runs_per_event=5)
+    seed = event("X")
+    assert take(model, seed) == "recorded"
+    hop = event("Y", cause=seed.event.id)
+    assert take(model, hop) == "recorded"
+    again = event("X", cause=hop.event.id)
+    assert take(model, again) == "recorded"
+    assert model.record.runs_caused == {seed.event.id: 6}
+    late = event("Y", cause=again.event.id)
+    rejection = model.intake.admit(late)
+    assert isinstance(rejection, Rejection) and rejection.kind == "causation_loop"
+    assert rejection.reason == (
+        f"event {late.event.id} (Y): the events {seed.event.id} caused have queued 6 runs, "
+        "the chain's max_runs_per_event, a probable loop"
+    )
+    other = event("X")
+    assert take(model, other) == "recorded", "another first cause has its own budget"
+
+
+def test_a_run_recorded_before_the_budget_counts_nothing() -> None:
+    model = looping(max_runs_per_event=1)
+    model.intake.budgets_runs = False
+    seed = event("X")
+    take(model, seed)
+    assert take(model, event("Y", cause=seed.event.id)) == "recorded"
+    assert model.record.runs_caused == {} and model.record.first_causes == {}
+
+
+def test_the_budget_spans_continue_as_new() -> None:
+    model = looping(max_runs_per_event=3)
+    seed = event("X")
+    take(model, seed)
+    carried = model.carry()
+    following = ChainModel(carried, WORKFLOW_ID, FixedRun())
+    following.intake.budgets_runs = True
+    hop = event("Y", cause=seed.event.id)
+    assert take(following, hop) == "recorded"
+    assert isinstance(following.intake.admit(event("X", cause=hop.event.id)), Rejection)

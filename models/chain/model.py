@@ -171,6 +171,7 @@ class ChainModel:
                     self.runs.enqueue(
                         fired.subscription, envelope, fired.causes, inputs=fired.inputs
                     )
+                    self.intake.run_queued(envelope)
         return admission
 
     def rerun(self, request: RerunRequest) -> None:
@@ -294,6 +295,8 @@ class ChainModel:
             "timeline": timeline_window(record.timeline, self.log.keep_after()),
             "causes": dict(list(record.causes.items())[-SEEN_WINDOW:]),
             "depths": dict(list(record.depths.items())[-SEEN_WINDOW:]),
+            "first_causes": dict(list(record.first_causes.items())[-SEEN_WINDOW:]),
+            "runs_caused": dict(list(record.runs_caused.items())[-SEEN_WINDOW:]),
         }
         return ChainInput(
             spec=self.spec,

@@ -179,6 +179,11 @@ class AlertPolicy(BaseModel):
         return expression
 
 
+MAX_RUNS_PER_EVENT = 500
+"""The largest `max_runs_per_event`: half the events a chain remembers the causes of
+(`SEEN_WINDOW`), so a run's trigger is still remembered when its events are counted."""
+
+
 class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -192,6 +197,9 @@ class ChainSpec(BaseModel):
     terminal_event: str | None = None
     max_concurrency: int = Field(default=4, ge=1, le=MAX_ITEMS)
     max_causation_depth: int = Field(default=32, ge=1, le=MAX_ITEMS)
+    max_runs_per_event: int = Field(default=200, ge=1, le=MAX_RUNS_PER_EVENT)
+    """The most agent runs one event and the events it causes, hop after hop, may queue; an
+    event past it is rejected as a probable loop (a filtered cycle that fans out)."""
     idle_timeout: Duration = timedelta(hours=1)
     alerts: AlertPolicy | None = Field(default_factory=AlertPolicy)
     budget: TokenBudget | None = None
@@ -424,6 +432,12 @@ class ChainCarry(BaseModel):
     timeline: list[TimelineEntry]
     causes: dict[str, str | None]
     depths: dict[str, int]
+    first_causes: dict[str, str] = Field(default_factory=dict)
+    """The first cause of each event whose depth is kept: the event its causes began with in
+    this chain (`ChainIntake.first_cause`)."""
+    runs_caused: dict[str, int] = Field(default_factory=dict)
+    """Runs queued on the events each first cause caused, the most recently counted last
+    (`max_runs_per_event`)."""
     joins: dict[str, JoinState]
     inbox: list[EventEnvelope]
     queue: list[QueuedRun]

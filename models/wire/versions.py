@@ -484,6 +484,20 @@ recorded before asked an earlier bundle (or each patch)."""
 CHAIN_PATCHES_4 = CHAIN_PATCHES_3 | {CHAIN_RECORDS_RUNS_BY_ITS_TIMER_PATCH}
 """The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_4_PATCH. Never changed."""
 
+CHAIN_RUN_BUDGET_PATCH = "chain-budgets-runs-per-first-cause"
+"""Since 2026-11-28, in the chain's model: each event's first cause is remembered and the runs
+its events queue counted; an event whose first cause has queued the spec's `max_runs_per_event`
+is rejected as a probable loop (a filtered cycle that fans out grows without end below its
+`max_causation_depth`). Runs recorded before counted nothing."""
+
+CHAIN_PATCHES_AT_ONCE_5_PATCH = "chain-patches-at-once-5"
+"""Since 2026-11-28, in chain.reactive: CHAIN_PATCHES_AT_ONCE_4_PATCH with
+CHAIN_RUN_BUDGET_PATCH in force too (CHAIN_PATCHES_5), still one marker. Runs recorded before
+asked an earlier bundle (or each patch)."""
+
+CHAIN_PATCHES_5 = CHAIN_PATCHES_4 | {CHAIN_RUN_BUDGET_PATCH}
+"""The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_5_PATCH. Never changed."""
+
 PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"
 """Since 2026-11-27, in plan.graph: Runs after this patch ask their worker, as they begin, where
 the agents they name run, and run the short in-process ones it serves (python agents, any agent

@@ -96,11 +96,14 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_PATCHES_2,
         CHAIN_PATCHES_3,
         CHAIN_PATCHES_4,
+        CHAIN_PATCHES_5,
         CHAIN_PATCHES_AT_ONCE_2_PATCH,
         CHAIN_PATCHES_AT_ONCE_3_PATCH,
         CHAIN_PATCHES_AT_ONCE_4_PATCH,
+        CHAIN_PATCHES_AT_ONCE_5_PATCH,
         CHAIN_PATCHES_AT_ONCE_PATCH,
         CHAIN_PLACES_BEFORE_ITS_BUDGET_PATCH,
+        CHAIN_RUN_BUDGET_PATCH,
         DECODE_IN_TASK_PATCH,
         HAND_OVER_PATCH,
         KEEP_DISPATCHING_PATCH,
@@ -151,6 +154,7 @@ def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
     model.pacing.hands_over = patched(HAND_OVER_PATCH)
     model.log.enabled = patched(LOG_SEGMENTS_PATCH)
     model.intake.numbers_rows = patched(LOG_POSITIONS_PATCH)
+    model.intake.budgets_runs = patched(CHAIN_RUN_BUDGET_PATCH)
     if patched(CHAIN_LOCAL_RUNS_PATCH):
         runner.run_locally()
 
@@ -160,6 +164,7 @@ RECORDING_TIMER = "local runs recorded first"
 or ends (`_recorded`)."""
 
 PATCH_BUNDLES = (
+    (CHAIN_PATCHES_AT_ONCE_5_PATCH, CHAIN_PATCHES_5),
     (CHAIN_PATCHES_AT_ONCE_4_PATCH, CHAIN_PATCHES_4),
     (CHAIN_PATCHES_AT_ONCE_3_PATCH, CHAIN_PATCHES_3),
     (CHAIN_PATCHES_AT_ONCE_2_PATCH, CHAIN_PATCHES_2),
