@@ -380,6 +380,23 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
     assert "rm-everything" in unknown.replays[-1].outcome, unknown.replays
 
 
+async def test_a_replay_to_a_workflow_that_takes_no_events_stays_parked(
+    client: Client, task_queue: str
+) -> None:
+    """An entry may name any workflow as its target (whoever parks one is not trusted): one
+    that would record the event and drop it is not delivered to, and the entry says why."""
+    async with build_worker(client, task_queue):
+        bystander = await park_dead_letter(client, letter("chain-nowhere"), task_queue)
+        misdirected = await park_dead_letter(client, letter(bystander), task_queue)
+        await parked(client, task_queue, 2)
+        replayed = await api.dlq_replay(client, misdirected)
+    assert replayed.status == "parked"
+    assert replayed.replays[-1].outcome == (
+        f"not delivered: target_unavailable: {bystander} is a DeadLetterEntry, "
+        "which takes no `event` signal: archive the entry"
+    )
+
+
 @pytest.mark.slow
 async def test_accounting_identity_holds_under_a_mix_of_1000_events(
     client: Client, task_queue: str

@@ -20,6 +20,7 @@ from coord.models.dlq.letter import (
 from coord.models.mesh.config import AgentConfig
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import (
+    AGGREGATOR_WORKFLOW,
     CHAIN_WORKFLOW,
     EVENT_SIGNAL,
     RERUN_SIGNAL,
@@ -33,6 +34,10 @@ DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
     CHAIN_WORKFLOW: lambda raw: ChainInput.model_validate(raw).spec.agents,
 }
 """Where each workflow type that runs agents keeps its inline declarations in its input."""
+
+TAKERS = {EVENT_SIGNAL: {CHAIN_WORKFLOW, AGGREGATOR_WORKFLOW}, RERUN_SIGNAL: {CHAIN_WORKFLOW}}
+"""The workflow types that take each signal a replay sends: any other would record the signal
+and drop it, and the replay would say the event was delivered."""
 
 
 class DeadLetterActivities:
@@ -49,7 +54,16 @@ class DeadLetterActivities:
         to its workflow."""
         handle = self._client.get_workflow_handle(redelivery.target_workflow)
         event = redelivery.event.model_dump(mode="json")
+        signal = RERUN_SIGNAL if redelivery.target_agent else EVENT_SIGNAL
         try:
+            kind = (await handle.describe()).workflow_type
+            if kind not in TAKERS[signal]:
+                raise failure(
+                    FailureType.TARGET_UNAVAILABLE,
+                    f"{redelivery.target_workflow} is a {kind}, which takes no `{signal}` "
+                    "signal: archive the entry",
+                    non_retryable=True,
+                )
             if redelivery.target_agent:
                 rerun = {
                     "subscription": redelivery.target_agent,
