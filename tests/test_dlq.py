@@ -15,7 +15,8 @@ import pytest
 import yaml
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 
 from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.dead_letters import park_dead_letter
@@ -378,6 +379,29 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
     assert smuggled_entry.failure_type == "invalid_dead_letter"
     assert unknown.status == "parked"
     assert "rm-everything" in unknown.replays[-1].outcome, unknown.replays
+
+
+@pytest.mark.parametrize(
+    ("update", "request_", "message"),
+    [
+        ("replay", {"payload": "notadict"}, "request: payload: Input should be a valid dictionary"),
+        ("archive", {"note": 123}, "request: note: Input should be a valid string"),
+        ("archive", {}, "request: note: Field required"),
+    ],
+)
+async def test_a_malformed_update_is_refused_in_one_line_naming_the_field(
+    client: Client, task_queue: str, update: str, request_: dict[str, Any], message: str
+) -> None:
+    """As the Temporal CLI may send it: refused by the validator, typed, not retried."""
+    async with build_worker(client, task_queue):
+        entry = await park_dead_letter(client, letter("chain-nowhere"), task_queue)
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await client.get_workflow_handle(entry).execute_update(update, request_)
+        still = await api.dlq_entry(client, entry)
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable, cause.message) == ("invalid_input", True, message)
+    assert still.status == "parked"
 
 
 async def test_a_replay_to_a_workflow_that_takes_no_events_stays_parked(

@@ -20,8 +20,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -60,6 +61,8 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
 
+
+M = TypeVar("M", bound=BaseModel)
 
 REPLAY_SCHEDULE_TO_START = timedelta(seconds=10)
 """How long a replay's agent run waits for a worker serving the agent: a person waits on the
@@ -101,7 +104,10 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         return self._model.entry
 
     @workflow.update  # named `replay` (REPLAY_UPDATE) by the method: see tests/test_contract.py
-    async def replay(self, request: ReplayRequest) -> DlqEntry:
+    async def replay(self, raw: PlainInput = NO_INPUT) -> DlqEntry:
+        """Raw on purpose (`ReplayRequest`), as every update's: a malformed request is refused
+        by the validator in one line naming the field."""
+        request = _request(ReplayRequest, raw)
         async with self._changing():
             self._model.replay_started()
             self._publish()
@@ -110,18 +116,23 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
         return self._model.entry
 
     @replay.validator
-    def _validate_replay(self, request: ReplayRequest) -> None:
+    def _validate_replay(self, raw: PlainInput = NO_INPUT) -> None:
         """Refuses, before the update is even recorded, what cannot be replayed now."""
-        _refuse(self._model.replay_refusal())
+        _request(ReplayRequest, raw)
+        _refuse(self._model.not_parked())
+        _refuse(self._model.replay_refusal(), FailureType.INVALID_DEAD_LETTER)
 
     @workflow.update  # named `archive` (ARCHIVE_UPDATE) by the method
-    async def archive(self, request: ArchiveRequest) -> DlqEntry:
+    async def archive(self, raw: PlainInput = NO_INPUT) -> DlqEntry:
+        """Raw on purpose (`ArchiveRequest`), as `replay`."""
+        request = _request(ArchiveRequest, raw)
         async with self._changing():
             self._model.archive(request.note)
         return self._model.entry
 
     @archive.validator
-    def _validate_archive(self, request: ArchiveRequest) -> None:
+    def _validate_archive(self, raw: PlainInput = NO_INPUT) -> None:
+        _request(ArchiveRequest, raw)
         _refuse(self._model.not_parked())
 
     @contextlib.asynccontextmanager
@@ -208,7 +219,16 @@ class DeadLetterEntry(metaclass=SurplusStartArguments):
             await signal_chain(notice.event.correlation_id, EVENT_SIGNAL, raw)
 
 
-def _refuse(refusal: str | None) -> None:
+def _request(model: type[M], raw: PlainInput) -> M:
+    """An update's request, or an `invalid_input` refusal naming the field that does not
+    validate."""
+    try:
+        return decode_input(model, raw, "request")
+    except InvalidInput as error:
+        raise failure(FailureType.INVALID_INPUT, str(error), non_retryable=True) from None
+
+
+def _refuse(refusal: str | None, kind: FailureType = FailureType.NOT_PARKED) -> None:
     """An update validator's answer: a refusal rejects the update before it is recorded."""
     if refusal:
-        raise ValueError(refusal)
+        raise failure(kind, refusal, non_retryable=True)
