@@ -152,9 +152,10 @@ async def test_validate_tells_kinds_by_shape_and_asks_for_kind_when_it_cannot(
     missing = tmp_path / "missing.yaml"
     broken = tmp_path / "broken.yaml"
     broken.write_text("steps: [\n")
-    code, out, _ = await run(
-        COORD, "validate", *map(str, (both, neither, listed, missing, broken)), env=NO_AGENTS
-    )
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"saga_id: \xff\xfe\n")
+    files = (both, neither, listed, missing, broken, binary)
+    code, out, _ = await run(COORD, "validate", *map(str, files), env=NO_AGENTS)
     assert code == ExitCode.REFUSED
     lines = out.splitlines()
     assert lines[0] == (
@@ -168,7 +169,8 @@ async def test_validate_tells_kinds_by_shape_and_asks_for_kind_when_it_cannot(
     assert lines[2] == f"{listed}: not a spec: a spec file holds a mapping of fields (YAML or JSON)"
     assert lines[3] == f"{missing}: cannot read: No such file or directory"
     assert lines[4].startswith(f"{broken}: not valid YAML/JSON: ")
-    assert len(lines) == 5 and "Traceback" not in out
+    assert lines[5] == f"{binary}: not UTF-8 text (byte 9 is not)"
+    assert len(lines) == 6 and "Traceback" not in out
 
     code, out, _ = await run(COORD, "validate", "--kind", "saga", str(both), env=NO_AGENTS)
     assert code == ExitCode.REFUSED

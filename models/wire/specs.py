@@ -106,9 +106,11 @@ def parse_model(model: type[M], data: Any, source: str) -> M:
 def read_document(path: Path) -> Any:
     """YAML is a superset of JSON, so one parser reads both."""
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise SpecError(f"{path}: cannot read: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{path}: not UTF-8 text (byte {error.start} is not)") from None
     except yaml.YAMLError as error:
         raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
 

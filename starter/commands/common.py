@@ -115,7 +115,11 @@ def echo_started(client: Client, workflow_id: str) -> None:
 
 NoWorkerTimeout = Annotated[
     float,
-    typer.Option(help="With --wait: give up after this many seconds with no worker polling"),
+    typer.Option(
+        min=0,
+        max=366 * 86400,
+        help="With --wait: give up after this many seconds with no worker polling",
+    ),
 ]
 SpecId = Annotated[str | None, typer.Option("--id", help="Its id (overrides the spec's)")]
 Wait = Annotated[bool, typer.Option(help="Wait for it to end and print how it ended")]
