@@ -10,6 +10,7 @@ from coord.models.dlq.letter import DeadLetter
 from coord.models.dlq.model import CarriedEntry, DeadLetterEntryModel
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.mesh.config import PythonAgent
+from coord.models.wire import contract
 from coord.models.wire.contract import FailureType
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -76,6 +77,27 @@ def test_an_unreadable_letter_is_kept_raw_and_can_only_be_archived() -> None:
     )
     assert model.not_parked() is None  # archiving is allowed
     assert "**Event:** (invalid, kept raw)" in model.details()
+
+
+@pytest.mark.parametrize(
+    ("target", "correlation_id"),
+    [
+        ("chain-story-42", "story-42"),
+        ("aggregator-phase1~story-42", "story-42"),
+        ("aggregator-phase1", None),
+        ("saga-deploy-1", None),
+        (None, None),
+    ],
+)
+def test_a_raw_entry_is_listed_by_its_targets_correlation(
+    target: str | None, correlation_id: str | None
+) -> None:
+    """A signal that did not validate has no event to name its correlation: a chain's or a
+    scoped aggregator's id does."""
+    model = entry(event=None, raw=None, target_workflow=target, failure_type="invalid_envelope")
+    summary = model.entry.summary()
+    assert summary.correlation_id == correlation_id
+    assert summary.search_attributes().get(contract.CORRELATION_ID) == correlation_id
 
 
 def test_an_entry_without_a_target_cannot_be_replayed() -> None:

@@ -87,7 +87,11 @@ class DlqEntry(DeadLetter):
             event_id=event.event.id if event else None,
             event_type=event.event.type if event else None,
             topic=event.routing.topic if event else None,
-            correlation_id=event.event.correlation_id if event else None,
+            correlation_id=(
+                event.event.correlation_id
+                if event
+                else contract.correlation_of_target(self.target_workflow)
+            ),
             target_workflow=self.target_workflow,
             target_agent=self.target_agent,
             parked_at=self.parked_at,

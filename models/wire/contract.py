@@ -161,6 +161,18 @@ def aggregator_workflow_id(aggregator_id: str, correlation_id: str | None = None
     return AGGREGATOR_ID_PREFIX + scoped
 
 
+def correlation_of_target(workflow_id: str | None) -> str | None:
+    """The correlation a chain's or a scoped aggregator's workflow id carries; None for any
+    other workflow (a dead letter without an event is listed by its target's correlation)."""
+    if not workflow_id:
+        return None
+    if workflow_id.startswith(CHAIN_ID_PREFIX):
+        return correlation_id_of_chain(workflow_id) or None
+    if workflow_id.startswith(AGGREGATOR_ID_PREFIX) and ID_PART_SEPARATOR in workflow_id:
+        return workflow_id.rsplit(ID_PART_SEPARATOR, 1)[1] or None
+    return None
+
+
 def as_aggregator_workflow_id(name: str) -> str:
     """What a user names an aggregator by (its workflow id, or that id without the prefix)
     as its workflow id."""
