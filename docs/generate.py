@@ -440,7 +440,10 @@ FAILURE_MEANINGS: dict[str, str] = {
         "an inline agent of a kind the worker's `worker.inline_agents` does not allow"
     ),
     "invalid_spec": "a saga, aggregator, plan or vote started with a spec that does not validate",
-    "invalid_input": "a chain started with an input that does not validate",
+    "invalid_input": (
+        "a chain started with an input that does not validate, or a signal a chain or an "
+        "aggregator has no handler for"
+    ),
     "invalid_envelope": "an `event` signal that does not decode or validate as an envelope",
     "invalid_rerun": "a `rerun` signal (a replayed chain run) that does not validate",
     "invalid_recorded": "a `recorded` signal (a rewound copy's past) that does not validate",

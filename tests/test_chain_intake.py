@@ -233,7 +233,7 @@ def looping(**overrides: Any) -> ChainModel:
         for n in (1, 2)
     ]
     model = new_model(triggers=["X"], subscriptions=pair, terminal_event=None, **overrides)
-    model.intake.budgets_runs = True
+    model.intake.budget.enabled = True
     return model
 
 
@@ -259,7 +259,7 @@ def test_an_event_whose_first_cause_queued_its_budget_of_runs_is_rejected_as_a_l
 
 def test_a_run_recorded_before_the_budget_counts_nothing() -> None:
     model = looping(max_runs_per_event=1)
-    model.intake.budgets_runs = False
+    model.intake.budget.enabled = False
     seed = event("X")
     take(model, seed)
     assert take(model, event("Y", cause=seed.event.id)) == "recorded"
@@ -272,7 +272,7 @@ def test_the_budget_spans_continue_as_new() -> None:
     take(model, seed)
     carried = model.carry()
     following = ChainModel(carried, WORKFLOW_ID, FixedRun())
-    following.intake.budgets_runs = True
+    following.intake.budget.enabled = True
     hop = event("Y", cause=seed.event.id)
     assert take(following, hop) == "recorded"
     assert isinstance(following.intake.admit(event("X", cause=hop.event.id)), Rejection)

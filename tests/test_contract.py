@@ -119,6 +119,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
                 contract.DETACH_SIGNAL,
                 contract.CLOSE_SIGNAL,
                 contract.RUN_OUTCOME_SIGNAL,
+                None,  # any other: parked (`park_unknown_signal`)
             },
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
             {contract.PUBLISH_UPDATE},
@@ -127,7 +128,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         (
             Aggregator,
             contract.AGGREGATOR_WORKFLOW,
-            {contract.EVENT_SIGNAL, contract.CHAIN_EVENT_SIGNAL},
+            {contract.EVENT_SIGNAL, contract.CHAIN_EVENT_SIGNAL, None},
             {contract.STATE_QUERY},
             set(),
         ),

@@ -17,12 +17,12 @@ the handlers in progress finish, as the SDK's safe message handlers sample does)
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
+        AGGREGATOR_PARKS_UNKNOWN_SIGNALS_PATCH,
         AGGREGATOR_PATCHES,
         AGGREGATOR_PATCHES_AT_ONCE_PATCH,
         AGGREGATOR_PUBLISHES_BEFORE_IT_LEAVES_PATCH,
@@ -66,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         show_details,
         signal_chain,
         uncancellable,
+        unknown_signal,
         upsert_search_attributes,
         upsert_unwritten,
     )
@@ -84,9 +86,8 @@ class Aggregator(metaclass=SurplusStartArguments):
 
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
-        """Parses here, before the signal of a signal-with-start is handled; a bad spec is
-        reported by `run`, since nothing may fail the workflow task. The deadline counts from
-        the workflow's start, not from when a worker first ran it."""
+        """Parses before a signal-with-start's signal is handled; a bad spec is reported by
+        `run` (nothing may fail the workflow task). The deadline counts from the start."""
         self._at_once = adopt(AGGREGATOR_PATCHES_AT_ONCE_PATCH, AGGREGATOR_PATCHES, on=self)
         self._deadline_first = patched(DEADLINE_FIRST_PATCH, on=self)
         self._published = metrics.PublishedTally()
@@ -233,6 +234,11 @@ class Aggregator(metaclass=SurplusStartArguments):
         """An event its chain recorded and forwards to its listeners."""
         await self._receive(raw, addressed=False)
 
+    @workflow.signal(dynamic=True)
+    async def unknown(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal no handler takes: parked (`park_unknown_signal`)."""
+        await park_unknown_signal(self._model, name, args)
+
     async def _receive(self, raw: PlainInput, *, addressed: bool) -> None:
         self._model.arrived()
         decode = decode_plain if self._at_once else decode_input
@@ -274,6 +280,19 @@ class Aggregator(metaclass=SurplusStartArguments):
         upsert = upsert_unwritten if self._at_once else upsert_search_attributes
         upsert(self._model.state.search_attributes())
         show_details(self._model.details())
+
+
+async def park_unknown_signal(model: AggregatorModel, name: str, args: Sequence[RawValue]) -> None:
+    """A signal the aggregator has no handler for (a misspelt name, one meant for another
+    workflow): counted, rejected and parked with what it carried, never left unread (runs
+    recorded before AGGREGATOR_PARKS_UNKNOWN_SIGNALS_PATCH left it so; an aggregator runs no
+    local activity, so the patch is asked when such a signal first comes)."""
+    if not patched(AGGREGATOR_PARKS_UNKNOWN_SIGNALS_PATCH):
+        return
+    reason, carried = unknown_signal(name, args, "an aggregator")
+    model.arrived()
+    model.reject(reason)
+    await park(FailureType.INVALID_INPUT, reason, raw=carried)
 
 
 class DeadlineTimer:

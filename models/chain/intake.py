@@ -26,6 +26,7 @@ from coord.models.chain.boundary import (
     RunContext,
     Undecodable,
 )
+from coord.models.chain.budget import RunBudget
 from coord.models.chain.spec import (
     ChainCarry,
     ChainSpec,
@@ -91,9 +92,7 @@ class ChainIntake:
         self.numbers_rows = False
         """Set once the run starts: whether each row gets its `position` in the log (runs
         recorded before left it unset)."""
-        self.budgets_runs = False
-        """Set once the run starts: whether runs are counted against their events' first
-        causes (`max_runs_per_event`; runs recorded before counted nothing)."""
+        self.budget = RunBudget(record, spec)
         self._sized: tuple[EventEnvelope, int] | None = None
         """The last event taken and its payload's JSON bytes: told once, for the task's share
         and the timeline's bytes both."""
@@ -209,39 +208,9 @@ class ChainIntake:
                 f"{self._spec.max_causation_depth}, a probable loop; path: {header.type} ← {path}",
                 depth,
             )
-        if self.budgets_runs:
-            first = self.first_cause(envelope)
-            queued = self._record.runs_caused.get(first, 0)
-            if queued >= self._spec.max_runs_per_event:
-                return Rejection(
-                    FailureType.CAUSATION_LOOP,
-                    f"event {header.id} ({header.type}): the events {first} caused have queued "
-                    f"{queued} runs, the chain's max_runs_per_event, a probable loop",
-                    depth,
-                )
-        return None
-
-    def first_cause(self, envelope: EventEnvelope) -> str:
-        """The event this event's causes began with in the chain: itself without a cause, or
-        when it is a plan's or vote's announcement (those are as many as the plan's tasks or the
-        vote's voters, which their specs bound); else its cause's first cause, or the cause
-        itself when the chain does not remember it."""
-        cause = envelope.event.causation_id
-        if cause is None or self._announced(envelope):
-            return envelope.event.id
-        return self._record.first_causes.get(cause, cause)
-
-    def run_queued(self, trigger: EventEnvelope) -> None:
-        """A run queued on `trigger`, counted against its first cause; the counts of the
-        first causes counted least recently dropped past twice `SEEN_WINDOW`."""
-        if not self.budgets_runs:
-            return
-        first = self._record.first_causes.get(trigger.event.id, trigger.event.id)
-        counts = self._record.runs_caused
-        counts[first] = counts.pop(first, 0) + 1
-        if len(counts) > 2 * SEEN_WINDOW:
-            for stale in list(counts)[:-SEEN_WINDOW]:
-                del counts[stale]
+        if not self.budget.enabled:
+            return None
+        return self.budget.refusal(envelope, self._announced(envelope), depth)
 
     def seq_of(self, event_id: str) -> int | None:
         """The timeline number the event got, while the timeline window keeps its row."""
@@ -308,8 +277,8 @@ class ChainIntake:
         record.state.events_seen += 1
         record.depths[header.id] = depth
         record.causes[header.id] = header.causation_id
-        if self.budgets_runs:
-            record.first_causes[header.id] = self.first_cause(envelope)
+        if self.budget.enabled:
+            self.budget.remember(envelope, self._announced(envelope))
         record.timeline.append(
             TimelineEntry.recording(
                 envelope,
@@ -327,7 +296,16 @@ class ChainIntake:
             for stale in list(record.depths)[:-SEEN_WINDOW]:
                 del record.depths[stale]
                 record.causes.pop(stale, None)
-                record.first_causes.pop(stale, None)
+                self.budget.forget(stale)
+
+    def carried(self) -> dict[str, Any]:
+        """The causes, depths and first causes the next run carries: the newest of each."""
+        record = self._record
+        return {
+            "causes": dict(list(record.causes.items())[-SEEN_WINDOW:]),
+            "depths": dict(list(record.depths.items())[-SEEN_WINDOW:]),
+            **self.budget.carried(),
+        }
 
     def _decoded(self, arrival: EventEnvelope | Undecodable) -> EventEnvelope | None:
         if isinstance(arrival, Undecodable):

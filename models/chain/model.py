@@ -13,7 +13,6 @@ from coord.models.chain.boundary import (
     StatusChanged,
 )
 from coord.models.chain.intake import (
-    SEEN_WINDOW,
     Admission,
     Arrival,
     ChainIntake,
@@ -75,7 +74,7 @@ class ChainModel:
         self.outbox = Outbox()
         self.intake = ChainIntake(self.record, spec, self.outbox, context)
         self.outcomes = RunOutcomes(self.record, spec, self.intake, self.outbox, context)
-        self.runs = ChainRuns(self.record, spec, workflow_id, self.outcomes)
+        self.runs = ChainRuns(self.record, spec, workflow_id, self.outcomes, self.intake.budget)
         self.matching = ChainMatching(self.record, spec, workflow_id, self.intake)
         self.pacing = ChainPacing(chain_input.signals_per_run, self.runs, context)
         self.log = ChainLog(self.record, self.intake.timeline_bytes)
@@ -171,7 +170,6 @@ class ChainModel:
                     self.runs.enqueue(
                         fired.subscription, envelope, fired.causes, inputs=fired.inputs
                     )
-                    self.intake.run_queued(envelope)
         return admission
 
     def rerun(self, request: RerunRequest) -> None:
@@ -293,10 +291,7 @@ class ChainModel:
         trimmed = {
             "state": self.snapshot(),
             "timeline": timeline_window(record.timeline, self.log.keep_after()),
-            "causes": dict(list(record.causes.items())[-SEEN_WINDOW:]),
-            "depths": dict(list(record.depths.items())[-SEEN_WINDOW:]),
-            "first_causes": dict(list(record.first_causes.items())[-SEEN_WINDOW:]),
-            "runs_caused": dict(list(record.runs_caused.items())[-SEEN_WINDOW:]),
+            **self.intake.carried(),
         }
         return ChainInput(
             spec=self.spec,

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from coord.models.chain.boundary import Parking
+from coord.models.chain.budget import RunBudget
 from coord.models.chain.outcomes import RunOutcomes
 from coord.models.chain.run import RunOutcome
 from coord.models.chain.spec import (
@@ -41,12 +42,18 @@ class ChainRuns:
     """The run queue, its dispatch and hand-over, and each run's lifecycle."""
 
     def __init__(
-        self, record: ChainCarry, spec: ChainSpec, workflow_id: str, outcomes: RunOutcomes
+        self,
+        record: ChainCarry,
+        spec: ChainSpec,
+        workflow_id: str,
+        outcomes: RunOutcomes,
+        budget: RunBudget,
     ) -> None:
         self._record = record
         self._spec = spec
         self._workflow_id = workflow_id
         self._outcomes = outcomes
+        self._budget = budget
         heapq.heapify(record.queue)
         self._running: dict[int, AgentRun] = {}
         """Runs started in this run, not handed over: never carried (the run continues as new
@@ -66,9 +73,9 @@ class ChainRuns:
         inputs: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> None:
-        """A run of the subscription's agent on `trigger` joins the queue; its key is the
-        chain's, the subscription's and the trigger's unless given (a rerun keeps the failed
-        run's)."""
+        """A run of the subscription's agent on `trigger` joins the queue, counted against the
+        trigger's first cause (`RunBudget`); its key is the chain's, the subscription's and the
+        trigger's unless given (a rerun keeps the failed run's)."""
         self._record.seq += 1
         key = idempotency_key or run_idempotency_key(
             self._workflow_id, subscription.name, trigger.event.id
@@ -83,6 +90,7 @@ class ChainRuns:
         )
         rank = PRIORITY_RANK[trigger.routing.priority]
         heapq.heappush(self._record.queue, QueuedRun(rank=rank, seq=self._record.seq, run=run))
+        self._budget.run_queued(trigger)
 
     def can_dispatch(self) -> bool:
         """A run is queued, a slot is free (runs in flight hold theirs) and no alert holds the

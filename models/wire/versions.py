@@ -371,6 +371,12 @@ an event is validated straight from its JSON bytes. A flood of events then issue
 (a run without a chain), none per event. Runs recorded before asked each patch where their code
 reached it, upserted their status at start and cancelled the deadline timer."""
 
+AGGREGATOR_PARKS_UNKNOWN_SIGNALS_PATCH = "aggregator-parks-unknown-signals"
+"""Since 2026-11-28, in aggregator: a signal the aggregator has no handler for is parked as
+`invalid_input` with what it carried (asked when one comes: an aggregator runs no local
+activity, whose marker a patch asked mid-run could precede). Runs recorded before left it
+unread."""
+
 AGGREGATOR_PATCHES = frozenset(
     {
         DEADLINE_FIRST_PATCH,
@@ -490,12 +496,17 @@ its events queue counted; an event whose first cause has queued the spec's `max_
 is rejected as a probable loop (a filtered cycle that fans out grows without end below its
 `max_causation_depth`). Runs recorded before counted nothing."""
 
+CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH = "chain-parks-unknown-signals"
+"""Since 2026-11-28, in chain.reactive: a signal the chain has no handler for (a misspelt name,
+one meant for another workflow) is rejected and parked as `invalid_input` with what it carried.
+Runs recorded before left it unread."""
+
 CHAIN_PATCHES_AT_ONCE_5_PATCH = "chain-patches-at-once-5"
 """Since 2026-11-28, in chain.reactive: CHAIN_PATCHES_AT_ONCE_4_PATCH with
-CHAIN_RUN_BUDGET_PATCH in force too (CHAIN_PATCHES_5), still one marker. Runs recorded before
-asked an earlier bundle (or each patch)."""
+CHAIN_RUN_BUDGET_PATCH and CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH in force too (CHAIN_PATCHES_5),
+still one marker. Runs recorded before asked an earlier bundle (or each patch)."""
 
-CHAIN_PATCHES_5 = CHAIN_PATCHES_4 | {CHAIN_RUN_BUDGET_PATCH}
+CHAIN_PATCHES_5 = CHAIN_PATCHES_4 | {CHAIN_RUN_BUDGET_PATCH, CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH}
 """The patches in force for a run taking CHAIN_PATCHES_AT_ONCE_5_PATCH. Never changed."""
 
 PLAN_LOCAL_RUNS_PATCH = "plan-runs-short-agents-locally"

@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.plan.spec import TaskError
     from coord.models.wire import contract
-    from coord.models.wire.sizes import bounded_details
+    from coord.models.wire.sizes import bounded_details, preview
     from coord.models.wire.specs import (
         MAX_JSON_DEPTH,
         SpecError,
@@ -109,6 +109,23 @@ def decode_plain(model: type[M], value: RawValue, source: str) -> M:
         except ValidationError:
             pass
     return decode_input(model, value, source)
+
+
+UNKNOWN_SIGNAL_ARGUMENTS = 3
+"""The arguments of a signal no handler takes that are kept with it (each previewed)."""
+
+
+def unknown_signal(name: str, args: Sequence[RawValue], workflow_kind: str) -> tuple[str, Any]:
+    """Why a signal no handler of the workflow (`workflow_kind`: "a chain", say) takes is
+    refused, and what it carried: the JSON of its first arguments, each previewed (`preview`),
+    or its text when it is not JSON."""
+    carried = []
+    for arg in args[:UNKNOWN_SIGNAL_ARGUMENTS]:
+        try:
+            carried.append(preview(decode_json(arg, f"signal {name}")))
+        except InvalidInput as error:
+            carried.append(preview(error.raw))
+    return f"signal {name!r}: {workflow_kind} takes no such signal", carried
 
 
 def decode_start(model: type[M], value: RawValue, source: str) -> tuple[M | None, str | None]:

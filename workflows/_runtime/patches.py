@@ -44,3 +44,10 @@ def patched(patch_id: str, on: object | None = None) -> bool:
     if patch_id in getattr(on or workflow.instance(), IN_FORCE, ()):
         return True
     return workflow.patched(patch_id)
+
+
+def in_force(patch_id: str, on: object | None = None) -> bool:
+    """Whether the run's bundle covers `patch_id`, never asking Temporal: for a change a run
+    taking an older bundle (or none) goes without, wherever in the run it is met, since a marker
+    asked mid-run could land after a local run's (`adopt`)."""
+    return patch_id in getattr(on or workflow.instance(), IN_FORCE, ())

@@ -32,7 +32,7 @@ its agent's gates, reroutes) come back with its outcome. Runs recorded before th
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TypeVar
 
@@ -92,6 +92,7 @@ with workflow.unsafe.imports_passed_through():
         AGENTS_ATTRIBUTE_PATCH,
         CHAIN_BATCHES_LOCAL_RUNS_PATCH,
         CHAIN_LOCAL_RUNS_PATCH,
+        CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH,
         CHAIN_PATCHES,
         CHAIN_PATCHES_2,
         CHAIN_PATCHES_3,
@@ -131,10 +132,11 @@ with workflow.unsafe.imports_passed_through():
         decode_input,
         ending_with,
         show_details,
+        unknown_signal,
     )
     from coord.workflows._runtime.fan_out import NEXT_TASK
     from coord.workflows._runtime.local_batches import LocalBatches
-    from coord.workflows._runtime.patches import adopt_newest, patched
+    from coord.workflows._runtime.patches import adopt_newest, in_force, patched
     from coord.workflows.chain.boundary import (
         Outbound,
         WorkflowRun,
@@ -154,7 +156,7 @@ def _patched_at_start(model: ChainModel, runner: "ChainRunner") -> None:
     model.pacing.hands_over = patched(HAND_OVER_PATCH)
     model.log.enabled = patched(LOG_SEGMENTS_PATCH)
     model.intake.numbers_rows = patched(LOG_POSITIONS_PATCH)
-    model.intake.budgets_runs = patched(CHAIN_RUN_BUDGET_PATCH)
+    model.intake.budget.enabled = patched(CHAIN_RUN_BUDGET_PATCH)
     if patched(CHAIN_LOCAL_RUNS_PATCH):
         runner.run_locally()
 
@@ -175,13 +177,9 @@ PATCH_BUNDLES = (
 
 @workflow.defn(name=CHAIN_WORKFLOW, sandboxed=False)
 class ReactiveChain(metaclass=SurplusStartArguments):
-    """The Temporal side of a chain: signals, queries, timers, runs and continue-as-new.
-
-    Not sandboxed: under a flood every signal counts. The sandbox tripled the CPU a run's replay
-    takes (per payload it runs code in the sandbox to pick the serialization context; its
-    `isinstance` guard slowed the filter's view); a worker that lost a run replays it while
-    signals keep arriving, and loses it again when more than 100 arrive meanwhile. The code
-    touches only the workflow API and its own models."""
+    """The Temporal side of a chain: signals, queries, timers, runs and continue-as-new. Not
+    sandboxed, as every workflow of the project (`coord.infra.workflow_runner` says why: a
+    chain's replay under a flood took three times the CPU in the sandbox)."""
 
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
@@ -301,11 +299,10 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     @workflow.update(name=PUBLISH_UPDATE)
     def publish(self, raw: PlainInput = NO_INPUT) -> PublishAnswer:
         """An acknowledged publish: the event is taken in at once, and the answer says what
-        became of it (accepted with its timeline number, or a duplicate). Raw on purpose, as
-        `event` is; what the chain would reject is refused by the validator, so nothing is
-        recorded or parked and the publisher learns why. A run overdue to continue as new
-        fails the update as `chain_busy` (the validator may not ask for the patch that decides
-        it), and the publisher publishes again to the next run."""
+        became of it (accepted with its timeline number, or a duplicate). Raw, as `event`; what
+        the chain would reject is refused by the validator, so nothing is recorded or parked
+        and the publisher learns why. A run overdue to continue as new fails it `chain_busy`
+        (the validator may not ask the patch deciding it): the publisher tries the next run."""
         envelope = acked_event(raw, self._model, self._input_error)
         busy = self._model.busy(envelope)
         if busy is not None:
@@ -323,6 +320,11 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
         self._take(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN, self._model.rerun)
+
+    @workflow.signal(dynamic=True)
+    def unknown(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal no handler takes: parked (`park_unknown_signal`)."""
+        park_unknown_signal(self._model, self._outbound, name, args)
 
     @workflow.signal(name=RECORDED_SIGNAL)
     def recorded(self, raw: PlainInput = NO_INPUT) -> None:
@@ -374,6 +376,18 @@ class ReactiveChain(metaclass=SurplusStartArguments):
         else:
             act(value)
         self._outbound.flush()
+
+
+def park_unknown_signal(
+    model: ChainModel, outbound: Outbound, name: str, args: Sequence[RawValue]
+) -> None:
+    """A signal the chain has no handler for (a misspelt name, one meant for another workflow):
+    rejected and parked with what it carried, never left unread. Runs on a bundle older than
+    CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH's left it so."""
+    if in_force(CHAIN_PARKS_UNKNOWN_SIGNALS_PATCH):
+        reason, carried = unknown_signal(name, args, "a chain")
+        model.intake.reject(Rejection(FailureType.INVALID_INPUT, reason), raw=carried)
+        outbound.flush()
 
 
 class ChainRunner:
