@@ -3,6 +3,7 @@
 Each entry is its own `DeadLetterEntry` workflow, listed and counted through visibility."""
 
 import asyncio
+import json
 import socket
 import uuid
 from collections import Counter
@@ -387,6 +388,11 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
         ("replay", {"payload": "notadict"}, "request: payload: Input should be a valid dictionary"),
         ("archive", {"note": 123}, "request: note: Input should be a valid string"),
         ("archive", {}, "request: note: Field required"),
+        (
+            "replay",
+            {"payload": json.loads('{"a": ' * 33 + "{}" + "}" * 33)},
+            "request: payload: nested deeper than 32 levels",
+        ),
     ],
 )
 async def test_a_malformed_update_is_refused_in_one_line_naming_the_field(

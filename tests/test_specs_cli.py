@@ -15,6 +15,8 @@ import yaml
 from coord.models.chain.spec import ChainSpec
 from coord.models.kinds import SPEC_KINDS, kind_of, schema_of
 from coord.models.saga.spec import SagaSpec
+from coord.models.wire import specs
+from coord.models.wire.specs import SpecError, read_document
 from coord.starter.exits import ExitCode
 from tests.conftest import ROOT
 from tests.workers import COORD, run
@@ -219,3 +221,37 @@ def test_the_cli_loads_neither_the_worker_nor_the_activities() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert loaded.strip() == "[]"
+
+
+def billion_laughs(levels: int) -> str:
+    """A few hundred bytes of YAML naming 9**levels strings through its aliases."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 9)}]" for n in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_document_is_bounded_in_bytes_nesting_and_expanded_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the CLI reads (specs, payload files, agents files) is refused in one line naming the
+    bound, before any of it is sent: a workflow would write out every alias and walk it."""
+    laughs = tmp_path / "laughs.yaml"
+    laughs.write_text(billion_laughs(8))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 10_000 + "]" * 10_000)
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"blob": "x" * 40_000}))
+    monkeypatch.setattr(specs, "MAX_DOCUMENT_BYTES", 30_000)
+    refused = {}
+    for path in (laughs, deep, big):
+        with pytest.raises(SpecError) as error:
+            read_document(path)
+        refused[path.name] = str(error.value)
+    assert refused == {
+        "laughs.yaml": f"{laughs}: more than 1000000 values (YAML aliases count each time)",
+        "deep.json": f"{deep}: nested deeper than 32 levels",
+        "big.json": f"{big}: larger than 30000 bytes",
+    }
+    few = tmp_path / "few.yaml"
+    few.write_text(billion_laughs(3))
+    assert len(read_document(few)["a2"]) == 9, "aliases within the bound are read"

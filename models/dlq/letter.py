@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.config import AgentConfig
 from coord.models.wire import contract
+from coord.models.wire.specs import JsonObject
 
 EntryStatus = Literal["parked", "replaying", "replayed", "archived"]
 ENTRY_STATUSES: tuple[EntryStatus, ...] = get_args(EntryStatus)
@@ -155,8 +156,8 @@ class DlqPage(BaseModel):
 class ReplayRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    payload: dict[str, Any] | None = None
-    """Fix and replay: the corrected payload replaces the event's."""
+    payload: JsonObject | None = None
+    """Fix and replay: the corrected payload replaces the event's (bounded as an event's)."""
 
 
 class ArchiveRequest(BaseModel):

@@ -103,16 +103,59 @@ def parse_model(model: type[M], data: Any, source: str) -> M:
         raise SpecError(f"{source}: {describe_validation_error(error)}", problems) from None
 
 
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest spec, payload or agents file read (an event's payload past the payload store's
+threshold travels by reference, so one may well exceed the server's 2 MB)."""
+MAX_DOCUMENT_VALUES = 1_000_000
+"""The most values a document may hold, a YAML alias's counted each time it is named: an alias
+names its anchor's value again, so a few hundred bytes of YAML can name billions, which sending
+would write out."""
+
+
 def read_document(path: Path) -> Any:
-    """YAML is a superset of JSON, so one parser reads both."""
+    """JSON, read as JSON (fast, and it has no aliases); anything else as YAML, a superset of
+    JSON. Bounded in bytes, nesting and, for YAML, expanded values."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            data = file.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as error:
         raise SpecError(f"{path}: cannot read: {error.strerror}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        text = data.decode()
     except UnicodeDecodeError as error:
         raise SpecError(f"{path}: not UTF-8 text (byte {error.start} is not)") from None
+    try:
+        try:
+            document = json.loads(text)
+        except ValueError:
+            document = yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError(f"{path}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     except yaml.YAMLError as error:
         raise SpecError(f"{path}: not valid YAML/JSON: {error}") from None
+    if _values_past(document, MAX_DOCUMENT_VALUES):
+        raise SpecError(
+            f"{path}: more than {MAX_DOCUMENT_VALUES} values (YAML aliases count each time)"
+        )
+    return document
+
+
+def _values_past(document: Any, limit: int) -> bool:
+    """Whether `document` holds more than `limit` values, counting an alias's value each time it
+    is named, and stopping there."""
+    waiting, counted = [document], 0
+    while waiting:
+        counted += 1
+        if counted > limit:
+            return True
+        value = waiting.pop()
+        if isinstance(value, dict):
+            waiting.extend(value.values())
+        elif isinstance(value, list):
+            waiting.extend(value)
+    return False
 
 
 def load_spec(model: type[M], path: Path, overrides: Mapping[str, Any] | None = None) -> M:
@@ -128,6 +171,8 @@ def parse_json_object(text: str, source: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise SpecError(f"{source}: not valid JSON: {error}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(value, dict):
         raise SpecError(f"{source}: expected a JSON object")
     return value

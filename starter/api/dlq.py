@@ -39,7 +39,7 @@ from coord.models.dlq.letter import (
 )
 from coord.models.wire import contract
 from coord.models.wire.contract import failure_message
-from coord.models.wire.specs import SpecError
+from coord.models.wire.specs import SpecError, parse_model
 from coord.starter.api.common import Undeliverable, api_call, described
 from coord.workflows.dlq import DeadLetterEntry
 
@@ -194,8 +194,9 @@ async def dlq_replay(
     *,
     answer_time: timedelta = ANSWER_TIME,
 ) -> DlqEntry:
-    """One entry delivered again (with the corrected payload, if given)."""
-    request = ReplayRequest(payload=payload)
+    """One entry delivered again (with the corrected payload, if given: SpecError when it is
+    not one an event may carry)."""
+    request = parse_model(ReplayRequest, {"payload": payload}, "replay")
     return await _ask(client, entry_id, DeadLetterEntry.replay, request, answer_time)
 
 
