@@ -3,7 +3,7 @@
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from temporalio import workflow
@@ -43,16 +43,23 @@ class Priority(StrEnum):
     CRITICAL = "critical"
 
 
+MAX_HEADER = 500
+"""Characters of an event's id, type, source, version, correlation, cause and routing: the
+type, topic and correlation are keyword search attributes of the runs they reach, which hold
+2,048 bytes (a character may take four)."""
+Header = Annotated[str, Field(min_length=1, max_length=MAX_HEADER)]
+
+
 class EventHeader(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(default_factory=new_event_id, min_length=1)
-    type: str = Field(min_length=1)
-    source: str = Field(min_length=1)
+    id: Header = Field(default_factory=new_event_id)
+    type: Header
+    source: Header
     timestamp: datetime = Field(default_factory=_now)
-    version: str = "1.0"
-    correlation_id: str | None = None
-    causation_id: str | None = None
+    version: str = Field(default="1.0", max_length=MAX_HEADER)
+    correlation_id: str | None = Field(default=None, max_length=MAX_HEADER)
+    causation_id: str | None = Field(default=None, max_length=MAX_HEADER)
 
     @field_validator("timestamp")
     @classmethod
@@ -65,8 +72,8 @@ class EventHeader(BaseModel):
 class Routing(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    topic: str | None = None
-    partition_key: str | None = None
+    topic: str | None = Field(default=None, max_length=MAX_HEADER)
+    partition_key: str | None = Field(default=None, max_length=MAX_HEADER)
     priority: Priority = Priority.NORMAL
 
 

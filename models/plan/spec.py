@@ -43,7 +43,7 @@ from coord.models.wire.contract import (
 )
 from coord.models.wire.durations import Duration
 from coord.models.wire.graphs import find_cycle
-from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+from coord.models.wire.specs import IDENTIFIER, IDENTIFIER_OR_NONE, MAX_ITEMS, MAX_NAME, JsonObject
 
 DEFAULT_MAX_WORKERS = 5
 """A coordinator runs at most five workers at once."""
@@ -311,7 +311,7 @@ class PlanSpec(BaseModel):
     plan_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     name: str = Field(default="", max_length=MAX_NAME)
     description: str = ""
-    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    correlation_id: str = Field(default="", pattern=IDENTIFIER_OR_NONE, max_length=MAX_NAME)
     max_workers: int = Field(default=DEFAULT_MAX_WORKERS, ge=1, le=MAX_ITEMS)
     fail_fast: bool = False
     """Cancel everything at the first task that fails for good, and fail the plan (typed)."""

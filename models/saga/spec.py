@@ -20,7 +20,7 @@ from coord.models.wire.contract import (
     saga_workflow_id,
 )
 from coord.models.wire.durations import Duration
-from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME, JsonObject
+from coord.models.wire.specs import IDENTIFIER, IDENTIFIER_OR_NONE, MAX_ITEMS, MAX_NAME, JsonObject
 
 
 class SagaStep(Routed):
@@ -80,7 +80,7 @@ class SagaSpec(BaseModel):
     saga_id: str = Field(pattern=IDENTIFIER, max_length=MAX_NAME)
     name: str = ""
     description: str = ""
-    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    correlation_id: str = Field(default="", pattern=IDENTIFIER_OR_NONE, max_length=MAX_NAME)
     parallel_compensation: bool = False
     continue_on_compensation_error: bool = False
     input: JsonObject = Field(default_factory=dict)

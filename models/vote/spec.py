@@ -34,6 +34,7 @@ from coord.models.wire.contract import (
 )
 from coord.models.wire.durations import Duration
 from coord.models.wire.specs import (
+    IDENTIFIER_OR_NONE,
     MAX_ITEMS,
     MAX_NAME,
     SCOPED_IDENTIFIER,
@@ -100,7 +101,7 @@ class VoteSpec(VoteRules):
     vote_id: str = Field(pattern=SCOPED_IDENTIFIER, max_length=MAX_NAME)
     """An identifier; a plan task's vote is `<plan_id>~<task_id>` (`PlanSpec.vote_id`)."""
     description: str = ""
-    correlation_id: str = Field(default="", max_length=MAX_NAME)
+    correlation_id: str = Field(default="", pattern=IDENTIFIER_OR_NONE, max_length=MAX_NAME)
     causation_id: str | None = Field(default=None, max_length=MAX_NAME)
     """The event the vote was started for (a plan task's `TaskStarted`, a chain's trigger): the
     cause of its `VoteOpened`."""

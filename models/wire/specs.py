@@ -15,6 +15,9 @@ M = TypeVar("M", bound=BaseModel)
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 """What saga, step, chain and aggregator ids may look like (they become workflow ids). Never
 `~`, which joins two of them into one id (`coord.models.wire.contract.scoped_id`)."""
+IDENTIFIER_OR_NONE = r"^([A-Za-z0-9][A-Za-z0-9._:-]*)?$"
+"""An identifier, or "" where a spec's field may name none (a saga's, plan's or vote's
+correlation)."""
 SCOPED_IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:-]*(~[A-Za-z0-9][A-Za-z0-9._:-]*)?$"
 """An identifier, or two joined by `~` (a plan task's vote: `<plan_id>~<task_id>`)."""
 
