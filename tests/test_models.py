@@ -43,6 +43,32 @@ def test_envelope_fills_id_timestamp_and_partition_key() -> None:
     assert envelope.routing.partition_key == "story-1"
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("event", "id"),
+        ("event", "type"),
+        ("event", "source"),
+        ("event", "correlation_id"),
+        ("event", "causation_id"),
+        ("routing", "topic"),
+        ("routing", "partition_key"),
+    ],
+)
+def test_an_event_header_field_past_500_characters_is_refused_naming_it(
+    path: tuple[str, str],
+) -> None:
+    """Its type, topic and correlation become keyword search attributes (2,048 bytes)."""
+    part, field = path
+    long = {**SEED_EVENT, part: {**SEED_EVENT[part], field: "T" * 501}}
+    with pytest.raises(
+        SpecError, match=rf"^event: {part}\.{field}: String should have at most 500"
+    ):
+        parse_model(EventEnvelope, long, "event")
+    fits = {**SEED_EVENT, part: {**SEED_EVENT[part], field: "T" * 500}}
+    assert parse_model(EventEnvelope, fits, "event")
+
+
 def test_an_event_id_is_made_without_importing_anything(monkeypatch: pytest.MonkeyPatch) -> None:
     """`strftime` imports `time` at every call: in a workflow's sandbox each import goes
     through the sandbox's importer, which made the most of an event id's cost. The id names
