@@ -410,6 +410,22 @@ async def test_a_malformed_update_is_refused_in_one_line_naming_the_field(
     assert still.status == "parked"
 
 
+async def test_an_id_of_another_kind_or_none_is_no_dead_letter(
+    client: Client, task_queue: str
+) -> None:
+    """`coord dlq show chain-x` said "Query handler for 'entry' expected but not found" (exit 70)
+    and a saga's id printed its record's validation errors."""
+    async with build_worker(client, task_queue):
+        correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        for named in (chain.id, "", "dlq-nothing-here"):
+            with pytest.raises(api.Undeliverable, match=rf"^no dead letter '{named}'$"):
+                await api.dlq_entry(client, named)
+            with pytest.raises(api.Undeliverable, match=rf"^no dead letter '{named}'$"):
+                await api.dlq_replay(client, named)
+        await api.close_chain(client, correlation_id)
+
+
 async def test_a_replay_to_a_workflow_that_takes_no_events_stays_parked(
     client: Client, task_queue: str
 ) -> None:

@@ -143,8 +143,13 @@ def decode_cursor(cursor: str) -> tuple[str, bytes]:
 @api_call
 async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     """An entry's whole record: its result once closed, else its `entry` query."""
+    missing = Undeliverable(f"no dead letter {entry_id!r}")
+    if not entry_id.startswith(contract.DEAD_LETTER_ID_PREFIX):
+        raise missing  # a chain's, a saga's: another kind, whose record is not an entry's
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
-    description = await described(handle, Undeliverable(f"no dead letter {entry_id!r}"))
+    description = await described(handle, missing)
+    if description.workflow_type != contract.DEAD_LETTER_WORKFLOW:
+        raise missing
     if description.status == WorkflowExecutionStatus.COMPLETED:
         return await handle.result()
     if description.status != WorkflowExecutionStatus.RUNNING:
@@ -217,6 +222,8 @@ async def _ask(
     answer_time: timedelta,
 ) -> DlqEntry:
     """One update sent to one entry, given `answer_time` for a worker to accept it."""
+    if not entry_id.startswith(contract.DEAD_LETTER_ID_PREFIX):
+        raise Undeliverable(f"no dead letter {entry_id!r}")
     handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
     started = handle.start_update(
         update, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED, rpc_timeout=answer_time
