@@ -103,6 +103,8 @@ def failure_exit(error: BaseException) -> tuple[ExitCode, str] | None:
             return ExitCode.REFUSED, describe_validation_error(error)
         case WorkflowUpdateFailedError() | WorkflowFailureError():
             return ExitCode.REFUSED, failure_message(error)
+        case WorkflowAlreadyStartedError():
+            return ExitCode.CONFLICT, f"{error.workflow_id} already exists"
     for kinds, code in PLAIN_EXITS:
         if isinstance(error, kinds):
             return code, str(error)

@@ -318,6 +318,7 @@ async def test_coord_chain_publish_events_and_tree(
     assert tree.splitlines()[0].startswith("UserStoryApproved (/product-strategist")
     assert any("└─ TestingCompleted (/test-engineer" in line for line in tree.splitlines())
     assert code == 1 and "has ended (completed)" in err
+    assert len(err.splitlines()) == 1, "the error line alone: the parking is in it"
 
 
 async def test_unknown_agent_in_a_chain_spec_is_rejected_at_the_edge(tmp_path: Path) -> None:
@@ -346,6 +347,44 @@ async def test_a_filter_that_does_not_parse_is_refused_in_one_line(tmp_path: Pat
 async def test_version() -> None:
     code, out, _ = await run(COORD, "--version")
     assert (code, out) == (0, "coord 0.1.0\n")
+
+
+async def test_a_start_on_an_existing_id_and_a_cancel_of_an_ended_run_are_conflicts(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Exit 4 (`conflict`), as a saga's: a chain or aggregator started twice exited 1, and a
+    cancel of an ended aggregator exited 0 saying the cancel was requested."""
+    env = server_env(dev_env, task_queue)  # no worker polls this queue
+    correlation_id = f"twice-{task_queue}"
+    chain = (COORD, "chain", "start", str(USER_STORY), "--correlation-id", correlation_id)
+    spec = tmp_path / "phase1.yaml"
+    fields = {"aggregator_id": f"p1-{task_queue}", "lookback": False}
+    spec.write_text(yaml.safe_dump({**read_document(PHASE1), **fields}))
+    aggregate = (COORD, "aggregate", "start", str(spec))
+    outcomes = []
+    for command in (chain, aggregate):
+        code, _, err = await run(*command, env=env)
+        assert code == 0, err
+        outcomes.append(await run(*command, env=env))
+    aggregator_id = f"aggregator-p1-{task_queue}"
+    await client.get_workflow_handle(aggregator_id).terminate()
+    outcomes.append(await run(COORD, "aggregate", "cancel", aggregator_id, env=env))
+    await api.chain_handle(client, correlation_id).terminate()
+    assert outcomes == [
+        (
+            ExitCode.CONFLICT,
+            "",
+            f"error: a chain for correlation id {correlation_id!r} already exists "
+            "(running or ended)\n",
+        ),
+        (ExitCode.CONFLICT, "", f"error: {aggregator_id} already exists (running or ended)\n"),
+        (
+            ExitCode.CONFLICT,
+            "",
+            f"error: aggregator {aggregator_id!r} has already ended (terminated); "
+            "nothing to cancel\n",
+        ),
+    ]
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(

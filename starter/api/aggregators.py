@@ -18,8 +18,9 @@ from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter.api.common import (
-    Undeliverable,
+    Conflict,
     api_call,
+    cancel_running,
     closed_with_result,
     kept_record,
     log,
@@ -64,7 +65,7 @@ async def start_aggregator(
             **_aggregator_start_options(spec, queue),
         )
     except WorkflowAlreadyStartedError:
-        raise Undeliverable(f"{spec.workflow_id} already exists (running or ended)") from None
+        raise Conflict(f"{spec.workflow_id} already exists (running or ended)") from None
     await _attach_to_chain(client, spec)
     return handle
 
@@ -124,7 +125,7 @@ async def cancel_aggregator(client: Client, workflow_id: str) -> str:
     """Stop an aggregator before it completes or times out; its record (kept in its memo)
     stays readable with `aggregator_state`. Returns the cancelled run's workflow id."""
     handle = await named_aggregator(client, workflow_id)
-    await handle.cancel()
+    await cancel_running(handle, f"aggregator {handle.id!r}")
     return handle.id
 
 

@@ -45,6 +45,7 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.common import (
+    Conflict,
     NoWorker,
     Undeliverable,
     api_call,
@@ -191,7 +192,7 @@ async def start_chain(
             **_chain_start_options(spec, correlation_id, queue, rewind_of, replacing),
         )
     except WorkflowAlreadyStartedError:
-        raise Undeliverable(
+        raise Conflict(
             f"a chain for correlation id {correlation_id!r} already exists (running or ended)"
         ) from None
 

@@ -264,5 +264,5 @@ async def undeliverable(
     )
     queue = description.task_queue or task_queue()
     entry_id = await park_dead_letter(client, letter, queue)
-    log.warning("event for an ended workflow parked", workflow_id=workflow_id, dead_letter=entry_id)
+    log.info("event for an ended workflow parked", workflow_id=workflow_id, dead_letter=entry_id)
     return Undeliverable(f"{message}; parked as dead letter {entry_id}")
