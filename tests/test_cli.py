@@ -344,6 +344,36 @@ async def test_a_filter_that_does_not_parse_is_refused_in_one_line(tmp_path: Pat
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.parametrize(
+    ("targets", "refusal"),
+    [
+        (
+            ["--all-chains", "--correlation-id", "c1"],
+            "--all-chains publishes to every chain, whatever its correlation: not with --to or "
+            "--correlation-id",
+        ),
+        (
+            ["--all-chains", "--to", "chain-c1"],
+            "--all-chains publishes to every chain, whatever its correlation: not with --to or "
+            "--correlation-id",
+        ),
+        (
+            ["--to", "chain-c1", "--spec", str(USER_STORY)],
+            "--spec starts the correlation's chain: not with --to or --all-chains",
+        ),
+    ],
+)
+async def test_publish_refuses_targets_that_contradict_each_other(
+    targets: list[str], refusal: str
+) -> None:
+    """Before anything is sent: `--all-chains` with `--to` published to every chain."""
+    nowhere = {"TEMPORAL_ADDRESS": "127.0.0.1:1"}
+    code, out, err = await run(
+        COORD, "publish", "--type", "X", "--source", "/x", *targets, env=nowhere
+    )
+    assert (code, out, err) == (ExitCode.REFUSED, "", f"error: {refusal}\n")
+
+
 async def test_version() -> None:
     code, out, _ = await run(COORD, "--version")
     assert (code, out) == (0, "coord 0.1.0\n")

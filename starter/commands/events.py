@@ -78,6 +78,13 @@ async def publish(
         raise SpecError("give --correlation-id, --to or --all-chains")
     if ack and (all_chains or to):
         raise SpecError("--ack publishes to the correlation's chain: not with --to or --all-chains")
+    if all_chains and (to or correlation_id):
+        raise SpecError(
+            "--all-chains publishes to every chain, whatever its correlation: not with --to "
+            "or --correlation-id"
+        )
+    if spec_file and (all_chains or to):
+        raise SpecError("--spec starts the correlation's chain: not with --to or --all-chains")
     body = publish_payload(payload, payload_file)
     header = {"type": type, "source": source, "correlation_id": correlation_id}
     optional = {"id": event_id, "causation_id": caused_by}
