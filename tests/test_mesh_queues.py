@@ -17,7 +17,9 @@ from coord.infra.agent_health import agents_health, queue_agents
 from coord.models.chain.spec import ChainSpec
 from coord.models.dlq.letter import DlqSelection
 from coord.models.mesh.health import AgentHealth, WorkerSeen
+from coord.models.mesh.ledger import LedgerStart
 from coord.models.saga.spec import SagaStatus
+from coord.models.wire import contract
 from coord.models.wire.contract import (
     DEFAULT_TASK_QUEUE,
     RUN_AGENT_ACTIVITY,
@@ -157,6 +159,38 @@ async def test_an_agent_no_worker_serves_is_parked_unavailable_and_shown_unreach
     ghost = rows["ghost"]
     assert (ghost.status, ghost.kind, ghost.workers) == ("unreachable", "python", [])
     assert ghost.task_queue == agent_task_queue("ghost", task_queue)
+
+
+async def test_agents_are_listed_when_no_worker_answers_for_their_ledgers(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A ledger answers from a worker; with none, its query waited out the server's timeout (30
+    s) and `coord agents` failed. The rows are shown without breakers and pools, and a warning
+    says why."""
+    agents_file = tmp_path / "agents.yaml"
+    agents_file.write_text(
+        "agents:\n  ghost: {kind: python, "
+        "callable: 'coord.activities.kinds.demo:register_demo_agents'}\n"
+    )
+    ghost_queue = agent_task_queue("ghost", task_queue)
+    ledger = await client.start_workflow(
+        contract.AGENT_LEDGER_WORKFLOW,
+        LedgerStart(agent_queue=ghost_queue),
+        id=contract.agent_ledger_workflow_id(ghost_queue),
+        task_queue=contract.ledger_task_queue(task_queue),
+    )
+    began = time.monotonic()
+    code, out, err = await coord_agents(dev_env, task_queue, "--agents", str(agents_file))
+    took = time.monotonic() - began
+    await ledger.terminate()
+    assert (code, err) == (
+        0,
+        "warning: the agents' ledgers did not answer (no worker serves them?): breakers and "
+        "pools not shown\n",
+    )
+    [ghost_line] = [line for line in out.splitlines() if line.startswith("ghost ")]
+    assert "unreachable" in ghost_line
+    assert took < 20, f"{took:.1f} s: the ledgers' read is bounded"
 
 
 async def health_of(client: Client, task_queue: str, agent: str) -> AgentHealth | None:

@@ -1,5 +1,6 @@
 """`coord agents`: which agents are served, by whom, and how far behind (agent health)."""
 
+import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -8,6 +9,7 @@ import typer
 from pydantic import RootModel
 from rich.console import Group
 from rich.text import Text
+from temporalio.service import RPCError
 
 from coord.infra.agent_health import agents_health
 from coord.infra.ledgers import read_ledgers
@@ -21,6 +23,9 @@ from coord.starter.commands.common import AsJson, connect, runs_async, show_reco
 
 app = typer.Typer()
 WINDOW_TEXT = format_duration(WINDOW)
+LEDGERS_READ_TIME = 5.0
+"""Seconds the agents' ledgers (their breakers and pools) have to answer: a ledger answers from
+a worker, and with none the server would hold the query until its own timeout."""
 
 
 class AgentsReport(RootModel[list[AgentHealth]]):
@@ -41,17 +46,28 @@ async def agents(
     """Each agent's health: `healthy` while a worker serving its task queue was seen (polling,
     or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
     agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
-    worker reports serving."""
+    worker reports serving. Breakers and pools come from the agents' ledgers, which a worker
+    answers for: without an answer within 5 s, a warning says so and they are left out."""
     registry = declared_agents(agents_file)
     client = await connect()
     rows = [
         row.model_copy(update={"capabilities": registry.catalogue.get(row.agent, [])})
         for row in await agents_health(client, registry.kinds, home=task_queue())
     ]
-    ledgers = await read_ledgers(client, [row.task_queue for row in rows])
-    rows = [
-        row.with_ledger(ledgers[row.task_queue], registry.max_concurrent(row.agent)) for row in rows
-    ]
+    try:
+        reading = read_ledgers(client, [row.task_queue for row in rows])
+        ledgers = await asyncio.wait_for(reading, LEDGERS_READ_TIME)
+    except (TimeoutError, RPCError):
+        typer.echo(
+            "warning: the agents' ledgers did not answer (no worker serves them?): breakers "
+            "and pools not shown",
+            err=True,
+        )
+    else:
+        rows = [
+            row.with_ledger(ledgers[row.task_queue], registry.max_concurrent(row.agent))
+            for row in rows
+        ]
     show_record(AgentsReport(rows), as_json, lambda report: agents_view(report.root))
 
 
