@@ -81,7 +81,8 @@ EXIT_EXAMPLES: dict[str, str] = {
     "NO_WORKER": (
         "`saga start --wait`, `plan start --wait`, `vote start --wait`: nothing polled the task "
         "queue for `--no-worker-timeout` seconds; `plan approve`: no worker took the decision up "
-        "within a minute"
+        "within a minute; `saga state` of a running saga whose task queue no worker polls (after "
+        "5 s)"
     ),
     "PLAN_NOT_COMPLETED": "the final table (or `--json` record) is printed",
     "VOTE_NOT_DECIDED": "the ballots (or `--json` record) are printed",

@@ -42,7 +42,8 @@ class ExitCode(IntEnum):
     SERVER_NOT_STARTED = 8
     """The embedded server cannot start: a port is taken, or its binary is not the pinned one."""
     NO_WORKER = 9
-    """`saga|plan start --wait`: no worker polled the task queue (the run stays started)."""
+    """`saga|plan start --wait`: no worker polled the task queue (the run stays started); the
+    state of a running run, which a worker answers, when no worker polls its task queue."""
     PLAN_NOT_COMPLETED = 10
     """`plan start --wait`: the plan ended partial, failed or cancelled (its report is printed)."""
     VOTE_NOT_DECIDED = 11

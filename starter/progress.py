@@ -5,41 +5,18 @@ pollers), so it also tells a user when no worker is there to run anything."""
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from coord.infra.queues import describe_queue
+from coord.infra.queues import task_queue_pollers
 from coord.starter.api.common import NoWorker
 from coord.starter.api.plans import live_progress
 
 R = TypeVar("R")
-
-
-POLLED_WITHIN = timedelta(seconds=90)
-"""A live worker asks its queue again at least once a minute (a poll waits up to a minute for a
-task, and the server records when it began); one last seen longer ago is gone, though the
-server lists it for some minutes more."""
-
-
-async def task_queue_pollers(client: Client, task_queue: str) -> set[str]:
-    """Identities of the workers that polled the queue within `POLLED_WITHIN`, for workflow or
-    activity tasks."""
-    since = datetime.now(UTC) - POLLED_WITHIN
-    identities: set[str] = set()
-    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-        response = await describe_queue(client, task_queue, kind)
-        identities.update(
-            poller.identity
-            for poller in response.pollers
-            if not poller.HasField("last_access_time")
-            or poller.last_access_time.ToDatetime(UTC) >= since
-        )
-    return identities
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -415,6 +416,28 @@ async def test_a_start_on_an_existing_id_and_a_cancel_of_an_ended_run_are_confli
             "nothing to cancel\n",
         ),
     ]
+
+
+async def test_the_state_of_a_running_saga_no_worker_serves_is_refused_at_once(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """The query needs a worker, and the server would hold it 30 s: after `QUERY_PATIENCE` the
+    saga's task queue is found unpolled, exit 9 (`no_worker`) naming what to start."""
+    env = server_env(dev_env, task_queue)  # no worker polls this queue
+    saga_id = f"unserved-{task_queue}"
+    start = (COORD, "saga", "start", str(FEATURE_DEPLOYMENT), "--id", saga_id)
+    code, _, err = await run(*start, env=env)
+    assert code == 0, err
+    began = time.monotonic()
+    code, out, err = await run(COORD, "saga", "state", saga_id, env=env)
+    took = time.monotonic() - began
+    await api.saga_handle(client, saga_id).terminate()
+    assert (code, out) == (ExitCode.NO_WORKER, "")
+    assert err == (
+        f"error: saga-{saga_id} cannot answer: no worker polls its task queue {task_queue!r} "
+        "(start one: `coord worker`)\n"
+    )
+    assert took < 20, f"{took:.1f} s"
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from coord.starter.progress import task_queue_pollers
+from coord.infra.queues import task_queue_pollers
 from tests.agents import Execution, demo_agents_file
 
 COORD = str(Path(sys.executable).parent / "coord")

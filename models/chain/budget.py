@@ -15,6 +15,9 @@ their depths): the most recently counted, trimmed when twice as many."""
 
 
 class RunBudget:
+    """The chain's first causes and their runs, kept in its record (carried across
+    continue-as-new); the intake asks it about each event, the run queue tells it each run."""
+
     def __init__(self, record: ChainCarry, spec: ChainSpec) -> None:
         self._record = record
         self._spec = spec

@@ -19,6 +19,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter.api.common import (
     Conflict,
+    answered,
     api_call,
     cancel_running,
     closed_with_result,
@@ -134,15 +135,20 @@ async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
     """The record, with the time left until the deadline as of now (the query cannot know
     the time: it answers as of the run's last workflow task). An ended run is read without a
     worker: from its result, or a cancelled one from its memo."""
-    return await aggregator_record(await named_aggregator(client, workflow_id))
+    return await aggregator_record(await named_aggregator(client, workflow_id), client)
 
 
-async def aggregator_record(handle: WorkflowHandle[Any, AggregatorState]) -> AggregatorState:
-    """`aggregator_state`'s record, of the aggregator `handle` names."""
+async def aggregator_record(
+    handle: WorkflowHandle[Any, AggregatorState], client: Client | None = None
+) -> AggregatorState:
+    """`aggregator_state`'s record, of the aggregator `handle` names (a running one's by
+    `answered`, given the `client`)."""
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
         kept = await kept_record(handle, contract.AGGREGATOR_RECORD_MEMO, AggregatorState)
         if kept is not None:
             return kept
+    if client is not None:
+        return (await answered(client, handle, Aggregator.state)).as_of(datetime.now(UTC))
     return (await handle.query(Aggregator.state)).as_of(datetime.now(UTC))

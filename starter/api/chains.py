@@ -48,6 +48,7 @@ from coord.starter.api.common import (
     Conflict,
     NoWorker,
     Undeliverable,
+    answered,
     api_call,
     closed_with_result,
     ended_or_missing,
@@ -387,14 +388,14 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
-    return await handle.query(ReactiveChain.state)
+    return await answered(client, handle, ReactiveChain.state)
 
 
 @api_call
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: one row per event the chain saw, with the ids linking each to
     its cause (`causation_id`, `causes`), oldest first."""
-    return await chain_handle(client, correlation_id).query(ReactiveChain.timeline)
+    return await answered(client, chain_handle(client, correlation_id), ReactiveChain.timeline)
 
 
 @api_call

@@ -4,7 +4,7 @@ and closed runs."""
 import functools
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -21,6 +21,7 @@ from temporalio.types import MethodAsyncSingleParam, MethodSyncOrAsyncNoParam
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.logs import get_logger
+from coord.infra.queues import task_queue_pollers
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.signals import target_name
 from coord.infra.temporal import ServerUnreachable, task_queue
@@ -200,18 +201,45 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
     )
 
 
+QUERY_PATIENCE = timedelta(seconds=5)
+"""How long a query waits before its run's task queue is checked for a worker: the server holds a
+query until a worker takes it, up to 30 s, and one with no worker would only time out."""
+
+
+async def answered(
+    client: Client, handle: WorkflowHandle[Any, Any], query: MethodSyncOrAsyncNoParam[Any, R]
+) -> R:
+    """A running run's `query`: one not answered within QUERY_PATIENCE is asked again while a
+    worker polls the run's task queue (a busy worker, a long replay), else refused (NoWorker)."""
+    try:
+        return await handle.query(query, rpc_timeout=QUERY_PATIENCE)
+    except RPCError as error:
+        if error.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise
+    queue = (await handle.describe()).task_queue
+    if not await task_queue_pollers(client, queue):
+        raise NoWorker(
+            f"{handle.id} cannot answer: no worker polls its task queue {queue!r} (start one: "
+            "`coord worker`)"
+        )
+    return await handle.query(query)
+
+
 async def current_record(
     handle: WorkflowHandle[Any, M],
     outcome: Callable[[WorkflowHandle[Any, M]], Awaitable[M]],
     state: MethodSyncOrAsyncNoParam[Any, M],
     missing: Exception,
+    client: Client | None = None,
 ) -> M:
-    """A run's record now: a running run answers its `state` query, an ended one its `outcome`
-    (result, failure or memo), so no worker is needed to read it; `missing` when there is no
-    such run."""
+    """A run's record now: a running run answers its `state` query (`answered`, given the
+    `client`), an ended one its `outcome` (result, failure or memo), so no worker is needed to
+    read it; `missing` when there is no such run."""
     await described(handle, missing)
     if await closed_with_result(handle):
         return await outcome(handle)
+    if client is not None:
+        return await answered(client, handle, state)
     return await handle.query(state)
 
 

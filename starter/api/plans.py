@@ -97,10 +97,12 @@ async def plan_outcome(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
     return await ended_record(handle, contract.PLAN_RECORD_MEMO, PlanState)
 
 
-async def plan_record(handle: WorkflowHandle[Any, PlanState]) -> PlanState:
+async def plan_record(
+    handle: WorkflowHandle[Any, PlanState], client: Client | None = None
+) -> PlanState:
     """The plan's record now (`current_record`)."""
     missing = NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist")
-    return await current_record(handle, plan_outcome, TaskGraph.state, missing)
+    return await current_record(handle, plan_outcome, TaskGraph.state, missing, client)
 
 
 @api_call
@@ -108,7 +110,7 @@ async def plan_state(client: Client, plan: str) -> PlanState:
     """The record; a running plan's with what its agents say now (their progress summaries and
     attempts, read from the server's pending activities: the plan itself never polls them)."""
     handle = await named_plan(client, plan)
-    state = await plan_record(handle)
+    state = await plan_record(handle, client)
     if state.status != PlanStatus.RUNNING:
         return state
     return as_seen(state, await pending_progress(client, handle.id))

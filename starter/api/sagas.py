@@ -18,6 +18,7 @@ from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
     NotFound,
+    answered,
     api_call,
     closed_with_result,
     described,
@@ -76,10 +77,15 @@ async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
         return await handle.query(Saga.state)
 
 
-async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
-    """Closed sagas answer from their result, so no worker is needed to read them."""
+async def saga_record(
+    handle: WorkflowHandle[Any, SagaState], client: Client | None = None
+) -> SagaState:
+    """Closed sagas answer from their result, so no worker is needed to read them; a running
+    one its `state` query (`answered`, given the `client`)."""
     if await closed_with_result(handle):
         return await saga_outcome(handle)
+    if client is not None:
+        return await answered(client, handle, Saga.state)
     return await handle.query(Saga.state)
 
 
@@ -87,7 +93,7 @@ async def saga_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
 async def saga_state(client: Client, saga_id: str) -> SagaState:
     """The saga's record: steps done, compensations, the events it published; an ended saga's
     read without a worker."""
-    return await saga_record(saga_handle(client, saga_id))
+    return await saga_record(saga_handle(client, saga_id), client)
 
 
 @api_call

@@ -60,13 +60,15 @@ async def vote_outcome(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
 async def vote_state(client: Client, vote: str) -> VoteState:
     """The vote's record now (`current_record`): a running vote's from its `state` query, an
     ended one's from its result or memo, without a worker."""
-    return await vote_record(await named_vote(client, vote))
+    return await vote_record(await named_vote(client, vote), client)
 
 
-async def vote_record(handle: WorkflowHandle[Any, VoteState]) -> VoteState:
+async def vote_record(
+    handle: WorkflowHandle[Any, VoteState], client: Client | None = None
+) -> VoteState:
     """The vote's record now (`current_record`)."""
     missing = NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist")
-    return await current_record(handle, vote_outcome, Vote.state, missing)
+    return await current_record(handle, vote_outcome, Vote.state, missing, client)
 
 
 @api_call
