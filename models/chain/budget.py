@@ -9,18 +9,17 @@ from coord.models.chain.spec import ChainCarry, ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.contract import FailureType
 
-WINDOW = 1000
-"""The first causes counted (and the events whose first cause is kept, as `SEEN_WINDOW` keeps
-their depths): the most recently counted, trimmed when twice as many."""
-
 
 class RunBudget:
     """The chain's first causes and their runs, kept in its record (carried across
     continue-as-new); the intake asks it about each event, the run queue tells it each run."""
 
-    def __init__(self, record: ChainCarry, spec: ChainSpec) -> None:
+    def __init__(self, record: ChainCarry, spec: ChainSpec, window: int) -> None:
         self._record = record
         self._spec = spec
+        self._window = window
+        """The first causes counted and carried, the most recently counted (trimmed when twice
+        as many), as the intake keeps the events whose first cause it remembers."""
         self.enabled = False
         """Set once the run starts: runs recorded before counted nothing (and the intake asks
         `refusal` and `remember` only when it is set)."""
@@ -62,14 +61,14 @@ class RunBudget:
         first = self._record.first_causes.get(trigger.event.id, trigger.event.id)
         counts = self._record.runs_caused
         counts[first] = counts.pop(first, 0) + 1
-        if len(counts) > 2 * WINDOW:
-            for stale in list(counts)[:-WINDOW]:
+        if len(counts) > 2 * self._window:
+            for stale in list(counts)[: -self._window]:
                 del counts[stale]
 
     def carried(self) -> dict[str, dict[str, str] | dict[str, int]]:
-        """What the next run carries: the newest of each (`WINDOW`)."""
-        record = self._record
+        """What the next run carries: the newest of each (`window`)."""
+        record, window = self._record, self._window
         return {
-            "first_causes": dict(list(record.first_causes.items())[-WINDOW:]),
-            "runs_caused": dict(list(record.runs_caused.items())[-WINDOW:]),
+            "first_causes": dict(list(record.first_causes.items())[-window:]),
+            "runs_caused": dict(list(record.runs_caused.items())[-window:]),
         }

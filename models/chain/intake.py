@@ -92,7 +92,7 @@ class ChainIntake:
         self.numbers_rows = False
         """Set once the run starts: whether each row gets its `position` in the log (runs
         recorded before left it unset)."""
-        self.budget = RunBudget(record, spec)
+        self.budget = RunBudget(record, spec, SEEN_WINDOW)
         self._sized: tuple[EventEnvelope, int] | None = None
         """The last event taken and its payload's JSON bytes: told once, for the task's share
         and the timeline's bytes both."""

@@ -149,6 +149,4 @@ async def aggregator_record(
         kept = await kept_record(handle, contract.AGGREGATOR_RECORD_MEMO, AggregatorState)
         if kept is not None:
             return kept
-    if client is not None:
-        return (await answered(client, handle, Aggregator.state)).as_of(datetime.now(UTC))
-    return (await handle.query(Aggregator.state)).as_of(datetime.now(UTC))
+    return (await answered(client, handle, Aggregator.state)).as_of(datetime.now(UTC))

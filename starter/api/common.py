@@ -202,15 +202,22 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
 
 
 QUERY_PATIENCE = timedelta(seconds=5)
-"""How long a query waits before its run's task queue is checked for a worker: the server holds a
-query until a worker takes it, up to 30 s, and one with no worker would only time out."""
+"""How long a query waits for a worker's answer before the caller looks elsewhere (the run's
+task queue, for `answered`; `coord agents` shows its rows without the ledgers'): the server
+holds a query until a worker takes it, up to 30 s, and one with no worker would only time
+out."""
 
 
 async def answered(
-    client: Client, handle: WorkflowHandle[Any, Any], query: MethodSyncOrAsyncNoParam[Any, R]
+    client: Client | None,
+    handle: WorkflowHandle[Any, Any],
+    query: MethodSyncOrAsyncNoParam[Any, R],
 ) -> R:
     """A running run's `query`: one not answered within QUERY_PATIENCE is asked again while a
-    worker polls the run's task queue (a busy worker, a long replay), else refused (NoWorker)."""
+    worker polls the run's task queue (a busy worker, a long replay), else refused (NoWorker).
+    Without a `client` to ask the queue with, the query alone, waiting as the server does."""
+    if client is None:
+        return await handle.query(query)
     try:
         return await handle.query(query, rpc_timeout=QUERY_PATIENCE)
     except RPCError as error:
@@ -238,9 +245,7 @@ async def current_record(
     await described(handle, missing)
     if await closed_with_result(handle):
         return await outcome(handle)
-    if client is not None:
-        return await answered(client, handle, state)
-    return await handle.query(state)
+    return await answered(client, handle, state)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:

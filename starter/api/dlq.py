@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
@@ -143,10 +144,8 @@ def decode_cursor(cursor: str) -> tuple[str, bytes]:
 @api_call
 async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     """An entry's whole record: its result once closed, else its `entry` query."""
-    missing = Undeliverable(f"no dead letter {entry_id!r}")
-    if not entry_id.startswith(contract.DEAD_LETTER_ID_PREFIX):
-        raise missing  # a chain's, a saga's: another kind, whose record is not an entry's
-    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    missing = _no_dead_letter(entry_id)
+    handle = _entry_handle(client, entry_id)
     description = await described(handle, missing)
     if description.workflow_type != contract.DEAD_LETTER_WORKFLOW:
         raise missing
@@ -222,9 +221,7 @@ async def _ask(
     answer_time: timedelta,
 ) -> DlqEntry:
     """One update sent to one entry, given `answer_time` for a worker to accept it."""
-    if not entry_id.startswith(contract.DEAD_LETTER_ID_PREFIX):
-        raise Undeliverable(f"no dead letter {entry_id!r}")
-    handle = client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+    handle = _entry_handle(client, entry_id)
     started = handle.start_update(
         update, request, wait_for_stage=WorkflowUpdateStage.ACCEPTED, rpc_timeout=answer_time
     )
@@ -316,11 +313,23 @@ async def _updated(
     raise Undeliverable(await _why_closed(client, entry_id))
 
 
+def _entry_handle(client: Client, entry_id: str) -> WorkflowHandle[DeadLetterEntry, DlqEntry]:
+    """The entry's handle. An id of another kind (a chain's, a saga's: not `dlq-`) is refused
+    at once: the server would answer for that workflow, whose record is not an entry's."""
+    if not entry_id.startswith(contract.DEAD_LETTER_ID_PREFIX):
+        raise _no_dead_letter(entry_id)
+    return client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
+
+
+def _no_dead_letter(entry_id: str) -> Undeliverable:
+    return Undeliverable(f"no dead letter {entry_id!r}")
+
+
 async def _why_closed(client: Client, entry_id: str) -> str:
     """An update that found no running entry: there is none, or it is replayed or archived."""
     try:
         description = await client.get_workflow_handle(entry_id).describe()
     except RPCError:
-        return f"no dead letter {entry_id!r}"
+        return str(_no_dead_letter(entry_id))
     status = description.typed_search_attributes.get(contract.COORD_STATUS)
     return f"{entry_id} is {status or 'closed'}, not parked"

@@ -84,9 +84,7 @@ async def saga_record(
     one its `state` query (`answered`, given the `client`)."""
     if await closed_with_result(handle):
         return await saga_outcome(handle)
-    if client is not None:
-        return await answered(client, handle, Saga.state)
-    return await handle.query(Saga.state)
+    return await answered(client, handle, Saga.state)
 
 
 @api_call

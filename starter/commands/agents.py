@@ -19,13 +19,11 @@ from coord.models.mesh.health import AgentHealth
 from coord.models.mesh.ledger import WINDOW
 from coord.models.wire.durations import format_duration
 from coord.starter import render
+from coord.starter.api.common import QUERY_PATIENCE
 from coord.starter.commands.common import AsJson, connect, runs_async, show_record
 
 app = typer.Typer()
 WINDOW_TEXT = format_duration(WINDOW)
-LEDGERS_READ_TIME = 5.0
-"""Seconds the agents' ledgers (their breakers and pools) have to answer: a ledger answers from
-a worker, and with none the server would hold the query until its own timeout."""
 
 
 class AgentsReport(RootModel[list[AgentHealth]]):
@@ -56,7 +54,7 @@ async def agents(
     ]
     try:
         reading = read_ledgers(client, [row.task_queue for row in rows])
-        ledgers = await asyncio.wait_for(reading, LEDGERS_READ_TIME)
+        ledgers = await asyncio.wait_for(reading, QUERY_PATIENCE.total_seconds())
     except (TimeoutError, RPCError):
         typer.echo(
             "warning: the agents' ledgers did not answer (no worker serves them?): breakers "
