@@ -442,8 +442,8 @@ FAILURE_MEANINGS: dict[str, str] = {
     ),
     "invalid_spec": "a saga, aggregator, plan or vote started with a spec that does not validate",
     "invalid_input": (
-        "a chain started with an input that does not validate, or a signal a chain or an "
-        "aggregator has no handler for"
+        "a chain started with an input that does not validate, or a signal a workflow has no "
+        "handler for"
     ),
     "invalid_envelope": "an `event` signal that does not decode or validate as an envelope",
     "invalid_rerun": "a `rerun` signal (a replayed chain run) that does not validate",

@@ -107,7 +107,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
 @pytest.mark.parametrize(
     ("workflow_class", "name", "signals", "queries", "updates"),
     [
-        (Saga, contract.SAGA_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
+        (Saga, contract.SAGA_WORKFLOW, {None}, {contract.STATE_QUERY}, set()),
         (
             ReactiveChain,
             contract.CHAIN_WORKFLOW,
@@ -119,7 +119,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
                 contract.DETACH_SIGNAL,
                 contract.CLOSE_SIGNAL,
                 contract.RUN_OUTCOME_SIGNAL,
-                None,  # any other: parked (`park_unknown_signal`)
+                None,  # any other signal: parked (`park_unknown_signal`, `ParksUnknownSignals`)
             },
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
             {contract.PUBLISH_UPDATE},
@@ -135,23 +135,23 @@ def test_wire_names_are_the_recorded_strings() -> None:
         (
             DeadLetterEntry,
             contract.DEAD_LETTER_WORKFLOW,
-            set(),
+            {None},
             {contract.ENTRY_QUERY},
             {contract.REPLAY_UPDATE, contract.ARCHIVE_UPDATE},
         ),
         (
             TaskGraph,
             contract.PLAN_WORKFLOW,
-            {contract.MEMBER_SENT_SIGNAL},
+            {contract.MEMBER_SENT_SIGNAL, None},
             {contract.STATE_QUERY, contract.PROGRESS_QUERY},
             {contract.APPROVE_UPDATE, contract.ADD_TASKS_UPDATE},
         ),
-        (Vote, contract.VOTE_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
-        (AgentMonitor, contract.AGENT_MONITOR_WORKFLOW, set(), {contract.STATE_QUERY}, set()),
+        (Vote, contract.VOTE_WORKFLOW, {None}, {contract.STATE_QUERY}, set()),
+        (AgentMonitor, contract.AGENT_MONITOR_WORKFLOW, {None}, {contract.STATE_QUERY}, set()),
         (
             AgentLedger,
             contract.AGENT_LEDGER_WORKFLOW,
-            set(),
+            {None},
             {contract.LEDGER_QUERY},
             {
                 contract.REPORT_OUTCOME_UPDATE,

@@ -1,16 +1,25 @@
-"""A signal no handler takes (a misspelt `event`, one meant for another workflow) reaches a
-chain or an aggregator from outside like any event: it is counted, rejected and parked with
-what it carried, never left unread, and no workflow task fails for it."""
+"""A signal no handler takes (a misspelt `event`, one meant for another workflow) is parked with
+what it carried, never left unread, and no workflow task fails for it: a chain or an
+aggregator, which take events from outside, count and reject it too; a saga, a plan or a vote
+that takes one in its first workflow task, which would otherwise end it there, ends only once
+the signal is parked; a dead-letter entry parks one as another entry."""
 
 import asyncio
 import uuid
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
-from coord.models.dlq.letter import DlqSelection
+from coord.infra.dead_letters import park_dead_letter
+from coord.models.dlq.letter import DlqSelection, EntrySummary
+from coord.models.vote.spec import VoteStatus
 from coord.starter import api
 from coord.worker import build_worker
-from tests.helpers import parked, phase1, routing_spec, task_failures
+from tests.conftest import feature_deployment
+from tests.helpers import letter, parked, phase1, routing_spec, task_failures
+from tests.test_plan import PlanAgents, plan
+from tests.test_plan import start as start_plan
+from tests.test_vote import YES, Voters, vote
 
 
 async def test_a_chain_parks_a_signal_it_has_no_handler_for(
@@ -48,4 +57,73 @@ async def test_an_aggregator_parks_a_signal_it_has_no_handler_for(
     assert letter.message == "signal 'rerun': an aggregator takes no such signal"
     assert letter.raw == ["not for an aggregator"]
     assert state.received == 1 and state.rejected_count == 1
+    assert failures == []
+
+
+async def parked_for(client: Client, task_queue: str, target: str, among: int = 1) -> EntrySummary:
+    """The one entry parked for `target`, once `among` entries are parked on the queue."""
+    [entry] = [e for e in await parked(client, task_queue, among) if e.target_workflow == target]
+    return entry
+
+
+async def signalled_before_its_first_task(
+    handle: WorkflowHandle[Any, Any], client: Client, task_queue: str, kind: str
+) -> None:
+    """`handle`'s run, signalled `evnt` before any worker took its first task, then served:
+    its result comes, the signal parked, no workflow task failed."""
+    await handle.signal("evnt", {"event": {"type": "A"}})
+    async with build_worker(client, task_queue):
+        await asyncio.wait_for(handle.result(), 60)
+        entry = await parked_for(client, task_queue, handle.id)
+        letter = await api.dlq_entry(client, entry.entry_id)
+    assert letter.failure_type == "invalid_input"
+    assert letter.message == f"signal 'evnt': {kind} takes no such signal"
+    assert letter.raw == [{"event": {"type": "A"}}]
+    assert await task_failures(handle) == []
+
+
+async def test_a_saga_ending_in_its_first_task_parks_the_signal_first(
+    client: Client, task_queue: str
+) -> None:
+    handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+    await signalled_before_its_first_task(handle, client, task_queue, "a saga")
+
+
+async def test_a_vote_parks_a_signal_it_has_no_handler_for(client: Client, task_queue: str) -> None:
+    spec = vote(["alice"])
+    handle = await api.start_vote(client, spec, queue=task_queue)
+    await handle.signal("evnt", {"event": {"type": "A"}})
+    async with build_worker(client, task_queue, Voters({"alice": YES}).registry()):
+        state = await asyncio.wait_for(api.vote_outcome(handle), 60)
+        entry = await parked_for(client, task_queue, handle.id)
+        message = (await api.dlq_entry(client, entry.entry_id)).message
+    assert state.status == VoteStatus.DECIDED
+    assert message == "signal 'evnt': a vote takes no such signal"
+    assert await task_failures(handle) == []
+
+
+async def test_a_plan_parks_a_signal_it_has_no_handler_for(client: Client, task_queue: str) -> None:
+    handle = await start_plan(client, task_queue, plan({"id": "t1"}))
+    await handle.signal("evnt", {"event": {"type": "A"}})
+    async with build_worker(client, task_queue, PlanAgents().registry()):
+        state = await asyncio.wait_for(handle.result(), 60)
+        entry = await parked_for(client, task_queue, handle.id)
+        message = (await api.dlq_entry(client, entry.entry_id)).message
+    assert state.status == "completed"
+    assert message == "signal 'evnt': a plan takes no such signal"
+    assert await task_failures(handle) == []
+
+
+async def test_a_dead_letter_entry_parks_a_signal_as_another_entry(
+    client: Client, task_queue: str
+) -> None:
+    async with build_worker(client, task_queue):
+        first = await park_dead_letter(client, letter("chain-somewhere"), task_queue)
+        entry = client.get_workflow_handle(first)
+        await entry.signal("replay", {"payload": {}})
+        second = await parked_for(client, task_queue, first, among=2)
+        parked_signal = await api.dlq_entry(client, second.entry_id)
+        failures = await task_failures(entry)
+    assert parked_signal.message == "signal 'replay': a dead-letter entry takes no such signal"
+    assert parked_signal.raw == [{"payload": {}}]
     assert failures == []

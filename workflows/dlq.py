@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         failure,
         failure_message,
     )
+    from coord.models.wire.versions import PARKS_UNKNOWN_SIGNALS_PATCH
     from coord.workflows._runtime import calls, metrics
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
@@ -60,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         signal_chain,
         upsert_search_attributes,
     )
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -72,7 +74,13 @@ REPLAY_RETRY = RetryConfig(max_retries=2, max_delay=timedelta(seconds=100), no_r
 
 
 @workflow.defn(name=DEAD_LETTER_WORKFLOW, sandboxed=False)
-class DeadLetterEntry(metaclass=SurplusStartArguments):
+class DeadLetterEntry(
+    ParksUnknownSignals,
+    kind="a dead-letter entry",
+    patch=PARKS_UNKNOWN_SIGNALS_PATCH,
+    asked=True,
+    metaclass=SurplusStartArguments,
+):
     """Not sandboxed: a run is started for every parked entry, tens of thousands at a time, and
     the sandbox's per-run module re-import doubled the CPU of an entry's first task (17 ms
     against 8 ms measured). The code touches only the workflow API and its own models."""

@@ -66,13 +66,16 @@ with workflow.unsafe.imports_passed_through():
         SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_CHAIN_WITH_PLACEMENTS_PATCH,
         SAGA_EVENTS_PATCH,
+        SAGA_PARKS_UNKNOWN_SIGNALS_PATCH,
         SAGA_PATCHES,
         SAGA_PATCHES_2,
         SAGA_PATCHES_3,
         SAGA_PATCHES_4,
+        SAGA_PATCHES_5,
         SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_3_PATCH,
         SAGA_PATCHES_AT_ONCE_4_PATCH,
+        SAGA_PATCHES_AT_ONCE_5_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
         SAGA_PATCHES_BY_VERSION,
         SAGA_RUNS_STEPS_AHEAD_PATCH,
@@ -104,9 +107,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.local_batches import RunsAhead
     from coord.workflows._runtime.patches import adopt_newest, patched, take
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 SAGA_PATCH_BUNDLES = (
+    (SAGA_PATCHES_AT_ONCE_5_PATCH, SAGA_PATCHES_5),
     (SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4),
     (SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3),
     (SAGA_PATCHES_AT_ONCE_2_PATCH, SAGA_PATCHES_2),
@@ -123,7 +128,7 @@ class StepFailed(Exception):
 
 
 @workflow.defn(name=SAGA_WORKFLOW, sandboxed=False)
-class Saga:
+class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_PATCH):
     def __init__(self) -> None:
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._status = StatusWrites(self._model)
@@ -157,10 +162,10 @@ class Saga:
         return await ending_with(self._outcome(), self._leave)
 
     async def _leave(self) -> None:
-        """However the run ends: its status written, its events sent."""
+        """However the run ends: its status written, its events sent, its signals parked."""
         self._status.write()
         late = partial(self._note_cancel, "ended")
-        await uncancellable(asyncio.gather(*self._sends.pending), late)
+        await uncancellable(asyncio.gather(*self._sends.pending, self.parkings_landed()), late)
 
     async def _outcome(self) -> SagaState:
         try:

@@ -32,12 +32,15 @@ with workflow.unsafe.imports_passed_through():
         VOTE_FAN_OUT_PATCH,
         VOTE_PATCHES,
         VOTE_PATCHES_2,
+        VOTE_PATCHES_3,
         VOTE_PATCHES_AT_ONCE_2_PATCH,
+        VOTE_PATCHES_AT_ONCE_3_PATCH,
         VOTE_PATCHES_AT_ONCE_PATCH,
         VOTE_PLACES_VOTERS_PATCH,
         VOTE_REWIND_PATCH,
         VOTE_STATUS_FROM_START_PATCH,
     )
+    from coord.models.wire.versions import VOTE_PARKS_UNKNOWN_SIGNALS_PATCH as PARKS
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.agent_runs import (
         Placements,
@@ -59,10 +62,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows._runtime.patches import adopt_newest, patched
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 VoterRun = asyncio.Task[AgentResult]
 
 PATCH_BUNDLES = (
+    (VOTE_PATCHES_AT_ONCE_3_PATCH, VOTE_PATCHES_3),
     (VOTE_PATCHES_AT_ONCE_2_PATCH, VOTE_PATCHES_2),
     (VOTE_PATCHES_AT_ONCE_PATCH, VOTE_PATCHES),
 )
@@ -70,7 +75,7 @@ PATCH_BUNDLES = (
 
 
 @workflow.defn(name=VOTE_WORKFLOW, sandboxed=False)
-class Vote(metaclass=SurplusStartArguments):
+class Vote(ParksUnknownSignals, kind="a vote", patch=PARKS, metaclass=SurplusStartArguments):
     """A vote's Temporal side; its result is the vote's record.
 
     Not sandboxed, as the saga: a vote is short, and the sandbox would import this module
@@ -104,17 +109,22 @@ class Vote(metaclass=SurplusStartArguments):
         if model is None:
             raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
         self._changed(model)
-        announcements = ChainAnnouncements(model.spec.correlation_id, in_order=True)
+        correlation_id = model.spec.correlation_id
+        self._announcements = announcements = ChainAnnouncements(correlation_id, in_order=True)
         if patched(VOTE_PLACES_VOTERS_PATCH):
             announcements.hold()  # until the voters' placements say whether the chain runs
-        self._announcements = announcements
         if patched(VOTE_ANNOUNCES_PATCH):
             model.start_announcing(announcements.send)
         if model.spec.rewind is not None and patched(VOTE_REWIND_PATCH):
             model.take_past(workflow.info().workflow_start_time)
             self._changed(model)
-        await ending_with(self._vote(model), announcements.flush)
+        await ending_with(self._vote(model), self._leave)
         return model.state
+
+    async def _leave(self) -> None:
+        """However the run ends: its events sent, the signals it took parked."""
+        await self._announcements.flush()
+        await self.parkings_landed()
 
     async def _vote(self, model: VoteModel) -> None:
         runs: dict[str, VoterRun] = {}

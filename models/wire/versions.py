@@ -346,7 +346,22 @@ each patch)."""
 SAGA_PATCHES_4 = SAGA_PATCHES_3 | {SAGA_RUNS_STEPS_AHEAD_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_4_PATCH. Never changed."""
 
-SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3, 4: SAGA_PATCHES_4}
+SAGA_PARKS_UNKNOWN_SIGNALS_PATCH = "saga-parks-unknown-signals"
+"""Since 2026-11-28, in saga: a signal the saga has no handler for (a saga takes none: one meant
+for a chain, say) is parked as `invalid_input` with what it carried, and the run ends only once
+it is. Only in a run taking SAGA_PATCHES_5 (by its bundle or its version), never asked mid-run:
+a saga runs local activities, whose markers a patch asked mid-run could precede. Runs recorded
+before left it unread."""
+
+SAGA_PATCHES_AT_ONCE_5_PATCH = "saga-patches-at-once-5"
+"""Since 2026-11-28, in saga: SAGA_PATCHES_AT_ONCE_4_PATCH with SAGA_PARKS_UNKNOWN_SIGNALS_PATCH in
+force too (SAGA_PATCHES_5), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+SAGA_PATCHES_5 = SAGA_PATCHES_4 | {SAGA_PARKS_UNKNOWN_SIGNALS_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_5_PATCH. Never changed."""
+
+SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3, 4: SAGA_PATCHES_4, 5: SAGA_PATCHES_5}
 """Since 2026-11-27, in saga: the patches a saga run takes as in force without asking anything,
 by the saga runtime version its start event carries (`contract.SAGA_VERSION_MEMO`, written by
 `start_saga` and `coord saga start`): no patch marker, no `TemporalChangeVersion` upsert (two
@@ -599,3 +614,37 @@ before asked VOTE_PATCHES_AT_ONCE_PATCH (or each patch)."""
 
 VOTE_PATCHES_2 = VOTE_PATCHES | {VOTE_PLACES_VOTERS_PATCH, VOTE_STATUS_FROM_START_PATCH}
 """The patches in force for a run taking VOTE_PATCHES_AT_ONCE_2_PATCH. Never changed."""
+
+PLAN_PARKS_UNKNOWN_SIGNALS_PATCH = "plan-parks-unknown-signals"
+"""Since 2026-11-28, in plan.graph: a signal the plan has no handler for (a misspelt name, one
+meant for another workflow) is parked as `invalid_input` with what it carried. Only in a run
+taking PLAN_PATCHES_3, never asked mid-run (PLAN_PATCHES_AT_ONCE_PATCH says why). Runs recorded
+before left it unread."""
+
+PLAN_PATCHES_AT_ONCE_3_PATCH = "plan-patches-at-once-3"
+"""Since 2026-11-28, in plan.graph: PLAN_PATCHES_AT_ONCE_2_PATCH with
+PLAN_PARKS_UNKNOWN_SIGNALS_PATCH in force too (PLAN_PATCHES_3), still one marker. Runs recorded
+before asked an earlier bundle (or each patch)."""
+
+PLAN_PATCHES_3 = PLAN_PATCHES_2 | {PLAN_PARKS_UNKNOWN_SIGNALS_PATCH}
+"""The patches in force for a run taking PLAN_PATCHES_AT_ONCE_3_PATCH. Never changed."""
+
+VOTE_PARKS_UNKNOWN_SIGNALS_PATCH = "vote-parks-unknown-signals"
+"""Since 2026-11-28, in vote: a signal the vote has no handler for (a vote takes none) is parked
+as `invalid_input` with what it carried, and the run ends only once it is. Only in a run taking
+VOTE_PATCHES_3, never asked mid-run: a vote asks where its voters run in a local activity. Runs
+recorded before left it unread."""
+
+VOTE_PATCHES_AT_ONCE_3_PATCH = "vote-patches-at-once-3"
+"""Since 2026-11-28, in vote: VOTE_PATCHES_AT_ONCE_2_PATCH with VOTE_PARKS_UNKNOWN_SIGNALS_PATCH in
+force too (VOTE_PATCHES_3), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+VOTE_PATCHES_3 = VOTE_PATCHES_2 | {VOTE_PARKS_UNKNOWN_SIGNALS_PATCH}
+"""The patches in force for a run taking VOTE_PATCHES_AT_ONCE_3_PATCH. Never changed."""
+
+PARKS_UNKNOWN_SIGNALS_PATCH = "parks-unknown-signals"
+"""Since 2026-11-28, in a dead-letter entry, an agent monitor, an agent ledger and a plan's team
+member: a signal the workflow has no handler for is parked as `invalid_input` with what it
+carried. Asked when one comes: these run no local activity, whose marker a patch asked mid-run
+could precede. Runs recorded before left it unread."""

@@ -51,3 +51,10 @@ def in_force(patch_id: str, on: object | None = None) -> bool:
     taking an older bundle (or none) goes without, wherever in the run it is met, since a marker
     asked mid-run could land after a local run's (`adopt`)."""
     return patch_id in getattr(on or workflow.instance(), IN_FORCE, ())
+
+
+def adopted(on: object | None = None) -> bool:
+    """Whether the run has settled which patches it takes without asking (`adopt`, `take`): a
+    signal handled in the run's first workflow task runs before a run that settles them as it
+    begins has done so."""
+    return hasattr(on or workflow.instance(), IN_FORCE)

@@ -30,9 +30,11 @@ with workflow.unsafe.imports_passed_through():
         failure_message,
     )
     from coord.models.wire.specs import SpecError
+    from coord.models.wire.versions import PARKS_UNKNOWN_SIGNALS_PATCH
     from coord.workflows._runtime import calls
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 READ_TIMEOUT = timedelta(seconds=5)
 READ_RETRY = RetryPolicy(maximum_attempts=2)
@@ -46,7 +48,13 @@ lost the run from its cache replays at most this much."""
 
 
 @workflow.defn(name=AGENT_MONITOR_WORKFLOW, sandboxed=False)
-class AgentMonitor(metaclass=SurplusStartArguments):
+class AgentMonitor(
+    ParksUnknownSignals,
+    kind="an agent monitor",
+    patch=PARKS_UNKNOWN_SIGNALS_PATCH,
+    asked=True,
+    metaclass=SurplusStartArguments,
+):
     """Not sandboxed, as every workflow of the project (`coord.infra.workflow_runner` says
     why): it imports only pure models."""
 

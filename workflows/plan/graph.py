@@ -40,12 +40,15 @@ with workflow.unsafe.imports_passed_through():
         PLAN_ANNOUNCES_PATCH,
         PLAN_PATCHES,
         PLAN_PATCHES_2,
+        PLAN_PATCHES_3,
         PLAN_PATCHES_AT_ONCE_2_PATCH,
+        PLAN_PATCHES_AT_ONCE_3_PATCH,
         PLAN_PATCHES_AT_ONCE_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
     )
     from coord.models.wire.versions import PLAN_FAN_OUT_PATCH as FAN_OUT_PATCH
+    from coord.models.wire.versions import PLAN_PARKS_UNKNOWN_SIGNALS_PATCH as PARKS
     from coord.workflows._runtime import metrics
     from coord.workflows._runtime.announcements import ChainAnnouncements
     from coord.workflows._runtime.arguments import SurplusStartArguments
@@ -58,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows._runtime.patches import adopt_newest, patched
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
     from coord.workflows.plan.gates import apply_approval, checked_approval, decide_approval
     from coord.workflows.plan.placing import PlanPlacing
     from coord.workflows.plan.planning import (
@@ -73,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.plan.views import Details, watch_progress
 
 PLAN_PATCH_BUNDLES = (
+    (PLAN_PATCHES_AT_ONCE_3_PATCH, PLAN_PATCHES_3),
     (PLAN_PATCHES_AT_ONCE_2_PATCH, PLAN_PATCHES_2),
     (PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES),
 )
@@ -80,7 +85,7 @@ PLAN_PATCH_BUNDLES = (
 
 
 @workflow.defn(name=PLAN_WORKFLOW, sandboxed=False)
-class TaskGraph(metaclass=SurplusStartArguments):
+class TaskGraph(ParksUnknownSignals, kind="a plan", patch=PARKS, metaclass=SurplusStartArguments):
     """A plan's Temporal side; its result is the final record (the final report).
 
     Not sandboxed, as the chain, the ledger and the dead-letter entry: the sandbox cost a plan
@@ -181,6 +186,7 @@ class TaskGraph(metaclass=SurplusStartArguments):
         self._end(model, cancelled=True)
         await uncancellable(self._scratchpad.flush())
         await self._announcements.flush()
+        await self.parkings_landed()
 
     async def _ended(self, model: PlanModel) -> PlanState:
         """Every task has ended, or `fail_fast` stopped the plan: the final record. What it

@@ -1,0 +1,62 @@
+"""A signal none of a workflow's handlers takes (a misspelt name, one meant for another
+workflow) is parked in the dead-letter queue with what it carried, never left unread.
+
+Temporal records such a signal in the run's history, and the SDK keeps it for a handler that
+never comes; nobody reads it. A workflow that takes `ParksUnknownSignals` as a base parks it
+instead, as `invalid_input` naming the signal, once its run takes the workflow's patch. The
+run must not end while a parking is under way: each waits for them before it ends
+(`ParksUnknownSignals.parkings_landed`, or every handler)."""
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from coord.models.wire.contract import FailureType
+    from coord.workflows._runtime.common import park, uncancellable, unknown_signal
+    from coord.workflows._runtime.patches import adopted, in_force, patched
+
+
+class ParksUnknownSignals:
+    """The dynamic signal handler of a workflow that parks what it has no handler for, named
+    in its class line: `class Saga(ParksUnknownSignals, kind="a saga", patch=...)`.
+
+    `patch`: the patch a run takes it by; `kind` names the workflow in the refusal. `asked`:
+    whether the patch is asked when such a signal first comes (a workflow that runs no local
+    activity, whose marker a patch asked mid-run could precede), or only in force from the
+    run's bundle (`in_force`, the default)."""
+
+    UNKNOWN_SIGNALS_PATCH: ClassVar[str]
+    UNKNOWN_SIGNALS_ASKED: ClassVar[bool]
+    WORKFLOW_KIND: ClassVar[str]
+
+    def __init_subclass__(cls, *, kind: str, patch: str, asked: bool = False) -> None:
+        super().__init_subclass__()
+        cls.WORKFLOW_KIND, cls.UNKNOWN_SIGNALS_PATCH, cls.UNKNOWN_SIGNALS_ASKED = kind, patch, asked
+
+    _parkings = 0
+    """Parkings under way (an instance's count once one starts)."""
+
+    @workflow.signal(dynamic=True)
+    async def unknown(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal no handler takes: parked with what it carried (`unknown_signal`)."""
+        patch = self.UNKNOWN_SIGNALS_PATCH
+        if not self.UNKNOWN_SIGNALS_ASKED:
+            await workflow.wait_condition(adopted)  # a saga adopts its patches as its run begins
+        if not (patched(patch) if self.UNKNOWN_SIGNALS_ASKED else in_force(patch)):
+            return
+        reason, carried = unknown_signal(name, args, self.WORKFLOW_KIND)
+        workflow.logger.warning("signal parked: %s", reason)
+        self._parkings += 1
+        try:
+            await park(FailureType.INVALID_INPUT, reason, raw=carried)
+        finally:
+            self._parkings -= 1
+
+    async def parkings_landed(self) -> None:
+        """Waits, shielded from a cancel, until no parking is under way (at once when none is,
+        which is every run that took no unknown signal): the run then ends with them parked."""
+        if self._parkings:
+            await uncancellable(workflow.wait_condition(lambda: not self._parkings))
