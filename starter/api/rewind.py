@@ -33,10 +33,10 @@ from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
-from coord.starter.api.common import Conflict, api_call
+from coord.starter.api.common import Conflict, api_call, started_input
 from coord.starter.api.log import read_log
 from coord.starter.api.plans import named_plan, plan_state, start_plan
-from coord.starter.api.rewind_patterns import PatternRewind, listed_runs, started_input
+from coord.starter.api.rewind_patterns import PatternRewind, listed_runs
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
 M = TypeVar("M", bound=BaseModel)
