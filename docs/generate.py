@@ -63,7 +63,7 @@ EXIT_EXAMPLES: dict[str, str] = {
     "SAGA_NOT_COMPLETED": "the saga ended compensated or failed; its record is printed",
     "CONFLICT": (
         "`saga start` with the id of a running saga; `saga cancel`, `chain close`, `plan cancel` "
-        "or `vote cancel` on one that has ended"
+        "or `vote cancel` on one that has ended; `rewind --as` a correlation that has runs"
     ),
     "NOT_FOUND": "no such saga, chain, aggregator, plan or vote (`error: plan 'x' does not exist`)",
     "UNREACHABLE": (

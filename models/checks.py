@@ -2,12 +2,15 @@
 the worker, `coord validate`): the one rule every pattern's spec is held to, so it sits above the
 pattern rooms."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from coord.models.chain.spec import ChainSpec
 from coord.models.mesh.assignment import Routed, candidates, no_candidate_message
 from coord.models.mesh.declared import KnownAgents
-from coord.models.plan.spec import PlanSpec
+from coord.models.plan.spec import PlanSpec, PlanTask
 from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.models.wire.specs import SpecError
@@ -23,6 +26,23 @@ def check_agents(source: object, spec: AgentSpec, registry: KnownAgents) -> None
     `choose_agent`). A SpecError names the first that is not."""
     for problem in agent_problems(spec, registry):
         raise SpecError(f"{source}: {problem}")
+
+
+def check_added_tasks(
+    source: object, plan: PlanSpec, tasks: Sequence[Mapping[str, Any]], registry: KnownAgents
+) -> None:
+    """Tasks added to a running plan are held to the rule its spec was held to when it started:
+    each agent they name is declared inline by the `plan` (its spec as started) or known to
+    `registry`, and each capability they ask for is offered. Only the new tasks are checked (the
+    plan's team and planner were, at its start); a request with a malformed task is left to the
+    plan, which refuses it whole, naming the field."""
+    try:
+        added = [PlanTask.model_validate(task) for task in tasks]
+    except ValidationError:
+        return
+    check_agents(
+        source, plan.model_copy(update={"tasks": added, "team": {}, "planner": None}), registry
+    )
 
 
 def agent_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:

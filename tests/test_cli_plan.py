@@ -16,7 +16,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.temporal import IDENTITY_ENV
 from coord.models.plan.report import task_plan_markdown
-from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus, TaskState
+from coord.models.plan.spec import (
+    ApprovalGate,
+    ApprovalRequest,
+    PlanSpec,
+    PlanState,
+    PlanStatus,
+    TaskState,
+)
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
@@ -196,6 +203,36 @@ async def test_bad_input_is_one_line_naming_the_field_with_the_documented_exit_c
     assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
     code, _, err = await run(COORD, "plan", "approve", "no-such-plan", "api", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: plan 'no-such-plan' does not exist\n")
+
+
+async def test_add_tasks_refuses_an_agent_neither_known_here_nor_declared_by_the_plan(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Before sending, as `plan start` checks a spec: the plan took a task naming any agent,
+    which then waited a minute on a queue no worker serves and failed `agent_unavailable`. An
+    agent the plan declares inline is taken."""
+    allowing = tmp_path / "agents.yaml"
+    allowing.write_text(yaml.safe_dump({"worker": {"inline_agents": ["shell"]}}))
+    env = {**server_env(dev_env, task_queue), "COORD_AGENTS": str(allowing)}
+    helper = {"kind": "shell", "argv": ["sh", "-c", "echo {}"]}
+    plan_id, path = plan_file(tmp_path, agents={"helper": helper})
+    spec = PlanSpec.model_validate(yaml.safe_load(path.read_text()))
+    spec.tasks[0].approval = ApprovalGate()  # api waits for a person: the plan keeps running
+    unknown, declared = tmp_path / "unknown.yaml", tmp_path / "declared.yaml"
+    unknown.write_text(yaml.safe_dump({"tasks": [{"id": "x", "agent": "nobody"}]}))
+    added = [{"id": "helped", "agent": "helper", "depends_on": ["api"]}]
+    added.append({"id": "checked", "agent": "python-pro", "depends_on": ["api"]})
+    declared.write_text(yaml.safe_dump({"tasks": added}))
+    async with build_worker(client, task_queue):
+        await api.start_plan(client, spec, queue=task_queue)
+        refused = await run(COORD, "plan", "add-tasks", plan_id, str(unknown), env=env)
+        taken = await run(COORD, "plan", "add-tasks", plan_id, str(declared), env=env)
+        await api.cancel_plan(client, plan_id)
+    code, out, err = refused
+    assert (code, out) == (ExitCode.REFUSED, "")
+    assert err.startswith(f"error: {unknown}: tasks[0].agent: unknown agent 'nobody'; known ")
+    assert err.count("\n") == 1
+    assert taken == (0, f"added helped, checked to plan {plan_id} (7 tasks)\n", "")
 
 
 async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused_in_one_line(

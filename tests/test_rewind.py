@@ -27,6 +27,7 @@ from coord.models.wire import contract
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.api.common import NotFound
+from coord.starter.api.rewind_patterns import listed_runs
 from coord.starter.commands.rewind import rewound_lines
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
@@ -92,6 +93,45 @@ async def test_coord_diff_aligns_two_runs_of_a_story_by_causation(
     assert ("BackendImplementationFailed", RowStatus.ONLY_LEFT) in rows
     assert ("BackendImplementationCompleted", RowStatus.ONLY_RIGHT) in rows
     assert ("TestingCompleted", RowStatus.ONLY_RIGHT) in rows
+
+
+async def test_a_rewind_onto_a_correlation_that_has_runs_is_a_conflict_naming_it(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """A copy is a new correlation: `--as` the correlation of an ended saga was accepted and
+    mixed the copy's chain into the saga's table, and `--as` that of a running saga let the
+    saga's later events land in the copy's chain. Both exit 4 (`conflict`) naming the run."""
+    env = server_env(dev_env, task_queue)
+    original = f"told-{task_queue}"
+    ended = feature_deployment()
+    running = feature_deployment()
+    async with build_worker(client, task_queue):
+        await story(client, task_queue, original)
+        await asyncio.wait_for(api.chain_handle(client, original).result(), 60)
+        await api.saga_outcome(await api.start_saga(client, ended, queue=task_queue))
+    await api.start_saga(client, running, queue=f"{task_queue}-idle")  # no worker: it stays
+
+    async def both_listed() -> bool:
+        sagas = [await listed_runs(client, s.saga_id) for s in (ended, running)]
+        return [[run.status for run in runs] for runs in sagas] == [["completed"], ["in_progress"]]
+
+    await eventually(both_listed)
+    refusals = [
+        await run(COORD, "rewind", original, "--to", "UserStoryApproved", "--as", taken, env=env)
+        for taken in (ended.saga_id, running.saga_id)
+    ]
+    await api.saga_handle(client, running.saga_id).terminate()
+    assert refusals == [
+        (
+            ExitCode.CONFLICT,
+            "",
+            f"error: the copy's correlation {saga.saga_id!r} is taken: it already has "
+            f"saga-{saga.saga_id} ({status}); a copy needs a correlation id of its own\n",
+        )
+        for saga, status in ((ended, "completed"), (running, "in_progress"))
+    ]
+    with pytest.raises(NotFound):
+        await api.chain_running(client, ended.saga_id)  # no copy was started
 
 
 BROKEN = {"kind": "shell", "argv": ["sh", "-c", "exit 3"]}

@@ -190,6 +190,14 @@ async def described(
         raise
 
 
+async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> Any:
+    """What the workflow's current run was started with, decoded, unvalidated."""
+    history = await handle.fetch_history()
+    started = history.events[0].workflow_execution_started_event_attributes
+    [raw] = await client.data_converter.decode(started.input.payloads[:1])
+    return raw
+
+
 async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
     """The run has ended keeping its final record, readable without a worker: in its result,
     its failure's details, or (cancelled runs have neither) its memo."""

@@ -7,6 +7,7 @@ this side needs nothing of the workflow's code."""
 from datetime import timedelta
 from typing import Any, cast
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowHandle,
@@ -15,6 +16,8 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from coord.infra.activity_progress import pending_progress
+from coord.models.checks import check_added_tasks
+from coord.models.mesh.declared import KnownAgents
 from coord.models.plan.planner import AddedTasks, AddTasks
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
@@ -34,10 +37,12 @@ from coord.starter.api.common import (
     api_call,
     cancel_running,
     current_record,
+    described,
     ended_or_missing,
     ended_record,
     named_workflow_id,
     start_run,
+    started_input,
 )
 from coord.workflows.plan.graph import TaskGraph
 
@@ -177,14 +182,31 @@ async def add_tasks(
     tasks: list[dict[str, Any]],
     *,
     answer_time: timedelta = ANSWER_TIME,
+    registry: KnownAgents | None = None,
+    source: str = "add_tasks",
 ) -> AddedTasks:
     """Add `tasks` (each in the shape of a spec's task) to a running plan; a task whose
     dependencies have all succeeded starts at once. The plan refuses, in one line naming the
     field (`invalid_tasks`), a cycle, a repeated id, a dependency that is no task of the plan
     or that already ended without succeeding, the caps, and a plan that has ended; NoWorker
-    when no worker took the request up within `answer_time`."""
+    when no worker took the request up within `answer_time`.
+
+    The plan does not check the agents a new task names (a task naming an agent no worker
+    serves waits on its queue, then fails `agent_unavailable`), so with a `registry` they are
+    checked here before anything is sent, as a spec is before it starts
+    (`check_added_tasks`): each must be one the plan declares inline, read once from its start
+    input in its history (a plan never continues as new), or one `registry` knows; else a
+    SpecError `<source>: tasks[i].agent: unknown agent ...`."""
     request = AddTasks.model_validate({"tasks": tasks})
     handle = await named_plan(client, plan)
+    if registry is not None:
+        await described(handle, NotFound(f"plan {plan!r} does not exist"))
+        try:
+            started = PlanSpec.model_validate(await started_input(client, handle))
+        except ValidationError:
+            pass  # it started nothing, and refuses the tasks itself
+        else:
+            check_added_tasks(source, started, request.tasks, registry)
     try:
         added: AddedTasks = await handle.execute_update(
             TaskGraph.add_tasks, request.model_dump(mode="json"), rpc_timeout=answer_time

@@ -33,10 +33,10 @@ from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
-from coord.starter.api.common import api_call
+from coord.starter.api.common import Conflict, api_call, started_input
 from coord.starter.api.log import read_log
 from coord.starter.api.plans import named_plan, plan_state, start_plan
-from coord.starter.api.rewind_patterns import PatternRewind, listed_runs, started_input
+from coord.starter.api.rewind_patterns import PatternRewind, listed_runs
 from coord.starter.api.sagas import correlation_events, saga_handle, saga_record, start_saga
 
 M = TypeVar("M", bound=BaseModel)
@@ -65,11 +65,13 @@ async def rewind_chain(
     document) instead of the original's where given; `agents` are declared inline in every copy
     (fixed agents). What came from outside after the point is re-delivered its original gaps
     divided by `speed` (None or 0: at once). Returns the plan it followed. RewindRefused when
-    the log has a gap anywhere, or a name of `specs` matches no pattern at work. `replacing`:
-    the copy's chain may have ended already (an unfinished copy made again), a new run after
-    it."""
+    the log has a gap anywhere, or a name of `specs` matches no pattern at work; Conflict when
+    `copy_id` already has runs (`new_correlation`). `replacing`: the copy's chain may have
+    ended already (an unfinished copy made again), a new run after it."""
     log = await whole_log(client, original)
     plan = plan_rewind(log, original=original, copy_id=copy_id, point=to)
+    if not replacing:
+        await new_correlation(client, copy_id)
     point = next(row for row in log if row.event_id == plan.point)
     patterns = PatternRewind(client, plan, agents=agents, specs=specs, queue=queue)
     plan.made_by_copies(await patterns.prepare(plan.recorded, point))
@@ -82,6 +84,21 @@ async def rewind_chain(
     )
     await hand_over(client, plan, speed, patterns=patterns)
     return plan
+
+
+async def new_correlation(client: Client, copy_id: str) -> None:
+    """Refuses a copy onto a correlation that already has runs (a chain, saga, plan, vote or
+    aggregator, running or ended), naming one: the copy's events would share a table with
+    theirs, `coord diff` would compare a mixture, and a running saga or plan of it would
+    publish into the copy's chain. Visibility lists a run a moment after it starts; a chain it
+    has not listed yet is still refused by the chain's own start."""
+    taken = await listed_runs(client, copy_id)
+    if taken:
+        run = taken[0]
+        raise Conflict(
+            f"the copy's correlation {copy_id!r} is taken: it already has {run.workflow_id} "
+            f"({run.status or 'started'}); a copy needs a correlation id of its own"
+        )
 
 
 async def hand_over(
@@ -175,7 +192,7 @@ async def rewind_saga(
     `copy_id`, its own correlation: the steps before are the original's (results, events and
     compensations as they stood, never run again), the rest run with `agents` declared inline
     (fixed agents) and `input` merged into the saga's input. RewindRefused when the original
-    did not complete the steps before."""
+    did not complete the steps before; Conflict when `copy_id` already has runs."""
     original = saga_handle(client, saga_id)
     record = await saga_record(original)
     spec = await started_with(client, original, SagaSpec)
@@ -183,6 +200,7 @@ async def rewind_saga(
         raise RewindRefused(f"--to-step: {to_step} is not a step after the first of {saga_id!r}")
     if copy_id == saga_id:
         raise RewindRefused(f"--as: the copy needs its own saga id, not {saga_id!r}")
+    await new_correlation(client, copy_id)
     reused = [recorded_step(record, index) for index in range(1, to_step)]
     point = spec.steps[to_step - 1].name
     rewind = SagaRewind(
@@ -206,13 +224,15 @@ async def rewind_plan(
     """Re-run the plan `plan_id` as the new plan `copy_id`, its own correlation: `to_task` and
     what depends on it run again (without it, every task that did not succeed), the other
     tasks that succeeded are reused as they stood, never run again; `agents` are declared
-    inline (fixed agents). RewindRefused for a planned plan, or a task it does not have."""
+    inline (fixed agents). RewindRefused for a planned plan, or a task it does not have;
+    Conflict when `copy_id` already has runs."""
     original = await named_plan(client, plan_id)
     spec = await started_with(client, original, PlanSpec)
     if spec.planner is not None:
         raise RewindRefused(f"plan {plan_id!r} was written by its planner: rewind it by hand")
     if copy_id == plan_id:
         raise RewindRefused(f"--as: the copy needs its own plan id, not {plan_id!r}")
+    await new_correlation(client, copy_id)
     try:
         reused = reused_tasks(spec, await plan_state(client, plan_id), to_task)
     except ValueError as error:

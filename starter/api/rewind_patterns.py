@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
 from coord.models.aggregator.spec import AggregatorSpec, parse_aggregator_input
 from coord.models.chain.spec import ChainStatus
@@ -37,7 +37,7 @@ from coord.models.wire import contract
 from coord.models.wire.specs import parse_model
 from coord.starter.api.aggregators import aggregator_handle, aggregator_record, start_aggregator
 from coord.starter.api.chains import chain_state
-from coord.starter.api.common import NoWorker
+from coord.starter.api.common import NoWorker, started_input
 from coord.starter.api.plans import plan_handle, plan_record, start_plan
 from coord.starter.api.sagas import saga_handle, saga_record, start_saga
 from coord.starter.api.votes import start_vote, vote_handle, vote_record
@@ -281,14 +281,6 @@ async def listed_runs(client: Client, correlation_id: str) -> list[ListedRun]:
         if execution.id not in latest or latest[execution.id][0] < execution.start_time:
             latest[execution.id] = (execution.start_time, run)
     return [run for _, run in sorted(latest.values(), key=lambda item: item[0])]
-
-
-async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> Any:
-    """What the workflow's current run was started with, decoded, unvalidated."""
-    history = await handle.fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
-    [raw] = await client.data_converter.decode(started.input.payloads[:1])
-    return raw
 
 
 async def attached(client: Client, correlation_id: str, listeners: set[str]) -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from coord.models.mesh.declared import read_agents_file
+from coord.models.mesh.declared import declared_agents, read_agents_file
 from coord.models.plan.planner import AddTasks, planning_line
 from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanStatus
 from coord.models.wire.specs import load_spec, parse_model, read_document
@@ -101,10 +101,16 @@ async def approve(
 @runs_async
 async def add_tasks(plan: str, file: Path) -> None:
     """Add tasks to a running plan from a YAML or JSON file (`tasks:`, a list in the shape of a
-    spec's tasks). The plan refuses, naming the field, a cycle, a repeated id, a dependency that
-    is unknown or already failed, and a plan that has ended."""
+    spec's tasks). The plan does not check their agents, so before sending, each agent a new
+    task names must be one the plan declares inline (read once from its start) or one a worker
+    started here would serve ($COORD_AGENTS, $COORD_DEMO_AGENTS), as `plan start` checks a
+    spec's; else one line naming the field, exit 1 (an agent only the plan's worker knows is
+    refused too, as at `plan start`). The plan refuses, naming the field, a cycle, a repeated
+    id, a dependency that is unknown or already failed, and a plan that has ended."""
     request = parse_model(AddTasks, read_document(file), str(file))
-    added = await api.add_tasks(await connect(), plan, request.tasks)
+    added = await api.add_tasks(
+        await connect(), plan, request.tasks, registry=declared_agents(), source=str(file)
+    )
     typer.echo(f"added {', '.join(added.added)} to plan {plan} ({added.total} tasks)")
 
 
