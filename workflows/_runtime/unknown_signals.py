@@ -37,11 +37,19 @@ class ParksUnknownSignals:
         cls.WORKFLOW_KIND, cls.UNKNOWN_SIGNALS_PATCH, cls.UNKNOWN_SIGNALS_ASKED = kind, patch, asked
 
     _parkings = 0
-    """Parkings under way (an instance's count once one starts)."""
+    """Unknown signals being handled (an instance's count once one comes), from the moment its
+    handler starts: one that waits for its run's patches is counted already."""
 
     @workflow.signal(dynamic=True)
     async def unknown(self, name: str, args: Sequence[RawValue]) -> None:
         """A signal no handler takes: parked with what it carried (`unknown_signal`)."""
+        self._parkings += 1
+        try:
+            await self._park(name, args)
+        finally:
+            self._parkings -= 1
+
+    async def _park(self, name: str, args: Sequence[RawValue]) -> None:
         patch = self.UNKNOWN_SIGNALS_PATCH
         if not self.UNKNOWN_SIGNALS_ASKED:
             await workflow.wait_condition(adopted)  # a saga adopts its patches as its run begins
@@ -49,11 +57,7 @@ class ParksUnknownSignals:
             return
         reason, carried = unknown_signal(name, args, self.WORKFLOW_KIND)
         workflow.logger.warning("signal parked: %s", reason)
-        self._parkings += 1
-        try:
-            await park(FailureType.INVALID_INPUT, reason, raw=carried)
-        finally:
-            self._parkings -= 1
+        await park(FailureType.INVALID_INPUT, reason, raw=carried)
 
     async def parkings_landed(self) -> None:
         """Waits, shielded from a cancel, until no parking is under way (at once when none is,
