@@ -16,12 +16,16 @@ from coord.models.wire.contract import (
 )
 
 
-async def park_dead_letter(client: Client, letter: DeadLetter, task_queue: str) -> str:
-    """Starts the entry's own workflow, with an id derived from what is parked: parking the same
-    failure again (a retried activity, a publisher trying twice) finds the entry already there,
-    open or closed, and returns its id. Filters and the listing row are set at start, so the
-    entry is listed even before a worker has run it."""
-    entry_id = dead_letter_id(letter)
+async def park_dead_letter(
+    client: Client, letter: DeadLetter, task_queue: str, *, parking: str | None = None
+) -> str:
+    """Starts the entry's own workflow, with an id derived from what is parked (and, for a
+    workflow's park of a rejection with no readable event, from which park it is: `parking`, see
+    `dead_letter_id`): parking the same failure again (a retried activity, a publisher trying
+    twice) finds the entry already there, open or closed, and returns its id, while two alike
+    unreadable rejections a workflow parks are two entries. Filters and the listing row are set
+    at start, so the entry is listed even before a worker has run it."""
+    entry_id = dead_letter_id(letter, parking)
     summary = DlqEntry(
         **letter.model_dump(), entry_id=entry_id, parked_at=datetime.now(UTC)
     ).summary()

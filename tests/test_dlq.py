@@ -14,16 +14,21 @@ from typing import Any
 
 import pytest
 import yaml
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+import coord.worker
+from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.kinds.demo import register_demo_agents
 from coord.infra.dead_letters import park_dead_letter
 from coord.infra.devserver import embedded_server
+from coord.models.calls import PARK_DEAD_LETTER
 from coord.models.chain.spec import ChainSpec, ChainStatus
 from coord.models.dlq.letter import (
+    DeadLetter,
     DlqEntry,
     DlqSelection,
     dead_letter_id,
@@ -178,6 +183,58 @@ async def test_publishing_to_an_ended_chain_parks_the_event_once(
         runs = [e async for e in client.list_workflows(f"WorkflowId = '{row.entry_id}'")]
     assert entry.failure_type == "target_ended" and entry.event == late
     assert len(runs) == 1, "parking the same failure twice finds the same entry"
+
+
+class FirstCompletionLost(DeadLetterActivities):
+    """The worker's parks, each of whose first attempt starts the entry and then fails, as one
+    whose completion never reached the server does: the server tries that park again."""
+
+    @activity.defn(name=PARK_DEAD_LETTER.name)
+    async def park(self, letter: DeadLetter) -> str:
+        entry_id = await super().park(letter)
+        if activity.info().attempt == 1:
+            raise ApplicationError("the park's completion was lost")
+        return entry_id
+
+
+async def test_each_rejection_is_its_own_entry_and_a_retried_park_is_one(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same bad signal twice (`null`, no input, the same malformed JSON) is two rejections:
+    two entries, as many as the chain counts dead-lettered. Each park is tried twice, and the
+    retry finds the entry its first attempt started."""
+    monkeypatch.setattr(coord.worker, "DeadLetterActivities", FirstCompletionLost)
+    correlation_id = f"c-{uuid.uuid4().hex[:8]}"
+    malformed = {"event": {"type": "A"}, "payload": "not an object"}
+    selection = DlqSelection(correlation_id=correlation_id)
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        for args in ([None], [None], [], [], [malformed], [malformed]):
+            await chain.signal(contract.EVENT_SIGNAL, args=args)
+
+        async def all_parked() -> bool:
+            history = await chain.fetch_history()
+            return (
+                sum(e.HasField("activity_task_completed_event_attributes") for e in history.events)
+                >= 6
+            )
+
+        await eventually(all_parked, timeout=60)
+        await parked(client, task_queue, 6, selection)
+        rows = await api.dlq_entries(client, selection, queue=task_queue)
+        state = await api.chain_state(client, correlation_id)
+        history = await chain.fetch_history()
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert attempts == [2] * 6, "every park was tried again after its lost completion"
+    assert len({row.entry_id for row in rows}) == len(rows) == 6
+    assert state.rejected_count == state.dead_lettered == 6
+    messages = Counter(row.message for row in rows)
+    assert sorted(messages.values()) == [2, 2, 2], messages
+    assert "event: no input given" in messages
 
 
 async def test_concurrent_replays_and_archives_of_one_entry_have_exactly_one_effect(

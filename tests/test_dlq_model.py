@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from coord.models.dlq.letter import DeadLetter
+from coord.models.dlq.letter import DeadLetter, dead_letter_id
 from coord.models.dlq.model import CarriedEntry, DeadLetterEntryModel
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.mesh.config import PythonAgent
@@ -65,6 +65,29 @@ def test_a_parked_entry_waits_for_a_person() -> None:
     details = model.details()
     assert "**Status:** parked · **failure:** target_ended" in details
     assert "**Target:** chain-story-42 · **attempts:** 1" in details
+
+
+def test_each_park_of_an_unreadable_rejection_has_its_own_id_and_a_retry_the_same() -> None:
+    """Two rejections carrying the same thing (here no input at all) are two parks, named by the
+    parking run and activity: two ids; a retry of one park is named the same: one id. Without
+    a park's name the id is what is parked, as before. An event's id names its arrival, so a
+    letter with an event keeps the id its event gives it, whichever park made it."""
+    unread = DeadLetter(
+        raw=None,
+        target_workflow="chain-story-42",
+        failure_type=FailureType.INVALID_ENVELOPE,
+        message="event: no input given",
+        first_failed_at=NOW,
+        last_failed_at=NOW,
+    )
+    first, again = dead_letter_id(unread, "run-1/7"), dead_letter_id(unread, "run-1/7")
+    second = dead_letter_id(unread, "run-1/8")
+    assert first == again and first != second
+    assert dead_letter_id(unread) not in (first, second)
+    assert first.startswith("dlq-") and len(first) == len(dead_letter_id(unread))
+    letter = unread.model_copy(update={"event": parked_event()})
+    assert dead_letter_id(letter, "run-1/7") == dead_letter_id(letter, "run-1/8")
+    assert dead_letter_id(letter, "run-1/7") == dead_letter_id(letter)
 
 
 def test_an_unreadable_letter_is_kept_raw_and_can_only_be_archived() -> None:

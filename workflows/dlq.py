@@ -3,12 +3,13 @@
 One small workflow per entry, so the queue has no ceiling and no hotspot: it grows with the
 cluster, and it is listed and counted through visibility (its status, failure type, event type,
 topic and correlation are search attributes; a listing row is its memo). Its id is derived from
-what it parks, so parking the same failure twice is idempotent. Operators replay it (optionally
-with a fixed payload) or archive it with an update on the entry itself; the updates follow the
-SDK's safe-message-handler pattern (one lock, the entry marked `replaying` before anything is
-awaited, every handler finished before the run ends or continues-as-new), so one entry's replay
-has exactly one effect however many replays and archives race for it. A replayed or archived
-entry's run completes with its record; a parked one stays open.
+what it parks (and, for a rejection with no readable event, from which park it is), so a retried
+park is idempotent while two alike rejections are two entries (`dead_letter_id`). Operators
+replay it (optionally with a fixed payload) or archive it with an update on the entry itself; the
+updates follow the SDK's safe-message-handler pattern (one lock, the entry marked `replaying`
+before anything is awaited, every handler finished before the run ends or continues-as-new), so
+one entry's replay has exactly one effect however many replays and archives race for it. A
+replayed or archived entry's run completes with its record; a parked one stays open.
 
 A thin shell over `coord.models.dlq.model.DeadLetterEntryModel`, which holds the entry's record
 and its rules (what may be replayed, how, and what a replay's outcome does to the entry); this

@@ -46,7 +46,15 @@ class DeadLetterActivities:
 
     @activity.defn(name=refs.PARK_DEAD_LETTER.name)
     async def park(self, letter: DeadLetter) -> str:
-        return await park_dead_letter(self._client, letter, activity.info().task_queue)
+        """One park of the workflow that schedules it: the run and this activity's id name it,
+        the same on every attempt (a retry finds the entry its first attempt started) and
+        different for every other park of that workflow (an unreadable rejection arriving again
+        is its own entry, so each is found and counted; `dead_letter_id`). Taken here rather
+        than carried in the letter, so the workflow's commands and old runs' histories are
+        unchanged."""
+        info = activity.info()
+        parking = f"{info.workflow_run_id}/{info.activity_id}"
+        return await park_dead_letter(self._client, letter, info.task_queue, parking=parking)
 
     @activity.defn(name=refs.REDELIVER.name)
     async def redeliver(self, redelivery: Redelivery) -> None:

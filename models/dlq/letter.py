@@ -53,10 +53,23 @@ class DeadLetter(BaseModel):
     carries one, so nothing parked from outside can make a replay run an agent of its choosing."""
 
 
-def dead_letter_id(letter: DeadLetter) -> str:
-    """Derived from what is parked (target, agent, failure type, and the event's id or the raw
-    JSON), so parking the same failure twice finds the same entry."""
-    subject = letter.event.event.id if letter.event else letter.raw
+def dead_letter_id(letter: DeadLetter, parking: str | None = None) -> str:
+    """Derived from what is parked (target, agent, failure type, and the event's id), so parking
+    the same failure twice finds the same entry: an event's id names its arrival (a publisher's
+    retry reuses it, as the chain's duplicates are told by it), so the same event failing the
+    same way is one entry, whoever parks it and however often.
+
+    A rejection with no readable event (`null`, no input, JSON that does not validate) has no
+    id: what it carried cannot tell a retried park from a second arrival, so a workflow's park
+    of one is also named by which park it is (`parking`: the parking run and the park
+    activity's id, the same on every attempt of that park and different for each other park).
+    Two alike rejections are then two entries, each found and counted, and a retried park still
+    finds the entry its first attempt started. Without `parking` (a letter parked from outside a
+    workflow) the id is what is parked, as it always was."""
+    if letter.event is not None:
+        subject: Any = letter.event.event.id
+    else:
+        subject = letter.raw if parking is None else [letter.raw, parking]
     identity = [letter.target_workflow, letter.target_agent, letter.failure_type, subject]
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
     return contract.dead_letter_workflow_id(digest.hexdigest()[:20])
