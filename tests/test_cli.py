@@ -100,6 +100,10 @@ async def test_saga_start_wait_state_and_cancel(
         assert len(out.splitlines()) == 1
         state = SagaState.model_validate_json(out)
         assert state.status == SagaStatus.COMPENSATED
+        by_workflow_id = await run(COORD, "saga", "state", f"saga-{saga_id}", "--json", env=env)
+        assert by_workflow_id == (ExitCode.OK, out, "")
+        missing = await run(COORD, "saga", "state", "no-such-saga", env=env)
+        assert missing == (ExitCode.NOT_FOUND, "", "error: saga 'no-such-saga' does not exist\n")
         assert [c.compensate for c in state.compensations] == [
             "RollbackProduction",
             "RemoveFromStaging",

@@ -151,7 +151,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         (
             AgentLedger,
             contract.AGENT_LEDGER_WORKFLOW,
-            {None},
+            set(),  # its worker runs no activity to park with
             {contract.LEDGER_QUERY},
             {
                 contract.REPORT_OUTCOME_UPDATE,

@@ -96,7 +96,7 @@ def test_an_unreadable_letter_is_kept_raw_and_can_only_be_archived() -> None:
     assert model.entry.raw == "{not json"
     assert model.entry.failure_type == FailureType.INVALID_DEAD_LETTER
     assert model.replay_refusal() == (
-        "an entry without an event or a target cannot be replayed; archive it"
+        "it holds no event to deliver (what came could not be read as one); archive it"
     )
     assert model.not_parked() is None  # archiving is allowed
     assert "**Event:** (invalid, kept raw)" in model.details()

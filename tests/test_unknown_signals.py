@@ -8,7 +8,9 @@ import asyncio
 import uuid
 from typing import Any
 
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client, WorkflowHandle
+from temporalio.common import RawValue
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.models.dlq.letter import DlqSelection, EntrySummary
@@ -126,4 +128,22 @@ async def test_a_dead_letter_entry_parks_a_signal_as_another_entry(
         failures = await task_failures(entry)
     assert parked_signal.message == "signal 'replay': a dead-letter entry takes no such signal"
     assert parked_signal.raw == [{"payload": {}}]
+    assert failures == []
+
+
+async def test_binary_input_to_no_handler_is_parked_as_its_text(
+    client: Client, task_queue: str
+) -> None:
+    """Binary input (not UTF-8) decodes to bytes, which no record holds as JSON: its text is."""
+    correlation_id = f"bin-{uuid.uuid4().hex[:8]}"
+    binary = RawValue(Payload(metadata={"encoding": b"binary/plain"}, data=b"\x00\xff\xfebin"))
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
+        await handle.signal("evnt", binary)
+        [entry] = await parked(client, task_queue, 1, DlqSelection(correlation_id=correlation_id))
+        letter = await api.dlq_entry(client, entry.entry_id)
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(handle.result(), 30)
+        failures = await task_failures(handle)
+    assert letter.raw == ["\x00\ufffd\ufffdbin"]
     assert failures == []

@@ -91,8 +91,10 @@ class DeadLetterEntryModel:
         """Why it cannot be replayed, or None."""
         if refusal := self.not_parked():
             return refusal
-        if self.entry.event is None or not self.entry.target_workflow:
-            return "an entry without an event or a target cannot be replayed; archive it"
+        if self.entry.event is None:
+            return "it holds no event to deliver (what came could not be read as one); archive it"
+        if not self.entry.target_workflow:
+            return "it names no workflow to deliver its event to; archive it"
         return None
 
     def replay_started(self) -> None:

@@ -644,7 +644,7 @@ VOTE_PATCHES_3 = VOTE_PATCHES_2 | {VOTE_PARKS_UNKNOWN_SIGNALS_PATCH}
 """The patches in force for a run taking VOTE_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
 PARKS_UNKNOWN_SIGNALS_PATCH = "parks-unknown-signals"
-"""Since 2026-11-28, in a dead-letter entry, an agent monitor, an agent ledger and a plan's team
-member: a signal the workflow has no handler for is parked as `invalid_input` with what it
-carried. Asked when one comes: these run no local activity, whose marker a patch asked mid-run
-could precede. Runs recorded before left it unread."""
+"""Since 2026-11-28, in a dead-letter entry and an agent monitor: a signal the workflow has no
+handler for is parked as `invalid_input` with what it carried. Asked when one comes: these run
+no local activity, whose marker a patch asked mid-run could precede. Runs recorded before left
+it unread."""

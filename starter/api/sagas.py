@@ -18,11 +18,11 @@ from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     Conflict,
     NotFound,
-    answered,
     api_call,
-    closed_with_result,
+    current_record,
     described,
     ended_record,
+    named_workflow_id,
     start_run,
 )
 from coord.starter.api.correlation import pattern_rows
@@ -81,24 +81,30 @@ async def saga_record(
     handle: WorkflowHandle[Any, SagaState], client: Client | None = None
 ) -> SagaState:
     """Closed sagas answer from their result, so no worker is needed to read them; a running
-    one its `state` query (`answered`, given the `client`)."""
-    if await closed_with_result(handle):
-        return await saga_outcome(handle)
-    return await answered(client, handle, Saga.state)
+    one its `state` query (`answered`, given the `client`). NotFound without such a saga."""
+    missing = NotFound(f"saga {contract.saga_id_of(handle.id)!r} does not exist")
+    return await current_record(handle, saga_outcome, Saga.state, missing, client)
+
+
+async def named_saga(client: Client, saga: str) -> WorkflowHandle[Any, SagaState]:
+    """The saga a user names by its saga id or its workflow id (`named_workflow_id`)."""
+    workflow_id = await named_workflow_id(client, saga, contract.SAGA_ID_PREFIX)
+    return client.get_workflow_handle_for(Saga.run, workflow_id)
 
 
 @api_call
-async def saga_state(client: Client, saga_id: str) -> SagaState:
-    """The saga's record: steps done, compensations, the events it published; an ended saga's
-    read without a worker."""
-    return await saga_record(saga_handle(client, saga_id), client)
+async def saga_state(client: Client, saga: str) -> SagaState:
+    """The saga's record (`saga`: its saga id or workflow id): steps done, compensations, the
+    events it published; an ended saga's read without a worker."""
+    return await saga_record(await named_saga(client, saga), client)
 
 
 @api_call
 async def cancel_saga(client: Client, saga_id: str) -> None:
     """Refused when the saga has ended: the server would accept the request and nothing would
-    run, so a caller would believe compensations are under way."""
-    handle = saga_handle(client, saga_id)
+    run, so a caller would believe compensations are under way. `saga_id` may be its workflow
+    id too."""
+    handle = await named_saga(client, saga_id)
     description = await described(handle, NotFound(f"saga {saga_id!r} does not exist"))
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "unknown"

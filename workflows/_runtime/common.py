@@ -122,9 +122,11 @@ def unknown_signal(name: str, args: Sequence[RawValue], workflow_kind: str) -> t
     carried = []
     for arg in args[:UNKNOWN_SIGNAL_ARGUMENTS]:
         try:
-            carried.append(preview(decode_json(arg, f"signal {name}")))
+            decoded = decode_json(arg, f"signal {name}")
         except InvalidInput as error:
             carried.append(preview(error.raw))
+        else:  # binary input decodes to bytes, which only its text can record
+            carried.append(preview(decoded if _plain_json(decoded) else _text(arg)))
     return f"signal {name!r}: {workflow_kind} takes no such signal", carried
 
 

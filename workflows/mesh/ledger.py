@@ -55,14 +55,9 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure,
     )
-    from coord.models.wire.versions import (
-        PARKS_UNKNOWN_SIGNALS_PATCH,
-        PERMIT_POOL_PATCH,
-        SMALLEST_POOL_PATCH,
-    )
+    from coord.models.wire.versions import PERMIT_POOL_PATCH, SMALLEST_POOL_PATCH
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input, decode_start
-    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 R = TypeVar("R")
 MIN_TIMER = timedelta(milliseconds=1)
@@ -71,13 +66,7 @@ MAX_HISTORY = 2000
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
-class AgentLedger(
-    ParksUnknownSignals,
-    kind="an agent ledger",
-    patch=PARKS_UNKNOWN_SIGNALS_PATCH,
-    asked=True,
-    metaclass=SurplusStartArguments,
-):
+class AgentLedger(metaclass=SurplusStartArguments):
     """Not sandboxed: it runs for as long as its agent is used, answering updates every few
     seconds; it imports only pure models."""
 
