@@ -43,7 +43,15 @@ def task_queue() -> str:
 
 
 def ui_url() -> str:
-    return os.environ.get("COORD_UI_URL", DEFAULT_UI_URL).rstrip("/")
+    """$COORD_UI_URL, else the UI a dev server serves beside the configured server: on a local
+    address, at its port plus 1000 (the dev server's default, and `coord server`'s: 7233 and
+    8233), else localhost:8233."""
+    if chosen := os.environ.get("COORD_UI_URL"):
+        return chosen.rstrip("/")
+    host, _, port = ConnectionSettings.load().address.rpartition(":")
+    if host in ("localhost", "127.0.0.1") and port.isdigit():
+        return f"http://{host}:{int(port) + 1000}"
+    return DEFAULT_UI_URL
 
 
 class ServerUnreachable(CoordError, RuntimeError):

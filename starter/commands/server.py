@@ -17,12 +17,15 @@ app = typer.Typer()
 @runs_async
 async def server(
     port: int = 7233,
-    ui_port: int = 8233,
+    ui_port: Annotated[
+        int | None, typer.Option(help="The UI's port  [default: the server's port plus 1000]")
+    ] = None,
     db_file: Annotated[Path, typer.Option(help="SQLite file holding the server's state")] = Path(
         ".temporal/coord.db"
     ),
 ) -> None:
     """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C."""
+    ui_port = ui_port or port + 1000
     async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
         typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
         await asyncio.Event().wait()
