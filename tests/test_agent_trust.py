@@ -135,7 +135,7 @@ async def test_a_planted_dead_letter_with_a_shell_agent_does_not_run_on_replay(
                 DEAD_LETTER_WORKFLOW, letter, id=f"dlq-{suffix}-{task_queue}", task_queue=task_queue
             )
         await parked(client, task_queue, 2)
-        with pytest.raises(api.Undeliverable, match="holds no event to deliver .*; archive it"):
+        with pytest.raises(api.Undeliverable, match=r"holds no event to deliver .*; archive it"):
             await api.dlq_replay(client, f"dlq-declared-{task_queue}")
         replayed = await api.dlq_replay(client, f"dlq-named-{task_queue}")
     assert replayed.status == "parked"

@@ -96,7 +96,7 @@ async def test_invalid_envelope_is_parked_raw_and_archived_with_a_note(
         entry = await api.dlq_entry(client, row.entry_id)
         assert entry.failure_type == "invalid_envelope" and entry.raw == raw
         assert "event.source: Field required" in entry.message
-        with pytest.raises(api.Undeliverable, match="holds no event to deliver .*; archive it"):
+        with pytest.raises(api.Undeliverable, match=r"holds no event to deliver .*; archive it"):
             await api.dlq_replay(client, row.entry_id)
         chosen = await api.dlq_selected(
             client, DlqSelection(failure_type="invalid_envelope"), queue=task_queue
@@ -430,7 +430,7 @@ async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_ru
         )
         named = await park_dead_letter(client, hostile, task_queue)
         await parked(client, task_queue, 2)
-        with pytest.raises(api.Undeliverable, match="holds no event to deliver .*; archive it"):
+        with pytest.raises(api.Undeliverable, match=r"holds no event to deliver .*; archive it"):
             await api.dlq_replay(client, raw.id)
         unknown = await api.dlq_replay(client, named)
         smuggled_entry = await api.dlq_entry(client, raw.id)
