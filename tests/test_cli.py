@@ -488,14 +488,16 @@ def free_port() -> int:
         return port
 
 
-async def test_server_refuses_a_busy_ui_port_in_one_line() -> None:
+@pytest.mark.parametrize("command", ["server", "demo", "dev"])
+async def test_a_busy_ui_port_is_refused_in_one_line_naming_the_options(command: str) -> None:
+    """`coord demo` and `dev` start their embedded server on --port and --ui-port too."""
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         ui_port = busy.getsockname()[1]
-        code, _, err = await run(
-            COORD, "server", "--port", str(free_port()), "--ui-port", str(ui_port)
-        )
+        env = {"TEMPORAL_ADDRESS": ""}  # none configured: the server is local, at --port
+        ports = ("--port", str(free_port()), "--ui-port", str(ui_port))
+        code, _, err = await run(COORD, command, *ports, env=env)
     assert code == ExitCode.SERVER_NOT_STARTED
     assert err == (
         f"error: port {ui_port} is already in use; is a Temporal server already running? "

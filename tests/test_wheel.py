@@ -45,6 +45,13 @@ def shipped_modules() -> list[str]:
     return modules
 
 
+def example_files() -> list[str]:
+    """The checkout's examples, each a path inside `examples/`."""
+    examples = ROOT / "examples"
+    files = (p for p in examples.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return sorted(p.relative_to(examples).as_posix() for p in files)
+
+
 def make_user_project(directory: Path) -> None:
     for package in USER_PACKAGES:
         (directory / package).mkdir()
@@ -133,7 +140,8 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
         "  'typed': (root / 'py.typed').exists(),\n"
         "  'schemas': sorted(p.name for p in (root / 'schemas').glob('*.json')),\n"
         "  'plugin': [e.value for e in entry_points(group='pytest11') if e.name == 'coord'],\n"
-        "  'examples': sorted(p.name for p in EXAMPLES.glob('*.yaml'))}))\n"
+        "  'examples': sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob('*')\n"
+        "    if p.is_file() and '__pycache__' not in p.parts)}))\n"
     )
     imported = json.loads(
         run([str(bin_dir / "python"), "-c", script, *shipped_modules()], outside, env)
@@ -141,7 +149,7 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
     assert imported["typed"]
     assert imported["users"] == ["user models", "user workflows"]
     assert all(str(venv) in file for file in imported["files"].values())
-    assert "feature-deployment.yaml" in imported["examples"]
+    assert imported["examples"] == example_files()  # what the docs' commands read
     assert imported["plugin"] == ["coord.testing.plugin"]
     kinds = ["agents", "aggregator", "chain", "plan", "saga", "vote"]
     assert imported["schemas"] == [f"{kind}.json" for kind in kinds]

@@ -141,6 +141,16 @@ DemoAgents = Annotated[
     bool,
     typer.Option("--demo-agents", help="Include the demo agents (also $COORD_DEMO_AGENTS=1)"),
 ]
+ServerPort = Annotated[
+    int | None,
+    typer.Option(
+        "--port", help="The local Temporal's port, started there when none runs  [default: 7233]"
+    ),
+]
+UiPort = Annotated[
+    int | None,
+    typer.Option("--ui-port", help="An embedded server's UI port  [default: --port plus 1000]"),
+]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from temporalio.runtime import Runtime
 
 from coord.infra.devserver import local_temporal
 from coord.infra.metrics import DEFAULT_BIND, MetricsEndpoint
-from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
+from coord.starter.commands.common import AgentsFile, DemoAgents, ServerPort, UiPort, runs_async
 
 app = typer.Typer()
 
@@ -61,16 +61,20 @@ async def worker(
 
 @app.command()
 @runs_async
-async def dev(demo_agents: DemoAgents = False) -> None:
-    """Run server and worker together for local work."""
+async def dev(
+    demo_agents: DemoAgents = False, port: ServerPort = None, ui_port: UiPort = None
+) -> None:
+    """Run server and worker together for local work: on the configured server
+    (TEMPORAL_ADDRESS), unless --port names a local one; without either, on localhost:7233. A
+    local server that is not running is started there, embedded."""
     from coord.worker import build_worker, default_registry, start_agent_monitor, worker_runtime
 
     Runtime.set_default(worker_runtime(), error_if_already_set=False)
     registry = default_registry(demo_agents=demo_agents)
     async with (
-        local_temporal() as (client, where),
-        build_worker(client, registry=registry) as worker,
+        local_temporal(port, ui_port) as temporal,
+        build_worker(temporal.client, registry=registry) as worker,
     ):
-        await start_agent_monitor(client, worker.task_queue)
-        typer.echo(f"worker running against {where}; Ctrl-C to stop")
+        await start_agent_monitor(temporal.client, worker.task_queue)
+        typer.echo(f"worker running against {temporal.where}; Ctrl-C to stop")
         await asyncio.Event().wait()
