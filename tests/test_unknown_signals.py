@@ -72,12 +72,14 @@ async def signalled_before_its_first_task(
     handle: WorkflowHandle[Any, Any], client: Client, task_queue: str, kind: str
 ) -> None:
     """`handle`'s run, signalled `evnt` before any worker took its first task, then served:
-    its result comes, the signal parked, no workflow task failed."""
+    its result comes, the signal parked (listed by the run's correlation), no workflow task
+    failed."""
     await handle.signal("evnt", {"event": {"type": "A"}})
     async with build_worker(client, task_queue):
-        await asyncio.wait_for(handle.result(), 60)
+        state = await asyncio.wait_for(handle.result(), 60)
         entry = await parked_for(client, task_queue, handle.id)
         letter = await api.dlq_entry(client, entry.entry_id)
+    assert entry.correlation_id == state.correlation_id != ""
     assert letter.failure_type == "invalid_input"
     assert letter.message == f"signal 'evnt': {kind} takes no such signal"
     assert letter.raw == [{"event": {"type": "A"}}]
@@ -101,6 +103,7 @@ async def test_a_vote_parks_a_signal_it_has_no_handler_for(client: Client, task_
         message = (await api.dlq_entry(client, entry.entry_id)).message
     assert state.status == VoteStatus.DECIDED
     assert message == "signal 'evnt': a vote takes no such signal"
+    assert entry.correlation_id == state.correlation_id != ""
     assert await task_failures(handle) == []
 
 
@@ -113,6 +116,7 @@ async def test_a_plan_parks_a_signal_it_has_no_handler_for(client: Client, task_
         message = (await api.dlq_entry(client, entry.entry_id)).message
     assert state.status == "completed"
     assert message == "signal 'evnt': a plan takes no such signal"
+    assert entry.correlation_id == state.correlation_id != ""
     assert await task_failures(handle) == []
 
 

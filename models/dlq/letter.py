@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.config import AgentConfig
 from coord.models.wire import contract
-from coord.models.wire.specs import JsonObject
+from coord.models.wire.specs import MAX_NAME, JsonObject
 
 EntryStatus = Literal["parked", "replaying", "replayed", "archived"]
 ENTRY_STATUSES: tuple[EntryStatus, ...] = get_args(EntryStatus)
@@ -46,6 +46,10 @@ class DeadLetter(BaseModel):
     causation_depth: int | None = Field(default=None, ge=0)
     """The parked event's causation depth in its chain, when the parker knows it; the
     `EventDeadLettered` notice carries it so the chain can bound notice chains."""
+    correlation_id: str | None = Field(default=None, max_length=MAX_NAME)
+    """The correlation of the workflow that parked a letter without an event (a saga's, a
+    plan's, a vote's: what their ids do not say), so that the entry is listed by it; an event
+    carries its own."""
     replay: Literal["signal", "rerun", "run_agent"] = "signal"
     """How a replay reaches the target: the event as a signal, a chain's `rerun` of the agent, or
     the agent run again directly (a saga's compensation). A `run_agent` replay takes the agent's
@@ -104,7 +108,7 @@ class DlqEntry(DeadLetter):
             correlation_id=(
                 event.event.correlation_id
                 if event
-                else contract.correlation_of_target(self.target_workflow)
+                else self.correlation_id or contract.correlation_of_target(self.target_workflow)
             ),
             target_workflow=self.target_workflow,
             target_agent=self.target_agent,

@@ -180,8 +180,10 @@ async def park(
     idempotency_key: str | None = None,
     inputs: dict[str, Any] | None = None,
     causation_depth: int | None = None,
+    correlation_id: str | None = None,
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
+    `correlation_id`: the workflow's, for a letter without an event (`DeadLetter`).
 
     Runs recorded before the queue existed replay without it (the `dead-letter-queue` patch)."""
     if not patched(DEAD_LETTER_PATCH):
@@ -201,6 +203,7 @@ async def park(
         idempotency_key=idempotency_key,
         inputs=inputs or {},
         causation_depth=causation_depth,
+        correlation_id=correlation_id,
     )
     await calls.execute(
         refs.PARK_DEAD_LETTER,

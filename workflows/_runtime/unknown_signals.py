@@ -57,7 +57,16 @@ class ParksUnknownSignals:
             return
         reason, carried = unknown_signal(name, args, self.WORKFLOW_KIND)
         workflow.logger.warning("signal parked: %s", reason)
-        await park(FailureType.INVALID_INPUT, reason, raw=carried)
+        await park(
+            FailureType.INVALID_INPUT, reason, raw=carried, correlation_id=self._correlation()
+        )
+
+    def _correlation(self) -> str | None:
+        """The run's correlation when its record names one (a saga's, a plan's or a vote's
+        `state`), which its entry is then listed by; None for the others."""
+        state = getattr(getattr(self, "_model", None), "state", None)
+        correlation: str | None = getattr(state, "correlation_id", None) or None
+        return correlation
 
     async def parkings_landed(self) -> None:
         """Waits, shielded from a cancel, until no parking is under way (at once when none is,
