@@ -56,7 +56,8 @@ def agent_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
             if refusal := registry.settings.inline_refusal(agent, spec.agents[agent]):
                 yield f"agents.{agent}: {refusal}"
         elif agent not in registry:
-            yield f"{place}: {registry.unknown(agent)}"
+            inline = f"; declared inline: {', '.join(sorted(spec.agents))}" if spec.agents else ""
+            yield f"{place}: {registry.unknown(agent)}{inline}"
 
 
 def _route_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:

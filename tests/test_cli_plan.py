@@ -231,7 +231,7 @@ async def test_add_tasks_refuses_an_agent_neither_known_here_nor_declared_by_the
     code, out, err = refused
     assert (code, out) == (ExitCode.REFUSED, "")
     assert err.startswith(f"error: {unknown}: tasks[0].agent: unknown agent 'nobody'; known ")
-    assert err.count("\n") == 1
+    assert err.endswith("; declared inline: helper\n") and err.count("\n") == 1
     assert taken == (0, f"added helped, checked to plan {plan_id} (7 tasks)\n", "")
 
 
