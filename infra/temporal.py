@@ -18,8 +18,17 @@ from coord.infra.tracing import client_interceptors
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 from coord.models.wire.errors import CoordError
 
-DEFAULT_ADDRESS = "localhost:7233"
-DEFAULT_UI_URL = "http://localhost:8233"
+DEFAULT_PORT = 7233
+DEFAULT_ADDRESS = f"localhost:{DEFAULT_PORT}"
+
+
+def dev_ui_port(port: int) -> int:
+    """Where a dev server on `port` serves its UI by default (the Temporal CLI's rule, which
+    `coord server`, `demo` and `dev` follow): 7233 and 8233."""
+    return port + 1000
+
+
+DEFAULT_UI_URL = f"http://localhost:{dev_ui_port(DEFAULT_PORT)}"
 IDENTITY_ENV = "COORD_IDENTITY"
 """Who the `coord` CLI is to the server (its client identity): recorded with what it sends, and
 the author of a plan approval it sends."""
@@ -50,7 +59,7 @@ def ui_url() -> str:
         return chosen.rstrip("/")
     host, _, port = ConnectionSettings.load().address.rpartition(":")
     if host in ("localhost", "127.0.0.1") and port.isdigit():
-        return f"http://{host}:{int(port) + 1000}"
+        return f"http://{host}:{dev_ui_port(int(port))}"
     return DEFAULT_UI_URL
 
 

@@ -14,7 +14,7 @@ import typer
 from temporalio.client import Client
 
 from coord.infra.devserver import local_temporal
-from coord.infra.temporal import workflow_link
+from coord.infra.temporal import ui_url, workflow_link
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
@@ -103,13 +103,13 @@ async def run_plans(client: Client, stamp: str) -> None:
 async def run_demo(
     *, keep_serving: bool, port: int | None = None, ui_port: int | None = None
 ) -> None:
-    """The demo against `local_temporal(port, ui_port)`; its links point at the UI it serves
+    """The demo against `local_temporal(port, ui_port)`; its links point at that server's UI
     (unless $COORD_UI_URL says otherwise)."""
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     async with local_temporal(port, ui_port) as temporal:
         client = temporal.client
-        if temporal.serves_ui is not None:
-            os.environ.setdefault("COORD_UI_URL", temporal.serves_ui)
+        if temporal.ui is not None:
+            os.environ.setdefault("COORD_UI_URL", temporal.ui)
         typer.echo(f"Temporal: {temporal.where}")
         async with build_worker(client, registry=default_registry(demo_agents=True)):
             await run_sagas(client, stamp)
@@ -119,6 +119,5 @@ async def run_demo(
             runs = f"{workflow_link('').rstrip('/')}?query={query}"
             typer.echo(f"\nAll coordination runs: {runs}")
             if keep_serving:
-                serving = temporal.serves_ui or "its server"
-                typer.echo(f"Serving the Temporal UI at {serving}; Ctrl-C to stop.")
+                typer.echo(f"Serving the Temporal UI at {ui_url()}; Ctrl-C to stop.")
                 await asyncio.Event().wait()

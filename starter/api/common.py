@@ -191,9 +191,10 @@ async def described(
 
 
 async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> Any:
-    """What the workflow's current run was started with, decoded, unvalidated."""
-    history = await handle.fetch_history()
-    started = history.events[0].workflow_execution_started_event_attributes
+    """What the workflow's current run was started with, decoded, unvalidated: from its first
+    event, so only the history's first page is read (a long plan's whole history is not)."""
+    first = await anext(aiter(handle.fetch_history_events()))
+    started = first.workflow_execution_started_event_attributes
     [raw] = await client.data_converter.decode(started.input.payloads[:1])
     return raw
 

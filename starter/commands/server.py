@@ -8,6 +8,7 @@ import typer
 
 from coord.infra.devserver import embedded_server
 from coord.infra.search_attributes import register_search_attributes
+from coord.infra.temporal import DEFAULT_PORT, dev_ui_port
 from coord.starter.commands.common import connect, runs_async
 
 app = typer.Typer()
@@ -16,7 +17,7 @@ app = typer.Typer()
 @app.command()
 @runs_async
 async def server(
-    port: int = 7233,
+    port: int = DEFAULT_PORT,
     ui_port: Annotated[
         int | None, typer.Option(help="The UI's port  [default: the server's port plus 1000]")
     ] = None,
@@ -25,7 +26,7 @@ async def server(
     ),
 ) -> None:
     """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C."""
-    ui_port = ui_port or port + 1000
+    ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
         typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
         await asyncio.Event().wait()
