@@ -14,6 +14,7 @@ from temporalio.common import RawValue
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.models.dlq.letter import DlqSelection, EntrySummary
+from coord.models.mesh.agents import AgentRegistry
 from coord.models.vote.spec import VoteStatus
 from coord.starter import api
 from coord.worker import build_worker
@@ -69,13 +70,17 @@ async def parked_for(client: Client, task_queue: str, target: str, among: int = 
 
 
 async def signalled_before_its_first_task(
-    handle: WorkflowHandle[Any, Any], client: Client, task_queue: str, kind: str
-) -> None:
-    """`handle`'s run, signalled `evnt` before any worker took its first task, then served:
-    its result comes, the signal parked (listed by the run's correlation), no workflow task
-    failed."""
+    handle: WorkflowHandle[Any, Any],
+    client: Client,
+    task_queue: str,
+    kind: str,
+    registry: AgentRegistry | None = None,
+) -> Any:
+    """`handle`'s run, signalled `evnt` before any worker took its first task, then served
+    (its agents: `registry`'s, else the default): its result comes and is returned, the signal
+    parked (listed by the run's correlation), no workflow task failed."""
     await handle.signal("evnt", {"event": {"type": "A"}})
-    async with build_worker(client, task_queue):
+    async with build_worker(client, task_queue, registry):
         state = await asyncio.wait_for(handle.result(), 60)
         entry = await parked_for(client, task_queue, handle.id)
         letter = await api.dlq_entry(client, entry.entry_id)
@@ -84,6 +89,7 @@ async def signalled_before_its_first_task(
     assert letter.message == f"signal 'evnt': {kind} takes no such signal"
     assert letter.raw == [{"event": {"type": "A"}}]
     assert await task_failures(handle) == []
+    return state
 
 
 async def test_a_saga_ending_in_its_first_task_parks_the_signal_first(
@@ -94,30 +100,17 @@ async def test_a_saga_ending_in_its_first_task_parks_the_signal_first(
 
 
 async def test_a_vote_parks_a_signal_it_has_no_handler_for(client: Client, task_queue: str) -> None:
-    spec = vote(["alice"])
-    handle = await api.start_vote(client, spec, queue=task_queue)
-    await handle.signal("evnt", {"event": {"type": "A"}})
-    async with build_worker(client, task_queue, Voters({"alice": YES}).registry()):
-        state = await asyncio.wait_for(api.vote_outcome(handle), 60)
-        entry = await parked_for(client, task_queue, handle.id)
-        message = (await api.dlq_entry(client, entry.entry_id)).message
+    handle = await api.start_vote(client, vote(["alice"]), queue=task_queue)
+    voters = Voters({"alice": YES}).registry()
+    state = await signalled_before_its_first_task(handle, client, task_queue, "a vote", voters)
     assert state.status == VoteStatus.DECIDED
-    assert message == "signal 'evnt': a vote takes no such signal"
-    assert entry.correlation_id == state.correlation_id != ""
-    assert await task_failures(handle) == []
 
 
 async def test_a_plan_parks_a_signal_it_has_no_handler_for(client: Client, task_queue: str) -> None:
     handle = await start_plan(client, task_queue, plan({"id": "t1"}))
-    await handle.signal("evnt", {"event": {"type": "A"}})
-    async with build_worker(client, task_queue, PlanAgents().registry()):
-        state = await asyncio.wait_for(handle.result(), 60)
-        entry = await parked_for(client, task_queue, handle.id)
-        message = (await api.dlq_entry(client, entry.entry_id)).message
+    agents = PlanAgents().registry()
+    state = await signalled_before_its_first_task(handle, client, task_queue, "a plan", agents)
     assert state.status == "completed"
-    assert message == "signal 'evnt': a plan takes no such signal"
-    assert entry.correlation_id == state.correlation_id != ""
-    assert await task_failures(handle) == []
 
 
 async def test_a_dead_letter_entry_parks_a_signal_as_another_entry(
