@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.extras import PROJECT
 from coord.infra.payload_store import data_converter
-from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, dev_ui_port
+from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, ServerUnreachable, dev_ui_port
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
 
@@ -176,6 +176,24 @@ async def _listening(address: str) -> bool:
     return True
 
 
+ANSWER_TIMEOUT = 5.0
+"""Seconds a server listening at the port has to answer as Temporal: a local one answers at
+once, while a program that takes the connection and never replies would hold the client's
+connect for its own 30 s."""
+
+
+async def _temporal_at(settings: ConnectionSettings, port: int) -> Client:
+    """A client of the server listening at `port`; PortInUse when what listens there is not a
+    Temporal server (no answer, or not one the client reads)."""
+    try:
+        return await asyncio.wait_for(settings.connect(), timeout=ANSWER_TIMEOUT)
+    except (ServerUnreachable, TimeoutError):
+        raise PortInUse(
+            f"port {port} is in use, but not by a Temporal server that answers "
+            "(--port chooses another)"
+        ) from None
+
+
 @dataclass(frozen=True)
 class LocalTemporal:
     """What local work runs against: its client, a line saying what that is, and its UI's
@@ -203,7 +221,8 @@ async def local_temporal(
     address = f"localhost:{port}"
     if await _listening(f"127.0.0.1:{port}"):
         here = ConnectionSettings({**settings.config, "target_host": address})
-        yield LocalTemporal(await here.connect(), address, f"http://localhost:{dev_ui_port(port)}")
+        client = await _temporal_at(here, port)
+        yield LocalTemporal(client, address, f"http://localhost:{dev_ui_port(port)}")
         return
     ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port) as env:

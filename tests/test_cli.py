@@ -505,6 +505,23 @@ async def test_a_busy_ui_port_is_refused_in_one_line_naming_the_options(command:
     )
 
 
+@pytest.mark.parametrize("command", ["demo", "dev"])
+async def test_a_port_held_by_something_else_is_refused_within_seconds(command: str) -> None:
+    """`coord demo` and `dev` join a Temporal server listening at --port; a program there that
+    takes the connection and never answers held them 30 s, then said no server was running; it
+    now has seconds to answer (`ANSWER_TIMEOUT`)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        code, _, err = await run(COORD, command, "--port", str(port), env={"TEMPORAL_ADDRESS": ""})
+    assert code == ExitCode.SERVER_NOT_STARTED
+    assert err == (
+        f"error: port {port} is in use, but not by a Temporal server that answers "
+        "(--port chooses another)\n"
+    )
+
+
 async def test_bad_option_value_is_one_line_naming_the_field(
     dev_env: WorkflowEnvironment, task_queue: str
 ) -> None:
