@@ -18,6 +18,7 @@ from coord.activities.events.dead_letters import DeadLetterActivities
 from coord.activities.events.log import LogWriter
 from coord.activities.events.lookback import ChainLookahead, ChainLookback
 from coord.activities.kinds import serve
+from coord.activities.mesh.apart import PayloadsJoined
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.local_shares import LOCAL_ACTIVITY_SLOTS, LocalShares
 from coord.activities.mesh.monitor import AgentMonitorActivities
@@ -202,13 +203,20 @@ class WorkerProcess:
     ) -> Worker:
         """A worker of this process on `queue`, with its heartbeat throttle and interceptors
         (`options`: the Worker's others). The report keeper comes first (outermost), so that it
-        sees the heartbeat details as they are sent, with the run's tally the carrier adds."""
+        sees the heartbeat details as they are sent, with the run's tally the carrier adds; the
+        joining of payloads sent apart comes next, before anything reads a run's request."""
         return Worker(
             self.client,
             task_queue=queue,
             activities=activities,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-            interceptors=[self.keeper, RunContext(), TallyCarrier(), SurplusArguments()],
+            interceptors=[
+                self.keeper,
+                PayloadsJoined(),
+                RunContext(),
+                TallyCarrier(),
+                SurplusArguments(),
+            ],
             **options,
         )
 

@@ -1,5 +1,7 @@
 """Calling an activity by its typed reference (coord.models.calls): the name and result type come
-from the reference, the options (timeouts, retries, summary) from the caller."""
+from the reference, the options (timeouts, retries, summary) from the caller. A run's large event
+payloads go as arguments of their own (coord.models.mesh.apart), which the payload store keeps
+once however many runs share them."""
 
 from typing import Any, TypeVar, cast
 
@@ -7,6 +9,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from coord.models.calls import ActivityRef
+    from coord.models.mesh.apart import sent_apart
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -26,7 +29,9 @@ async def execute_local(ref: ActivityRef[ArgT, ResultT], argument: ArgT, **optio
 def start(
     ref: ActivityRef[ArgT, ResultT], argument: ArgT, *, local: bool = False, **options: Any
 ) -> workflow.ActivityHandle[ResultT]:
-    """Start the activity (`local`: as a local activity); its handle resolves to the result."""
+    """Start the activity (`local`: as a local activity); its handle resolves to the result. An
+    argument carrying large event payloads sends them apart (`sent_apart`): only what the
+    activity is sent changes, not the command, which a replay matches by its type and id."""
     begin = workflow.start_local_activity if local else workflow.start_activity
-    handle = begin(ref.name, argument, result_type=ref.result, **options)
+    handle = begin(ref.name, args=sent_apart(argument), result_type=ref.result, **options)
     return cast(workflow.ActivityHandle[ResultT], handle)
