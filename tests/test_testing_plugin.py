@@ -9,12 +9,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from coord import testing
 from coord.models.aggregator.spec import AggregatorStatus
 from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.spec import PlanStatus
-from coord.models.saga.spec import SagaState, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.testing import (
     Coordination,
     assert_caused,
@@ -24,6 +25,7 @@ from coord.testing import (
     causation_path,
     plugin,
 )
+from coord.testing.harness import fresh, spec_of
 from tests.helpers import PHASE1
 
 WITH_WORKER = pytest.mark.usefixtures("coord_worker")
@@ -120,6 +122,20 @@ def test_the_saga_assertion_shows_the_record() -> None:
     state = SagaState(saga_id="s", status=SagaStatus.COMPENSATED, failure_reason="boom")
     with pytest.raises(AssertionError, match=r"saga s: compensated, steps .*, failure: boom"):
         assert_saga(state, SagaStatus.COMPLETED)
+
+
+def test_a_spec_file_gives_each_run_its_own_id_and_correlation(tmp_path: Path) -> None:
+    """Its correlation, taken from its id, follows the new one: two runs of one file never
+    share a chain or a timeline. A correlation the file names apart from its id stays."""
+    step = {"name": "a", "agent": "BuildArtifact"}
+    derived, named = tmp_path / "derived.yaml", tmp_path / "named.yaml"
+    derived.write_text(yaml.safe_dump({"saga_id": "order", "steps": [step]}))
+    named.write_text(yaml.safe_dump({"saga_id": "order", "correlation_id": "story", "steps": [step]}))
+    runs = [fresh(spec_of(SagaSpec, derived, {}), derived, "saga_id", {}) for _ in range(2)]
+    assert runs[0].saga_id != runs[1].saga_id
+    assert [run.correlation_id for run in runs] == [run.saga_id for run in runs]
+    kept = fresh(spec_of(SagaSpec, named, {}), named, "saga_id", {})
+    assert kept.saga_id != "order" and kept.correlation_id == "story"
 
 
 USER_TEST = """

@@ -91,10 +91,16 @@ def spec_of(model: type[M], source: SpecSource, overrides: Mapping[str, Any]) ->
 
 def fresh(model: M, source: SpecSource, id_field: str, overrides: Mapping[str, Any]) -> M:
     """A spec read from a file gets a unique id (`unique`), so the file serves many tests on one
-    server; a model or mapping keeps the id it was given, as does one `overrides` sets."""
+    server; a model or mapping keeps the id it was given, as does one `overrides` sets. A
+    correlation the spec took from its id (none named, or the id named again) follows the new
+    id, so the runs of one file never share a chain or a timeline."""
     if not isinstance(source, Path | str) or id_field in overrides:
         return model
-    return model.model_copy(update={id_field: unique(getattr(model, id_field))})
+    old_id = getattr(model, id_field)
+    update = {id_field: unique(old_id)}
+    if getattr(model, "correlation_id", None) == old_id and "correlation_id" not in overrides:
+        update["correlation_id"] = update[id_field]
+    return model.model_copy(update=update)
 
 
 def unique(name: str) -> str:
