@@ -49,6 +49,7 @@ from temporalio.converter import (
 )
 
 from coord.infra.extras import MissingExtra
+from coord.infra.failures import TypedFailures
 from coord.infra.logs import get_logger
 from coord.infra.s3_store import put_owner_mark, s3_driver
 from coord.infra.type_adapters import SharedAdapterPayloadConverter
@@ -249,7 +250,8 @@ class StoredPayloads:
 
 
 def data_converter(settings: PayloadStoreSettings | None = None) -> DataConverter:
-    """The project's converter: pydantic values, large ones by reference to the payload store."""
+    """The project's converter: pydantic values, large ones by reference to the payload store;
+    its typed failures without a stack trace (`TypedFailures`)."""
     settings = settings or PayloadStoreSettings.load()
     storage = ExternalStorage(
         drivers=[settings.driver()], payload_size_threshold=settings.threshold
@@ -257,6 +259,7 @@ def data_converter(settings: PayloadStoreSettings | None = None) -> DataConverte
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=SharedAdapterPayloadConverter,
+        failure_converter_class=TypedFailures,
         external_storage=storage,
     )
 

@@ -33,7 +33,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.devserver import installed_binary
+from coord.models.wire import versions
 from coord.worker import build_worker
+from coord.workflows import saga
 from docs import generate
 from tests.conftest import ROOT
 from tests.workers import COORD, WorkerProcess
@@ -327,6 +329,14 @@ def tree_packages() -> dict[str, set[str]]:
             name = f"{package.relative_to(ROOT)}/"
             packages[name] = {p.name for p in package.glob("*.py") if p.name != "__init__.py"}
     return packages
+
+
+def test_the_sagas_version_in_the_manual_is_the_codes() -> None:
+    """docs/sagas.md names the saga runtime version starters write, and the bundle a run
+    without it asks: both move with every new version."""
+    text = (ROOT / "docs" / "sagas.md").read_text()
+    assert f"the saga runtime version (`{versions.SAGA_VERSION}`)" in text
+    assert f"(`{saga.SAGA_PATCH_BUNDLES[0][0]}`)" in text
 
 
 def test_layout_table_matches_the_tree() -> None:

@@ -10,18 +10,22 @@ from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RawValue
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.devserver import installed_binary
+from coord.infra.failures import TypedFailures
 from coord.models.aggregator.spec import AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.dlq.letter import DlqEntry
 from coord.models.events.filters import VIEW_LIST_ITEMS, compile_filter, evaluate
 from coord.models.mesh.retry import RetryConfig
 from coord.models.saga.spec import SagaSpec
+from coord.models.wire.contract import FailureType, failure
 from coord.models.wire.specs import MAX_JSON_DEPTH, SpecError, parse_model
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows._runtime.arguments import SurplusStartArguments
@@ -101,6 +105,26 @@ async def start(
 
 
 @pytest.mark.parametrize(
+    ("error", "traced"),
+    [
+        (failure(FailureType.INVALID_SPEC, "saga spec: steps: empty"), False),
+        (ApplicationError("refused", type="AgentsOwnType"), True),
+        (ValueError("a bug"), True),
+    ],
+    ids=["product-type", "agents-own-type", "bug"],
+)
+def test_only_the_products_typed_failures_leave_their_stack_trace_out(
+    error: Exception, traced: bool
+) -> None:
+    converted = Failure()
+    try:
+        raise error
+    except Exception as raised:
+        TypedFailures().to_failure(raised, DataConverter.default.payload_converter, converted)
+    assert bool(converted.stack_trace) == traced
+
+
+@pytest.mark.parametrize(
     ("workflow", "text", "failure_type", "message"),
     [
         (
@@ -171,6 +195,7 @@ async def test_malformed_inputs_end_as_typed_failures_naming_the_field(
     assert failure.type == failure_type
     assert message in failure.message
     assert "\n" not in failure.message
+    assert failure.failure is not None and failure.failure.stack_trace == ""  # `TypedFailures`
 
 
 async def test_a_start_without_input_fails_typed(client: Client, task_queue: str) -> None:

@@ -130,7 +130,9 @@ def test_a_spec_file_gives_each_run_its_own_id_and_correlation(tmp_path: Path) -
     step = {"name": "a", "agent": "BuildArtifact"}
     derived, named = tmp_path / "derived.yaml", tmp_path / "named.yaml"
     derived.write_text(yaml.safe_dump({"saga_id": "order", "steps": [step]}))
-    named.write_text(yaml.safe_dump({"saga_id": "order", "correlation_id": "story", "steps": [step]}))
+    named.write_text(
+        yaml.safe_dump({"saga_id": "order", "correlation_id": "story", "steps": [step]})
+    )
     runs = [fresh(spec_of(SagaSpec, derived, {}), derived, "saga_id", {}) for _ in range(2)]
     assert runs[0].saga_id != runs[1].saga_id
     assert [run.correlation_id for run in runs] == [run.saga_id for run in runs]
