@@ -8,18 +8,26 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payload
-from temporalio.client import Client, WorkflowHandle
-from temporalio.common import RawValue
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
 from coord.infra.dead_letters import park_dead_letter
 from coord.models.dlq.letter import DlqSelection, EntrySummary
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.vote.spec import VoteStatus
+from coord.models.wire.contract import (
+    COORD_PATTERN,
+    COORD_STATUS,
+    MEMBER_SENT_SIGNAL,
+    PLAN_WORKFLOW,
+    VOTE_WORKFLOW,
+)
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import letter, parked, phase1, routing_spec, task_failures
+from tests.helpers import eventually, letter, parked, phase1, routing_spec, task_failures
 from tests.test_plan import PlanAgents, plan
 from tests.test_plan import start as start_plan
 from tests.test_vote import YES, Voters, vote
@@ -144,3 +152,58 @@ async def test_binary_input_to_no_handler_is_parked_as_its_text(
         failures = await task_failures(handle)
     assert letter.raw == ["\x00\ufffd\ufffdbin"]
     assert failures == []
+
+
+MALFORMED_MEMBER_SENT = "member_sent: Input should be a valid dictionary or instance of MemberSent"
+
+
+async def test_a_plan_parks_the_member_messages_it_refuses(client: Client, task_queue: str) -> None:
+    """`member_sent` is how a long-lived member's workflow posts; one that does not decode, or
+    names no member of the plan, was logged and dropped."""
+    agents = PlanAgents()
+    handle = await start_plan(client, task_queue, plan({"id": "t1", "agent": "hold"}))
+    from_no_member = {"member": "x", "seq": 1, "messages": [{"to": "y", "message": "z"}]}
+
+    async def holding() -> bool:
+        return "t1" in agents.holding
+
+    async with build_worker(client, task_queue, agents.registry()):
+        await eventually(holding)
+        await handle.signal(MEMBER_SENT_SIGNAL, "garbage")
+        await handle.signal(MEMBER_SENT_SIGNAL, from_no_member)
+        entries = await parked(client, task_queue, 2)
+        agents.released.set()
+        state = await asyncio.wait_for(handle.result(), 60)
+        letters = [await api.dlq_entry(client, entry.entry_id) for entry in entries]
+    assert state.status == "completed" and state.messages.refused == []
+    assert sorted((letter.message, letter.raw) for letter in letters) == [
+        ("member_sent: 'x' is no long-lived member of this plan", from_no_member),
+        (MALFORMED_MEMBER_SENT, "garbage"),
+    ]
+    assert {entry.correlation_id for entry in entries} == {state.correlation_id}
+    assert await task_failures(handle) == []
+
+
+async def test_a_refused_spec_is_found_as_failed_by_its_pattern(
+    client: Client, task_queue: str
+) -> None:
+    """A plan or vote started as plain JSON carries no search attribute, and one a starter
+    began carries `running` (or `voting`): refused, each is found failed by its pattern."""
+    started = TypedSearchAttributes([SearchAttributePair(COORD_STATUS, "running")])
+    runs = {
+        "plan": (PLAN_WORKFLOW, {"plan_id": "refused"}, started),
+        "vote": (VOTE_WORKFLOW, {"vote_id": "refused"}, TypedSearchAttributes.empty),
+    }
+    async with build_worker(client, task_queue):
+        for pattern, (workflow, spec, attributes) in runs.items():
+            handle: WorkflowHandle[Any, Any] = await client.start_workflow(
+                workflow,
+                spec,
+                id=f"refused-{pattern}-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+                search_attributes=attributes,
+            )
+            with pytest.raises(WorkflowFailureError):
+                await handle.result()
+            found = (await handle.describe()).typed_search_attributes
+            assert (found.get(COORD_PATTERN), found.get(COORD_STATUS)) == (pattern, "failed")

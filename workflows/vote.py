@@ -20,8 +20,7 @@ with workflow.unsafe.imports_passed_through():
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
-        FailureType,
-        failure,
+        Pattern,
         vote_id_of,
     )
     from coord.models.wire.durations import format_duration
@@ -55,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         decode_start,
         ending_with,
+        refused_start,
         show_details,
         task_error,
         uncancellable,
@@ -107,7 +107,7 @@ class Vote(ParksUnknownSignals, kind="a vote", patch=PARKS, metaclass=SurplusSta
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
         model = self._model
         if model is None:
-            raise failure(FailureType.INVALID_SPEC, self._spec_error or "", non_retryable=True)
+            raise refused_start(Pattern.VOTE, self._spec_error or "")
         self._changed(model)
         correlation_id = model.spec.correlation_id
         self._announcements = announcements = ChainAnnouncements(correlation_id, in_order=True)

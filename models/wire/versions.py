@@ -629,6 +629,28 @@ before asked an earlier bundle (or each patch)."""
 PLAN_PATCHES_3 = PLAN_PATCHES_2 | {PLAN_PARKS_UNKNOWN_SIGNALS_PATCH}
 """The patches in force for a run taking PLAN_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
+PLAN_PARKS_REFUSED_MESSAGES_PATCH = "plan-parks-refused-member-messages"
+"""Since 2026-11-29, in plan.graph: a `member_sent` signal the plan refuses (it does not decode,
+names no member of the plan, or comes before the plan has a team) is parked as `invalid_input`
+with what it carried, and the run ends only once it is. Only in a run taking PLAN_PATCHES_4,
+never asked mid-run (PLAN_PATCHES_AT_ONCE_PATCH says why). Runs recorded before logged and
+dropped it."""
+
+PLAN_PATCHES_AT_ONCE_4_PATCH = "plan-patches-at-once-4"
+"""Since 2026-11-29, in plan.graph: PLAN_PATCHES_AT_ONCE_3_PATCH with
+PLAN_PARKS_REFUSED_MESSAGES_PATCH in force too (PLAN_PATCHES_4), still one marker. Runs recorded
+before asked an earlier bundle (or each patch)."""
+
+PLAN_PATCHES_4 = PLAN_PATCHES_3 | {PLAN_PARKS_REFUSED_MESSAGES_PATCH}
+"""The patches in force for a run taking PLAN_PATCHES_AT_ONCE_4_PATCH. Never changed."""
+
+REFUSED_START_FOUND_PATCH = "refused-start-found-as-failed"
+"""Since 2026-11-29, in plan.graph and vote: a run whose spec is refused writes its pattern and
+the status `failed` as search attributes before it fails `invalid_spec` (one upsert of those it
+lacks): one `coord` started was still found `running`, one started as plain JSON by no
+pattern at all. Asked only then, first thing in the run's first workflow task, before any local
+run. Runs recorded before failed without it."""
+
 VOTE_PARKS_UNKNOWN_SIGNALS_PATCH = "vote-parks-unknown-signals"
 """Since 2026-11-28, in vote: a signal the vote has no handler for (a vote takes none) is parked
 as `invalid_input` with what it carried, and the run ends only once it is. Only in a run taking

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.versions import (
         DEAD_LETTER_PATCH,
+        REFUSED_START_FOUND_PATCH,
         SIGNALS_RUN_TO_THE_END_PATCH,
     )
     from coord.workflows._runtime import calls
@@ -119,15 +120,19 @@ def unknown_signal(name: str, args: Sequence[RawValue], workflow_kind: str) -> t
     """Why a signal no handler of the workflow (`workflow_kind`: "a chain", say) takes is
     refused, and what it carried: the JSON of its first arguments, each previewed (`preview`),
     or its text when it is not JSON."""
-    carried = []
-    for arg in args[:UNKNOWN_SIGNAL_ARGUMENTS]:
-        try:
-            decoded = decode_json(arg, f"signal {name}")
-        except InvalidInput as error:
-            carried.append(preview(error.raw))
-        else:  # binary input decodes to bytes, which only its text can record
-            carried.append(preview(decoded if _plain_json(decoded) else _text(arg)))
+    carried = [carried_by(arg, f"signal {name}") for arg in args[:UNKNOWN_SIGNAL_ARGUMENTS]]
     return f"signal {name!r}: {workflow_kind} takes no such signal", carried
+
+
+def carried_by(value: RawValue, source: str) -> Any:
+    """What a refused input carried, fit to record and park: its JSON, or its text when it is
+    not JSON, previewed (`preview`)."""
+    try:
+        decoded = decode_json(value, source)
+    except InvalidInput as error:
+        return preview(error.raw)
+    # binary input decodes to bytes, which only its text can record
+    return preview(decoded if _plain_json(decoded) else _text(value))
 
 
 def decode_start(model: type[M], value: RawValue, source: str) -> tuple[M | None, str | None]:
@@ -224,6 +229,16 @@ def upsert_unwritten(values: contract.SearchValues) -> None:
     unwritten = {key: value for key, value in values.items() if current.get(key) != value}
     if unwritten:
         upsert_search_attributes(unwritten)
+
+
+def refused_start(pattern: contract.Pattern, message: str) -> ApplicationError:
+    """The failure of a run whose spec is refused (`invalid_spec`, naming the field), found as
+    failed by its pattern first (REFUSED_START_FOUND_PATCH): its starter wrote `running`, or,
+    started as plain JSON, it carries no search attribute at all."""
+    if patched(REFUSED_START_FOUND_PATCH):
+        failed = {contract.COORD_PATTERN: pattern.value, contract.COORD_STATUS: "failed"}
+        upsert_unwritten(failed)
+    return contract.failure(contract.FailureType.INVALID_SPEC, message, non_retryable=True)
 
 
 async def signal_if_running(workflow_id: str, signal: str, arg: Any) -> bool:

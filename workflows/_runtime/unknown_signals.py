@@ -8,7 +8,7 @@ run must not end while a parking is under way: each waits for them before it end
 (`ParksUnknownSignals.parkings_landed`, or every handler)."""
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -45,17 +45,28 @@ class ParksUnknownSignals:
         """A signal no handler takes: parked with what it carried (`unknown_signal`)."""
         self._parkings += 1
         try:
-            await self._park(name, args)
+            if await self._parks_unknown():
+                await self._park_letter(*unknown_signal(name, args, self.WORKFLOW_KIND))
         finally:
             self._parkings -= 1
 
-    async def _park(self, name: str, args: Sequence[RawValue]) -> None:
+    async def park_refused(self, reason: str, carried: Any) -> None:
+        """Parks what a handler of the run refused (`invalid_input`, with what it carried): as
+        an unknown signal, the run ends only once it is parked (`parkings_landed`)."""
+        self._parkings += 1
+        try:
+            await self._park_letter(reason, carried)
+        finally:
+            self._parkings -= 1
+
+    async def _parks_unknown(self) -> bool:
         patch = self.UNKNOWN_SIGNALS_PATCH
-        if not self.UNKNOWN_SIGNALS_ASKED:
-            await workflow.wait_condition(adopted)  # a saga adopts its patches as its run begins
-        if not (patched(patch) if self.UNKNOWN_SIGNALS_ASKED else in_force(patch)):
-            return
-        reason, carried = unknown_signal(name, args, self.WORKFLOW_KIND)
+        if self.UNKNOWN_SIGNALS_ASKED:
+            return patched(patch)
+        await workflow.wait_condition(adopted)  # a saga adopts its patches as its run begins
+        return in_force(patch)
+
+    async def _park_letter(self, reason: str, carried: Any) -> None:
         workflow.logger.warning("signal parked: %s", reason)
         await park(
             FailureType.INVALID_INPUT, reason, raw=carried, correlation_id=self._correlation()

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         PROGRESS_QUERY,
         STATE_QUERY,
         FailureType,
+        Pattern,
         failure,
         plan_id_of,
     )
@@ -41,8 +42,10 @@ with workflow.unsafe.imports_passed_through():
         PLAN_PATCHES,
         PLAN_PATCHES_2,
         PLAN_PATCHES_3,
+        PLAN_PATCHES_4,
         PLAN_PATCHES_AT_ONCE_2_PATCH,
         PLAN_PATCHES_AT_ONCE_3_PATCH,
+        PLAN_PATCHES_AT_ONCE_4_PATCH,
         PLAN_PATCHES_AT_ONCE_PATCH,
         PROGRESS_ON_DEMAND_PATCH,
         SLOTS_GRANTED_BY_THE_PLAN_PATCH,
@@ -56,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         NO_INPUT,
         PlainInput,
         decode_start,
+        refused_start,
         uncancellable,
         upsert_search_attributes,
     )
@@ -73,10 +77,11 @@ with workflow.unsafe.imports_passed_through():
     from coord.workflows.plan.schedule import TaskSchedule
     from coord.workflows.plan.scratchpad import Scratchpad
     from coord.workflows.plan.task import WorkerSlots
-    from coord.workflows.plan.team import TeamRoom
+    from coord.workflows.plan.team import TeamRoom, refused_member_message
     from coord.workflows.plan.views import Details, watch_progress
 
 PLAN_PATCH_BUNDLES = (
+    (PLAN_PATCHES_AT_ONCE_4_PATCH, PLAN_PATCHES_4),
     (PLAN_PATCHES_AT_ONCE_3_PATCH, PLAN_PATCHES_3),
     (PLAN_PATCHES_AT_ONCE_2_PATCH, PLAN_PATCHES_2),
     (PLAN_PATCHES_AT_ONCE_PATCH, PLAN_PATCHES),
@@ -116,7 +121,9 @@ class TaskGraph(ParksUnknownSignals, kind="a plan", patch=PARKS, metaclass=Surpl
     async def run(self, raw_spec: PlainInput = NO_INPUT) -> PlanState:
         """`raw_spec` is raw on purpose: a malformed spec sent as plain JSON (Temporal CLI, UI)
         fails the run `invalid_spec` naming the field, instead of wedging its task."""
-        model = self._model_or_fail()
+        if self._model is None:
+            raise refused_start(Pattern.PLAN, self._spec_error or "")
+        model = self._model
         self._announcements = ChainAnnouncements(model.spec.correlation_id)
         self._placing = PlanPlacing(self._announcements)
         if model.spec.planner is not None:
@@ -224,10 +231,11 @@ class TaskGraph(ParksUnknownSignals, kind="a plan", patch=PARKS, metaclass=Surpl
         return await decide_approval(self._model, raw, self._details.changed)
 
     @workflow.signal(name=MEMBER_SENT_SIGNAL)
-    def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
-        """What a long-lived team member's run asked to send (`TeamRoom.member_sent`)."""
-        if self._team is not None:
-            self._team.member_sent(raw)
+    async def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
+        """What a long-lived team member's run asked to send; what the plan refuses is parked
+        (`refused_member_message`)."""
+        if (refused := refused_member_message(self._team, raw)) is not None:
+            await self.park_refused(*refused)
 
     @approve.validator
     def _validate_approval(self, raw: PlainInput = NO_INPUT) -> None:

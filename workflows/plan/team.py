@@ -27,14 +27,15 @@ with workflow.unsafe.imports_passed_through():
         TEAM_MEMBER_WORKFLOW,
         member_workflow_id,
     )
-    from coord.models.wire.versions import TEAM_MESSAGES_PATCH
+    from coord.models.wire.versions import PLAN_PARKS_REFUSED_MESSAGES_PATCH, TEAM_MESSAGES_PATCH
     from coord.workflows._runtime.common import (
         InvalidInput,
         PlainInput,
+        carried_by,
         decode_input,
         signal_chain,
     )
-    from coord.workflows._runtime.patches import patched
+    from coord.workflows._runtime.patches import in_force, patched
 
 MemberHandle = workflow.ChildWorkflowHandle[object, MemberRecord]
 
@@ -83,19 +84,19 @@ class TeamRoom:
         if result.messages and patched(TEAM_MESSAGES_PATCH):
             self._post(task.member, task.id, result.messages)
 
-    def member_sent(self, raw: PlainInput) -> None:
+    def member_sent(self, raw: PlainInput) -> tuple[str, Any] | None:
         """What a long-lived member's run asked to send, from its workflow: checked as any
-        member's. Anything else (malformed, from no member of this plan) is logged and
-        dropped."""
+        member's. Anything else (malformed, from no member of this plan) is refused: why, and
+        what it carried, for the plan to park."""
         try:
             sent = decode_input(MemberSent, raw, "member_sent")
         except InvalidInput as error:
-            workflow.logger.warning("member_sent refused", extra={"reason": str(error)})
-            return
+            return str(error), error.raw
         if sent.member not in self._members:
-            workflow.logger.warning("member_sent from no member", extra={"member": sent.member})
-            return
+            reason = f"member_sent: {sent.member!r} is no long-lived member of this plan"
+            return reason, sent.model_dump(mode="json")
         self._post(sent.member, sent.task, sent.messages)
+        return None
 
     def _post(self, sender: str | None, task: str, messages: list[OutgoingMessage]) -> None:
         spec = self._model.spec
@@ -157,3 +158,17 @@ class TeamRoom:
         for name, handle in self._members.items():
             self._model.state.members[name] = await handle
         await asyncio.gather(*self._handing.values())
+
+
+def refused_member_message(team: TeamRoom | None, raw: PlainInput) -> tuple[str, Any] | None:
+    """`member_sent` taken by the plan's team (`TeamRoom.member_sent`), or refused before the
+    plan has one: why, and what it carried, for a run that parks it
+    (PLAN_PARKS_REFUSED_MESSAGES_PATCH); a run recorded before logs it."""
+    if team is not None:
+        refused = team.member_sent(raw)
+    else:
+        refused = "member_sent: the plan has no team yet", carried_by(raw, "member_sent")
+    if refused is None or in_force(PLAN_PARKS_REFUSED_MESSAGES_PATCH):
+        return refused
+    workflow.logger.warning("member_sent refused", extra={"reason": refused[0]})
+    return None
