@@ -161,7 +161,7 @@ async def test_two_approvals_of_three_decide(client: Client, task_queue: str) ->
     served_here = dict.fromkeys(["ballot: alice", "ballot: bob", "ballot: carol"], task_queue)
     assert await voter_queues(handle) == served_here
     events = [event async for event in handle.fetch_history_events()]
-    assert _patch_markers(events) == ["vote-patches-at-once-3"], "its patches asked at once"
+    assert _patch_markers(events) == ["vote-patches-at-once-4"], "its patches asked at once"
 
 
 async def test_a_voter_served_elsewhere_runs_on_its_own_queue(

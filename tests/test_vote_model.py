@@ -168,6 +168,31 @@ def test_an_answer_after_the_outcome_is_kept_but_not_counted() -> None:
     assert vote.state.status == VoteStatus.REJECTED
 
 
+def test_a_voter_abstaining_at_the_deadline_keeps_that_ballot_when_its_run_answers_after() -> None:
+    """Its run was cancelled at the deadline and answered anyway (the vote ends once each run
+    has ended): a voter votes once."""
+    vote = model()
+    vote.answered("v1", {"approve": True}, at(1))
+    vote.deadline_passed(at(300))
+    vote.answered("v2", {"approve": True}, at(301))
+    vote.failed("v3", "timeout", "late", at(302))
+    assert [(b.voter, b.choice, b.reason) for b in vote.state.ballots] == [
+        ("v1", Choice.APPROVE, ""),
+        ("v2", Choice.ABSTAIN, "no answer in time"),
+        ("v3", Choice.ABSTAIN, "no answer in time"),
+    ]
+    assert vote.state.status == VoteStatus.NO_QUORUM and vote.state.tally() == (1, 0, 2)
+
+
+def test_the_cancelled_voters_are_listed_in_the_voters_order() -> None:
+    """A vote waits for each cancelled run to end, and the server reports them in any order."""
+    vote = model(5, at_least=1)
+    vote.answered("v2", {"approve": True}, at(1))
+    for voter in ("v5", "v1", "v4", "v1"):
+        vote.run_cancelled(voter)
+    assert vote.state.cancelled == ["v1", "v4", "v5"]
+
+
 def test_a_cancel_ends_a_vote_in_progress_only() -> None:
     vote = model()
     vote.cancel(at(1))

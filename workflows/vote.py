@@ -28,12 +28,15 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.versions import (
         AGENT_RUN_GATES_PATCH,
         VOTE_ANNOUNCES_PATCH,
+        VOTE_ENDS_AFTER_ITS_RUNS_PATCH,
         VOTE_FAN_OUT_PATCH,
         VOTE_PATCHES,
         VOTE_PATCHES_2,
         VOTE_PATCHES_3,
+        VOTE_PATCHES_4,
         VOTE_PATCHES_AT_ONCE_2_PATCH,
         VOTE_PATCHES_AT_ONCE_3_PATCH,
+        VOTE_PATCHES_AT_ONCE_4_PATCH,
         VOTE_PATCHES_AT_ONCE_PATCH,
         VOTE_PLACES_VOTERS_PATCH,
         VOTE_REWIND_PATCH,
@@ -61,17 +64,29 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.fan_out import FanOut
-    from coord.workflows._runtime.patches import adopt_newest, patched
+    from coord.workflows._runtime.patches import adopt_newest, in_force, patched
     from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 VoterRun = asyncio.Task[AgentResult]
 
 PATCH_BUNDLES = (
+    (VOTE_PATCHES_AT_ONCE_4_PATCH, VOTE_PATCHES_4),
     (VOTE_PATCHES_AT_ONCE_3_PATCH, VOTE_PATCHES_3),
     (VOTE_PATCHES_AT_ONCE_2_PATCH, VOTE_PATCHES_2),
     (VOTE_PATCHES_AT_ONCE_PATCH, VOTE_PATCHES),
 )
 """The vote's bundles of patches, newest first (`adopt_newest`)."""
+
+
+def run_cancellation() -> workflow.ActivityCancellationType:
+    """How a voter's run is cancelled once the outcome is known: its cancel is sent, and the run
+    counts as ended once the server says it has (cancelled, failed, or answered anyway), so the
+    vote ends in a workflow task during which no run's outcome can land. Runs recorded before
+    VOTE_ENDS_AFTER_ITS_RUNS_PATCH counted it ended at once, and ended in the task that sent the
+    cancels."""
+    if in_force(VOTE_ENDS_AFTER_ITS_RUNS_PATCH):
+        return workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+    return workflow.ActivityCancellationType.TRY_CANCEL
 
 
 @workflow.defn(name=VOTE_WORKFLOW, sandboxed=False)
@@ -221,6 +236,7 @@ class Vote(ParksUnknownSignals, kind="a vote", patch=PARKS, metaclass=SurplusSta
             inline_agents=spec.agents,
             room=self._fan_out.room,
             placements=self._placements,
+            cancellation=run_cancellation(),
         )
         return start_agent_run(request, settings)
 
@@ -243,8 +259,8 @@ class Vote(ParksUnknownSignals, kind="a vote", patch=PARKS, metaclass=SurplusSta
     async def _stop(
         self, model: VoteModel, runs: dict[str, VoterRun], ballots: list[asyncio.Task[None]]
     ) -> None:
-        """Cancels the runs still out (the outcome is known, their answers can change nothing)
-        and waits until each is recorded; a voter whose run never started is cancelled too."""
+        """Cancels the runs still out (the outcome is known: their answers can change nothing)
+        and waits until each has ended (`run_cancellation`); a voter never asked is cancelled."""
         for run in runs.values():
             if not run.done():
                 run.cancel()

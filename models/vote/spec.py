@@ -357,9 +357,10 @@ class VoteModel:
 
     def run_cancelled(self, voter: str) -> None:
         """A voter's run was cancelled before it answered (the outcome known, or the vote
-        cancelled)."""
+        cancelled). Listed in the voters' order, whatever order the cancels landed in."""
         if voter not in self.state.cancelled and self.state.ballot_of(voter) is None:
-            self.state.cancelled.append(voter)
+            cancelled = {*self.state.cancelled, voter}
+            self.state.cancelled = [name for name in self.state.voters if name in cancelled]
 
     def deadline_passed(self, at: datetime) -> None:
         """The voters still out abstain, and without a decision there is no quorum."""
@@ -377,7 +378,12 @@ class VoteModel:
 
     def _cast(self, voter: str, choice: Choice, reason: str, at: datetime) -> Ballot:
         """Record the ballot; decide when it is the first to make the outcome certain. Once
-        there is an outcome it stands: a ballot of the same moment only completes the tally."""
+        there is an outcome it stands: a ballot of the same moment only completes the tally. A
+        voter votes once: one that abstained at the deadline keeps that ballot when its run,
+        cancelled then, answers anyway."""
+        earlier = self.state.ballot_of(voter) if self.over else None
+        if earlier is not None:
+            return earlier
         ballot = Ballot(voter=voter, choice=choice, reason=reason[:MAX_REASON], at=at)
         ballot.counted = not self.over or at == self.state.ended_at
         self.state.ballots.append(ballot)

@@ -665,6 +665,25 @@ each patch)."""
 VOTE_PATCHES_3 = VOTE_PATCHES_2 | {VOTE_PARKS_UNKNOWN_SIGNALS_PATCH}
 """The patches in force for a run taking VOTE_PATCHES_AT_ONCE_3_PATCH. Never changed."""
 
+VOTE_ENDS_AFTER_ITS_RUNS_PATCH = "vote-ends-after-its-runs"
+"""Since 2026-11-29, in vote: the runs still out when the outcome is known are cancelled in a
+workflow task that does not end the run, and the vote ends once each has ended (cancelled,
+failed, or answered anyway: kept, not counted), so no run's outcome can land while its last
+workflow task runs. Runs recorded before cancelled them without waiting (TRY_CANCEL) and ended
+in the same task, which the server refuses (UnhandledCommand) when a voter's outcome lands
+meanwhile: the refusal drops the cancels with it, and the next task, a replay of the whole
+history, is refused the same way while answers go on landing (votes of 200 to 1,000 voters
+answering at once: two to four refused tasks, and every voter ran to its answer). Only in a run
+taking VOTE_PATCHES_4: the cancellation type is no command of its own, nothing to ask mid-run."""
+
+VOTE_PATCHES_AT_ONCE_4_PATCH = "vote-patches-at-once-4"
+"""Since 2026-11-29, in vote: VOTE_PATCHES_AT_ONCE_3_PATCH with VOTE_ENDS_AFTER_ITS_RUNS_PATCH in
+force too (VOTE_PATCHES_4), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+VOTE_PATCHES_4 = VOTE_PATCHES_3 | {VOTE_ENDS_AFTER_ITS_RUNS_PATCH}
+"""The patches in force for a run taking VOTE_PATCHES_AT_ONCE_4_PATCH. Never changed."""
+
 PARKS_UNKNOWN_SIGNALS_PATCH = "parks-unknown-signals"
 """Since 2026-11-28, in a dead-letter entry and an agent monitor: a signal the workflow has no
 handler for is parked as `invalid_input` with what it carried. Asked when one comes: these run
