@@ -30,6 +30,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from pydantic import BaseModel
 from temporalio import client as temporal_client
 
+from coord.models.wire.contract import LEDGER_QUERY
+
 __all__ = [
     "CORRELATION_ATTRIBUTE",
     "CorrelationSpans",
@@ -145,9 +147,22 @@ def _correlation_of(args: Any) -> tuple[str | None, dict[str, str]]:
     return (str(correlation_id) if correlation_id else None), event_attributes(first)
 
 
+UNTRACED_QUERIES = frozenset({LEDGER_QUERY})
+"""Reads the workers make of their own accord, whatever runs: the agent monitor reads every
+ledger each few seconds. Traced, they were a steady stream of spans (about 13 a second for
+25 agents, idle) that belong to no correlation."""
+
+_UNSAMPLED = trace.NonRecordingSpan(
+    trace.SpanContext(trace_id=1, span_id=1, is_remote=False, trace_flags=trace.TraceFlags(0))
+)
+"""A parent that is not sampled: spans started under it, here and (by the header the tracing
+interceptor sends) in the worker that answers, are not recorded either."""
+
+
 class _CorrelationOutbound(temporal_client.OutboundInterceptor):
-    """Starts and signals that carry a correlation run under its trace (outside the tracing
-    interceptor, so its spans start there)."""
+    """Starts and signals that carry a correlation run under its trace, and the workers' own
+    reads under none (`UNTRACED_QUERIES`): outside the tracing interceptor, so its spans start
+    there."""
 
     async def start_workflow(
         self, input: temporal_client.StartWorkflowInput
@@ -158,6 +173,15 @@ class _CorrelationOutbound(temporal_client.OutboundInterceptor):
     async def signal_workflow(self, input: temporal_client.SignalWorkflowInput) -> None:
         with correlation_parent(_correlation_of(input.args)[0]):
             return await super().signal_workflow(input)
+
+    async def query_workflow(self, input: temporal_client.QueryWorkflowInput) -> Any:
+        if input.query not in UNTRACED_QUERIES:
+            return await super().query_workflow(input)
+        token = context.attach(trace.set_span_in_context(_UNSAMPLED))
+        try:
+            return await super().query_workflow(input)
+        finally:
+            context.detach(token)
 
 
 class _EventOutbound(temporal_client.OutboundInterceptor):

@@ -87,6 +87,14 @@ async def test_the_seed_chain_is_one_trace_whose_spans_mirror_its_causation_tree
     assert len(roots) == 1
 
 
+async def test_the_workers_own_reads_are_not_traced(probe: tuple[str, dict[str, Any]]) -> None:
+    """The agent monitor reads each ledger every few seconds, whatever runs: traced, an idle
+    worker sent a steady stream of spans of no correlation."""
+    _, document = probe
+    assert [s["name"] for s in document["spans"] if s["name"].endswith(":ledger")] == []
+    assert any(s["name"] == "QueryWorkflow:timeline" for s in document["spans"])
+
+
 async def test_an_llm_run_is_a_genai_span_with_its_tokens(
     probe: tuple[str, dict[str, Any]],
 ) -> None:

@@ -1,11 +1,13 @@
 """Run with tracing into memory, in a process of its own (a tracer provider is set once per
-process): the user-story chain on a worker against the given server, then one `llm`
-agent run against a local chat server. Prints one JSON document: the chain's timeline and every
+process): the user-story chain on a worker against the given server (and a ledger's query of
+it, which the workers' own reads leave untraced), then one `llm` agent run against a local chat
+server. Prints one JSON document: the chain's timeline and every
 span that ended.
 
     python -m tests.tracing_probe ADDRESS QUEUE CORRELATION_ID"""
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -16,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.mesh.run_agent import AgentActivities
@@ -24,6 +26,7 @@ from coord.infra.payload_store import data_converter
 from coord.infra.tracing import CorrelationSpans, client_interceptors
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentRequest
+from coord.models.wire.contract import LEDGER_QUERY
 from coord.starter import api
 from coord.worker import build_worker
 from tests.agents import registry
@@ -50,8 +53,11 @@ async def chain(address: str, queue: str, correlation_id: str) -> list[dict[str,
     )
     async with build_worker(client, queue):
         await api.publish(client, approved(correlation_id), spec=user_story(), queue=queue)
-        await asyncio.wait_for(api.chain_handle(client, correlation_id).result(), 60)
+        handle = api.chain_handle(client, correlation_id)
+        await asyncio.wait_for(handle.result(), 60)
         timeline = await api.chain_timeline(client, correlation_id)
+        with contextlib.suppress(WorkflowQueryFailedError):  # a chain answers no ledger query
+            await handle.query(LEDGER_QUERY)  # by the name the agent monitor reads ledgers by
     return [entry.model_dump(mode="json") for entry in timeline]
 
 
