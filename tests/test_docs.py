@@ -33,7 +33,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.devserver import installed_binary
-from coord.models.wire import versions
+from coord.models.wire import contract, versions
 from coord.worker import build_worker
 from coord.workflows import saga
 from docs import generate
@@ -258,8 +258,16 @@ async def start_worker(
         start_new_session=True,
     )
     worker = WorkerProcess(process)
-    await worker.wait_polling(client, task_queue)
+    await worker.wait_polling(client, polled_queue(argv, task_queue))
     return worker
+
+
+def polled_queue(argv: list[str], task_queue: str) -> str:
+    """The queue a started worker is known by once it polls: the coordinator queue, or, for one
+    serving agents only (`--no-workflows`), its first `--only` agent's."""
+    if "--no-workflows" not in argv:
+        return task_queue
+    return contract.agent_task_queue(argv[argv.index("--only") + 1].split(",")[0], task_queue)
 
 
 @pytest.mark.parametrize("document", RUN_DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
