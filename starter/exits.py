@@ -53,8 +53,8 @@ class ExitCode(IntEnum):
     """`coord gc`: something that had outlived its retention could not be removed (a dead
     letter no worker archived, a deletion the server refused); each is listed with why."""
     EVENT_REFUSED = 13
-    """`publish --ack`: the chain refused the event (the line says why: closing, a probable
-    causation loop, an envelope that does not validate); nothing was recorded or parked."""
+    """`publish --ack`: the chain refused the event (the line says why: ended, closing, a
+    probable causation loop, an envelope that does not validate); nothing was recorded or parked."""
     DIFFERS = 14
     """`coord diff`: the two correlations differ (the aligned rows are printed)."""
     LOG_INCOMPLETE = 15

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.exceptions import CancelledError
 from temporalio.testing import ActivityEnvironment
@@ -58,6 +59,32 @@ async def test_shell_exit_codes_are_classified(code: int, kind: str, retryable: 
 async def test_shell_output_must_be_a_json_object() -> None:
     error = await failure_of(registry(x={"kind": "shell", "argv": ["echo", "not json"]}), "x")
     assert (error.type, error.non_retryable) == ("invalid_payload", True)
+
+
+async def test_a_shell_program_that_cannot_start_fails_for_good_naming_it(tmp_path: Path) -> None:
+    """Missing or not executable, it would be so on a retry too: `invalid_payload`, not the
+    OSError's class name, which every retry policy took for a transient failure."""
+    script = tmp_path / "tool.sh"
+    script.write_text("#!/bin/sh\necho '{}'\n")  # not executable
+    cases: dict[str, tuple[dict[str, Any], str]] = {
+        "missing": ({"argv": ["/nonexistent/tool"]}, "its program /nonexistent/tool is not there"),
+        "on no path": ({"argv": ["no-such-tool"]}, "its program no-such-tool is not there"),
+        "not executable": (
+            {"argv": [str(script)]},
+            f"its program {script} cannot be run (Permission denied)",
+        ),
+        "no cwd": (
+            {"argv": [PYTHON, "-c", ECHO], "cwd": str(tmp_path / "gone")},
+            f"its cwd {tmp_path / 'gone'} is not there",
+        ),
+    }
+    for name, (declared, said) in cases.items():
+        error = await failure_of(registry(x={"kind": "shell", **declared}), "x")
+        assert (error.type, error.non_retryable) == ("invalid_payload", True), name
+        assert error.message == (
+            f"shell agent cannot start: {said} on this worker; install it or fix the agent's "
+            "declaration (argv, cwd)"
+        ), name
 
 
 SPAWNER = (
@@ -156,6 +183,24 @@ async def test_http_statuses_are_classified(
 async def test_http_connection_refused_is_temporary() -> None:
     error = await failure_of(registry(x={"kind": "http", "url": "http://127.0.0.1:9/x"}), "x")
     assert (error.type, error.non_retryable) == ("temporary_failure", False)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://", "names no host"),
+        ("http:///path", "names no host"),
+        ("http://host:abc/x", "Port could not be cast"),
+        ("http://[::1/x", "Invalid IPv6 URL"),
+        ("http://exa mple.com/x", "'exa mple.com' is not a host name"),
+    ],
+)
+def test_a_malformed_http_url_is_refused_when_the_agents_load(url: str, why: str) -> None:
+    """Sent, it failed as an untyped `InvalidURL` or a `temporary_failure`, retried for
+    nothing: no retry makes it a URL."""
+    with pytest.raises(ValidationError, match=why) as refused:
+        registry(x={"kind": "http", "url": url})
+    assert "url" in str(refused.value)
 
 
 async def test_python_agents_load_from_a_file_and_a_bad_path_is_refused(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 queue, across a worker restart and continue-as-new."""
 
 import asyncio
+import json
+import re
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,10 +26,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.payload_store import (
     DEFAULT_THRESHOLD,
+    STORE_ENV,
     DirectoryDriver,
     PayloadStoreSettings,
     data_converter,
 )
+from coord.infra.state_dir import server_db_file
 from coord.models.aggregator.spec import AggregatorStatus
 from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainStatus
@@ -307,3 +311,90 @@ async def test_an_s3_compatible_store_keeps_large_payloads_by_reference(s3_serve
     assert objects["KeyCount"] == 1
     [value] = await converter.decode([stored], [EventEnvelope])
     assert value == event
+
+
+async def test_a_client_run_elsewhere_shares_the_default_store_and_one_on_another_is_told(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """The default store is the user's, whatever the working directory: `coord` run from another
+    directory than its worker hands it a large plan. A client on another store gets its large
+    input and its large event reported as unavailable, naming the object, the store and the
+    likely cause, not as the fields of a spec or envelope they lack."""
+    shared, other = tmp_path / "data", tmp_path / "other-data"
+    worker_store = shared / "event-coordinator" / "payloads"
+    config = dev_env.client.service_client.config
+    worker_client = await Client.connect(
+        config.target_host,
+        namespace=dev_env.client.namespace,
+        data_converter=data_converter(PayloadStoreSettings(str(worker_store), DEFAULT_THRESHOLD)),
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    task = {"id": "api", "agent": "backend-architect", "retry": {"max_retries": 0}}
+    plans = {}
+    for name in ("shared", "other"):
+        plan_id = f"store-{name}-{uuid.uuid4().hex[:8]}"
+        plan = {"plan_id": plan_id, "tasks": [{**task, "input": {"blob": "z" * 200_000}}]}
+        plans[name] = elsewhere / f"{name}.json"
+        plans[name].write_text(json.dumps(plan))
+    big = elsewhere / "big.json"
+    big.write_text(json.dumps({"blob": "b" * 200_000}))
+    correlation_id = f"store-{uuid.uuid4().hex[:8]}"
+    env = server_env(dev_env, task_queue) | {"COORD_PAYLOAD_STORE": ""}
+    async with build_worker(worker_client, task_queue):
+        handle = await api.start_chain(
+            worker_client, user_story(), correlation_id, queue=task_queue
+        )
+        shared_env = env | {"XDG_DATA_HOME": str(shared)}
+        code, _, err = await run(
+            COORD, "plan", "start", str(plans["shared"]), "--wait", env=shared_env, cwd=elsewhere
+        )
+        assert code == 0, err
+        other_env = env | {"XDG_DATA_HOME": str(other)}
+        code, _, err = await run(
+            COORD, "plan", "start", str(plans["other"]), "--wait", env=other_env, cwd=elsewhere
+        )
+        publish = ("publish", "--type", "DesignNote", "--source", "/tester")
+        sent = await run(
+            COORD,
+            *publish,
+            *("--correlation-id", correlation_id, "--payload-file", str(big)),
+            env=other_env,
+            cwd=elsewhere,
+        )
+        assert sent[0] == 0, sent[2]
+        await eventually(lambda: _rejected(worker_client, correlation_id), 60)
+        await api.close_chain(worker_client, correlation_id)
+        state = await asyncio.wait_for(handle.result(), 30)
+    store = other / "event-coordinator" / "payloads"
+    cause = "likely cause: the client that sent it and this worker use different payload stores"
+    assert code == 1
+    assert re.fullmatch(
+        r"error: plan_outcome: invalid_spec: plan spec: payload_unavailable: stored payload "
+        rf"[0-9a-f]{{64}} cannot be read: not in the payload store {re.escape(str(worker_store))}; "
+        rf"{cause} \(COORD_PAYLOAD_STORE\)\n",
+        err,
+    ), err
+    assert list(store.rglob("*")), "the client stored it in its own default store"
+    [rejected] = state.rejected
+    assert rejected.reason.startswith("event: payload_unavailable: stored payload "), rejected
+    assert cause in rejected.reason
+
+
+async def _rejected(client: Client, correlation_id: str) -> bool:
+    return (await api.chain_state(client, correlation_id)).rejected_count > 0
+
+
+def test_the_default_store_and_server_state_are_the_users_whatever_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(STORE_ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    state = tmp_path / "data" / "event-coordinator"
+    for directory in (tmp_path, tmp_path / "elsewhere"):
+        directory.mkdir(exist_ok=True)
+        monkeypatch.chdir(directory)
+        assert PayloadStoreSettings.load().location == str(state / "payloads")
+        assert server_db_file() == state / "coord.db"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert server_db_file() == Path.home() / ".local" / "share" / "event-coordinator" / "coord.db"

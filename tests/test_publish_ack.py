@@ -3,18 +3,20 @@ update answers at once whether the event was accepted (its timeline number), a d
 number it had) or refused (the intake's reason; nothing recorded or parked), whether the chain
 was already running or is started by the publish (update-with-start)."""
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire.contract import PUBLISH_UPDATE, FailureType, PublishAnswer
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.testing import Coordination, unique
-from tests.helpers import approved, user_story
+from tests.helpers import approved, parked, user_story
 from tests.workers import COORD, run, server_env
 
 WITH_WORKER = pytest.mark.usefixtures("coord_worker")
@@ -119,3 +121,37 @@ async def test_coord_publish_ack_prints_each_answer_and_exits_13_on_a_refusal(
     assert out.startswith(
         f"refused e3 by {chain} (causation_loop): event e3 (Note): causation depth 2"
     )
+
+
+@WITH_WORKER
+async def test_coord_publish_ack_to_an_ended_chain_is_refused_and_nothing_is_parked(
+    coord: Coordination, tmp_path: Path
+) -> None:
+    """The publisher has the answer, so nothing is parked, with or without --spec (whose
+    update-with-start would not start the ended chain again)."""
+    spec_file = tmp_path / "chain.json"
+    spec_file.write_text(user_story().model_dump_json())
+    correlation_id = await coord.start_chain(user_story())
+    await api.close_chain(coord.client, correlation_id)
+    await coord.chain_outcome(correlation_id)
+    chain = f"chain-{correlation_id}"
+    for event_id, extra in (("late-1", ()), ("late-2", ("--spec", str(spec_file)))):
+        code, out, err = await run(
+            COORD, "publish", "--ack", "--type", "Note2", "--source", "/ps",
+            "--correlation-id", correlation_id, "--id", event_id, *extra,
+            env=server_env(coord.env, coord.task_queue),
+        )  # fmt: skip
+        assert (code, err) == (ExitCode.EVENT_REFUSED, ""), (out, err)
+        assert out == (
+            f"refused {event_id} by {chain} (chain_ended): the chain has ended (completed); "
+            "nothing was recorded or parked\n"
+        )
+    code, _, err = await run(
+        COORD, "publish", "--type", "Note2", "--source", "/ps", "--correlation-id", correlation_id,
+        "--id", "plain-1", env=server_env(coord.env, coord.task_queue),
+    )  # fmt: skip
+    assert code == ExitCode.REFUSED and "parked as dead letter dlq-" in err, "as documented"
+    selection = DlqSelection(correlation_id=correlation_id)
+    await asyncio.sleep(1)  # the visibility store is eventually consistent: let any other come
+    [entry] = await parked(coord.client, coord.task_queue, 1, selection)
+    assert "plain-1" in (await api.dlq_entry(coord.client, entry.entry_id)).message

@@ -104,6 +104,7 @@ def test_the_wheel_installs_and_runs_a_saga_outside_the_checkout(tmp_path: Path)
     make_user_project(outside)
     # A clean environment (no TEMPORAL_* or COORD_*), but pip's own settings, as a user has.
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME") or k.startswith("PIP_")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "data")  # the default store, not the user's own
     # A copy, since setuptools builds in the source tree (build/, *.egg-info).
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LOCAL_STATE))

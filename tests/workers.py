@@ -121,10 +121,13 @@ async def worker_process(
         worker.stop()
 
 
-async def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+async def run(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         *argv,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -6,6 +6,7 @@ and its whole process group is ended whenever the run ends, however it ends."""
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -24,6 +25,9 @@ STDERR_TAIL_CHARS = 500
 PROGRESS_PREFIX = "progress:"
 """A stderr line `progress: Reading runAgent.ts` reports progress (`AgentContext.progress`)."""
 LONGEST_PROGRESS_LINE = 1024
+NOT_STARTABLE = {errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOEXEC}
+"""Why a program cannot start that no retry on this worker changes: missing, not executable,
+not a program it can run."""
 
 
 async def run_shell(
@@ -31,7 +35,23 @@ async def run_shell(
 ) -> Mapping[str, Any]:
     workdir = config.cwd or tempfile.mkdtemp(prefix=f"coord-{context.agent}-")
     try:
-        process = await asyncio.create_subprocess_exec(
+        process = await _start(config, settings, context, workdir)
+        stdin = request_json(event, context)
+        out, err = await _communicate(process, stdin, config, settings, context)
+    finally:
+        if config.cwd is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return _result(config, process.returncode or 0, out, err)
+
+
+async def _start(
+    config: ShellAgent, settings: WorkerSettings, context: AgentContext, workdir: str
+) -> asyncio.subprocess.Process:
+    """The process; a program (or declared `cwd`) that is missing or not executable on this
+    worker fails the run `invalid_payload`, not retried: it would not be there on a retry
+    either, and only the worker's setup or the agent's declaration can fix it."""
+    try:
+        return await asyncio.create_subprocess_exec(
             *config.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -40,12 +60,24 @@ async def run_shell(
             env=child_environment(config, settings, context),
             start_new_session=True,
         )
-        stdin = request_json(event, context)
-        out, err = await _communicate(process, stdin, config, settings, context)
-    finally:
-        if config.cwd is None:
-            shutil.rmtree(workdir, ignore_errors=True)
-    return _result(config, process.returncode or 0, out, err)
+    except OSError as error:
+        if error.errno not in NOT_STARTABLE:
+            raise  # out of processes or descriptors, say: a retry may find them
+        raise failure(FailureType.INVALID_PAYLOAD, _not_startable(config, workdir, error)) from None
+
+
+def _not_startable(config: ShellAgent, workdir: str, error: OSError) -> str:
+    """Which of the program or the working directory is at fault, and why, in one line."""
+    name = config.argv[0]
+    if config.cwd is not None and error.filename == workdir:
+        what = f"its cwd {workdir}"
+    else:
+        what = f"its program {name}"
+    reason = "is not there" if error.errno == errno.ENOENT else f"cannot be run ({error.strerror})"
+    return (
+        f"shell agent cannot start: {what} {reason} on this worker; install it or fix the "
+        "agent's declaration (argv, cwd)"
+    )
 
 
 def child_environment(

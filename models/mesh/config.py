@@ -5,8 +5,17 @@ language models behind chat-completion endpoints; and what the worker that runs 
 from datetime import timedelta
 from string import Template
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from coord.models.mesh.ledger import BreakerConfig
 from coord.models.mesh.tiers import (
@@ -152,9 +161,29 @@ class ShellAgent(AgentDeclarationBase):
     )
 
 
+def _usable_url(url: str) -> str:
+    """A URL a request can go to: refused when the agents load, since sending it would fail
+    every attempt (no retry makes it a URL), and a wrong host would look like an outage."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError as error:
+        raise ValueError(f"{url!r} is not a usable URL: {error}") from None
+    host = parts.hostname
+    if not host:
+        raise ValueError(f"{url!r} names no host")
+    if any(character.isspace() for character in host):
+        raise ValueError(f"{url!r}: {host!r} is not a host name")
+    return url
+
+
+HttpUrl = Annotated[str, Field(pattern=r"^https?://"), AfterValidator(_usable_url)]
+"""An `http://` or `https://` URL with a host (and a port, if any, that is a number)."""
+
+
 class HttpAgent(AgentDeclarationBase):
     kind: Literal["http"]
-    url: str = Field(pattern=r"^https?://")
+    url: HttpUrl
     headers_from_env: dict[str, str] = Field(default_factory=dict)
     """Header name → name of the environment variable holding its value (never logged); only
     variables the worker names in `worker.secrets`."""
@@ -182,7 +211,7 @@ class LlmAgent(AgentDeclarationBase):
     object, is the agent's result."""
 
     kind: Literal["llm"]
-    base_url: str = Field(pattern=r"^https?://")
+    base_url: HttpUrl
     """The API root, e.g. `https://api.openai.com/v1` (requests go to its `/chat/completions`)."""
     model: str | None = Field(default=None, min_length=1)
     """The model to ask; none: the worker's tier for the run's effort (`worker.tiers`)."""

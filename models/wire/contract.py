@@ -394,6 +394,10 @@ DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 ARGUMENT_COUNT_METADATA: Final = "coord-argument-count"
 """Payload metadata marking arguments sent beyond what a handler takes."""
 
+PAYLOAD_UNAVAILABLE: Final = "payload_unavailable"
+"""The one key of what a payload store reference resolves to when its object cannot be read
+(`{"payload_unavailable": {"sha256": ..., "reason": ...}}`), so a workflow says so."""
+
 # --- Search attributes ------------------------------------------------------------------------
 
 CORRELATION_ID = SearchAttributeKey.for_keyword("CorrelationId")

@@ -284,16 +284,43 @@ async def publish(
     return contract.chain_workflow_id(correlation_id)
 
 
+def _no_chain(correlation_id: str) -> str:
+    return (
+        f"no chain for correlation id {correlation_id!r}; start one with "
+        "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+    )
+
+
 async def _not_delivered(
     client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
 ) -> Undeliverable:
     """Why a publish to the chain of `correlation_id` did not land (the event then parked)."""
-    missing = (
-        f"no chain for correlation id {correlation_id!r}; start one with "
-        "`coord chain start SPEC --correlation-id ...` or publish with --spec"
-    )
-    return await undeliverable(
-        client, contract.chain_workflow_id(correlation_id), envelope, error, missing
+    workflow_id = contract.chain_workflow_id(correlation_id)
+    return await undeliverable(client, workflow_id, envelope, error, _no_chain(correlation_id))
+
+
+async def _not_taken(
+    client: Client, correlation_id: str, envelope: EventEnvelope, error: Exception
+) -> contract.PublishAnswer:
+    """An acknowledged publish the server would not hand to the chain: a refusal when the chain
+    has ended (its publisher has the answer, so nothing is parked, as for any refusal);
+    Undeliverable when there is no chain, or the server refused for another reason."""
+    workflow_id = contract.chain_workflow_id(correlation_id)
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError:
+        raise Undeliverable(_no_chain(correlation_id)) from None
+    if description.status in (None, WorkflowExecutionStatus.RUNNING):
+        raise Undeliverable(f"{workflow_id} did not take event {envelope.event.id}: {error}")
+    return contract.PublishAnswer(
+        verdict="refused",
+        event_id=envelope.event.id,
+        workflow_id=workflow_id,
+        failure_type=contract.FailureType.CHAIN_ENDED,
+        reason=(
+            f"the chain has ended ({description.status.name.lower()}); nothing was recorded "
+            "or parked"
+        ),
     )
 
 
@@ -308,9 +335,9 @@ async def publish_acked(
 ) -> contract.PublishAnswer:
     """Deliver an event to its correlation's chain and learn at once what became of it (the
     `publish` update): accepted with its timeline number, a duplicate of an event seen before,
-    or refused and why (nothing recorded or parked). With a spec the chain is started if needed
-    (update-with-start). Undeliverable as `publish` is (no chain, or it has ended: then the
-    event is parked); NoWorker when no worker answered within `answer_time`."""
+    or refused and why (nothing recorded or parked), `chain_ended` when the chain has ended. With
+    a spec the chain is started if needed (update-with-start). Undeliverable when there is no
+    chain; NoWorker when no worker answered within `answer_time`."""
     correlation_id = chain_correlation(envelope)
     answers: list[contract.PublishAnswer] = []
 
@@ -326,7 +353,7 @@ async def publish_acked(
             "publish it again: events are deduplicated by id"
         ) from None
     except (RPCError, WorkflowAlreadyStartedError) as error:
-        raise await _not_delivered(client, correlation_id, envelope, error) from None
+        return await _not_taken(client, correlation_id, envelope, error)
     return answers[-1]
 
 

@@ -8,6 +8,7 @@ import typer
 
 from coord.infra.devserver import embedded_server
 from coord.infra.search_attributes import register_search_attributes
+from coord.infra.state_dir import DESCRIBED
 from coord.infra.temporal import DEFAULT_PORT, dev_ui_port
 from coord.starter.commands.common import connect, runs_async
 
@@ -21,9 +22,12 @@ async def server(
     ui_port: Annotated[
         int | None, typer.Option(help="The UI's port  [default: the server's port plus 1000]")
     ] = None,
-    db_file: Annotated[Path, typer.Option(help="SQLite file holding the server's state")] = Path(
-        ".temporal/coord.db"
-    ),
+    db_file: Annotated[
+        Path | None,
+        typer.Option(
+            help=f"SQLite file holding the server's state  [default: {DESCRIBED}/coord.db]"
+        ),
+    ] = None,
 ) -> None:
     """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C."""
     ui_port = ui_port or dev_ui_port(port)

@@ -81,11 +81,28 @@ def decode_json(value: RawValue, source: str) -> Any:
     except Exception as error:  # any converter failure: the payload is the sender's fault
         reason = describe_validation_error(error) if isinstance(error, ValidationError) else error
         raise InvalidInput(f"{source}: cannot be decoded: {reason}", _text(value)) from None
+    unavailable = _unavailable(decoded)
+    if unavailable is not None:
+        raise InvalidInput(f"{source}: {unavailable}", decoded)
     sent = value.payload.metadata.get(contract.ARGUMENT_COUNT_METADATA)
     if sent is not None:
         message = f"{source}: expected one input, got {sent.decode()}"
         raise InvalidInput(message, decoded if _plain_json(decoded) else _text(value))
     return decoded
+
+
+def _unavailable(decoded: Any) -> str | None:
+    """What is wrong, when `decoded` is what the payload store put in place of an object it
+    cannot read (infra/payload_store.py): said as that, not as the fields it lacks."""
+    if not isinstance(decoded, dict) or list(decoded) != [contract.PAYLOAD_UNAVAILABLE]:
+        return None
+    marker = decoded[contract.PAYLOAD_UNAVAILABLE]
+    details = marker if isinstance(marker, dict) else {}
+    return (
+        f"{contract.PAYLOAD_UNAVAILABLE}: stored payload {details.get('sha256', '?')} cannot be "
+        f"read: {details.get('reason', 'no reason given')}; likely cause: the client that sent "
+        "it and this worker use different payload stores (COORD_PAYLOAD_STORE)"
+    )
 
 
 def decode_input(model: type[M], value: RawValue, source: str) -> M:
