@@ -1,23 +1,24 @@
 """Where one machine's clients, workers and embedded server keep their state by default.
 
-A per-user data directory (`$XDG_DATA_HOME/event-coordinator`, else
-`~/.local/share/event-coordinator`), never one relative to the working directory: a client run
-from another directory than its worker must find the payloads the worker stores and the other
-way round, and `coord server` started anywhere must find the state it left.
+The user's data directory, as `platformdirs` finds it (`$XDG_DATA_HOME/event-coordinator`, else
+`~/.local/share/event-coordinator` on Linux; the platform's own elsewhere), never one relative
+to the working directory: a client run from another directory than its worker must find the
+payloads the worker stores and the other way round, and `coord server` started anywhere must
+find the state it left.
 """
 
-import os
 from pathlib import Path
+
+from platformdirs import user_data_path
 
 APP_DIR = "event-coordinator"
 DESCRIBED = f"~/.local/share/{APP_DIR}"
-"""The default as the docs and `--help` state it (without `$XDG_DATA_HOME`)."""
+"""The default as the docs and `--help` state it (Linux, without `$XDG_DATA_HOME`)."""
 
 
 def state_dir() -> Path:
     """The per-user state directory, read from the environment on each call (tests move it)."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path("~/.local/share").expanduser())
-    return Path(base).expanduser() / APP_DIR
+    return user_data_path(APP_DIR, appauthor=False)
 
 
 def payloads_dir() -> Path:

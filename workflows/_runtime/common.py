@@ -94,7 +94,9 @@ def decode_json(value: RawValue, source: str) -> Any:
 def _unavailable(decoded: Any) -> str | None:
     """What is wrong, when `decoded` is what the payload store put in place of an object it
     cannot read (infra/payload_store.py): said as that, not as the fields it lacks."""
-    if not isinstance(decoded, dict) or list(decoded) != [contract.PAYLOAD_UNAVAILABLE]:
+    if not (isinstance(decoded, dict) and len(decoded) == 1):
+        return None
+    if contract.PAYLOAD_UNAVAILABLE not in decoded:
         return None
     marker = decoded[contract.PAYLOAD_UNAVAILABLE]
     details = marker if isinstance(marker, dict) else {}
