@@ -814,3 +814,21 @@ async def test_dlq_refusals_name_their_entry_and_an_unknown_entry_is_not_found(
             assert code == ExitCode.NOT_FOUND
             assert "no dead letter 'dlq-nope'" in out + err
 
+
+async def test_start_wait_json_prints_the_record_alone_on_stdout(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The `started ...` line went to stdout before the JSON, so `| jq` failed on it."""
+    env = server_env(dev_env, task_queue)
+    spec = tmp_path / "one-step.yaml"
+    spec.write_text(f"saga_id: json-{task_queue}\nsteps:\n  - name: BuildArtifact\n")
+    async with build_worker(client, task_queue):
+        code, out, err = await run(COORD, "saga", "start", str(spec), "--wait", "--json", env=env)
+        assert code == ExitCode.OK, err
+        assert SagaState.model_validate_json(out).status == SagaStatus.COMPLETED
+        assert f"started saga-json-{task_queue}: http" in err
+        code, out, err = await run(
+            COORD, "saga", "start", str(spec), "--id", "j2", "--json", env=env
+        )
+    assert (code, out) == (ExitCode.OK, ""), err
+    assert "started saga-j2: http" in err

@@ -125,7 +125,8 @@ async def test_a_plan_that_completes_exits_0_and_json_prints_the_record(
             COORD, "plan", "start", str(path), "--id", f"{plan_id}-2", "--wait", "--json", env=env
         )
     assert code == 0, err
-    state = PlanState.model_validate_json(out.splitlines()[1])
+    assert f"started plan-{plan_id}-2: http" in err  # stdout is the JSON alone, for tools
+    state = PlanState.model_validate_json(out)
     assert (state.plan_id, state.status) == (f"{plan_id}-2", PlanStatus.COMPLETED)
     assert state.summary == "5 of 5 succeeded"
 

@@ -108,9 +108,11 @@ async def connect() -> Client:
     return await temporal.connect()
 
 
-def echo_started(client: Client, workflow_id: str) -> None:
-    """The line a start command prints: the workflow id and its page in the Temporal UI."""
-    typer.echo(f"started {workflow_id}: {workflow_link(workflow_id, client.namespace)}")
+def echo_started(client: Client, workflow_id: str, *, as_json: bool = False) -> None:
+    """The line a start command prints: the workflow id and its page in the Temporal UI; on
+    stderr with `--json`, whose stdout is the JSON alone (a tool parses it whole)."""
+    link = workflow_link(workflow_id, client.namespace)
+    typer.echo(f"started {workflow_id}: {link}", err=as_json)
 
 
 NoWorkerTimeout = Annotated[
@@ -207,7 +209,7 @@ class StartCommand(Generic[S, R]):
                 f"{self.kind} {name!r} is already running: read it with "
                 f"`coord {self.kind} state {name}`, or give another --id"
             ) from None
-        echo_started(client, handle.id)
+        echo_started(client, handle.id, as_json=as_json)
         if not wait:
             return
         outcome = await self._waited(client, handle, no_worker_timeout)

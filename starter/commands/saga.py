@@ -67,11 +67,15 @@ async def start(
     ] = None,
     saga_id: SpecId = None,
     wait: Wait = False,
+    as_json: AsJson = False,
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
-    """Start a saga from a YAML or JSON spec."""
+    """Start a saga from a YAML or JSON spec. With --wait, its record is printed (JSON; --json
+    prints it on one line, alone on stdout: the `started` line goes to stderr)."""
     spec = load_saga_spec(file, input, saga_id)
-    await SAGAS.run(spec, spec.saga_id, wait=wait, no_worker_timeout=no_worker_timeout)
+    await SAGAS.run(
+        spec, spec.saga_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
+    )
 
 
 @app.command("state")
