@@ -832,3 +832,20 @@ async def test_start_wait_json_prints_the_record_alone_on_stdout(
         )
     assert (code, out) == (ExitCode.OK, ""), err
     assert "started saga-j2: http" in err
+
+
+async def test_a_missing_agents_file_is_named_once(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """It said `error: nothere.yaml: nothere.yaml: cannot read: ...`."""
+    missing = tmp_path / "nothere.yaml"
+    line = f"error: {missing}: cannot read: No such file or directory\n"
+    env = server_env(dev_env, task_queue)
+    plan = str(ROOT / "examples" / "release-plan.yaml")
+    for argv, extra in (
+        (["worker", "--agents", str(missing)], {}),
+        (["validate", "--agents", str(missing), plan], {}),
+        (["plan", "start", plan], {"COORD_AGENTS": str(missing)}),
+    ):
+        code, out, err = await run(COORD, *argv, env={**env, **extra})
+        assert (code, out, err) == (ExitCode.REFUSED, "", line), argv
