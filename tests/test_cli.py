@@ -849,3 +849,16 @@ async def test_a_missing_agents_file_is_named_once(
     ):
         code, out, err = await run(COORD, *argv, env={**env, **extra})
         assert (code, out, err) == (ExitCode.REFUSED, "", line), argv
+
+
+async def test_an_unknown_fallback_is_refused_before_the_saga_starts(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """As an unknown agent is: it failed only once the step's agent could not take it."""
+    spec = tmp_path / "fallback.yaml"
+    spec.write_text("saga_id: fb\nsteps:\n  - {name: BuildArtifact, fallback: nobody}\n")
+    code, out, err = await run(
+        COORD, "saga", "start", str(spec), env=server_env(dev_env, task_queue)
+    )
+    assert (code, out) == (ExitCode.REFUSED, "")
+    assert err.startswith(f"error: {spec}: steps[0].fallback: unknown agent 'nobody'; known ")

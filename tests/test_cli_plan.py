@@ -339,3 +339,28 @@ async def test_a_decision_no_worker_takes_up_says_so(
         f"plan {plan_id!r}: no worker took the decision up within 1s (is one running on its "
         "task queue?); ask again: a task is decided once"
     )
+
+
+async def test_an_unknown_fallback_is_refused_before_the_plan_starts(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """It passed `coord validate` and `plan start`, and failed once the task's agent could not
+    take it, after its wait."""
+    env = server_env(dev_env, task_queue)
+    for fallback, problem in (
+        ("nobody", "tasks[1].fallback: unknown agent 'nobody'; known agents: "),
+        (
+            {"capability": "nothing-at-all"},
+            "tasks[1].fallback.capability: no declared agent offers more than 70% of "
+            "nothing-at-all",
+        ),
+    ):
+        _, path = plan_file(tmp_path)
+        document = yaml.safe_load(path.read_text())
+        document["tasks"][1]["fallback"] = fallback
+        path.write_text(yaml.safe_dump(document))
+        code, out, err = await run(COORD, "validate", "--demo-agents", str(path), env=env)
+        assert code == ExitCode.REFUSED and out.startswith(f"{path}: {problem}"), out + err
+        code, out, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert (code, out) == (ExitCode.REFUSED, ""), err
+        assert err.startswith(f"error: {path}: {problem}") and err.count("\n") == 1, err
