@@ -29,7 +29,7 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
-from coord.starter.progress import Watch, outcome_with_progress
+from coord.starter.progress import Sighting, Watch, outcome_with_progress
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -170,6 +170,8 @@ class StartCommand(Generic[S, R]):
     """The outcome, for tools (`--json`) or people."""
     ended_well: Callable[[R], bool]
     otherwise: ExitCode
+    seen_in: Callable[[R], list[Sighting]] | None = None
+    """What `watch` sees, read from the outcome: shown if the waiting did not see it."""
 
     def register(
         self,
@@ -230,6 +232,7 @@ class StartCommand(Generic[S, R]):
                 name=f"the {self.kind}",
                 task_queue=task_queue(),
                 no_worker_timeout=no_worker_timeout,
+                seen_in=self.seen_in,
             )
 
 

@@ -92,7 +92,12 @@ def show_vote(state: VoteState, as_json: bool) -> None:
 
 async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each ballot as it is cast, while `vote start --wait` waits."""
-    state = await handle.query(Vote.state)
+    return ballots_in(await handle.query(Vote.state))
+
+
+def ballots_in(state: VoteState) -> list[Sighting]:
+    """The record's ballots, as `ballots_cast` reports them (the final record's, for those cast
+    after its last look: a vote decided within a second is never seen voting)."""
     return [((ballot.voter,), ballot_line(ballot)) for ballot in state.ballots]
 
 
@@ -110,6 +115,7 @@ VOTES = StartCommand(
     show_vote,
     ended_well=lambda state: state.status == VoteStatus.DECIDED,
     otherwise=ExitCode.VOTE_NOT_DECIDED,
+    seen_in=ballots_in,
 )
 
 
