@@ -862,3 +862,48 @@ async def test_an_unknown_fallback_is_refused_before_the_saga_starts(
     )
     assert (code, out) == (ExitCode.REFUSED, "")
     assert err.startswith(f"error: {spec}: steps[0].fallback: unknown agent 'nobody'; known ")
+
+
+async def test_a_problem_names_the_option_or_field_the_user_gave_it_in(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """`--id` was blamed on the file (`FILE: saga_id: ...`), `--priority` on `event:
+    routing.priority`, an empty file said `Input should be a valid dictionary or instance of
+    SagaSpec`, and repeated step names named no field."""
+    env = server_env(dev_env, task_queue)
+    empty, listed, repeated = (tmp_path / name for name in ("empty.yaml", "list.yaml", "many.yaml"))
+    empty.write_text("")
+    listed.write_text("- BuildArtifact\n")
+    repeated.write_text(
+        "saga_id: m\nsteps:\n  - {name: BuildArtifact}\n  - {name: BuildArtifact}\n"
+    )
+    pattern = "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._:-]*$'"
+    plan = str(ROOT / "examples" / "release-plan.yaml")
+    publish = ["publish", "--type", "Note", "--source", "/me", "--correlation-id", "c"]
+    cases = [
+        (["saga", "start", str(FEATURE_DEPLOYMENT), "--id", "has space/and?"], f"--id: {pattern}"),
+        (["plan", "start", plan, "--id", "a b"], f"--id: {pattern}"),
+        (
+            ["plan", "start", plan, "--correlation-id", "a b"],
+            "--correlation-id: String should match pattern '^([A-Za-z0-9][A-Za-z0-9._:-]*)?$'",
+        ),
+        (
+            [*publish, "--priority", "urgent"],
+            "--priority: Input should be 'low', 'normal', 'high' or 'critical'",
+        ),
+        (
+            ["saga", "start", str(empty)],
+            f"{empty}: empty: expected a mapping of fields",
+        ),
+        (
+            ["plan", "start", str(listed)],
+            f"{listed}: expected a mapping of fields, not a list",
+        ),
+        (
+            ["saga", "start", str(repeated)],
+            f"{repeated}: steps: step names must be unique, repeated: BuildArtifact",
+        ),
+    ]
+    for argv, line in cases:
+        code, out, err = await run(COORD, *argv, env=env)
+        assert (code, out, err) == (ExitCode.REFUSED, "", f"error: {line}\n"), argv

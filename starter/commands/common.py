@@ -124,6 +124,14 @@ NoWorkerTimeout = Annotated[
     ),
 ]
 SpecId = Annotated[str | None, typer.Option("--id", help="Its id (overrides the spec's)")]
+START_OPTIONS = {
+    "saga_id": "--id",
+    "plan_id": "--id",
+    "vote_id": "--id",
+    "correlation_id": "--correlation-id",
+}
+"""The spec fields a start command's options override, by option: a problem with one is the
+option's (`--id: ...`), not the file's (`load_spec`'s `options`)."""
 Wait = Annotated[bool, typer.Option(help="Wait for it to end and print how it ended")]
 CorrelationId = Annotated[
     str | None,

@@ -10,6 +10,7 @@ from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
 from coord.starter.commands.common import (
+    START_OPTIONS,
     AsJson,
     CopyAgents,
     NoWorkerTimeout,
@@ -37,7 +38,8 @@ def load_saga_spec(file: Path, input: str | None, saga_id: str | None) -> SagaSp
             document["input"] = {**(document.get("input") or {}), **extra}
         if saga_id is not None:
             document["saga_id"] = saga_id
-    spec = parse_model(SagaSpec, document, str(file))
+    given = {"saga_id": START_OPTIONS["saga_id"]} if saga_id is not None else None
+    spec = parse_model(SagaSpec, document, str(file), given)
     check_agents(file, spec)
     return spec
 
