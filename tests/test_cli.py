@@ -416,7 +416,7 @@ async def test_a_start_on_an_existing_id_and_a_cancel_of_an_ended_run_are_confli
         (
             ExitCode.CONFLICT,
             "",
-            f"error: aggregator {aggregator_id!r} has already ended (terminated); "
+            f"error: aggregator 'p1-{task_queue}' has already ended (terminated); "
             "nothing to cancel\n",
         ),
     ]
