@@ -891,6 +891,7 @@ async def test_a_problem_names_the_option_or_field_the_user_gave_it_in(
             [*publish, "--priority", "urgent"],
             "--priority: Input should be 'low', 'normal', 'high' or 'critical'",
         ),
+        (["dlq", "archive", "dlq-x"], "--note: String should have at least 1 character"),
         (
             ["saga", "start", str(empty)],
             f"{empty}: empty: expected a mapping of fields",

@@ -153,7 +153,7 @@ async def archive(
     correlation_id: Correlation = None,
 ) -> None:
     """Archive dead letters with a note."""
-    request = parse_model(ArchiveRequest, {"note": note}, "archive")
+    request = parse_model(ArchiveRequest, {"note": note}, "archive", {"note": "--note"})
     await on_chosen_entries(
         ctx,
         lambda client, chosen: api.dlq_archive_many(client, chosen, request.note),
