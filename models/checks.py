@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from coord.models.chain.spec import ChainSpec
-from coord.models.mesh.assignment import Routed, candidates, no_candidate_message
+from coord.models.mesh.assignment import FallbackRoute, Routed, candidates, no_candidate_message
 from coord.models.mesh.declared import KnownAgents
 from coord.models.plan.spec import PlanSpec, PlanTask
 from coord.models.saga.spec import SagaSpec
@@ -23,7 +23,9 @@ def check_agents(source: object, spec: AgentSpec, registry: KnownAgents) -> None
     """Agents are checked where a spec enters, by the rule the worker runs them by (the
     `run_agent` activity) against `registry`: a named agent is declared, an inline one is of a
     kind the registry's settings allow, capabilities asked for are offered (the rule of
-    `choose_agent`). A SpecError names the first that is not."""
+    `choose_agent`); a `fallback` is held to the same rule, as the agent or capabilities it
+    names (else the run would fail there only once its agent could not take it). A SpecError
+    names the first that is not."""
     for problem in agent_problems(spec, registry):
         raise SpecError(f"{source}: {problem}")
 
@@ -47,9 +49,9 @@ def check_added_tasks(
 
 def agent_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
     """Every agent problem of the spec (`field: problem`), in the order `check_agents` meets
-    them: routes first, then the agents named."""
+    them: routes first, then the agents named, then the agents fallbacks name."""
     yield from _route_problems(spec, registry)
-    for place, agent in _agents_named(spec):
+    for place, agent in [*_agents_named(spec), *_fallback_agents(spec)]:
         if not agent:  # none (a step without compensation), or picked by capability at run time
             continue
         if agent in spec.agents:
@@ -60,21 +62,39 @@ def agent_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
             yield f"{place}: {registry.unknown(agent)}{inline}"
 
 
-def _route_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
-    """Every item naming capabilities has a candidate among the registry's agents."""
-    items: list[tuple[str, Routed]] = []
+def _routed(spec: AgentSpec) -> list[tuple[str, Routed]]:
+    """The items that may name capabilities and a fallback, each with its place."""
     if isinstance(spec, SagaSpec):
-        items = [(f"steps[{i}]", step) for i, step in enumerate(spec.steps)]
-    elif isinstance(spec, ChainSpec):
-        items = [(f"subscriptions[{i}]", sub) for i, sub in enumerate(spec.subscriptions)]
-    elif isinstance(spec, PlanSpec):
-        items = [(f"tasks[{i}]", task) for i, task in enumerate(spec.tasks)]
-    for place, item in items:
-        route = item.route
-        if route is not None and not candidates(registry.catalogue, route.capabilities):
-            field = "capability" if item.capability is not None else "capabilities"
-            problem = no_candidate_message(registry.catalogue, route.capabilities)
-            yield f"{place}.{field}: {problem}"
+        return [(f"steps[{i}]", step) for i, step in enumerate(spec.steps)]
+    if isinstance(spec, ChainSpec):
+        return [(f"subscriptions[{i}]", sub) for i, sub in enumerate(spec.subscriptions)]
+    if isinstance(spec, PlanSpec):
+        return [(f"tasks[{i}]", task) for i, task in enumerate(spec.tasks)]
+    return []
+
+
+def _route_problems(spec: AgentSpec, registry: KnownAgents) -> Iterator[str]:
+    """Every item, and every fallback, naming capabilities has a candidate among the registry's
+    agents."""
+    for place, item in _routed(spec):
+        asked: list[tuple[str, Routed | FallbackRoute]] = [(place, item)]
+        if isinstance(item.fallback, FallbackRoute):
+            asked.append((f"{place}.fallback", item.fallback))
+        for where, routed in asked:
+            route = routed.route
+            if route is not None and not candidates(registry.catalogue, route.capabilities):
+                field = "capability" if routed.capability is not None else "capabilities"
+                problem = no_candidate_message(registry.catalogue, route.capabilities)
+                yield f"{where}.{field}: {problem}"
+
+
+def _fallback_agents(spec: AgentSpec) -> list[tuple[str, str]]:
+    """Every agent a fallback names, with its field."""
+    return [
+        (f"{place}.fallback", item.fallback)
+        for place, item in _routed(spec)
+        if isinstance(item.fallback, str)
+    ]
 
 
 def _agents_named(spec: AgentSpec) -> list[tuple[str, str | None]]:

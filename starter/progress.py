@@ -140,24 +140,32 @@ async def outcome_with_progress(
     task_queue: str,
     no_worker_timeout: float,
     interval: float = 1.0,
+    seen_in: Callable[[R], list[Sighting]] | None = None,
 ) -> R:
     """`outcome` (the run's final record); meanwhile, while a worker polls, `report` gets a line
     for each new thing `watch` sees. NoWorker when none polled for `no_worker_timeout` seconds
-    (the run stays started: it runs once a worker polls)."""
+    (the run stays started: it runs once a worker polls). `seen_in`: what `watch` would have
+    seen, read from the final record; what no round saw (a run that ended within `interval`, or
+    between two rounds) is reported before the outcome returns, so nothing watched is missed."""
     waiting = asyncio.ensure_future(outcome)
     worker = WorkerWatch(name, handle.id, task_queue, no_worker_timeout, report)
     shown: set[Hashable] = set()
+
+    def report_new(sightings: list[Sighting]) -> None:
+        for key, line in sightings:
+            if key not in shown:
+                shown.add(key)
+                report(line)
+
     try:
         while not (await asyncio.wait({waiting}, timeout=interval))[0]:
-            if not await worker.polled(client):
-                continue
-            for key, line in await _sightings(watch, client, handle):
-                if key not in shown:
-                    shown.add(key)
-                    report(line)
-        return waiting.result()
+            if await worker.polled(client):
+                report_new(await _sightings(watch, client, handle))
+        result = waiting.result()
     finally:
         waiting.cancel()
+    report_new(seen_in(result) if seen_in else [])
+    return result
 
 
 async def _sightings(

@@ -416,7 +416,7 @@ async def test_a_start_on_an_existing_id_and_a_cancel_of_an_ended_run_are_confli
         (
             ExitCode.CONFLICT,
             "",
-            f"error: aggregator {aggregator_id!r} has already ended (terminated); "
+            f"error: aggregator 'p1-{task_queue}' has already ended (terminated); "
             "nothing to cancel\n",
         ),
     ]
@@ -704,3 +704,207 @@ async def test_a_reader_that_stops_reading_ends_the_command_quietly(
     os.close(write_end)
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert (process.returncode, err) == (ExitCode.READER_GONE, b"")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["chain", "state", "nope"], "no chain for correlation id 'nope'"),
+        (["events", "nope"], "no chain for correlation id 'nope'"),
+        (["events", "nope", "--tree"], "no chain for correlation id 'nope'"),
+        (["diff", "nope", "nope-2"], "no chain for correlation id 'nope'"),
+        (["aggregate", "state", "nope"], "aggregator 'nope' does not exist"),
+        (["aggregate", "cancel", "aggregator-nope"], "aggregator 'nope' does not exist"),
+        (["plan", "rewind", "nope", "--as", "nope-2"], "plan 'nope' does not exist"),
+        (
+            ["saga", "rewind", "nope", "--to-step", "2", "--as", "nope-2"],
+            "saga 'nope' does not exist",
+        ),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+async def test_a_read_of_what_does_not_exist_names_it_in_the_users_words(
+    dev_env: WorkflowEnvironment, task_queue: str, argv: list[str], line: str
+) -> None:
+    """Not the API function that asked (`chain_state: workflow not found for ID: chain-nope`)."""
+    code, out, err = await run(COORD, *argv, env=server_env(dev_env, task_queue))
+    assert (code, out, err) == (ExitCode.NOT_FOUND, "", f"error: {line}\n")
+
+
+async def test_the_state_of_a_run_that_refused_its_spec_is_its_failure_for_every_pattern(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """Started as plain JSON with the Temporal CLI, so nothing checked the spec before: each
+    run fails `invalid_spec`, and its state says so alike (never a made-up record: an aggregator
+    read `"aggregator_id": "invalid"`, waiting for nothing, and exited 0)."""
+    aggregator = read_document(PHASE1)  # lookback without a correlation_id
+    runs = {
+        "aggregate": ("Aggregator", "aggregator", {**aggregator, "aggregator_id": "x"}),
+        "plan": ("TaskGraph", "plan", {"plan_id": "x", "tasks": []}),
+        "vote": ("Vote", "vote", {"vote_id": "x"}),
+        "saga": ("Saga", "saga", {"saga_id": "x", "steps": []}),
+    }
+    address = dev_env.client.service_client.config.target_host
+    temporal = installed_binary("temporal")
+    env = server_env(dev_env, task_queue)
+    async with build_worker(client, task_queue):
+        for workflow_type, prefix, spec in runs.values():
+            spec[f"{prefix}_id"] = task_queue
+            workflow_id = f"{prefix}-{task_queue}"
+            code, _, err = await run(
+                temporal, "workflow", "start", "--address", address, "--type", workflow_type,
+                "--task-queue", task_queue, "--workflow-id", workflow_id,
+                "--input", json.dumps(spec),
+            )  # fmt: skip
+            assert code == 0, err
+            ended = client.get_workflow_handle(workflow_id).result()
+            await asyncio.wait_for(asyncio.gather(ended, return_exceptions=True), 60)
+    lines = {}
+    for command, (_, prefix, _) in runs.items():
+        for json_flag in ([], ["--json"]):
+            code, out, err = await run(COORD, command, "state", task_queue, *json_flag, env=env)
+            assert (code, out) == (ExitCode.REFUSED, ""), err
+            lines[prefix] = err
+    name = repr(task_queue)
+    assert lines["aggregator"] == (
+        f"error: aggregator {name} failed: invalid_spec: aggregator spec: lookback: needs "
+        "correlation_id (it reads that correlation's chain)\n"
+    )
+    assert lines["plan"].startswith(f"error: plan {name} failed: invalid_spec: plan spec: tasks: ")
+    assert lines["vote"].startswith(f"error: vote {name} failed: invalid_spec: vote spec: voters: ")
+    assert lines["saga"].startswith(f"error: saga {name} failed: invalid_spec: saga spec: steps: ")
+
+
+async def test_dlq_refusals_name_their_entry_and_an_unknown_entry_is_not_found(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """Two entries without an event printed two alike lines `refused: invalid_dead_letter: ...`;
+    an unknown id exited 1 (`refused: no dead letter ...`), though an entry is a workflow."""
+    env = server_env(dev_env, task_queue)
+    now = datetime.now(UTC)
+    async with build_worker(client, task_queue):
+        entry_ids = [
+            await park_dead_letter(
+                client,
+                DeadLetter(
+                    raw={"bad": n},
+                    failure_type="invalid_envelope",
+                    message="Invalid payload",
+                    first_failed_at=now,
+                    last_failed_at=now,
+                ),
+                task_queue,
+            )
+            for n in range(2)
+        ]
+        await eventually(lambda: has_entries(client, task_queue, 2))
+        code, out, err = await run(COORD, "dlq", "replay", *entry_ids, env=env)
+        assert code == ExitCode.REFUSED, err
+        assert sorted(line.split(": ")[1] for line in out.splitlines()) == sorted(entry_ids)
+        assert all(
+            line.startswith(f"refused: {entry_id}: invalid_dead_letter: it holds no event")
+            for line, entry_id in zip(sorted(out.splitlines()), sorted(entry_ids), strict=True)
+        )
+        code, out, _ = await run(COORD, "dlq", "replay", entry_ids[0], "dlq-nope", env=env)
+        assert code == ExitCode.NOT_FOUND
+        assert "refused: no dead letter 'dlq-nope'" in out.splitlines()
+        assert len(out.splitlines()) == 2
+        for argv in (["show"], ["replay"], ["archive", "--note", "n"]):
+            code, out, err = await run(COORD, "dlq", *argv, "dlq-nope", env=env)
+            assert code == ExitCode.NOT_FOUND
+            assert "no dead letter 'dlq-nope'" in out + err
+
+
+async def test_start_wait_json_prints_the_record_alone_on_stdout(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The `started ...` line went to stdout before the JSON, so `| jq` failed on it."""
+    env = server_env(dev_env, task_queue)
+    spec = tmp_path / "one-step.yaml"
+    spec.write_text(f"saga_id: json-{task_queue}\nsteps:\n  - name: BuildArtifact\n")
+    async with build_worker(client, task_queue):
+        code, out, err = await run(COORD, "saga", "start", str(spec), "--wait", "--json", env=env)
+        assert code == ExitCode.OK, err
+        assert SagaState.model_validate_json(out).status == SagaStatus.COMPLETED
+        assert f"started saga-json-{task_queue}: http" in err
+        code, out, err = await run(
+            COORD, "saga", "start", str(spec), "--id", "j2", "--json", env=env
+        )
+    assert (code, out) == (ExitCode.OK, ""), err
+    assert "started saga-j2: http" in err
+
+
+async def test_a_missing_agents_file_is_named_once(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """It said `error: nothere.yaml: nothere.yaml: cannot read: ...`."""
+    missing = tmp_path / "nothere.yaml"
+    line = f"error: {missing}: cannot read: No such file or directory\n"
+    env = server_env(dev_env, task_queue)
+    plan = str(ROOT / "examples" / "release-plan.yaml")
+    for argv, extra in (
+        (["worker", "--agents", str(missing)], {}),
+        (["validate", "--agents", str(missing), plan], {}),
+        (["plan", "start", plan], {"COORD_AGENTS": str(missing)}),
+    ):
+        code, out, err = await run(COORD, *argv, env={**env, **extra})
+        assert (code, out, err) == (ExitCode.REFUSED, "", line), argv
+
+
+async def test_an_unknown_fallback_is_refused_before_the_saga_starts(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """As an unknown agent is: it failed only once the step's agent could not take it."""
+    spec = tmp_path / "fallback.yaml"
+    spec.write_text("saga_id: fb\nsteps:\n  - {name: BuildArtifact, fallback: nobody}\n")
+    code, out, err = await run(
+        COORD, "saga", "start", str(spec), env=server_env(dev_env, task_queue)
+    )
+    assert (code, out) == (ExitCode.REFUSED, "")
+    assert err.startswith(f"error: {spec}: steps[0].fallback: unknown agent 'nobody'; known ")
+
+
+async def test_a_problem_names_the_option_or_field_the_user_gave_it_in(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """`--id` was blamed on the file (`FILE: saga_id: ...`), `--priority` on `event:
+    routing.priority`, an empty file said `Input should be a valid dictionary or instance of
+    SagaSpec`, and repeated step names named no field."""
+    env = server_env(dev_env, task_queue)
+    empty, listed, repeated = (tmp_path / name for name in ("empty.yaml", "list.yaml", "many.yaml"))
+    empty.write_text("")
+    listed.write_text("- BuildArtifact\n")
+    repeated.write_text(
+        "saga_id: m\nsteps:\n  - {name: BuildArtifact}\n  - {name: BuildArtifact}\n"
+    )
+    pattern = "String should match pattern '^[A-Za-z0-9][A-Za-z0-9._:-]*$'"
+    plan = str(ROOT / "examples" / "release-plan.yaml")
+    publish = ["publish", "--type", "Note", "--source", "/me", "--correlation-id", "c"]
+    cases = [
+        (["saga", "start", str(FEATURE_DEPLOYMENT), "--id", "has space/and?"], f"--id: {pattern}"),
+        (["plan", "start", plan, "--id", "a b"], f"--id: {pattern}"),
+        (
+            ["plan", "start", plan, "--correlation-id", "a b"],
+            "--correlation-id: String should match pattern '^([A-Za-z0-9][A-Za-z0-9._:-]*)?$'",
+        ),
+        (
+            [*publish, "--priority", "urgent"],
+            "--priority: Input should be 'low', 'normal', 'high' or 'critical'",
+        ),
+        (["dlq", "archive", "dlq-x"], "--note: String should have at least 1 character"),
+        (
+            ["saga", "start", str(empty)],
+            f"{empty}: empty: expected a mapping of fields",
+        ),
+        (
+            ["plan", "start", str(listed)],
+            f"{listed}: expected a mapping of fields, not a list",
+        ),
+        (
+            ["saga", "start", str(repeated)],
+            f"{repeated}: steps: step names must be unique, repeated: BuildArtifact",
+        ),
+    ]
+    for argv, line in cases:
+        code, out, err = await run(COORD, *argv, env=env)
+        assert (code, out, err) == (ExitCode.REFUSED, "", f"error: {line}\n"), argv

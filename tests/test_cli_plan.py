@@ -125,7 +125,8 @@ async def test_a_plan_that_completes_exits_0_and_json_prints_the_record(
             COORD, "plan", "start", str(path), "--id", f"{plan_id}-2", "--wait", "--json", env=env
         )
     assert code == 0, err
-    state = PlanState.model_validate_json(out.splitlines()[1])
+    assert f"started plan-{plan_id}-2: http" in err  # stdout is the JSON alone, for tools
+    state = PlanState.model_validate_json(out)
     assert (state.plan_id, state.status) == (f"{plan_id}-2", PlanStatus.COMPLETED)
     assert state.summary == "5 of 5 succeeded"
 
@@ -338,3 +339,28 @@ async def test_a_decision_no_worker_takes_up_says_so(
         f"plan {plan_id!r}: no worker took the decision up within 1s (is one running on its "
         "task queue?); ask again: a task is decided once"
     )
+
+
+async def test_an_unknown_fallback_is_refused_before_the_plan_starts(
+    dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """It passed `coord validate` and `plan start`, and failed once the task's agent could not
+    take it, after its wait."""
+    env = server_env(dev_env, task_queue)
+    for fallback, problem in (
+        ("nobody", "tasks[1].fallback: unknown agent 'nobody'; known agents: "),
+        (
+            {"capability": "nothing-at-all"},
+            "tasks[1].fallback.capability: no declared agent offers more than 70% of "
+            "nothing-at-all",
+        ),
+    ):
+        _, path = plan_file(tmp_path)
+        document = yaml.safe_load(path.read_text())
+        document["tasks"][1]["fallback"] = fallback
+        path.write_text(yaml.safe_dump(document))
+        code, out, err = await run(COORD, "validate", "--demo-agents", str(path), env=env)
+        assert code == ExitCode.REFUSED and out.startswith(f"{path}: {problem}"), out + err
+        code, out, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert (code, out) == (ExitCode.REFUSED, ""), err
+        assert err.startswith(f"error: {path}: {problem}") and err.count("\n") == 1, err

@@ -476,9 +476,9 @@ async def test_an_id_of_another_kind_or_none_is_no_dead_letter(
         correlation_id = f"c-{uuid.uuid4().hex[:8]}"
         chain = await api.start_chain(client, routing_spec(), correlation_id, queue=task_queue)
         for named in (chain.id, "", "dlq-nothing-here"):
-            with pytest.raises(api.Undeliverable, match=rf"^no dead letter '{named}'$"):
+            with pytest.raises(api.NotFound, match=rf"^no dead letter '{named}'$"):
                 await api.dlq_entry(client, named)
-            with pytest.raises(api.Undeliverable, match=rf"^no dead letter '{named}'$"):
+            with pytest.raises(api.NotFound, match=rf"^no dead letter '{named}'$"):
                 await api.dlq_replay(client, named)
         await api.close_chain(client, correlation_id)
 

@@ -148,10 +148,10 @@ def test_spec_errors_name_the_field_and_the_problem() -> None:
     ("steps", "problem"),
     [
         ([], "steps: List should have at least 1 item"),
-        ([{"name": "A"}, {"name": "A"}], "step names must be unique, repeated: A"),
+        ([{"name": "A"}, {"name": "A"}], "steps: step names must be unique, repeated: A"),
         (
             [{"name": "A", "pivot": True}, {"name": "B", "pivot": True}],
-            "at most one step can be the pivot",
+            "steps: at most one step can be the pivot",
         ),
         ([{"name": "A", "colour": "red"}], "steps[0].colour: Extra inputs are not permitted"),
     ],

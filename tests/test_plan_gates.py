@@ -457,7 +457,7 @@ async def test_an_approved_task_runs_and_the_record_says_who_and_why(
             "approval: when: Extra inputs are not permitted"
         )
         assert await refusal(handle, "yes") == (
-            "approval: Input should be a valid dictionary or instance of ApprovalRequest"
+            "approval: expected a mapping of fields, not a string"
         )
         assert await refusal(handle) == "approval: no input given"
         two = {"task": "deploy"}

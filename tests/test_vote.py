@@ -334,6 +334,9 @@ async def test_coord_vote_start_wait_and_state(
     async with build_worker(client, task_queue, voters.registry()):
         code, out, err = await run(COORD, "vote", "start", str(file), "--wait", env=env)
     assert code == ExitCode.VOTE_NOT_DECIDED, err
+    # each ballot on stderr, once, though the vote may end before the first look at it
+    for voter in names[:2]:
+        assert err.count(f"{voter}: reject (no rollback plan)\n") == 1, err
     started, table = out.split("\n", 1)
     assert started.startswith(f"started vote-{vote_id}: http")
     code, out, _ = await run(COORD, "vote", "state", vote_id, env=env)

@@ -206,7 +206,10 @@ class BulkOutcome(BaseModel):
 
     entry_id: str
     status: EntryStatus | None
+    """None: refused, `detail` says why (naming the entry)."""
     detail: str
+    missing: bool = False
+    """Refused because there is no such entry (the CLI's exit code is then 5, not_found)."""
 
 
 class Redelivery(BaseModel):

@@ -39,9 +39,11 @@ def unknown_agent(name: str, known: Iterable[str]) -> str:
 def read_agents_file(path: Path, taken: Collection[str] = ()) -> AgentsFile:
     """The file's declarations, validated, each `definition:` read from its markdown file
     (`coord.models.mesh.definitions`); an agent named like one in `taken` (a demo agent the
-    worker serves too) is a SpecError naming the field."""
+    worker serves too) is a SpecError naming the field. A file that cannot be read is
+    `read_document`'s error, which names it already."""
+    document = read_document(path)
     try:
-        document = with_definitions(read_document(path), path.parent)
+        document = with_definitions(document, path.parent)
     except SpecError as error:
         raise SpecError(f"{path}: {error}") from None
     declared = parse_model(AgentsFile, document, str(path))

@@ -100,9 +100,10 @@ class SagaSpec(BaseModel):
         names = [step.name for step in self.steps]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
-            raise ValueError(f"step names must be unique, repeated: {', '.join(duplicates)}")
+            repeated = ", ".join(duplicates)
+            raise ValueError(f"steps: step names must be unique, repeated: {repeated}")
         if sum(step.pivot for step in self.steps) > 1:
-            raise ValueError("at most one step can be the pivot")
+            raise ValueError("steps: at most one step can be the pivot")
         if self.rewind is not None:
             _check_recorded(self.rewind.steps, names)
         return self

@@ -86,11 +86,15 @@ def _field_path(location: tuple[int | str, ...]) -> str:
 def validation_problems(error: ValidationError) -> list[str]:
     """`field: problem` each, or just the problem when it concerns the whole document (whose
     message then names its place itself)."""
-    problems = []
-    for e in error.errors():
-        message = e["msg"].removeprefix("Value error, ")
-        problems.append(f"{_field_path(e['loc'])}: {message}" if e["loc"] else message)
-    return problems
+    return [_placed(_field_path(e["loc"]), _message(e["msg"])) for e in error.errors()]
+
+
+def _message(message: str) -> str:
+    return message.removeprefix("Value error, ")
+
+
+def _placed(field: str, problem: str) -> str:
+    return f"{field}: {problem}" if field else problem
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -98,12 +102,49 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(validation_problems(error))
 
 
-def parse_model(model: type[M], data: Any, source: str) -> M:
+def parse_model(
+    model: type[M], data: Any, source: str, options: Mapping[str, str] | None = None
+) -> M:
+    """`data` validated as `model`; else a SpecError whose problems each name `source` and the
+    field. `options`: the fields (by path, `routing.priority`) a command-line option gave, by
+    that option, whose problem names the option instead (`--priority: ...`): the user typed it
+    there, not in `source`. A document that is no mapping at all (an empty file, a list) is
+    said to be that, not which model class it did not make."""
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        problems = [f"{source}: {problem}" for problem in validation_problems(error)]
-        raise SpecError(f"{source}: {describe_validation_error(error)}", problems) from None
+        if _not_a_mapping(error):
+            raise SpecError(f"{source}: {_expected_mapping(data)}") from None
+        problems = [_problem(e["loc"], e["msg"], source, options or {}) for e in error.errors()]
+        if options and any(not problem.startswith(f"{source}: ") for problem in problems):
+            raise SpecError("; ".join(problems), problems) from None
+        message = f"{source}: {describe_validation_error(error)}"
+        raise SpecError(message, problems) from None
+
+
+def _problem(
+    location: tuple[int | str, ...], message: str, source: str, options: Mapping[str, str]
+) -> str:
+    """`source: field: problem`, or `--option: problem` for a field an option gave."""
+    field = _field_path(location)
+    for given, option in options.items():
+        if field == given or field.startswith((f"{given}.", f"{given}[")):
+            return f"{option}: {_placed(field.removeprefix(given).lstrip('.'), _message(message))}"
+    return f"{source}: {_placed(field, _message(message))}"
+
+
+def _not_a_mapping(error: ValidationError) -> bool:
+    """The document itself is not a mapping, so no field of it could be read."""
+    problems = error.errors()
+    return len(problems) == 1 and not problems[0]["loc"] and problems[0]["type"] == "model_type"
+
+
+def _expected_mapping(data: Any) -> str:
+    if data is None or data == "":
+        return "empty: expected a mapping of fields"
+    kinds = {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    kind = kinds.get(type(data), "a value of another kind")
+    return f"expected a mapping of fields, not {kind}"
 
 
 MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
@@ -161,12 +202,21 @@ def _values_past(document: Any, limit: int) -> bool:
     return False
 
 
-def load_spec(model: type[M], path: Path, overrides: Mapping[str, Any] | None = None) -> M:
-    """`overrides` (command-line options, say) replace top-level fields before validation."""
+def load_spec(
+    model: type[M],
+    path: Path,
+    overrides: Mapping[str, Any] | None = None,
+    options: Mapping[str, str] | None = None,
+) -> M:
+    """`overrides` (command-line options, say) replace top-level fields before validation;
+    `options` names the option that gives each field, so that its problem names the option."""
     document = read_document(path)
     if overrides and isinstance(document, dict):
         document = {**document, **overrides}
-    return parse_model(model, document, str(path))
+    given = {
+        field: option for field, option in (options or {}).items() if field in (overrides or {})
+    }
+    return parse_model(model, document, str(path), given)
 
 
 def parse_json_object(text: str, source: str) -> dict[str, Any]:

@@ -1,12 +1,10 @@
 """Aggregators: start (or start with the first event), read the status table, cancel."""
 
-import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import (
     Client,
-    WorkflowFailureError,
     WorkflowHandle,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -19,11 +17,10 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
 from coord.starter.api.common import (
     Conflict,
-    answered,
     api_call,
     cancel_running,
-    closed_with_result,
-    kept_record,
+    current_record,
+    ended_record,
     log,
     named_workflow_id,
     undeliverable,
@@ -126,7 +123,7 @@ async def cancel_aggregator(client: Client, workflow_id: str) -> str:
     """Stop an aggregator before it completes or times out; its record (kept in its memo)
     stays readable with `aggregator_state`. Returns the cancelled run's workflow id."""
     handle = await named_aggregator(client, workflow_id)
-    await cancel_running(handle, f"aggregator {handle.id!r}")
+    await cancel_running(handle, aggregator_name(handle))
     return handle.id
 
 
@@ -141,12 +138,20 @@ async def aggregator_state(client: Client, workflow_id: str) -> AggregatorState:
 async def aggregator_record(
     handle: WorkflowHandle[Any, AggregatorState], client: Client | None = None
 ) -> AggregatorState:
-    """`aggregator_state`'s record, of the aggregator `handle` names (a running one's by
-    `answered`, given the `client`)."""
-    if await closed_with_result(handle):
-        with contextlib.suppress(WorkflowFailureError):
-            return await handle.result()
-        kept = await kept_record(handle, contract.AGGREGATOR_RECORD_MEMO, AggregatorState)
-        if kept is not None:
-            return kept
-    return (await answered(client, handle, Aggregator.state)).as_of(datetime.now(UTC))
+    """`aggregator_state`'s record, of the aggregator `handle` names (`current_record`: a
+    running one's by `answered`, given the `client`; one whose spec was invalid raises its
+    failure, as a plan or vote does, rather than answer a record it never had)."""
+    name = aggregator_name(handle)
+    record = await current_record(handle, _aggregator_outcome, Aggregator.state, name, client)
+    return record.as_of(datetime.now(UTC))
+
+
+@api_call
+async def _aggregator_outcome(handle: WorkflowHandle[Any, AggregatorState]) -> AggregatorState:
+    """An ended aggregator's record: its result, or a cancelled one's memo (`ended_record`)."""
+    return await ended_record(handle, contract.AGGREGATOR_RECORD_MEMO, AggregatorState)
+
+
+def aggregator_name(handle: WorkflowHandle[Any, Any]) -> str:
+    """The aggregator in the user's words: `aggregator 'phase1~story-42'`."""
+    return f"aggregator {handle.id.removeprefix(contract.AGGREGATOR_ID_PREFIX)!r}"

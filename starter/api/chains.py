@@ -46,11 +46,13 @@ from coord.models.wire import contract
 from coord.starter.api.aggregators import publish_to_aggregator
 from coord.starter.api.common import (
     Conflict,
+    NotFound,
     NoWorker,
     Undeliverable,
     answered,
     api_call,
     closed_with_result,
+    described,
     ended_or_missing,
     undeliverable,
 )
@@ -412,6 +414,7 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
     """The chain's record: an ended chain's from its result (no worker needed), a running
     one's from its `state` query."""
     handle = chain_handle(client, correlation_id)
+    await described(handle, no_chain(correlation_id))
     if await closed_with_result(handle):
         with contextlib.suppress(WorkflowFailureError):
             return await handle.result()
@@ -422,14 +425,21 @@ async def chain_state(client: Client, correlation_id: str) -> ChainState:
 async def chain_timeline(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """The correlation table: one row per event the chain saw, with the ids linking each to
     its cause (`causation_id`, `causes`), oldest first."""
-    return await answered(client, chain_handle(client, correlation_id), ReactiveChain.timeline)
+    handle = chain_handle(client, correlation_id)
+    await described(handle, no_chain(correlation_id))
+    return await answered(client, handle, ReactiveChain.timeline)
 
 
 @api_call
 async def chain_running(client: Client, correlation_id: str) -> bool:
     """Whether the correlation's chain is still running (NotFound: it has none)."""
-    description = await chain_handle(client, correlation_id).describe()
+    description = await described(chain_handle(client, correlation_id), no_chain(correlation_id))
     return description.status == WorkflowExecutionStatus.RUNNING
+
+
+def no_chain(correlation_id: str) -> NotFound:
+    """What a read of a correlation without a chain raises, in the user's words."""
+    return NotFound(f"no chain for correlation id {correlation_id!r}")
 
 
 @api_call

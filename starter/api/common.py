@@ -186,7 +186,7 @@ async def described(
         return await handle.describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
-            raise missing from None
+            raise missing from error
         raise
 
 
@@ -245,16 +245,21 @@ async def current_record(
     handle: WorkflowHandle[Any, M],
     outcome: Callable[[WorkflowHandle[Any, M]], Awaitable[M]],
     state: MethodSyncOrAsyncNoParam[Any, M],
-    missing: Exception,
+    name: str,
     client: Client | None = None,
 ) -> M:
     """A run's record now: a running run answers its `state` query (`answered`, given the
     `client`), an ended one its `outcome` (result, failure or memo), so no worker is needed to
-    read it; `missing` when there is no such run."""
-    await described(handle, missing)
-    if await closed_with_result(handle):
+    read it. `name` is the run in the user's words (`plan 'p1'`): NotFound when there is no
+    such run, RunFailed when it failed without a record (a spec it refused), each saying so."""
+    await described(handle, NotFound(f"{name} does not exist"))
+    if not await closed_with_result(handle):
+        return await answered(client, handle, state)
+    try:
         return await outcome(handle)
-    return await answered(client, handle, state)
+    except RunFailed as failed:
+        words = contract.failure_message(failed)
+        raise RunFailed(f"{name} failed: {words}") from failed.__cause__
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:
@@ -268,17 +273,27 @@ async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R
 async def ended_record(handle: WorkflowHandle[Any, M], key: str, record: type[M]) -> M:
     """Waits for the run to end and returns its final record however it ended: its result, the
     record a typed failure carries in its details, or (cancelled) the one kept in its memo under
-    `key`; a failure with neither (an invalid spec) is raised."""
+    `key`. A run that refused its spec is raised, whatever it carries: it never was a saga, plan,
+    vote or aggregator, so whatever record it kept describes nothing (a saga's says `failed`,
+    an aggregator's would wait for nothing); a read says the run failed and why, the same for
+    each pattern."""
     try:
         return await handle.result()
     except WorkflowFailureError as failure:
         cause = failure.cause
+        if refused_spec(failure):
+            raise
         if isinstance(cause, ApplicationError) and cause.details:
             return record.model_validate(cause.details[0])
         kept = await kept_record(handle, key, record)
         if kept is None:
             raise
         return kept
+
+
+def refused_spec(failure: WorkflowFailureError) -> bool:
+    """The run failed because its spec (its start input) did not validate."""
+    return contract.failure_type_of(failure.cause) == contract.FailureType.INVALID_SPEC
 
 
 async def undeliverable(

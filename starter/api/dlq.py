@@ -41,7 +41,7 @@ from coord.models.dlq.letter import (
 from coord.models.wire import contract
 from coord.models.wire.contract import failure_message
 from coord.models.wire.specs import SpecError, parse_model
-from coord.starter.api.common import Undeliverable, api_call, described
+from coord.starter.api.common import NotFound, Undeliverable, api_call, described
 from coord.workflows.dlq import DeadLetterEntry
 
 UpdateRequest = TypeVar("UpdateRequest", ReplayRequest, ArchiveRequest)
@@ -278,8 +278,11 @@ async def _each(
         async with slots:
             try:
                 entry = await operation(entry_id)
-            except Undeliverable as refusal:
-                return BulkOutcome(entry_id=entry_id, status=None, detail=str(refusal))
+            except (Undeliverable, NotFound) as refusal:
+                missing = isinstance(refusal, NotFound)
+                return BulkOutcome(
+                    entry_id=entry_id, status=None, detail=str(refusal), missing=missing
+                )
             return outcome_of(entry)
 
     return list(await asyncio.gather(*(one(entry_id) for entry_id in entry_ids)))
@@ -297,11 +300,12 @@ async def _updated(
     client: Client, entry_id: str, update: Awaitable[WorkflowUpdateHandle[DlqEntry]]
 ) -> DlqEntry:
     """The update once a worker took it up, to its end. A refused update (the entry is no longer
-    parked, say) or one no worker took up in time becomes one clear error."""
+    parked, say) or one no worker took up in time becomes one clear error naming the entry (a
+    bulk operation prints one line an entry); NotFound when there is no such entry."""
     try:
         return await (await update).result()
     except WorkflowUpdateFailedError as error:
-        raise Undeliverable(failure_message(error)) from None
+        raise Undeliverable(f"{entry_id}: {failure_message(error)}") from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:
         raise Undeliverable(
             f"{entry_id}: no worker took it up in time (is one running on its task queue?); "
@@ -310,7 +314,7 @@ async def _updated(
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
-    raise Undeliverable(await _why_closed(client, entry_id))
+    raise await _why_closed(client, entry_id)
 
 
 def _entry_handle(client: Client, entry_id: str) -> WorkflowHandle[DeadLetterEntry, DlqEntry]:
@@ -321,15 +325,16 @@ def _entry_handle(client: Client, entry_id: str) -> WorkflowHandle[DeadLetterEnt
     return client.get_workflow_handle_for(DeadLetterEntry.run, entry_id)
 
 
-def _no_dead_letter(entry_id: str) -> Undeliverable:
-    return Undeliverable(f"no dead letter {entry_id!r}")
+def _no_dead_letter(entry_id: str) -> NotFound:
+    """An entry is a workflow, so an id naming none is NotFound, as a saga's or plan's is."""
+    return NotFound(f"no dead letter {entry_id!r}")
 
 
-async def _why_closed(client: Client, entry_id: str) -> str:
+async def _why_closed(client: Client, entry_id: str) -> NotFound | Undeliverable:
     """An update that found no running entry: there is none, or it is replayed or archived."""
     try:
         description = await client.get_workflow_handle(entry_id).describe()
     except RPCError:
-        return str(_no_dead_letter(entry_id))
+        return _no_dead_letter(entry_id)
     status = description.typed_search_attributes.get(contract.COORD_STATUS)
-    return f"{entry_id} is {status or 'closed'}, not parked"
+    return Undeliverable(f"{entry_id} is {status or 'closed'}, not parked")

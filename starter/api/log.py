@@ -13,7 +13,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.event_log import SegmentStore, segment_store
 from coord.models.events.log import (
@@ -26,8 +25,8 @@ from coord.models.events.log import (
 )
 from coord.models.events.timeline import TimelineEntry
 from coord.models.events.views import view_named
-from coord.starter.api.chains import chain_handle, chain_state, chain_timeline
-from coord.starter.api.common import NotFound, api_call, closed_with_result
+from coord.starter.api.chains import chain_handle, chain_state, chain_timeline, no_chain
+from coord.starter.api.common import api_call, closed_with_result, described
 
 
 class LogPage(BaseModel):
@@ -54,16 +53,10 @@ async def _window(client: Client, correlation_id: str) -> tuple[list[TimelineEnt
     """The rows the chain holds in memory (none once it has ended), and how many events an
     ended chain recorded (None while it runs). NotFound when the correlation has no chain."""
     handle = chain_handle(client, correlation_id)
-    try:
-        if await closed_with_result(handle):
-            return [], (await chain_state(client, correlation_id)).events_seen
-        return await chain_timeline(client, correlation_id), None
-    except NotFound:
-        raise NotFound(f"no chain for correlation id {correlation_id!r}") from None
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            raise NotFound(f"no chain for correlation id {correlation_id!r}") from None
-        raise
+    await described(handle, no_chain(correlation_id))
+    if await closed_with_result(handle):
+        return [], (await chain_state(client, correlation_id)).events_seen
+    return await chain_timeline(client, correlation_id), None
 
 
 class Stored(BaseModel):

@@ -106,8 +106,8 @@ async def plan_record(
     handle: WorkflowHandle[Any, PlanState], client: Client | None = None
 ) -> PlanState:
     """The plan's record now (`current_record`)."""
-    missing = NotFound(f"plan {contract.plan_id_of(handle.id)!r} does not exist")
-    return await current_record(handle, plan_outcome, TaskGraph.state, missing, client)
+    name = f"plan {contract.plan_id_of(handle.id)!r}"
+    return await current_record(handle, plan_outcome, TaskGraph.state, name, client)
 
 
 @api_call

@@ -33,7 +33,7 @@ from coord.models.saga.spec import RecordedStep, SagaRewind, SagaSpec, SagaState
 from coord.models.wire import contract
 from coord.models.wire.sizes import json_size
 from coord.starter.api.chains import chain_handle, publish, start_chain
-from coord.starter.api.common import Conflict, api_call, started_input
+from coord.starter.api.common import Conflict, NotFound, api_call, described, started_input
 from coord.starter.api.log import read_log
 from coord.starter.api.plans import named_plan, plan_state, start_plan
 from coord.starter.api.rewind_patterns import PatternRewind, listed_runs
@@ -227,6 +227,7 @@ async def rewind_plan(
     inline (fixed agents). RewindRefused for a planned plan, or a task it does not have;
     Conflict when `copy_id` already has runs."""
     original = await named_plan(client, plan_id)
+    await described(original, NotFound(f"plan {plan_id!r} does not exist"))
     spec = await started_with(client, original, PlanSpec)
     if spec.planner is not None:
         raise RewindRefused(f"plan {plan_id!r} was written by its planner: rewind it by hand")

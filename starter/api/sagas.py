@@ -23,6 +23,7 @@ from coord.starter.api.common import (
     described,
     ended_record,
     named_workflow_id,
+    refused_spec,
     start_run,
 )
 from coord.starter.api.correlation import pattern_rows
@@ -70,10 +71,13 @@ async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
     that kept neither (cancelled before sagas kept their record in the memo, or terminated)
-    answers its `state` query, replayed by a worker."""
+    answers its `state` query, replayed by a worker. A run that refused its spec is raised
+    (`ended_record`)."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
-    except WorkflowFailureError:
+    except WorkflowFailureError as failure:
+        if refused_spec(failure):
+            raise
         return await handle.query(Saga.state)
 
 
@@ -82,8 +86,8 @@ async def saga_record(
 ) -> SagaState:
     """Closed sagas answer from their result, so no worker is needed to read them; a running
     one its `state` query (`answered`, given the `client`). NotFound without such a saga."""
-    missing = NotFound(f"saga {contract.saga_id_of(handle.id)!r} does not exist")
-    return await current_record(handle, saga_outcome, Saga.state, missing, client)
+    name = f"saga {contract.saga_id_of(handle.id)!r}"
+    return await current_record(handle, saga_outcome, Saga.state, name, client)
 
 
 async def named_saga(client: Client, saga: str) -> WorkflowHandle[Any, SagaState]:

@@ -10,7 +10,6 @@ from temporalio.client import Client, WorkflowHandle
 from coord.models.vote.spec import VoteSpec, VoteState
 from coord.models.wire import contract
 from coord.starter.api.common import (
-    NotFound,
     api_call,
     cancel_running,
     current_record,
@@ -67,8 +66,8 @@ async def vote_record(
     handle: WorkflowHandle[Any, VoteState], client: Client | None = None
 ) -> VoteState:
     """The vote's record now (`current_record`)."""
-    missing = NotFound(f"vote {contract.vote_id_of(handle.id)!r} does not exist")
-    return await current_record(handle, vote_outcome, Vote.state, missing, client)
+    name = f"vote {contract.vote_id_of(handle.id)!r}"
+    return await current_record(handle, vote_outcome, Vote.state, name, client)
 
 
 @api_call

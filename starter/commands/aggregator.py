@@ -8,7 +8,13 @@ import typer
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.wire.specs import load_spec
 from coord.starter import api, render
-from coord.starter.commands.common import connect, echo_started, runs_async, show_record
+from coord.starter.commands.common import (
+    START_OPTIONS,
+    connect,
+    echo_started,
+    runs_async,
+    show_record,
+)
 
 app = typer.Typer(no_args_is_help=True, help="Start and inspect aggregators.")
 AggregatorId = Annotated[str, typer.Argument(metavar="ID", help="Workflow id or aggregator id")]
@@ -16,7 +22,7 @@ AggregatorId = Annotated[str, typer.Argument(metavar="ID", help="Workflow id or 
 
 def load_aggregator_spec(path: Path, correlation_id: str | None) -> AggregatorSpec:
     overrides = {"correlation_id": correlation_id} if correlation_id else None
-    return load_spec(AggregatorSpec, path, overrides)
+    return load_spec(AggregatorSpec, path, overrides, START_OPTIONS)
 
 
 @app.command("start")

@@ -29,7 +29,7 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.starter import api, render
 from coord.starter.exits import ExitCode, failure_exit, one_line
-from coord.starter.progress import Watch, outcome_with_progress
+from coord.starter.progress import Sighting, Watch, outcome_with_progress
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -108,9 +108,11 @@ async def connect() -> Client:
     return await temporal.connect()
 
 
-def echo_started(client: Client, workflow_id: str) -> None:
-    """The line a start command prints: the workflow id and its page in the Temporal UI."""
-    typer.echo(f"started {workflow_id}: {workflow_link(workflow_id, client.namespace)}")
+def echo_started(client: Client, workflow_id: str, *, as_json: bool = False) -> None:
+    """The line a start command prints: the workflow id and its page in the Temporal UI; on
+    stderr with `--json`, whose stdout is the JSON alone (a tool parses it whole)."""
+    link = workflow_link(workflow_id, client.namespace)
+    typer.echo(f"started {workflow_id}: {link}", err=as_json)
 
 
 NoWorkerTimeout = Annotated[
@@ -122,6 +124,14 @@ NoWorkerTimeout = Annotated[
     ),
 ]
 SpecId = Annotated[str | None, typer.Option("--id", help="Its id (overrides the spec's)")]
+START_OPTIONS = {
+    "saga_id": "--id",
+    "plan_id": "--id",
+    "vote_id": "--id",
+    "correlation_id": "--correlation-id",
+}
+"""The spec fields a start command's options override, by option: a problem with one is the
+option's (`--id: ...`), not the file's (`load_spec`'s `options`)."""
 Wait = Annotated[bool, typer.Option(help="Wait for it to end and print how it ended")]
 CorrelationId = Annotated[
     str | None,
@@ -168,6 +178,8 @@ class StartCommand(Generic[S, R]):
     """The outcome, for tools (`--json`) or people."""
     ended_well: Callable[[R], bool]
     otherwise: ExitCode
+    seen_in: Callable[[R], list[Sighting]] | None = None
+    """What `watch` sees, read from the outcome: shown if the waiting did not see it."""
 
     def register(
         self,
@@ -207,7 +219,7 @@ class StartCommand(Generic[S, R]):
                 f"{self.kind} {name!r} is already running: read it with "
                 f"`coord {self.kind} state {name}`, or give another --id"
             ) from None
-        echo_started(client, handle.id)
+        echo_started(client, handle.id, as_json=as_json)
         if not wait:
             return
         outcome = await self._waited(client, handle, no_worker_timeout)
@@ -228,6 +240,7 @@ class StartCommand(Generic[S, R]):
                 name=f"the {self.kind}",
                 task_queue=task_queue(),
                 no_worker_timeout=no_worker_timeout,
+                seen_in=self.seen_in,
             )
 
 

@@ -10,6 +10,7 @@ from coord.models.dlq.letter import ArchiveRequest, BulkOutcome, DlqSelection
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model
 from coord.starter import api, render
 from coord.starter.commands.common import connect, echo_json, runs_async, show_record
+from coord.starter.exits import ExitCode
 
 app = typer.Typer(
     no_args_is_help=True, help="The dead-letter queue: investigate, fix, replay, archive."
@@ -53,8 +54,8 @@ async def on_chosen_entries(
 ) -> None:
     """What replay and archive share, reading their common options from the command line's
     parsed parameters (`ctx.params`): the entries named, or --all of those the filters select
-    (never a silent bulk operation by default); `act` on them; one line per entry, and exit code
-    1 when any entry was refused."""
+    (never a silent bulk operation by default); `act` on them; one line per entry, each naming
+    it, and exit code 5 when an entry named does not exist, else 1 when any was refused."""
     client = await connect()
     entry_ids, everything = list(ctx.params["entry_ids"] or []), ctx.params["everything"]
     if bool(entry_ids) == everything:
@@ -64,8 +65,10 @@ async def on_chosen_entries(
     outcomes = await act(client, chosen)
     for outcome in outcomes:
         typer.echo(line(outcome) if outcome.status else f"refused: {outcome.detail}")
+    if any(outcome.missing for outcome in outcomes):
+        raise typer.Exit(ExitCode.NOT_FOUND)
     if any(outcome.status is None for outcome in outcomes):
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.REFUSED)
 
 
 @app.command("list")
@@ -150,7 +153,7 @@ async def archive(
     correlation_id: Correlation = None,
 ) -> None:
     """Archive dead letters with a note."""
-    request = parse_model(ArchiveRequest, {"note": note}, "archive")
+    request = parse_model(ArchiveRequest, {"note": note}, "archive", {"note": "--note"})
     await on_chosen_entries(
         ctx,
         lambda client, chosen: api.dlq_archive_many(client, chosen, request.note),

@@ -38,6 +38,18 @@ def load_publish_spec(path: Path, correlation_id: str | None) -> ChainSpec | Agg
     return spec
 
 
+PUBLISH_OPTIONS = {
+    "event.type": "--type",
+    "event.source": "--source",
+    "event.correlation_id": "--correlation-id",
+    "event.id": "--id",
+    "event.causation_id": "--caused-by",
+    "routing.topic": "--topic",
+    "routing.priority": "--priority",
+}
+"""Each envelope field `publish` fills, by the option that gives it: a problem names the option."""
+
+
 @app.command()
 @runs_async
 async def publish(
@@ -89,10 +101,10 @@ async def publish(
     header = {"type": type, "source": source, "correlation_id": correlation_id}
     optional = {"id": event_id, "causation_id": caused_by}
     header |= {key: value for key, value in optional.items() if value is not None}
+    routing = {"topic": topic, "priority": priority}
+    given = PUBLISH_OPTIONS | {"payload": "--payload-file" if payload_file else "--payload"}
     envelope = parse_model(
-        EventEnvelope,
-        {"event": header, "payload": body, "routing": {"topic": topic, "priority": priority}},
-        "event",
+        EventEnvelope, {"event": header, "payload": body, "routing": routing}, "event", given
     )
     spec = load_publish_spec(spec_file, correlation_id) if spec_file else None
     client = await connect()

@@ -15,6 +15,7 @@ from coord.models.plan.spec import ApprovalRequest, PlanSpec, PlanState, PlanSta
 from coord.models.wire.specs import load_spec, parse_model, read_document
 from coord.starter import api, render
 from coord.starter.commands.common import (
+    START_OPTIONS,
     AsJson,
     CopyAgents,
     StartCommand,
@@ -37,7 +38,7 @@ def load_plan_spec(file: Path, plan_id: str | None, correlation_id: str | None =
     its agents checked as the worker would."""
     given = {"plan_id": plan_id, "correlation_id": correlation_id}
     overrides = {field: value for field, value in given.items() if value is not None}
-    spec = load_spec(PlanSpec, file, overrides or None)
+    spec = load_spec(PlanSpec, file, overrides or None, START_OPTIONS)
     check_agents(file, spec)
     return spec
 

@@ -10,6 +10,7 @@ from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.specs import parse_json_object, parse_model, read_document
 from coord.starter import api
 from coord.starter.commands.common import (
+    START_OPTIONS,
     AsJson,
     CopyAgents,
     NoWorkerTimeout,
@@ -37,7 +38,8 @@ def load_saga_spec(file: Path, input: str | None, saga_id: str | None) -> SagaSp
             document["input"] = {**(document.get("input") or {}), **extra}
         if saga_id is not None:
             document["saga_id"] = saga_id
-    spec = parse_model(SagaSpec, document, str(file))
+    given = {"saga_id": START_OPTIONS["saga_id"]} if saga_id is not None else None
+    spec = parse_model(SagaSpec, document, str(file), given)
     check_agents(file, spec)
     return spec
 
@@ -67,11 +69,15 @@ async def start(
     ] = None,
     saga_id: SpecId = None,
     wait: Wait = False,
+    as_json: AsJson = False,
     no_worker_timeout: NoWorkerTimeout = 30,
 ) -> None:
-    """Start a saga from a YAML or JSON spec."""
+    """Start a saga from a YAML or JSON spec. With --wait, its record is printed (JSON; --json
+    prints it on one line, alone on stdout: the `started` line goes to stderr)."""
     spec = load_saga_spec(file, input, saga_id)
-    await SAGAS.run(spec, spec.saga_id, wait=wait, no_worker_timeout=no_worker_timeout)
+    await SAGAS.run(
+        spec, spec.saga_id, wait=wait, as_json=as_json, no_worker_timeout=no_worker_timeout
+    )
 
 
 @app.command("state")

@@ -15,6 +15,7 @@ from coord.models.wire import contract
 from coord.models.wire.specs import SpecError, load_spec
 from coord.starter import api, render
 from coord.starter.commands.common import (
+    START_OPTIONS,
     AsJson,
     StartCommand,
     check_agents,
@@ -36,7 +37,7 @@ def load_vote_spec(file: Path, vote_id: str | None, correlation_id: str | None =
     its voters checked as the worker would."""
     given = {"vote_id": vote_id, "correlation_id": correlation_id}
     overrides = {field: value for field, value in given.items() if value is not None}
-    spec = load_spec(VoteSpec, file, overrides or None)
+    spec = load_spec(VoteSpec, file, overrides or None, START_OPTIONS)
     if contract.ID_PART_SEPARATOR in spec.vote_id:
         raise SpecError(
             f"{file}: vote_id: {spec.vote_id!r} holds `~`, which only the votes of plan tasks "
@@ -92,7 +93,12 @@ def show_vote(state: VoteState, as_json: bool) -> None:
 
 async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each ballot as it is cast, while `vote start --wait` waits."""
-    state = await handle.query(Vote.state)
+    return ballots_in(await handle.query(Vote.state))
+
+
+def ballots_in(state: VoteState) -> list[Sighting]:
+    """The record's ballots, as `ballots_cast` reports them (the final record's, for those cast
+    after its last look: a vote decided within a second is never seen voting)."""
     return [((ballot.voter,), ballot_line(ballot)) for ballot in state.ballots]
 
 
@@ -110,6 +116,7 @@ VOTES = StartCommand(
     show_vote,
     ended_well=lambda state: state.status == VoteStatus.DECIDED,
     otherwise=ExitCode.VOTE_NOT_DECIDED,
+    seen_in=ballots_in,
 )
 
 
