@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from coord.activities.kinds import load_agents
+from coord.activities.mesh.run_tally import carried
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentResult
 from coord.models.mesh.attempts import MIN_POOL_WAIT, attempt_times
@@ -132,8 +133,9 @@ async def test_a_local_run_failing_for_good_records_each_attempt(
 async def test_an_activity_tasks_attempts_are_each_recorded_when_they_failed_and_why(
     client: Client, task_queue: str
 ) -> None:
-    """The same run as activity tasks, retried by the server (on the worker that ran them):
-    attempt 1's failure and attempt 2's retry are not stamped with the run's end."""
+    """The same run as activity tasks, retried by the server: each attempt's report travels
+    to the next in its heartbeats' details (whichever worker runs it), so attempt 1's failure
+    and attempt 2's retry are not stamped with the run's end."""
     task = await _failed_for_good(client, task_queue, local=False)
     reasons = [(n, f"broken on attempt {n}") for n in (1, 2, 3)]
     assert _times_of(task, TaskState.FAILED) == reasons
@@ -145,6 +147,9 @@ def test_reported_attempts_that_do_not_read_are_left_out() -> None:
     good = {"attempt": 1, "started_at": "2026-01-01T00:00:00Z", "ended_at": "2026-01-01T00:00:01Z"}
     assert list(attempt_times({"run_attempts": [good, {"attempt": "x"}, 3]})) == [1]
     assert attempt_times({"run_attempts": "no"}) == {} == attempt_times(None)
+    heartbeat = ("progress", {"run_tally": {"failures": 1}, "run_attempts": [good, 3]})
+    assert carried(heartbeat) == [good], "the attempts the last detail carries, as data"
+    assert carried(("progress", {"run_tally": {}})) == [] == carried(())
 
 
 async def pooled(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:

@@ -1,19 +1,20 @@
 """The attempts of the runs a worker is running, kept until each run's outcome carries them back
-(coord.models.mesh.attempts): a local run's retries all run on this worker, inside one local
-activity whose workflow sees only its last outcome, so the times and reasons of the attempts
-before it are known here alone.
-
-A run is known by its workflow run and its idempotency key (the executions of one run share
-it, and a batch's runs share their activity), else its activity. Kept for the runs whose
-attempts may still go on, at most MAX_RUNS (the oldest dropped first): a run whose retry went
-to another worker, or that the workflow gave up on, leaves its entry to be dropped so."""
+(coord.models.mesh.attempts). An activity task's attempts may run on any worker serving its
+agent: they travel in its heartbeats' details, with its tally (`RunCounter.carry_attempts`,
+for a run that counts its retries). A local run's all run on this worker, inside local
+activities that send no heartbeat, so they are kept here: by the run's workflow run and
+idempotency key (the executions of one run share it, and a batch's runs share their
+activity), else its activity, for the runs whose attempts may still go on, at most MAX_RUNS
+(the oldest dropped first: a run the workflow gave up on, or moved to another worker)."""
 
 from collections import OrderedDict
 from datetime import UTC, datetime
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from coord.activities.mesh.run_tally import RunCounter
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.attempts import MAX_REPORTED, REASON_CHARS, RUN_ATTEMPTS, AttemptTime
 from coord.models.mesh.runs import GATE_FAILURES
@@ -27,20 +28,26 @@ class AttemptLog:
     """The earlier attempts of the runs under way on this worker, by run."""
 
     def __init__(self) -> None:
-        self._runs: OrderedDict[str, list[AttemptTime]] = OrderedDict()
+        self._runs: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
 
     def succeeded(
-        self, request: AgentRequest, result: AgentResult, attempt: int, started: datetime
+        self, request: AgentRequest, result: AgentResult, tally: RunCounter, started: datetime
     ) -> AgentResult:
         """`result` carrying the run's attempts, this one last; the run is forgotten."""
-        done = AttemptTime(attempt=attempt, started_at=started, ended_at=datetime.now(UTC))
-        attempts = [*self._runs.pop(_run_of(request), []), done][-MAX_REPORTED:]
-        reported = [time.model_dump(mode="json") for time in attempts]
-        result.metadata = {**result.metadata, RUN_ATTEMPTS: reported}
+        done = AttemptTime(attempt=tally.attempt, started_at=started, ended_at=datetime.now(UTC))
+        reported = [*self._earlier(request, tally), done.model_dump(mode="json")]
+        result.metadata = {**result.metadata, RUN_ATTEMPTS: reported[-MAX_REPORTED:]}
         return result
 
+    def _earlier(self, request: AgentRequest, tally: RunCounter) -> list[dict[str, Any]]:
+        """The run's attempts before this one, as reported: carried by the heartbeats of an
+        activity task, kept here for a local run (and forgotten: its outcome reports them)."""
+        if not activity.info().is_local:
+            return tally.earlier_attempts
+        return self._runs.pop(_run_of(request), [])
+
     def failed(
-        self, request: AgentRequest, error: ApplicationError, attempt: int, started: datetime
+        self, request: AgentRequest, error: ApplicationError, tally: RunCounter, started: datetime
     ) -> ApplicationError:
         """`error` carrying the run's attempts in its first detail, this one last; kept for the
         run's next attempt unless it is not retried. A gate's refusal (the agent was not
@@ -49,19 +56,16 @@ class AttemptLog:
         if error.type in GATE_FAILURES or not isinstance(detail, dict):
             return error
         ended = AttemptTime(
-            attempt=attempt,
+            attempt=tally.attempt,
             started_at=started,
             ended_at=datetime.now(UTC),
             type=error.type or "",
             message=error.message[:REASON_CHARS],
         )
-        run = _run_of(request)
-        attempts = [*self._runs.pop(run, []), ended][-MAX_REPORTED:]
+        earlier = self._earlier(request, tally)
+        reported = [*earlier, ended.model_dump(mode="json")][-MAX_REPORTED:]
         if not (error.non_retryable or _last_attempt()):
-            self._runs[run] = attempts
-            while len(self._runs) > MAX_RUNS:
-                self._runs.popitem(last=False)
-        reported = [time.model_dump(mode="json") for time in attempts]
+            self._keep(request, tally, reported)
         return failure(
             error.type or "",
             error.message,
@@ -70,6 +74,16 @@ class AttemptLog:
             non_retryable=error.non_retryable,
             retry_after=error.next_retry_delay,
         )
+
+    def _keep(self, request: AgentRequest, tally: RunCounter, reported: list[Any]) -> None:
+        """The run's attempts for its next: carried by its heartbeats, or kept here for a local
+        run."""
+        if not activity.info().is_local:
+            tally.carry_attempts(reported)
+            return
+        self._runs[_run_of(request)] = reported
+        while len(self._runs) > MAX_RUNS:
+            self._runs.popitem(last=False)
 
 
 def attempt_began() -> datetime:

@@ -193,13 +193,13 @@ class AgentActivities:
             try:
                 report_failure(error, request, tally)
             except ApplicationError as reported:  # with the attempts, from what it came from
-                timed = self._attempts.failed(request, reported, tally.attempt, began)
+                timed = self._attempts.failed(request, reported, tally, began)
                 raise timed from reported.__cause__
         duration_ms = (time.monotonic() - started) * 1000
         result = result_of(self._registry, request, output, duration_ms, tally.attempt)
         if waited >= MIN_POOL_WAIT.total_seconds():
             result.metadata[POOL_WAIT] = round(waited, 3)
-        result = self._attempts.succeeded(request, result, tally.attempt, began)
+        result = self._attempts.succeeded(request, result, tally, began)
         return await self._results.kept(result, request.result_limit)
 
 
