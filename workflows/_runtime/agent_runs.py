@@ -17,7 +17,9 @@ by capability where the run names capabilities (`assign_agent`; a plan's wave ba
 - every retry's delay is spread by the run's jitter, drawn here so it is the same on replay.
 
 Each detour (waited, rerouted, fell back) is told to the caller, which keeps it in the run's
-record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH).
+record; so is a wait in line for a permit of the agent's pool that ended in a permit, which the
+worker reports with the result (`_pool_waited`). Runs recorded before these rules ran the
+activity alone (AGENT_RUN_GATES_PATCH).
 
 How the two sides meet: this side sends one `AgentRequest` per activity execution; the worker's
 side is `run_agent` (activities/mesh/run_agent.py: admit, guard, resolve, run, keep, report).
