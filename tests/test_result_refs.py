@@ -235,7 +235,9 @@ async def test_a_reference_whose_object_is_gone_fails_the_run_typed_and_not_retr
     assert isinstance(cause, ApplicationError)
     assert (cause.type, cause.non_retryable) == ("invalid_payload", True)
     assert f"inputs.first: result {reference.sha256} cannot be read" in cause.message
-    assert cause.details == ({"attempt": 1},), "failed on its first attempt, not retried"
+    (detail,) = cause.details
+    assert detail["attempt"] == 1, "failed on its first attempt, not retried"
+    assert [each["attempt"] for each in detail["run_attempts"]] == [1]
 
 
 def test_only_a_well_formed_result_ref_is_a_reference() -> None:

@@ -39,9 +39,9 @@ def run_until(model: SagaModel, fail_at: int | None = None) -> list[str]:
         retry = model.step_started(index, step)
         model.step_request(step, model.step_agent(step, None), retry)
         if index == fail_at:
-            announced.append(model.step_failed(index, step, "agent_error", "boom").event.type)
+            announced.append(model.step_failed(index, step, "agent_error", "boom", None).event.type)
             return announced
-        announced.append(model.step_succeeded(index, step, {"done": step.name}).event.type)
+        announced.append(model.step_succeeded(index, step, {"done": step.name}, None).event.type)
     model.completed()
     return announced
 
@@ -59,7 +59,7 @@ def unwind(
             if not model.goes_on(False):
                 break
             continue
-        ran.append((entry.compensate, model.undone(entry, {"undone": True}).event.type))
+        ran.append((entry.compensate, model.undone(entry, {"undone": True}, None).event.type))
     return ran, model.compensation_ended()
 
 
@@ -87,7 +87,7 @@ def test_the_stack_holds_each_step_compensation_before_the_step_runs() -> None:
     steps = list(model.steps())
     for index, step in steps[:2]:
         model.step_started(index, step)
-        model.step_succeeded(index, step, {})
+        model.step_succeeded(index, step, {}, None)
     model.step_started(*steps[2])
     assert model.state.current_step == 3
     assert model.state.compensation_stack == [StackEntry(step=3, compensate="RemoveFromStaging")]
@@ -155,7 +155,7 @@ def test_retries_are_the_steps_own_until_the_pivot_then_until_success() -> None:
     retries = []
     for index, step in model.steps():
         retries.append(model.step_started(index, step))
-        model.step_succeeded(index, step, {})
+        model.step_succeeded(index, step, {}, None)
     assert retries[4] == spec.steps[4].retry.until_success()
     assert retries[4].max_retries is None
     assert retries[:3] == [s.retry for s in spec.steps[:3]]
@@ -183,12 +183,12 @@ def test_a_cancel_mid_run_lets_the_step_finish_then_unwinds() -> None:
     steps = list(model.steps())
     for index, step in steps[:2]:
         model.step_started(index, step)
-        model.step_succeeded(index, step, {})
+        model.step_succeeded(index, step, {}, None)
     model.step_started(*steps[2])  # DeployToStaging is running
     assert model.cancel_effect() == "unwind"
     assert model.cancel_requested("unwind", NOW)
     assert not model.cancel_requested("ended", NOW)  # only the first is recorded
-    model.step_succeeded(*steps[2], {"url": "staging"})  # its result is kept
+    model.step_succeeded(*steps[2], {"url": "staging"}, None)  # its result is kept
     assert model.unwinding
     ran, end = unwind(model, cancelled=True)
     assert (ran, end) == ([("RemoveFromStaging", "RemoveStaging")], None)
@@ -202,9 +202,9 @@ def test_a_step_cancelled_before_it_ended_is_undone_as_unknown() -> None:
     model = begun()
     steps = list(model.steps())
     model.step_started(*steps[0])
-    model.step_succeeded(*steps[0], {})
+    model.step_succeeded(*steps[0], {}, None)
     model.step_started(*steps[1])
-    model.step_succeeded(*steps[1], {})
+    model.step_succeeded(*steps[1], {}, None)
     model.step_started(*steps[2])
     model.cancel_requested(model.cancel_effect(), NOW)
     model.step_cancelled(steps[2][1])
@@ -220,10 +220,10 @@ def test_a_cancel_during_the_pivot_step_lets_the_saga_run_forward() -> None:
     steps = list(model.steps())
     for index, step in steps[:2]:
         model.step_started(index, step)
-        model.step_succeeded(index, step, {})
+        model.step_succeeded(index, step, {}, None)
     model.step_started(*steps[2])
     model.cancel_requested(model.cancel_effect(), NOW)
-    model.step_succeeded(*steps[2], {})
+    model.step_succeeded(*steps[2], {}, None)
     assert not model.unwinding
     assert model.state.cancel is not None and model.state.cancel.effect == "forward"
     assert model.cancel_effect() == "forward"  # a later cancel would not unwind either
@@ -294,7 +294,7 @@ def test_a_run_that_fell_back_is_announced_by_the_agent_that_ran_it() -> None:
         at=NOW, agent=step.agent, reason="circuit_open", action="fell_back", to_agent="builder-2"
     )
     model.detoured(step.name, detour, None)
-    event = model.step_succeeded(index, step, {})
+    event = model.step_succeeded(index, step, {}, None)
     assert event.event.source == "/builder-2"
     assert [d.run for d in model.state.detours] == ["BuildArtifact"]
 

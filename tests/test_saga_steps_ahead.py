@@ -65,7 +65,7 @@ def test_steps_made_ahead_are_the_requests_each_step_makes_once_those_before_suc
         made = model.step_request(run.step, model.step_agent(run.step, None), retry)
         assert made == handed_on(run.request, results)
         data = {"done": run.step.name}
-        assert model.step_succeeded(run.index, run.step, data).event.id == success_id
+        assert model.step_succeeded(run.index, run.step, data, None).event.id == success_id
         results[run.step.name] = data
     assert model.made_ahead == {}, "each reserved id taken"
 

@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.attempts import ran_until
     from coord.models.mesh.batches import BatchedRun
     from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
@@ -99,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         attempts,
         decode_input,
         ending_with,
+        failed_at,
         park,
         show_details,
         signal_chain,
@@ -216,11 +218,11 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
                 self._model.step_cancelled(step)
                 raise asyncio.CancelledError from error
             failed = (failure_type_of(error), failure_message(error))
-            self._sends.send(self._model.step_failed(index, step, *failed))
+            self._sends.send(self._model.step_failed(index, step, *failed, failed_at(error)))
             if self._model.unwinding:
                 raise asyncio.CancelledError from error
             raise StepFailed from error
-        self._sends.send(self._model.step_succeeded(index, step, result.data))
+        self._sends.send(self._model.step_succeeded(index, step, result.data, ran_until(result)))
         completed = {"step": step.name, "event": step.on_success, "pivot": step.pivot}
         log(self._model.state, "step completed", **completed)
         if self._model.unwinding:
@@ -281,7 +283,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
             spent = attempts(error, step.compensation_retry.to_retry_policy())
             await self._dead_letter(entry, request, message, spent)
             return False
-        self._sends.send(self._model.undone(entry, result.data))
+        self._sends.send(self._model.undone(entry, result.data, ran_until(result)))
         self._publish()
         return True
 

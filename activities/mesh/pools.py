@@ -74,6 +74,16 @@ def time_left(info: activity.Info, now: datetime) -> timedelta | None:
     return max(info.started_time + info.start_to_close_timeout - now, timedelta(0))
 
 
+def queued(info: activity.Info) -> float:
+    """The seconds an activity task of the run waited on its agent's queue for a worker's
+    slot, which for an agent with a pool is its first line (a worker takes no more of its runs
+    than `max_concurrent`): from its attempt's scheduling to its start, by the server's clock.
+    Nothing for a local run: it waits on no queue."""
+    if info.is_local:
+        return 0.0
+    return max((info.started_time - info.current_attempt_scheduled_time).total_seconds(), 0.0)
+
+
 def lease_span(info: activity.Info) -> timedelta:
     """How long a permit lasts between renewals: the run's heartbeat timeout, else
     RENEWED_LEASE."""
@@ -131,12 +141,14 @@ class AgentPools:
         self._home = home
         self._registry = registry
 
-    def holding(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[None]:
-        """A permit of the request's agent's pool around its run; nothing for an agent without
-        max_concurrent, or declared inline (no queue, no ledger, of its own)."""
+    def holding(self, request: AgentRequest) -> contextlib.AbstractAsyncContextManager[float]:
+        """A permit of the request's agent's pool around its run, giving the seconds the run
+        waited in line for it (on its agent's queue, `queued`, then in its ledger); nothing (no
+        wait) for an agent without max_concurrent, or declared inline (no queue, no ledger, of
+        its own)."""
         size = self._size(request)
         if size is None:
-            return contextlib.nullcontext()
+            return contextlib.nullcontext(0.0)
         share = PATIENCE_SHARE if request.gates_return else 2
         return self._permit(request.agent, size, share)
 
@@ -146,17 +158,17 @@ class AgentPools:
         return self._registry.max_concurrent(request.agent)
 
     @contextlib.asynccontextmanager
-    async def _permit(self, agent: str, size: int, share: int) -> AsyncIterator[None]:
+    async def _permit(self, agent: str, size: int, share: int) -> AsyncIterator[float]:
         ledger = self._ledger(agent)
         run = run_key(activity.info())
         try:
-            await self._acquire(ledger, agent, run, size, share)
+            waited = queued(activity.info()) + await self._acquire(ledger, agent, run, size, share)
         except BaseException:
             await _release(ledger, run)  # leaves the line (a retry is another attempt)
             raise
         renewing = asyncio.create_task(_renew(ledger, run, size))
         try:
-            yield
+            yield waited
         finally:
             renewing.cancel()
             await asyncio.wait({renewing})  # not raising: its cancel is not this run's
@@ -164,9 +176,9 @@ class AgentPools:
 
     async def _acquire(
         self, ledger: LedgerClient, agent: str, run: str, size: int, share: int
-    ) -> None:
+    ) -> float:
         """A permit for `run`, waiting in line at most POOL_PATIENCE and 1/`share` of the run's
-        time limit; then `pool_full`."""
+        time limit (the seconds it waited); then `pool_full`."""
         info = activity.info()
         started = datetime.now(UTC)
         left = time_left(info, started)
@@ -182,7 +194,7 @@ class AgentPools:
                 raise ledger_unreachable(agent, error) from None
             if grant is not None and grant.granted:
                 metrics.pool_seen(agent, grant.pool)
-                return
+                return (datetime.now(UTC) - started).total_seconds()
             activity.heartbeat()
             waited = datetime.now(UTC) - started
             if waited >= patience:

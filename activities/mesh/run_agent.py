@@ -57,6 +57,7 @@ from temporalio.exceptions import ApplicationError
 
 from coord.activities import metrics
 from coord.activities.kinds import agent_from_config
+from coord.activities.mesh.attempt_log import AttemptLog, attempt_began
 from coord.activities.mesh.breakers import Breakers
 from coord.activities.mesh.local_shares import LocalShares
 from coord.activities.mesh.pools import AgentPools
@@ -72,6 +73,7 @@ from coord.models.mesh.agents import (
     AgentResult,
     ProgressReporter,
 )
+from coord.models.mesh.attempts import MIN_POOL_WAIT, POOL_WAIT
 from coord.models.mesh.batches import (
     IN_ORDER_FOR,
     BatchedFailure,
@@ -109,6 +111,7 @@ class AgentActivities:
         self._breakers = breakers
         self._pools = pools
         self._local_shares = local_shares
+        self._attempts = AttemptLog()
 
     @activity.defn(name=refs.RUN_AGENTS.name)
     async def run_agents(self, batch: LocalBatch) -> LocalBatchOutcomes:
@@ -173,10 +176,13 @@ class AgentActivities:
             return await self._run(request, tally)
 
     async def _run(self, request: AgentRequest, tally: RunCounter) -> AgentResult:
-        """Steps 1 to 6, once the run holds its place (a local run its share of the slots)."""
+        """Steps 1 to 6, once the run holds its place (a local run its share of the slots).
+        The outcome carries the run's attempts as this worker saw them (`AttemptLog`), and the
+        time this one waited for a permit of its pool."""
+        began = attempt_began()
         try:
             async with (
-                admit(self._pools, request),
+                admit(self._pools, request) as waited,
                 guard(self._breakers, request),
                 metrics.agent_run(request, self._registry),
             ):
@@ -184,9 +190,16 @@ class AgentActivities:
                 resolved = await resolve(self._registry, self._results, request)
                 output = await run(resolved, request, tally)
         except Exception as error:
-            report_failure(error, request, tally)
+            try:
+                report_failure(error, request, tally)
+            except ApplicationError as reported:  # with the attempts, from what it came from
+                timed = self._attempts.failed(request, reported, tally, began)
+                raise timed from reported.__cause__
         duration_ms = (time.monotonic() - started) * 1000
         result = result_of(self._registry, request, output, duration_ms, tally.attempt)
+        if waited >= MIN_POOL_WAIT.total_seconds():
+            result.metadata[POOL_WAIT] = round(waited, 3)
+        result = self._attempts.succeeded(request, result, tally, began)
         return await self._results.kept(result, request.result_limit)
 
 
@@ -216,10 +229,11 @@ def share(
 
 def admit(
     pools: AgentPools | None, request: AgentRequest
-) -> contextlib.AbstractAsyncContextManager[None]:
+) -> contextlib.AbstractAsyncContextManager[float]:
     """Step 1: a permit of the request's agent's pool around the rest of the run (the permit
-    goes back when it ends); nothing when the worker has no pools."""
-    return pools.holding(request) if pools is not None else contextlib.nullcontext()
+    goes back when it ends), giving the seconds the run waited for it; nothing when the
+    worker has no pools."""
+    return pools.holding(request) if pools is not None else contextlib.nullcontext(0.0)
 
 
 def guard(

@@ -12,8 +12,8 @@ agent failed once more than `max_retries`, or when too many attempts ended witho
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from coord.models.mesh.attempts import MAX_REPORTED, RUN_ATTEMPTS
 from coord.models.mesh.retry import RunBudget, RunTally, agent_time_limit
 from coord.models.wire.contract import FailureType, failure
 
@@ -33,16 +34,33 @@ T = TypeVar("T")
 
 @dataclass
 class _Carried:
-    """The running attempt's tally, and the details its agent last sent (sent again with a new
-    tally, so that what it last said is not erased)."""
+    """The running attempt's tally, the details its agent last sent (sent again with a new
+    tally, so that what it last said is not erased), and the run's attempts so far as their
+    workers reported them (coord.models.mesh.attempts), for the next attempt to report on."""
 
     tally: RunTally
     details: tuple[Any, ...] = ()
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_detail(self) -> dict[str, Any]:
+        attempts = {RUN_ATTEMPTS: self.attempts} if self.attempts else {}
+        return {**self.tally.as_detail(), **attempts}
 
 
 _carried: contextvars.ContextVar[_Carried | None] = contextvars.ContextVar(
     "run_tally", default=None
 )
+
+
+def carried(details: Sequence[Any]) -> list[dict[str, Any]]:
+    """The run's attempts the last heartbeat's details carried (none: not yet, or a worker
+    before attempts were carried); read as data by the workflow, which leaves out what does not
+    read."""
+    last = details[-1] if details else None
+    attempts = last.get(RUN_ATTEMPTS) if isinstance(last, dict) else None
+    if not isinstance(attempts, list):
+        return []
+    return [each for each in attempts if isinstance(each, dict)][-MAX_REPORTED:]
 
 
 class TallyCarrier(Interceptor):
@@ -65,7 +83,7 @@ class _CarryingOutbound(ActivityOutboundInterceptor):
             super().heartbeat(*details)
             return
         carried.details = details
-        super().heartbeat(*details, carried.tally.as_detail())
+        super().heartbeat(*details, carried.as_detail())
 
 
 class RunCounter:
@@ -81,7 +99,8 @@ class RunCounter:
         self._carried: _Carried | None = None
         if budget is not None:
             info = activity.info()
-            self._carried = _Carried(RunTally.carried_in(info.heartbeat_details))
+            details = info.heartbeat_details
+            self._carried = _Carried(RunTally.carried_in(details), attempts=carried(details))
             _carried.set(self._carried)
             self._refuse_if_lost_too_often(budget, self._carried.tally, info.attempt)
         self.attempt = self._attempt()
@@ -130,6 +149,18 @@ class RunCounter:
             f"agent {self._agent!r} ran past the run's time limit of "
             f"{info.start_to_close_timeout.total_seconds():g}s",
         )
+
+    @property
+    def earlier_attempts(self) -> list[dict[str, Any]]:
+        """The run's attempts before this one as the heartbeats carried them (none for a run
+        that does not count its retries: its attempts are not carried)."""
+        return self._carried.attempts if self._carried is not None else []
+
+    def carry_attempts(self, attempts: list[dict[str, Any]]) -> None:
+        """The run's attempts, this one last, sent at once for the next attempt (`_count`)."""
+        if self._carried is not None:
+            self._carried.attempts = attempts
+            activity.heartbeat(*self._carried.details)
 
     def turned_away(self) -> None:
         """A gate (breaker, pool) refused the run before its agent was called."""

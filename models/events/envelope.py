@@ -102,14 +102,17 @@ class EventEnvelope(BaseModel):
         topic: str | None = None,
         priority: Priority = Priority.NORMAL,
         event_id: str | None = None,
+        timestamp: datetime | None = None,
     ) -> Self:
         """The short way to build an envelope from code; ids and timestamps are filled in (the
-        id unless given: one reserved before, for events caused by it)."""
+        id unless given: one reserved before, for events caused by it; the time unless given:
+        when what it announces happened, if that was before now)."""
         return cls(
             event=EventHeader(
                 id=event_id or new_event_id(),
                 type=type,
                 source=source,
+                timestamp=timestamp or _now(),
                 correlation_id=correlation_id,
                 causation_id=causation_id,
             ),

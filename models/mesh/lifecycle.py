@@ -10,6 +10,8 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from coord.models.mesh.attempts import AttemptTime
+
 __all__ = ["RunFailure", "RunLifecycle"]
 
 KeyT = TypeVar("KeyT", contravariant=True)
@@ -26,6 +28,9 @@ class RunFailure(BaseModel):
     type: str
     message: str
     attempts: int = 1
+    times: dict[int, AttemptTime] = {}
+    """The run's attempts by number as its worker reported them (coord.models.mesh.attempts):
+    when each began and ended, how each that failed failed."""
 
 
 class RunLifecycle(Protocol[KeyT, ResultT, RunningT]):

@@ -7,6 +7,7 @@ Pure: the workflow hands a sink that sends each event (in the background); a tes
 `append`."""
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from coord.models.events.envelope import EventEnvelope
@@ -59,6 +60,9 @@ class PlanAnnouncer:
         self._completed: dict[str, int] = {}
         """Task id -> the order its `TaskCompleted` was announced in."""
         self._last: str | None = None
+        self._at: datetime | None = None
+        """The time of the move being announced (`transition`): its events are stamped with it
+        (a retry's failure reported by its worker happened before the workflow heard of it)."""
         self._started = self._announce(
             "PlanStarted",
             PlanStarted(
@@ -72,7 +76,14 @@ class PlanAnnouncer:
         return self._latest.get(task_id, self._started)
 
     def transition(self, record: TaskRecord, moved: Transition) -> None:
-        """A task changed state: the events that says, by the state it reached."""
+        """A task changed state: the events that says, by the state it reached, at its time."""
+        self._at = moved.at
+        try:
+            self._moved(record, moved)
+        finally:
+            self._at = None
+
+    def _moved(self, record: TaskRecord, moved: Transition) -> None:
         task = self._tasks[record.id]
         previous = record.transitions[-2].state if len(record.transitions) > 1 else None
         state = moved.state
@@ -199,6 +210,7 @@ class PlanAnnouncer:
             payload=payload.model_dump(mode="json"),
             correlation_id=self._spec.correlation_id,
             causation_id=cause,
+            timestamp=self._at,
         )
         self._sink(envelope)
         self._last = envelope.event.id

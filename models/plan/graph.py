@@ -92,7 +92,7 @@ class PlanGraph(BaseModel):
 
     def task_awaiting_approval(self, task_id: str, now: datetime) -> None:
         """Its dependencies succeeded; a person must approve it before it asks for a slot."""
-        self._book.transition(task_id, TaskState.AWAITING_APPROVAL, now)
+        self._book.transition(task_id, TaskState.AWAITING_APPROVAL, self._after(task_id, now))
 
     def approval_ended(self, task_id: str, gate: ApprovalGate, now: datetime) -> bool:
         """The wait for a person ended, with a decision or at the gate's timeout (a decision
@@ -108,7 +108,13 @@ class PlanGraph(BaseModel):
 
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
-        self._book.transition(task_id, TaskState.READY, now)
+        self._book.transition(task_id, TaskState.READY, self._after(task_id, now))
+
+    def _after(self, task_id: str, now: datetime) -> datetime:
+        """`now`, or, if later, when the last of the task's dependencies ended: one whose run
+        ended in the workflow task it began in ended after the workflow's time."""
+        ends = [self._book.record(done).ended_at for done in self.task(task_id).depends_on]
+        return max([now, *(end for end in ends if end is not None)])
 
     def task_reviewing(self, task_id: str, now: datetime) -> bool:
         """Its result is with reviewers or verifiers; True when it moved there (it stays under

@@ -40,6 +40,8 @@ class TaskBook:
         """The tasks whose agent was picked by capability (the details list them)."""
         self.announcer: PlanAnnouncer | None = None
         """Told of every change, when the plan announces its lifecycle."""
+        self._ran_until: dict[str, datetime] = {}
+        """Per task, when its latest run ended as its worker said (`ran_until`)."""
 
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._records
@@ -56,8 +58,10 @@ class TaskBook:
         attempt: int | None = None,
         reason: str | None = None,
     ) -> None:
-        """The task moves to `state`; the record keeps the move."""
+        """The task moves to `state` at `now`, or, if later, at its latest move or its run's
+        end (`at`); the record keeps the move."""
         record = self._records[task_id]
+        now = self.at(task_id, now)
         self._counts[record.state] -= 1
         self._counts[state] += 1
         record.state = state
@@ -70,6 +74,21 @@ class TaskBook:
         if self.announcer is not None:
             self.announcer.transition(record, moved)
 
+    def ran_until(self, task_id: str, ended: datetime) -> None:
+        """The task's run ended at `ended`, as its worker said: a run that ended in the workflow
+        task it began in (a local run, its retries too) ended after the workflow's time."""
+        self._ran_until[task_id] = ended
+
+    def at(self, task_id: str, now: datetime) -> datetime:
+        """When a move of the task made at the workflow's `now` is recorded: no earlier than its
+        latest move, nor than the end of its latest run (the workflow's time is the start of the
+        workflow task its run may have ended in). So a task's moves stay in order, whatever the
+        clocks of the workers that reported its attempts."""
+        record = self._records[task_id]
+        latest = [record.transitions[-1].at] if record.transitions else []
+        ran = self._ran_until.get(task_id)
+        return max([now, *latest, *([ran] if ran is not None else [])])
+
     def reviewed(self, task_id: str, review: ReviewRound) -> None:
         """A review or verification round of the task, kept in its record."""
         record = self._records[task_id]
@@ -78,8 +97,9 @@ class TaskBook:
             self.announcer.reviewed(record, review)
 
     def end(self, task_id: str, state: TaskState, now: datetime, reason: str | None = None) -> None:
-        """The task ends in `state` (one of `ENDED_TASK_STATES`)."""
+        """The task ends in `state` (one of `ENDED_TASK_STATES`), at `now` or later (`at`)."""
         record = self._records[task_id]
+        now = self.at(task_id, now)
         record.ended_at = now
         record.progress = None
         self.transition(task_id, state, now, reason=reason)

@@ -4,6 +4,7 @@ what its progress reader saw of it. Keyed by task id; a task's fix rounds are ru
 task, numbered from 1. A run that failed for good ends its task in error through the graph
 (`PlanGraph.task_error`), which skips the task's dependents."""
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, PrivateAttr
 
 from coord.models.mesh.agents import AgentResult
 from coord.models.mesh.assignment import Assignment
+from coord.models.mesh.attempts import AttemptTime, attempt_times
 from coord.models.mesh.lifecycle import RunFailure
 from coord.models.mesh.results import ResultReference
 from coord.models.mesh.runs import RunDetour, kept
@@ -74,8 +76,10 @@ class TaskRuns(BaseModel):
         the attempt it succeeded at closes the attempts before it. The task stays running
         until its gates pass (`PlanGraph.task_succeeded`)."""
         attempt = result.metadata.get("attempt")
+        times = attempt_times(result.metadata)
         if isinstance(attempt, int):
-            self.retries_seen(task_id, attempt, None, now)
+            self.retries_seen(task_id, attempt, None, now, times)
+        self._ran_until(task_id, times.get(attempt) if isinstance(attempt, int) else None)
         self.result_kept(task_id, result.data, result.reference)
 
     def result_kept(
@@ -95,8 +99,9 @@ class TaskRuns(BaseModel):
 
     def run_failed(self, task_id: str, now: datetime, failure: RunFailure) -> None:
         """The run failed for good at its `attempts`: `failed -> error`, its dependents
-        skipped (`PlanGraph.task_error`)."""
-        self.retries_seen(task_id, failure.attempts, None, now)
+        skipped (`PlanGraph.task_error`), when its worker said it failed (else now)."""
+        self.retries_seen(task_id, failure.attempts, None, now, failure.times)
+        self._ran_until(task_id, failure.times.get(failure.attempts))
         self._book.transition(
             task_id, TaskState.FAILED, now, attempt=failure.attempts, reason=failure.message
         )
@@ -113,6 +118,13 @@ class TaskRuns(BaseModel):
             if not run.answered and book.record(task_id).state not in ENDED_TASK_STATES
         ]
 
+    def _ran_until(self, task_id: str, last: AttemptTime | None) -> None:
+        """The run's last attempt ended when its worker said (a local run's whole run, retries
+        included, ends in the workflow task it began in): the task's record goes on from
+        then (`TaskBook.ran_until`)."""
+        if last is not None:
+            self._book.ran_until(task_id, last.ended_at)
+
     def _answered(self, task_id: str) -> None:
         run = self.runs.get(task_id)
         if run is not None:
@@ -121,20 +133,33 @@ class TaskRuns(BaseModel):
     # --- Retries and progress -------------------------------------------------------------
 
     def retries_seen(
-        self, task_id: str, attempt: int, last_failure: str | None, now: datetime
+        self,
+        task_id: str,
+        attempt: int,
+        last_failure: str | None,
+        now: datetime,
+        times: Mapping[int, AttemptTime] | None = None,
     ) -> bool:
         """The current run is at `attempt` (the progress reader saw it, or its outcome said
-        so): the attempts before it failed, each `failed -> running` in the record. Returns
+        so): the attempts before it failed, each `failed -> running` in the record, when and
+        how its worker said (`times`), else now, the last with `last_failure`. Returns
         whether the record changed."""
         run = self.runs.get(task_id)
         if run is None or attempt <= run.attempt:
             return False
+        times = times or {}
         for next_attempt in range(run.attempt + 1, attempt + 1):
+            failed, began = times.get(next_attempt - 1), times.get(next_attempt)
             reason = last_failure if next_attempt == attempt else None
             self._book.transition(
-                task_id, TaskState.FAILED, now, attempt=next_attempt - 1, reason=reason
+                task_id,
+                TaskState.FAILED,
+                failed.ended_at if failed else now,
+                attempt=next_attempt - 1,
+                reason=_reason(failed) if failed else reason,
             )
-            self._book.transition(task_id, TaskState.RUNNING, now, attempt=next_attempt)
+            at = began.started_at if began else now
+            self._book.transition(task_id, TaskState.RUNNING, at, attempt=next_attempt)
             self._book.record(task_id).attempts += 1
         run.attempt = attempt
         return True
@@ -171,6 +196,11 @@ class TaskRuns(BaseModel):
             self.task_assigned(task_id, assignment)
         elif detour.to_agent is not None:
             record.agent = detour.to_agent
+
+
+def _reason(failed: AttemptTime) -> str:
+    """A failed attempt's reason as its worker reported it: its message, else its type."""
+    return failed.message or failed.type
 
 
 def _progress_seen(record: TaskRecord, progress: str | None, now: datetime) -> bool:

@@ -630,9 +630,12 @@ class TaskRecord(BaseModel):
 
     @property
     def duration(self) -> timedelta | None:
+        """From its first run's start to its end, less its runs' waits for their agents (a
+        gate, a pool's permit: `detours`), which are not the agent's time."""
         if self.started_at is None or self.ended_at is None:
             return None
-        return self.ended_at - self.started_at
+        waited = timedelta(seconds=sum(d.waited_s or 0 for d in self.detours))
+        return max(self.ended_at - self.started_at - waited, timedelta(0))
 
 
 class MemberRun(BaseModel):

@@ -52,6 +52,9 @@ CANCELLED_STEP = {
 CANCEL_REASON = "saga cancelled"
 Inputs = dict[str, Any]
 """What a run is handed besides its event (`AgentRequest.inputs`)."""
+At = datetime | None
+"""When a run ended, as its worker reported it (`attempts.ran_until`); None: now (the workflow's
+time; a run ahead of its turn, or in the workflow task it began in, ended after it)."""
 
 
 @dataclass(frozen=True)
@@ -141,12 +144,12 @@ class SagaModel:
         self.state.assignments[step.name] = assignment
         return assignment.agent
 
-    def step_succeeded(self, index: int, step: SagaStep, data: dict[str, Any]) -> EventEnvelope:
-        """Records the result and announces `on_success` (made ahead: under its reserved id). A
-        pivot turns recovery forward; a cancel that came while it ran then lets the saga run on."""
+    def step_succeeded(self, index: int, step: SagaStep, data: Inputs, at: At) -> EventEnvelope:
+        """Records the result, announces `on_success` at `at` (made ahead: under its reserved id).
+        A pivot turns recovery forward; a cancel that came while it ran then lets it run on."""
         _, event_id = self.made_ahead.pop(self.step_key(step), (None, None))
         source = f"/{self.agent_of(step)}"
-        completed = announced(self.state, step.on_success, source, data, event_id)
+        completed = announced(self.state, step.on_success, source, data, event_id, at)
         self._succeeded(index, step, data, completed.event.id)
         return completed
 
@@ -161,14 +164,15 @@ class SagaModel:
             self.state.recovery = "forward"
 
     def step_failed(
-        self, index: int, step: SagaStep, failure_type: str, message: str
+        self, index: int, step: SagaStep, failure_type: str, message: str, at: At
     ) -> EventEnvelope:
-        """Records how the step failed for good and announces `on_failure`."""
+        """Records how the step failed for good and announces `on_failure` at `at`."""
         failure = {"type": failure_type, "message": message}
         self._outcomes[step.name] = {"failure": failure}
         self._step_failure = f"step {index} {step.name} failed: {message}"
         self.state.failed_event = step.on_failure
-        return announced(self.state, step.on_failure, f"/{self.agent_of(step)}", {"error": failure})
+        error, source = {"error": failure}, f"/{self.agent_of(step)}"
+        return announced(self.state, step.on_failure, source, error, at=at)
 
     def step_cancelled(self, step: SagaStep) -> None:
         """The step was cancelled before it ended: its outcome is unknown."""
@@ -252,22 +256,21 @@ class SagaModel:
         self.state.status = SagaStatus.COMPENSATING
         return list(reversed(self.state.compensation_stack))
 
-    def undone(self, entry: StackEntry, data: dict[str, Any]) -> EventEnvelope:
-        """The compensation ran: off the stack, recorded, and its `on_compensated` announced."""
+    def undone(self, entry: StackEntry, data: Inputs, at: At) -> EventEnvelope:
+        """The compensation ran: off the stack, recorded, its `on_compensated` announced at `at`."""
         step = self.spec.steps[entry.step - 1]
         self.state.compensation_stack.remove(entry)
         self.state.compensations.append(
             CompensationOutcome(step=entry.step, compensate=entry.compensate, status="compensated")
         )
-        return announced(self.state, step.on_compensated, f"/{entry.compensate}", data)
+        return announced(self.state, step.on_compensated, f"/{entry.compensate}", data, at=at)
 
     def undo_failed(self, entry: StackEntry, message: str) -> str:
         """A compensation failed for good: recorded, left on the stack; its dead letter's text."""
-        self.state.compensations.append(
-            CompensationOutcome(
-                step=entry.step, compensate=entry.compensate, status="failed", error=message
-            )
+        failed = CompensationOutcome(
+            step=entry.step, compensate=entry.compensate, status="failed", error=message
         )
+        self.state.compensations.append(failed)
         return f"compensation {entry.compensate} of step {entry.step} failed: {message}"
 
     def goes_on(self, undone: bool) -> bool:
@@ -321,9 +324,11 @@ def announced(
     source: str,
     payload: dict[str, Any],
     event_id: str | None = None,
+    at: datetime | None = None,
 ) -> EventEnvelope:
-    """One of the saga's events, recorded in its timeline, for the correlation's chain."""
-    envelope = saga_event(state, event_type, payload, source, event_id=event_id)
+    """One of the saga's events, recorded in its timeline, for the correlation's chain, at `at`
+    (else now)."""
+    envelope = saga_event(state, event_type, payload, source, event_id=event_id, at=at)
     state.events.append(
         TimelineEntry.recording(
             envelope, seq=len(state.events) + 1, correlation_id=state.correlation_id
@@ -340,6 +345,7 @@ def saga_event(
     *,
     event_id: str | None = None,
     caused_by: str | None = None,
+    at: datetime | None = None,
 ) -> EventEnvelope:
     """An event of the saga, caused by its latest recorded event, or by `caused_by` (an event
     reserved ahead, not recorded yet)."""
@@ -351,6 +357,7 @@ def saga_event(
         correlation_id=state.correlation_id,
         causation_id=caused_by or previous,
         event_id=event_id,
+        timestamp=at,
     )
 
 

@@ -17,7 +17,9 @@ by capability where the run names capabilities (`assign_agent`; a plan's wave ba
 - every retry's delay is spread by the run's jitter, drawn here so it is the same on replay.
 
 Each detour (waited, rerouted, fell back) is told to the caller, which keeps it in the run's
-record. Runs recorded before these rules ran the activity alone (AGENT_RUN_GATES_PATCH).
+record; so is a wait in line for a permit of the agent's pool that ended in a permit, which the
+worker reports with the result (`_pool_waited`). Runs recorded before these rules ran the
+activity alone (AGENT_RUN_GATES_PATCH).
 
 How the two sides meet: this side sends one `AgentRequest` per activity execution; the worker's
 side is `run_agent` (activities/mesh/run_agent.py: admit, guard, resolve, run, keep, report).
@@ -58,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.priority import task_priority
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
+    from coord.models.mesh.attempts import attempt_times, pool_wait
     from coord.models.mesh.batches import BatchedFailure
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
     from coord.models.mesh.placement import (
@@ -626,8 +629,13 @@ class _AgentRun:
         return self.execute()
 
     def _took(self, result: AgentResult) -> AgentResult:
+        """The run's result, counted; the wait its attempt had for a permit of its agent's
+        pool (in the worker, not a refusal) told as a detour."""
         if self.settings.tokens is not None:
             self.settings.tokens.add(result)
+        waited = pool_wait(result.metadata)
+        if waited is not None:
+            self._tell(_pool_waited(result, waited))
         return result
 
     def _sent(self) -> AgentRequest:
@@ -863,6 +871,22 @@ def _detour(
         to_agent=to_agent,
         waited_s=None if waited_s is None else round(waited_s, 3),
         message=failure_message(error),
+    )
+
+
+def _pool_waited(result: AgentResult, waited: float) -> RunDetour:
+    """A wait in line for a permit of the agent's pool that ended in a permit: from when the
+    attempt began (as its worker reported it: its wait on its agent's queue is its own), else
+    `waited` before now."""
+    times = attempt_times(result.metadata)
+    began = times[max(times)].started_at if times else None
+    return RunDetour(
+        at=began or workflow.now() - timedelta(seconds=waited),
+        agent=result.agent,
+        reason=FailureType.POOL_FULL.value,
+        action="waited",
+        waited_s=round(waited, 3),
+        message=f"agent {result.agent!r}: waited {waited:g}s for a permit of its pool",
     )
 
 

@@ -3,7 +3,7 @@
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
     from coord.models.dlq.letter import DeadLetter
     from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.attempts import ended_at
     from coord.models.plan.spec import TaskError
     from coord.models.wire import contract
     from coord.models.wire.sizes import bounded_details, preview
@@ -178,15 +179,26 @@ def _plain_json(value: Any) -> bool:
     return json_depth(value) <= MAX_JSON_DEPTH
 
 
+def reported(error: ActivityError) -> dict[str, Any] | None:
+    """What `run_agent` reported with its failure, in its first detail: its attempt, and the
+    run's attempts' times (coord.models.mesh.attempts); None when it reported nothing."""
+    cause = error.cause
+    detail = cause.details[0] if isinstance(cause, ApplicationError) and cause.details else None
+    return detail if isinstance(detail, dict) else None
+
+
+def failed_at(error: ActivityError) -> datetime | None:
+    """When the run's last attempt failed, as its worker reported it (None: not reported)."""
+    return ended_at(reported(error))
+
+
 def attempts(error: ActivityError, retry_policy: RetryPolicy) -> int:
     """The attempt `run_agent` reported with its failure. A timeout is Temporal's, so the agent
     could not report it: when the server gave up because the policy's attempts were used up,
     that maximum is the count; 1 when nothing says more."""
-    cause = error.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        detail = cause.details[0]
-        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
-            return int(detail["attempt"])
+    detail = reported(error)
+    if detail is not None and isinstance(detail.get("attempt"), int):
+        return int(detail["attempt"])
     if error.retry_state == RetryState.MAXIMUM_ATTEMPTS_REACHED and retry_policy.maximum_attempts:
         return retry_policy.maximum_attempts
     return 1

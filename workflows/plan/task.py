@@ -27,6 +27,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.attempts import attempt_times
     from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
@@ -48,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         start_agent_run,
     )
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
-    from coord.workflows._runtime.common import attempts, task_error
+    from coord.workflows._runtime.common import attempts, reported, task_error
     from coord.workflows._runtime.fan_out import FanOut
     from coord.workflows._runtime.patches import patched
     from coord.workflows.plan.team import TeamRoom
@@ -301,9 +302,12 @@ def never_scheduled(cancelled: asyncio.CancelledError) -> bool:
 
 
 def run_failure(error: ActivityError, retry_policy: RetryPolicy) -> RunFailure:
-    """How a task's run failed for good (the failure type, the agent's own words) and the
-    attempt it failed at."""
+    """How a task's run failed for good (the failure type, the agent's own words), the
+    attempt it failed at, and its attempts' times as its worker reported them."""
     failed = task_error(error)
     return RunFailure(
-        type=failed.type, message=failed.message, attempts=attempts(error, retry_policy)
+        type=failed.type,
+        message=failed.message,
+        attempts=attempts(error, retry_policy),
+        times=attempt_times(reported(error)),
     )
