@@ -163,11 +163,11 @@ class SagaModel:
     def step_failed(
         self, index: int, step: SagaStep, failure_type: str, message: str
     ) -> EventEnvelope:
-        """Records how the step failed for good and announces `on_failure`."""
+        """Records how the step failed for good (or why it was not run); announces `on_failure`."""
         failure = {"type": failure_type, "message": message}
         self._outcomes[step.name] = {"failure": failure}
         self._step_failure = f"step {index} {step.name} failed: {message}"
-        self.state.failed_event = step.on_failure
+        self.state.current_step, self.state.failed_event = index, step.on_failure
         return announced(self.state, step.on_failure, f"/{self.agent_of(step)}", {"error": failure})
 
     def step_cancelled(self, step: SagaStep) -> None:

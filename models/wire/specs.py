@@ -98,9 +98,10 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(validation_problems(error))
 
 
-def parse_model(model: type[M], data: Any, source: str) -> M:
+def parse_model(model: type[M], data: Any, source: str, context: Any = None) -> M:
+    """`data` as a `model` (validated with `context`), or a SpecError naming each field."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as error:
         problems = [f"{source}: {problem}" for problem in validation_problems(error)]
         raise SpecError(f"{source}: {describe_validation_error(error)}", problems) from None
