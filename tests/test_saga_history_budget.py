@@ -1,14 +1,15 @@
 """A saga's history budget: a spec whose runs would carry more than a saga's history may take is
 refused at the edge, naming the field; a run whose history has passed its budget runs no further
 step, fails the next `history_budget` unrun and compensates the steps before it, where the
-server would have terminated it past its limit with nothing compensated."""
+server would have terminated it past its limit with nothing compensated; and a run terminated
+all the same (by an operator) reads as terminated, not as the status it was left in."""
 
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from coord.models.saga.budget import (
@@ -19,7 +20,7 @@ from coord.models.saga.budget import (
     TAKEN_BEFORE,
     HistoryBudget,
 )
-from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import SpecError, parse_model
 from coord.models.wire.versions import SAGA_VERSION
@@ -27,7 +28,7 @@ from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.testing import Coordination, unique
 from coord.workflows.saga import Saga
-from tests.helpers import demo_agents_remote
+from tests.helpers import demo_agents_remote, wait_until
 from tests.workers import COORD, run
 
 
@@ -137,3 +138,24 @@ async def test_a_saga_past_its_history_budget_stops_and_compensates_every_step_d
     assert "passed its budget (20,000 bytes" in reason
     failed_row = next(e for e in state.events if e.event == f"Build{stopped}Failed")
     assert failed_row.payload["error"]["type"] == contract.FailureType.HISTORY_BUDGET
+
+
+@pytest.mark.parametrize("coord_agents", [demo_agents_remote()], ids=["activity-tasks"])
+@pytest.mark.usefixtures("coord_worker")
+async def test_a_terminated_saga_reads_as_terminated_not_in_progress(coord: Coordination) -> None:
+    """Terminated by an operator (or by the server, past a limit), a run keeps no record of its
+    own: the one its `state` query replays says it was terminated and compensated nothing."""
+    spec = SagaSpec.model_validate(many(3, input={"inject": {"slow": {"BuildArtifact": 30}}}))
+    handle = await coord.start_saga(spec)
+    await wait_until(lambda: current_step(handle))
+    await handle.terminate(reason="history size exceeds limit")
+    state = await api.saga_outcome(handle)
+    assert state.status == SagaStatus.FAILED
+    assert state.failure_reason == (
+        "terminated: history size exceeds limit; nothing was compensated"
+    )
+    assert state.compensation_stack and state.compensations == []
+
+
+async def current_step(handle: WorkflowHandle[Any, SagaState]) -> bool:
+    return (await handle.query(Saga.state)).current_step == 1
