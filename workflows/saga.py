@@ -15,6 +15,7 @@ deterministic is the replay of its recorded histories (`tests/test_replay.py`).
 """
 
 import asyncio
+from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -39,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.ahead import steps_ahead, steps_to_pivot
+    from coord.models.saga.budget import TAKEN_BEFORE, HistoryBudget
     from coord.models.saga.model import SagaEnd, SagaModel
     from coord.models.saga.spec import (
         CancelEffect,
@@ -50,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.contract import (
         COORD_STATUS,
         EVENT_SIGNAL,
+        SAGA_HISTORY_BUDGET_MEMO,
         SAGA_RECORD_MEMO,
         SAGA_VERSION_MEMO,
         SAGA_WORKFLOW,
@@ -67,16 +70,19 @@ with workflow.unsafe.imports_passed_through():
         SAGA_ASKS_CHAIN_ONCE_PATCH,
         SAGA_CHAIN_WITH_PLACEMENTS_PATCH,
         SAGA_EVENTS_PATCH,
+        SAGA_HISTORY_BUDGET_PATCH,
         SAGA_PARKS_UNKNOWN_SIGNALS_PATCH,
         SAGA_PATCHES,
         SAGA_PATCHES_2,
         SAGA_PATCHES_3,
         SAGA_PATCHES_4,
         SAGA_PATCHES_5,
+        SAGA_PATCHES_6,
         SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_3_PATCH,
         SAGA_PATCHES_AT_ONCE_4_PATCH,
         SAGA_PATCHES_AT_ONCE_5_PATCH,
+        SAGA_PATCHES_AT_ONCE_6_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
         SAGA_PATCHES_BY_VERSION,
         SAGA_RUNS_STEPS_AHEAD_PATCH,
@@ -108,11 +114,12 @@ with workflow.unsafe.imports_passed_through():
         upsert_search_attributes,
     )
     from coord.workflows._runtime.local_batches import RunsAhead
-    from coord.workflows._runtime.patches import adopt_newest, patched, take
+    from coord.workflows._runtime.patches import adopt_newest, in_force, patched, take
     from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 SAGA_PATCH_BUNDLES = (
+    (SAGA_PATCHES_AT_ONCE_6_PATCH, SAGA_PATCHES_6),
     (SAGA_PATCHES_AT_ONCE_5_PATCH, SAGA_PATCHES_5),
     (SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4),
     (SAGA_PATCHES_AT_ONCE_3_PATCH, SAGA_PATCHES_3),
@@ -135,9 +142,9 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
         self._model = SagaModel(saga_id_of(workflow.info().workflow_id))
         self._status = StatusWrites(self._model)
         self._sends = ChainSends(self._model)
-        self._placements = Placements()
-        """Where the saga's agents run, asked of its worker before the first step."""
+        self._placements = Placements()  # where its agents run: asked before the first step
         self._ahead = StepsAhead()
+        self._room = HistoryRoom(self._model, self._sends, self._ahead)
         self._options: dict[str, Any] = {
             "cancellation": WAIT_FOR_CANCEL,
             "placements": self._placements,
@@ -151,7 +158,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
         self._status.adopt_patches()
         self._sends.announcing = patched(SAGA_EVENTS_PATCH)
         try:
-            spec = decode_input(SagaSpec, raw_spec, "saga spec")
+            spec = decode_input(SagaSpec, raw_spec, "saga spec", context=spec_context())
         except SpecError as error:
             raise self._ended(self._model.refuse(str(error))) from None
         info = workflow.info()
@@ -173,7 +180,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
         try:
             await self._placements.learn(self._model.spec.agents_run(), self._sends.chain_of())
             self._sends.ask_first(self._status.per_task, self._placements)
-            for index, step in self._model.steps():
+            for index, step in self._room.steps():
                 await self._ahead.run_from(index, self._model, self._placements, self._options)
                 await self._run_step(index, step)
         except StepFailed:
@@ -409,6 +416,10 @@ class StepsAhead:
             raise asyncio.CancelledError  # as a cancel landing before the step
         self._last = max(reached) if landed else 0
 
+    def ran(self, index: int) -> bool:
+        """Whether a batch reached the step: it ran, and takes its outcome whatever else holds."""
+        return index in self._reached
+
     def start(
         self, index: int, request: AgentRequest, settings: RunSettings, on_detour: Detoured
     ) -> "asyncio.Task[AgentResult]":
@@ -424,6 +435,52 @@ class StepsAhead:
         if self.lane.reached(request):
             return start_batched_run(request, settings, self.lane, on_detour)
         return start_agent_run(request, settings, on_detour)
+
+
+class HistoryRoom:
+    """The saga's steps while its history has room for them and for compensating those before
+    them (`budget.HistoryBudget`), in a run taking SAGA_HISTORY_BUDGET_PATCH (never asked
+    mid-run: `in_force`). Before each step not yet run ahead, the history's size and length as
+    the SDK reports them: those recorded in the started event of the workflow task, so replay
+    sees what the run saw. Past the budget the step fails unrun (`StepFailed`), announced as
+    any failed step, and the saga unwinds."""
+
+    def __init__(self, model: SagaModel, sends: "ChainSends", ahead: StepsAhead) -> None:
+        self._model = model
+        self._sends = sends
+        self._ahead = ahead
+
+    def steps(self) -> Iterator[tuple[int, SagaStep]]:
+        budget = history_budget() if in_force(SAGA_HISTORY_BUDGET_PATCH) else None
+        info = workflow.info()
+        for index, step in self._model.steps():
+            if budget is not None and not self._ahead.ran(index):
+                size, length = info.get_current_history_size(), info.get_current_history_length()
+                if budget.passed(size, length):
+                    why = budget.reason(size, length)
+                    log(self._model.state, "history budget passed", step=step.name, reason=why)
+                    failed = self._model.step_failed(
+                        index, step, FailureType.HISTORY_BUDGET, why, None
+                    )
+                    self._sends.send(failed)
+                    raise StepFailed
+            yield index, step
+
+
+def spec_context() -> dict[str, bool] | None:
+    """How the run validates its spec: a run taking SAGA_HISTORY_BUDGET_PATCH holds it to what
+    its runs may carry (`budget.carried_problem`); one recorded before took it without."""
+    return None if in_force(SAGA_HISTORY_BUDGET_PATCH) else TAKEN_BEFORE
+
+
+def history_budget() -> HistoryBudget:
+    """The run's budget: the default, or a smaller one its start carries (a test's,
+    SAGA_HISTORY_BUDGET_MEMO), read once per run."""
+    try:
+        return HistoryBudget.lowered(workflow.memo_value(SAGA_HISTORY_BUDGET_MEMO, None))
+    except (TypeError, ValueError) as error:
+        workflow.logger.warning("saga history budget unreadable, default kept: %s", error)
+        return HistoryBudget()
 
 
 class StatusWrites:

@@ -18,6 +18,7 @@ from coord.models.dlq.letter import (
     Redelivery,
 )
 from coord.models.mesh.config import AgentConfig
+from coord.models.saga.budget import TAKEN_BEFORE
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import (
     AGGREGATOR_WORKFLOW,
@@ -30,7 +31,7 @@ from coord.models.wire.contract import (
 )
 
 DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
-    SAGA_WORKFLOW: lambda raw: SagaSpec.model_validate(raw).agents,
+    SAGA_WORKFLOW: lambda raw: SagaSpec.model_validate(raw, context=TAKEN_BEFORE).agents,
     CHAIN_WORKFLOW: lambda raw: ChainInput.model_validate(raw).spec.agents,
 }
 """Where each workflow type that runs agents keeps its inline declarations in its input."""

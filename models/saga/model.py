@@ -166,11 +166,11 @@ class SagaModel:
     def step_failed(
         self, index: int, step: SagaStep, failure_type: str, message: str, at: At
     ) -> EventEnvelope:
-        """Records how the step failed for good and announces `on_failure` at `at`."""
+        """Records how the step failed (or why it was not run); announces `on_failure` at `at`."""
         failure = {"type": failure_type, "message": message}
         self._outcomes[step.name] = {"failure": failure}
         self._step_failure = f"step {index} {step.name} failed: {message}"
-        self.state.failed_event = step.on_failure
+        self.state.current_step, self.state.failed_event = index, step.on_failure
         error, source = {"error": failure}, f"/{self.agent_of(step)}"
         return announced(self.state, step.on_failure, source, error, at=at)
 

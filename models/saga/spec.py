@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from coord.models.events.rewind import CopyPast
 from coord.models.events.timeline import TimelineEntry
@@ -13,6 +13,7 @@ from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
 from coord.models.mesh.retry import DEFAULT_COMPENSATION_RETRY, RetryConfig
 from coord.models.mesh.runs import RunDetour
 from coord.models.mesh.usage import TokenBudget, TokenUsage
+from coord.models.saga.budget import carried_checked, carried_problem
 from coord.models.wire.contract import (
     Pattern,
     SearchValues,
@@ -84,6 +85,8 @@ class SagaSpec(BaseModel):
     parallel_compensation: bool = False
     continue_on_compensation_error: bool = False
     input: JsonObject = Field(default_factory=dict)
+    """The saga's input: the payload of every step's and compensation's command, so its size
+    times their number is bounded (`budget.SPEC_CARRIED_BUDGET`)."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     steps: list[SagaStep] = Field(min_length=1, max_length=MAX_ITEMS)
@@ -94,7 +97,7 @@ class SagaSpec(BaseModel):
     """Set on a rewound copy (`coord saga rewind`): the steps it takes from its original."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> Self:
+    def _consistent(self, info: ValidationInfo) -> Self:
         self.correlation_id = self.correlation_id or self.saga_id
         self.name = self.name or self.saga_id
         names = [step.name for step in self.steps]
@@ -106,6 +109,11 @@ class SagaSpec(BaseModel):
             raise ValueError("steps: at most one step can be the pivot")
         if self.rewind is not None:
             _check_recorded(self.rewind.steps, names)
+        runs = agents_per_run(self.steps)
+        if carried_checked(info.context) and (
+            problem := carried_problem(self.input, self.agents, runs)
+        ):
+            raise ValueError(problem)
         return self
 
     @property
@@ -117,6 +125,12 @@ class SagaSpec(BaseModel):
         order, once each: those whose runs the saga places before its first step."""
         named = [step.agent for step in self.steps] + [s.compensation or "" for s in self.steps]
         return [agent for agent in dict.fromkeys(named) if agent]
+
+
+def agents_per_run(steps: list[SagaStep]) -> list[str]:
+    """The agent of each step's run and each compensation's (a step picking one by capability
+    names none)."""
+    return [s.agent for s in steps] + [s.compensation for s in steps if s.compensation]
 
 
 def _check_recorded(recorded: list[RecordedStep], names: list[str]) -> None:
@@ -200,6 +214,12 @@ class SagaState(BaseModel):
     """What the saga's agent runs reported using (an `llm` agent's tokens), in all and by model."""
     rewind_of: str | None = None
     """A rewound copy's original and step (`CoordRewindOf`): `<saga id>@step N <name>`."""
+
+    def terminated(self, reason: str) -> "SagaState":
+        """The record of a run the server or an operator terminated, as it stood: it ran no
+        further and compensated nothing (its run's listing still shows the status it had)."""
+        why = f"terminated: {reason or 'no reason given'}; nothing was compensated"
+        return self.model_copy(update={"status": SagaStatus.FAILED, "failure_reason": why})
 
     def search_attributes(self) -> SearchValues:
         """What the run is found by: set at start (the first record), upserted on every change;

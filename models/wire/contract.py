@@ -388,6 +388,10 @@ VOTE_RECORD_MEMO: Final = "vote_state"
 SAGA_VERSION_MEMO: Final = "saga_version"
 """The saga runtime version a saga's starter wrote into its run's start (`versions.SAGA_VERSION`):
 which of the saga's patches the run takes without asking."""
+SAGA_HISTORY_BUDGET_MEMO: Final = "saga_history_budget"
+"""A history size smaller than a saga's budget (`models.saga.budget.HistoryBudget.lowered`),
+for a test that reaches it in seconds: never written by coord's starters, and a larger one is
+ignored."""
 DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 """A dead-letter entry's listing row, so listing needs no query per entry."""
 
@@ -553,6 +557,9 @@ class FailureType(StrEnum):
     COMPENSATION_FAILED = "compensation_failed"
     CANCELLED = "cancelled"
     """A saga step cancelled before it ended (its outcome unknown, so it is compensated)."""
+    HISTORY_BUDGET = "history_budget"
+    """A saga step not run: the saga's history had passed its budget (40 MiB or 40,960
+    events), the rest kept to compensate the steps before it, which the saga then does."""
     # How a plan task or a plan ends when it does not succeed.
     REVIEW_REJECTED = "review_rejected"
     """A task's review or verification still failing when its fix budget is spent."""

@@ -103,15 +103,20 @@ def describe_validation_error(error: ValidationError) -> str:
 
 
 def parse_model(
-    model: type[M], data: Any, source: str, options: Mapping[str, str] | None = None
+    model: type[M],
+    data: Any,
+    source: str,
+    options: Mapping[str, str] | None = None,
+    *,
+    context: Any = None,
 ) -> M:
-    """`data` validated as `model`; else a SpecError whose problems each name `source` and the
-    field. `options`: the fields (by path, `routing.priority`) a command-line option gave, by
-    that option, whose problem names the option instead (`--priority: ...`): the user typed it
-    there, not in `source`. A document that is no mapping at all (an empty file, a list) is
-    said to be that, not which model class it did not make."""
+    """`data` validated as `model` (with `context`); else a SpecError whose problems each name
+    `source` and the field. `options`: the fields (by path, `routing.priority`) a command-line
+    option gave, by that option, whose problem names the option instead (`--priority: ...`):
+    the user typed it there, not in `source`. A document that is no mapping at all (an empty
+    file, a list) is said to be that, not which model class it did not make."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as error:
         if _not_a_mapping(error):
             raise SpecError(f"{source}: {_expected_mapping(data)}") from None

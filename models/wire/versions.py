@@ -361,7 +361,28 @@ each patch)."""
 SAGA_PATCHES_5 = SAGA_PATCHES_4 | {SAGA_PARKS_UNKNOWN_SIGNALS_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_5_PATCH. Never changed."""
 
-SAGA_PATCHES_BY_VERSION = {3: SAGA_PATCHES_3, 4: SAGA_PATCHES_4, 5: SAGA_PATCHES_5}
+SAGA_HISTORY_BUDGET_PATCH = "saga-stops-at-its-history-budget"
+"""Since 2026-11-29, in saga: before each step, a run whose history has passed its budget
+(`models.saga.budget.HistoryBudget`: 40 MiB or 40,960 events, the rest kept for compensating)
+runs no further step: the step fails `history_budget` unrun and the saga unwinds as for any
+failed step. Only in a run taking SAGA_PATCHES_6 (by its bundle or its version), never asked
+mid-run (a saga runs local activities, whose markers a patch asked mid-run could precede). Runs
+recorded before went on until the server terminated them past its limit."""
+
+SAGA_PATCHES_AT_ONCE_6_PATCH = "saga-patches-at-once-6"
+"""Since 2026-11-29, in saga: SAGA_PATCHES_AT_ONCE_5_PATCH with SAGA_HISTORY_BUDGET_PATCH in
+force too (SAGA_PATCHES_6), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+SAGA_PATCHES_6 = SAGA_PATCHES_5 | {SAGA_HISTORY_BUDGET_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_6_PATCH. Never changed."""
+
+SAGA_PATCHES_BY_VERSION = {
+    3: SAGA_PATCHES_3,
+    4: SAGA_PATCHES_4,
+    5: SAGA_PATCHES_5,
+    6: SAGA_PATCHES_6,
+}
 """Since 2026-11-27, in saga: the patches a saga run takes as in force without asking anything,
 by the saga runtime version its start event carries (`contract.SAGA_VERSION_MEMO`, written by
 `start_saga` and `coord saga start`): no patch marker, no `TemporalChangeVersion` upsert (two

@@ -9,6 +9,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
+from temporalio.exceptions import TerminatedError
 
 from coord.models.events.timeline import TimelineEntry, logical_order
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
@@ -71,14 +72,18 @@ async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
     that kept neither (cancelled before sagas kept their record in the memo, or terminated)
-    answers its `state` query, replayed by a worker. A run that refused its spec is raised
-    (`ended_record`)."""
+    answers its `state` query, replayed by a worker; a terminated one's says so
+    (`SagaState.terminated`), not the status it was left in. A run that refused its spec is
+    raised (`ended_record`)."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
     except WorkflowFailureError as failure:
         if refused_spec(failure):
             raise
-        return await handle.query(Saga.state)
+        state = await handle.query(Saga.state)
+        if isinstance(failure.cause, TerminatedError):
+            return state.terminated(failure.cause.message)
+        return state
 
 
 async def saga_record(

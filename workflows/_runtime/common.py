@@ -108,11 +108,12 @@ def _unavailable(decoded: Any) -> str | None:
     )
 
 
-def decode_input(model: type[M], value: RawValue, source: str) -> M:
-    """`model` from a raw argument; raises InvalidInput with what to record and park."""
+def decode_input(model: type[M], value: RawValue, source: str, context: Any = None) -> M:
+    """`model` from a raw argument (validated with `context`); raises InvalidInput with what to
+    record and park."""
     decoded = decode_json(value, source)
     try:
-        return parse_model(model, decoded, source)
+        return parse_model(model, decoded, source, context=context)
     except SpecError as error:
         raise InvalidInput(str(error), decoded if _plain_json(decoded) else _text(value)) from None
 
