@@ -154,7 +154,7 @@ async def test_binary_input_to_no_handler_is_parked_as_its_text(
     assert failures == []
 
 
-MALFORMED_MEMBER_SENT = "member_sent: Input should be a valid dictionary or instance of MemberSent"
+MALFORMED_MEMBER_SENT = "member_sent: expected a mapping of fields, not a string"
 
 
 async def test_a_plan_parks_the_member_messages_it_refuses(client: Client, task_queue: str) -> None:

@@ -214,7 +214,12 @@ class ChainSpec(BaseModel):
         return self
 
     def subscription(self, name: str) -> Subscription:
-        return next(s for s in self.subscriptions if s.name == name)
+        """The subscription named `name`, by a plain loop: a chain asks several times for each
+        run it starts, and a generator's steps are calls of their own."""
+        for subscription in self.subscriptions:
+            if subscription.name == name:
+                return subscription
+        raise KeyError(name)
 
     def agents_named(self) -> list[tuple[str, str]]:
         """Every agent the chain runs, with where it is named: what a pre-start check checks."""

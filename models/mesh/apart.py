@@ -18,7 +18,7 @@ before the activity, or any interceptor of it, reads the request. A batch of loc
 (`run_agents`) sends its runs' payloads apart alike. A call carrying no payload that large goes
 as one argument, as every call did before, so the workers serving agents take both shapes."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pydantic_core
@@ -51,31 +51,43 @@ class Places(BaseModel):
     to go apart."""
 
 
-def event_payloads(request: AgentRequest) -> Iterator[tuple[Place, dict[str, Any]]]:
-    """The event payloads a request carries, with their places: its event's, and those of the
-    events among its inputs (a join's, by slot)."""
-    yield ["event", "payload"], request.event.payload
+def event_payloads(request: AgentRequest, at: Place | None = None) -> list[tuple[Place, Any]]:
+    """The event payloads a request carries, with their places (under `at`): its event's, and
+    those of the events among its inputs (a join's, by slot). A list, not a generator: it is
+    made for every run a workflow starts."""
+    prefix = at or []
+    found: list[tuple[Place, Any]] = [([*prefix, "event", "payload"], request.event.payload)]
     for key, value in request.inputs.items():
-        if isinstance(value, dict) and isinstance(value.get("payload"), dict):
-            yield ["inputs", key, "payload"], value["payload"]
+        payload = value.get("payload") if isinstance(value, dict) else None
+        if isinstance(payload, dict):
+            found.append(([*prefix, "inputs", key, "payload"], payload))
+    return found
 
 
-def _payloads_of(argument: object) -> Iterator[tuple[Place, dict[str, Any]]]:
+def _payloads_of(argument: object) -> list[tuple[Place, Any]]:
     if isinstance(argument, AgentRequest):
-        yield from event_payloads(argument)
-    elif isinstance(argument, LocalBatch):
-        for index, run in enumerate(argument.runs):
-            for place, payload in event_payloads(run.request):
-                yield ["runs", index, "request", *place], payload
+        return event_payloads(argument)
+    if isinstance(argument, LocalBatch):
+        runs = enumerate(argument.runs)
+        return [
+            each for i, run in runs for each in event_payloads(run.request, ["runs", i, "request"])
+        ]
+    return []
 
 
 def sent_apart(argument: object) -> list[Any]:
     """The arguments an activity is sent `argument` as: alone, or (an `AgentRequest` or a
     `LocalBatch` carrying event payloads of APART_BYTES or more) its JSON with those payloads
-    emptied, their `Places`, then each distinct payload once, in the order first met."""
+    emptied, their `Places`, then each distinct payload once, in the order first met. Most
+    runs carry nothing that large, which one measure of the whole argument tells (a payload
+    inside is smaller than it): it is made for every run a workflow starts."""
+    if not isinstance(argument, AgentRequest | LocalBatch):
+        return [argument]
+    if len(pydantic_core.to_json(argument, fallback=str)) < APART_BYTES:
+        return [argument]
     found: dict[bytes, int] = {}
     places: list[list[Place]] = []
-    payloads: list[dict[str, Any]] = []
+    payloads: list[Any] = []
     for place, payload in _payloads_of(argument):
         text = pydantic_core.to_json(payload, fallback=str)  # as `json_size` measures
         if len(text) < APART_BYTES:

@@ -86,7 +86,7 @@ class SagaSpec(BaseModel):
     continue_on_compensation_error: bool = False
     input: JsonObject = Field(default_factory=dict)
     """The saga's input: the payload of every step's and compensation's command, so its size
-    times their number is bounded (`budget.SPEC_CARRIED_BUDGET`)."""
+    times their number is bounded: at most 8 MiB of the saga's history in all."""
     agents: dict[str, AgentConfig] = Field(default_factory=dict)
     """Agents declared inline, beside the worker's own (`coord worker --agents`)."""
     steps: list[SagaStep] = Field(min_length=1, max_length=MAX_ITEMS)

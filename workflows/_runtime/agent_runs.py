@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.priority import task_priority
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment, CapabilityRoute, Fallback, FallbackRoute
-    from coord.models.mesh.attempts import attempt_times, pool_wait
+    from coord.models.mesh.attempts import POOL_WAIT, attempt_times, pool_wait
     from coord.models.mesh.batches import BatchedFailure
     from coord.models.mesh.config import SCHEDULE_TO_START_DEFAULT, AgentConfig
     from coord.models.mesh.placement import (
@@ -633,9 +633,10 @@ class _AgentRun:
         pool (in the worker, not a refusal) told as a detour."""
         if self.settings.tokens is not None:
             self.settings.tokens.add(result)
-        waited = pool_wait(result.metadata)
-        if waited is not None:
-            self._tell(_pool_waited(result, waited))
+        if POOL_WAIT in result.metadata:  # a run that waited in line: most never do
+            waited = pool_wait(result.metadata)
+            if waited is not None:
+                self._tell(_pool_waited(result, waited))
         return result
 
     def _sent(self) -> AgentRequest:

@@ -82,9 +82,10 @@ def decode_json(value: RawValue, source: str) -> Any:
     except Exception as error:  # any converter failure: the payload is the sender's fault
         reason = describe_validation_error(error) if isinstance(error, ValidationError) else error
         raise InvalidInput(f"{source}: cannot be decoded: {reason}", _text(value)) from None
-    unavailable = _unavailable(decoded)
-    if unavailable is not None:
-        raise InvalidInput(f"{source}: {unavailable}", decoded)
+    if isinstance(decoded, dict) and contract.PAYLOAD_UNAVAILABLE in decoded:
+        unavailable = _unavailable(decoded)
+        if unavailable is not None:
+            raise InvalidInput(f"{source}: {unavailable}", decoded)
     sent = value.payload.metadata.get(contract.ARGUMENT_COUNT_METADATA)
     if sent is not None:
         message = f"{source}: expected one input, got {sent.decode()}"
@@ -92,12 +93,10 @@ def decode_json(value: RawValue, source: str) -> Any:
     return decoded
 
 
-def _unavailable(decoded: Any) -> str | None:
+def _unavailable(decoded: dict[str, Any]) -> str | None:
     """What is wrong, when `decoded` is what the payload store put in place of an object it
     cannot read (infra/payload_store.py): said as that, not as the fields it lacks."""
-    if not (isinstance(decoded, dict) and len(decoded) == 1):
-        return None
-    if contract.PAYLOAD_UNAVAILABLE not in decoded:
+    if len(decoded) != 1:
         return None
     marker = decoded[contract.PAYLOAD_UNAVAILABLE]
     details = marker if isinstance(marker, dict) else {}
