@@ -408,7 +408,7 @@ class ChainMatching:
         subscription is rejected (None)."""
         try:
             subscription = self._spec.subscription(request.subscription)
-        except StopIteration:
+        except KeyError:
             reason = f"rerun: unknown subscription {request.subscription!r}"
             self._intake.reject(
                 Rejection(FailureType.INVALID_RERUN, reason), envelope=request.event

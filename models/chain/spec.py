@@ -214,8 +214,8 @@ class ChainSpec(BaseModel):
         return self
 
     def subscription(self, name: str) -> Subscription:
-        """The subscription named `name`, by a plain loop: a chain asks several times for each
-        run it starts, and a generator's steps are calls of their own."""
+        """The subscription named `name` (KeyError: none), by a plain loop: a chain asks several
+        times for each run it starts, and a generator's steps are calls of their own."""
         for subscription in self.subscriptions:
             if subscription.name == name:
                 return subscription
