@@ -864,12 +864,17 @@ async def test_an_unknown_fallback_is_refused_before_the_saga_starts(
     assert err.startswith(f"error: {spec}: steps[0].fallback: unknown agent 'nobody'; known ")
 
 
+DEEP = '{"a": ' * 40 + "1" + "}" * 40
+"""A payload nested past the 32 levels an event's may take."""
+
+
 async def test_a_problem_names_the_option_or_field_the_user_gave_it_in(
     dev_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     """`--id` was blamed on the file (`FILE: saga_id: ...`), `--priority` on `event:
     routing.priority`, an empty file said `Input should be a valid dictionary or instance of
-    SagaSpec`, and repeated step names named no field."""
+    SagaSpec`, repeated step names named no field, and `dlq replay --payload` blamed `replay:
+    payload`."""
     env = server_env(dev_env, task_queue)
     empty, listed, repeated = (tmp_path / name for name in ("empty.yaml", "list.yaml", "many.yaml"))
     empty.write_text("")
@@ -892,6 +897,7 @@ async def test_a_problem_names_the_option_or_field_the_user_gave_it_in(
             "--priority: Input should be 'low', 'normal', 'high' or 'critical'",
         ),
         (["dlq", "archive", "dlq-x"], "--note: String should have at least 1 character"),
+        (["dlq", "replay", "dlq-x", "--payload", DEEP], "--payload: nested deeper than 32 levels"),
         (
             ["saga", "start", str(empty)],
             f"{empty}: empty: expected a mapping of fields",

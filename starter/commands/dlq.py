@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 from temporalio.client import Client
 
-from coord.models.dlq.letter import ArchiveRequest, BulkOutcome, DlqSelection
+from coord.models.dlq.letter import ArchiveRequest, BulkOutcome, DlqSelection, ReplayRequest
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model
 from coord.starter import api, render
 from coord.starter.commands.common import connect, echo_json, runs_async, show_record
@@ -133,9 +133,10 @@ async def replay(
 ) -> None:
     """Deliver dead letters again to their targets, optionally with a corrected payload."""
     fixed = parse_json_object(payload, "--payload") if payload is not None else None
+    request = parse_model(ReplayRequest, {"payload": fixed}, "replay", {"payload": "--payload"})
     await on_chosen_entries(
         ctx,
-        lambda client, chosen: api.dlq_replay_many(client, chosen, fixed),
+        lambda client, chosen: api.dlq_replay_many(client, chosen, request.payload),
         lambda o: f"{o.entry_id}: {o.status}, {o.detail}",
     )
 
