@@ -258,7 +258,11 @@ async def start_worker(
         start_new_session=True,
     )
     worker = WorkerProcess(process)
-    await worker.wait_polling(client, polled_queue(argv, task_queue))
+    try:
+        await worker.wait_polling(client, polled_queue(argv, task_queue))
+    except BaseException:  # never polled in time: no document holds it to stop it later
+        worker.stop()
+        raise
     return worker
 
 
