@@ -33,6 +33,23 @@ PADDING = "x" * (110 * 1024)
 VOTERS = [f"voter-{i}" for i in range(WIDTH)]
 
 
+def wide_chain(name: str, width: int) -> ChainSpec:
+    """A chain whose `width` subscriptions all take `Big`, each publishing `Done`."""
+    subscriptions = [
+        {"name": f"s{i}", "agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
+        for i in range(width)
+    ]
+    return ChainSpec.model_validate(
+        {
+            "name": name,
+            "triggers": ["Big"],
+            "max_concurrency": width,
+            "alerts": None,
+            "subscriptions": subscriptions,
+        }
+    )
+
+
 def agents(*, remote: bool = False) -> AgentRegistry:
     """`worker` answers with the index of its task; every voter approves. `remote`: `worker`
     is declared `execution: remote`, so a chain or a plan runs it as activity tasks, whose inputs
@@ -145,19 +162,7 @@ async def test_a_vote_just_past_the_budget_starts_its_last_voter_in_the_next_tas
 async def test_an_event_forty_subscriptions_take_is_paced_and_every_run_completes(
     client: Client, task_queue: str
 ) -> None:
-    subscriptions = [
-        {"name": f"s{i}", "agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
-        for i in range(WIDTH)
-    ]
-    spec = ChainSpec.model_validate(
-        {
-            "name": "wide",
-            "triggers": ["Big"],
-            "max_concurrency": WIDTH,
-            "alerts": None,
-            "subscriptions": subscriptions,
-        }
-    )
+    spec = wide_chain("wide", WIDTH)
     async with build_worker(client, task_queue, agents(remote=True), only=["worker"]):
         big = new_event("", "Big", blob=PADDING)
         state, timeline = await run_chain(client, task_queue, spec, [big])

@@ -19,7 +19,6 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from coord.infra.payload_store import SHA256
-from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.mesh.apart import APART_BYTES, Places, joined, sent_apart
@@ -29,6 +28,7 @@ from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import run_chain, task_failures
+from tests.test_fan_out import wide_chain
 
 WIDTH = 12
 SIZE = 3 * 512 * 1024
@@ -129,19 +129,7 @@ async def test_an_event_twelve_subscriptions_take_is_stored_once(
     client: Client, task_queue: str, coord_payload_store: str, remote: bool
 ) -> None:
     marker = uuid.uuid4().hex
-    subscriptions = [
-        {"name": f"s{i}", "agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
-        for i in range(WIDTH)
-    ]
-    spec = ChainSpec.model_validate(
-        {
-            "name": "shared",
-            "triggers": ["Big"],
-            "max_concurrency": WIDTH,
-            "alerts": None,
-            "subscriptions": subscriptions,
-        }
-    )
+    spec = wide_chain("shared", WIDTH)
     seen: list[tuple[int, int]] = []
     big = EventEnvelope.new("Big", "/test", payload={"marker": marker, "blob": "e" * SIZE})
     async with build_worker(client, task_queue, chain_agents(seen, remote=remote), only=["worker"]):

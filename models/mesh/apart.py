@@ -64,15 +64,11 @@ def event_payloads(request: AgentRequest, at: Place | None = None) -> list[tuple
     return found
 
 
-def _payloads_of(argument: object) -> list[tuple[Place, Any]]:
+def _payloads_of(argument: AgentRequest | LocalBatch) -> list[tuple[Place, Any]]:
     if isinstance(argument, AgentRequest):
         return event_payloads(argument)
-    if isinstance(argument, LocalBatch):
-        runs = enumerate(argument.runs)
-        return [
-            each for i, run in runs for each in event_payloads(run.request, ["runs", i, "request"])
-        ]
-    return []
+    runs = enumerate(argument.runs)
+    return [each for i, run in runs for each in event_payloads(run.request, ["runs", i, "request"])]
 
 
 def sent_apart(argument: object) -> list[Any]:
@@ -99,7 +95,6 @@ def sent_apart(argument: object) -> list[Any]:
         places[index].append(place)
     if not payloads:
         return [argument]
-    assert isinstance(argument, BaseModel)  # what `_payloads_of` finds payloads in
     document = argument.model_dump(mode="json")
     for place in (place for each in places for place in each):
         _put(document, place, {})
