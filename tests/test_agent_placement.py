@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
 from coord.activities.kinds.demo import register_demo_agents
@@ -322,3 +323,37 @@ async def test_a_worker_shut_down_with_a_local_run_in_flight_lets_it_finish(
     assert len(runs) == 1, "the run in flight finished on the worker shutting down"
     assert _agent_tasks(await _history(handle)) == {}
     assert "panicked" not in capfd.readouterr().err
+
+
+async def test_a_retried_local_agent_runs_each_attempt_under_its_own_timeout(
+    client: Client, task_queue: str
+) -> None:
+    """Attempts 1 (in the saga's batch) and 2 fail at once; attempt 3, a second after 2, runs
+    1.5 s of its 2 s timeout. Retried inside its worker, attempt 2's timeout went on running and
+    timed attempt 3 out half a second early; each retry now waits on a workflow timer and runs
+    as a local activity of its own, with its own timeout."""
+    attempts: list[int] = []
+
+    async def slow_third(event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
+        attempts.append(context.attempt)
+        if context.attempt < 3:
+            raise ApplicationError("not yet", type="temporary_failure")
+        await asyncio.sleep(1.5)
+        return {"summary": "passed"}
+
+    registry = register_demo_agents(AgentRegistry())
+    agents = AgentRegistry(registry.settings)
+    for name in registry:
+        agents.register(name)(slow_third if name == "RunE2ETests" else registry.get(name))
+    spec = feature_deployment()
+    for step in spec.steps:
+        step.timeout = timedelta(seconds=2)
+        step.retry = step.retry.model_validate(
+            {"max_retries": 3, "initial_delay": "1s", "max_delay": "1s", "jitter": "none"}
+        )
+    async with build_worker(client, task_queue, agents):
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    assert attempts == [1, 2, 3], "the third attempt ran to its end"
+    assert _agent_tasks(await _history(handle)) == {}, "every attempt ran locally"
