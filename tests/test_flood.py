@@ -96,7 +96,7 @@ async def runs(client: Client, workflow_id: str) -> int:
     return len([e async for e in client.list_workflows(f"WorkflowId = '{workflow_id}'")])
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 async def test_a_flood_faster_than_the_worker_loses_nothing_and_queries_stay_answered(
     flood_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,8 +1,12 @@
-"""The retry timeline on the time-skipping server: attempts at 0s, +1s, +2s, +4s."""
+"""The retry timeline on the time-skipping server: attempts at 0s, +1s, +2s, +4s. The step's
+agent runs locally: each retry waits on a workflow timer of its backoff, which the server fires
+at once."""
 
 import asyncio
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
@@ -21,34 +25,35 @@ SEED_RETRY = {
 
 async def run_flaky_step(
     env: WorkflowEnvironment, task_queue: str, recorder: AttemptRecorder, retry: dict[str, Any]
-) -> SagaState:
+) -> tuple[WorkflowHandle[Any, Any], SagaState]:
     spec = SagaSpec.model_validate(
         {"saga_id": f"retry-{task_queue}", "steps": [{"name": "Flaky", "retry": retry}]}
     )
     async with build_worker(env.client, task_queue, recorder.registry()):
         handle = await api.start_saga(env.client, spec, queue=task_queue)
-        return await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
+        return handle, await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
 
 
 async def test_exponential_backoff_spaces_attempts_as_in_the_seed(
     time_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     recorder = AttemptRecorder(failures=3)
-    state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
+    handle, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
     assert state.status == SagaStatus.COMPLETED
-    gaps = [
-        (b - a).total_seconds()
-        for a, b in zip(recorder.started, recorder.started[1:], strict=False)
+    assert recorder.started == [1, 2, 3, 4]
+    waits = [
+        event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
+        async for event in handle.fetch_history_events()
+        if event.event_type == EventType.EVENT_TYPE_TIMER_STARTED
     ]
-    # Each gap is the backoff plus how long the attempt before took to fail (milliseconds).
-    assert [int(gap) for gap in gaps] == [1, 2, 4], gaps
+    assert waits == [1, 2, 4]
 
 
 async def test_exhausted_retries_fail_the_step_after_max_retries_plus_one_attempts(
     time_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     recorder = AttemptRecorder(failures=10)
-    state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
+    _, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
     assert state.status == SagaStatus.COMPENSATED
     assert len(recorder.started) == 4
 
@@ -57,7 +62,7 @@ async def test_no_retry_on_types_fail_after_one_attempt(
     time_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     recorder = AttemptRecorder(failures=10)
-    state = await run_flaky_step(
+    _, state = await run_flaky_step(
         time_env, task_queue, recorder, {**SEED_RETRY, "no_retry_on": ["RuntimeError"]}
     )
     assert state.status == SagaStatus.COMPENSATED
@@ -68,7 +73,7 @@ async def test_retry_on_list_stops_retrying_other_failure_types(
     time_env: WorkflowEnvironment, task_queue: str
 ) -> None:
     recorder = AttemptRecorder(failures=10)
-    state = await run_flaky_step(
+    _, state = await run_flaky_step(
         time_env, task_queue, recorder, {**SEED_RETRY, "retry_on": ["timeout", "temporary_failure"]}
     )
     assert state.status == SagaStatus.COMPENSATED
