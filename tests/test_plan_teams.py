@@ -30,7 +30,7 @@ from coord.models.wire.contract import (
 )
 from coord.starter import api
 from coord.worker import build_worker
-from tests.helpers import eventually, task_failures
+from tests.helpers import eventually, parked, task_failures
 from tests.team_agents import CODE_WORD, PAD_FILE, team_registry
 
 TEAM = {
@@ -244,13 +244,28 @@ async def test_a_long_lived_member_continues_as_new_between_messages_and_keeps_i
             words = f"m{seq}"
             message = TeamMessage(seq=seq, sender="a", to="keeper", message=words, task="t", at=now)
             await handle.signal(DELIVER_SIGNAL, message)
-        await handle.signal(DELIVER_SIGNAL, {"seq": "not a number"})  # dropped, never failing
+        malformed = {"seq": "not a number"}
+        await handle.signal(DELIVER_SIGNAL, malformed)  # parked, never failing
+        await handle.signal("delivr", "misspelt")  # parked too
         await handle.signal(CLOSE_SIGNAL)
         record = MemberRecord.model_validate(await asyncio.wait_for(handle.result(), 90))
+        entries = await parked(client, task_queue, 2)
+        letters = [await api.dlq_entry(client, entry.entry_id) for entry in entries]
         first = client.get_workflow_handle(start.workflow_id, run_id=first_run)
         assert (await first.describe()).status == WorkflowExecutionStatus.CONTINUED_AS_NEW
         assert await task_failures(handle) == []
     assert record.handled == 5
+    assert sorted((letter.failure_type, letter.message, letter.raw) for letter in letters) == [
+        (
+            "invalid_input",
+            "deliver: message: seq: Input should be a valid integer, unable to parse string as "
+            "an integer; sender: Field required; to: Field required; message: Field required; "
+            "task: Field required; at: Field required",
+            malformed,
+        ),
+        ("invalid_input", "signal 'delivr': a team member takes no such signal", ["misspelt"]),
+    ]
+    assert {entry.correlation_id for entry in entries} == {"entity"}
     assert [run.seq for run in record.memory] == [4, 5]
     assert [run.result for run in record.memory] == [
         {"got": ["m4"], "remembered": [2, 3], "pad": None},

@@ -710,3 +710,18 @@ PARKS_UNKNOWN_SIGNALS_PATCH = "parks-unknown-signals"
 handler for is parked as `invalid_input` with what it carried. Asked when one comes: these run
 no local activity, whose marker a patch asked mid-run could precede. Runs recorded before left
 it unread."""
+
+MEMBER_PARKS_WHAT_IT_REFUSES_PATCH = "member-parks-what-it-refuses"
+"""Since 2026-11-29, in plan.member: a `deliver` signal the team member refuses (it does not
+decode, or names another member) and a signal it has no handler for are parked as
+`invalid_input` with what they carried, and the run ends or continues as new only once they
+are. Only in a run taking MEMBER_PATCHES, never asked mid-run: a member runs its agent in a
+local activity, whose marker a patch asked mid-run could precede. Runs recorded before logged
+and dropped the first, and left the second unread."""
+
+MEMBER_PATCHES_AT_ONCE_PATCH = "member-patches-at-once"
+"""Since 2026-11-29, in plan.member: MEMBER_PATCHES in force from the run's first task, asked
+as one marker. Runs recorded before take none."""
+
+MEMBER_PATCHES = frozenset({MEMBER_PARKS_WHAT_IT_REFUSES_PATCH})
+"""The patches in force for a run taking MEMBER_PATCHES_AT_ONCE_PATCH. Never changed."""

@@ -2,11 +2,14 @@
 
 One state structure (`MemberStart`, which the workflow also continues as new with), typed
 inputs checked where they enter (the start input and the `deliver` signal are decoded raw: a
-malformed start fails the run `invalid_spec`, a malformed message is logged and dropped,
-neither ever failing a workflow task), one message handled at a time in the
+malformed start fails the run `invalid_spec`; a malformed message, one for another member and a
+signal the member has no handler for are parked as `invalid_input`, none ever failing a
+workflow task), one message handled at a time in the
 plan's order, and continue-as-new only between messages, once the handlers have finished and
 the history is past its bound (`MemberModel.continue_due`). The rules are in
 `coord.models.plan.member`."""
+
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -25,21 +28,37 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure,
     )
+    from coord.models.wire.versions import (
+        MEMBER_PARKS_WHAT_IT_REFUSES_PATCH,
+        MEMBER_PATCHES,
+        MEMBER_PATCHES_AT_ONCE_PATCH,
+    )
     from coord.workflows._runtime.agent_runs import RunSettings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import (
         NO_INPUT,
         InvalidInput,
         PlainInput,
+        carried_by,
         decode_input,
         decode_start,
         signal_if_running,
         task_error,
     )
+    from coord.workflows._runtime.patches import adopt_newest, in_force
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
+
+PATCH_BUNDLES = ((MEMBER_PATCHES_AT_ONCE_PATCH, MEMBER_PATCHES),)
+"""The member's bundles of patches, newest first (`adopt_newest`)."""
 
 
 @workflow.defn(name=TEAM_MEMBER_WORKFLOW, sandboxed=False)
-class TeamMember(metaclass=SurplusStartArguments):
+class TeamMember(
+    ParksUnknownSignals,
+    kind="a team member",
+    patch=MEMBER_PARKS_WHAT_IT_REFUSES_PATCH,
+    metaclass=SurplusStartArguments,
+):
     """Runs its agent on each message it is handed, until its plan closes it; its result is
     its record (what it handled, its memory)."""
 
@@ -47,6 +66,7 @@ class TeamMember(metaclass=SurplusStartArguments):
     def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
         """Decodes the start input here, so the query answers from the first task on; one
         that does not decode fails the run `invalid_spec` (never its workflow task)."""
+        adopt_newest(PATCH_BUNDLES, on=self)
         start, self._problem = decode_start(MemberStart, raw_start, "member start")
         self._model = None if start is None else MemberModel(start)
 
@@ -67,6 +87,10 @@ class TeamMember(metaclass=SurplusStartArguments):
             if due:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(model.start)
+
+    def _correlation(self) -> str | None:
+        """The plan's correlation, which what the member parks is listed by."""
+        return None if self._model is None else self._model.start.correlation_id
 
     def _model_or_fail(self) -> MemberModel:
         if self._model is None:
@@ -106,17 +130,25 @@ class TeamMember(metaclass=SurplusStartArguments):
         )
 
     @workflow.signal(name=DELIVER_SIGNAL)
-    def deliver(self, raw: PlainInput) -> None:
+    async def deliver(self, raw: PlainInput) -> None:
         """A message from the plan, in its order; a malformed one, or one for another member,
-        is logged and dropped."""
+        is parked (`_refused`)."""
         try:
             message = decode_input(TeamMessage, raw, "message")
         except InvalidInput as error:
-            workflow.logger.warning("message refused", extra={"reason": str(error)})
+            await self._refused(str(error), carried_by(raw, "message"))
             return
         refused = self._model.receive(message) if self._model is not None else "no member"
         if refused is not None:
-            workflow.logger.warning("message refused", extra={"reason": refused})
+            await self._refused(refused, message.model_dump(mode="json"))
+
+    async def _refused(self, reason: str, carried: Any) -> None:
+        """Parked with what it carried (MEMBER_PARKS_WHAT_IT_REFUSES_PATCH); runs recorded
+        before logged and dropped it."""
+        if in_force(MEMBER_PARKS_WHAT_IT_REFUSES_PATCH, on=self):
+            await self.park_refused(f"deliver: {reason}", carried)
+        else:
+            workflow.logger.warning("message refused", extra={"reason": reason})
 
     @workflow.signal(name=CLOSE_SIGNAL)
     def close(self) -> None:
