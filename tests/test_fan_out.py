@@ -33,12 +33,12 @@ PADDING = "x" * (110 * 1024)
 VOTERS = [f"voter-{i}" for i in range(WIDTH)]
 
 
-def wide_chain(name: str, width: int) -> ChainSpec:
-    """A chain whose `width` subscriptions all take `Big`, each publishing `Done`."""
-    subscriptions = [
-        {"name": f"s{i}", "agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
-        for i in range(width)
-    ]
+def wide_chain(name: str, width: int, **settings: Any) -> ChainSpec:
+    """A chain whose `width` subscriptions all take `Big`, each publishing `Done`, run by
+    `worker`; `settings` are added to each (None drops one: `agent=None` for a vote)."""
+    subscription = {"agent": "worker", "events": ["Big"], "publishes": {"on_success": "Done"}}
+    subscription = {k: v for k, v in {**subscription, **settings}.items() if v is not None}
+    subscriptions = [{"name": f"s{i}", **subscription} for i in range(width)]
     return ChainSpec.model_validate(
         {
             "name": name,

@@ -2,12 +2,13 @@
 is started with, and the outcome it reports back to its chain by the chain's workflow id, so
 that the outcome reaches whichever run of the chain is current when the agent (or vote) ends."""
 
-from typing import Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from coord.models.chain.spec import Subscription
 from coord.models.mesh.agents import AgentRequest, AgentResult
+from coord.models.mesh.apart import Place, apart, event_payloads
 from coord.models.mesh.assignment import Assignment
 from coord.models.mesh.config import AgentConfig
 from coord.models.mesh.runs import MAX_DETOURS, RunDetour, kept
@@ -89,3 +90,18 @@ class ChainRunInput(BaseModel):
         if (self.request is None) == (self.vote is None):
             raise ValueError("give exactly one of request or vote")
         return self
+
+
+def started_apart(run_input: ChainRunInput) -> list[Any]:
+    """The arguments a `ChainRun` is started with: its input, with the event payloads of
+    APART_BYTES or more it carries (its request's, as a run's activity sends them; its vote's
+    proposal) sent apart (coord.models.mesh.apart), so that the payload store keeps one object
+    for a payload however many `ChainRun`s carry it; the workflow joins them back."""
+    return apart(run_input, _payloads_of)
+
+
+def _payloads_of(run_input: ChainRunInput) -> list[tuple[Place, Any]]:
+    if run_input.request is not None:
+        return event_payloads(run_input.request, ["request"])
+    assert run_input.vote is not None  # ChainRunInput holds exactly one
+    return [(["vote", "proposal"], run_input.vote.proposal)]

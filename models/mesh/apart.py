@@ -15,11 +15,13 @@ runs, and executions of each, send it:
 
 `places` says where in the request each payload goes back; the worker puts them back (`joined`)
 before the activity, or any interceptor of it, reads the request. A batch of local runs
-(`run_agents`) sends its runs' payloads apart alike. A call carrying no payload that large goes
-as one argument, as every call did before, so the workers serving agents take both shapes."""
+(`run_agents`) sends its runs' payloads apart alike, and a chain the input of each run it hands
+to a `ChainRun` (coord.models.chain.run), which that workflow joins back. A call carrying no
+payload that large goes as one argument, as every call did before, so the workers serving agents
+take both shapes."""
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,7 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from coord.models.mesh.agents import AgentRequest
 from coord.models.mesh.batches import LocalBatch
 
-__all__ = ["APART_BYTES", "Place", "Places", "joined", "sent_apart"]
+__all__ = ["APART_BYTES", "Place", "Places", "apart", "event_payloads", "joined", "sent_apart"]
+
+M = TypeVar("M", bound=BaseModel)
 
 APART_BYTES = 32 * 1024
 """An event payload of this many JSON bytes or more goes apart. Under the payload store's
@@ -72,19 +76,26 @@ def _payloads_of(argument: AgentRequest | LocalBatch) -> list[tuple[Place, Any]]
 
 
 def sent_apart(argument: object) -> list[Any]:
-    """The arguments an activity is sent `argument` as: alone, or (an `AgentRequest` or a
-    `LocalBatch` carrying event payloads of APART_BYTES or more) its JSON with those payloads
-    emptied, their `Places`, then each distinct payload once, in the order first met. Most
-    runs carry nothing that large, which one measure of the whole argument tells (a payload
-    inside is smaller than it): it is made for every run a workflow starts."""
+    """The arguments an activity is sent `argument` as: alone, or, an `AgentRequest` or a
+    `LocalBatch` carrying event payloads of APART_BYTES or more, those payloads apart
+    (`apart`)."""
     if not isinstance(argument, AgentRequest | LocalBatch):
         return [argument]
+    return apart(argument, _payloads_of)
+
+
+def apart(argument: M, payloads_of: Callable[[M], list[tuple[Place, Any]]]) -> list[Any]:
+    """The arguments `argument` goes as: alone, or (when the payloads `payloads_of` finds in
+    it include some of APART_BYTES or more) its JSON with those payloads emptied, their
+    `Places`, then each distinct payload once, in the order first met. Most arguments carry
+    nothing that large, which one measure of the whole tells (a payload inside is smaller
+    than it): it is made for every run a workflow starts."""
     if len(pydantic_core.to_json(argument, fallback=str)) < APART_BYTES:
         return [argument]
     found: dict[bytes, int] = {}
     places: list[list[Place]] = []
     payloads: list[Any] = []
-    for place, payload in _payloads_of(argument):
+    for place, payload in payloads_of(argument):
         text = pydantic_core.to_json(payload, fallback=str)  # as `json_size` measures
         if len(text) < APART_BYTES:
             continue

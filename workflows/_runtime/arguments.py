@@ -5,7 +5,9 @@ b` on a one-argument handler would raise a TypeError and fail the workflow task,
 A worker interceptor (`interceptor.SurplusArguments`) folds the surplus into the handler's one
 argument, which `decode_input` then refuses naming the count, so the signal is rejected and parked
 like any other bad input. A workflow with `@workflow.init` is built from its start arguments
-before any interceptor runs: `SurplusStartArguments`, its metaclass, folds them the same way.
+before any interceptor runs: `SurplusStartArguments`, its metaclass, folds them the same way
+(a `ChainRun`, whose start comes with its large payloads sent apart, joins them back from there:
+`decode_joined`).
 
 This module is what the workflow classes import, so it imports no worker code: a client that
 names a workflow class (the Python API) loads no `temporalio.worker`."""

@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
     from coord.models.dlq.letter import DeadLetter
     from coord.models.events.envelope import EventEnvelope
+    from coord.models.mesh.apart import joined
     from coord.models.mesh.attempts import ended_at
     from coord.models.plan.spec import TaskError
     from coord.models.wire import contract
@@ -115,6 +116,25 @@ def decode_input(model: type[M], value: RawValue, source: str, context: Any = No
         return parse_model(model, decoded, source, context=context)
     except SpecError as error:
         raise InvalidInput(str(error), decoded if _plain_json(decoded) else _text(value)) from None
+
+
+def decode_joined(model: type[M], value: RawValue, source: str) -> M:
+    """`decode_input` of a start that may come with its large payloads sent apart (a
+    `ChainRun`'s, coord.models.mesh.apart): its several arguments, which
+    `SurplusStartArguments` folded into the one, are joined back into the one input first.
+    Ones that do not join are refused as any surplus is, naming the count, with why."""
+    sent = value.payload.metadata.get(contract.ARGUMENT_COUNT_METADATA)
+    if sent is None:
+        return decode_input(model, value, source)
+    try:
+        document = joined(workflow.payload_converter().from_payload(value.payload))
+    except Exception as error:  # any decoding failure or misfit: the sender's fault
+        message = f"{source}: expected one input, got {sent.decode()}, which do not join: {error}"
+        raise InvalidInput(message, _text(value)) from None
+    try:
+        return parse_model(model, document, source)
+    except SpecError as error:
+        raise InvalidInput(str(error), document) from None
 
 
 def decode_plain(model: type[M], value: RawValue, source: str) -> M:

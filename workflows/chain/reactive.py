@@ -45,7 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.chain.boundary import Rejection, Undecodable
     from coord.models.chain.intake import TaskShare
     from coord.models.chain.model import ChainModel, standin_input
-    from coord.models.chain.run import ChainRunInput, RunOutcome
+    from coord.models.chain.run import ChainRunInput, RunOutcome, started_apart
     from coord.models.chain.spec import (
         AgentRun,
         ChainInput,
@@ -572,14 +572,16 @@ class ChainRunner:
         """The run goes to a `ChainRun` (abandoned when this run closes, so it outlives a
         continue-as-new), in flight from now, within the workflow task's budget of commands;
         continue-as-new waits only for its start. A `ChainRun` of this number already running
-        (a chain reset) is the same run: its outcome will come."""
+        (a chain reset) is the same run: its outcome will come. Its large event payloads go
+        apart (`started_apart`), stored once however many `ChainRun`s carry them: that changes
+        what the child is sent, not the command, which a replay matches by the child's id and
+        type; the budget counts the whole input, as before."""
         self._model.runs.hand_over(seq)
         try:
-            started = run_input.model_dump(mode="json")
-            await self._outbound.fan_out.room(json_size(started))
+            await self._outbound.fan_out.room(json_size(run_input))
             await workflow.start_child_workflow(
                 CHAIN_RUN_WORKFLOW,
-                started,
+                args=started_apart(run_input),
                 id=chain_run_workflow_id(run_input.chain_id, seq),
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 static_summary=run_input.summary,

@@ -31,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         PlainInput,
         attempts,
-        decode_input,
+        decode_joined,
     )
 
 SIGNAL_LIMIT_MESSAGE = "signal limit"
@@ -49,11 +49,12 @@ class ChainRun(metaclass=SurplusStartArguments):
 
     @workflow.init
     def __init__(self, raw_input: PlainInput = NO_INPUT) -> None:
-        """Only chains start it; an input that does not validate fails the run, not its tasks."""
+        """Only chains start it, with its large event payloads sent apart (`started_apart`),
+        joined back here; an input that does not validate fails the run, not its tasks."""
         self._input: ChainRunInput | None = None
         self._input_error = ""
         try:
-            self._input = decode_input(ChainRunInput, raw_input, "chain run input")
+            self._input = decode_joined(ChainRunInput, raw_input, "chain run input")
         except InvalidInput as error:
             self._input_error = str(error)
         self._detours: list[Detoured] = []
