@@ -267,6 +267,7 @@ def coordinator_worker(process: WorkerProcess, registry: AgentRegistry) -> Worke
         delivery.park,
         delivery.redeliver,
         delivery.declared_agent,
+        delivery.stored_event,
         ScratchpadWriter(registry.settings).write_scratchpad,
         PlanProgressReader(client).plan_progress,
         UpdateCallers(client).update_caller,

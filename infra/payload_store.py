@@ -227,6 +227,13 @@ class StoredPayloads:
         return claim.claim_data["hash_value"]
 
     @property
+    def location(self) -> str:
+        """Where the objects are: the directory (resolved), or `s3://BUCKET`."""
+        if isinstance(self._driver, DirectoryDriver):
+            return str(self._driver.root)
+        return self._settings.location
+
+    @property
     def _bucket(self) -> str:
         return self._settings.location.removeprefix("s3://").strip("/")
 

@@ -43,6 +43,7 @@ __all__ = [
     "REDELIVER",
     "RUN_AGENT",
     "RUN_AGENTS",
+    "STORED_EVENT",
     "UPDATE_CALLER",
     "WRITE_LOG_SEGMENT",
     "WRITE_SCRATCHPAD",
@@ -78,6 +79,9 @@ REDELIVER: ActivityRef[Redelivery, None] = ActivityRef(
 )
 DECLARED_AGENT: ActivityRef[AgentLookup, DeclaredAgent] = ActivityRef(
     contract.DECLARED_AGENT_ACTIVITY, AgentLookup, DeclaredAgent
+)
+STORED_EVENT: ActivityRef[str, EventEnvelope] = ActivityRef(
+    contract.STORED_EVENT_ACTIVITY, str, EventEnvelope
 )
 CHAIN_EVENTS: ActivityRef[str, list[EventEnvelope]] = ActivityRef(
     contract.CHAIN_EVENTS_ACTIVITY, str, list[EventEnvelope]

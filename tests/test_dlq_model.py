@@ -123,6 +123,45 @@ def test_a_raw_entry_is_listed_by_its_targets_correlation(
     assert summary.search_attributes().get(contract.CORRELATION_ID) == correlation_id
 
 
+DIGEST = "ab" * 32
+
+
+def unavailable(digest: str = DIGEST) -> dict[str, Any]:
+    """What the payload store hands a workflow in place of an object it cannot read."""
+    return {contract.PAYLOAD_UNAVAILABLE: {"sha256": digest, "reason": "not in the store /s"}}
+
+
+def test_an_event_the_store_could_not_read_waits_for_its_object_and_replays_it() -> None:
+    """The placeholder's SHA-256 is what the entry waits for: it may be replayed (the workflow
+    reads the object again first), and the event replayed is the stored one's, with the fix."""
+    model = entry(event=None, raw=unavailable(), failure_type=FailureType.INVALID_ENVELOPE)
+    assert model.entry.stored_object == DIGEST
+    assert model.replay_refusal() is None
+    assert f"**Waits for:** stored object {DIGEST}" in model.details()
+    model.replay_started()
+    model.replay_refused()
+    assert model.status == "parked" and model.entry.replays == []
+    stored = parked_event()
+    event = model.replayed_event({"story": 43}, stored)
+    assert event.event.causation_id == stored.event.id
+    assert (event.event.type, event.payload) == (stored.event.type, {"story": 43})
+
+
+@pytest.mark.parametrize(
+    "letter",
+    [
+        {"raw": unavailable("../x")},  # a forged name
+        {"raw": {**unavailable(), "other": 1}},  # not the store's placeholder
+        {"raw": unavailable(), "target_workflow": None},  # an unreadable dead letter's own
+        {"raw": unavailable(), "failure_type": FailureType.INVALID_RERUN},  # no event's object
+    ],
+)
+def test_only_an_unread_event_waits_for_a_stored_object(letter: dict[str, Any]) -> None:
+    model = entry(**{"event": None, "failure_type": FailureType.INVALID_ENVELOPE, **letter})
+    assert model.entry.stored_object is None
+    assert model.replay_refusal() is not None
+
+
 def test_an_entry_without_a_target_cannot_be_replayed() -> None:
     assert entry(target_workflow=None).replay_refusal() is not None
 

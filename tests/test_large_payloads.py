@@ -3,7 +3,9 @@ queue, across a worker restart and continue-as-new."""
 
 import asyncio
 import json
+import os
 import re
+import shutil
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -35,10 +37,12 @@ from coord.infra.state_dir import server_db_file
 from coord.models.aggregator.spec import AggregatorStatus
 from coord.models.chain.intake import TIMELINE_WINDOW
 from coord.models.chain.spec import ChainStatus
+from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import EventEnvelope
 from coord.starter import api
+from coord.starter.exits import ExitCode
 from coord.worker import build_worker
-from tests.helpers import API, approved, eventually, phase1, user_story
+from tests.helpers import API, approved, eventually, parked, phase1, user_story
 from tests.workers import COORD, run, server_env
 
 MB = 1024 * 1024
@@ -379,6 +383,76 @@ async def test_a_client_run_elsewhere_shares_the_default_store_and_one_on_anothe
     [rejected] = state.rejected
     assert rejected.reason.startswith("event: payload_unavailable: stored payload "), rejected
     assert cause in rejected.reason
+
+
+async def test_an_event_whose_stored_object_is_gone_waits_for_it_and_replays_once_it_is_back(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A client on another payload store sends a large event: the chain cannot read it and parks
+    the store's placeholder. The entry says which stored object it waits for; `coord dlq replay`
+    is refused, naming the entry, the object and the worker's store, and leaves it parked; with
+    the object put back in the worker's store, the replay delivers the real event."""
+    elsewhere = tmp_path / "elsewhere"
+    worker_store = Path(os.environ[STORE_ENV]).resolve()
+    config = client.service_client.config
+    sender = await Client.connect(
+        config.target_host,
+        namespace=client.namespace,
+        data_converter=data_converter(PayloadStoreSettings(str(elsewhere), DEFAULT_THRESHOLD)),
+    )
+    env = server_env(dev_env, task_queue)
+    correlation_id = f"gone-{uuid.uuid4().hex[:8]}"
+    note = large("DesignNote", correlation_id, DEFAULT_THRESHOLD)
+    async with build_worker(client, task_queue):
+        chain = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        await api.publish(sender, note, queue=task_queue)
+        [row] = await parked(client, task_queue, 1, DlqSelection(correlation_id=correlation_id))
+        entry = await api.dlq_entry(client, row.entry_id)
+        digest = entry.stored_object
+        assert digest is not None, entry
+        code, shown, said = await run(COORD, "dlq", "show", row.entry_id, env=env)
+        assert code == 0, said
+        code, refused, err = await run(COORD, "dlq", "replay", row.entry_id, env=env)
+        assert code == ExitCode.REFUSED, err
+        with pytest.raises(api.Undeliverable) as still_gone:
+            await api.dlq_replay(client, row.entry_id)
+        still_parked = await api.dlq_entry(client, row.entry_id)
+        [sent] = elsewhere.rglob(digest)
+        (worker_store / digest[:2]).mkdir(exist_ok=True)
+        shutil.copyfile(sent, worker_store / digest[:2] / digest)
+        code, replayed, err = await run(COORD, "dlq", "replay", row.entry_id, env=env)
+        assert code == 0, err
+        await eventually(lambda: _noted(client, correlation_id), 30)
+        [delivered] = [
+            line
+            for line in await api.chain_timeline(client, correlation_id)
+            if line.event == "DesignNote"
+        ]
+        await api.close_chain(client, correlation_id)
+        await asyncio.wait_for(chain.result(), 30)
+    assert json.loads(shown)["raw"]["payload_unavailable"]["sha256"] == digest
+    assert said == (
+        f"note: {row.entry_id} waits for stored object {digest}: a replay reads it again from "
+        "the worker's payload store, and delivers it once it is there\n"
+    )
+    assert refused == (
+        f"refused: {row.entry_id}: payload_unavailable: stored object {digest} cannot be read: "
+        f"not in the payload store {worker_store}; put it back in the worker's payload store, or "
+        "point the worker at the store that holds it (COORD_PAYLOAD_STORE), then replay again\n"
+    )
+    assert str(still_gone.value) == refused.removeprefix("refused: ").rstrip("\n")
+    assert still_parked.status == "parked" and still_parked.replays == []
+    assert replayed.startswith(f"{row.entry_id}: replayed, delivered as evt-"), replayed
+    assert delivered.payload == note.payload
+    assert delivered.causation_id == note.event.id
+
+
+async def _noted(client: Client, correlation_id: str) -> bool:
+    """Whether the chain has a DesignNote row, read while it runs: a query once it has ended
+    replays its history, in which the note's object was gone (docs/operations.md, "Gone
+    objects")."""
+    timeline = await api.chain_timeline(client, correlation_id)
+    return any(line.event == "DesignNote" for line in timeline)
 
 
 async def _rejected(client: Client, correlation_id: str) -> bool:

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         FailureType,
         failure,
         failure_message,
+        failure_type_of,
     )
     from coord.models.wire.versions import PARKS_UNKNOWN_SIGNALS_PATCH
     from coord.workflows._runtime import calls, metrics
@@ -70,6 +72,10 @@ M = TypeVar("M", bound=BaseModel)
 REPLAY_SCHEDULE_TO_START = timedelta(seconds=10)
 """How long a replay's agent run waits for a worker serving the agent: a person waits on the
 replay for its outcome, so an agent no worker serves is reported soon (`agent_unavailable`)."""
+STORED_EVENT_RETRY = RetryPolicy(maximum_attempts=3)
+"""Reading a stored event again: a person waits on the replay, so a store that does not answer
+(a bucket unreachable) refuses it after three attempts; one that answers without the object
+refuses it at once (`payload_unavailable`, not retried)."""
 REPLAY_RETRY = RetryConfig(max_retries=2, max_delay=timedelta(seconds=100), no_retry_on=[])
 """A replayed agent run: three attempts, failures typed non-retryable by the agent stop it."""
 
@@ -120,7 +126,8 @@ class DeadLetterEntry(
         async with self._changing():
             self._model.replay_started()
             self._publish()
-            await self._redeliver(request.payload)
+            stored = await self._stored_event()
+            await self._redeliver(request.payload, stored)
             metrics.dead_letter_replayed(self._model.entry)
         return self._model.entry
 
@@ -181,8 +188,34 @@ class DeadLetterEntry(
         workflow.upsert_memo({DEAD_LETTER_SUMMARY_MEMO: summary.model_dump(mode="json")})
         show_details(self._model.details())
 
-    async def _redeliver(self, payload: dict[str, Any] | None) -> None:
-        event = self._model.replayed_event(payload)
+    async def _stored_event(self) -> EventEnvelope | None:
+        """The event the entry waits for, read again from the worker's payload store (by an
+        activity: a workflow does no I/O); None for an entry holding its event. While it still
+        cannot be read, the replay is refused, naming the object and the store, and the entry
+        is parked as it was. No patch: the validator refused every replay of such an entry
+        before, so no recorded history holds one."""
+        digest = self._model.entry.stored_object
+        if digest is None:
+            return None
+        try:
+            return await calls.execute(
+                refs.STORED_EVENT,
+                digest,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=STORED_EVENT_RETRY,
+                summary=f"stored object {digest}",
+            )
+        except ActivityError as failed:
+            self._model.replay_refused()
+            self._publish()
+            cause = failed.cause
+            why = cause.message if isinstance(cause, ApplicationError) else failure_message(failed)
+            raise failure(failure_type_of(failed), why, non_retryable=True) from None
+
+    async def _redeliver(
+        self, payload: dict[str, Any] | None, stored: EventEnvelope | None
+    ) -> None:
+        event = self._model.replayed_event(payload, stored)
         try:
             if self._model.runs_agent:
                 await self._run_agent(event)

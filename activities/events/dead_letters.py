@@ -1,7 +1,8 @@
-"""Deliveries that need a client: parking dead letters (`infra.dead_letters`) and replaying them to
-their targets."""
+"""Deliveries that need a client: parking dead letters (`infra.dead_letters`), reading again the
+stored event an entry waits for, and replaying them to their targets."""
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from temporalio import activity
@@ -9,6 +10,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from coord.infra.dead_letters import park_dead_letter
+from coord.infra.payload_store import STORE_ENV, PayloadUnavailable, StoredPayloads
 from coord.models import calls as refs
 from coord.models.chain.spec import ChainInput
 from coord.models.dlq.letter import (
@@ -17,6 +19,7 @@ from coord.models.dlq.letter import (
     DeclaredAgent,
     Redelivery,
 )
+from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.config import AgentConfig
 from coord.models.saga.budget import TAKEN_BEFORE
 from coord.models.saga.spec import SagaSpec
@@ -29,6 +32,7 @@ from coord.models.wire.contract import (
     FailureType,
     failure,
 )
+from coord.models.wire.specs import SpecError, parse_model
 
 DECLARED_AGENTS: dict[str, Callable[[Any], dict[str, AgentConfig]]] = {
     SAGA_WORKFLOW: lambda raw: SagaSpec.model_validate(raw, context=TAKEN_BEFORE).agents,
@@ -56,6 +60,34 @@ class DeadLetterActivities:
         info = activity.info()
         parking = f"{info.workflow_run_id}/{info.activity_id}"
         return await park_dead_letter(self._client, letter, info.task_queue, parking=parking)
+
+    @cached_property
+    def _payloads(self) -> StoredPayloads:
+        """The worker's payload store, opened at first use."""
+        return StoredPayloads()
+
+    @activity.defn(name=refs.STORED_EVENT.name)
+    async def stored_event(self, digest: str) -> EventEnvelope:
+        """The event stored as `digest`, read from this worker's payload store for a replay of
+        the entry that waits for it. One the store still cannot read is `payload_unavailable`,
+        naming the object and the store; one that is no event is `invalid_envelope`."""
+        try:
+            payload = await self._payloads.get(digest)
+        except PayloadUnavailable as missing:
+            store = self._payloads.location
+            where = "" if store in missing.reason else f" (payload store {store})"
+            raise failure(
+                FailureType.PAYLOAD_UNAVAILABLE,
+                f"stored object {digest} cannot be read: {missing.reason}{where}; put it back in "
+                "the worker's payload store, or point the worker at the store that holds it "
+                f"({STORE_ENV}), then replay again",
+                non_retryable=True,
+            ) from None
+        raw = self._client.data_converter.payload_converter.from_payload(payload)
+        try:
+            return parse_model(EventEnvelope, raw, f"stored object {digest}")
+        except SpecError as error:
+            raise failure(FailureType.INVALID_ENVELOPE, str(error), non_retryable=True) from None
 
     @activity.defn(name=refs.REDELIVER.name)
     async def redeliver(self, redelivery: Redelivery) -> None:

@@ -5,6 +5,7 @@ and what listing, counting and replaying it exchange."""
 
 import hashlib
 import json
+import re
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -21,6 +22,8 @@ CLOSED_STATUSES: tuple[EntryStatus, ...] = ("replayed", "archived")
 
 MESSAGE_SHOWN = 200
 """Characters of the failure message an entry's listing row carries (the entry has it whole)."""
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DeadLetter(BaseModel):
@@ -79,6 +82,17 @@ def dead_letter_id(letter: DeadLetter, parking: str | None = None) -> str:
     return contract.dead_letter_workflow_id(digest.hexdigest()[:20])
 
 
+def unavailable_object(raw: Any) -> str | None:
+    """The SHA-256 named by what the payload store puts in place of an object it cannot read
+    (`{"payload_unavailable": {"sha256": ..., "reason": ...}}`, infra/payload_store.py); None
+    for anything else, and for a name that is no SHA-256 (a forged reference)."""
+    if not isinstance(raw, dict) or len(raw) != 1:
+        return None
+    marker = raw.get(contract.PAYLOAD_UNAVAILABLE)
+    digest = marker.get("sha256") if isinstance(marker, dict) else None
+    return digest if isinstance(digest, str) and SHA256.fullmatch(digest) else None
+
+
 class ReplayOutcome(BaseModel):
     at: datetime
     corrected: bool
@@ -93,6 +107,19 @@ class DlqEntry(DeadLetter):
     parked_at: datetime
     replays: list[ReplayOutcome] = Field(default_factory=list)
     archive_note: str | None = None
+
+    @property
+    def stored_object(self) -> str | None:
+        """The SHA-256 of the stored object this entry waits for: an event its parker received
+        by reference to the payload store but could not read (a worker on another store, a
+        wiped store), parked as the placeholder the store put in its place. A replay reads it
+        again from the worker's store. Read from the placeholder the entry keeps, so entries
+        parked by earlier versions wait for their object too."""
+        if self.event is not None or not self.target_workflow:
+            return None
+        if self.failure_type != contract.FailureType.INVALID_ENVELOPE:
+            return None
+        return unavailable_object(self.raw)
 
     def summary(self) -> "EntrySummary":
         event = self.event

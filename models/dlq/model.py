@@ -9,10 +9,12 @@ The rules:
 - states: `parked` (waiting for a person), `replaying` (one replay under way), then `replayed`
   (delivered: closed) or back to `parked` (the replay failed, recorded with why); `archived`
   (closed with a person's note). A closed entry's run completes with its record;
-- what may be replayed: a parked entry with an event and a target workflow (one kept raw, or
-  without a target, can only be archived); with a fix, the corrected payload replaces the
-  event's, and the replay is recorded as corrected. The replayed event is a new event caused by
-  the parked one, keeping its type, source, correlation, topic and priority;
+- what may be replayed: a parked entry with an event and a target workflow, or one waiting for
+  the stored object its event is (`DlqEntry.stored_object`: its parker could not read it), which
+  the replay reads again first, refused (the entry still parked) while it cannot; one kept raw
+  otherwise, or without a target, can only be archived. With a fix, the corrected payload
+  replaces the event's, and the replay is recorded as corrected. The replayed event is a new
+  event caused by the parked one, keeping its type, source, correlation, topic and priority;
 - by whom, and which agent: whoever may send the update replays (the API and the CLI); a
   `run_agent` replay runs the agent as its saga declared it, else as the worker's registry knows
   it, never a declaration carried by the entry, with the failed run's idempotency key and inputs;
@@ -91,7 +93,7 @@ class DeadLetterEntryModel:
         """Why it cannot be replayed, or None."""
         if refusal := self.not_parked():
             return refusal
-        if self.entry.event is None:
+        if self.entry.event is None and self.entry.stored_object is None:
             return "it holds no event to deliver (what came could not be read as one); archive it"
         if not self.entry.target_workflow:
             return "it names no workflow to deliver its event to; archive it"
@@ -100,16 +102,23 @@ class DeadLetterEntryModel:
     def replay_started(self) -> None:
         self.entry.status = "replaying"
 
+    def replay_refused(self) -> None:
+        """A replay that could not begin (the stored object its entry waits for still cannot
+        be read): nothing was delivered, so the entry is parked as it was, with no outcome."""
+        self.entry.status = "parked"
+
     @property
     def runs_agent(self) -> bool:
         """The replay runs the failed agent again (a saga's compensation), rather than
         delivering the event to its workflow."""
         return self.entry.replay == "run_agent" and bool(self.entry.target_agent)
 
-    def replayed_event(self, payload: dict[str, Any] | None) -> EventEnvelope:
-        """The event delivered again: a new event caused by the parked one, carrying the fixed
-        payload when one is given."""
-        parked = self._event()
+    def replayed_event(
+        self, payload: dict[str, Any] | None, stored: EventEnvelope | None = None
+    ) -> EventEnvelope:
+        """The event delivered again: a new event caused by the parked one (or by the stored
+        one the entry waits for, read again), carrying the fixed payload when one is given."""
+        parked = stored or self._event()
         return EventEnvelope.new(
             parked.event.type,
             parked.event.source,
@@ -213,6 +222,8 @@ class DeadLetterEntryModel:
             f"**Target:** {target} · **attempts:** {entry.attempts}",
             f"**Message:** {entry.message}",
         ]
+        if entry.stored_object:
+            lines.append(f"**Waits for:** stored object {entry.stored_object}")
         lines += [f"**Replay {r.at:%H:%M:%S}:** {r.outcome}" for r in entry.replays]
         if entry.archive_note:
             lines.append(f"**Archived:** {entry.archive_note}")

@@ -328,6 +328,9 @@ REDELIVER_ACTIVITY: Final = "redeliver"
 """Delivers a replayed dead letter to its target workflow (as an event or a chain rerun)."""
 DECLARED_AGENT_ACTIVITY: Final = "declared_agent"
 """Reads the agent's inline declaration from a replay's target workflow's own start event."""
+STORED_EVENT_ACTIVITY: Final = "stored_event"
+"""Reads again, from the worker's payload store, the event a dead letter waits for (one its
+parker could not read: `payload_unavailable`), so a replay delivers it."""
 CHAIN_EVENTS_ACTIVITY: Final = "chain_events"
 """Reads the events a correlation's chain has recorded (an aggregator's lookback)."""
 CHAIN_RUNNING_ACTIVITY: Final = "chain_running"
@@ -591,6 +594,10 @@ class FailureType(StrEnum):
     leave it, or a file is too large (not retried; the plan records it and goes on)."""
     # The dead-letter queue and the aggregator's lookback.
     NOT_PARKED = "not_parked"
+    PAYLOAD_UNAVAILABLE = "payload_unavailable"
+    """A replay refused because the stored object its entry waits for (an event the parker
+    could not read) still cannot be read from the worker's payload store: the entry stays
+    parked."""
     LOOKBACK_FAILED = "lookback_failed"
 
 

@@ -113,8 +113,16 @@ async def counts(
 @app.command("show")
 @runs_async
 async def show(entry_id: str) -> None:
-    """Show one dead letter in full (JSON)."""
-    echo_json(await api.dlq_entry(await connect(), entry_id))
+    """Show one dead letter in full (JSON). One whose event could not be read from the payload
+    store also says, on stderr, which stored object it waits for."""
+    entry = await api.dlq_entry(await connect(), entry_id)
+    echo_json(entry)
+    if entry.stored_object and entry.status == "parked":
+        typer.echo(
+            f"note: {entry.entry_id} waits for stored object {entry.stored_object}: a replay "
+            "reads it again from the worker's payload store, and delivers it once it is there",
+            err=True,
+        )
 
 
 @app.command("replay")
