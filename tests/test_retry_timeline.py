@@ -5,6 +5,7 @@ at once."""
 import asyncio
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -24,21 +25,29 @@ SEED_RETRY = {
 
 
 async def run_flaky_step(
-    env: WorkflowEnvironment, task_queue: str, recorder: AttemptRecorder, retry: dict[str, Any]
+    env: WorkflowEnvironment,
+    task_queue: str,
+    recorder: AttemptRecorder,
+    retry: dict[str, Any],
+    before: tuple[str, ...] = (),
 ) -> tuple[WorkflowHandle[Any, Any], SagaState]:
-    spec = SagaSpec.model_validate(
-        {"saga_id": f"retry-{task_queue}", "steps": [{"name": "Flaky", "retry": retry}]}
-    )
+    """A saga of the `Flaky` step, after the demo steps `before` (which run its first attempt
+    with theirs, in one batch)."""
+    steps = [{"name": name} for name in before] + [{"name": "Flaky", "retry": retry}]
+    spec = SagaSpec.model_validate({"saga_id": f"retry-{task_queue}", "steps": steps})
     async with build_worker(env.client, task_queue, recorder.registry()):
         handle = await api.start_saga(env.client, spec, queue=task_queue)
         return handle, await asyncio.wait_for(api.saga_outcome(handle), timeout=60)
 
 
+@pytest.mark.parametrize("before", [(), ("BuildArtifact",)], ids=["alone", "after-a-batch"])
 async def test_exponential_backoff_spaces_attempts_as_in_the_seed(
-    time_env: WorkflowEnvironment, task_queue: str
+    time_env: WorkflowEnvironment, task_queue: str, before: tuple[str, ...]
 ) -> None:
+    """After a batch, the first wait is the workflow's and the later ones the worker's, which
+    counted its attempts from the one after the batch (1, 1, 2 s) until it was told of it."""
     recorder = AttemptRecorder(failures=3)
-    handle, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
+    handle, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY, before)
     assert state.status == SagaStatus.COMPLETED
     assert recorder.started == [1, 2, 3, 4]
     waits = [

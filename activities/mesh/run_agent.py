@@ -407,9 +407,12 @@ def _jittered(request: AgentRequest, attempt: int) -> timedelta | None:
     """The delay before the retry of failed attempt `attempt` (the run's, not the server's:
     attempts a gate turned away or an outage lost are not counted), by the policy's backoff
     spread by the request's jitter; None (the server's own) for a request that neither counts
-    its attempts nor asks for jitter."""
+    its attempts, nor asks for jitter, nor comes after attempts of an execution before (a local
+    run's first attempt in its batch): the server's backoff would start over from its own
+    first attempt."""
     policy = activity.info().retry_policy
-    if policy is None or (request.jitter is None and request.budget is None):
+    counted = request.budget is not None or request.attempts_before > 0
+    if policy is None or (request.jitter is None and not counted):
         return None
     return retry_delay(
         attempt,
