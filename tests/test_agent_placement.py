@@ -40,6 +40,7 @@ SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
 SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
 TASK_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+FAILED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
 LOCAL = "core_local_activity"
 
 
@@ -287,6 +288,9 @@ async def test_a_local_compensation_that_fails_for_good_is_parked(
     assert state.status == SagaStatus.COMPENSATION_FAILED
     assert entry.failure_type == "compensation_failed" and entry.replay == "run_agent"
     assert entry.target_agent == "RollbackProduction" and entry.attempts == 2
+    [ended] = [e for e in await _history(handle) if e.event_type == FAILED]
+    failure = ended.workflow_execution_failed_event_attributes.failure
+    assert not failure.HasField("cause"), "the saga's failure alone, no workflow stack under it"
     assert _agent_tasks(await _history(handle)) == {}, "the compensation ran locally"
 
 

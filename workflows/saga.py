@@ -266,7 +266,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
                     break
         end = self._model.compensation_ended()
         if end is not None:
-            raise self._ended(end)
+            raise self._ended(end) from None
         self._publish()
 
     async def _undo(self, entry: StackEntry) -> bool:
