@@ -29,7 +29,7 @@ from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.helpers import PHASE1, demo_agents_remote, eventually
+from tests.helpers import PHASE1, demo_agents_remote, eventually, letter
 from tests.workers import COORD, run, server_env
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -683,6 +683,23 @@ async def test_coord_dlq_list_show_replay_and_archive(
     count_rows = {line.split(" | ")[0].strip(): line for line in counts.splitlines()[2:]}
     assert set(count_rows) == {"invalid_envelope", "timeout", "Total"}
     assert state.matched == 1
+
+
+async def test_a_replay_that_ran_and_was_not_delivered_exits_1(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """The entry is parked again, and the line says why; it exited 0, as if delivered."""
+    env = server_env(dev_env, task_queue)
+    async with build_worker(client, task_queue):
+        bystander = await park_dead_letter(client, letter("chain-nowhere"), task_queue)
+        misdirected = await park_dead_letter(client, letter(bystander), task_queue)
+        await eventually(lambda: has_entries(client, task_queue, 2))
+        code, out, err = await run(COORD, "dlq", "replay", misdirected, env=env)
+    assert code == 1, err
+    assert out.strip() == (
+        f"{misdirected}: parked, not delivered: target_unavailable: {bystander} is a "
+        "DeadLetterEntry, which takes no `event` signal: archive the entry"
+    )
 
 
 async def has_entries(client: Client, task_queue: str, count: int) -> bool:

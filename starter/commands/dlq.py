@@ -51,11 +51,13 @@ async def on_chosen_entries(
     ctx: typer.Context,
     act: Callable[[Client, list[str]], Awaitable[list[BulkOutcome]]],
     line: Callable[[BulkOutcome], str],
+    undone: str | None = None,
 ) -> None:
     """What replay and archive share, reading their common options from the command line's
     parsed parameters (`ctx.params`): the entries named, or --all of those the filters select
     (never a silent bulk operation by default); `act` on them; one line per entry, each naming
-    it, and exit code 5 when an entry named does not exist, else 1 when any was refused."""
+    it, and exit code 5 when an entry named does not exist, else 1 when any was refused or left
+    in the status `undone` (a replay that ran and parked its entry again: not delivered)."""
     client = await connect()
     entry_ids, everything = list(ctx.params["entry_ids"] or []), ctx.params["everything"]
     if bool(entry_ids) == everything:
@@ -67,7 +69,7 @@ async def on_chosen_entries(
         typer.echo(line(outcome) if outcome.status else f"refused: {outcome.detail}")
     if any(outcome.missing for outcome in outcomes):
         raise typer.Exit(ExitCode.NOT_FOUND)
-    if any(outcome.status is None for outcome in outcomes):
+    if any(outcome.status in (None, undone) for outcome in outcomes):
         raise typer.Exit(ExitCode.REFUSED)
 
 
@@ -146,6 +148,7 @@ async def replay(
         ctx,
         lambda client, chosen: api.dlq_replay_many(client, chosen, request.payload),
         lambda o: f"{o.entry_id}: {o.status}, {o.detail}",
+        undone="parked",
     )
 
 
