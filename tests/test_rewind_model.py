@@ -57,6 +57,23 @@ def test_a_result_of_a_run_begun_before_the_point_is_reused_not_run_again() -> N
     assert plan.regenerated == ["e6"]
 
 
+def test_an_event_the_point_caused_is_made_anew_even_when_numbered_before_it() -> None:
+    """A saga's events reach its chain as signals sent together, which may arrive out of causal
+    order: `RemoveStaging`, caused by `RollbackAll`, caused by the point, came in first."""
+    saga = [
+        row(1, "ArtifactBuilt", "a1"),
+        row(2, "StagingDeployed", "a2", "a1"),
+        row(3, "RemoveStaging", "a5", "a4"),
+        row(4, "ProductionFailed", "a3", "a2"),
+        row(5, "RollbackAll", "a4", "a3"),
+        row(6, "Noticed", "a6", "a5"),
+    ]
+    plan = plan_rewind(saga, original="story", copy_id="story-2", point="a3")
+    assert [r.event_id for r in plan.recorded] == ["a1", "a2"]
+    assert [item.row.event_id for item in plan.redelivered] == ["a3"]
+    assert plan.regenerated == ["a5", "a4", "a6"]
+
+
 def test_a_log_that_lost_its_beginning_is_refused_naming_what_is_missing() -> None:
     window = STORY[2:]
     with pytest.raises(RewindRefused, match="lacks its first events \\(numbers 1-2, before"):

@@ -3,7 +3,8 @@
 A correlation's log, read in its logical order (the chain's sequence numbers), splits at the
 rewind point, the event the copy starts from:
 - every row before the point is **recorded**: the copy takes it as it stands and runs no agent
-  for it (its state just before the point is the fold of these rows);
+  for it (its state just before the point is the fold of these rows), unless the point caused
+  it: events a saga sends its chain together may arrive, and be numbered, out of causal order;
 - a row at or after the point is **re-delivered** when its cause lies before the point or
   outside the log: it came from outside (a publisher, a timer, a person) or from an agent run
   that began before the point, whose recorded result the copy reuses; the point itself is always
@@ -99,14 +100,35 @@ def plan_rewind(
     require_whole_past(ordered, original, at.seq)
     plan = RewindPlan(original=original, copy_id=copy_id, point=at.event_id, point_seq=at.seq)
     seq_of = {row.event_id: row.seq for row in ordered}
+    caused = caused_by(ordered, at.event_id)
     for row in ordered:
-        if row.seq < at.seq:
+        if row.event_id in caused:
+            plan.regenerated.append(row.event_id)
+        elif row.seq < at.seq:
             plan.recorded.append(row)
         elif seq_of.get(row.causation_id or "", 0) < at.seq or row is at:
             plan.redelivered.append(Redelivery(after=max(row.time - at.time, timedelta()), row=row))
         else:
             plan.regenerated.append(row.event_id)
     return plan
+
+
+def caused_by(rows: Sequence[TimelineEntry], point: str) -> set[str]:
+    """The events `point` caused, directly or through others (by `causation_id` or among a
+    join's `causes`), whatever their numbers."""
+    children: dict[str, list[str]] = {}
+    for row in rows:
+        for cause in {row.causation_id, *row.causes} - {None, row.event_id}:
+            assert cause is not None
+            children.setdefault(cause, []).append(row.event_id)
+    caused: set[str] = set()
+    waiting = list(children.get(point, []))
+    while waiting:
+        event = waiting.pop()
+        if event not in caused and event != point:
+            caused.add(event)
+            waiting.extend(children.get(event, []))
+    return caused
 
 
 def require_whole_past(ordered: Sequence[TimelineEntry], original: str, point_seq: int) -> None:
