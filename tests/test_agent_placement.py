@@ -244,6 +244,15 @@ async def _instant(event: EventEnvelope, context: AgentContext) -> dict[str, Any
     return {"summary": f"{context.agent} done"}
 
 
+def _demo_agents_but(**replaced: Any) -> AgentRegistry:
+    """The demo agents, those named in `replaced` by the code given."""
+    registry = register_demo_agents(AgentRegistry())
+    agents = AgentRegistry(registry.settings)
+    for name in registry:
+        agents.register(name)(replaced.get(name) or registry.get(name))
+    return agents
+
+
 def _saga_of(agent: str) -> SagaSpec:
     spec = feature_deployment()
     spec.steps = [spec.steps[0].model_copy(update={"name": "Only", "agent": agent})]
@@ -309,10 +318,7 @@ async def test_a_worker_shut_down_with_a_local_run_in_flight_lets_it_finish(
         await release.wait()
         return {"version": "v42"}
 
-    registry = register_demo_agents(AgentRegistry())
-    agents = AgentRegistry(registry.settings)
-    for name in registry:
-        agents.register(name)(deploy if name == "DeployToProduction" else registry.get(name))
+    agents = _demo_agents_but(DeployToProduction=deploy)
     spec = feature_deployment()
     async with build_worker(client, task_queue, agents) as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
@@ -345,10 +351,7 @@ async def test_a_retried_local_agent_runs_each_attempt_under_its_own_timeout(
         await asyncio.sleep(1.5)
         return {"summary": "passed"}
 
-    registry = register_demo_agents(AgentRegistry())
-    agents = AgentRegistry(registry.settings)
-    for name in registry:
-        agents.register(name)(slow_third if name == "RunE2ETests" else registry.get(name))
+    agents = _demo_agents_but(RunE2ETests=slow_third)
     spec = feature_deployment()
     for step in spec.steps:
         step.timeout = timedelta(seconds=2)
