@@ -151,7 +151,7 @@ async def _run_batch(batch: LocalBatch) -> list[BatchedOutcome] | None:
             batch,
             start_to_close_timeout=batch_timeout(batch),
             retry_policy=ONE_ATTEMPT,
-            summary=f"{len(runs)} local runs{order}: {named}",
+            summary=f"{len(runs)} local run{'s' if len(runs) > 1 else ''}{order}: {named}",
         )
     except Exception as error:  # anything: no run waits on a batch that will not answer
         workflow.logger.warning("a batch of %d local runs failed: %s", len(runs), error)
