@@ -26,6 +26,7 @@ from coord.models.saga.spec import SagaState, SagaStatus
 from coord.models.wire.contract import SEARCH_ATTRIBUTES
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.starter.commands.rewind import NO_CHAIN_HINT
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
@@ -132,7 +133,7 @@ async def test_saga_start_wait_state_and_cancel(
         code, again, refused = await run(COORD, "saga", "cancel", f"{saga_id}-c", env=env)
         assert (code, again) == (ExitCode.CONFLICT, ""), refused
         assert refused == (
-            f"error: saga '{saga_id}-c' has already ended (canceled); nothing to cancel, "
+            f"error: saga '{saga_id}-c' has already ended (compensated); nothing to cancel, "
             "no compensation runs\n"
         )
         code, out, _ = await run(COORD, "saga", "state", f"{saga_id}-c", env=env)
@@ -730,6 +731,10 @@ async def test_a_reader_that_stops_reading_ends_the_command_quietly(
         (["events", "nope"], "no chain for correlation id 'nope'"),
         (["events", "nope", "--tree"], "no chain for correlation id 'nope'"),
         (["diff", "nope", "nope-2"], "no chain for correlation id 'nope'"),
+        (
+            ["rewind", "nope", "--to", "A", "--as", "nope-2"],
+            f"no chain for correlation id 'nope'; {NO_CHAIN_HINT}",
+        ),
         (["aggregate", "state", "nope"], "aggregator 'nope' does not exist"),
         (["aggregate", "cancel", "aggregator-nope"], "aggregator 'nope' does not exist"),
         (["plan", "rewind", "nope", "--as", "nope-2"], "plan 'nope' does not exist"),

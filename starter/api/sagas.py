@@ -5,6 +5,7 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -116,12 +117,34 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     handle = await named_saga(client, saga_id)
     description = await described(handle, NotFound(f"saga {saga_id!r} does not exist"))
     if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "unknown"
         raise Conflict(
-            f"saga {saga_id!r} has already ended ({status}); nothing to cancel, "
-            "no compensation runs"
+            f"saga {saga_id!r} has already ended ({await _ended_as(handle, description)}); "
+            "nothing to cancel, no compensation runs"
         )
     await handle.cancel()
+
+
+async def _ended_as(
+    handle: WorkflowHandle[Any, SagaState], description: WorkflowExecutionDescription
+) -> str:
+    """How an ended saga ended, in its own words (`compensated`, say: a saga that compensated
+    ends as a failed workflow), or the server's status when its record cannot be read (a run
+    that refused its spec, one terminated, whose record only a worker could answer for)."""
+    server_word = description.status.name.lower() if description.status else "unknown"
+    if description.status not in RECORD_KEPT:
+        return server_word
+    try:
+        return (await saga_outcome(handle)).status.value
+    except Exception:  # any reason the record does not read: the server's word then
+        return server_word
+
+
+RECORD_KEPT = (
+    WorkflowExecutionStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED,
+)
+"""The ends whose runs keep the saga's record without a worker (result, failure, memo)."""
 
 
 @api_call

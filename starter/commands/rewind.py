@@ -93,17 +93,29 @@ async def rewind(
     if correlation_id is None or to is None or copy_id is None:
         raise SpecError("rewind: give C --to EVENT --as C2, or --all --since T --suffix S")
     client = await connect()
-    plan = await api.rewind_chain(
-        client,
-        correlation_id,
-        to=to,
-        copy_id=copy_id,
-        spec=spec,
-        agents=agents,
-        speed=speed,
-        specs=pattern_specs,
-    )
+    try:
+        plan = await api.rewind_chain(
+            client,
+            correlation_id,
+            to=to,
+            copy_id=copy_id,
+            spec=spec,
+            agents=agents,
+            speed=speed,
+            specs=pattern_specs,
+        )
+    except api.NotFound as missing:
+        if not str(missing).startswith("no chain for correlation id"):
+            raise
+        raise api.NotFound(f"{missing}; {NO_CHAIN_HINT}") from None
     echo_record(plan, as_json, rewound_lines)
+
+
+NO_CHAIN_HINT = (
+    "`coord rewind` copies a correlation's chain: rewind a saga alone with `coord saga rewind`, "
+    "a plan with `coord plan rewind`"
+)
+"""What a rewind of a correlation without a chain says besides (its saga or plan may run)."""
 
 
 def rewound_lines(plan: RewindPlan) -> Iterator[str]:
