@@ -30,7 +30,6 @@ import asyncio
 import dataclasses
 import hashlib
 import os
-import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,7 +63,6 @@ THRESHOLD_ENV = "COORD_PAYLOAD_THRESHOLD"
 DEFAULT_THRESHOLD = 128 * 1024
 """Well under the server's 2 MB per payload, so a task that carries several stays under 4 MB."""
 
-SHA256 = re.compile(r"[0-9a-f]{64}")
 OWNERS_SUFFIX = ".owners"
 log = get_logger("coord.payloads")
 
@@ -167,7 +165,7 @@ class DirectoryDriver(StorageDriver):
 
     def read(self, digest: str) -> Payload:
         """The payload stored as `digest`; PayloadUnavailable says why it cannot be read."""
-        if not SHA256.fullmatch(digest):
+        if not contract.STORED_OBJECT_NAME.fullmatch(digest):
             raise PayloadUnavailable(digest, "not a SHA-256 reference")
         try:
             data = self._path(digest).read_bytes()
@@ -241,7 +239,7 @@ class StoredPayloads:
         """Raises PayloadUnavailable when the store does not hold it (any more)."""
         if isinstance(self._driver, DirectoryDriver):
             return await asyncio.to_thread(self._driver.read, digest)
-        if not SHA256.fullmatch(digest):
+        if not contract.STORED_OBJECT_NAME.fullmatch(digest):
             raise PayloadUnavailable(digest, "not a SHA-256 reference")
         claim = StorageDriverClaim(
             claim_data={

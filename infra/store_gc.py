@@ -21,8 +21,9 @@ from urllib.parse import unquote
 
 from pydantic import ValidationError
 
-from coord.infra.payload_store import OWNERS_SUFFIX, SHA256, PayloadStoreSettings
+from coord.infra.payload_store import OWNERS_SUFFIX, PayloadStoreSettings
 from coord.models.ops.retention import OwnerMark, Stored
+from coord.models.wire import contract
 
 TRASH_PREFIX = ".gc-"
 SHARD = re.compile(r"[0-9a-f]{2}")
@@ -83,7 +84,7 @@ class DirectoryStore:
             if after and shard < after[:2]:
                 continue
             self._restore_trash(self.root / shard)
-            for digest in self._sorted(self.root / shard, SHA256):
+            for digest in self._sorted(self.root / shard, contract.STORED_OBJECT_NAME):
                 name = f"{shard}/{digest}"
                 if not after or name > after:
                     yield name

@@ -81,7 +81,7 @@ class AttemptRecorder:
     once.)"""
 
     failures: int
-    started: list[int] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
 
     def registry(self) -> AgentRegistry:
         registry = register_demo_agents(AgentRegistry())
@@ -89,7 +89,7 @@ class AttemptRecorder:
         return registry
 
     async def _agent(self, event: EventEnvelope, context: AgentContext) -> Mapping[str, Any]:
-        self.started.append(context.attempt)
+        self.attempts.append(context.attempt)
         if context.attempt <= self.failures:
             raise RuntimeError(f"transient failure on attempt {context.attempt}")
         return {"attempts": context.attempt}

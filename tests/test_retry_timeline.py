@@ -49,7 +49,7 @@ async def test_exponential_backoff_spaces_attempts_as_in_the_seed(
     recorder = AttemptRecorder(failures=3)
     handle, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY, before)
     assert state.status == SagaStatus.COMPLETED
-    assert recorder.started == [1, 2, 3, 4]
+    assert recorder.attempts == [1, 2, 3, 4]
     waits = [
         event.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta().total_seconds()
         async for event in handle.fetch_history_events()
@@ -64,7 +64,7 @@ async def test_exhausted_retries_fail_the_step_after_max_retries_plus_one_attemp
     recorder = AttemptRecorder(failures=10)
     _, state = await run_flaky_step(time_env, task_queue, recorder, SEED_RETRY)
     assert state.status == SagaStatus.COMPENSATED
-    assert len(recorder.started) == 4
+    assert len(recorder.attempts) == 4
 
 
 async def test_no_retry_on_types_fail_after_one_attempt(
@@ -75,7 +75,7 @@ async def test_no_retry_on_types_fail_after_one_attempt(
         time_env, task_queue, recorder, {**SEED_RETRY, "no_retry_on": ["RuntimeError"]}
     )
     assert state.status == SagaStatus.COMPENSATED
-    assert len(recorder.started) == 1
+    assert len(recorder.attempts) == 1
 
 
 async def test_retry_on_list_stops_retrying_other_failure_types(
@@ -86,4 +86,4 @@ async def test_retry_on_list_stops_retrying_other_failure_types(
         time_env, task_queue, recorder, {**SEED_RETRY, "retry_on": ["timeout", "temporary_failure"]}
     )
     assert state.status == SagaStatus.COMPENSATED
-    assert len(recorder.started) == 1
+    assert len(recorder.attempts) == 1

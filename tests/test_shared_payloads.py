@@ -19,7 +19,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from coord.infra.payload_store import SHA256
 from coord.models.chain.run import ChainRunInput, started_apart
 from coord.models.chain.spec import Subscription
 from coord.models.events.envelope import EventEnvelope
@@ -27,6 +26,7 @@ from coord.models.mesh.agents import AgentContext, AgentRegistry, AgentRequest
 from coord.models.mesh.apart import APART_BYTES, Places, joined, sent_apart
 from coord.models.mesh.config import PythonAgent
 from coord.models.vote.spec import VoteSpec, VoteStatus
+from coord.models.wire import contract
 from coord.models.wire.contract import CHAIN_RUN_WORKFLOW, RUN_AGENT_ACTIVITY, FailureType
 from coord.models.wire.sizes import json_size
 from coord.starter import api
@@ -47,7 +47,7 @@ def stored_with(store: str, marker: str) -> dict[str, int]:
     return {
         path.name: path.stat().st_size
         for path in Path(store).rglob("*")
-        if SHA256.fullmatch(path.name) and marker.encode() in path.read_bytes()
+        if contract.STORED_OBJECT_NAME.fullmatch(path.name) and marker.encode() in path.read_bytes()
     }
 
 

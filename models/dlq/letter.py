@@ -5,7 +5,6 @@ and what listing, counting and replaying it exchange."""
 
 import hashlib
 import json
-import re
 from datetime import datetime
 from typing import Any, Literal, get_args
 
@@ -22,8 +21,6 @@ CLOSED_STATUSES: tuple[EntryStatus, ...] = ("replayed", "archived")
 
 MESSAGE_SHOWN = 200
 """Characters of the failure message an entry's listing row carries (the entry has it whole)."""
-
-SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class DeadLetter(BaseModel):
@@ -90,7 +87,11 @@ def unavailable_object(raw: Any) -> str | None:
         return None
     marker = raw.get(contract.PAYLOAD_UNAVAILABLE)
     digest = marker.get("sha256") if isinstance(marker, dict) else None
-    return digest if isinstance(digest, str) and SHA256.fullmatch(digest) else None
+    return (
+        digest
+        if isinstance(digest, str) and contract.STORED_OBJECT_NAME.fullmatch(digest)
+        else None
+    )
 
 
 class ReplayOutcome(BaseModel):

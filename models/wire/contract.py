@@ -401,6 +401,8 @@ DEAD_LETTER_SUMMARY_MEMO: Final = "summary"
 ARGUMENT_COUNT_METADATA: Final = "coord-argument-count"
 """Payload metadata marking arguments sent beyond what a handler takes."""
 
+STORED_OBJECT_NAME: Final = re.compile(r"[0-9a-f]{64}")
+"""A payload-store object's name: the SHA-256 of its bytes, in lowercase hex."""
 PAYLOAD_UNAVAILABLE: Final = "payload_unavailable"
 """The one key of what a payload store reference resolves to when its object cannot be read
 (`{"payload_unavailable": {"sha256": ..., "reason": ...}}`), so a workflow says so."""

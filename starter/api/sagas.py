@@ -124,6 +124,14 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     await handle.cancel()
 
 
+RECORD_KEPT = (
+    WorkflowExecutionStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED,
+)
+"""The ends whose runs keep the saga's record without a worker (result, failure, memo)."""
+
+
 async def _ended_as(
     handle: WorkflowHandle[Any, SagaState], description: WorkflowExecutionDescription
 ) -> str:
@@ -137,14 +145,6 @@ async def _ended_as(
         return (await saga_outcome(handle)).status.value
     except Exception:  # any reason the record does not read: the server's word then
         return server_word
-
-
-RECORD_KEPT = (
-    WorkflowExecutionStatus.COMPLETED,
-    WorkflowExecutionStatus.FAILED,
-    WorkflowExecutionStatus.CANCELED,
-)
-"""The ends whose runs keep the saga's record without a worker (result, failure, memo)."""
 
 
 @api_call

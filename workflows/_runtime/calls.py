@@ -40,16 +40,8 @@ def start(
     """Start the activity (`local`: as a local activity); its handle resolves to the result. An
     argument carrying large event payloads sends them apart (`sent_apart`): only what the
     activity is sent changes, not the command, which a replay matches by its type and id."""
+    begin = workflow.start_local_activity if local else workflow.start_activity
     if local:
-        handle = workflow.start_local_activity(
-            ref.name,
-            args=sent_apart(argument),
-            result_type=ref.result,
-            local_retry_threshold=LOCAL_RETRY_THRESHOLD,
-            **options,
-        )
-    else:
-        handle = workflow.start_activity(
-            ref.name, args=sent_apart(argument), result_type=ref.result, **options
-        )
+        options = {"local_retry_threshold": LOCAL_RETRY_THRESHOLD, **options}
+    handle = begin(ref.name, args=sent_apart(argument), result_type=ref.result, **options)
     return cast(workflow.ActivityHandle[ResultT], handle)
