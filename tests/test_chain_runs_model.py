@@ -12,6 +12,7 @@ from coord.models.chain.run import RunOutcome, noted
 from coord.models.chain.spec import AgentRun, ChainInput, ChainSpec, ChainStatus
 from coord.models.events.envelope import Priority
 from coord.models.mesh.agents import AgentResult, PublishRequest
+from coord.models.mesh.attempts import AttemptTime
 from coord.models.mesh.lifecycle import RunFailure, RunLifecycle
 from coord.models.mesh.runs import MAX_DETOURS, RunDetour
 from coord.models.vote.spec import VoteState, VoteStatus
@@ -167,16 +168,23 @@ def test_publishes_as_a_list_declares_the_agents_own_events() -> None:
 
 
 def test_a_failed_run_publishes_its_failure_and_is_parked_for_a_rerun() -> None:
+    """Parked with its attempts as its worker reported them, which date the letter."""
     model = new_model()
     take(model, event("Approved"))
     seq, run = model.runs.start_next()
-    model.runs.run_failed(seq, NOW, RunFailure(type="agent_error", message="boom", attempts=3))
+    times = {
+        n: AttemptTime(attempt=n, started_at=NOW, ended_at=NOW, type="agent_error")
+        for n in (1, 2, 3)
+    }
+    failed = RunFailure(type="agent_error", message="boom", attempts=3, times=times)
+    model.runs.run_failed(seq, NOW, failed)
     [letter] = parkings(model.outbox.take())
     assert letter.message == "planner failed on Approved: boom"
     assert letter.details == {
         "event": run.trigger,
         "target_agent": "planner",
         "attempt_count": 3,
+        "failed_attempts": times,
         "replay": "rerun",
         "idempotency_key": run.idempotency_key,
         "inputs": run.inputs,

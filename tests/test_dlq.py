@@ -136,6 +136,7 @@ async def test_failed_compensation_is_parked_and_replayed_by_running_the_agent(
             "run_agent",
         )
         assert entry.attempts == 2
+        assert entry.first_failed_at < entry.last_failed_at < entry.parked_at
         replayed = await api.dlq_replay(client, entry.entry_id, {"feature": "xyz"})
     assert replayed.status == "replayed"
 
@@ -164,6 +165,40 @@ async def test_agent_that_hits_temporals_timeout_is_parked_with_its_real_attempt
         await run_chain(client, task_queue, spec, [slow])
         [row] = await parked(client, task_queue, 1)
     assert (row.failure_type, row.attempts, row.action) == ("timeout", 4, "Investigate")
+
+
+async def test_a_chain_run_that_failed_after_retries_is_dated_by_its_attempts(
+    client: Client, task_queue: str
+) -> None:
+    """Three attempts, half a second apart: the letter says when the first and the last
+    failed, as the worker reported them, not when it was parked."""
+    spec = ChainSpec.model_validate(
+        {
+            "name": "failing",
+            "triggers": ["A"],
+            "alerts": None,
+            "subscriptions": [
+                {
+                    "agent": "python-pro",
+                    "events": "A",
+                    "retry": {
+                        "max_retries": 2,
+                        "initial_delay": "500ms",
+                        "max_delay": "500ms",
+                        "jitter": "none",
+                    },
+                }
+            ],
+        }
+    )
+    failing = EventEnvelope.new("A", "/t", payload={"inject": {"fail": ["python-pro"]}})
+    async with build_worker(client, task_queue):
+        await run_chain(client, task_queue, spec, [failing])
+        [row] = await parked(client, task_queue, 1)
+        entry = await api.dlq_entry(client, row.entry_id)
+    assert (entry.failure_type, entry.attempts) == ("temporary_failure", 3)
+    assert entry.first_failed_at < entry.last_failed_at < entry.parked_at
+    assert entry.last_failed_at - entry.first_failed_at >= timedelta(seconds=0.9)
 
 
 async def test_publishing_to_an_ended_chain_parks_the_event_once(

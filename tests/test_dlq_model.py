@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from coord.models.dlq.letter import DeadLetter, dead_letter_id
+from coord.models.dlq.letter import DeadLetter, dead_letter_id, failure_times
 from coord.models.dlq.model import CarriedEntry, DeadLetterEntryModel
 from coord.models.events.envelope import EventEnvelope, Priority
+from coord.models.mesh.attempts import AttemptTime
 from coord.models.mesh.config import PythonAgent
 from coord.models.wire import contract
 from coord.models.wire.contract import FailureType
@@ -285,3 +286,23 @@ def test_the_carry_keeps_the_whole_record() -> None:
     model.replay_ended(NOW, corrected=True, error="boom", event_id="e")
     carried = CarriedEntry.model_validate(model.carry().model_dump(mode="json"))
     assert carried.carried == model.entry
+
+
+def failed_attempt(attempt: int, ended_s: float) -> AttemptTime:
+    ended = NOW + timedelta(seconds=ended_s)
+    return AttemptTime(
+        attempt=attempt, started_at=ended - timedelta(seconds=1), ended_at=ended, type="boom"
+    )
+
+
+def test_a_failed_runs_letter_is_dated_by_its_reported_attempts_else_by_its_parking() -> None:
+    """The earliest and latest reported failures (each attempt's end, whatever the order they
+    are given in), even past the parking (a local run ending after its workflow task began);
+    none reported: both when it was parked."""
+    parking = NOW + timedelta(seconds=5)
+    reported = {n: failed_attempt(n, ended) for n, ended in ((3, 6.0), (1, 1.0), (2, 3.5))}
+    assert failure_times(reported, parking) == (
+        NOW + timedelta(seconds=1),
+        NOW + timedelta(seconds=6),
+    )
+    assert failure_times({}, parking) == (parking, parking)

@@ -5,7 +5,8 @@ for a run that counts its retries). A local run's all run on this worker, inside
 activities that send no heartbeat, so they are kept here: by the run's workflow run and
 idempotency key (the executions of one run share it, and a batch's runs share their
 activity), else its activity, for the runs whose attempts may still go on, at most MAX_RUNS
-(the oldest dropped first: a run the workflow gave up on, or moved to another worker)."""
+(the oldest dropped first: a run the workflow gave up on, such as a batched first attempt it
+did not retry, or moved to another worker)."""
 
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from coord.activities.mesh.run_tally import RunCounter
 from coord.models.mesh.agents import AgentRequest, AgentResult
 from coord.models.mesh.attempts import MAX_REPORTED, REASON_CHARS, RUN_ATTEMPTS, AttemptTime
 from coord.models.mesh.runs import GATE_FAILURES
-from coord.models.wire.contract import failure
+from coord.models.wire.contract import RUN_AGENTS_ACTIVITY, failure
 
 MAX_RUNS = 10_000
 """Runs whose earlier attempts a worker keeps at most."""
@@ -94,8 +95,12 @@ def attempt_began() -> datetime:
 
 
 def _last_attempt() -> bool:
-    """Whether the activity's retry policy allows it no attempt after this one."""
+    """Whether the activity's retry policy allows it no attempt after this one. A batch's
+    (RUN_AGENTS) is its runs' first attempts, each retried by its workflow in an execution of
+    its own (`_AgentRun.batched`), which reports it too: never the last by its policy."""
     info = activity.info()
+    if info.activity_type == RUN_AGENTS_ACTIVITY:
+        return False
     limit = info.retry_policy.maximum_attempts if info.retry_policy is not None else 0
     return 0 < limit <= info.attempt
 

@@ -11,11 +11,13 @@ for the UI's search attributes), in the order it decided. The workflow takes and
 each hand-off, within the same workflow step, so sends go out in the order they did when the
 workflow made each decision itself. Nothing in the model sends or waits."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypedDict
 
 from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.attempts import AttemptTime
 from coord.models.wire.contract import SearchValues
 
 
@@ -61,6 +63,7 @@ class ParkDetails(TypedDict, total=False):
     raw: Any
     target_agent: str
     attempt_count: int
+    failed_attempts: Mapping[int, AttemptTime]
     replay: Literal["signal", "rerun", "run_agent"]
     idempotency_key: str | None
     inputs: dict[str, Any]

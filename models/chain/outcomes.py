@@ -7,6 +7,7 @@ never run (queued when the chain ended), a parking to run it from the dead-lette
 Agent output is data: a prompt-injected model cannot make the chain publish what its
 subscription does not declare."""
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from coord.models.chain.boundary import Outbox, ParkDetails, Parking, Rejection, RunContext
@@ -15,6 +16,7 @@ from coord.models.chain.run import RunOutcome
 from coord.models.chain.spec import AgentRun, ChainCarry, ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentResult
+from coord.models.mesh.attempts import AttemptTime
 from coord.models.mesh.lifecycle import RunFailure
 from coord.models.vote.spec import VoteState
 from coord.models.wire.contract import RUN_OUTCOME_SIGNAL, FailureType
@@ -84,7 +86,7 @@ class RunOutcomes:
 
     def failed(self, run: AgentRun, failure: RunFailure) -> None:
         """A run that failed for good is published as its failure event and parked, to be run
-        again by a `rerun`."""
+        again by a `rerun`, dated by its attempts as its worker reported them."""
         publishes = self._spec.subscription(run.subscription).publishes
         if publishes.on_failure:
             self._publish(publishes.on_failure, run, {"error": failure.message})
@@ -95,6 +97,7 @@ class RunOutcomes:
             f"{run.agent} failed on {run.trigger.event.type}: {failure.message}",
             target_agent=run.subscription,
             attempt_count=failure.attempts,
+            failed_attempts=failure.times,
             replay="rerun",
         )
         self._outbox.put(letter)
@@ -159,6 +162,7 @@ class RunOutcomes:
         target_agent: str,
         replay: Literal["rerun", "run_agent"],
         attempt_count: int = 1,
+        failed_attempts: Mapping[int, AttemptTime] | None = None,
     ) -> Parking:
         """A run parked with its trigger, key and inputs, and the causation depth its replay
         counts from."""
@@ -166,6 +170,7 @@ class RunOutcomes:
             event=run.trigger,
             target_agent=target_agent,
             attempt_count=attempt_count,
+            failed_attempts=failed_attempts or {},
             replay=replay,
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,

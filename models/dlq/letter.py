@@ -5,12 +5,14 @@ and what listing, counting and replaying it exchange."""
 
 import hashlib
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coord.models.events.envelope import EventEnvelope
+from coord.models.mesh.attempts import AttemptTime
 from coord.models.mesh.config import AgentConfig
 from coord.models.wire import contract
 from coord.models.wire.specs import MAX_NAME, JsonObject
@@ -37,7 +39,11 @@ class DeadLetter(BaseModel):
     message: str
     attempts: int = Field(default=1, ge=0)
     first_failed_at: datetime
+    """When the earliest attempt its worker reported failed (the attempt's end), for a failed
+    agent run; else, and for a run whose worker reported none, when it was parked."""
     last_failed_at: datetime
+    """When the latest attempt its worker reported failed (the attempt's end), for a failed
+    agent run; else, and for a run whose worker reported none, when it was parked."""
     idempotency_key: str | None = None
     """The failed run's key, so a replay of it reaches the agent as the same run."""
     inputs: dict[str, Any] = Field(default_factory=dict)
@@ -55,6 +61,21 @@ class DeadLetter(BaseModel):
     the agent run again directly (a saga's compensation). A `run_agent` replay takes the agent's
     declaration from the target saga's own spec, or the worker's registry: an entry never
     carries one, so nothing parked from outside can make a replay run an agent of its choosing."""
+
+
+def failure_times(
+    attempts: Mapping[int, AttemptTime], parking: datetime
+) -> tuple[datetime, datetime]:
+    """A letter's `first_failed_at` and `last_failed_at`: the ends of the earliest and latest
+    failed attempts of an agent run, as its worker reported them with the run's failure
+    (coord.models.mesh.attempts: every attempt a failure reports failed, or the run would not
+    have failed). The worker reports the latest MAX_REPORTED attempts it knows of (another
+    worker's retry of an activity task is not among them), so the first is the earliest it
+    reported. None reported (a timeout is Temporal's, a letter of no run): both are `parking`,
+    when it was parked. Not bounded by `parking`, the workflow's clock: a local run may end
+    after the start of the workflow task it ends in."""
+    ended = [attempt.ended_at for attempt in attempts.values()]
+    return (min(ended), max(ended)) if ended else (parking, parking)
 
 
 def dead_letter_id(letter: DeadLetter, parking: str | None = None) -> str:

@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -14,10 +14,10 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 
 with workflow.unsafe.imports_passed_through():
     from coord.models import calls as refs
-    from coord.models.dlq.letter import DeadLetter
+    from coord.models.dlq.letter import DeadLetter, failure_times
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.apart import joined
-    from coord.models.mesh.attempts import ended_at
+    from coord.models.mesh.attempts import AttemptTime, ended_at
     from coord.models.plan.spec import TaskError
     from coord.models.wire import contract
     from coord.models.wire.sizes import bounded_details, preview
@@ -232,6 +232,7 @@ async def park(
     raw: Any = None,
     target_agent: str | None = None,
     attempt_count: int = 1,
+    failed_attempts: Mapping[int, AttemptTime] | None = None,
     replay: Literal["signal", "rerun", "run_agent"] = "signal",
     idempotency_key: str | None = None,
     inputs: dict[str, Any] | None = None,
@@ -240,11 +241,14 @@ async def park(
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
     `correlation_id`: the workflow's, for a letter without an event (`DeadLetter`).
+    `failed_attempts`: a failed agent run's attempts as its worker reported them, which date
+    the letter's first and last failure (`failure_times`); else both are now.
 
     Runs recorded before the queue existed replay without it (the `dead-letter-queue` patch)."""
     if not patched(DEAD_LETTER_PATCH):
         return
     now = workflow.now()
+    first_failed_at, last_failed_at = failure_times(failed_attempts or {}, now)
     letter = DeadLetter(
         event=event,
         raw=raw,
@@ -253,8 +257,8 @@ async def park(
         failure_type=failure_type,
         message=message,
         attempts=attempt_count,
-        first_failed_at=now,
-        last_failed_at=now,
+        first_failed_at=first_failed_at,
+        last_failed_at=last_failed_at,
         replay=replay,
         idempotency_key=idempotency_key,
         inputs=inputs or {},

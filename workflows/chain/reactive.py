@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.timeline import TimelineEntry
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
+    from coord.models.mesh.attempts import attempt_times
     from coord.models.mesh.lifecycle import RunFailure
     from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
@@ -131,6 +132,7 @@ with workflow.unsafe.imports_passed_through():
         attempts,
         decode_input,
         ending_with,
+        reported,
         show_details,
         unknown_signal,
     )
@@ -442,6 +444,7 @@ class ChainRunner:
                     type=failure_type_of(error),
                     message=failure_message(error),
                     attempts=attempts(error, retry_policy),
+                    times=attempt_times(reported(error)),
                 )
                 runs.run_failed(seq, workflow.now(), failed)
                 await self._outbound.park_now()
