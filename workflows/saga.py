@@ -15,7 +15,7 @@ deterministic is the replay of its recorded histories (`tests/test_replay.py`).
 """
 
 import asyncio
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.events.envelope import EventEnvelope
     from coord.models.mesh.agents import AgentRequest, AgentResult
     from coord.models.mesh.assignment import Assignment
-    from coord.models.mesh.attempts import AttemptTime, attempt_times, ran_until
+    from coord.models.mesh.attempts import attempt_times, ran_until
     from coord.models.mesh.batches import BatchedRun
     from coord.models.mesh.placement import Placement
     from coord.models.mesh.runs import RunDetour
@@ -289,23 +289,16 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
             message = self._model.undo_failed(entry, failure_message(error))
             self._publish()
             spent = attempts(error, step.compensation_retry.to_retry_policy())
-            await self._dead_letter(entry, request, message, spent, attempt_times(reported(error)))
+            await self._dead_letter(entry, request, message, spent, error)
             return False
         self._sends.send(self._model.undone(entry, result.data, ran_until(result)))
         self._publish()
         return True
 
     async def _dead_letter(
-        self,
-        entry: StackEntry,
-        run: AgentRequest,
-        why: str,
-        spent: int,
-        failed_attempts: Mapping[int, AttemptTime],
+        self, entry: StackEntry, run: AgentRequest, why: str, spent: int, failed: ActivityError
     ) -> None:
-        """Parked with the run's idempotency key and inputs, so a replay reaches the agent as
-        the same run, dated by its attempts as its worker reported them, and announced to the
-        correlation's chain as `CompensationFailed`."""
+        """Parked (replayable as the same run, dated by its attempts), announced to the chain."""
         if not patched(DEAD_LETTER_PATCH):
             return
         self._status.write()
@@ -315,7 +308,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
             event=self._model.command(entry.compensate),
             target_agent=entry.compensate,
             attempt_count=spent,
-            failed_attempts=failed_attempts,
+            failed_attempts=attempt_times(reported(failed)),
             replay="run_agent",
             idempotency_key=run.idempotency_key,
             inputs=run.inputs,
