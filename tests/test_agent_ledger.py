@@ -42,7 +42,7 @@ from coord.models.wire.contract import (
     ledger_task_queue,
 )
 from coord.starter import api, render
-from coord.starter.commands.agents import agents_view
+from coord.starter.commands.agents import AgentsReport, agents_view
 from coord.worker import build_worker
 from tests.conftest import CONTINUE_AS_NEW_AFTER
 from tests.helpers import eventually
@@ -309,7 +309,10 @@ def test_coord_agents_shows_success_p50_and_breaker() -> None:
     )
     text = render.plain(agents_view([row.with_ledger(ledger)], now))
     assert "90% of 50" in text and "41.2 ms" in text and "open (12s left)" in text
-    assert "closed" in render.plain(agents_view([row], now)), "no ledger: closed"
+    unread = render.plain(agents_view([row], now))
+    assert unread.splitlines()[2].endswith("| -"), "its ledger unread: no breaker shown"
+    shown = AgentsReport([row]).model_dump(mode="json")[0]
+    assert [shown[field] for field in ("breaker", "breaker_calls", "probes")] == [None] * 3
     closed = ledger.model_copy(update={"breaker": "closed", "breaker_calls": 40})
     failing = closed.model_copy(update={"breaker_failure_rate": 0.1})
     assert "closed (10% of 40 failed)" in render.plain(agents_view([row.with_ledger(failing)], now))

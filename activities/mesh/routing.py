@@ -33,6 +33,7 @@ from coord.models.mesh.assignment import (
     route_candidates,
 )
 from coord.models.mesh.health import AgentHealth
+from coord.models.mesh.ledger import BreakerStateName
 from coord.models.mesh.placement import (
     ChainPlacementAsk,
     Placement,
@@ -141,6 +142,7 @@ class AgentRouter:
         readings = [
             _reading(
                 row.with_ledger(ledgers[row.task_queue], self._registry.max_concurrent(row.agent)),
+                ledgers[row.task_queue].breaker,
                 now,
             )
             for row in rows
@@ -149,9 +151,9 @@ class AgentRouter:
         return {reading.agent: reading for reading in readings}
 
 
-def _reading(row: AgentHealth, now: datetime) -> CandidateReading:
-    """`row` read with its ledger: its breaker, record and pool, whose runs in use are the ones
-    it is running and whose waiting ones include those taken by a worker that wait for a
+def _reading(row: AgentHealth, breaker: BreakerStateName, now: datetime) -> CandidateReading:
+    """`row` read with its ledger: its `breaker`, record and pool, whose runs in use are the
+    ones it is running and whose waiting ones include those taken by a worker that wait for a
     permit."""
     pool = row.pool
     return CandidateReading(
@@ -160,7 +162,7 @@ def _reading(row: AgentHealth, now: datetime) -> CandidateReading:
         backlog=pool.waiting if pool is not None else row.backlog,
         running=pool.in_use if pool is not None else 0,
         pollers=sum(worker.alive(now) for worker in row.workers),
-        breaker=row.breaker,
+        breaker=breaker,
         success_rate=row.success_rate,
         free_share=row.free_pool_share,
     )

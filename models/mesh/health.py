@@ -80,17 +80,18 @@ class AgentHealth(BaseModel):
     """How long the oldest waiting run has waited."""
     pool: AgentPool | None = None
     """None when no live worker reports its slots (no worker heartbeats)."""
-    breaker: BreakerStateName = "closed"
-    """Its circuit breaker, from its ledger (closed when it has none)."""
+    breaker: BreakerStateName | None = None
+    """Its circuit breaker, from its ledger (`with_ledger`). The breaker fields are None while
+    the ledger is unread (it did not answer in time): unknown, which `closed` would not say."""
     open_until: datetime | None = None
-    breaker_calls: int = 0
+    breaker_calls: int | None = None
     """Runs in the closed breaker's window (since it closed) ..."""
     breaker_failure_rate: float | None = None
     """... the share of them failing in a way that counts (None: no runs) ..."""
-    breaker_reasons: dict[str, int] = Field(default_factory=dict)
+    breaker_reasons: dict[str, int] | None = None
     """... and those failures by reason (`timeout`, `http_5xx`, ...)."""
-    probes: int = 0
-    probes_succeeded: int = 0
+    probes: int | None = None
+    probes_succeeded: int | None = None
     """A half-open breaker's probes to succeed, and those that have."""
     runs: int = 0
     """Runs in the ledger's recent window (success rate and p50 are over these)."""

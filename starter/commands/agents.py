@@ -45,7 +45,8 @@ async def agents(
     or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
     agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
     worker reports serving. Breakers and pools come from the agents' ledgers, which a worker
-    answers for: without an answer within 5 s, a warning says so and they are left out."""
+    answers for: without an answer within 5 s, a warning says so and they are left out (the
+    breaker column shows `-`; --json has null for `breaker` and the other breaker fields)."""
     registry = declared_agents(agents_file)
     client = await connect()
     rows = [
@@ -131,7 +132,10 @@ def _success(row: AgentHealth) -> str:
 
 
 def _breaker(row: AgentHealth, now: datetime) -> Text:
-    """`closed (10% of 40 failed)`, `open (12s left)` or `half_open (1 of 3 probes ok)`."""
+    """`closed (10% of 40 failed)`, `open (12s left)` or `half_open (1 of 3 probes ok)`;
+    `-` when its ledger was not read."""
+    if row.breaker is None:
+        return Text("-")
     if row.breaker == "open" and row.open_until is not None:
         left = max((row.open_until - now).total_seconds(), 0)
         return render.status("open", f"open ({left:.0f}s left)")
