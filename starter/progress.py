@@ -3,7 +3,7 @@
 pollers), so it also tells a user when no worker is there to run anything."""
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from coord.infra.queues import task_queue_pollers
+from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.starter.api.common import NoWorker
 from coord.starter.api.plans import live_progress
 
@@ -70,9 +71,16 @@ Sighting = tuple[Hashable, str]
 """Something seen of a running workflow: a key (each is reported once) and the line saying it."""
 
 
+def agent_attempts(pending: Iterable[PendingActivityInfo]) -> list[PendingActivityInfo]:
+    """The pending activities that are agents' runs. The others are the workflow's own checks
+    (is an agent served again, which agent to route to, ...): not a step's attempt, so not
+    reported as one."""
+    return [p for p in pending if p.activity_type.name == RUN_AGENT_ACTIVITY]
+
+
 async def saga_attempts(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
     """Each step or compensation attempt, and whether a retry is scheduled."""
-    pending = (await handle.describe()).raw_description.pending_activities
+    pending = agent_attempts((await handle.describe()).raw_description.pending_activities)
     names = await activity_names(client, handle) if pending else {}
     attempts = [step_attempt(p, names) for p in pending]
     return [((a.step, a.attempt, a.next_retry is not None), a.describe()) for a in attempts]
@@ -88,7 +96,7 @@ async def plan_activity(client: Client, handle: WorkflowHandle[Any, Any]) -> lis
         seen.append(((task.task, task.state, task.summary), line))
     seen += [(("waiting", what), f"waiting for {what}") for what in progress.waiting_for]
     pending = (await handle.describe()).raw_description.pending_activities
-    retrying = [p for p in pending if p.attempt > 1]
+    retrying = [p for p in agent_attempts(pending) if p.attempt > 1]
     names = await activity_names(client, handle) if retrying else {}
     attempts = [step_attempt(p, names) for p in retrying]
     return seen + [((a.step, a.attempt, a.next_retry is not None), a.describe()) for a in attempts]

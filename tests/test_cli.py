@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -23,11 +24,16 @@ from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.saga.spec import SagaState, SagaStatus
-from coord.models.wire.contract import SEARCH_ATTRIBUTES
+from coord.models.wire.contract import (
+    AGENT_SERVED_ACTIVITY,
+    RUN_AGENT_ACTIVITY,
+    SEARCH_ATTRIBUTES,
+)
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.commands.rewind import NO_CHAIN_HINT
 from coord.starter.exits import ExitCode
+from coord.starter.progress import agent_attempts
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
 from tests.helpers import PHASE1, demo_agents_remote, eventually, letter
@@ -61,6 +67,15 @@ async def test_unreachable_server_says_so_and_hints_coord_server() -> None:
         "error: cannot reach Temporal at 127.0.0.1:1; is it running? `coord server` starts one "
         "here, TEMPORAL_ADDRESS points elsewhere"
     )
+
+
+def test_wait_reports_agents_attempts_not_the_workflows_own_checks() -> None:
+    """A step whose agent no worker served waits on `is <agent> served again?`, an activity
+    of the workflow's own: --wait used to report it as `is ghost served again?: attempt 1`."""
+    run_agent, served = PendingActivityInfo(), PendingActivityInfo()
+    run_agent.activity_type.name = RUN_AGENT_ACTIVITY
+    served.activity_type.name = AGENT_SERVED_ACTIVITY
+    assert agent_attempts([served, run_agent]) == [run_agent]
 
 
 @pytest.mark.slow
@@ -866,11 +881,13 @@ async def test_a_missing_agents_file_is_named_once(
     plan = str(ROOT / "examples" / "release-plan.yaml")
     for argv, extra in (
         (["worker", "--agents", str(missing)], {}),
-        (["validate", "--agents", str(missing), plan], {}),
         (["plan", "start", plan], {"COORD_AGENTS": str(missing)}),
     ):
         code, out, err = await run(COORD, *argv, env={**env, **extra})
         assert (code, out, err) == (ExitCode.REFUSED, "", line), argv
+    code, out, err = await run(COORD, "validate", "--agents", str(missing), plan, env=env)
+    assert (code, out) == (ExitCode.REFUSED, line.removeprefix("error: ")), "as a file's problem"
+    assert err == "0 of 1 files valid: none was checked, their agents file is not valid\n"
 
 
 async def test_an_unknown_fallback_is_refused_before_the_saga_starts(
