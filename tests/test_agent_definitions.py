@@ -135,7 +135,7 @@ async def test_an_effort_runs_on_its_tiers_model_and_timeout() -> None:
         error = await refusal(worker(chat, effort="quick"))
     assert (error.type, error.message) == (
         "timeout",
-        f"llm agent 'reviewer': {chat.url} did not answer within 0:00:03",
+        f"llm agent 'reviewer': {chat.url} did not answer within 3s",
     )
 
 

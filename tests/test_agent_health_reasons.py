@@ -51,6 +51,16 @@ def service() -> Iterator[str]:
 async def judged(agents: AgentRegistry, agent: str = "x") -> tuple[str, str | None, bool]:
     """The failure the agent raised: its type, its health reason, and whether it counts against
     the default breaker."""
+    return verdict(await raised(agents, agent))
+
+
+def verdict(error: BaseException) -> tuple[str, str | None, bool]:
+    kind, health = failure_type_of(error), health_of(error)
+    return kind, health, BreakerConfig().counts(kind, health)
+
+
+async def raised(agents: AgentRegistry, agent: str = "x") -> BaseException:
+    """The failure the agent raised, as its run sees it."""
     run = agents.get(agent)
 
     async def call() -> BaseException:
@@ -61,9 +71,7 @@ async def judged(agents: AgentRegistry, agent: str = "x") -> tuple[str, str | No
             return error
         raise AssertionError("the agent did not fail")
 
-    error = await ActivityEnvironment().run(call)
-    kind, health = failure_type_of(error), health_of(error)
-    return kind, health, BreakerConfig().counts(kind, health)
+    return await ActivityEnvironment().run(call)
 
 
 @pytest.mark.parametrize(
@@ -81,6 +89,12 @@ async def test_http_failures_say_whether_the_server_is_unwell(
 ) -> None:
     agents = registry(x={"kind": "http", "url": f"{service}{path}", "timeout": "2s"})
     assert await judged(agents) == expected
+
+
+async def test_an_http_agent_past_its_timeout_says_it_as_a_spec_would(service: str) -> None:
+    agents = registry(x={"kind": "http", "url": f"{service}/hang", "timeout": "1s"})
+    error = await raised(agents)
+    assert str(error) == f"timeout: {service}/hang did not answer within 1s", "not 0:00:01"
 
 
 async def test_an_unreachable_http_agent_is_a_connection_failure() -> None:
@@ -106,7 +120,9 @@ async def test_a_shell_agent_past_its_timeout_is_a_timeout() -> None:
     agents = registry(
         x={"kind": "shell", "argv": [PYTHON, "-c", "import time; time.sleep(30)"], "timeout": "1s"}
     )
-    assert await judged(agents) == ("timeout", "timeout", True)
+    error = await raised(agents)
+    assert verdict(error) == ("timeout", "timeout", True)
+    assert str(error) == f"timeout: {PYTHON} ran past its 1s timeout", "not 0:00:01"
 
 
 def llm(base_url: str, **fields: Any) -> AgentRegistry:

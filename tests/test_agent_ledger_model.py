@@ -194,6 +194,7 @@ def test_a_probe_failing_on_its_input_or_abandoned_frees_its_place_and_changes_n
     assert ledger.claim_probe("good", probing)
     ledger.probe_ended("good", SUCCEEDED, probing)
     assert ledger.state(probing).breaker == "closed"
+    assert ledger.transitions[-1].reason == "1 probe succeeded", "not `1 probes`"
 
 
 def test_a_probe_whose_worker_vanished_loses_its_lease() -> None:

@@ -20,6 +20,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.mesh.config import HttpAgent, WorkerSettings
 from coord.models.wire.contract import FailureType, Health, failure
+from coord.models.wire.durations import format_duration
 
 RETRYABLE_STATUSES = {408, 429}
 FOLLOWABLE_REDIRECTS = {307, 308}
@@ -49,7 +50,7 @@ async def run_http(
         except (TimeoutError, httpx.TimeoutException):
             raise failure(
                 FailureType.TIMEOUT,
-                f"{config.url} did not answer within {config.timeout}",
+                f"{config.url} did not answer within {format_duration(config.timeout)}",
                 health=Health.TIMEOUT,
             ) from None
         except httpx.TransportError as error:

@@ -42,6 +42,7 @@ from coord.models.mesh.config import LlmAgent, PromptTemplate, WorkerSettings
 from coord.models.mesh.tiers import ModelChoice, tool_problem, tool_schema
 from coord.models.mesh.usage import refusal
 from coord.models.wire.contract import FailureType, Health, failure
+from coord.models.wire.durations import format_duration
 from coord.models.wire.specs import SpecError
 
 EXCERPT_CHARS = 200
@@ -386,7 +387,7 @@ def _failure(error: Exception, base_url: str, timeout: timedelta, who: str, key:
     if isinstance(error, TimeoutError | openai.APITimeoutError):
         return failure(
             FailureType.TIMEOUT,
-            f"{who}: {base_url} did not answer within {timeout}",
+            f"{who}: {base_url} did not answer within {format_duration(timeout)}",
             health=Health.TIMEOUT,
         )
     if isinstance(error, openai.APIStatusError):

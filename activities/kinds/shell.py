@@ -19,6 +19,7 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.mesh.config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
 from coord.models.wire.contract import FailureType, Health, failure
+from coord.models.wire.durations import format_duration
 
 KILL_GRACE_SECONDS = 3.0
 STDERR_TAIL_CHARS = 500
@@ -146,7 +147,7 @@ async def _heartbeat_until_exit(
         if left <= 0:
             raise failure(
                 FailureType.TIMEOUT,
-                f"{config.argv[0]} ran past its {config.timeout} timeout",
+                f"{config.argv[0]} ran past its {format_duration(config.timeout)} timeout",
                 health=Health.TIMEOUT,
             )
         pending: set[asyncio.Future[Any]] = {

@@ -502,7 +502,8 @@ class LedgerBook(BaseModel):
         if verdict.ended == "succeeded":
             self.probes.succeeded += 1
             if self.probes.succeeded >= self.config.probes:
-                self._close(now, f"{self.probes.succeeded} probes succeeded")
+                succeeded = self.probes.succeeded
+                self._close(now, f"{succeeded} probe{'s' if succeeded > 1 else ''} succeeded")
         elif verdict.counted:
             self._open(now, f"probe failed: {verdict.reason}")
 
