@@ -144,9 +144,12 @@ def is_option(param: Any) -> bool:
 
 
 def value_name(param: Any) -> str:
+    """Its metavar, its choices as `--help` shows them (`[saga|chain]`), else its type's name."""
     if param.metavar:
         return str(param.metavar)
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", str)
+    if typing.get_origin(annotation) is typing.Literal:
+        return cell(f"[{'|'.join(map(str, typing.get_args(annotation)))}]")
     return VALUE_NAMES.get(annotation, "TEXT")
 
 

@@ -91,7 +91,7 @@ def file_problems(
     try:
         spec = _load(path, kind or kind_of_file(path), agents, overrides or {})
     except SpecError as error:
-        return [_one_line(problem) for problem in error.problems]
+        return problem_lines(error)
     if isinstance(spec, SagaSpec | ChainSpec | PlanSpec | VoteSpec):
         return [f"{path}: {problem}" for problem in agent_problems(spec, agents)]
     return []
@@ -104,7 +104,7 @@ def definition_problems(path: Path, agents: DeclaredAgents) -> list[str]:
     try:
         definition, _ = read_definition(path)
     except SpecError as error:
-        return [_one_line(problem) for problem in error.problems]
+        return problem_lines(error)
     if agents.source is None:
         return []
     settings, problems = agents.settings, []
@@ -117,9 +117,13 @@ def definition_problems(path: Path, agents: DeclaredAgents) -> list[str]:
     return problems
 
 
-def _one_line(problem: str) -> str:
-    """A problem on one line (a YAML parser's message spans several, pointing at the place)."""
-    return " ".join(line.strip() for line in problem.splitlines() if line.strip())
+def problem_lines(error: SpecError) -> list[str]:
+    """Its problems, each on one line (a YAML parser's message spans several, pointing at the
+    place)."""
+    return [
+        " ".join(line.strip() for line in problem.splitlines() if line.strip())
+        for problem in error.problems
+    ]
 
 
 def kind_of_file(path: Path) -> SpecKind:

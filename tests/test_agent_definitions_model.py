@@ -211,3 +211,21 @@ def test_validate_reads_a_markdown_file_as_a_definition(tmp_path: Path) -> None:
         f"{example}: model: no model: the agent declares no `model` and the worker's tiers "
         "define no `thorough` tier (worker.tiers.thorough: {model: ...})",
     ]
+
+
+@pytest.mark.parametrize(
+    ("agent", "problem"),
+    [
+        ("{url: 'http://x'}", "agents.a.kind: Field required; one of python, shell, http, llm"),
+        ("{kind: htp}", "agents.a.kind: 'htp' is not one of python, shell, http, llm"),
+    ],
+)
+def test_an_agent_without_a_kind_or_with_a_wrong_one_is_refused_at_its_kind(
+    tmp_path: Path, agent: str, problem: str
+) -> None:
+    """Pydantic says `agents.a: Unable to extract tag using discriminator 'kind'`."""
+    path = tmp_path / "agents.yaml"
+    path.write_text(f"agents:\n  a: {agent}\n")
+    with pytest.raises(SpecError) as refused:
+        read_agents_file(path)
+    assert str(refused.value) == f"{path}: {problem}"

@@ -201,6 +201,20 @@ async def test_validate_never_imports_an_agents_code(tmp_path: Path) -> None:
     assert not mark.exists()
 
 
+async def test_a_bad_agents_file_given_to_validate_is_reported_as_a_files_problems(
+    tmp_path: Path,
+) -> None:
+    """It used to stop validate with `error: ...` and no `N of M files valid` line."""
+    agents = tmp_path / "agents.yaml"
+    agents.write_text("agents:\n  a: {url: 'http://x'}\n")
+    saga = tmp_path / "saga.yaml"
+    saga.write_text("saga_id: s\nsteps: [{name: Go, agent: a}]\n")
+    code, out, err = await run(COORD, "validate", "--agents", str(agents), str(saga), env=NO_AGENTS)
+    assert code == ExitCode.REFUSED
+    assert out == f"{agents}: agents.a.kind: Field required; one of python, shell, http, llm\n"
+    assert err == "0 of 1 files valid: none was checked, their agents file is not valid\n"
+
+
 async def test_an_agents_file_may_not_take_a_demo_agents_name(tmp_path: Path) -> None:
     agents = tmp_path / "agents.yaml"
     agents.write_text("agents:\n  RunTests: {kind: shell, argv: ['true']}\n")

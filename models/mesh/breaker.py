@@ -86,9 +86,12 @@ class BreakerConfig(BaseModel):
     probes: int = Field(default=DEFAULT_PROBES, ge=1, le=100)
     """Probe runs of the half-open breaker; it closes once they have all succeeded."""
     count: list[FailureName] = Field(default_factory=list, max_length=MAX_NAMES)
-    """Failure types or health reasons counted beyond the defaults (`temporary_failure`)."""
+    """Failure types or health reasons to count beyond the defaults (none by default), such as
+    `temporary_failure`, which does not count unless named here. Any name is taken: an agent
+    may raise failure types of its own."""
     ignore: list[FailureName] = Field(default_factory=list, max_length=MAX_NAMES)
-    """Failure types or health reasons not counted (`http_429`); ignore wins over count."""
+    """Failure types or health reasons not to count, the defaults' included (none by
+    default), such as `http_429`; ignore wins over count."""
 
     @model_validator(mode="before")
     @classmethod

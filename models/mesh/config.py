@@ -4,18 +4,20 @@ language models behind chat-completion endpoints; and what the worker that runs 
 
 from datetime import timedelta
 from string import Template
-from typing import Annotated, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ByteSize,
     ConfigDict,
     Field,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from coord.models.mesh.ledger import BreakerConfig
 from coord.models.mesh.tiers import (
@@ -258,8 +260,26 @@ class LlmAgent(AgentDeclarationBase):
         return choose_model(self.model, self.timeout, self.effort, tiers, asked)
 
 
+AGENT_KINDS = tuple(
+    get_args(declared.model_fields["kind"].annotation)[0]
+    for declared in (PythonAgent, ShellAgent, HttpAgent, LlmAgent)
+)
+
+
+def _kind_given(declaration: Any) -> Any:
+    """A declaration without `kind:` is refused naming the kinds it may be: pydantic's own
+    refusal names no kind (its error types, which coord.models.wire.specs words, are kept)."""
+    if isinstance(declaration, dict) and "kind" not in declaration:
+        kinds = ", ".join(map(repr, AGENT_KINDS))
+        context = {"discriminator": "'kind'", "expected_tags": kinds}
+        raise PydanticCustomError("union_tag_not_found", "no kind: one of {expected_tags}", context)
+    return declaration
+
+
 AgentConfig = Annotated[
-    PythonAgent | ShellAgent | HttpAgent | LlmAgent, Field(discriminator="kind")
+    PythonAgent | ShellAgent | HttpAgent | LlmAgent,
+    Field(discriminator="kind"),
+    BeforeValidator(_kind_given),
 ]
 
 

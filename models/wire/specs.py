@@ -7,6 +7,7 @@ from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from coord.models.wire.errors import CoordError
 
@@ -86,7 +87,33 @@ def _field_path(location: tuple[int | str, ...]) -> str:
 def validation_problems(error: ValidationError) -> list[str]:
     """`field: problem` each, or just the problem when it concerns the whole document (whose
     message then names its place itself)."""
-    return [_placed(_field_path(e["loc"]), _message(e["msg"])) for e in error.errors()]
+    return [_placed(_field_path(loc), _message(msg)) for loc, msg in _located(error)]
+
+
+def _located(error: ValidationError) -> list[tuple[tuple[int | str, ...], str]]:
+    """Each problem's place and message. A tagged union's (an agent's `kind:`) is placed at
+    its tag field and said as a missing field or a wrong choice are: pydantic places it at
+    the object and words it in its own terms (`Unable to extract tag using discriminator`)."""
+    return [_tag_problem(e) or (e["loc"], e["msg"]) for e in error.errors()]
+
+
+TAG_ERRORS = ("union_tag_not_found", "union_tag_invalid")
+"""Pydantic's errors of a tagged union's tag: missing, and not one of the union's."""
+
+
+def _tag_problem(error: ErrorDetails) -> tuple[tuple[int | str, ...], str] | None:
+    """A tag field's problem, placed at the field; None for any other problem (and for a
+    union told apart by a function, which has no field to name)."""
+    ctx = error.get("ctx", {})
+    field = str(ctx.get("discriminator", ""))
+    if error["type"] not in TAG_ERRORS or not (len(field) > 2 and field[0] == field[-1] == "'"):
+        return None
+    choices = f"one of {str(ctx.get('expected_tags', '')).replace(chr(39), '')}"
+    if error["type"] == "union_tag_invalid":
+        message = f"{ctx['tag']!r} is not {choices}"
+    else:
+        message = "Field required" + (f"; {choices}" if "expected_tags" in ctx else "")
+    return (*error["loc"], field[1:-1]), message
 
 
 def _message(message: str) -> str:
@@ -120,7 +147,7 @@ def parse_model(
     except ValidationError as error:
         if _not_a_mapping(error):
             raise SpecError(f"{source}: {_expected_mapping(data)}") from None
-        problems = [_problem(e["loc"], e["msg"], source, options or {}) for e in error.errors()]
+        problems = [_problem(loc, msg, source, options or {}) for loc, msg in _located(error)]
         if options and any(not problem.startswith(f"{source}: ") for problem in problems):
             raise SpecError("; ".join(problems), problems) from None
         message = f"{source}: {describe_validation_error(error)}"

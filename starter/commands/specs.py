@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 
-from coord.models.kinds import SpecKind, file_problems, schema_of
+from coord.models.kinds import SpecKind, file_problems, problem_lines, schema_of
 from coord.models.mesh.declared import declared_agents
+from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
 from coord.starter.exits import ExitCode
 
@@ -33,7 +34,8 @@ async def validate(
     files: Annotated[
         list[Path],
         typer.Argument(
-            metavar="FILE", help="Spec files (YAML or JSON), or agent definitions (markdown)"
+            metavar="FILE",
+            help="Spec files and agents files (YAML or JSON), or agent definitions (markdown)",
         ),
     ],
     kind: Annotated[
@@ -50,8 +52,20 @@ async def validate(
     """Check spec files without a server: each is read, its kind told by its shape (or
     --kind), validated as `coord ... start` would, and its agents checked against those a
     worker started here would serve (--agents, --demo-agents), from their declarations. One
-    line per problem, `FILE: FIELD: PROBLEM`; exit code 0 when every file is valid, 1 when not."""
-    declared = declared_agents(agents, demo_agents=demo_agents)
+    line per problem, `FILE: FIELD: PROBLEM`; exit code 0 when every file is valid, 1 when not.
+    An agents file given as FILE is checked as the worker would read it; one given to --agents
+    (or $COORD_AGENTS) that has problems has them printed the same way, and then no FILE is
+    checked."""
+    try:
+        declared = declared_agents(agents, demo_agents=demo_agents)
+    except SpecError as error:
+        for line in problem_lines(error):
+            typer.echo(line)
+        typer.echo(
+            f"0 of {len(files)} files valid: none was checked, their agents file is not valid",
+            err=True,
+        )
+        raise typer.Exit(ExitCode.REFUSED) from None
     overrides = {"correlation_id": correlation_id} if correlation_id else None
     failing = 0
     for path in files:
