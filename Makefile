@@ -32,8 +32,9 @@ demo: $(INSTALLED)
 # on the same machine).
 TEST_JOBS ?= 3
 
+# The 25 slowest tests close the run's output: where a slow CI run spent its time.
 test: $(INSTALLED) lint test-tools
-	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal
+	$(BIN)/pytest -n $(TEST_JOBS) --dist worksteal --durations=25
 
 # The dashboard's tests render its page in headless Chromium and query a real Prometheus server
 # (docs/dashboard.md): Debian's packages, installed when missing if run as root; elsewhere those
