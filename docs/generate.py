@@ -56,19 +56,21 @@ EXIT_EXAMPLES: dict[str, str] = {
     "REFUSED": (
         "a spec, option or payload that does not validate (`error: bad.yaml: steps[0].timeout: "
         "'soon' is not a duration; use 90s, 2h, 1d, ...`); an unknown agent; a plan whose graph "
-        "has a cycle; `plan approve` for a task not awaiting approval; an event that could not "
-        "be delivered; `coord dlq list --status bogus`; `plan state p` of a plan started with an "
-        "invalid spec (`error: plan 'p' failed: invalid_spec: plan spec: tasks: ...`)"
+        "has a cycle; `plan approve` for a task not awaiting approval; an event whose target has "
+        "ended (it is parked); `coord dlq list --status bogus`; `plan state p` of a plan started "
+        "with an invalid spec (`error: plan 'p' failed: invalid_spec: plan spec: tasks: ...`)"
     ),
     "USAGE": "an unknown option or a missing argument (with the usage)",
     "SAGA_NOT_COMPLETED": "the saga ended compensated or failed; its record is printed",
     "CONFLICT": (
-        "`saga start` with the id of a running saga; `saga cancel`, `chain close`, `plan cancel` "
-        "or `vote cancel` on one that has ended; `rewind --as` a correlation that has runs"
+        "`saga start` with the id of a running saga; `saga cancel`, `chain close`, `plan cancel`, "
+        "`vote cancel` or `aggregate cancel` on one that has ended; `rewind --as` a correlation "
+        "that has runs"
     ),
     "NOT_FOUND": (
         "no such saga, chain, aggregator, plan, vote or dead letter (`error: plan 'x' does not "
-        "exist`, `error: no chain for correlation id 'c'`)"
+        "exist`, `error: no chain for correlation id 'c'`), also to publish to (`publish "
+        "--correlation-id c` without `--spec`, `publish --to` a workflow that does not exist)"
     ),
     "UNREACHABLE": (
         "error: cannot reach Temporal at 127.0.0.1:1; is it running? (`coord server` starts one "

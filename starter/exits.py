@@ -25,9 +25,10 @@ class ExitCode(IntEnum):
     OK = 0
     REFUSED = 1
     """The input was refused: a spec, option or payload that does not validate, an unknown
-    agent, an event that could not be delivered, an operation a workflow refused, a feature
-    whose extra is not installed; `coord validate`: a file with a problem (each is printed); the
-    state of a run that refused its spec (a saga, plan, vote or aggregator alike: no record)."""
+    agent, an event that could not be delivered (its target has ended), an operation a workflow
+    refused, a feature whose extra is not installed; `coord validate`: a file with a problem
+    (each is printed); the state of a run that refused its spec (a saga, plan, vote or
+    aggregator alike: no record)."""
     USAGE = 2
     """The command line itself: an unknown option, a missing argument (click's own code)."""
     SAGA_NOT_COMPLETED = 3
@@ -35,7 +36,8 @@ class ExitCode(IntEnum):
     CONFLICT = 4
     """The workflow's state forbids it: the id is already running, or it has already ended."""
     NOT_FOUND = 5
-    """No such saga, chain, aggregator, plan, vote, dead letter or workflow."""
+    """No such saga, chain, aggregator, plan, vote, dead letter or workflow (to read, or to
+    publish to)."""
     UNREACHABLE = 6
     """No Temporal server answers at the configured address."""
     SETUP_NEEDED = 7

@@ -292,3 +292,6 @@ async def test_cancelled_aggregator_says_so_and_emits_nothing(
     state = await asyncio.wait_for(api.aggregator_state(client, handle.id), 10)
     assert state.status == AggregatorStatus.CANCELLED
     assert state.emitted is None and state.matched == 1
+    # Cancelled again, it says how it ended in its record's word, not the server's `canceled`.
+    with pytest.raises(api.Conflict, match=r"has already ended \(cancelled\); nothing to cancel$"):
+        await api.cancel_aggregator(client, handle.id)

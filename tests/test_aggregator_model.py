@@ -251,3 +251,19 @@ def test_an_invalid_spec_is_refused_naming_the_field() -> None:
     assert model.deadline == START and model.state.aggregator_id == "invalid"
     arrive(model, event("none"))  # the handlers still record what arrives
     assert model.state.matched == 1
+
+
+@pytest.mark.parametrize("mode", [{"at_least": 2}, {"threshold": 0.67}, "most"])
+def test_a_quorum_given_as_the_mode_is_refused_pointing_to_its_own_fields(mode: object) -> None:
+    """`mode: {at_least: 2}` was refused `Input should be 'all' or 'any'`, which did not say
+    where a quorum goes."""
+    with pytest.raises(SpecError) as refused:
+        AggregatorModel.begin({**read_document(PHASE1), "mode": mode, "lookback": False}, START)
+    assert str(refused.value) == (
+        "aggregator spec: mode: should be 'all' or 'any'; a quorum is no mode but a top-level "
+        "field beside it: at_least: 2 or threshold: 0.67"
+    )
+    quorum = AggregatorModel.begin(
+        {**read_document(PHASE1), "at_least": 2, "lookback": False}, START
+    )
+    assert quorum.spec.at_least == 2 and quorum.spec.mode == "all"

@@ -267,12 +267,14 @@ async def test_publishing_to_an_ended_chain_is_refused_clearly(coord: Coordinati
         )
         await api.close_chain(coord.client, correlation_id)
         await asyncio.wait_for(handle.result(), 30)
+        with pytest.raises(api.Conflict, match=r"has already ended \(closed\); nothing to close"):
+            await api.close_chain(coord.client, correlation_id)  # its own word, not `completed`
         late = event(correlation_id, "A")
         with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
             await api.publish(coord.client, late)
         with pytest.raises(api.Undeliverable, match=r"has ended \(completed\)"):
             await api.publish(coord.client, late, spec=routing_spec(), queue=coord.task_queue)
-    with pytest.raises(api.Undeliverable, match="no chain for correlation id"):
+    with pytest.raises(api.NotFound, match="no chain for correlation id"):
         await api.publish(coord.client, event("nobody", "A"))
 
 

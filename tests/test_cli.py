@@ -739,6 +739,12 @@ async def test_a_reader_that_stops_reading_ends_the_command_quietly(
     assert (process.returncode, err) == (ExitCode.READER_GONE, b"")
 
 
+NO_CHAIN = (
+    "no chain for correlation id 'nope'; start one with "
+    "`coord chain start SPEC --correlation-id ...` or publish with --spec"
+)
+
+
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
@@ -749,6 +755,15 @@ async def test_a_reader_that_stops_reading_ends_the_command_quietly(
         (
             ["rewind", "nope", "--to", "A", "--as", "nope-2"],
             f"no chain for correlation id 'nope'; {NO_CHAIN_HINT}",
+        ),
+        (["publish", "--type", "A", "--source", "/x", "--correlation-id", "nope"], NO_CHAIN),
+        (
+            ["publish", "--type", "A", "--source", "/x", "--correlation-id", "nope", "--ack"],
+            NO_CHAIN,
+        ),
+        (
+            ["publish", "--type", "A", "--source", "/x", "--to", "chain-nope"],
+            "no workflow 'chain-nope'",
         ),
         (["aggregate", "state", "nope"], "aggregator 'nope' does not exist"),
         (["aggregate", "cancel", "aggregator-nope"], "aggregator 'nope' does not exist"),
@@ -763,7 +778,8 @@ async def test_a_reader_that_stops_reading_ends_the_command_quietly(
 async def test_a_read_of_what_does_not_exist_names_it_in_the_users_words(
     dev_env: WorkflowEnvironment, task_queue: str, argv: list[str], line: str
 ) -> None:
-    """Not the API function that asked (`chain_state: workflow not found for ID: chain-nope`)."""
+    """Not the API function that asked (`chain_state: workflow not found for ID: chain-nope`).
+    A publish to what does not exist is a not found alike (it exited 1, as a refusal)."""
     code, out, err = await run(COORD, *argv, env=server_env(dev_env, task_queue))
     assert (code, out, err) == (ExitCode.NOT_FOUND, "", f"error: {line}\n")
 

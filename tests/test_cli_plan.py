@@ -164,7 +164,7 @@ async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(
         outcome = await asyncio.wait_for(api.plan_outcome(api.plan_handle(client, plan_id)), 60)
         code, again, refused = await run(COORD, "plan", "cancel", plan_id, env=env)
     assert (code, again) == (ExitCode.CONFLICT, "")
-    assert refused == f"error: plan {plan_id!r} has already ended (canceled); nothing to cancel\n"
+    assert refused == f"error: plan {plan_id!r} has already ended (cancelled); nothing to cancel\n"
     # A cancelled run has no result: the state is read from its memo, with no worker running.
     code, line, err = await run(COORD, "plan", "state", plan_id, "--json", env=env)
     assert code == 0, err
@@ -292,7 +292,7 @@ async def test_approve_and_reject_waiting_tasks_and_a_second_decision_is_refused
         code, _, err = await run(*decide, "docs", env=carol)
     assert code == ExitCode.CONFLICT
     assert err == (
-        f"error: plan {plan_id!r} has already ended (canceled); task 'docs' was not decided\n"
+        f"error: plan {plan_id!r} has already ended (cancelled); task 'docs' was not decided\n"
     )
     build, docs, ship, long = outcome.tasks[2:]
     assert build.state == TaskState.SUCCEEDED

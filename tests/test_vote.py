@@ -430,6 +430,6 @@ async def test_coord_vote_cancel(
     assert state.status == VoteStatus.CANCELLED and state.cancelled == ["bob", "carol"]
     code, _, err = await run(COORD, "vote", "cancel", spec.vote_id, env=env)
     assert code == ExitCode.CONFLICT
-    assert err == f"error: vote {spec.vote_id!r} has already ended (canceled); nothing to cancel\n"
+    assert err == f"error: vote {spec.vote_id!r} has already ended (cancelled); nothing to cancel\n"
     code, _, err = await run(COORD, "vote", "cancel", "nope", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: vote 'nope' does not exist\n")

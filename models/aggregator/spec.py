@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.joins import Arrival, JoinState, Slot
@@ -45,6 +45,18 @@ class AggregatorSpec(BaseModel):
     lookback: bool = False
     rewind: AggregatorRewind | None = None
     """Set on a rewound copy (`coord rewind`): the slots it takes from its original."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode_is_all_or_any(cls, value: Any) -> Any:
+        """A quorum is no mode but fields of its own: `mode: {at_least: 2}` is told where it
+        goes, not just which two words `mode` takes."""
+        if value in ("all", "any"):
+            return value
+        raise ValueError(
+            "should be 'all' or 'any'; a quorum is no mode but a top-level field beside it: "
+            "at_least: 2 or threshold: 0.67"
+        )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

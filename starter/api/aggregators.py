@@ -123,7 +123,7 @@ async def cancel_aggregator(client: Client, workflow_id: str) -> str:
     """Stop an aggregator before it completes or times out; its record (kept in its memo)
     stays readable with `aggregator_state`. Returns the cancelled run's workflow id."""
     handle = await named_aggregator(client, workflow_id)
-    await cancel_running(handle, aggregator_name(handle))
+    await cancel_running(handle, aggregator_name(handle), _aggregator_outcome)
     return handle.id
 
 

@@ -211,8 +211,9 @@ async def deliver(
 ) -> Delivery:
     """Deliver an event where it belongs: to one workflow (`to`), or to its correlation's chain
     and every running aggregator scoped to that correlation, each on its own: a target that has
-    ended is skipped and reported, and only an event that reached nothing fails. An aggregator
-    spec starts that aggregator with the event (signal-with-start)."""
+    ended, or a chain that does not exist, is skipped and reported; only an event that reached
+    nothing fails (NotFound when the correlation has no chain and no running aggregator). An
+    aggregator spec starts that aggregator with the event (signal-with-start)."""
     if isinstance(spec, AggregatorSpec):
         return Delivery(reached=[await publish_to_aggregator(client, envelope, spec, queue=queue)])
     if to is not None:
@@ -223,7 +224,7 @@ async def deliver(
     delivery = await signal_each(client, aggregators, envelope.model_dump(mode="json"))
     try:
         delivery.reached.append(await publish(client, envelope, spec=spec, queue=queue))
-    except Undeliverable as error:
+    except (Undeliverable, NotFound) as error:
         if not delivery.reached:
             raise
         delivery.skipped.append(str(error))
@@ -262,7 +263,9 @@ async def publish(
     queue: str | None = None,
 ) -> str:
     """Deliver an event to its correlation's chain. With a spec the chain is started if needed
-    (signal-with-start), so an event published before the chain exists is not lost."""
+    (signal-with-start), so an event published before the chain exists is not lost. NotFound
+    without a spec when the correlation has no chain; Undeliverable when it has ended (the
+    event is parked)."""
     correlation_id = chain_correlation(envelope)
     event = envelope.model_dump(mode="json")
 
@@ -306,12 +309,10 @@ async def _not_taken(
 ) -> contract.PublishAnswer:
     """An acknowledged publish the server would not hand to the chain: a refusal when the chain
     has ended (its publisher has the answer, so nothing is parked, as for any refusal);
-    Undeliverable when there is no chain, or the server refused for another reason."""
+    NotFound when there is no chain; Undeliverable when the server refused for another reason."""
     workflow_id = contract.chain_workflow_id(correlation_id)
-    try:
-        description = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError:
-        raise Undeliverable(_no_chain(correlation_id)) from None
+    handle = client.get_workflow_handle(workflow_id)
+    description = await described(handle, NotFound(_no_chain(correlation_id)))
     if description.status in (None, WorkflowExecutionStatus.RUNNING):
         raise Undeliverable(f"{workflow_id} did not take event {envelope.event.id}: {error}")
     return contract.PublishAnswer(
@@ -338,7 +339,7 @@ async def publish_acked(
     """Deliver an event to its correlation's chain and learn at once what became of it (the
     `publish` update): accepted with its timeline number, a duplicate of an event seen before,
     or refused and why (nothing recorded or parked), `chain_ended` when the chain has ended. With
-    a spec the chain is started if needed (update-with-start). Undeliverable when there is no
+    a spec the chain is started if needed (update-with-start). NotFound when there is no
     chain; NoWorker when no worker answered within `answer_time`."""
     correlation_id = chain_correlation(envelope)
     answers: list[contract.PublishAnswer] = []
@@ -457,7 +458,14 @@ async def close_chain(client: Client, correlation_id: str) -> None:
         )
     except RPCError as error:
         name = target_name(handle.id)
-        raise await ended_or_missing(handle, name, "nothing to close", error) from None
+        raise await ended_or_missing(
+            handle, name, "nothing to close", error, _chain_outcome
+        ) from None
+
+
+async def _chain_outcome(handle: WorkflowHandle[Any, ChainState]) -> ChainState:
+    """An ended chain's record, its result (`closed`, `idle_closed`: it ended as completed)."""
+    return await handle.result()
 
 
 async def signal_event(client: Client, workflow_id: str, envelope: EventEnvelope) -> None:

@@ -5,6 +5,7 @@ import functools
 import re
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -50,6 +51,18 @@ class Recorded(Protocol):
     """A run's record, which says what lists find the run by."""
 
     def search_attributes(self) -> contract.SearchValues: ...
+
+
+class Ended(Protocol):
+    """A run's final record, which says how it ended in its pattern's own words."""
+
+    @property
+    def status(self) -> StrEnum: ...
+
+
+E = TypeVar("E", bound=Ended)
+Outcome = Callable[[WorkflowHandle[Any, E]], Awaitable[E]]
+"""How a pattern reads an ended run's final record (`saga_outcome`, `plan_outcome`, ...)."""
 
 
 class Undeliverable(CoordError, RuntimeError):
@@ -101,18 +114,47 @@ def api_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Coroutine[Any, Any, R
 
 
 async def ended_or_missing(
-    handle: WorkflowHandle[Any, Any], name: str, consequence: str, error: RPCError
+    handle: WorkflowHandle[Any, E],
+    name: str,
+    consequence: str,
+    error: RPCError,
+    outcome: Outcome[E],
 ) -> Exception:
     """Why an operation on a workflow was refused with NOT_FOUND: there is no such workflow,
-    or it has already ended (then `consequence` says what did not happen)."""
+    or it has already ended (then `consequence` says what did not happen, and `ended_as` how
+    it ended)."""
     if error.status != RPCStatusCode.NOT_FOUND:
         return error
     try:
         description = await handle.describe()
     except RPCError:
         return NotFound(f"{name} does not exist")
-    status = description.status.name.lower() if description.status else "unknown"
-    return Conflict(f"{name} has already ended ({status}); {consequence}")
+    ended = await ended_as(handle, description, outcome)
+    return Conflict(f"{name} has already ended ({ended}); {consequence}")
+
+
+RECORD_KEPT = (
+    WorkflowExecutionStatus.COMPLETED,
+    WorkflowExecutionStatus.FAILED,
+    WorkflowExecutionStatus.CANCELED,
+)
+"""The ends whose runs keep their final record without a worker (result, failure, memo)."""
+
+
+async def ended_as(
+    handle: WorkflowHandle[Any, E], description: WorkflowExecutionDescription, outcome: Outcome[E]
+) -> str:
+    """How an ended run ended, in its record's own words (`cancelled`, as its state says, not
+    the server's `canceled`; `compensated`, for a saga that ends as a failed workflow), or the
+    server's status when its record cannot be read (a run that refused its spec, one
+    terminated, whose record only a worker could answer for)."""
+    server_word = description.status.name.lower() if description.status else "unknown"
+    if description.status not in RECORD_KEPT:
+        return server_word
+    try:
+        return (await outcome(handle)).status.value
+    except Exception:  # any reason the record does not read: the server's word then
+        return server_word
 
 
 async def start_run(
@@ -152,13 +194,19 @@ async def start_run(
     )
 
 
-async def cancel_running(handle: WorkflowHandle[Any, Any], name: str) -> None:
+async def cancel_running(
+    handle: WorkflowHandle[Any, E],
+    name: str,
+    outcome: Outcome[E],
+    consequence: str = "nothing to cancel",
+) -> None:
     """Cancels the run `name` says (`plan 'p1'`). Refused when there is none, and when it has
-    ended: the server would accept the request and nothing would happen."""
+    ended (naming how, `ended_as`; `consequence` says what did not happen): the server would
+    accept the request and nothing would happen."""
     description = await described(handle, NotFound(f"{name} does not exist"))
     if description.status != WorkflowExecutionStatus.RUNNING:
-        status = description.status.name.lower() if description.status else "unknown"
-        raise Conflict(f"{name} has already ended ({status}); nothing to cancel")
+        ended = await ended_as(handle, description, outcome)
+        raise Conflict(f"{name} has already ended ({ended}); {consequence}")
     await handle.cancel()
 
 
@@ -203,11 +251,7 @@ async def closed_with_result(handle: WorkflowHandle[Any, Any]) -> bool:
     """The run has ended keeping its final record, readable without a worker: in its result,
     its failure's details, or (cancelled runs have neither) its memo."""
     description = await handle.describe()
-    return description.status in (
-        WorkflowExecutionStatus.COMPLETED,
-        WorkflowExecutionStatus.FAILED,
-        WorkflowExecutionStatus.CANCELED,
-    )
+    return description.status in RECORD_KEPT
 
 
 QUERY_PATIENCE = timedelta(seconds=5)
@@ -299,12 +343,10 @@ def refused_spec(failure: WorkflowFailureError) -> bool:
 async def undeliverable(
     client: Client, workflow_id: str, envelope: EventEnvelope, error: Exception, missing: str
 ) -> Undeliverable:
-    """Why an event could not be delivered: nothing there, or it has ended (then it is logged
-    with the whole event, so nothing is lost silently)."""
-    try:
-        description = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError:
-        return Undeliverable(missing)
+    """Why an event could not be delivered: it has ended (then it is logged with the whole
+    event, so nothing is lost silently), or nothing is there (NotFound, raised, saying
+    `missing`: as a read of what does not exist, and nothing parked)."""
+    description = await described(client.get_workflow_handle(workflow_id), NotFound(missing))
     status = description.status.name.lower() if description.status else "unknown"
     message = (
         f"{target_name(workflow_id)} has ended ({status}); "

@@ -131,7 +131,7 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
         return await live_progress(client, handle)
     except RPCError as error:
         raise await ended_or_missing(
-            handle, f"plan {plan!r}", "it reports no progress", error
+            handle, f"plan {plan!r}", "it reports no progress", error, plan_outcome
         ) from None
 
 
@@ -170,7 +170,7 @@ async def approve_task(
         ) from None
     except RPCError as error:
         raise await ended_or_missing(
-            handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error
+            handle, f"plan {plan!r}", f"task {request.task!r} was not decided", error, plan_outcome
         ) from None
     return decided
 
@@ -217,7 +217,9 @@ async def add_tasks(
             " (is one running on its task queue?)"
         ) from None
     except RPCError as error:
-        raise await ended_or_missing(handle, f"plan {plan!r}", "no task was added", error) from None
+        raise await ended_or_missing(
+            handle, f"plan {plan!r}", "no task was added", error, plan_outcome
+        ) from None
     return added
 
 
@@ -225,4 +227,4 @@ async def add_tasks(
 async def cancel_plan(client: Client, plan: str) -> None:
     """Running tasks are cancelled and the record says so. Refused when the plan has ended: the
     server would accept the request and nothing would happen."""
-    await cancel_running(await named_plan(client, plan), f"plan {plan!r}")
+    await cancel_running(await named_plan(client, plan), f"plan {plan!r}", plan_outcome)

@@ -3,13 +3,7 @@
 from collections.abc import AsyncIterator
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TerminatedError
 
 from coord.models.events.timeline import TimelineEntry, logical_order
@@ -18,11 +12,10 @@ from coord.models.wire import contract
 from coord.models.wire.versions import SAGA_VERSION
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
-    Conflict,
     NotFound,
     api_call,
+    cancel_running,
     current_record,
-    described,
     ended_record,
     named_workflow_id,
     refused_spec,
@@ -115,36 +108,8 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     run, so a caller would believe compensations are under way. `saga_id` may be its workflow
     id too."""
     handle = await named_saga(client, saga_id)
-    description = await described(handle, NotFound(f"saga {saga_id!r} does not exist"))
-    if description.status != WorkflowExecutionStatus.RUNNING:
-        raise Conflict(
-            f"saga {saga_id!r} has already ended ({await _ended_as(handle, description)}); "
-            "nothing to cancel, no compensation runs"
-        )
-    await handle.cancel()
-
-
-RECORD_KEPT = (
-    WorkflowExecutionStatus.COMPLETED,
-    WorkflowExecutionStatus.FAILED,
-    WorkflowExecutionStatus.CANCELED,
-)
-"""The ends whose runs keep the saga's record without a worker (result, failure, memo)."""
-
-
-async def _ended_as(
-    handle: WorkflowHandle[Any, SagaState], description: WorkflowExecutionDescription
-) -> str:
-    """How an ended saga ended, in its own words (`compensated`, say: a saga that compensated
-    ends as a failed workflow), or the server's status when its record cannot be read (a run
-    that refused its spec, one terminated, whose record only a worker could answer for)."""
-    server_word = description.status.name.lower() if description.status else "unknown"
-    if description.status not in RECORD_KEPT:
-        return server_word
-    try:
-        return (await saga_outcome(handle)).status.value
-    except Exception:  # any reason the record does not read: the server's word then
-        return server_word
+    name = f"saga {saga_id!r}"
+    await cancel_running(handle, name, saga_outcome, "nothing to cancel, no compensation runs")
 
 
 @api_call

@@ -76,4 +76,4 @@ async def cancel_vote(client: Client, vote: str) -> None:
     task or chain subscription waiting on the vote takes it as failed. Refused when the vote
     has ended: the server would accept the request and nothing would happen."""
     handle = await named_vote(client, vote)
-    await cancel_running(handle, f"vote {contract.vote_id_of(handle.id)!r}")
+    await cancel_running(handle, f"vote {contract.vote_id_of(handle.id)!r}", vote_outcome)
