@@ -38,7 +38,7 @@ from coord.infra.run_context import RunContext
 from coord.infra.search_attributes import require_search_attributes
 from coord.infra.task_dispatch import server_dispatch_order
 from coord.infra.temporal import WORKER_RETRY, ConnectionSettings, task_queue
-from coord.infra.tracing import configure_tracing
+from coord.infra.tracing import configure_tracing, untraced
 from coord.infra.workflow_runner import UnsandboxedRunner
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.declared import declared_agents
@@ -301,14 +301,17 @@ def ledger_worker(process: WorkerProcess) -> Worker:
 async def start_agent_monitor(client: Client, home: str) -> None:
     """The deployment's agent monitor (AgentHealth events), started by every worker serving its
     workflows: the first start wins, later ones find it running (USE_EXISTING), and one that
-    ended (terminated, say) is started anew."""
-    await client.start_workflow(
-        AGENT_MONITOR_WORKFLOW,
-        id=agent_monitor_workflow_id(home),
-        task_queue=home,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-    )
+    ended (terminated, say) is started anew. Untraced (`untraced`): its readings belong to no
+    correlation (a chain's handling of an AgentHealth event it delivers is in the chain's
+    trace all the same)."""
+    with untraced():
+        await client.start_workflow(
+            AGENT_MONITOR_WORKFLOW,
+            id=agent_monitor_workflow_id(home),
+            task_queue=home,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        )
 
 
 def worker_runtime(metrics: MetricsEndpoint | None = None) -> Runtime:

@@ -30,9 +30,10 @@ def _lift_temporal_context(_: WrappedLogger, __: str, event: EventDict) -> Event
 
 
 def _add_trace_ids(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
-    """The trace and span the line was written in, when tracing is on."""
+    """The trace and span the line was written in, when tracing is on and that trace is
+    recorded (not one of the untraced reads, `tracing.untraced`, which no exporter has)."""
     span = trace.get_current_span().get_span_context()
-    if span.is_valid:
+    if span.is_valid and span.trace_flags.sampled:
         event.setdefault("trace_id", format(span.trace_id, "032x"))
         event.setdefault("span_id", format(span.span_id, "016x"))
     return event

@@ -10,23 +10,35 @@ from coord.infra.tracing import flush_tracing
 
 
 def exit_without_teardown(main: Callable[[], object]) -> NoReturn:
-    """Run `main` and exit with its code, skipping interpreter teardown: the SDK's Rust runtime
-    threads can abort a finalizing interpreter (temporalio/sdk-python#300), turning a clean exit
-    into a crash."""
+    """Run `main` and exit as Python would after it, skipping interpreter teardown: the SDK's
+    Rust runtime threads can abort a finalizing interpreter (temporalio/sdk-python#300), turning
+    a clean exit into a crash. What `main` returns is ignored (exit 0); a SystemExit exits with
+    its code, or, as the interpreter does with any other value (a message), prints it on
+    stderr and exits 1."""
     try:
-        result = main()
-        code = result if isinstance(result, int) else 0
+        main()
+        code = 0
     except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        code = exit_code(exit)
     flush_tracing()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
+def exit_code(exit: SystemExit) -> int:
+    """The interpreter's rule: None is 0, an int is itself, anything else is printed and 1."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
 def run(main: Coroutine[Any, Any, object]) -> NoReturn:
     """Run a script's coroutine (as `asyncio.run` does) and end the process with exit code 0,
-    or the code of a SystemExit it raises, without the interpreter's teardown, which the SDK's
-    runtime threads can crash (`exit_without_teardown`). Any other exception is raised as
-    usual, with its traceback."""
+    whatever it returns, or as a SystemExit it raises would end it, without the interpreter's
+    teardown, which the SDK's runtime threads can crash (`exit_without_teardown`). Any other
+    exception is raised as usual, with its traceback."""
     exit_without_teardown(lambda: asyncio.run(main))

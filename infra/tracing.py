@@ -41,6 +41,7 @@ __all__ = [
     "event_attributes",
     "flush_tracing",
     "tracing_on",
+    "untraced",
 ]
 
 CORRELATION_ATTRIBUTE = "coord.correlation_id"
@@ -159,6 +160,19 @@ _UNSAMPLED = trace.NonRecordingSpan(
 interceptor sends) in the worker that answers, are not recorded either."""
 
 
+@contextmanager
+def untraced() -> Iterator[None]:
+    """Run the block under a parent that is not sampled: what it starts or asks of a workflow
+    is not recorded, nor (the header carrying the unsampled parent) whatever that workflow and
+    its activities do after. The workers' own reads: the ledger queries, and the agent monitor,
+    whose reading every few seconds was otherwise a trace that never ends."""
+    token = context.attach(trace.set_span_in_context(_UNSAMPLED))
+    try:
+        yield
+    finally:
+        context.detach(token)
+
+
 class _CorrelationOutbound(temporal_client.OutboundInterceptor):
     """Starts and signals that carry a correlation run under its trace, and the workers' own
     reads under none (`UNTRACED_QUERIES`): outside the tracing interceptor, so its spans start
@@ -177,11 +191,8 @@ class _CorrelationOutbound(temporal_client.OutboundInterceptor):
     async def query_workflow(self, input: temporal_client.QueryWorkflowInput) -> Any:
         if input.query not in UNTRACED_QUERIES:
             return await super().query_workflow(input)
-        token = context.attach(trace.set_span_in_context(_UNSAMPLED))
-        try:
+        with untraced():
             return await super().query_workflow(input)
-        finally:
-            context.detach(token)
 
 
 class _EventOutbound(temporal_client.OutboundInterceptor):

@@ -566,6 +566,60 @@ async def test_sigterm_stops_coord_dev_and_coord_demo(
         assert b"Traceback" not in err
 
 
+async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(tmp_path: Path) -> None:
+    """Other commands' `started ...` links cannot know --ui-port: the server says what to set."""
+    port, ui_port = free_port(), free_port()
+    argv = ("server", "--port", str(port), "--ui-port", str(ui_port))
+    env = {**os.environ, "TEMPORAL_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
+    process = await asyncio.create_subprocess_exec(
+        COORD,
+        *argv,
+        "--db-file",
+        str(tmp_path / "coord.db"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    try:
+        first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        second = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.communicate(), 30)
+    assert first == f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
+    assert second == (
+        f"the UI links other coord commands print point at port {port + 1000}: "
+        f"set COORD_UI_URL=http://localhost:{ui_port} where they run\n"
+    )
+
+
+async def test_examples_names_the_shipped_specs_and_copies_them(tmp_path: Path) -> None:
+    """A user who installed the wheel has no checkout: `coord examples --copy examples` puts the
+    specs where the README's commands look."""
+    code, out, _ = await run(COORD, "examples")
+    folder, *listed = out.splitlines()
+    shipped = sorted(
+        p.relative_to(ROOT / "examples").as_posix()
+        for p in (ROOT / "examples").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert code == 0 and Path(folder).resolve() == (ROOT / "examples").resolve()
+    assert sorted(line.strip() for line in listed) == shipped
+    assert "  feature-deployment.yaml" in listed
+    code, out, _ = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)
+    assert (code, out) == (0, f"{len(shipped)} files copied to examples\n")
+    copied = tmp_path / "examples" / "feature-deployment.yaml"
+    assert copied.read_text() == (ROOT / "examples" / "feature-deployment.yaml").read_text()
+    code, _, err = await run(COORD, "validate", "examples/feature-deployment.yaml", cwd=tmp_path)
+    assert code == 0, err
+    code, _, err = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)
+    assert (code, err) == (
+        1,
+        "error: --copy: examples/agent-definitions.yaml already exists; nothing was copied\n",
+    )
+
+
 async def test_a_plain_dev_server_asks_for_coord_setup(tmp_path: Path) -> None:
     port = free_port()
     server = await asyncio.create_subprocess_exec(

@@ -458,3 +458,39 @@ async def test_a_prometheus_server_answers_the_last_hour_summed_over_the_workers
     assert code == 6, err  # no Temporal server here: the frame says so, and its exit code
     assert "## Throughput (last hour)" in out
     assert f"prometheus {prometheus}: ok" in out
+
+
+async def test_web_on_a_taken_port_is_refused_in_one_line_naming_the_option(
+    dev_env: WorkflowEnvironment, task_queue: str
+) -> None:
+    """As `coord worker --metrics-port` on a taken port: the option named, exit 1, no bug."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = server_env(dev_env, task_queue)
+        code, _, err = await run(COORD, "dashboard", "--web", "--port", str(port), env=env)
+    assert (code, err.strip().splitlines()) == (
+        1,
+        [
+            f"error: --port {port}: cannot serve the dashboard at http://127.0.0.1:{port}/: "
+            f"error while attempting to bind on address ('127.0.0.1', {port}): "
+            "address already in use"
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prometheus", "notaurl"], "--prometheus: 'notaurl' is not an http(s) URL"),
+        (["--metrics", "localhost:7871"], "--metrics: 'localhost:7871' is not an http(s) URL"),
+    ],
+)
+async def test_a_source_that_is_not_a_url_is_refused_before_reading(
+    args: list[str], message: str
+) -> None:
+    env = {"TEMPORAL_ADDRESS": "127.0.0.1:9", "COORD_PROMETHEUS_URL": ""}
+    code, out, err = await run(COORD, "dashboard", "--once", *args, env=env)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: {message} (") and len(err.strip().splitlines()) == 1, err

@@ -3,6 +3,8 @@ without a server."""
 
 from datetime import UTC, datetime, timedelta
 
+import httpx
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from coord.models.ops.dashboard import (
@@ -21,7 +23,15 @@ from coord.models.ops.dashboard import (
     topic_rows,
     unknown_metrics,
 )
-from coord.starter.dashboard.metrics import parse_exposition, promql, vector_by
+from coord.models.wire.specs import SpecError
+from coord.starter.dashboard.collect import metrics_source
+from coord.starter.dashboard.metrics import (
+    EndpointsSource,
+    PrometheusSource,
+    parse_exposition,
+    promql,
+    vector_by,
+)
 
 TASKS = (("topic", "project.tasks"),)
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,3 +167,56 @@ def test_exposition_text_is_read_for_the_dashboards_series_only() -> None:
     counters, gauges = parse_exposition(generate_latest(registry).decode())
     assert counters == {("coord_events_published_total", (("topic", "t"), ("type", "X"))): 3}
     assert gauges == {("coord_agent_runs_in_flight", (("agent", "a"),)): 2}
+
+
+@pytest.mark.parametrize(
+    ("prometheus", "endpoints", "env", "message"),
+    [
+        ("notaurl", [], {}, "--prometheus: 'notaurl' is not an http(s) URL (http://HOST:9090)"),
+        (
+            None,
+            ["http://127.0.0.1:7871/metrics", "localhost:7871"],
+            {},
+            "--metrics: 'localhost:7871' is not an http(s) URL (http://HOST:PORT/metrics)",
+        ),
+        (
+            None,
+            [],
+            {"COORD_PROMETHEUS_URL": "prometheus:9090"},
+            "$COORD_PROMETHEUS_URL: 'prometheus:9090' is not an http(s) URL (http://HOST:9090)",
+        ),
+        (
+            None,
+            [],
+            {"COORD_METRICS_ENDPOINTS": "http://a:1/metrics,b:2"},
+            "$COORD_METRICS_ENDPOINTS: 'b:2' is not an http(s) URL (http://HOST:PORT/metrics)",
+        ),
+    ],
+)
+async def test_a_source_that_is_not_a_url_is_refused_naming_where_it_came_from(
+    prometheus: str | None,
+    endpoints: list[str],
+    env: dict[str, str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("COORD_PROMETHEUS_URL", "COORD_METRICS_ENDPOINTS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    async with httpx.AsyncClient() as http:
+        with pytest.raises(SpecError) as refused:
+            metrics_source(prometheus, endpoints, http, once=True)
+    assert str(refused.value) == message
+
+
+async def test_http_and_https_urls_are_sources() -> None:
+    async with httpx.AsyncClient() as http:
+        source = metrics_source(
+            None, ["http://127.0.0.1:7871/metrics,https://w:1/m"], http, once=True
+        )
+        assert isinstance(source, EndpointsSource)
+        assert source.urls == ["http://127.0.0.1:7871/metrics", "https://w:1/m"]
+        assert isinstance(
+            metrics_source("https://prom:9090", [], http, once=True), PrometheusSource
+        )

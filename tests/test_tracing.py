@@ -8,10 +8,14 @@ import logging
 import sys
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
@@ -24,6 +28,7 @@ from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually
+from tests.workers import COORD, run, server_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -95,6 +100,15 @@ async def test_the_workers_own_reads_are_not_traced(probe: tuple[str, dict[str, 
     assert any(s["name"] == "QueryWorkflow:timeline" for s in document["spans"])
 
 
+async def test_the_agent_monitor_is_not_traced(probe: tuple[str, dict[str, Any]]) -> None:
+    """Its reading every few seconds, whatever runs, was one endless trace of no correlation
+    under `StartWorkflow:AgentMonitor`."""
+    _, document = probe
+    names = [s["name"] for s in document["spans"]]
+    assert [n for n in names if "AgentMonitor" in n or "agent_health" in n] == []
+    assert "RunWorkflow:ReactiveChain" in names
+
+
 async def test_an_llm_run_is_a_genai_span_with_its_tokens(
     probe: tuple[str, dict[str, Any]],
 ) -> None:
@@ -162,3 +176,69 @@ async def test_an_agents_log_lines_carry_its_runs_ids(client: Client, task_queue
 
 async def _logged(captured: Captured) -> bool:
     return bool(captured.lines)
+
+
+@asynccontextmanager
+async def otlp_collector() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """An OTLP/HTTP endpoint that keeps every span sent to it (name, trace id, attributes)."""
+    spans: list[dict[str, Any]] = []
+
+    async def traces(request: web.Request) -> web.Response:
+        sent = ExportTraceServiceRequest.FromString(await request.read())
+        for resource in sent.resource_spans:
+            for scope in resource.scope_spans:
+                spans.extend(
+                    {
+                        "name": span.name,
+                        "trace_id": span.trace_id.hex(),
+                        "attributes": {a.key: a.value.string_value for a in span.attributes},
+                    }
+                    for span in scope.spans
+                )
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", traces)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", spans
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_clis_reads_and_attach_are_spans_of_the_correlation(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """`coord events C --follow` polled in a new trace each second, and `coord aggregate
+    start`'s attach to the chain was a trace of its own: neither said whose it was."""
+    correlation_id = f"cli-traced-{uuid.uuid4().hex[:8]}"
+    spec = ChainSpec.model_validate(
+        {
+            "name": "idle",
+            "triggers": ["Ping", "Pong"],
+            "subscriptions": [{"agent": "RunTests", "events": ["Pong"]}],
+        }
+    )
+    ping = EventEnvelope.new("Ping", "/test", correlation_id=correlation_id)
+    async with otlp_collector() as (endpoint, spans):
+        env = {**server_env(dev_env, task_queue), "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
+        async with build_worker(client, task_queue, register_demo_agents(AgentRegistry())):
+            await api.publish(client, ping, spec=spec, queue=task_queue)
+            aggregator = ("aggregate", "start", str(ROOT / "examples/phase1-aggregator.yaml"))
+            code, _, err = await run(
+                COORD, *aggregator, "--correlation-id", correlation_id, env=env
+            )
+            assert code == 0, err
+            follow = asyncio.create_task(run(COORD, "events", correlation_id, "--follow", env=env))
+            await asyncio.sleep(3)  # two polls at least
+            await api.chain_handle(client, correlation_id).terminate("followed")
+            code, _, err = await follow
+            assert code == 0, err
+    names = [span["name"] for span in spans]
+    assert "SignalWorkflow:attach" in names and names.count("QueryWorkflow:timeline") >= 3
+    assert {span["attributes"].get("coord.correlation_id") for span in spans} == {correlation_id}
+    assert len({span["trace_id"] for span in spans}) == 1

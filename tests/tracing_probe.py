@@ -1,8 +1,8 @@
 """Run with tracing into memory, in a process of its own (a tracer provider is set once per
 process): the user-story chain on a worker against the given server (and a ledger's query of
-it, which the workers' own reads leave untraced), then one `llm` agent run against a local chat
-server. Prints one JSON document: the chain's timeline and every
-span that ended.
+it, and the agent monitor's first reading, which the workers' own reads leave untraced), then
+one `llm` agent run against a local chat server. Prints one JSON document: the chain's timeline
+and every span that ended.
 
     python -m tests.tracing_probe ADDRESS QUEUE CORRELATION_ID"""
 
@@ -18,7 +18,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.testing import ActivityEnvironment
 
 from coord.activities.mesh.run_agent import AgentActivities
@@ -26,9 +26,9 @@ from coord.infra.payload_store import data_converter
 from coord.infra.tracing import CorrelationSpans, client_interceptors
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentRequest
-from coord.models.wire.contract import LEDGER_QUERY
+from coord.models.wire.contract import LEDGER_QUERY, agent_monitor_workflow_id
 from coord.starter import api
-from coord.worker import build_worker
+from coord.worker import build_worker, start_agent_monitor
 from tests.agents import registry
 from tests.chat_server import chat_server, completion
 from tests.helpers import approved, user_story
@@ -52,13 +52,28 @@ async def chain(address: str, queue: str, correlation_id: str) -> list[dict[str,
         address, interceptors=client_interceptors(), data_converter=data_converter()
     )
     async with build_worker(client, queue):
+        await start_agent_monitor(client, queue)
         await api.publish(client, approved(correlation_id), spec=user_story(), queue=queue)
         handle = api.chain_handle(client, correlation_id)
         await asyncio.wait_for(handle.result(), 60)
         timeline = await api.chain_timeline(client, correlation_id)
         with contextlib.suppress(WorkflowQueryFailedError):  # a chain answers no ledger query
             await handle.query(LEDGER_QUERY)  # by the name the agent monitor reads ledgers by
+        await monitor_read(client.get_workflow_handle(agent_monitor_workflow_id(queue)))
     return [entry.model_dump(mode="json") for entry in timeline]
+
+
+async def monitor_read(monitor: WorkflowHandle[Any, Any]) -> None:
+    """Once the monitor has read the agents' health (then it is stopped: its queue's worker
+    goes with the probe)."""
+    async with asyncio.timeout(60):
+        while not [
+            event
+            async for event in monitor.fetch_history_events()
+            if event.HasField("activity_task_completed_event_attributes")
+        ]:
+            await asyncio.sleep(0.2)
+    await monitor.terminate("tracing probe done")
 
 
 async def llm_run(correlation_id: str) -> None:

@@ -12,6 +12,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.temporal import task_queue
+from coord.infra.tracing import correlation_parent
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
@@ -79,7 +80,8 @@ async def _attach_to_chain(client: Client, spec: AggregatorSpec) -> None:
         return
     chain = client.get_workflow_handle(contract.chain_workflow_id(spec.correlation_id))
     try:
-        await chain.signal(contract.ATTACH_SIGNAL, spec.workflow_id)
+        with correlation_parent(spec.correlation_id):  # the signal carries no event to tell it
+            await chain.signal(contract.ATTACH_SIGNAL, spec.workflow_id)
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             log.warning("aggregator_attach_left_to_it", chain=chain.id, error=error.message)

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
 
+from coord.infra.tracing import correlation_parent
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
@@ -180,22 +181,23 @@ async def events(
     the tokens the correlation's language-model runs used (when any reported usage). With
     --all, --since or --replay-into, the chain's whole log (`docs/events.md`)."""
     client = await connect()
-    if replay_into is not None:
-        await show_replay(client, correlation_id, replay_into, as_json, page_size)
-        return
-    if whole_log or since is not None:
-        await show_log(client, correlation_id, since, as_json, page_size)
-        return
-    timeline = await api.correlation_events(client, correlation_id)
-    view = render.causation_tree if tree else render.timeline_table
-    if follow and not as_json and render.console().is_terminal:
-        await follow_live(client, correlation_id, timeline, view)
-    else:
-        show_rows(timeline, view, as_json)
-        if follow:
-            await follow_rows(client, correlation_id, timeline, as_json)
-    if not as_json:
-        await show_tokens(client, correlation_id)
+    with correlation_parent(correlation_id):  # its reads are spans of the correlation's trace
+        if replay_into is not None:
+            await show_replay(client, correlation_id, replay_into, as_json, page_size)
+            return
+        if whole_log or since is not None:
+            await show_log(client, correlation_id, since, as_json, page_size)
+            return
+        timeline = await api.correlation_events(client, correlation_id)
+        view = render.causation_tree if tree else render.timeline_table
+        if follow and not as_json and render.console().is_terminal:
+            await follow_live(client, correlation_id, timeline, view)
+        else:
+            show_rows(timeline, view, as_json)
+            if follow:
+                await follow_rows(client, correlation_id, timeline, as_json)
+        if not as_json:
+            await show_tokens(client, correlation_id)
 
 
 async def show_log(

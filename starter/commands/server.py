@@ -29,10 +29,17 @@ async def server(
         ),
     ] = None,
 ) -> None:
-    """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C."""
+    """Run the embedded Temporal dev server (SQLite, UI, search attributes) until Ctrl-C. With
+    a --ui-port other than the default, the `started ...` links of other commands need
+    COORD_UI_URL (they cannot know the UI's port): it says so."""
     ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
         typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
+        if ui_port != dev_ui_port(port):
+            typer.echo(
+                f"the UI links other coord commands print point at port {dev_ui_port(port)}: "
+                f"set COORD_UI_URL=http://localhost:{ui_port} where they run"
+            )
         await asyncio.Event().wait()
 
 

@@ -1,7 +1,9 @@
 """`coord schema` prints a spec kind's JSON Schema; `coord validate` checks spec files offline
-(docs/specs.md). Neither needs a server, and neither loads any agent's code."""
+(docs/specs.md); `coord examples` finds (or copies) the example specs the package ships. None
+needs a server, and none loads any agent's code."""
 
 import json
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +16,8 @@ from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
 from coord.starter.exits import ExitCode
 
 app = typer.Typer()
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+"""The checkout's examples/, which the package ships as coord/examples/."""
 
 
 @app.command()
@@ -76,3 +80,39 @@ async def validate(
     typer.echo(f"{len(files) - failing} of {len(files)} files valid", err=True)
     if failing:
         raise typer.Exit(ExitCode.REFUSED)
+
+
+@app.command()
+@runs_async
+async def examples(
+    copy: Annotated[
+        Path | None,
+        typer.Option(
+            "--copy",
+            metavar="DIR",
+            help="Copy them into DIR (created when missing; a file already there is refused)",
+        ),
+    ] = None,
+) -> None:
+    """Print the folder of the example specs and agent files the package ships, then each
+    file in it: the files the README and the docs run (`examples/feature-deployment.yaml`, ...).
+    `--copy examples` in an empty folder puts them where those commands look."""
+    files = sorted(
+        path.relative_to(EXAMPLES)
+        for path in EXAMPLES.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    )
+    if copy is None:
+        typer.echo(str(EXAMPLES))
+        for file in files:
+            typer.echo(f"  {file.as_posix()}")
+        return
+    if taken := [file.as_posix() for file in files if (copy / file).exists()]:
+        raise SpecError(f"--copy: {copy / taken[0]} already exists; nothing was copied")
+    try:
+        for file in files:
+            (copy / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(EXAMPLES / file, copy / file)
+    except OSError as error:
+        raise SpecError(f"--copy: {error}") from None
+    typer.echo(f"{len(files)} files copied to {copy}")

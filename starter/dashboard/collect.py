@@ -14,6 +14,7 @@ from coord.infra.temporal import ServerUnreachable
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.mesh.declared import DeclaredAgents
 from coord.models.ops.dashboard import EventFigures, PatternFigures, Snapshot, Source, snapshot
+from coord.models.wire.specs import SpecError
 from coord.starter.dashboard.metrics import (
     SOURCE_ERRORS,
     EndpointsSource,
@@ -32,19 +33,39 @@ NO_METRICS = "no metrics source: give --prometheus URL or --metrics URL,..."
 
 
 def endpoints_from(given: Sequence[str]) -> list[str]:
-    """`--metrics` URLs (each may itself be comma-separated), else $COORD_METRICS_ENDPOINTS."""
-    raw = list(given) or [os.environ.get(ENDPOINTS_ENV, "")]
-    return [url.strip() for item in raw for url in item.split(",") if url.strip()]
+    """`--metrics` URLs (each may itself be comma-separated), else $COORD_METRICS_ENDPOINTS;
+    each checked to be an http(s) URL (SpecError naming where it came from)."""
+    raw, origin = (
+        (list(given), "--metrics")
+        if given
+        else ([os.environ.get(ENDPOINTS_ENV, "")], f"${ENDPOINTS_ENV}")
+    )
+    urls = [url.strip() for item in raw for url in item.split(",") if url.strip()]
+    return [checked_url(url, origin, "http://HOST:PORT/metrics") for url in urls]
+
+
+def checked_url(url: str, origin: str, shape: str) -> str:
+    """`url` when it is an http(s) URL with a host; otherwise a SpecError naming the option or
+    variable it came from, before anything is read (a URL without its scheme, say, would only
+    show as a source that does not answer)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        parsed = None
+    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
+        raise SpecError(f"{origin}: {url!r} is not an http(s) URL ({shape})")
+    return url
 
 
 def metrics_source(
     prometheus: str | None, endpoints: Sequence[str], http: httpx.AsyncClient, *, once: bool
 ) -> MetricsSource | None:
     """A Prometheus server when one is configured (--prometheus, $COORD_PROMETHEUS_URL), else
-    the workers' endpoints, else none (the metric sections say so)."""
-    url = prometheus or os.environ.get(PROMETHEUS_ENV)
-    if url:
-        return PrometheusSource(url, http)
+    the workers' endpoints, else none (the metric sections say so). A URL that is not one is
+    refused (SpecError)."""
+    origin = "--prometheus" if prometheus else f"${PROMETHEUS_ENV}"
+    if url := prometheus or os.environ.get(PROMETHEUS_ENV):
+        return PrometheusSource(checked_url(url, origin, "http://HOST:9090"), http)
     urls = endpoints_from(endpoints)
     return EndpointsSource(urls, http, from_zero=once) if urls else None
 

@@ -5,6 +5,7 @@ fetches `/api/dashboard` as JSON and redraws itself; its chart library (uPlot, M
 
 import asyncio
 import contextlib
+import errno
 from collections import deque
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -16,12 +17,14 @@ from pydantic import BaseModel
 
 from coord.infra.logs import get_logger
 from coord.models.ops.dashboard import Snapshot
+from coord.models.wire.specs import SpecError
 from coord.starter.dashboard.collect import Dashboard
 
 STATIC = Path(__file__).parent / "static"
 HISTORY = 720
 """Points each chart keeps: an hour at the default 5 s interval."""
 log = get_logger("coord.dashboard")
+PORT_ERRORS = frozenset({errno.EADDRINUSE, errno.EACCES})
 
 
 class Point(BaseModel):
@@ -115,6 +118,15 @@ async def refreshing(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
+def refused(host: str, port: int, error: OSError) -> SpecError:
+    """Why the page cannot be served, naming the option to change, as `coord worker
+    --metrics-port` does for its endpoint: the port (taken, or privileged), else the host (a
+    name that does not resolve, an address not of this machine)."""
+    option = f"--port {port}" if error.errno in PORT_ERRORS else f"--host {host}"
+    reason = error.strerror or str(error)
+    return SpecError(f"{option}: cannot serve the dashboard at http://{host}:{port}/: {reason}")
+
+
 async def serve(dashboard: Dashboard, *, host: str, port: int, interval: float) -> None:
     """Serve until cancelled (Ctrl-C, SIGTERM)."""
     frames = Frames(dashboard, interval)
@@ -122,7 +134,10 @@ async def serve(dashboard: Dashboard, *, host: str, port: int, interval: float) 
     runner = web.AppRunner(application(frames), access_log=None)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host, port).start()
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as error:
+            raise refused(host, port, error) from None
         log.info("dashboard served", url=f"http://{host}:{port}/")
         typer.echo(f"dashboard: http://{host}:{port}/")
         await asyncio.Event().wait()
