@@ -6,7 +6,6 @@ server."""
 import asyncio
 import os
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,9 +22,9 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.wire.contract import COORD_PATTERN
 from coord.models.wire.specs import load_spec
 from coord.starter import api, render
+from coord.starter.examples import EXAMPLES
 from coord.worker import build_worker, default_registry
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SAGA_RUNS: dict[str, dict[str, Any]] = {
     "success": {},
     "rollback": {"inject": {"fail": ["DeployToProduction"]}},

@@ -13,11 +13,10 @@ from coord.models.kinds import SpecKind, file_problems, problem_lines, schema_of
 from coord.models.mesh.declared import declared_agents
 from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
+from coord.starter.examples import EXAMPLES
 from coord.starter.exits import ExitCode
 
 app = typer.Typer()
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-"""The checkout's examples/, which the package ships as coord/examples/."""
 
 
 @app.command()
