@@ -174,6 +174,22 @@ def test_workflows_are_registered_under_the_contracts_names(
     assert set(definition.updates) == updates
 
 
+TYPED_BY_REFERENCE = {contract.REPLAY_UPDATE, contract.ARCHIVE_UPDATE, contract.ADD_TASKS_UPDATE}
+"""Updates a client calls by typed reference: named by their methods, undescribed."""
+
+
+def test_every_handler_says_what_it_takes_in_the_ui() -> None:
+    from coord.worker import WORKFLOWS
+
+    for workflow_class in WORKFLOWS:
+        definition = workflow._Definition.must_from_class(workflow_class)
+        handlers = [*definition.signals.items(), *definition.queries.items()]
+        handlers += [(n, d) for n, d in definition.updates.items() if n not in TYPED_BY_REFERENCE]
+        for name, handler in handlers:
+            expected = contract.HANDLER_TEXT[name or contract.UNKNOWN_SIGNAL]
+            assert handler.description == expected, (workflow_class.__name__, name)
+
+
 @pytest.mark.parametrize(
     ("activity_fn", "name"),
     [

@@ -37,7 +37,9 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_EVENT_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
+        HANDLER_TEXT,
         STATE_QUERY,
+        UNKNOWN_SIGNAL,
         FailureType,
         chain_workflow_id,
         failure,
@@ -223,18 +225,18 @@ class Aggregator(metaclass=SurplusStartArguments):
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.state()
 
-    @workflow.signal(name=EVENT_SIGNAL)
+    @workflow.signal(name=EVENT_SIGNAL, description=HANDLER_TEXT[EVENT_SIGNAL])
     async def event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event addressed to this aggregator. Raw on purpose: an envelope that does not
         decode or validate is recorded and parked, never raised; so is one after the end."""
         await self._receive(raw, addressed=True)
 
-    @workflow.signal(name=CHAIN_EVENT_SIGNAL)
+    @workflow.signal(name=CHAIN_EVENT_SIGNAL, description=HANDLER_TEXT[CHAIN_EVENT_SIGNAL])
     async def chain_event(self, raw: PlainInput = NO_INPUT) -> None:
         """An event its chain recorded and forwards to its listeners."""
         await self._receive(raw, addressed=False)
 
-    @workflow.signal(dynamic=True)
+    @workflow.signal(dynamic=True, description=HANDLER_TEXT[UNKNOWN_SIGNAL])
     async def unknown(self, name: str, args: Sequence[RawValue]) -> None:
         """A signal no handler takes: parked (`park_unknown_signal`)."""
         await park_unknown_signal(self._model, name, args)
@@ -259,7 +261,7 @@ class Aggregator(metaclass=SurplusStartArguments):
         if reason is not None:
             await park(FailureType.TARGET_ENDED, reason, event=envelope)
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> AggregatorState:
         """The record as of the run's last task; `AggregatorState.as_of` adds the time left."""
         return self._model.record()

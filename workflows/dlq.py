@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         DEAD_LETTER_WORKFLOW,
         ENTRY_QUERY,
         EVENT_SIGNAL,
+        HANDLER_TEXT,
         FailureType,
         failure,
         failure_message,
@@ -114,7 +115,7 @@ class DeadLetterEntry(
             workflow.continue_as_new(self._model.carry())
         return self._model.entry
 
-    @workflow.query(name=ENTRY_QUERY)
+    @workflow.query(name=ENTRY_QUERY, description=HANDLER_TEXT[ENTRY_QUERY])
     def entry(self) -> DlqEntry:
         return self._model.entry
 

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.contract import (
         COORD_STATUS,
         EVENT_SIGNAL,
+        HANDLER_TEXT,
         SAGA_HISTORY_BUDGET_MEMO,
         SAGA_RECORD_MEMO,
         SAGA_VERSION_MEMO,
@@ -200,7 +201,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
         self._publish()
         return self._model.state
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> SagaState:
         return self._model.state
 

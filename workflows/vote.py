@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.vote.spec import VOTE_REQUESTED, VoteModel, VoteSpec, VoteState, VoteStatus
     from coord.models.wire.contract import (
         COORD_STATUS,
+        HANDLER_TEXT,
         STATE_QUERY,
         VOTE_RECORD_MEMO,
         VOTE_WORKFLOW,
@@ -167,7 +168,7 @@ class Vote(ParksUnknownSignals, kind="a vote", patch=PARKS, metaclass=SurplusSta
         workflow.upsert_memo({VOTE_RECORD_MEMO: model.state})
         self._changed(model)
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> VoteState:
         if self._model is None:
             vote_id = vote_id_of(workflow.info().workflow_id)

@@ -11,7 +11,7 @@ The pure layer: this module imports no worker or workflow code (only `temporalio
 import builtins
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Final, Literal
@@ -287,6 +287,40 @@ RELEASE_PERMIT_UPDATE: Final = "release_permit"
 PUBLISH_UPDATE: Final = "publish"
 """An acknowledged publish: the chain takes the event in at once and answers `PublishAnswer`;
 its validator refuses (one line, a failure type) an event the chain would reject."""
+
+UNKNOWN_SIGNAL: Final = ""
+"""The key of `HANDLER_TEXT` for a workflow's dynamic signal handler (nameless)."""
+HANDLER_TEXT: Final[Mapping[str, str]] = {
+    EVENT_SIGNAL: "An event, as an EventEnvelope in JSON; one that does not validate is parked "
+    "in the dead-letter queue as invalid_envelope",
+    CHAIN_EVENT_SIGNAL: "An event its correlation's chain recorded, forwarded to this listener",
+    RERUN_SIGNAL: "A dead letter replayed: run the subscription's agent again on its event",
+    RECORDED_SIGNAL: "A rewound copy's past: events taken as recorded, without running agents",
+    ATTACH_SIGNAL: "An aggregator asks to be forwarded what this chain records",
+    DETACH_SIGNAL: "An aggregator asks to be forwarded nothing more",
+    CLOSE_SIGNAL: "Take nothing new: finish what was started, then end",
+    RUN_OUTCOME_SIGNAL: "The outcome of one of this chain's agent runs, from its ChainRun",
+    DELIVER_SIGNAL: "A message for this team member (TeamMessage), from its plan",
+    MEMBER_SENT_SIGNAL: "What a team member's run asked to send (MemberSent); checked, else parked",
+    UNKNOWN_SIGNAL: "Any signal no other handler takes: parked in the dead-letter queue as "
+    "invalid_input, with what it carried",
+    STATE_QUERY: "Its record now (what coord's state command shows)",
+    TIMELINE_QUERY: "The chain's recorded events, the correlation's table",
+    ENTRY_QUERY: "The dead-letter entry's whole record",
+    PROGRESS_QUERY: "The plan's running tasks, their elapsed times, and its counts",
+    LEDGER_QUERY: "The agent's breaker and its recent runs (AgentLedgerState)",
+    APPROVE_UPDATE: "Approve or reject a task waiting for a person (ApprovalRequest)",
+    REPORT_OUTCOME_UPDATE: "A worker reports a run that matters to the agent's breaker",
+    CLAIM_PROBE_UPDATE: "A worker asks the half-open breaker for its probe run",
+    REPORT_STATS_UPDATE: "A worker's batch of the agent's counted runs",
+    ACQUIRE_PERMIT_UPDATE: "A run asks for one of the agent's pool permits, waiting its turn",
+    RELEASE_PERMIT_UPDATE: "A run gives its pool permit back, or stops waiting for one",
+    PUBLISH_UPDATE: "Publish an event and hear at once whether it was accepted (with its "
+    "sequence number), a duplicate, or refused and why",
+}
+"""What each signal, query and update takes or answers, as the Temporal UI and `temporal
+workflow metadata` show it beside its name. Not the updates a client calls by typed reference
+(`replay`, `archive`, `add_tasks`): the SDK types a described update's result as a coroutine."""
 
 PublishVerdict = Literal["accepted", "duplicate", "refused"]
 

@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from coord.models.wire.contract import FailureType
+    from coord.models.wire.contract import HANDLER_TEXT, UNKNOWN_SIGNAL, FailureType
     from coord.workflows._runtime.common import park, uncancellable, unknown_signal
     from coord.workflows._runtime.patches import adopted, in_force, patched
 
@@ -40,7 +40,7 @@ class ParksUnknownSignals:
     """Unknown signals being handled (an instance's count once one comes), from the moment its
     handler starts: one that waits for its run's patches is counted already."""
 
-    @workflow.signal(dynamic=True)
+    @workflow.signal(dynamic=True, description=HANDLER_TEXT[UNKNOWN_SIGNAL])
     async def unknown(self, name: str, args: Sequence[RawValue]) -> None:
         """A signal no handler takes: parked with what it carried (`unknown_signal`)."""
         self._parkings += 1

@@ -72,12 +72,14 @@ with workflow.unsafe.imports_passed_through():
         CLOSE_SIGNAL,
         DETACH_SIGNAL,
         EVENT_SIGNAL,
+        HANDLER_TEXT,
         PUBLISH_UPDATE,
         RECORDED_SIGNAL,
         RERUN_SIGNAL,
         RUN_OUTCOME_SIGNAL,
         STATE_QUERY,
         TIMELINE_QUERY,
+        UNKNOWN_SIGNAL,
         FailureType,
         PublishAnswer,
         agent_search_values,
@@ -282,7 +284,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._outbound.flush()
             await self._recorded()
 
-    @workflow.signal(name=EVENT_SIGNAL)
+    @workflow.signal(name=EVENT_SIGNAL, description=HANDLER_TEXT[EVENT_SIGNAL])
     def event(self, raw: PlainInput = NO_INPUT) -> None:
         """Raw on purpose: an envelope that does not decode or validate is recorded and parked,
         never raised. A plain JSON one enters the queue as its text, decoded when a workflow
@@ -298,7 +300,7 @@ class ReactiveChain(metaclass=SurplusStartArguments):
             self._model.receive(decoded(EventEnvelope, raw, "event"))
         self._outbound.flush()
 
-    @workflow.update(name=PUBLISH_UPDATE)
+    @workflow.update(name=PUBLISH_UPDATE, description=HANDLER_TEXT[PUBLISH_UPDATE])
     def publish(self, raw: PlainInput = NO_INPUT) -> PublishAnswer:
         """An acknowledged publish: the event is taken in at once, and the answer says what
         became of it (accepted with its timeline number, or a duplicate). Raw, as `event`; what
@@ -317,52 +319,52 @@ class ReactiveChain(metaclass=SurplusStartArguments):
     def _validate_publish(self, raw: PlainInput = NO_INPUT) -> None:
         acked_event(raw, self._model, self._input_error)
 
-    @workflow.signal(name=RERUN_SIGNAL)
+    @workflow.signal(name=RERUN_SIGNAL, description=HANDLER_TEXT[RERUN_SIGNAL])
     def rerun(self, raw: PlainInput = NO_INPUT) -> None:
         """A dead letter replayed: run the subscription's agent again on the (fixed) event, and
         continue the chain from there."""
         self._take(RerunRequest, raw, "rerun", FailureType.INVALID_RERUN, self._model.rerun)
 
-    @workflow.signal(dynamic=True)
+    @workflow.signal(dynamic=True, description=HANDLER_TEXT[UNKNOWN_SIGNAL])
     def unknown(self, name: str, args: Sequence[RawValue]) -> None:
         """A signal no handler takes: parked (`park_unknown_signal`)."""
         park_unknown_signal(self._model, self._outbound, name, args)
 
-    @workflow.signal(name=RECORDED_SIGNAL)
+    @workflow.signal(name=RECORDED_SIGNAL, description=HANDLER_TEXT[RECORDED_SIGNAL])
     def recorded(self, raw: PlainInput = NO_INPUT) -> None:
         """A rewound copy's past, in the original's order: taken in like events, but no agent
         runs for them (their results are among them, or re-delivered after them)."""
         invalid = FailureType.INVALID_RECORDED
         self._take(RecordedEvents, raw, RECORDED_SIGNAL, invalid, self._model.receive_recorded)
 
-    @workflow.signal(name=ATTACH_SIGNAL)
+    @workflow.signal(name=ATTACH_SIGNAL, description=HANDLER_TEXT[ATTACH_SIGNAL])
     def attach(self, raw: PlainInput = NO_INPUT) -> None:
         """An aggregator of this correlation asks to receive every event the chain records."""
         invalid = FailureType.INVALID_ATTACH
         self._take(ListenerId, raw, ATTACH_SIGNAL, invalid, lambda w: self._model.attach(w.root))
 
-    @workflow.signal(name=DETACH_SIGNAL)
+    @workflow.signal(name=DETACH_SIGNAL, description=HANDLER_TEXT[DETACH_SIGNAL])
     def detach(self, raw: PlainInput = NO_INPUT) -> None:
         """A listener that has finished asks to receive no more events."""
         invalid = FailureType.INVALID_DETACH
         self._take(ListenerId, raw, DETACH_SIGNAL, invalid, lambda w: self._model.detach(w.root))
 
-    @workflow.signal(name=RUN_OUTCOME_SIGNAL)
+    @workflow.signal(name=RUN_OUTCOME_SIGNAL, description=HANDLER_TEXT[RUN_OUTCOME_SIGNAL])
     def run_outcome(self, raw: PlainInput = NO_INPUT) -> None:
         """A run handed to a `ChainRun` is over: its outcome, taken as a run's here would be."""
         invalid = FailureType.INVALID_RUN_OUTCOME
         self._take(RunOutcome, raw, RUN_OUTCOME_SIGNAL, invalid, self._runner.take_outcome)
 
-    @workflow.signal(name=CLOSE_SIGNAL)
+    @workflow.signal(name=CLOSE_SIGNAL, description=HANDLER_TEXT[CLOSE_SIGNAL])
     def close(self) -> None:
         """Accept no more events; finish the work already started or queued, then end."""
         self._model.record.closing = True
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> ChainState:
         return self._model.snapshot()
 
-    @workflow.query(name=TIMELINE_QUERY)
+    @workflow.query(name=TIMELINE_QUERY, description=HANDLER_TEXT[TIMELINE_QUERY])
     def timeline(self) -> list[TimelineEntry]:
         return self._model.record.timeline
 

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         ACQUIRE_PERMIT_UPDATE,
         AGENT_LEDGER_WORKFLOW,
         CLAIM_PROBE_UPDATE,
+        HANDLER_TEXT,
         LEDGER_QUERY,
         RELEASE_PERMIT_UPDATE,
         REPORT_OUTCOME_UPDATE,
@@ -89,11 +90,11 @@ class AgentLedger(metaclass=SurplusStartArguments):
             await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(LedgerStart(agent_queue=self._book.agent_queue, book=self._book))
 
-    @workflow.query(name=LEDGER_QUERY)
+    @workflow.query(name=LEDGER_QUERY, description=HANDLER_TEXT[LEDGER_QUERY])
     def ledger(self) -> AgentLedgerState:
         return self._book.state(workflow.now())
 
-    @workflow.update(name=REPORT_OUTCOME_UPDATE)
+    @workflow.update(name=REPORT_OUTCOME_UPDATE, description=HANDLER_TEXT[REPORT_OUTCOME_UPDATE])
     def report_outcome(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
         return _refusing("outcome report", lambda: _outcome(self._book, raw_report))
 
@@ -101,7 +102,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
     def _valid_outcome(self, raw_report: PlainInput = NO_INPUT) -> None:
         _outcome(_draft(self._book), raw_report)
 
-    @workflow.update(name=CLAIM_PROBE_UPDATE)
+    @workflow.update(name=CLAIM_PROBE_UPDATE, description=HANDLER_TEXT[CLAIM_PROBE_UPDATE])
     def claim_probe(self, raw_claim: PlainInput = NO_INPUT) -> ProbeGrant:
         return _refusing("probe claim", lambda: _claim(self._book, raw_claim))
 
@@ -109,7 +110,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
     def _valid_claim(self, raw_claim: PlainInput = NO_INPUT) -> None:
         _claim(_draft(self._book), raw_claim)
 
-    @workflow.update(name=REPORT_STATS_UPDATE)
+    @workflow.update(name=REPORT_STATS_UPDATE, description=HANDLER_TEXT[REPORT_STATS_UPDATE])
     def report_stats(self, raw_report: PlainInput = NO_INPUT) -> AgentLedgerState:
         return _refusing("stats report", lambda: _stats(self._book, raw_report))
 
@@ -117,7 +118,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
     def _valid_stats(self, raw_report: PlainInput = NO_INPUT) -> None:
         _stats(_draft(self._book), raw_report)
 
-    @workflow.update(name=ACQUIRE_PERMIT_UPDATE)
+    @workflow.update(name=ACQUIRE_PERMIT_UPDATE, description=HANDLER_TEXT[ACQUIRE_PERMIT_UPDATE])
     async def acquire_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
         """Granted at once when a permit is free and nobody waits before; else waits its turn
         up to POOL_WAIT (not when the history is full: the ledger is about to continue as new)
@@ -150,7 +151,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
             await workflow.wait_condition(lambda: not pool.asking(request.run))
         return PermitGrant(granted=pool.holds(request.run), pool=pool.state(workflow.now()))
 
-    @workflow.update(name=RELEASE_PERMIT_UPDATE)
+    @workflow.update(name=RELEASE_PERMIT_UPDATE, description=HANDLER_TEXT[RELEASE_PERMIT_UPDATE])
     def release_permit(self, raw_request: PlainInput = NO_INPUT) -> PermitGrant:
         return _refusing("permit release", lambda: _release(self._book, raw_request))
 

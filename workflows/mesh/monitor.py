@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         AGENT_MONITOR_WORKFLOW,
+        HANDLER_TEXT,
         STATE_QUERY,
         FailureType,
         failure,
@@ -80,7 +81,7 @@ class AgentMonitor(
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self._state)
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> AgentMonitorState:
         return self._state
 

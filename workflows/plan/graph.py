@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from coord.models.wire.contract import (
         APPROVE_UPDATE,
+        HANDLER_TEXT,
         MEMBER_SENT_SIGNAL,
         PLAN_RECORD_MEMO,
         PLAN_WORKFLOW,
@@ -210,18 +211,18 @@ class TaskGraph(ParksUnknownSignals, kind="a plan", patch=PARKS, metaclass=Surpl
             raise failure(FailureType.PLAN_FAILED, state.summary, state, non_retryable=True)
         return state
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> PlanState:
         if self._model is None:
             plan_id = plan_id_of(workflow.info().workflow_id)
             return PlanState(plan_id=plan_id, status=PlanStatus.FAILED, summary=self._spec_error)
         return self._model.state
 
-    @workflow.query(name=PROGRESS_QUERY)
+    @workflow.query(name=PROGRESS_QUERY, description=HANDLER_TEXT[PROGRESS_QUERY])
     def progress(self) -> PlanProgress:
         return self._model_or_fail().view.progress(workflow.now())
 
-    @workflow.update(name=APPROVE_UPDATE)
+    @workflow.update(name=APPROVE_UPDATE, description=HANDLER_TEXT[APPROVE_UPDATE])
     async def approve(self, raw: PlainInput = NO_INPUT) -> ApprovalDecision:
         """Approve or reject a task waiting for a person (`ApprovalRequest`), by the caller's
         client identity (`decide_approval`). Raw on purpose, so a malformed request is refused
@@ -230,7 +231,7 @@ class TaskGraph(ParksUnknownSignals, kind="a plan", patch=PARKS, metaclass=Surpl
             return apply_approval(self._model, raw, self._details.changed)
         return await decide_approval(self._model, raw, self._details.changed)
 
-    @workflow.signal(name=MEMBER_SENT_SIGNAL)
+    @workflow.signal(name=MEMBER_SENT_SIGNAL, description=HANDLER_TEXT[MEMBER_SENT_SIGNAL])
     async def member_sent(self, raw: PlainInput = NO_INPUT) -> None:
         """What a long-lived team member's run asked to send; what the plan refuses is parked
         (`refused_member_message`)."""

@@ -22,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.wire.contract import (
         CLOSE_SIGNAL,
         DELIVER_SIGNAL,
+        HANDLER_TEXT,
         MEMBER_SENT_SIGNAL,
         STATE_QUERY,
         TEAM_MEMBER_WORKFLOW,
@@ -129,7 +130,7 @@ class TeamMember(
             parent.workflow_id, MEMBER_SENT_SIGNAL, sent.model_dump(mode="json")
         )
 
-    @workflow.signal(name=DELIVER_SIGNAL)
+    @workflow.signal(name=DELIVER_SIGNAL, description=HANDLER_TEXT[DELIVER_SIGNAL])
     async def deliver(self, raw: PlainInput) -> None:
         """A message from the plan, in its order; a malformed one, or one for another member,
         is parked (`_refused`)."""
@@ -150,11 +151,11 @@ class TeamMember(
         else:
             workflow.logger.warning("message refused", extra={"reason": reason})
 
-    @workflow.signal(name=CLOSE_SIGNAL)
+    @workflow.signal(name=CLOSE_SIGNAL, description=HANDLER_TEXT[CLOSE_SIGNAL])
     def close(self) -> None:
         if self._model is not None:
             self._model.close()
 
-    @workflow.query(name=STATE_QUERY)
+    @workflow.query(name=STATE_QUERY, description=HANDLER_TEXT[STATE_QUERY])
     def state(self) -> MemberStart:
         return self._model_or_fail().start
