@@ -10,14 +10,13 @@ from coord.infra.tracing import flush_tracing
 
 
 def exit_without_teardown(main: Callable[[], object]) -> NoReturn:
-    """Run `main` and exit as Python would after it, skipping interpreter teardown: the SDK's
-    Rust runtime threads can abort a finalizing interpreter (temporalio/sdk-python#300), turning
-    a clean exit into a crash. What `main` returns is ignored (exit 0); a SystemExit exits with
-    its code, or, as the interpreter does with any other value (a message), prints it on
-    stderr and exits 1."""
+    """Run `main` and exit with the code it returns (anything but an int: 0), skipping
+    interpreter teardown: the SDK's Rust runtime threads can abort a finalizing interpreter
+    (temporalio/sdk-python#300), turning a clean exit into a crash. A SystemExit exits as the
+    interpreter would end on it (`exit_code`)."""
     try:
-        main()
-        code = 0
+        result = main()
+        code = result if isinstance(result, int) else 0
     except SystemExit as exit:
         code = exit_code(exit)
     flush_tracing()
@@ -41,4 +40,9 @@ def run(main: Coroutine[Any, Any, object]) -> NoReturn:
     whatever it returns, or as a SystemExit it raises would end it, without the interpreter's
     teardown, which the SDK's runtime threads can crash (`exit_without_teardown`). Any other
     exception is raised as usual, with its traceback."""
-    exit_without_teardown(lambda: asyncio.run(main))
+
+    def whole() -> None:
+        """What the script's coroutine returns is no exit code: `asyncio.run` ignores it too."""
+        asyncio.run(main)
+
+    exit_without_teardown(whole)
