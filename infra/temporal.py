@@ -2,21 +2,26 @@
 TEMPORAL_NAMESPACE, TLS and API-key settings (and config-file profiles), so the same code runs
 against the embedded dev server, a self-hosted cluster or Temporal Cloud."""
 
+import asyncio
 import getpass
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
 from temporalio.runtime import Runtime
-from temporalio.service import RetryConfig
+from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
 from coord.infra.payload_store import data_converter
 from coord.infra.tracing import client_interceptors
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
 from coord.models.wire.errors import CoordError
+
+T = TypeVar("T")
 
 DEFAULT_PORT = 7233
 DEFAULT_ADDRESS = f"localhost:{DEFAULT_PORT}"
@@ -146,3 +151,40 @@ async def connect(*, identity: str | None = None) -> Client:
 
 def workflow_link(workflow_id: str, namespace: str = "default") -> str:
     return f"{ui_url()}/namespaces/{namespace}/workflows/{workflow_id}"
+
+
+RECYCLED_CONNECTION = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE})
+"""How a call ends when its connection goes away under it: the server closes each client's
+connection at its max connection age (Temporal's `frontend.keepAliveMaxConnectionAge`, 5
+minutes by default), and a call sent as it closes ends CANCELLED (UNAVAILABLE while the client
+reconnects). The server never refused it: asked again, on the new connection, it is answered.
+A command that waits minutes (`--wait`, `--follow`) sees this at every recycle."""
+
+
+def recycled_connection(error: BaseException) -> bool:
+    """`error` is a call lost with its connection (RECYCLED_CONNECTION), not a refusal: the
+    server's error itself, or the CoordError the API made of it (its `__cause__`)."""
+    cause: BaseException | None = error
+    while cause is not None and not isinstance(cause, RPCError):
+        cause = cause.__cause__
+    return isinstance(cause, RPCError) and cause.status in RECYCLED_CONNECTION
+
+
+RECONNECT_TRIES = 3
+"""How often a read lost with its connection is asked again before its error is reported: the
+client reconnects at once, so the second try is answered; a server that stays away fails
+each, and is then reported (as ServerUnreachable, by the command) instead of awaited forever."""
+
+
+async def reconnecting(read: Callable[[], Awaitable[T]], pause: float = 1.0) -> T:
+    """`read()`, asked again (after `pause` seconds) when its connection was recycled under it
+    (`recycled_connection`), up to RECONNECT_TRIES in all: for reads, which are safe to repeat,
+    that a command waits on for minutes."""
+    for _ in range(RECONNECT_TRIES - 1):
+        try:
+            return await read()
+        except Exception as error:
+            if not recycled_connection(error):
+                raise
+        await asyncio.sleep(pause)
+    return await read()

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from coord.infra.queues import task_queue_pollers
+from coord.infra.temporal import recycled_connection
 from coord.models.wire.contract import RUN_AGENT_ACTIVITY
 from coord.starter.api.common import NoWorker
 from coord.starter.api.plans import live_progress
@@ -167,8 +168,14 @@ async def outcome_with_progress(
 
     try:
         while not (await asyncio.wait({waiting}, timeout=interval))[0]:
-            if await worker.polled(client):
-                report_new(await _sightings(watch, client, handle))
+            try:
+                if await worker.polled(client):
+                    report_new(await _sightings(watch, client, handle))
+            except Exception as error:
+                if not recycled_connection(error):
+                    raise
+                # The server recycled the connection under this round's reads: the next
+                # round asks on the new one (minutes of waiting see one at every recycle).
         result = waiting.result()
     finally:
         waiting.cancel()

@@ -805,6 +805,7 @@ NO_CHAIN = (
         (["chain", "state", "nope"], "no chain for correlation id 'nope'"),
         (["events", "nope"], "no chain for correlation id 'nope'"),
         (["events", "nope", "--tree"], "no chain for correlation id 'nope'"),
+        (["events", "nope", "--all"], "no chain for correlation id 'nope'"),
         (["diff", "nope", "nope-2"], "no chain for correlation id 'nope'"),
         (
             ["rewind", "nope", "--to", "A", "--as", "nope-2"],

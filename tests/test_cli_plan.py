@@ -15,6 +15,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.temporal import IDENTITY_ENV
+from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.report import task_plan_markdown
 from coord.models.plan.spec import (
     ApprovalGate,
@@ -364,3 +365,50 @@ async def test_an_unknown_fallback_is_refused_before_the_plan_starts(
         code, out, err = await run(COORD, "plan", "start", str(path), env=env)
         assert (code, out) == (ExitCode.REFUSED, ""), err
         assert err.startswith(f"error: {path}: {problem}") and err.count("\n") == 1, err
+
+
+async def test_events_of_a_plan_without_a_chain_follow_it_until_it_ends_and_all_lists_them(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A plan's correlation has no chain: `events --follow` follows the plan while it waits for
+    a person and ends with it; `--all` (no chain, so no log) prints the plan's events, saying
+    where they come from."""
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    document = yaml.safe_load(path.read_text())
+    document["tasks"] = [
+        {
+            "id": "api",
+            "agent": "backend-architect",
+            "approval": {"required": True},
+            "retry": NO_RETRY,
+        }
+    ]
+    path.write_text(yaml.safe_dump(document))
+    async with build_worker(client, task_queue):
+        code, _, err = await run(COORD, "plan", "start", str(path), env=env)
+        assert code == 0, err
+
+        async def waiting() -> bool:
+            state = await api.plan_state(client, plan_id)
+            return state.tasks[0].state == TaskState.AWAITING_APPROVAL
+
+        await eventually(waiting)
+        following = asyncio.ensure_future(
+            run(COORD, "events", plan_id, "--follow", "--json", env=env)
+        )
+        code, out, err = await run(COORD, "events", plan_id, "--all", env=env)
+        assert code == 0, err
+        assert "ApprovalRequested" in out and out.splitlines()[-1].endswith(" events")
+        assert err == (
+            f"note: {plan_id!r} has no chain, so no log: these are the events its sagas, "
+            "aggregators, plans and votes recorded\n"
+        )
+        await asyncio.sleep(3)
+        assert not following.done()
+        code, _, err = await run(COORD, "plan", "approve", plan_id, "api", env=env)
+        assert code == 0, err
+        code, out, err = await asyncio.wait_for(following, 60)
+    assert code == 0, err
+    followed = [TimelineEntry.model_validate_json(line).event for line in out.splitlines()]
+    assert "ApprovalRequested" in followed and followed[-1] == "PlanCompleted", followed

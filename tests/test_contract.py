@@ -312,6 +312,26 @@ def test_a_failure_carries_its_details_and_its_innermost_message() -> None:
     assert contract.failure_message(caught) == "agent said no"
 
 
+def test_a_run_no_worker_took_names_its_agent_and_queue_when_its_failure_does() -> None:
+    """The server's own words name neither; a run's failure names both (`unserved_words`)."""
+    server = TimeoutError(
+        "activity ScheduleToStart timeout",
+        type=TimeoutType.SCHEDULE_TO_START,
+        last_heartbeat_details=[],
+    )
+    assert contract.failure_message(activity_failed_with(server)) == (
+        contract.AGENT_UNAVAILABLE_MESSAGE
+    )
+    words = contract.unserved_words("nobody", "agent-nobody", timedelta(seconds=60))
+    assert words == "no worker took agent 'nobody' on its queue 'agent-nobody' within 60s"
+    named = TimeoutError(words, type=TimeoutType.SCHEDULE_TO_START, last_heartbeat_details=[])
+    caught = activity_failed_with(named)
+    assert contract.failure_type_of(caught) == FailureType.AGENT_UNAVAILABLE
+    assert contract.failure_message(caught) == (
+        f"agent unavailable: {words}; {contract.START_A_WORKER}"
+    )
+
+
 @pytest.mark.parametrize(
     ("failure_type", "action"),
     [

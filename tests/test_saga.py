@@ -207,4 +207,6 @@ async def test_an_agent_no_worker_serves_fails_the_step_without_retrying(
     spec.steps[3].schedule_to_start_timeout = timedelta(seconds=2)
     state = await coord.run_saga(spec)
     assert state.status == SagaStatus.COMPENSATED
-    assert "agent unavailable: no worker took the run" in (state.failure_reason or "")
+    assert "agent unavailable: no worker took agent 'NoSuchAgent' on its queue " in (
+        state.failure_reason or ""
+    )

@@ -261,7 +261,8 @@ async def test_a_faulty_voter_abstains_and_the_others_decide(
         "sleep": f"timeout: agent 'alice': the run ended {LOST_RUNS_ALLOWED + 1} times without a "
         "report from its worker (the server timed it out: the worker died or could not reach "
         "the server, or the agent stopped heartbeating)",
-        "absent": "agent_unavailable: activity ScheduleToStart timeout",
+        "absent": "agent_unavailable: no worker took agent 'alice' on its queue "
+        f"{contract.agent_task_queue('alice', task_queue)!r} within 1s",
     }
     assert abstained.reason == expected[fault]
     assert state.summary == "2 approve, 0 reject, 1 abstain of 3 voters; 2 approvals needed"

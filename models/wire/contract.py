@@ -757,15 +757,30 @@ def failure_message(error: BaseException) -> str:
     while error.__cause__ is not None:
         error = error.__cause__
     if _not_started(error):
+        words = str(error)
+        if words.startswith(UNSERVED):  # names the agent and its queue (`unserved_words`)
+            return f"agent unavailable: {words}; {START_A_WORKER}"
         return AGENT_UNAVAILABLE_MESSAGE
     return str(error)
 
 
+START_A_WORKER: Final = (
+    "start a worker that declares the agent (`coord worker --agents FILE`, or --demo-agents "
+    "for the demo agents); `coord agents` shows which agents are served"
+)
 AGENT_UNAVAILABLE_MESSAGE: Final = (
     "agent unavailable: no worker took the run from the agent's task queue within its "
-    "schedule-to-start limit; start a worker that declares the agent (`coord worker --agents "
-    "FILE`, or --demo-agents for the demo agents); `coord agents` shows which agents are served"
+    f"schedule-to-start limit; {START_A_WORKER}"
 )
+"""The words for a run no worker took, when its failure does not name the agent (the server's
+own `activity ScheduleToStart timeout`, as runs recorded before `unserved_words` carry)."""
+UNSERVED: Final = "no worker took agent "
+
+
+def unserved_words(agent: str, queue: str, waited: timedelta) -> str:
+    """What a run no worker took fails with (`agent_unavailable`): the agent and the queue it
+    waited on, which the server's `activity ScheduleToStart timeout` names neither of."""
+    return f"{UNSERVED}{agent!r} on its queue {queue!r} within {waited.total_seconds():g}s"
 
 
 def _not_started(error: BaseException) -> bool:

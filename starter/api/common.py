@@ -25,7 +25,7 @@ from coord.infra.logs import get_logger
 from coord.infra.queues import task_queue_pollers
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.signals import target_name
-from coord.infra.temporal import ServerUnreachable, task_queue
+from coord.infra.temporal import ServerUnreachable, reconnecting, task_queue
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
@@ -320,9 +320,10 @@ async def ended_record(handle: WorkflowHandle[Any, M], key: str, record: type[M]
     `key`. A run that refused its spec is raised, whatever it carries: it never was a saga, plan,
     vote or aggregator, so whatever record it kept describes nothing (a saga's says `failed`,
     an aggregator's would wait for nothing); a read says the run failed and why, the same for
-    each pattern."""
+    each pattern. A wait the server's connection recycling cuts is taken up again
+    (`reconnecting`)."""
     try:
-        return await handle.result()
+        return await reconnecting(handle.result)
     except WorkflowFailureError as failure:
         cause = failure.cause
         if refused_spec(failure):

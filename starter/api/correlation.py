@@ -1,5 +1,6 @@
 """The rows a correlation's aggregators, plans and votes keep of the events they published, for
-the correlation table beside its chain's timeline and its sagas' events."""
+the correlation table beside its chain's timeline and its sagas' events; and whether any of its
+runs still runs, which `coord events --follow` follows."""
 
 from collections.abc import AsyncIterator
 
@@ -41,3 +42,25 @@ async def correlated(
         if execution.id not in seen:
             seen.add(execution.id)
             yield execution.id
+
+
+PUBLISHING = (
+    contract.Pattern.CHAIN,
+    contract.Pattern.SAGA,
+    contract.Pattern.AGGREGATOR,
+    contract.Pattern.PLAN,
+    contract.Pattern.VOTE,
+)
+"""The patterns whose runs add rows to the correlation table. Not the dead-letter queue: a
+parked entry waits for a person, for days, and adds none."""
+
+
+async def correlation_running(client: Client, correlation_id: str) -> bool:
+    """Whether a chain, saga, aggregator, plan or vote of the correlation still runs: read from
+    the server's visibility, which follows the runs by a second or so."""
+    patterns = " OR ".join(contract.pattern_clause(pattern) for pattern in PUBLISHING)
+    query = (
+        f"{contract.CORRELATION_ID.name} = '{correlation_id}' AND "
+        f"ExecutionStatus = 'Running' AND ({patterns})"
+    )
+    return (await client.count_workflows(query)).count > 0

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.text import Text
 from temporalio.client import Client
 
+from coord.infra.temporal import reconnecting
 from coord.infra.tracing import correlation_parent
 from coord.models.aggregator.spec import AggregatorSpec
 from coord.models.chain.spec import ChainSpec
@@ -21,6 +22,7 @@ from coord.models.events.timeline import TimelineEntry
 from coord.models.events.views import TableView
 from coord.models.wire.specs import SpecError, parse_json_object, parse_model, read_document
 from coord.starter import api, render
+from coord.starter.api.correlation import correlation_running
 from coord.starter.api.log import checked_page
 from coord.starter.commands.aggregator import load_aggregator_spec
 from coord.starter.commands.common import AsJson, check_agents, connect, echo_json, runs_async
@@ -154,7 +156,11 @@ async def events(
     correlation_id: str,
     tree: Annotated[bool, typer.Option(help="Show which event caused which")] = False,
     follow: Annotated[
-        bool, typer.Option(help="Keep printing new events until the chain ends")
+        bool,
+        typer.Option(
+            help="Keep printing new events until the correlation's chain, sagas, aggregators, "
+            "plans and votes have ended"
+        ),
     ] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="One JSON object per timeline row (JSON Lines)")
@@ -162,7 +168,9 @@ async def events(
     whole_log: Annotated[
         bool,
         typer.Option(
-            "--all", help="Every event of the chain's log, read from the store page by page"
+            "--all",
+            help="Every event of the chain's log, read from the store page by page (no "
+            "chain: the events its sagas, aggregators, plans and votes recorded)",
         ),
     ] = False,
     since: Annotated[
@@ -186,7 +194,12 @@ async def events(
             await show_replay(client, correlation_id, replay_into, as_json, page_size)
             return
         if whole_log or since is not None:
-            await show_log(client, correlation_id, since, as_json, page_size)
+            try:
+                await show_log(client, correlation_id, since, as_json, page_size)
+            except api.NotFound:
+                if since is not None:
+                    raise
+                await show_unlogged(client, correlation_id, as_json)
             return
         timeline = await api.correlation_events(client, correlation_id)
         view = render.causation_tree if tree else render.timeline_table
@@ -226,6 +239,21 @@ async def show_log(
         span = f", seq {first:,}-{cursor:,}" if first is not None else ""
         render.show(Text(f"{shown:,} events{span}"))
     report_check(check, correlation_id)
+
+
+async def show_unlogged(client: Client, correlation_id: str, as_json: bool) -> None:
+    """`--all` for a correlation without a chain: no chain, so no log, and every event there is
+    is in its sagas', aggregators', plans' and votes' records, the rows `coord events C` prints
+    (NotFound when it has none of those either); a note on stderr says where they come from."""
+    timeline = await api.correlation_events(client, correlation_id)
+    show_rows(timeline, render.timeline_table, as_json)
+    if not as_json:
+        render.show(Text(f"{len(timeline):,} events"))
+    typer.echo(
+        f"note: {correlation_id!r} has no chain, so no log: these are the events its sagas, "
+        "aggregators, plans and votes recorded",
+        err=True,
+    )
 
 
 def report_check(check: LogCheck, correlation_id: str) -> None:
@@ -314,15 +342,24 @@ async def follow_rows(
 async def later_timelines(
     client: Client, correlation_id: str
 ) -> AsyncIterator[list[TimelineEntry]]:
-    """The correlation's timeline once a second, until its chain ends."""
-    while await chain_still_running(client, correlation_id):
+    """The correlation's timeline once a second, until nothing of it runs: its chain, sagas,
+    aggregators, plans and votes have all ended (a plan awaiting approval is followed as its
+    chain is). Each round asks whether anything runs before it reads, so the last read comes
+    after the end and misses none of its events. A read cut by the server recycling the
+    connection is asked again."""
+    running = await reconnecting(lambda: still_running(client, correlation_id))
+    while running:
         await asyncio.sleep(1)
-        yield await api.correlation_events(client, correlation_id)
+        running = await reconnecting(lambda: still_running(client, correlation_id))
+        yield await reconnecting(lambda: api.correlation_events(client, correlation_id))
 
 
-async def chain_still_running(client: Client, correlation_id: str) -> bool:
-    """False once the chain has ended, or when there is none (sagas' events alone)."""
+async def still_running(client: Client, correlation_id: str) -> bool:
+    """The chain, asked directly (a chain just started may not be listed yet), else any run of
+    the correlation the server lists as running."""
     try:
-        return await api.chain_running(client, correlation_id)
+        if await api.chain_running(client, correlation_id):
+            return True
     except api.NotFound:
-        return False
+        pass
+    return await correlation_running(client, correlation_id)

@@ -53,6 +53,7 @@ from temporalio.exceptions import (
     FailureError,
     RetryState,
     TimeoutError,
+    TimeoutType,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -569,9 +570,24 @@ class _AgentRun:
                 break
             except ActivityError as error:
                 if not await self._recovered(error):
+                    self._name_unserved(error)
                     raise
             execution = await self._again()
         return self._took(result)
+
+    def _name_unserved(self, error: ActivityError) -> None:
+        """A run no worker took fails naming its agent and the queue it waited on (the
+        server's failure says only `activity ScheduleToStart timeout`): the same failure type,
+        `agent_unavailable`, in words a user can act on. Words only: no command changes."""
+        if failure_type_of(error) != FailureType.AGENT_UNAVAILABLE:
+            return
+        agent = self.request.agent
+        queue = contract.agent_task_queue(agent, workflow.info().task_queue)
+        error.__cause__ = TimeoutError(
+            contract.unserved_words(agent, queue, self.settings.schedule_to_start),
+            type=TimeoutType.SCHEDULE_TO_START,
+            last_heartbeat_details=[],
+        )
 
     async def batched(self, batches: BatchLane) -> AgentResult:
         """The run's first attempt in the caller's batch, as its first local execution would
