@@ -12,7 +12,7 @@ from coord.models.dlq.letter import DlqSelection
 from coord.models.events.envelope import LIFECYCLE_NOTICES
 from coord.models.wire.specs import load_spec
 from coord.starter import api
-from coord.starter.demo import EXAMPLES
+from coord.starter.examples import EXAMPLES
 from coord.worker import build_worker
 from tests.helpers import approved
 

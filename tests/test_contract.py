@@ -183,11 +183,16 @@ def test_every_handler_says_what_it_takes_in_the_ui() -> None:
 
     for workflow_class in WORKFLOWS:
         definition = workflow._Definition.must_from_class(workflow_class)
-        handlers = [*definition.signals.items(), *definition.queries.items()]
-        handlers += [(n, d) for n, d in definition.updates.items() if n not in TYPED_BY_REFERENCE]
-        for name, handler in handlers:
+        described = {name: handler.description for name, handler in definition.signals.items()}
+        described |= {name: handler.description for name, handler in definition.queries.items()}
+        described |= {
+            name: handler.description
+            for name, handler in definition.updates.items()
+            if name not in TYPED_BY_REFERENCE
+        }
+        for name, description in described.items():
             expected = contract.HANDLER_TEXT[name or contract.UNKNOWN_SIGNAL]
-            assert handler.description == expected, (workflow_class.__name__, name)
+            assert description == expected, (workflow_class.__name__, name)
 
 
 @pytest.mark.parametrize(
