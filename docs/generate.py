@@ -188,11 +188,13 @@ def bounds(param: Any) -> str:
 
 
 def default(param: Any) -> str:
+    """An option's default as `--help` shows it: an on/off pair names the side taken
+    (`--no-wait`), a lone flag off and no default show nothing."""
     value = param.default
-    if value is None or (getattr(param, "is_flag", False) and value is False):
-        return ""
     if isinstance(value, bool) and param.secondary_opts:
         return f"`{param.opts[0] if value else param.secondary_opts[0]}`"
+    if value is None or (getattr(param, "is_flag", False) and value is False):
+        return ""
     return f"`{value}`"
 
 

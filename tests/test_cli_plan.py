@@ -25,6 +25,7 @@ from coord.models.plan.spec import (
     PlanStatus,
     TaskState,
 )
+from coord.models.wire import contract
 from coord.starter import api
 from coord.starter.exits import ExitCode
 from coord.worker import build_worker
@@ -130,6 +131,30 @@ async def test_a_plan_that_completes_exits_0_and_json_prints_the_record(
     state = PlanState.model_validate_json(out)
     assert (state.plan_id, state.status) == (f"{plan_id}-2", PlanStatus.COMPLETED)
     assert state.summary == "5 of 5 succeeded"
+
+
+async def test_a_plan_started_under_a_workflow_id_of_its_own_is_found_by_it(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Started from the Temporal CLI as plain JSON under any workflow id: `coord plan state`
+    finds it by that id (after `plan-<id>`, which no run has)."""
+    env = server_env(dev_env, task_queue)
+    plan_id, path = plan_file(tmp_path)
+    workflow_id = f"custom-{plan_id}"
+    async with build_worker(client, task_queue):
+        handle = await client.start_workflow(
+            contract.PLAN_WORKFLOW,
+            yaml.safe_load(path.read_text()),
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        await asyncio.wait_for(handle.result(), 60)
+    code, line, err = await run(COORD, "plan", "state", workflow_id, "--json", env=env)
+    assert code == 0, err
+    state = PlanState.model_validate_json(line)
+    assert (state.plan_id, state.status) == (plan_id, PlanStatus.COMPLETED)
+    code, _, err = await run(COORD, "plan", "state", plan_id, env=env)
+    assert (code, err) == (ExitCode.NOT_FOUND, f"error: plan {plan_id!r} does not exist\n")
 
 
 async def test_cancel_cancels_the_running_tasks_and_the_record_says_so(

@@ -321,6 +321,9 @@ async def test_cancelling_a_plan_cancels_its_running_and_waiting_tasks(
     assert state.status == PlanStatus.CANCELLED
     assert {t.id: t.state for t in state.tasks} == dict.fromkeys("abcd", TaskState.CANCELLED)
     assert all(t.result is None and t.transitions == [] for t in state.tasks)
+    kinds = [row.event for row in state.events]
+    assert kinds[0] == "PlanStarted" and kinds[-1] == "PlanCompleted", "the memo keeps its events"
+    assert kinds.count("TaskCancelled") == 4
     spans = await run_agent_spans(handle)
     assert sorted(activity_id for activity_id, _, _ in spans) == ["a/run/1", "b/run/1"]
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentResult
+from coord.models.mesh.attempts import RUN_ATTEMPTS, AttemptTime
 from coord.models.mesh.lifecycle import RunFailure
 from coord.models.plan.model import PlanModel
 from coord.models.plan.spec import (
@@ -345,3 +347,79 @@ def test_a_run_that_never_reached_the_server_is_no_attempt_nor_fix() -> None:
     assert (plan.record("a").attempts, plan.record("a").fixes) == (1, 0)
     plan.runs.run_unsent("a", 1)
     assert (plan.record("a").attempts, plan.record("a").fixes) == (0, 0)
+
+
+# --- Times as the workflow's clock and a local run's worker give them ---------------------------
+
+
+def local_run(began: float, ended: float) -> AgentResult:
+    """A local run's answer, its one attempt stamped by its worker (seconds after T0) while the
+    workflow's clock stays at T0 (the start of the workflow task the run ended in)."""
+    attempt = {
+        "attempt": 1,
+        "started_at": (T0 + timedelta(seconds=began)).isoformat(),
+        "ended_at": (T0 + timedelta(seconds=ended)).isoformat(),
+    }
+    return AgentResult(agent="work", data={}, metadata={"attempt": 1, RUN_ATTEMPTS: [attempt]})
+
+
+def test_a_task_starts_after_its_dependencies_ended_and_the_plan_ends_after_its_tasks() -> None:
+    """Every call at the workflow's T0: `build`'s run starts when `deps` ended as its worker
+    said (not before its own ready move), and the plan's end is its last task's."""
+    plan = model({"id": "deps"}, {"id": "build", "depends_on": ["deps"]})
+    events: list[EventEnvelope] = []
+    plan.announce_to(events.append)
+    assert started(plan) == ["deps"]
+    plan.graph.task_ready("deps", T0)
+    plan.runs.run_started("deps", T0)
+    plan.runs.run_succeeded("deps", T0, local_run(0.1, 2))
+    plan.graph.task_succeeded("deps", T0)
+    assert started(plan) == ["build"]
+    plan.graph.task_ready("build", T0)
+    plan.runs.run_started("build", T0)
+    build = plan.record("build")
+    assert build.started_at == T0 + timedelta(seconds=2) == plan.record("deps").ended_at
+    assert build.transitions[-1].at == build.started_at
+    plan.runs.run_succeeded("build", T0, local_run(2.1, 5))
+    plan.graph.task_succeeded("build", T0)
+    state = plan.finish(T0)
+    assert build.ended_at == state.ended_at == T0 + timedelta(seconds=5)
+    times = [event.event.timestamp for event in events[1:]]  # after PlanStarted (at the clock)
+    assert times == sorted(times), "the events' times never go back"
+    assert events[-1].event.type == "PlanCompleted" and times[-1] == state.ended_at
+
+
+def test_a_skip_and_a_cancel_are_stamped_after_the_failure_that_caused_them() -> None:
+    plan = model(
+        {"id": "a"}, {"id": "b", "depends_on": ["a"]}, {"id": "c"}, max_workers=1, fail_fast=True
+    )
+    events: list[EventEnvelope] = []
+    plan.announce_to(events.append)
+    assert started(plan) == ["a", "c"]
+    plan.graph.task_ready("a", T0)
+    plan.runs.run_started("a", T0)
+    failed = AttemptTime(attempt=1, started_at=T0, ended_at=T1, type="boom", message="boom")
+    plan.runs.run_failed("a", T0, RunFailure(type="boom", message="boom", times={1: failed}))
+    plan.cancel_waiting(T0)
+    assert plan.record("a").ended_at == T1
+    assert [plan.record(t).state for t in ("b", "c")] == [TaskState.SKIPPED, TaskState.CANCELLED]
+    assert plan.record("b").ended_at == plan.record("c").ended_at == T1
+    assert plan.finish(T0).ended_at == T1
+    kinds = {event.event.type: event.event.timestamp for event in events}
+    assert kinds["TaskFailed"] <= kinds["TaskSkipped"] <= kinds["TaskCancelled"]
+
+
+def test_a_run_that_takes_a_freed_slot_starts_after_the_run_that_freed_it() -> None:
+    """max_workers 1: `docs` runs once `api` gave its slot back, so after `api` succeeded,
+    though the workflow's clock is still the start of the workflow task."""
+    plan = model({"id": "api"}, {"id": "docs"}, max_workers=1)
+    assert started(plan) == ["api", "docs"]
+    for task_id in ("api", "docs"):
+        plan.graph.task_ready(task_id, T0)
+    plan.runs.run_started("api", T0)
+    plan.runs.run_succeeded("api", T0, local_run(0, 3))
+    plan.graph.task_succeeded("api", T0)
+    plan.runs.run_started("docs", T0)
+    succeeded, running = plan.record("api").ended_at, plan.record("docs").transitions[-1]
+    assert running.state == TaskState.RUNNING and succeeded is not None
+    assert running.at >= succeeded == T0 + timedelta(seconds=3)

@@ -6,8 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.results import ResultReference
+from coord.models.plan.announcer import EVENTS_WINDOW
 from coord.models.plan.report import (
+    MEMO_EVENT_BYTES,
     elapsed,
     final_report_markdown,
     final_status,
@@ -73,7 +76,10 @@ def test_the_task_plan_shows_every_task_its_agent_dependencies_and_gates() -> No
     markdown = task_plan_markdown(SPEC)
     assert markdown.startswith("# Task plan: Ship | it (p1)\n\nA task graph's shape\n")
     assert "at most 2 running at once" in markdown
-    assert "- agent runs: on each agent's own task queue\n" in markdown
+    assert (
+        "- agent runs: placed per agent as the plan begins: a short in-process agent runs in the"
+        " plan itself, any other on its agent's own task queue\n"
+    ) in markdown
     rows = {row[0]: row for row in table_rows(markdown, "Task")}
     assert rows["join"][1:4] == ["z", "build, docs", "normal"]
     assert rows["build"][-1] == "Build it"
@@ -264,3 +270,27 @@ def test_the_memo_keeps_the_record_without_results_transitions_or_reviews() -> N
         [],
     )
     assert kept.summary == state.summary and state.tasks[0].result == {"big": "x" * 100}
+
+
+def test_the_memo_keeps_the_newest_events_within_its_bounds() -> None:
+    """A cancelled plan has only its memo: `coord events` reads its events there, the newest
+    `EVENTS_WINDOW` of them within MEMO_EVENT_BYTES."""
+
+    def row(seq: int, size: int = 10) -> TimelineEntry:
+        return TimelineEntry(
+            seq=seq,
+            time=AT,
+            event="TaskStarted",
+            agent="/plan/p1",
+            correlation_id="p1",
+            event_id=f"evt-{seq}",
+            causation_id=None,
+            payload={"note": "x" * size},
+        )
+
+    rows = [row(seq) for seq in range(1, EVENTS_WINDOW + 11)]
+    kept = memo_record(PlanState(plan_id="p1", events=rows)).events
+    assert [r.seq for r in kept] == [r.seq for r in rows[-EVENTS_WINDOW:]]
+    big = [row(seq, MEMO_EVENT_BYTES // 3) for seq in range(1, 6)]
+    kept = memo_record(PlanState(plan_id="p1", events=big)).events
+    assert [r.seq for r in kept] == [4, 5]

@@ -209,7 +209,10 @@ def test_a_cancel_ends_a_vote_in_progress_only() -> None:
         ({"voters": ["a", "b", "a"]}, "voters: each voter votes once, repeated: a"),
         ({"voters": []}, "voters: List should have at least 1 item"),
         ({"at_least": 4}, "at_least: 4 is more than the 3 voters"),
-        ({"at_least": 2, "threshold": 0.5}, "give at most one of at_least and threshold"),
+        (
+            {"at_least": 2, "threshold": 0.5},
+            "threshold: give at most one of at_least and threshold",
+        ),
         ({"threshold": 1.5}, "threshold: Input should be less than or equal to 1"),
         ({"proposal": "ship it"}, "proposal: Input should be a valid dictionary"),
         ({"deadline": "soon"}, "deadline: 'soon' is not a duration"),

@@ -61,7 +61,7 @@ class AggregatorSpec(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         if self.at_least is not None and self.threshold is not None:
-            raise ValueError("give at most one of at_least and threshold")
+            raise ValueError("threshold: give at most one of at_least and threshold")
         if self.at_least is not None and self.at_least > len(self.wait_for):
             raise ValueError(
                 f"at_least: {self.at_least} is more than the {len(self.wait_for)} awaited events"

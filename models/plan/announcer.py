@@ -117,10 +117,15 @@ class PlanAnnouncer:
         self._task_event(record.id, type(payload).__name__, payload)
 
     def plan_ended(self, state: PlanState) -> None:
+        """The plan ended, when its record says (after the last event it saw)."""
         payload = PlanCompleted(
             plan_id=state.plan_id, status=state.status.value, summary=state.summary or ""
         )
-        self._announce("PlanCompleted", payload, self._last)
+        self._at = state.ended_at
+        try:
+            self._announce("PlanCompleted", payload, self._last)
+        finally:
+            self._at = None
 
     def _waited(self, task: PlanTask, record: TaskRecord, previous: TaskState | None) -> None:
         """Its dependencies succeeded (handed over, then resolved), then it awaits a person or

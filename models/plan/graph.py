@@ -92,7 +92,7 @@ class PlanGraph(BaseModel):
 
     def task_awaiting_approval(self, task_id: str, now: datetime) -> None:
         """Its dependencies succeeded; a person must approve it before it asks for a slot."""
-        self._book.transition(task_id, TaskState.AWAITING_APPROVAL, self._after(task_id, now))
+        self._book.transition(task_id, TaskState.AWAITING_APPROVAL, self._book.latest(now))
 
     def approval_ended(self, task_id: str, gate: ApprovalGate, now: datetime) -> bool:
         """The wait for a person ended, with a decision or at the gate's timeout (a decision
@@ -108,20 +108,14 @@ class PlanGraph(BaseModel):
 
     def task_ready(self, task_id: str, now: datetime) -> None:
         """Runnable: its dependencies succeeded (and a person approved, when asked)."""
-        self._book.transition(task_id, TaskState.READY, self._after(task_id, now))
-
-    def _after(self, task_id: str, now: datetime) -> datetime:
-        """`now`, or, if later, when the last of the task's dependencies ended: one whose run
-        ended in the workflow task it began in ended after the workflow's time."""
-        ends = [self._book.record(done).ended_at for done in self.task(task_id).depends_on]
-        return max([now, *(end for end in ends if end is not None)])
+        self._book.transition(task_id, TaskState.READY, self._book.latest(now))
 
     def task_reviewing(self, task_id: str, now: datetime) -> bool:
         """Its result is with reviewers or verifiers; True when it moved there (it stays under
         review from one round to the next)."""
         if self._book.record(task_id).state == TaskState.REVIEWING:
             return False
-        self._book.transition(task_id, TaskState.REVIEWING, now)
+        self._book.transition(task_id, TaskState.REVIEWING, self._book.latest(now))
         return True
 
     def task_reviewed(
@@ -157,7 +151,7 @@ class PlanGraph(BaseModel):
 
     def task_cancelled(self, task_id: str, now: datetime, reason: str) -> None:
         if self._book.record(task_id).state not in ENDED_TASK_STATES:
-            self._book.end(task_id, TaskState.CANCELLED, now, reason=reason)
+            self._book.end(task_id, TaskState.CANCELLED, self._book.latest(now), reason=reason)
 
     def stop(self, reason: str) -> None:
         """Nothing new starts (a cancel); what runs is cancelled by the workflow."""
@@ -173,6 +167,7 @@ class PlanGraph(BaseModel):
         skipped: list[str] = []
         frontier = list(self._dependents[failed])
         book = self._book
+        now = book.latest(now)
         while frontier:
             task_id = frontier.pop(0)
             record = book.record(task_id)

@@ -190,12 +190,13 @@ class PlanModel(BaseModel):
         return self.state
 
     def finish(self, now: datetime, *, cancelled: bool = False) -> PlanState:
-        """The plan's status and summary line, once every task has ended."""
+        """The plan's status and summary line, once every task has ended; it ended no earlier
+        than the latest time its record has seen (`TaskBook.latest`)."""
         counts, total = self._book.counts(), len(self.state.tasks)
         stopping = self.graph.stopping
         status = final_status(counts, total, stopped=stopping is not None, cancelled=cancelled)
         self.state.status = status
-        self.state.ended_at = now
+        self.state.ended_at = self._book.latest(now)
         self.state.summary = summary_of(counts, total, stopping)
         if self._book.announcer is not None:
             self._book.announcer.plan_ended(self.state)

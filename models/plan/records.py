@@ -42,6 +42,9 @@ class TaskBook:
         """Told of every change, when the plan announces its lifecycle."""
         self._ran_until: dict[str, datetime] = {}
         """Per task, when its latest run ended as its worker said (`ran_until`)."""
+        moves = [r.transitions[-1].at for r in state.tasks if r.transitions]
+        self._seen: datetime | None = max(moves, default=None)
+        """The latest time the record has seen: of any move, or any run's end (`latest`)."""
 
     def __contains__(self, task_id: object) -> bool:
         return task_id in self._records
@@ -71,6 +74,7 @@ class TaskBook:
             self._watched.pop(task_id, None)
         moved = Transition(state=state, at=now, attempt=attempt, reason=reason)
         record.transitions.append(moved)
+        self._saw(now)
         if self.announcer is not None:
             self.announcer.transition(record, moved)
 
@@ -78,6 +82,19 @@ class TaskBook:
         """The task's run ended at `ended`, as its worker said: a run that ended in the workflow
         task it began in (a local run, its retries too) ended after the workflow's time."""
         self._ran_until[task_id] = ended
+        self._saw(ended)
+
+    def latest(self, now: datetime) -> datetime:
+        """When something the workflow decides at its `now` happens (a task made ready, a run
+        started, a skip, a cancel, the plan's end): no earlier than the latest time the record
+        has seen. The workflow's time is the start of its workflow task, and a run that ended
+        in it (a local run) was reported ending later; what the workflow decides after hearing
+        of it came after it."""
+        return now if self._seen is None or now >= self._seen else self._seen
+
+    def _saw(self, at: datetime) -> None:
+        if self._seen is None or at > self._seen:
+            self._seen = at
 
     def at(self, task_id: str, now: datetime) -> datetime:
         """When a move of the task made at the workflow's `now` is recorded: no earlier than its

@@ -15,6 +15,8 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.announcer import EVENTS_WINDOW
 from coord.models.plan.spec import (
     ApprovalDecision,
     Dispatch,
@@ -29,20 +31,26 @@ from coord.models.plan.spec import (
     relative_path,
 )
 from coord.models.wire.durations import format_duration
+from coord.models.wire.sizes import json_size, newest_within
 from coord.models.wire.specs import IDENTIFIER, MAX_ITEMS, MAX_NAME
 
 TASK_PLAN_FILE = "task-plan.md"
 FINAL_REPORT_FILE = "final-report.md"
 WORKER_RESULTS_DIR = "worker-results"
 EXCERPT = 300
+MEMO_EVENT_BYTES = 256 * 1024
+"""JSON bytes of the events a plan's memo keeps at most (`memo_events`)."""
 """Characters of a result, error or note shown in the markdown."""
 ON_FAILURE = {
     True: "cancel the rest and fail the plan (fail_fast)",
     False: "skip the failed task's dependents, run the rest",
 }
+PLACED = "placed per agent as the plan begins: a short in-process agent runs in the plan itself"
+"""Where a run goes is the worker's to say once the plan has begun (after this file is
+written): a local run, else where `dispatch` sends it."""
 AGENT_RUNS = {
-    Dispatch.AGENT_QUEUES: "on each agent's own task queue",
-    Dispatch.COORDINATOR: "on the plan's own task queue (dispatch: coordinator)",
+    Dispatch.AGENT_QUEUES: f"{PLACED}, any other on its agent's own task queue",
+    Dispatch.COORDINATOR: f"{PLACED}, any other on the plan's own queue (dispatch: coordinator)",
 }
 
 
@@ -114,14 +122,25 @@ def summary_of(counts: dict[TaskState, int], total: int, stopping: str | None) -
 
 def memo_record(state: PlanState) -> PlanState:
     """The record kept in the memo: bounded, so without task results, transitions, review
-    rounds, events, the team's messages and its long-lived members' memories (the result, or
-    the failure's details, has them all)."""
+    rounds, the team's messages and its long-lived members' memories (the result, or the
+    failure's details, has them all), and with the newest of its events (`memo_events`): a
+    cancelled plan has no other record, and `coord events` reads them from it."""
     tasks = [
         record.model_copy(update={"result": None, "transitions": [], "reviews": []})
         for record in state.tasks
     ]
     words = state.messages.model_copy(update={"sent": []})
-    return state.model_copy(update={"tasks": tasks, "events": [], "messages": words, "members": {}})
+    events = memo_events(state.events)
+    return state.model_copy(
+        update={"tasks": tasks, "events": events, "messages": words, "members": {}}
+    )
+
+
+def memo_events(events: list[TimelineEntry]) -> list[TimelineEntry]:
+    """The newest events the memo keeps: the record's window (`EVENTS_WINDOW`) within
+    MEMO_EVENT_BYTES of JSON, so the memo stays far below the server's limit (2 MiB by
+    default) whatever the events carry."""
+    return newest_within(events, EVENTS_WINDOW, MEMO_EVENT_BYTES, json_size)
 
 
 # --- Words shared by the markdown and the terminal ---------------------------------------------

@@ -52,9 +52,11 @@ class TaskRuns(BaseModel):
         self._book, self._graph = book, graph
 
     def run_started(self, task_id: str, now: datetime, round: int = 1) -> None:
-        """The task's agent run of `round` got its slot and is scheduled: attempt 1. A round
-        after the first is a fix, counted once it starts (a plan stopped while the fix waited
-        for its slot ran none)."""
+        """The task's agent run of `round` got its slot and is scheduled: attempt 1, no earlier
+        than the latest time the record has seen (`TaskBook.latest`: after its dependencies
+        ended, and after the run whose slot it took). A round after the first is a fix,
+        counted once it starts (a plan stopped while the fix waited for its slot ran none)."""
+        now = self._book.latest(now)
         record = self._book.record(task_id)
         record.attempts += 1
         record.fixes = round - 1

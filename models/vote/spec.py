@@ -83,7 +83,7 @@ class VoteRules(BaseModel):
         if repeated:
             raise ValueError(f"voters: each voter votes once, repeated: {', '.join(repeated)}")
         if self.at_least is not None and self.threshold is not None:
-            raise ValueError("give at most one of at_least and threshold")
+            raise ValueError("threshold: give at most one of at_least and threshold")
         if self.at_least is not None and self.at_least > len(self.voters):
             voters = len(self.voters)
             raise ValueError(f"at_least: {self.at_least} is more than the {voters} voters")

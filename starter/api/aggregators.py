@@ -117,7 +117,13 @@ def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, A
 async def named_aggregator(client: Client, name: str) -> WorkflowHandle[Any, AggregatorState]:
     """The aggregator a user names by its own id or its workflow id (`named_workflow_id`)."""
     prefix = contract.AGGREGATOR_ID_PREFIX
-    return aggregator_handle(client, await named_workflow_id(client, name, prefix))
+    return aggregator_run(client, await named_workflow_id(client, name, prefix))
+
+
+def aggregator_run(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
+    """The aggregator whose workflow id is `workflow_id`, as given (a listing's,
+    `named_aggregator`'s): one started from the Temporal CLI may have any."""
+    return client.get_workflow_handle_for(Aggregator.run, workflow_id)
 
 
 @api_call

@@ -211,19 +211,27 @@ async def cancel_running(
 
 
 async def named_workflow_id(client: Client, name: str, prefix: str) -> str:
-    """What a user names a run by, its own id or its workflow id (`<prefix><id>`), as its
-    workflow id. A name that starts with `prefix` may be either: it is the run whose own id it
-    is when that run exists, else the workflow id it spells."""
+    """What a user names a run by, its own id or its workflow id, as its workflow id: the run
+    whose own id it is (`<prefix><name>`) when that run exists, else the workflow id it spells.
+    A run started from the Temporal CLI may have any workflow id, so a name without `prefix`
+    is asked for as given too; one that is neither is taken as the run's own id (the reader
+    then says it does not exist)."""
     own = prefix + name
-    if not name.startswith(prefix):
+    if await _exists(client, own):
         return own
+    if name.startswith(prefix) or await _exists(client, name):
+        return name
+    return own
+
+
+async def _exists(client: Client, workflow_id: str) -> bool:
     try:
-        await client.get_workflow_handle(own).describe()
+        await client.get_workflow_handle(workflow_id).describe()
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
-            return name
+            return False
         raise
-    return own
+    return True
 
 
 async def described(

@@ -8,9 +8,9 @@ from temporalio.client import Client
 
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire import contract
-from coord.starter.api.aggregators import aggregator_handle, aggregator_record
-from coord.starter.api.plans import plan_handle, plan_record
-from coord.starter.api.votes import vote_handle, vote_record
+from coord.starter.api.aggregators import aggregator_record, aggregator_run
+from coord.starter.api.plans import plan_record, plan_run
+from coord.starter.api.votes import vote_record, vote_run
 
 
 async def pattern_rows(client: Client, correlation_id: str) -> list[list[TimelineEntry]]:
@@ -18,14 +18,14 @@ async def pattern_rows(client: Client, correlation_id: str) -> list[list[Timelin
     own order: an aggregator's emitted event, the events a plan or vote announced."""
     rows: list[list[TimelineEntry]] = []
     async for workflow_id in correlated(client, correlation_id, contract.Pattern.AGGREGATOR):
-        emitted = (await aggregator_record(aggregator_handle(client, workflow_id))).emitted
+        emitted = (await aggregator_record(aggregator_run(client, workflow_id))).emitted
         if emitted is not None:
             entry = TimelineEntry.recording(emitted, seq=1, correlation_id=correlation_id)
             rows.append([entry])
     async for workflow_id in correlated(client, correlation_id, contract.Pattern.PLAN):
-        rows.append((await plan_record(plan_handle(client, workflow_id))).events)
+        rows.append((await plan_record(plan_run(client, workflow_id))).events)
     async for workflow_id in correlated(client, correlation_id, contract.Pattern.VOTE):
-        rows.append((await vote_record(vote_handle(client, workflow_id))).events)
+        rows.append((await vote_record(vote_run(client, workflow_id))).events)
     return rows
 
 

@@ -89,9 +89,15 @@ def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
     return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
 
 
+def plan_run(client: Client, workflow_id: str) -> WorkflowHandle[Any, PlanState]:
+    """The plan whose workflow id is `workflow_id`, as given (a listing's, `named_plan`'s): one
+    started from the Temporal CLI may have any."""
+    return client.get_workflow_handle(workflow_id, result_type=PlanState)
+
+
 async def named_plan(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
     """The plan a user names by its plan id or its workflow id (`named_workflow_id`)."""
-    return plan_handle(client, await named_workflow_id(client, plan, contract.PLAN_ID_PREFIX))
+    return plan_run(client, await named_workflow_id(client, plan, contract.PLAN_ID_PREFIX))
 
 
 @api_call

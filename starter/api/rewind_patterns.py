@@ -35,12 +35,12 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.vote.spec import VoteSpec
 from coord.models.wire import contract
 from coord.models.wire.specs import parse_model
-from coord.starter.api.aggregators import aggregator_handle, aggregator_record, start_aggregator
+from coord.starter.api.aggregators import aggregator_record, aggregator_run, start_aggregator
 from coord.starter.api.chains import chain_state
 from coord.starter.api.common import NoWorker, started_input
-from coord.starter.api.plans import plan_handle, plan_record, start_plan
+from coord.starter.api.plans import plan_record, plan_run, start_plan
 from coord.starter.api.sagas import saga_handle, saga_record, start_saga
-from coord.starter.api.votes import start_vote, vote_handle, vote_record
+from coord.starter.api.votes import start_vote, vote_record, vote_run
 
 Pattern = contract.Pattern
 COPIED = (Pattern.AGGREGATOR, Pattern.VOTE, Pattern.SAGA, Pattern.PLAN)
@@ -147,7 +147,7 @@ class PatternRewind:
     async def _aggregator(
         self, run: PatternRun, before: Sequence[TimelineEntry], point: TimelineEntry
     ) -> Prepared | None:
-        handle = aggregator_handle(self._client, run.workflow_id)
+        handle = aggregator_run(self._client, run.workflow_id)
         spec, _ = parse_aggregator_input(await started_input(self._client, handle))
         record = await aggregator_record(handle)
         past = aggregator_past(spec, record, before, run=run, point=point, origin=self._origin)
@@ -161,7 +161,7 @@ class PatternRewind:
     async def _vote(
         self, run: PatternRun, before: Sequence[TimelineEntry], point: TimelineEntry
     ) -> Prepared | None:
-        handle = vote_handle(self._client, run.workflow_id)
+        handle = vote_run(self._client, run.workflow_id)
         spec = parse_model(VoteSpec, await started_input(self._client, handle), "vote")
         record = await vote_record(handle)
         past = vote_past(spec, record, before, point=point, origin=self._origin)
@@ -182,7 +182,7 @@ class PatternRewind:
         return self._renamed(Pattern.SAGA, run, spec, spec.saga_id, past, len(past.steps), events)
 
     async def _plan_copy(self, run: PatternRun, before: Sequence[TimelineEntry]) -> Prepared | None:
-        handle = plan_handle(self._client, run.workflow_id)
+        handle = plan_run(self._client, run.workflow_id)
         spec = parse_model(PlanSpec, await started_input(self._client, handle), "plan")
         if spec.planner is not None:
             raise RewindRefused(

@@ -43,9 +43,15 @@ def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
     return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
 
 
+def vote_run(client: Client, workflow_id: str) -> WorkflowHandle[Any, VoteState]:
+    """The vote whose workflow id is `workflow_id`, as given (a listing's, `named_vote`'s): one
+    started from the Temporal CLI may have any."""
+    return client.get_workflow_handle(workflow_id, result_type=VoteState)
+
+
 async def named_vote(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
     """The vote a user names by its vote id or its workflow id (`named_workflow_id`)."""
-    return vote_handle(client, await named_workflow_id(client, vote, contract.VOTE_ID_PREFIX))
+    return vote_run(client, await named_workflow_id(client, vote, contract.VOTE_ID_PREFIX))
 
 
 @api_call

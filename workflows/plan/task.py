@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.plan.votes import task_vote, vote_ended
     from coord.models.vote.spec import VoteState
     from coord.models.wire.contract import FailureType
+    from coord.models.wire.durations import format_duration
     from coord.models.wire.sizes import json_size
     from coord.models.wire.specs import SpecError
     from coord.models.wire.versions import (
@@ -166,7 +167,7 @@ class TaskRun:
         try:
             await workflow.wait_condition(lambda: post.has_mail(member), timeout=wait)
         except TimeoutError:
-            message = f"no message came to {member} within {wait}"
+            message = f"no message came to {member} within {format_duration(wait)}"
             error = TaskError(type=FailureType.NO_MESSAGE, message=message)
             self.graph.task_error(self.task.id, workflow.now(), error)
             return False
