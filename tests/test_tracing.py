@@ -25,6 +25,7 @@ from coord.infra.run_context import BATCHED_RUN_SPAN
 from coord.models.chain.spec import ChainSpec
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
+from coord.models.wire.contract import aggregator_workflow_id
 from coord.starter import api
 from coord.worker import build_worker
 from tests.helpers import eventually
@@ -235,7 +236,10 @@ async def test_the_clis_reads_and_attach_are_spans_of_the_correlation(
             assert code == 0, err
             follow = asyncio.create_task(run(COORD, "events", correlation_id, "--follow", env=env))
             await asyncio.sleep(3)  # two polls at least
+            # --follow lasts while anything of the correlation runs: the chain and the aggregator.
             await api.chain_handle(client, correlation_id).terminate("followed")
+            listener = aggregator_workflow_id("phase1-complete", correlation_id)
+            await client.get_workflow_handle(listener).terminate("followed")
             code, _, err = await follow
             assert code == 0, err
     names = [span["name"] for span in spans]
