@@ -32,7 +32,7 @@ from coord.activities.plan.progress import PlanProgressReader
 from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
-from coord.infra.logs import configure_logging, get_logger
+from coord.infra.logs import configure_logging, core_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
 from coord.infra.search_attributes import require_search_attributes
@@ -318,8 +318,10 @@ def worker_runtime(metrics: MetricsEndpoint | None = None) -> Runtime:
     """The SDK runtime of a process that runs workers: they report themselves to the server
     every WORKER_HEARTBEAT_INTERVAL, which `coord agents` reads as their health; with `metrics`,
     its exporter serves the SDK's and the product's metrics there (raises SpecError when it
-    cannot: the port taken)."""
-    telemetry = TelemetryConfig(metrics=metrics.prometheus() if metrics else None)
+    cannot: the port taken). The core's log lines join the worker's own (`core_logging`)."""
+    telemetry = TelemetryConfig(
+        logging=core_logging(), metrics=metrics.prometheus() if metrics else None
+    )
     try:
         return Runtime(telemetry=telemetry, worker_heartbeat_interval=WORKER_HEARTBEAT_INTERVAL)
     except ValueError as error:

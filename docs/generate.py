@@ -48,7 +48,9 @@ Every command that talks to Temporal reads the connection from the environment
 (`TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, a profile: see [Operations](operations.md#configuration))
 and the deployment's task queue from `COORD_TASK_QUEUE` (default `coordinator`). Every error is one
 line on stderr, never a traceback, and its kind is the exit code below. `--help` after any command
-prints what this page says about it.
+prints what this page says about it. Stdout holds only what the command prints (a table, the
+`--json` record): log lines, the Temporal SDK's own warnings among them (a call retried while the
+server is away), go to stderr, JSON when stderr is not a terminal.
 """
 
 EXIT_EXAMPLES: dict[str, str] = {
@@ -73,8 +75,10 @@ EXIT_EXAMPLES: dict[str, str] = {
         "--correlation-id c` without `--spec`, `publish --to` a workflow that does not exist)"
     ),
     "UNREACHABLE": (
-        "error: cannot reach Temporal at 127.0.0.1:1; is it running? (`coord server` starts one "
-        "here, `TEMPORAL_ADDRESS` points elsewhere)"
+        "error: cannot reach Temporal at 127.0.0.1:1; is it running? `coord server` starts one "
+        "here, TEMPORAL_ADDRESS points elsewhere; also `saga start --wait` (`plan`, `vote`, "
+        "`coord run`) or `events --follow` when the server is stopped while it waits (after its "
+        "retries, about 30 s): the run goes on, read it with `state` once the server is back"
     ),
     "SETUP_NEEDED": (
         "a server started with a plain `temporal server start-dev`; `coord worker` checks before "

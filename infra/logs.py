@@ -13,6 +13,7 @@ import structlog
 from opentelemetry import trace
 from structlog.typing import EventDict, WrappedLogger
 from temporalio import activity, workflow
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, TelemetryFilter
 
 _TEMPORAL_CONTEXT = {
     "temporal_workflow": ("workflow_id", "workflow_type", "run_id"),
@@ -26,6 +27,33 @@ def _lift_temporal_context(_: WrappedLogger, __: str, event: EventDict) -> Event
         for field in fields:
             if field in context:
                 event.setdefault(field, context[field])
+    return event
+
+
+CORE_LOGGER = "temporalio.core"
+"""The logger the SDK core's (Rust) log lines arrive on, their target after it
+(`temporalio.core-sdk_core::temporalio_client::retry`)."""
+CORE_ENTRY = "temporal_log"
+"""The attribute a forwarded core record carries the core's own entry in: its fields are in the
+message already, and the object itself renders as nothing a reader can use."""
+
+
+def core_logging() -> LoggingConfig:
+    """The SDK core's logging as a runtime of this project configures it: the SDK's default
+    levels (its own WARN, its libraries' ERROR), forwarded to Python logging (CORE_LOGGER), so
+    they are rendered like every other line, on stderr, JSON when not on a terminal. Left to
+    the SDK, the core writes them to stdout, ANSI-coloured, into a command's `--json` output or
+    a worker's JSON log."""
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(
+            logger=logging.getLogger(CORE_LOGGER), prepend_target_on_message=False
+        ),
+    )
+
+
+def _drop_core_entry(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
+    event.pop(CORE_ENTRY, None)
     return event
 
 
@@ -46,6 +74,7 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.stdlib.ExtraAdder(),
+        _drop_core_entry,
         _lift_temporal_context,
         _add_trace_ids,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

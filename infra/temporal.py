@@ -9,13 +9,15 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 from typing import TypeVar
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig, ClientConnectConfig
-from temporalio.runtime import Runtime
+from temporalio.runtime import Runtime, TelemetryConfig
 from temporalio.service import RetryConfig, RPCError, RPCStatusCode
 
+from coord.infra.logs import core_logging
 from coord.infra.payload_store import data_converter
 from coord.infra.tracing import client_interceptors
 from coord.models.wire.contract import DEFAULT_TASK_QUEUE, TASK_QUEUE_ENV
@@ -70,6 +72,39 @@ def ui_url() -> str:
 
 class ServerUnreachable(CoordError, RuntimeError):
     """No Temporal server answers at the configured address."""
+
+
+def unreachable(address: str) -> ServerUnreachable:
+    """The one line every command says when no server answers at `address` (exit code 6):
+    whether it could not connect, or the server went away while it waited (`server_gone`)."""
+    return ServerUnreachable(
+        f"cannot reach Temporal at {address}; is it running? "
+        "`coord server` starts one here, TEMPORAL_ADDRESS points elsewhere"
+    )
+
+
+TRANSPORT_ERROR = "transport error"
+"""The message of a call whose connection broke with no answer (status UNKNOWN): the server
+was stopped while the call was out (a `--wait` holds one open for as long as the run runs)."""
+
+
+def server_gone(error: RPCError) -> bool:
+    """No server answered `error`'s call: none could be connected to (UNAVAILABLE, once the
+    SDK's own retries are spent), or the connection broke under the call (UNKNOWN `transport
+    error`). Not a refusal: the server never saw the call, or never answered it."""
+    return error.status == RPCStatusCode.UNAVAILABLE or (
+        error.status == RPCStatusCode.UNKNOWN and error.message.startswith(TRANSPORT_ERROR)
+    )
+
+
+@cache
+def client_runtime() -> Runtime:
+    """The SDK runtime of a process that only calls the server (the CLI's commands, the
+    embedded server's client): the SDK's own, but its core's log lines (a call retried while
+    the server is away, ...) go through Python logging (`logs.core_logging`), to stderr like
+    every log line, instead of onto stdout, where they broke `--json` and piped tables. A
+    process running workers has its own (`coord.worker.worker_runtime`), which does the same."""
+    return Runtime(telemetry=TelemetryConfig(logging=core_logging()))
 
 
 OUTAGE_TOLERANCE = timedelta(minutes=10)
@@ -133,10 +168,7 @@ class ConnectionSettings:
             )
         except RuntimeError:
             # The SDK's message is the Rust transport's error chain: no help to a user.
-            raise ServerUnreachable(
-                f"cannot reach Temporal at {self.address}; is it running? "
-                "`coord server` starts one here, TEMPORAL_ADDRESS points elsewhere"
-            ) from None
+            raise unreachable(self.address) from None
 
 
 async def connect(*, identity: str | None = None) -> Client:

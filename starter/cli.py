@@ -5,10 +5,12 @@ from importlib import metadata
 from typing import Annotated
 
 import typer
+from temporalio.runtime import Runtime
 
 from coord.infra.extras import PROJECT
 from coord.infra.logs import configure_logging
 from coord.infra.process import exit_without_teardown
+from coord.infra.temporal import client_runtime
 from coord.infra.tracing import configure_tracing
 from coord.starter.commands import (
     agents,
@@ -71,6 +73,8 @@ def configure(
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
     configure_logging(log_level or default)
+    # Before any client: the SDK core's log lines go to stderr as log lines, never to stdout.
+    Runtime.set_default(client_runtime(), error_if_already_set=False)
     configure_tracing(f"coord-{ctx.invoked_subcommand or 'cli'}")
 
 

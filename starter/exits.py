@@ -39,7 +39,9 @@ class ExitCode(IntEnum):
     """No such saga, chain, aggregator, plan, vote, dead letter or workflow (to read, or to
     publish to)."""
     UNREACHABLE = 6
-    """No Temporal server answers at the configured address."""
+    """No Temporal server answers at the configured address; also a wait (`--wait`, `coord
+    run`, `--follow`) whose server went away while it waited: it gives up after a few tries, and
+    the run goes on on the server."""
     SETUP_NEEDED = 7
     """The server lacks the project's search attributes: run `coord setup`."""
     SERVER_NOT_STARTED = 8

@@ -6,17 +6,26 @@ seconds, so a wait of seconds sees several recycles."""
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
+from typing import Any, cast
 
 import pytest
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from coord.infra.temporal import RECONNECT_TRIES, reconnecting, recycled_connection
+from coord.infra.temporal import (
+    RECONNECT_TRIES,
+    ServerUnreachable,
+    reconnecting,
+    recycled_connection,
+    server_gone,
+)
+from coord.models.saga.spec import SagaState
 from coord.models.wire.errors import RunFailed
 from coord.starter import api
 from coord.starter.api.common import api_call
+from coord.starter.exits import ExitCode, failure_exit
 from coord.starter.progress import outcome_with_progress, plan_activity
 from tests.conftest import start_dev_server
 
@@ -115,3 +124,41 @@ def test_only_a_lost_connection_counts_as_recycled() -> None:
     assert recycled_connection(lost(RPCStatusCode.CANCELLED))
     assert not recycled_connection(lost(RPCStatusCode.NOT_FOUND))
     assert not recycled_connection(ValueError("no"))
+
+
+TRANSPORT_ERROR = RPCError("transport error", RPCStatusCode.UNKNOWN, b"")
+"""How the SDK ends a call out when the server is stopped under it (a `--wait`'s wait)."""
+
+
+class ServerStoppedUnder:
+    """A run's handle whose wait for the result is cut by the server going away."""
+
+    id = "saga-away"
+
+    async def result(self) -> Any:
+        raise TRANSPORT_ERROR
+
+
+async def test_a_wait_the_server_stopped_under_is_unreachable_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server killed while `saga start --wait` waited used to end it with `error:
+    saga_outcome: transport error (unknown)`, exit 1 (input refused): it is exit 6, with the
+    line a command that cannot connect prints."""
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:7721")
+    with pytest.raises(ServerUnreachable) as raised:
+        await api.saga_outcome(cast(WorkflowHandle[Any, SagaState], ServerStoppedUnder()))
+    assert failure_exit(raised.value) == (
+        ExitCode.UNREACHABLE,
+        "cannot reach Temporal at 127.0.0.1:7721; is it running? `coord server` starts one "
+        "here, TEMPORAL_ADDRESS points elsewhere",
+    )
+    assert raised.value.__cause__ is TRANSPORT_ERROR
+    assert failure_exit(TRANSPORT_ERROR) == failure_exit(raised.value)
+
+
+def test_only_a_call_no_server_answered_is_unreachable() -> None:
+    assert server_gone(TRANSPORT_ERROR)
+    assert server_gone(lost(RPCStatusCode.UNAVAILABLE))
+    assert not server_gone(RPCError("boom", RPCStatusCode.UNKNOWN, b""))
+    assert not server_gone(lost(RPCStatusCode.NOT_FOUND))

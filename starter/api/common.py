@@ -25,7 +25,14 @@ from coord.infra.logs import get_logger
 from coord.infra.queues import task_queue_pollers
 from coord.infra.search_attributes import SetupNeeded
 from coord.infra.signals import target_name
-from coord.infra.temporal import ServerUnreachable, reconnecting, task_queue
+from coord.infra.temporal import (
+    ConnectionSettings,
+    ServerUnreachable,
+    reconnecting,
+    server_gone,
+    task_queue,
+    unreachable,
+)
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.wire import contract
@@ -83,7 +90,10 @@ class NoWorker(CoordError, RuntimeError):
 
 def server_error(error: RPCError, call: str = "") -> CoordError:
     """The CoordError a refused server call means, by its status (the CLI's exit code follows
-    from the class: docs/cli.md), its message naming the `call` and the server's words."""
+    from the class: docs/cli.md), its message naming the `call` and the server's words. A call
+    no server answered (`server_gone`: down from the start, or stopped while a `--wait` waited)
+    is ServerUnreachable with the line a failed connect gives, naming the configured address
+    (the one `connect` uses)."""
     words = f"{call}: {error.message}" if call else error.message
     missing = MISSING_SEARCH_ATTRIBUTE.search(error.message)
     if missing:
@@ -92,7 +102,9 @@ def server_error(error: RPCError, call: str = "") -> CoordError:
         return NotFound(words)
     if error.status == RPCStatusCode.ALREADY_EXISTS:
         return Conflict(words)
-    if error.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+    if server_gone(error):
+        return unreachable(ConnectionSettings.load().address)
+    if error.status == RPCStatusCode.DEADLINE_EXCEEDED:
         return ServerUnreachable(f"the Temporal server did not answer: {words}")
     return ServerRefused(f"{words} ({error.status.name.lower()})")
 
