@@ -205,7 +205,9 @@ async def test_an_agent_no_worker_serves_fails_the_step_without_retrying(
     spec = feature_deployment()
     spec.steps[3].agent = "NoSuchAgent"
     spec.steps[3].schedule_to_start_timeout = timedelta(seconds=2)
-    state = await coord.run_saga(spec)
+    # Started past the helpers' agent check, which would refuse the spec at once.
+    handle = await api.start_saga(coord.client, spec, queue=coord.task_queue)
+    state = await asyncio.wait_for(api.saga_outcome(handle), 60)
     assert state.status == SagaStatus.COMPENSATED
     assert "agent unavailable: no worker took agent 'NoSuchAgent' on its queue " in (
         state.failure_reason or ""

@@ -3,6 +3,7 @@ helpers on the real servers (time skipping, aggregators, plans); its assertions'
 user's project outside this repository that has nothing but the plugin."""
 
 import os
+import shutil
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -11,21 +12,25 @@ from pathlib import Path
 import pytest
 import yaml
 
+import coord
 from coord import testing
 from coord.models.aggregator.spec import AggregatorStatus
+from coord.models.dlq.letter import EntrySummary
 from coord.models.events.timeline import TimelineEntry
 from coord.models.plan.spec import PlanStatus
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
+from coord.models.wire.specs import SpecError
 from coord.testing import (
     Coordination,
     assert_caused,
+    assert_parked,
     assert_plan,
     assert_saga,
     assert_timeline,
     causation_path,
     plugin,
 )
-from coord.testing.harness import fresh, spec_of
+from coord.testing.harness import WAIT, dynamic_config_args, fresh, spec_of
 from tests.helpers import PHASE1
 
 WITH_WORKER = pytest.mark.usefixtures("coord_worker")
@@ -85,6 +90,75 @@ async def test_a_plan_runs_from_its_fields_and_its_report_is_asserted(coord: Coo
     assert_plan(state, PlanStatus.COMPLETED, tasks={"write": "succeeded", "test": "succeeded"})
     with pytest.raises(AssertionError, match=r"expected tasks \{'test': 'error'\}"):
         assert_plan(state, PlanStatus.COMPLETED, tasks={"test": "error"})
+
+
+async def test_a_run_that_does_not_end_says_where_it_stands_and_that_no_worker_polls(
+    coord: Coordination,
+) -> None:
+    """No worker: the wait's TimeoutError names the saga, its status and the missing fixture."""
+    spec = {"saga_id": testing.unique("stuck"), "steps": [{"name": "a", "agent": "BuildArtifact"}]}
+    with pytest.raises(TimeoutError) as raised:
+        await coord.run_saga(spec, timeout=1)
+    message = str(raised.value)
+    assert message.startswith(f"saga saga-{spec['saga_id']} did not end within 1s: it is running")
+    assert f"no worker polls task queue {coord.task_queue!r}" in message
+    assert "add @pytest.mark.usefixtures('coord_worker')" in message
+    with pytest.raises(TimeoutError, match=r"2 dead letters .* not listed within 0.5s: 0 were"):
+        await coord.dead_letters(count=2, timeout=0.5)
+
+
+async def test_eventually_names_the_check_that_did_not_hold_and_waits_as_long_as_the_rest() -> None:
+    async def never() -> bool:
+        return False
+
+    with pytest.raises(TimeoutError, match=r"never\(\) did not hold within 0.2s"):
+        await testing.eventually(never, timeout=0.2)
+    assert testing.eventually.__defaults__ == (WAIT, 0.05)
+
+
+async def test_a_spec_naming_an_unknown_agent_is_refused_at_once(coord: Coordination) -> None:
+    """As `coord saga start` refuses it, naming the field and the agent, not after a wait."""
+    spec = {"saga_id": "s", "steps": [{"name": "a", "agent": "nobody"}]}
+    with pytest.raises(SpecError, match=r"^SagaSpec: steps\[0\].agent: unknown agent 'nobody'"):
+        await coord.start_saga(spec)
+    plan = {"plan_id": "p", "tasks": [{"id": "t", "agent": "nobody"}]}
+    with pytest.raises(SpecError, match=r"tasks\[0\].agent: unknown agent 'nobody'"):
+        await coord.run_plan(plan)
+
+
+def test_a_mapping_spec_with_a_typo_is_refused_in_one_line_naming_the_field() -> None:
+    with pytest.raises(SpecError, match=r"^SagaSpec: steps\[0\].agnt: Extra inputs"):
+        spec_of(SagaSpec, {"saga_id": "s", "steps": [{"name": "a", "agnt": "x"}]}, {})
+
+
+def test_a_dynamic_config_value_that_is_not_key_value_names_the_setting() -> None:
+    assert dynamic_config_args(["a.b=1"]) == ["--dynamic-config-value", "a.b=1"]
+    for bad in ("limit.historyCount", "=1"):
+        with pytest.raises(ValueError, match=rf"^coord_dynamic_config: '{bad}' is not KEY=VALUE"):
+            dynamic_config_args([bad])
+
+
+def test_assert_parked_says_which_expectation_failed() -> None:
+    letter = EntrySummary.model_validate(
+        {
+            "entry_id": "dlq-1",
+            "status": "parked",
+            "failure_type": "agent_error",
+            "message": "boom",
+            "attempts": 1,
+            "event_id": "e1",
+            "event_type": "BugReported",
+            "topic": None,
+            "correlation_id": "c",
+            "target_workflow": None,
+            "target_agent": None,
+            "parked_at": datetime(2026, 1, 1, tzinfo=UTC),
+        }
+    )
+    with pytest.raises(AssertionError, match="expected failure_type 'invalid_payload', found"):
+        assert_parked([letter], 1, failure_type="invalid_payload")
+    with pytest.raises(AssertionError, match="expected event_type 'Other', found 'BugReported'"):
+        assert_parked([letter], 1, event_type="Other")
 
 
 def row(
@@ -178,12 +252,17 @@ def user_project(directory: Path, loop_scope: str) -> None:
 
 
 def run_pytest(directory: Path) -> subprocess.CompletedProcess[str]:
-    """pytest in a project of the user's: only the installed package and its entry point."""
+    """pytest in a project of the user's: only the package under test (the `coord` this test
+    imports, on a path of its own) and its entry point."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COORD_", "TEMPORAL_"))}
+    site = directory.with_name(f"{directory.name}-site")
+    site.mkdir(exist_ok=True)
+    if not (site / "coord").exists():
+        (site / "coord").symlink_to(Path(coord.__file__).parent)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(directory)],
         cwd=directory,
-        env={**env, "PYTHONPATH": str(directory)},
+        env={**env, "PYTHONPATH": os.pathsep.join([str(directory), str(site)])},
         capture_output=True,
         text=True,
         timeout=300,
@@ -205,3 +284,23 @@ def test_a_test_on_a_loop_of_its_own_is_stopped_saying_what_to_set(tmp_path: Pat
     done = run_pytest(tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     assert 'set asyncio_default_test_loop_scope = "session"' in done.stdout
+
+
+def test_a_bad_dynamic_config_value_is_refused_naming_the_setting(tmp_path: Path) -> None:
+    """Before any server starts, which would only exit with its reason in captured output."""
+    user_project(tmp_path, "session")
+    with (tmp_path / "pyproject.toml").open("a") as config:
+        config.write('coord_dynamic_config = ["limit.historyCount"]\n')
+    done = run_pytest(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "coord_dynamic_config: 'limit.historyCount' is not KEY=VALUE" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_testing_example_copied_out_is_a_project_that_passes(tmp_path: Path) -> None:
+    """`coord examples --copy` gives a user examples/testing with its own pytest configuration."""
+    project = tmp_path / "testing"
+    shutil.copytree(Path(coord.__file__).parent / "examples" / "testing", project)
+    done = run_pytest(project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed in " in done.stdout and "skipped" not in done.stdout

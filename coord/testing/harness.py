@@ -14,24 +14,28 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.runtime import Runtime
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra import devserver
 from coord.infra.payload_store import data_converter
+from coord.infra.queues import describe_queue
 from coord.infra.search_attributes import register_search_attributes
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
+from coord.models.checks import AgentSpec, agent_problems
 from coord.models.dlq.letter import DlqSelection, EntrySummary
 from coord.models.events.envelope import EventEnvelope, Priority
 from coord.models.events.timeline import TimelineEntry
 from coord.models.mesh.agents import AgentRegistry
 from coord.models.plan.spec import PlanSpec, PlanState
 from coord.models.saga.spec import SagaSpec, SagaState
-from coord.models.wire.specs import load_spec
+from coord.models.wire.specs import SpecError, load_spec, parse_model
 from coord.starter import api
-from coord.testing.names import TIME_SKIPPING_MARK
+from coord.testing.names import DYNAMIC_CONFIG_INI, TIME_SKIPPING_MARK
 from coord.worker import WorkerSet, build_worker, default_registry, worker_runtime
 
 M = TypeVar("M", bound=BaseModel)
@@ -42,7 +46,9 @@ SpecSource = BaseModel | Path | str | Mapping[str, Any]
 """A spec: a model, a spec file (YAML or JSON), or its fields."""
 
 WAIT = 60.0
-"""Seconds a helper waits for a run to end before the test fails (a busy machine is slow)."""
+"""Seconds a helper (and `eventually`) waits before the test fails (a busy machine is slow)."""
+WORKER_FIXTURE = "@pytest.mark.usefixtures('coord_worker')"
+"""What a test whose queue no worker polls is missing, most often."""
 
 
 @cache
@@ -59,6 +65,16 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
 
 
 def dynamic_config_args(values: Sequence[str]) -> list[str]:
+    """The dev server's arguments for `coord_dynamic_config`'s values; a value that is not
+    KEY=VALUE is a ValueError naming the setting, before any server starts (the server would
+    only exit, its reason in its captured output)."""
+    for value in values:
+        key, equals, _ = value.partition("=")
+        if not (equals and key.strip()):
+            raise ValueError(
+                f"{DYNAMIC_CONFIG_INI}: {value!r} is not KEY=VALUE "
+                "(e.g. limit.historyCount.suggestContinueAsNew=300)"
+            )
     return [arg for value in values for arg in ("--dynamic-config-value", value)]
 
 
@@ -81,12 +97,12 @@ def registry_of(agents: AgentsSource) -> AgentRegistry:
 
 
 def spec_of(model: type[M], source: SpecSource, overrides: Mapping[str, Any]) -> M:
-    """`source` as a `model`, `overrides` replacing its top-level fields; a file is read by the
-    loader every `coord` command uses, so its errors name the file and the field."""
+    """`source` as a `model`, `overrides` replacing its top-level fields, validated as every
+    `coord` command does: a problem is a one-line SpecError naming the field (and the file)."""
     if isinstance(source, Path | str):
         return load_spec(model, Path(source), overrides)
     fields = source.model_dump() if isinstance(source, BaseModel) else dict(source)
-    return model.model_validate({**fields, **overrides})
+    return parse_model(model, {**fields, **overrides}, model.__name__)
 
 
 def fresh(model: M, source: SpecSource, id_field: str, overrides: Mapping[str, Any]) -> M:
@@ -109,16 +125,77 @@ def unique(name: str) -> str:
 
 
 async def eventually(
-    check: Callable[[], Awaitable[bool]], timeout: float = 30, interval: float = 0.05
+    check: Callable[[], Awaitable[bool]], timeout: float = WAIT, interval: float = 0.05
 ) -> None:
-    """Wait until `check()` holds, looking every `interval` seconds; TimeoutError after
-    `timeout` seconds (never a fixed sleep: a busy machine is slow, a fast one need not wait)."""
+    """Wait until `check()` holds, looking every `interval` seconds; a TimeoutError naming the
+    check after `timeout` seconds (never a fixed sleep: a busy machine is slow, a fast one need
+    not wait)."""
+    name = getattr(check, "__qualname__", repr(check))
+    await bounded(_until(check, interval), timeout, f"{name}() did not hold")
 
-    async def poll() -> None:
-        while not await check():
-            await asyncio.sleep(interval)
 
-    await asyncio.wait_for(poll(), timeout)
+async def _until(check: Callable[[], Awaitable[bool]], interval: float) -> None:
+    while not await check():
+        await asyncio.sleep(interval)
+
+
+T = TypeVar("T")
+
+
+async def bounded(
+    awaited: Awaitable[T],
+    timeout: float,
+    what: str,
+    why: Callable[[], Awaitable[str]] | None = None,
+) -> T:
+    """`awaited`'s result; after `timeout` seconds a TimeoutError saying `what` did not happen
+    and, from `why()`, where things stand and the likely cause, instead of asyncio's bare one
+    and its internals."""
+    try:
+        return await asyncio.wait_for(awaited, timeout)
+    except TimeoutError:
+        raise TimeoutError(f"{what} within {timeout:g}s{await why() if why else ''}") from None
+
+
+async def no_worker_hint(client: Client, task_queue: str) -> str:
+    """Why a run on `task_queue` may not move: no worker polls it (the usual cause in a test);
+    else what else it may wait on. Empty when the server cannot say (the time-skipping server
+    does not describe queues)."""
+    try:
+        polled = await describe_queue(client, task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+    except RPCError:
+        return ""
+    if not polled.pollers:
+        return (
+            f"; no worker polls task queue {task_queue!r}: add {WORKER_FIXTURE} to the test, or "
+            "run one (`async with coord.worker(...)`)"
+        )
+    return (
+        f"; a worker polls task queue {task_queue!r}: the run may wait on an agent no worker "
+        "serves or that keeps failing, or on a timer; or pass a longer timeout="
+    )
+
+
+async def run_standing(client: Client, handle: WorkflowHandle[Any, Any]) -> str:
+    """Where a run that did not end stands: its status, the activities it waits on, the hint."""
+    try:
+        described = await handle.describe()
+    except RPCError as error:
+        return f" ({error.message})"
+    status = described.status.name.lower() if described.status else "unknown"
+    pending = [
+        f"{activity.activity_type.name} (attempt {activity.attempt}"
+        + (
+            f", last failure: {activity.last_failure.message}"
+            if activity.last_failure.message
+            else ""
+        )
+        + ")"
+        for activity in described.raw_description.pending_activities
+    ]
+    waits = f", waiting on {'; '.join(pending)}" if pending else ""
+    hint = await no_worker_hint(client, described.task_queue)
+    return f": it is {status}{waits}{hint}"
 
 
 async def dead_letters(
@@ -132,10 +209,18 @@ async def dead_letters(
     `count` of them: it is eventually consistent, so a letter just parked shows a moment later."""
     query = api.dlq_query(selection, queue=task_queue)
 
-    async def enough() -> bool:
-        return (await client.count_workflows(query)).count >= count
+    found = 0
 
-    await eventually(enough, timeout=timeout)
+    async def enough() -> bool:
+        nonlocal found
+        found = (await client.count_workflows(query)).count
+        return found >= count
+
+    async def short() -> str:
+        return f": {found} were{await no_worker_hint(client, task_queue)}"
+
+    what = f"{count} dead letters on task queue {task_queue!r} were not listed"
+    await bounded(_until(enough, 0.05), timeout, what, short)
     return await api.dlq_entries(client, selection, queue=task_queue)
 
 
@@ -148,8 +233,12 @@ class Coordination:
 
     env: WorkflowEnvironment
     task_queue: str
+    agents: AgentsSource = None
+    """The agents a spec is checked against when this test built no worker (`coord_agents`)."""
     chains: dict[str, WorkflowHandle[Any, ChainState]] = field(default_factory=dict)
     """The chains this test started, by correlation id."""
+    registries: list[AgentRegistry] = field(default_factory=list)
+    """The agents of each worker this test built (`worker`), which a spec is checked against."""
 
     @property
     def client(self) -> Client:
@@ -158,7 +247,20 @@ class Coordination:
     def worker(self, agents: AgentsSource = None) -> WorkerSet:
         """A worker (not started: `async with coord.worker(...)`) serving the workflows and
         `agents` on the test's queue, as `coord worker` would: each agent on its own queue."""
-        return build_worker(self.client, self.task_queue, registry_of(agents))
+        registry = registry_of(agents)
+        self.registries.append(registry)
+        return build_worker(self.client, self.task_queue, registry)
+
+    def check_agents(self, source: SpecSource, spec: AgentSpec) -> None:
+        """The agents `spec` runs are ones a worker of this test serves (else those of
+        `coord_agents`), by the rule `coord validate` and `coord saga start` hold a spec to: a
+        SpecError naming the field and the agent at once, not a run that waits for an agent no
+        worker serves until it fails `agent_unavailable`."""
+        registries = self.registries or [registry_of(self.agents)]
+        problems = [list(agent_problems(spec, registry)) for registry in registries]
+        if all(problems):
+            where = source if isinstance(source, Path | str) else type(spec).__name__
+            raise SpecError(f"{where}: {problems[0][0]}")
 
     async def skip(self, duration: timedelta) -> None:
         """Move the time-skipping server's clock on by `duration` (timers due fire)."""
@@ -174,6 +276,7 @@ class Coordination:
     ) -> WorkflowHandle[Any, SagaState]:
         """Start a saga from a spec (file, model or fields) on the test's queue."""
         saga = fresh(spec_of(SagaSpec, spec, overrides), spec, "saga_id", overrides)
+        self.check_agents(spec, saga)
         return await api.start_saga(self.client, saga, queue=self.task_queue, eager=True)
 
     async def run_saga(
@@ -181,13 +284,14 @@ class Coordination:
     ) -> SagaState:
         """Start a saga and wait for its final record (completed, compensated or failed)."""
         handle = await self.start_saga(spec, **overrides)
-        return await asyncio.wait_for(api.saga_outcome(handle), timeout)
+        return await self.ended(api.saga_outcome(handle), handle, timeout, "saga")
 
     async def start_chain(
         self, spec: SpecSource, correlation_id: str | None = None, **overrides: Any
     ) -> str:
         """Start a chain from a spec for `correlation_id` (default: a new one); returns it."""
         chain = spec_of(ChainSpec, spec, overrides)
+        self.check_agents(spec, chain)
         correlation = correlation_id or unique(chain.name)
         handle = await api.start_chain(
             self.client, chain, correlation, queue=self.task_queue, eager=True
@@ -222,7 +326,19 @@ class Coordination:
         # The handle of the run started here, when it was (the time-skipping server follows a
         # run's result only from its run id).
         handle = self.chains.get(correlation_id) or api.chain_handle(self.client, correlation_id)
-        return await asyncio.wait_for(handle.result(), timeout)
+        return await self.ended(handle.result(), handle, timeout, "chain")
+
+    async def ended(
+        self, outcome: Awaitable[T], handle: WorkflowHandle[Any, Any], timeout: float, kind: str
+    ) -> T:
+        """The run's `outcome`, or after `timeout` seconds a TimeoutError saying where it stands
+        and why (`run_standing`)."""
+        return await bounded(
+            outcome,
+            timeout,
+            f"{kind} {handle.id} did not end",
+            lambda: run_standing(self.client, handle),
+        )
 
     async def close_chain(self, correlation_id: str, timeout: float = WAIT) -> ChainState:
         """Close the chain (it finishes the work its events caused) and return its record."""
@@ -255,6 +371,7 @@ class Coordination:
     ) -> WorkflowHandle[Any, PlanState]:
         """Start a plan from a spec on the test's queue."""
         plan = fresh(spec_of(PlanSpec, spec, overrides), spec, "plan_id", overrides)
+        self.check_agents(spec, plan)
         return await api.start_plan(self.client, plan, queue=self.task_queue, eager=True)
 
     async def run_plan(
@@ -262,7 +379,7 @@ class Coordination:
     ) -> PlanState:
         """Start a plan and wait for its final report."""
         handle = await self.start_plan(spec, **overrides)
-        return await asyncio.wait_for(api.plan_outcome(handle), timeout)
+        return await self.ended(api.plan_outcome(handle), handle, timeout, "plan")
 
     async def dead_letters(
         self, count: int = 1, selection: DlqSelection | None = None, timeout: float = WAIT
@@ -354,5 +471,9 @@ def assert_parked(
     listed = [f"{e.event_type} ({e.failure_type}: {e.message})" for e in entries]
     assert len(entries) == count, f"expected {count} dead letters, found {listed}"
     for entry in entries:
-        assert failure_type is None or entry.failure_type == failure_type, listed
-        assert event_type is None or entry.event_type == event_type, listed
+        assert failure_type is None or entry.failure_type == failure_type, (
+            f"expected failure_type {failure_type!r}, found {entry.failure_type!r}: {listed}"
+        )
+        assert event_type is None or entry.event_type == event_type, (
+            f"expected event_type {event_type!r}, found {entry.event_type!r}: {listed}"
+        )

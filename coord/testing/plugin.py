@@ -61,8 +61,11 @@ async def coord_dev_server(
     config values), shut down when the session ends."""
     from coord.testing.harness import dynamic_config_args, start_dev_server
 
-    configured = pytestconfig.getini(DYNAMIC_CONFIG_INI)
-    env = await start_dev_server(*dynamic_config_args(configured))
+    try:
+        args = dynamic_config_args(pytestconfig.getini(DYNAMIC_CONFIG_INI))
+    except ValueError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await start_dev_server(*args)
     yield env
     await env.shutdown()
 
@@ -93,15 +96,18 @@ def coord_agents() -> AgentsSource:
 
 
 @pytest.fixture
-def coord(request: pytest.FixtureRequest, coord_task_queue: str) -> Coordination:
+def coord(
+    request: pytest.FixtureRequest, coord_task_queue: str, coord_agents: AgentsSource
+) -> Coordination:
     """The helpers, on the session's dev server (the time-skipping server for a test marked
-    `coord_time_skipping`) and the test's task queue."""
+    `coord_time_skipping`) and the test's task queue; the specs they start are checked against
+    the agents of the test's workers (else `coord_agents`)."""
     _require_session_loop(request)
     time_skipping = request.node.get_closest_marker(TIME_SKIPPING_MARK) is not None
     server = "coord_time_server" if time_skipping else "coord_dev_server"
     from coord.testing.harness import Coordination
 
-    return Coordination(request.getfixturevalue(server), coord_task_queue)
+    return Coordination(request.getfixturevalue(server), coord_task_queue, coord_agents)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
