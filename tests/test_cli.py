@@ -36,7 +36,7 @@ from coord.starter.exits import ExitCode
 from coord.starter.progress import agent_attempts
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.helpers import PHASE1, demo_agents_remote, eventually, letter
+from tests.helpers import PHASE1, demo_agents_remote, eventually, letter, user_story
 from tests.workers import COORD, run, server_env
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -458,6 +458,32 @@ async def test_the_state_of_a_running_saga_no_worker_serves_is_refused_at_once(
         "(start one: `coord worker`)\n"
     )
     assert took < 20, f"{took:.1f} s"
+
+
+async def test_a_running_chain_whose_worker_stopped_is_refused_at_once_as_no_worker(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """After its worker stops, the server lists the worker's pollers for minutes more and
+    answers the chain's query with a timeout, or at once with FAILED_PRECONDITION ("no poller
+    seen for task queue recently"): either way `chain state` and `events` exit 9 (`no_worker`)
+    naming what to start, within QUERY_PATIENCE and one bounded re-ask, not a raw error or a
+    wait without end."""
+    env = server_env(dev_env, task_queue)
+    correlation_id = f"orphaned-{task_queue}"
+    async with build_worker(client, task_queue):
+        handle = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+        await api.chain_state(client, correlation_id)  # the worker has taken the chain up
+    outcomes = []
+    for command in (("chain", "state", correlation_id), ("events", correlation_id)):
+        began = time.monotonic()
+        code, out, err = await run(COORD, *command, env=env)
+        outcomes.append((code, out, err, time.monotonic() - began < 40))
+    await handle.terminate()
+    refused = (
+        f"error: chain-{correlation_id} cannot answer: no worker polls its task queue "
+        f"{task_queue!r} (start one: `coord worker`)\n"
+    )
+    assert outcomes == [(ExitCode.NO_WORKER, "", refused, True)] * 2
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(

@@ -280,29 +280,55 @@ task queue, for `answered`; `coord agents` shows its rows without the ledgers'):
 holds a query until a worker takes it, up to 30 s, and one with no worker would only time
 out."""
 
+REASK_PATIENCE = timedelta(seconds=20)
+"""How long `answered` waits for its second asking, the one a worker seen polling should
+answer (a busy worker, a long replay): the server lists a stopped worker's pollers for minutes
+after it stopped, so a bound is what turns that into a refusal rather than a wait."""
+
+UNANSWERED = (
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.FAILED_PRECONDITION,
+)
+"""How a query no worker took comes back: timed out (ours or the server's), or refused at once
+(FAILED_PRECONDITION, "no poller seen for task queue recently") when the server has seen no
+poller on the queue lately."""
+
 
 async def answered(
     client: Client | None,
     handle: WorkflowHandle[Any, Any],
     query: MethodSyncOrAsyncNoParam[Any, R],
 ) -> R:
-    """A running run's `query`: one not answered within QUERY_PATIENCE is asked again while a
-    worker polls the run's task queue (a busy worker, a long replay), else refused (NoWorker).
-    Without a `client` to ask the queue with, the query alone, waiting as the server does."""
+    """A running run's `query`: one not answered within QUERY_PATIENCE is asked once more,
+    for up to REASK_PATIENCE, while a worker polls the run's task queue (a busy worker, a long
+    replay); refused (NoWorker) when none does, when the server says none polled lately, or
+    when the second asking goes unanswered too. Without a `client` to ask the queue with, the
+    query alone, waiting as the server does."""
     if client is None:
         return await handle.query(query)
     try:
         return await handle.query(query, rpc_timeout=QUERY_PATIENCE)
     except RPCError as error:
-        if error.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        if error.status not in UNANSWERED:
             raise
+        refused = error.status == RPCStatusCode.FAILED_PRECONDITION
     queue = (await handle.describe()).task_queue
-    if not await task_queue_pollers(client, queue):
-        raise NoWorker(
-            f"{handle.id} cannot answer: no worker polls its task queue {queue!r} (start one: "
-            "`coord worker`)"
-        )
-    return await handle.query(query)
+    if refused or not await task_queue_pollers(client, queue):
+        raise _no_worker(handle, queue)
+    try:
+        return await handle.query(query, rpc_timeout=REASK_PATIENCE)
+    except RPCError as error:
+        if error.status not in UNANSWERED:
+            raise
+        raise _no_worker(handle, queue) from error
+
+
+def _no_worker(handle: WorkflowHandle[Any, Any], queue: str) -> NoWorker:
+    return NoWorker(
+        f"{handle.id} cannot answer: no worker polls its task queue {queue!r} (start one: "
+        "`coord worker`)"
+    )
 
 
 async def current_record(

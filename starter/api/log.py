@@ -5,8 +5,9 @@ the rows its chain still holds in memory (its `timeline` query), in the chain's 
 each row once. A running chain's window is read first and the store after it: a row the chain
 dropped from its window before the query was written before it was dropped, so the store read
 after holds it, and no row falls between the two. An ended chain wrote every row when it ended,
-so its log is read from the store alone (no worker needed), unless it ended before chains wrote
-their logs (then what its window kept is all there is)."""
+so its log is read from the store alone (no worker needed) when the store reaches its last row;
+when it does not (the chain ended before chains wrote their logs, or a segment is gone), what
+its window kept is asked for too, which needs a worker (NoWorker without one)."""
 
 from collections.abc import AsyncIterator
 from typing import Any
@@ -118,7 +119,8 @@ async def read_log_page(
 
 async def _ended_window(client: Client, correlation_id: str) -> list[TimelineEntry]:
     """An ended chain whose store does not reach its last row (it ended before chains wrote
-    their logs): what its window kept, by query (a worker replays it)."""
+    their logs, or its last segment is gone: nothing read here tells which): what its window
+    kept, by query (a worker replays it; NoWorker without one)."""
     return await chain_timeline(client, correlation_id)
 
 
