@@ -2,6 +2,8 @@
 declares on the agent's own task queue."""
 
 import asyncio
+import os
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -48,6 +50,7 @@ from coord.models.wire.contract import (
     agent_task_queue,
     ledger_task_queue,
 )
+from coord.models.wire.durations import format_duration
 from coord.models.wire.specs import SpecError
 from coord.workflows._runtime.interceptor import SurplusArguments
 from coord.workflows.aggregator import Aggregator
@@ -87,6 +90,11 @@ def default_registry(
 WORKER_HEARTBEAT_INTERVAL = timedelta(seconds=3)
 """How often a `coord worker` reports itself to the server;
 `coord agents` counts a worker alive for 10 s after its last report or poll."""
+SHUTDOWN_GRACE = timedelta(seconds=30)
+"""How long a stopping `coord worker` lets its running activities (agent runs) finish before
+it cancels them: a run cancelled by the stop runs again on another worker, so a rolling upgrade
+would run every in-flight run twice (docs/operations.md)."""
+SHUTDOWN_GRACE_ENV = "COORD_SHUTDOWN_GRACE"
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 """Cancellation reaches an agent on its next heartbeat; the SDK's 30s default throttle would
 hold compensation back that long when a step sets no heartbeat timeout."""
@@ -156,15 +164,19 @@ def build_worker(
     only: Sequence[str] | None = None,
     workflows: bool = True,
     local_slots: int = LOCAL_ACTIVITY_SLOTS,
+    shutdown_grace: timedelta = timedelta(),
 ) -> WorkerSet:
     """The workers serving `registry` (restricted to `only` when given): the coordinator
     worker on `queue` and the ledgers' worker (unless `workflows` is False), and one worker per
     agent on its queue. The coordinator worker runs `local_slots` local activities at once,
-    half of them at most for any one agent (`LocalShares`)."""
+    half of them at most for any one agent (`LocalShares`). Shut down, they let running
+    activities finish for `shutdown_grace` before cancelling them (`coord worker`:
+    SHUTDOWN_GRACE; none by default, the SDK's, as tests and `coord dev` stop at once)."""
     registry = registry or default_registry()
     if only is not None:
         registry = registry.only(only)
-    process = WorkerProcess.of(client, queue or task_queue(), registry, LocalShares(local_slots))
+    shares = LocalShares(local_slots)
+    process = WorkerProcess.of(client, queue or task_queue(), registry, shares, shutdown_grace)
     workers = [coordinator_worker(process, registry), ledger_worker(process)] if workflows else []
     workers += [agent_worker(process, registry.only([name])) for name in registry]
     return WorkerSet(workers, process.home, process.breakers, process.keeper, process.lookahead)
@@ -175,7 +187,8 @@ class WorkerProcess:
     """What the workers of one process share: the client, the deployment's coordinator queue
     `home` (which names its agent queues and its ledgers' queue), the agents' breakers and pools
     (against those ledgers), the report keeper, the chain look-ahead, and the agents' shares of
-    the local activity slots."""
+    the local activity slots, and how long its workers let running activities finish when shut
+    down (`shutdown_grace`)."""
 
     client: Client
     home: str
@@ -184,14 +197,20 @@ class WorkerProcess:
     keeper: ReportKeeper
     lookahead: ChainLookahead
     local_shares: LocalShares
+    shutdown_grace: timedelta = timedelta()
 
     @classmethod
     def of(
-        cls, client: Client, home: str, registry: AgentRegistry, local_shares: LocalShares
+        cls,
+        client: Client,
+        home: str,
+        registry: AgentRegistry,
+        local_shares: LocalShares,
+        shutdown_grace: timedelta = timedelta(),
     ) -> "WorkerProcess":
         breakers, pools = Breakers(client, home, registry), AgentPools(client, home, registry)
         keeper, lookahead = ReportKeeper(client), ChainLookahead(client)
-        return cls(client, home, breakers, pools, keeper, lookahead, local_shares)
+        return cls(client, home, breakers, pools, keeper, lookahead, local_shares, shutdown_grace)
 
     def agent_activities(self, registry: AgentRegistry) -> AgentActivities:
         """The `run_agent` activity (and `run_agents`, local runs' batches) for the agents of
@@ -210,6 +229,7 @@ class WorkerProcess:
             task_queue=queue,
             activities=activities,
             default_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+            graceful_shutdown_timeout=self.shutdown_grace,
             interceptors=[
                 self.keeper,
                 PayloadsJoined(),
@@ -330,6 +350,45 @@ def worker_runtime(metrics: MetricsEndpoint | None = None) -> Runtime:
         raise metrics.refused(error) from None
 
 
+def shutdown_grace(seconds: float | None) -> timedelta:
+    """`--shutdown-grace`, else $COORD_SHUTDOWN_GRACE (seconds), else SHUTDOWN_GRACE; raises
+    SpecError naming the variable when it is no number of seconds."""
+    if seconds is None:
+        raw = os.environ.get(SHUTDOWN_GRACE_ENV, "").strip()
+        if not raw:
+            return SHUTDOWN_GRACE
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = -1
+        if not 0 <= seconds <= 86400:
+            raise SpecError(
+                f"{SHUTDOWN_GRACE_ENV}: {raw!r} is not a number of seconds (0 to 86400)"
+            )
+    return timedelta(seconds=seconds)
+
+
+def log_stopping_signals(grace: timedelta) -> None:
+    """Log which signal stops the worker (the SDK logs only "Worker cancelled") and how long it
+    lets running activities finish: wraps the Python-level handlers of SIGTERM and SIGINT that
+    stop it (the command's cancelling of its task, asyncio's Ctrl-C), which still do so."""
+    log = get_logger("worker")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue  # the default: the process ends without a word from Python
+
+        def stopping(signum: int, frame: Any, previous: Callable[..., Any] = previous) -> None:
+            log.info(
+                "worker stopping",
+                signal=signal.Signals(signum).name,
+                activities_finish_within=format_duration(grace),
+            )
+            previous(signum, frame)
+
+        signal.signal(sig, stopping)
+
+
 def served_only(registry: AgentRegistry, names: Sequence[str]) -> AgentRegistry:
     """`--only`: a name the worker does not have stops it before it connects."""
     try:
@@ -345,15 +404,17 @@ async def run_worker(
     only: Sequence[str] | None = None,
     workflows: bool = True,
     metrics: MetricsEndpoint | None = None,
+    grace: timedelta = SHUTDOWN_GRACE,
 ) -> None:
-    """`coord worker`: with `metrics`, its Prometheus endpoint (docs/metrics.md)."""
+    """`coord worker`: with `metrics`, its Prometheus endpoint (docs/metrics.md); stopped (by
+    SIGTERM or Ctrl-C), it lets running activities finish within `grace`, then cancels them."""
     registry = default_registry(agents_file, demo_agents=demo_agents)
     if only is not None:
         registry = served_only(registry, only)
     collection, sweeping = options_for(registry.settings, task_queue())
     settings = ConnectionSettings.load()
     client = await settings.connect(worker_runtime(metrics), retry=WORKER_RETRY)
-    worker = build_worker(client, registry=registry, workflows=workflows)
+    worker = build_worker(client, registry=registry, workflows=workflows, shutdown_grace=grace)
     if workflows:
         await require_search_attributes(client)
         await start_agent_monitor(client, worker.task_queue)
@@ -372,6 +433,7 @@ async def run_worker(
         # The periodic collection (README "Retention"), beside the worker, stopping with it.
         log.info("gc sweep", every=str(sweeping.every))
         sweeper = asyncio.create_task(sweep_forever(client, collection, sweeping.every))
+    log_stopping_signals(grace)
     try:
         await worker.run()
     finally:

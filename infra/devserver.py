@@ -16,6 +16,7 @@ from temporalio.runtime import Runtime
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.extras import PROJECT
+from coord.infra.orphans import Watchdog, children_running
 from coord.infra.payload_store import data_converter
 from coord.infra.state_dir import server_db_file
 from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, ServerUnreachable, dev_ui_port
@@ -147,7 +148,7 @@ async def embedded_server(
     *, port: int = DEFAULT_PORT, ui_port: int | None = None, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
     """A dev server on `port`, its UI on `ui_port` (default: `dev_ui_port`); PortInUse when
-    either is taken."""
+    either is taken. It ends with this process, even one killed (`Watchdog`, on Linux)."""
     ui_port = ui_port or dev_ui_port(port)
     for taken in (port, ui_port):
         if await _listening(f"127.0.0.1:{taken}"):
@@ -157,10 +158,16 @@ async def embedded_server(
             )
     db_file = db_file or server_db_file()
     db_file.parent.mkdir(parents=True, exist_ok=True)
+    binary = Path(sysconfig.get_path("scripts")) / "temporal"
+    before = children_running(binary)
     env = await start_dev_server(port=port, ui_port=ui_port, db_file=db_file)
+    # The SDK's core starts the server: a watchdog stops it should this process be killed.
+    watchdogs = [Watchdog(pid) for pid in children_running(binary) - before]
     try:
         yield env
     finally:
+        for watchdog in watchdogs:
+            watchdog.dismiss()
         await env.shutdown()
 
 

@@ -620,6 +620,59 @@ async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(tmp_path: P
     )
 
 
+async def test_a_killed_server_takes_its_temporal_with_it_and_a_set_ui_url_needs_no_hint(
+    tmp_path: Path,
+) -> None:
+    """`kill -9` of `coord server` leaves no Temporal holding its ports (a restart would fail,
+    port in use); with COORD_UI_URL already pointing at its --ui-port it prints no hint."""
+    port, ui_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": "",
+        "COORD_UI_URL": f"http://localhost:{ui_port}",
+        "PYTHONUNBUFFERED": "1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        *(COORD, "server", "--port", str(port), "--ui-port", str(ui_port)),
+        *("--db-file", str(tmp_path / "coord.db")),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    try:
+        first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        assert await listening(port)
+    finally:
+        process.kill()
+        rest, _ = await asyncio.wait_for(process.communicate(), 30)
+    assert first == f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
+    assert b"COORD_UI_URL" not in rest
+
+    async def gone() -> bool:
+        return not await listening(port) and not await listening(ui_port)
+
+    await eventually(gone, 15)
+
+
+async def test_a_shutdown_grace_that_is_no_number_of_seconds_is_refused_before_connecting() -> None:
+    env = {"TEMPORAL_ADDRESS": "127.0.0.1:9", "COORD_SHUTDOWN_GRACE": "soon"}
+    code, _, err = await run(COORD, "worker", env=env)
+    assert (code, err) == (
+        1,
+        "error: COORD_SHUTDOWN_GRACE: 'soon' is not a number of seconds (0 to 86400)\n",
+    )
+
+
+async def listening(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
 async def test_examples_names_the_shipped_specs_and_copies_them(tmp_path: Path) -> None:
     """A user who installed the wheel has no checkout: `coord examples --copy examples` puts the
     specs where the README's commands look."""

@@ -2,6 +2,9 @@
 the work, and the histories show every compensation and every agent run completed once."""
 
 import asyncio
+import json
+import signal
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,8 +19,11 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.saga.spec import SagaSpec, SagaStatus
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.starter.exits import ExitCode
 from coord.starter.progress import activity_names
+from tests.agents import PYTHON
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
+from tests.helpers import eventually
 from tests.workers import demo_agents_worker, worker_process
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -86,6 +92,32 @@ async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
     assert state.status == SagaStatus.COMPLETED
     completed = await completed_activities(client, handle)
     assert completed == Counter({step.name: 1 for step in spec.steps})
+
+
+async def test_a_worker_stopped_mid_step_finishes_the_run_it_holds_and_it_runs_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A rolling upgrade's SIGTERM: the worker lets its running agent run finish (its shutdown
+    grace) before it exits, so the next worker does not run it again; its log names the
+    signal."""
+    keys = tmp_path / "keys"
+    spec = saga(
+        RunE2ETests={"heartbeat_timeout": "1s", "timeout": "30s"},
+        input={"inject": {"slow": {"RunE2ETests": 3}}, "keys": str(keys)},
+    )
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote") as first:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+        await wait_running(client, handle, "RunE2ETests")
+        first.process.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(first.process.wait, 60)
+    assert code == ExitCode.TERMINATED
+    async with demo_agents_worker(client, task_queue, tmp_path, "remote"):
+        state = await asyncio.wait_for(api.saga_outcome(handle), 90)
+    assert state.status == SagaStatus.COMPLETED
+    runs = [line.split()[0] for line in keys.read_text().splitlines()]
+    assert runs.count("RunE2ETests") == 1, runs
+    log = (tmp_path / "worker-remote.log").read_text()
+    assert "worker stopping" in log and "SIGTERM" in log, log
 
 
 async def test_a_worker_killed_mid_local_step_the_next_one_runs_it_again_with_its_key(
@@ -212,3 +244,41 @@ async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
     )  # the agent runs, named `agent ← trigger` (not the log's segment writes)
     assert len(runs) == len(spec.subscriptions)
     assert all(count == 1 for count in runs.values()), runs
+
+
+HANG = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(1000)"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+async def test_a_killed_workers_shell_agent_ends_with_it(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Its run goes to another worker: an agent process left running would run it twice at
+    once."""
+    pid_file, agents = tmp_path / "agent.pid", tmp_path / "agents.json"
+    hang = {"kind": "shell", "argv": [PYTHON, "-c", HANG, str(pid_file)], "timeout": "60s"}
+    agents.write_text(json.dumps({"agents": {"hang": hang}}))
+    spec = SagaSpec.model_validate(
+        {"saga_id": f"orphan-{uuid.uuid4().hex[:8]}", "steps": [{"name": "Hang", "agent": "hang"}]}
+    )
+    log = tmp_path / "worker.log"
+    async with worker_process(client, task_queue, log, "--agents", str(agents), demo=False) as w:
+        handle = await api.start_saga(client, spec, queue=task_queue)
+
+        async def started() -> bool:
+            return pid_file.exists() and pid_file.read_text() != ""
+
+        await eventually(started, 60)
+        w.process.kill()  # the worker alone: the agent runs in a session of its own
+        w.process.wait()
+        await eventually(lambda: ended(int(pid_file.read_text())), 10)
+    await handle.terminate()
+
+
+async def ended(pid: int) -> bool:
+    """Gone, or a zombie (its new parent may not reap it at once)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from coord.activities.kinds.output import json_object_output, request_json
+from coord.infra.orphans import die_with_parent
 from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext
 from coord.models.mesh.config import CHILD_ENV_DEFAULT, ShellAgent, WorkerSettings
@@ -60,6 +61,7 @@ async def _start(
             cwd=workdir,
             env=child_environment(config, settings, context),
             start_new_session=True,
+            preexec_fn=die_with_parent,  # the worker killed: no run going on beside its retry
         )
     except OSError as error:
         if error.errno not in NOT_STARTABLE:

@@ -46,16 +46,31 @@ async def worker(
             f"default {DEFAULT_BIND}, 0.0.0.0 for every interface)"
         ),
     ] = None,
+    shutdown_grace: Annotated[
+        float | None,
+        typer.Option(
+            min=0,
+            max=86400,
+            help="Stopped (SIGTERM, Ctrl-C), let running agent runs finish for this many seconds "
+            "before cancelling them (also $COORD_SHUTDOWN_GRACE)  [default: 30]",
+        ),
+    ] = None,
 ) -> None:
     """Run a worker against the configured server (TEMPORAL_ADDRESS, or localhost:7233): the
     workflows on the coordinator queue (the agents' ledgers on `<queue>/ledgers`), and each
     agent on its own queue (`agent-<name>`)."""
     from coord.worker import run_worker
+    from coord.worker import shutdown_grace as grace
 
     names = [name.strip() for name in only.split(",") if name.strip()] if only is not None else None
     endpoint = MetricsEndpoint.of(metrics_port, metrics_bind)
     await run_worker(
-        agents, demo_agents=demo_agents, only=names, workflows=not no_workflows, metrics=endpoint
+        agents,
+        demo_agents=demo_agents,
+        only=names,
+        workflows=not no_workflows,
+        metrics=endpoint,
+        grace=grace(shutdown_grace),
     )
 
 
