@@ -312,7 +312,8 @@ def test_coord_agents_shows_success_p50_and_breaker() -> None:
     unread = render.plain(agents_view([row], now))
     assert unread.splitlines()[2].endswith("| -"), "its ledger unread: no breaker shown"
     shown = AgentsReport([row]).model_dump(mode="json")[0]
-    assert [shown[field] for field in ("breaker", "breaker_calls", "probes")] == [None] * 3
+    unknown = ("breaker", "breaker_calls", "probes", "runs")
+    assert [shown[field] for field in unknown] == [None] * 4
     closed = ledger.model_copy(update={"breaker": "closed", "breaker_calls": 40})
     failing = closed.model_copy(update={"breaker_failure_rate": 0.1})
     assert "closed (10% of 40 failed)" in render.plain(agents_view([row.with_ledger(failing)], now))

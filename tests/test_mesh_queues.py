@@ -186,7 +186,7 @@ async def test_agents_are_listed_when_no_worker_answers_for_their_ledgers(
     assert (code, err) == (
         0,
         "warning: the agents' ledgers did not answer (no worker serves them?): breakers and "
-        "pools not shown\n",
+        "recent runs not shown, pools as their workers report them\n",
     )
     [ghost_line] = [line for line in out.splitlines() if line.startswith("ghost ")]
     assert "unreachable" in ghost_line

@@ -93,8 +93,9 @@ class AgentHealth(BaseModel):
     probes: int | None = None
     probes_succeeded: int | None = None
     """A half-open breaker's probes to succeed, and those that have."""
-    runs: int = 0
-    """Runs in the ledger's recent window (success rate and p50 are over these)."""
+    runs: int | None = None
+    """Runs in the ledger's recent window (success rate and p50 are over these); None while
+    the ledger is unread, as the breaker fields."""
     success_rate: float | None = None
     p50_ms: float | None = None
 

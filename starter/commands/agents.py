@@ -45,8 +45,9 @@ async def agents(
     or reporting itself) within 10 s, else `unreachable`; its workers and backlog. Lists the
     agents declared here (--agents, $COORD_AGENTS, $COORD_DEMO_AGENTS) and every agent queue a
     worker reports serving. Breakers and pools come from the agents' ledgers, which a worker
-    answers for: without an answer within 5 s, a warning says so and they are left out (the
-    breaker column shows `-`; --json has null for `breaker` and the other breaker fields)."""
+    answers for: without an answer within 5 s, a warning says so and the breakers and recent
+    runs are left out (the breaker column shows `-`; --json has null for `breaker`, the other
+    breaker fields and `runs`), and pools are as their workers report them."""
     registry = declared_agents(agents_file)
     client = await connect()
     rows = [
@@ -59,7 +60,7 @@ async def agents(
     except (TimeoutError, RPCError):
         typer.echo(
             "warning: the agents' ledgers did not answer (no worker serves them?): breakers "
-            "and pools not shown",
+            "and recent runs not shown, pools as their workers report them",
             err=True,
         )
     else:
