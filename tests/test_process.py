@@ -31,3 +31,12 @@ coord.run(main())
 async def test_a_script_exits_as_python_would(body: str, code: int, err: str) -> None:
     exited, out, printed = await run(sys.executable, "-c", SCRIPT.format(body=body))
     assert (exited, out, printed) == (code, "", err)
+
+
+async def test_a_bench_exits_with_the_code_its_main_returns() -> None:
+    """The benches end through `exit_without_teardown` with their own code: a failed round's
+    1 must not become 0, as it did while `coord.run`'s rule (a return is no code) was its."""
+    script = (
+        "from coord.infra.process import exit_without_teardown\nexit_without_teardown(lambda: 3)"
+    )
+    assert await run(sys.executable, "-c", script) == (3, "", "")
