@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from coord.models.chain.spec import ChainSpec
-from coord.models.kinds import SPEC_KINDS, kind_of, schema_of
+from coord.models.kinds import MODELS, SPEC_KINDS, kind_of, schema_of
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire import specs
 from coord.models.wire.specs import SpecError, read_document
@@ -56,6 +56,22 @@ def test_every_example_names_its_kinds_schema_and_validates_against_it(example: 
         for error in jsonschema.Draft202012Validator(schema).iter_errors(document)
     ]
     assert errors == []
+
+
+STARTED = [
+    e for e in EXAMPLES if kind_of(yaml.safe_load(e.read_text())) in ("saga", "plan", "vote")
+]
+"""The examples a run starts from with the spec as its input (`start_run`)."""
+
+
+@pytest.mark.parametrize("example", STARTED, ids=lambda path: str(path.relative_to(ROOT)))
+def test_a_run_decodes_the_spec_it_started_from_as_loaded(example: Path) -> None:
+    """A start carries what the spec sets, not every default: the run decodes the same spec."""
+    model = MODELS[kind_of(yaml.safe_load(example.read_text()))]
+    spec = specs.load_spec(model, example)
+    started = spec.model_dump(mode="json", exclude_unset=True)
+    assert len(json.dumps(started)) < len(spec.model_dump_json())
+    assert model.model_validate(started) == spec
 
 
 def schema_errors(kind: str, document: Any) -> list[str]:
