@@ -669,35 +669,54 @@ async def test_sigterm_stops_coord_dev_and_coord_demo(
 
 
 async def coord_server(
-    tmp_path: Path, port: int, ui_port: int, env: dict[str, str]
+    tmp_path: Path, port: int, ui_port: int, env: dict[str, str], command: str = "server"
 ) -> asyncio.subprocess.Process:
-    """`coord server` on `port` and `ui_port` in a process of its own (its state in
-    `tmp_path`), not the configured server's, its output unbuffered, `env` added."""
+    """`coord server` (or `dev`: its embedded server and a worker) on `port` and `ui_port` in a
+    process of its own (its state in `tmp_path`), not the configured server's, its output
+    unbuffered, `env` added."""
     return await asyncio.create_subprocess_exec(
-        *(COORD, "server", "--port", str(port), "--ui-port", str(ui_port)),
-        *("--db-file", str(tmp_path / "coord.db")),
-        env={**os.environ, "TEMPORAL_ADDRESS": "", "PYTHONUNBUFFERED": "1", **env},
+        *(COORD, command, "--port", str(port), "--ui-port", str(ui_port)),
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": "",
+            "XDG_DATA_HOME": str(tmp_path),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
 
 
-async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(tmp_path: Path) -> None:
-    """Other commands' `started ...` links cannot know --ui-port: the server says what to set."""
+@pytest.mark.parametrize("command", ["server", "dev"])
+async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(
+    tmp_path: Path, command: str
+) -> None:
+    """Other commands' `started ...` links cannot know --ui-port: the server says what to set,
+    and so does `coord dev` starting its embedded one (it said nothing). The Temporal binary's
+    own banner shares the output, in any order around these lines."""
     port, ui_port = free_port(), free_port()
-    process = await coord_server(tmp_path, port, ui_port, {})
-    assert process.stdout is not None
-    try:
-        first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-        second = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.communicate(), 30)
-    assert first == f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
-    assert second == (
+    started = {
+        "server": f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n",
+        "dev": f"worker running against embedded dev server at localhost:{port} (SQLite "
+        f"{tmp_path / 'event-coordinator' / 'coord.db'}); Ctrl-C to stop\n",
+    }[command]
+    hint = (
         f"the UI links other coord commands print point at port {port + 1000}: "
         f"set COORD_UI_URL=http://localhost:{ui_port} where they run\n"
     )
+    process = await coord_server(tmp_path, port, ui_port, {}, command)
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        while hint not in lines:
+            line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+            assert line, f"ended without the hint: {lines}"
+            lines.append(line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.communicate(), 30)
+    assert [line for line in lines if line in (started, hint)] == [started, hint]
 
 
 async def test_a_killed_server_takes_its_temporal_with_it_and_a_set_ui_url_needs_no_hint(
