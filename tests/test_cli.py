@@ -37,6 +37,7 @@ from coord.models.wire.contract import (
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.commands.rewind import NO_CHAIN_HINT
+from coord.starter.examples import SCHEMA_LINE
 from coord.starter.exits import ExitCode
 from coord.starter.progress import agent_attempts
 from coord.worker import build_worker
@@ -776,9 +777,20 @@ async def test_examples_names_the_shipped_specs_and_copies_them(tmp_path: Path) 
     assert sorted(line.strip() for line in listed) == shipped
     assert "  feature-deployment.yaml" in listed
     code, out, _ = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)
-    assert (code, out) == (0, f"{len(shipped)} files copied to examples\n")
+    assert (code, out) == (
+        0,
+        f"{len(shipped)} files copied to examples, and the 6 schemas they name to "
+        "examples/schemas\n",
+    )
     copied = tmp_path / "examples" / "feature-deployment.yaml"
-    assert copied.read_text() == (ROOT / "examples" / "feature-deployment.yaml").read_text()
+    original = (ROOT / "examples" / "feature-deployment.yaml").read_text()
+    assert copied.read_text() == original.replace("../schemas/", "schemas/", 1)
+    # each schema line names a schema in the copy (it named the checkout's schemas/, outside)
+    for file in shipped:
+        first = (tmp_path / "examples" / file).read_text().split("\n", 1)[0]
+        if first.startswith(SCHEMA_LINE):
+            schema = (tmp_path / "examples" / file).parent / first.removeprefix(SCHEMA_LINE)
+            assert schema.read_text() == (ROOT / "schemas" / schema.name).read_text(), file
     code, _, err = await run(COORD, "validate", "examples/feature-deployment.yaml", cwd=tmp_path)
     assert code == 0, err
     code, _, err = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)
