@@ -91,10 +91,10 @@ EXIT_EXAMPLES: dict[str, str] = {
     "NO_WORKER": (
         "`saga start --wait`, `plan start --wait`, `vote start --wait`: nothing polled the task "
         "queue for `--no-worker-timeout` seconds; `plan approve`: no worker took the decision up "
-        "within a minute; the state of a running saga, chain, plan or aggregator, and `events` "
-        "of a running chain, when no worker polls its task queue or none answers (after 5 s; "
-        "25 s when a worker polled it lately); `events --all` of an ended chain whose stored log "
-        "lacks its end, with no worker"
+        "within a minute; the state of a running saga, chain, plan, aggregator or vote, "
+        "`dlq show` of a parked entry, and `events` of a running chain, when no worker polls "
+        "its task queue or none answers (after 5 s; 25 s when a worker polled it lately); "
+        "`events --all` of an ended chain whose stored log lacks its end, with no worker"
     ),
     "PLAN_NOT_COMPLETED": "the final table (or `--json` record) is printed",
     "VOTE_NOT_DECIDED": "the ballots (or `--json` record) are printed",

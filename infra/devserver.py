@@ -19,7 +19,13 @@ from coord.infra.extras import PROJECT
 from coord.infra.orphans import Watchdog, children_running
 from coord.infra.payload_store import data_converter
 from coord.infra.state_dir import server_db_file
-from coord.infra.temporal import DEFAULT_PORT, ConnectionSettings, ServerUnreachable, dev_ui_port
+from coord.infra.temporal import (
+    DEFAULT_PORT,
+    ConnectionSettings,
+    ServerUnreachable,
+    dev_ui_port,
+    ui_url,
+)
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
 
@@ -213,6 +219,22 @@ class LocalTemporal:
     client: Client
     where: str
     ui: str | None = None
+    ui_hint: str | None = None
+    """What to set so that other commands' links reach the UI (`ui_link_hint`), if anything."""
+
+
+def ui_link_hint(port: int, ui_port: int) -> str | None:
+    """What a local server on `port` whose UI is at a `ui_port` other than the default says:
+    the `started ...` links of other commands point at the default (they cannot know the UI's
+    port), so COORD_UI_URL must be set where they run. None when the UI is at the default, or
+    COORD_UI_URL already points at it."""
+    local = {f"http://localhost:{ui_port}", f"http://127.0.0.1:{ui_port}"}
+    if ui_port == dev_ui_port(port) or ui_url() in local:
+        return None
+    return (
+        f"the UI links other coord commands print point at port {dev_ui_port(port)}: "
+        f"set COORD_UI_URL=http://localhost:{ui_port} where they run"
+    )
 
 
 @asynccontextmanager
@@ -237,4 +259,5 @@ async def local_temporal(
     ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port) as env:
         where = f"embedded dev server at {address} (SQLite {server_db_file()})"
-        yield LocalTemporal(env.client, where, f"http://localhost:{ui_port}")
+        hint = ui_link_hint(port, ui_port)
+        yield LocalTemporal(env.client, where, f"http://localhost:{ui_port}", hint)

@@ -187,8 +187,9 @@ async def _sightings(
     watch: Watch, client: Client, handle: WorkflowHandle[Any, Any]
 ) -> list[Sighting]:
     """What `watch` sees, or nothing this round when the run cannot answer (it is ending, its
-    worker is busy or away): the next round asks again."""
+    worker is busy or away: NoWorker from a bounded query): the next round asks again, and
+    `WorkerWatch` decides when no worker means giving up."""
     try:
         return await watch(client, handle)
-    except (RPCError, WorkflowQueryFailedError):
+    except (RPCError, WorkflowQueryFailedError, NoWorker):
         return []

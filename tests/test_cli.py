@@ -1,19 +1,23 @@
 """`coord` and the Temporal CLI as a user runs them, against the session's dev server."""
 
 import asyncio
+import functools
 import json
 import os
 import re
 import signal
 import socket
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.dead_letters import park_dead_letter
@@ -23,6 +27,7 @@ from coord.models.chain.spec import ChainState
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
+from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaState, SagaStatus
 from coord.models.wire.contract import (
     AGENT_SERVED_ACTIVITY,
@@ -32,11 +37,19 @@ from coord.models.wire.contract import (
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.commands.rewind import NO_CHAIN_HINT
+from coord.starter.examples import SCHEMA_LINE
 from coord.starter.exits import ExitCode
 from coord.starter.progress import agent_attempts
 from coord.worker import build_worker
 from tests.conftest import FEATURE_DEPLOYMENT, ROOT
-from tests.helpers import PHASE1, demo_agents_remote, eventually, letter, user_story
+from tests.helpers import (
+    PHASE1,
+    demo_agents_remote,
+    eventually,
+    history_events,
+    letter,
+    user_story,
+)
 from tests.workers import COORD, run, server_env
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -460,19 +473,34 @@ async def test_the_state_of_a_running_saga_no_worker_serves_is_refused_at_once(
     assert took < 20, f"{took:.1f} s"
 
 
+async def orphaned(
+    client: Client, task_queue: str, *starts: Awaitable[WorkflowHandle[Any, Any]]
+) -> list[WorkflowHandle[Any, Any]]:
+    """Runs started on `task_queue` and taken up by a worker (each has completed a workflow
+    task), which then stops: the server lists its pollers for minutes more and answers a query
+    of theirs with a timeout, or at once with FAILED_PRECONDITION ("no poller seen for task
+    queue recently")."""
+    async with build_worker(client, task_queue):
+        handles = [await start for start in starts]
+        for handle in handles:
+            await eventually(functools.partial(taken_up, handle))
+    return handles
+
+
+async def taken_up(handle: WorkflowHandle[Any, Any]) -> bool:
+    return EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in await history_events(handle)
+
+
 async def test_a_running_chain_whose_worker_stopped_is_refused_at_once_as_no_worker(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:
-    """After its worker stops, the server lists the worker's pollers for minutes more and
-    answers the chain's query with a timeout, or at once with FAILED_PRECONDITION ("no poller
-    seen for task queue recently"): either way `chain state` and `events` exit 9 (`no_worker`)
-    naming what to start, within QUERY_PATIENCE and one bounded re-ask, not a raw error or a
-    wait without end."""
+    """`chain state` and `events` exit 9 (`no_worker`) naming what to start, within
+    QUERY_PATIENCE and one bounded re-ask, not a raw error or a wait without end."""
     env = server_env(dev_env, task_queue)
     correlation_id = f"orphaned-{task_queue}"
-    async with build_worker(client, task_queue):
-        handle = await api.start_chain(client, user_story(), correlation_id, queue=task_queue)
-        await api.chain_state(client, correlation_id)  # the worker has taken the chain up
+    [handle] = await orphaned(
+        client, task_queue, api.start_chain(client, user_story(), correlation_id, queue=task_queue)
+    )
     outcomes = []
     for command in (("chain", "state", correlation_id), ("events", correlation_id)):
         began = time.monotonic()
@@ -484,6 +512,55 @@ async def test_a_running_chain_whose_worker_stopped_is_refused_at_once_as_no_wor
         f"{task_queue!r} (start one: `coord worker`)\n"
     )
     assert outcomes == [(ExitCode.NO_WORKER, "", refused, True)] * 2
+
+
+async def test_a_running_plan_and_dead_letter_whose_worker_stopped_are_refused_as_no_worker(
+    dev_env: WorkflowEnvironment, client: Client, task_queue: str
+) -> None:
+    """`dlq show` and a plan's progress (`plan_progress`, which `plan state` reads too) asked
+    their query without the bound the other reads have: they waited 35-40 s and exited 1 with
+    the server's words. Now exit 9 (NoWorker), as `answered` says; the reads go at once."""
+    env = server_env(dev_env, task_queue)
+    plan_id = f"orphaned-{task_queue}"
+    gated = {"id": "api", "agent": "python-pro", "approval": {"required": True}}
+    spec = PlanSpec.model_validate({"plan_id": plan_id, "name": "Gated", "tasks": [gated]})
+
+    async def parked() -> WorkflowHandle[Any, Any]:
+        entry_id = await park_dead_letter(client, letter("chain-nowhere"), task_queue)
+        return client.get_workflow_handle(entry_id)
+
+    plan, entry = await orphaned(
+        client, task_queue, api.start_plan(client, spec, queue=task_queue), parked()
+    )
+
+    async def progress() -> str:
+        try:
+            await api.plan_progress(client, plan_id)
+        except api.NoWorker as refusal:
+            return f"error: {refusal}\n"
+        return "answered"
+
+    began = time.monotonic()
+    shown, stated, asked = await asyncio.gather(
+        run(COORD, "dlq", "show", entry.id, env=env),
+        run(COORD, "plan", "state", plan_id, env=env),
+        progress(),
+    )
+    took = time.monotonic() - began
+    await asyncio.gather(plan.terminate(), entry.terminate())
+
+    def refused(workflow_id: str) -> str:
+        return (
+            f"error: {workflow_id} cannot answer: no worker polls its task queue {task_queue!r} "
+            "(start one: `coord worker`)\n"
+        )
+
+    assert (shown, stated, asked) == (
+        (ExitCode.NO_WORKER, "", refused(entry.id)),
+        (ExitCode.NO_WORKER, "", refused(plan.id)),
+        refused(plan.id),
+    )
+    assert took < 30, f"{took:.1f} s"
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(
@@ -593,35 +670,54 @@ async def test_sigterm_stops_coord_dev_and_coord_demo(
 
 
 async def coord_server(
-    tmp_path: Path, port: int, ui_port: int, env: dict[str, str]
+    tmp_path: Path, port: int, ui_port: int, env: dict[str, str], command: str = "server"
 ) -> asyncio.subprocess.Process:
-    """`coord server` on `port` and `ui_port` in a process of its own (its state in
-    `tmp_path`), not the configured server's, its output unbuffered, `env` added."""
+    """`coord server` (or `dev`: its embedded server and a worker) on `port` and `ui_port` in a
+    process of its own (its state in `tmp_path`), not the configured server's, its output
+    unbuffered, `env` added."""
     return await asyncio.create_subprocess_exec(
-        *(COORD, "server", "--port", str(port), "--ui-port", str(ui_port)),
-        *("--db-file", str(tmp_path / "coord.db")),
-        env={**os.environ, "TEMPORAL_ADDRESS": "", "PYTHONUNBUFFERED": "1", **env},
+        *(COORD, command, "--port", str(port), "--ui-port", str(ui_port)),
+        env={
+            **os.environ,
+            "TEMPORAL_ADDRESS": "",
+            "XDG_DATA_HOME": str(tmp_path),
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        },
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
     )
 
 
-async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(tmp_path: Path) -> None:
-    """Other commands' `started ...` links cannot know --ui-port: the server says what to set."""
+@pytest.mark.parametrize("command", ["server", "dev"])
+async def test_a_server_with_its_own_ui_port_tells_how_to_link_to_it(
+    tmp_path: Path, command: str
+) -> None:
+    """Other commands' `started ...` links cannot know --ui-port: the server says what to set,
+    and so does `coord dev` starting its embedded one (it said nothing). The Temporal binary's
+    own banner shares the output, in any order around these lines."""
     port, ui_port = free_port(), free_port()
-    process = await coord_server(tmp_path, port, ui_port, {})
-    assert process.stdout is not None
-    try:
-        first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-        second = (await asyncio.wait_for(process.stdout.readline(), 10)).decode()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.communicate(), 30)
-    assert first == f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
-    assert second == (
+    started = {
+        "server": f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n",
+        "dev": f"worker running against embedded dev server at localhost:{port} (SQLite "
+        f"{tmp_path / 'event-coordinator' / 'coord.db'}); Ctrl-C to stop\n",
+    }[command]
+    hint = (
         f"the UI links other coord commands print point at port {port + 1000}: "
         f"set COORD_UI_URL=http://localhost:{ui_port} where they run\n"
     )
+    process = await coord_server(tmp_path, port, ui_port, {}, command)
+    assert process.stdout is not None
+    lines: list[str] = []
+    try:
+        while hint not in lines:
+            line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+            assert line, f"ended without the hint: {lines}"
+            lines.append(line)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(process.communicate(), 30)
+    assert [line for line in lines if line in (started, hint)] == [started, hint]
 
 
 async def test_a_killed_server_takes_its_temporal_with_it_and_a_set_ui_url_needs_no_hint(
@@ -681,9 +777,20 @@ async def test_examples_names_the_shipped_specs_and_copies_them(tmp_path: Path) 
     assert sorted(line.strip() for line in listed) == shipped
     assert "  feature-deployment.yaml" in listed
     code, out, _ = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)
-    assert (code, out) == (0, f"{len(shipped)} files copied to examples\n")
+    assert (code, out) == (
+        0,
+        f"{len(shipped)} files copied to examples, and the 6 schemas they name to "
+        "examples/schemas\n",
+    )
     copied = tmp_path / "examples" / "feature-deployment.yaml"
-    assert copied.read_text() == (ROOT / "examples" / "feature-deployment.yaml").read_text()
+    original = (ROOT / "examples" / "feature-deployment.yaml").read_text()
+    assert copied.read_text() == original.replace("../schemas/", "schemas/", 1)
+    # each schema line names a schema in the copy (it named the checkout's schemas/, outside)
+    for file in shipped:
+        first = (tmp_path / "examples" / file).read_text().split("\n", 1)[0]
+        if first.startswith(SCHEMA_LINE):
+            schema = (tmp_path / "examples" / file).parent / first.removeprefix(SCHEMA_LINE)
+            assert schema.read_text() == (ROOT / "schemas" / schema.name).read_text(), file
     code, _, err = await run(COORD, "validate", "examples/feature-deployment.yaml", cwd=tmp_path)
     assert code == 0, err
     code, _, err = await run(COORD, "examples", "--copy", "examples", cwd=tmp_path)

@@ -239,7 +239,7 @@ def test_a_prompt_with_a_stray_dollar_is_refused_at_load(tmp_path: Path) -> None
     with pytest.raises(SpecError) as refused:
         load_agents(agents, AgentRegistry())
     assert str(refused.value) == (
-        f"{agents}: agents.x.llm.prompt: a `$` starts a placeholder ($name or ${{name}}); "
+        f"{agents}: agents.x.prompt: a `$` starts a placeholder ($name or ${{name}}); "
         "`$$` is a dollar sign"
     )
 

@@ -231,6 +231,26 @@ async def test_a_bad_agents_file_given_to_validate_is_reported_as_a_files_proble
     assert err == "0 of 1 files valid: none was checked, their agents file is not valid\n"
 
 
+async def test_an_agents_problem_is_placed_where_it_was_written_not_under_its_kind(
+    tmp_path: Path,
+) -> None:
+    """`agents: {a: {kind: http, url: ...}}` has its url at `agents.a.url`: pydantic placed the
+    problem under the kind too (`agents.a.http.url`), a level the file does not have; so for
+    a plan's inline agents."""
+    agents = tmp_path / "agents.yaml"
+    agents.write_text("agents:\n  a: {kind: http, url: 'ftp://x'}\n")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "plan_id: p\nname: P\nagents:\n  b: {kind: shell, argv: 5}\ntasks: [{id: t, agent: b}]\n"
+    )
+    code, out, _ = await run(COORD, "validate", str(agents), str(plan), env=NO_AGENTS)
+    assert code == ExitCode.REFUSED
+    assert out.splitlines() == [
+        f"{agents}: agents.a.url: String should match pattern '^https?://'",
+        f"{plan}: agents.b.argv: Input should be a valid list",
+    ]
+
+
 async def test_an_agents_file_may_not_take_a_demo_agents_name(tmp_path: Path) -> None:
     agents = tmp_path / "agents.yaml"
     agents.write_text("agents:\n  RunTests: {kind: shell, argv: ['true']}\n")

@@ -33,7 +33,7 @@ from coord.models.mesh.tiers import (
 from coord.models.mesh.usage import TokenBudget
 from coord.models.ops.retention import GcSettings, RetentionSettings
 from coord.models.wire.durations import Duration
-from coord.models.wire.specs import IDENTIFIER
+from coord.models.wire.specs import IDENTIFIER, untagged
 
 SYSEXITS_DATA_ERRORS = [2, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 76, 77, 78]
 """Exit codes that say the input was wrong (usage, sysexits 64-78 but 75 EX_TEMPFAIL): retrying
@@ -280,6 +280,7 @@ AgentConfig = Annotated[
     PythonAgent | ShellAgent | HttpAgent | LlmAgent,
     Field(discriminator="kind"),
     BeforeValidator(_kind_given),
+    untagged(AGENT_KINDS),
 ]
 
 

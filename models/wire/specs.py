@@ -1,13 +1,19 @@
 """Turning YAML/JSON documents into validated models, with errors that name the field."""
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from coord.models.wire.errors import CoordError
 
@@ -75,6 +81,31 @@ def _shallow(value: dict[str, Any]) -> dict[str, Any]:
 
 JsonObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
 """A JSON object of user data, nested at most MAX_JSON_DEPTH levels."""
+
+
+def untagged(tags: Collection[str]) -> WrapValidator:
+    """For a tagged union (an agent's `kind:`): its members' problems placed where the user
+    wrote them (`agents.a.url`). Pydantic places them under the member's tag too
+    (`agents.a.http.url`), a level the document does not have; a problem's first place is
+    dropped when it is one of `tags`."""
+
+    def placed(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        try:
+            return handler(value)
+        except ValidationError as error:
+            problems = [_without_tag(problem, tags) for problem in error.errors()]
+            raise ValidationError.from_exception_data(error.title, problems) from None
+
+    return WrapValidator(placed)
+
+
+def _without_tag(problem: ErrorDetails, tags: Collection[str]) -> InitErrorDetails:
+    """The problem as it was (its type, words and context kept), its tag out of its place."""
+    location = problem["loc"]
+    if location and location[0] in tags:
+        location = location[1:]
+    kind = PydanticCustomError(problem["type"], problem["msg"], problem.get("ctx"))
+    return {"type": kind, "loc": location, "input": problem["input"]}
 
 
 def _field_path(location: tuple[int | str, ...]) -> str:

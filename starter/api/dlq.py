@@ -41,7 +41,7 @@ from coord.models.dlq.letter import (
 from coord.models.wire import contract
 from coord.models.wire.contract import failure_message
 from coord.models.wire.specs import SpecError, parse_model
-from coord.starter.api.common import NotFound, Undeliverable, api_call, described
+from coord.starter.api.common import NotFound, Undeliverable, answered, api_call, described
 from coord.workflows.dlq import DeadLetterEntry
 
 UpdateRequest = TypeVar("UpdateRequest", ReplayRequest, ArchiveRequest)
@@ -143,7 +143,8 @@ def decode_cursor(cursor: str) -> tuple[str, bytes]:
 
 @api_call
 async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
-    """An entry's whole record: its result once closed, else its `entry` query."""
+    """An entry's whole record: its result once closed, else its `entry` query (`answered`:
+    NoWorker when no worker polls the entry's task queue or none answers)."""
     missing = _no_dead_letter(entry_id)
     handle = _entry_handle(client, entry_id)
     description = await described(handle, missing)
@@ -154,7 +155,7 @@ async def dlq_entry(client: Client, entry_id: str) -> DlqEntry:
     if description.status != WorkflowExecutionStatus.RUNNING:
         status = description.status.name.lower() if description.status else "unknown"
         raise Undeliverable(f"dead letter {entry_id!r} was {status}; its record is in its history")
-    return await handle.query(DeadLetterEntry.entry)
+    return await answered(client, handle, DeadLetterEntry.entry)
 
 
 @api_call

@@ -34,6 +34,7 @@ from coord.models.wire import contract
 from coord.starter.api.common import (
     NotFound,
     NoWorker,
+    answered,
     api_call,
     cancel_running,
     current_record,
@@ -131,7 +132,8 @@ async def plan_state(client: Client, plan: str) -> PlanState:
 async def plan_progress(client: Client, plan: str) -> PlanProgress:
     """Running tasks with their agents' latest summaries (read from the server's pending
     activities as the answer is made) and elapsed time, counts by state, and what the plan
-    waits for (a running plan only: the counts are the workflow's query)."""
+    waits for (a running plan only: the counts are the workflow's query; NoWorker when no worker
+    answers it, `answered`)."""
     handle = await named_plan(client, plan)
     try:
         return await live_progress(client, handle)
@@ -143,8 +145,9 @@ async def plan_progress(client: Client, plan: str) -> PlanProgress:
 
 async def live_progress(client: Client, handle: WorkflowHandle[Any, Any]) -> PlanProgress:
     """The plan's `progress` query, its running tasks' summaries as their agents say them now
-    (RPCError when the plan cannot answer)."""
-    progress: PlanProgress = await handle.query(TaskGraph.progress)
+    (`answered`: NoWorker when no worker polls its task queue or none answers; RPCError when
+    the plan cannot answer otherwise)."""
+    progress: PlanProgress = await answered(client, handle, TaskGraph.progress)
     return progress_as_seen(progress, await pending_progress(client, handle.id))
 
 

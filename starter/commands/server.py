@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from coord.infra.devserver import embedded_server
+from coord.infra.devserver import embedded_server, ui_link_hint
 from coord.infra.search_attributes import register_search_attributes
 from coord.infra.state_dir import DESCRIBED
-from coord.infra.temporal import DEFAULT_PORT, dev_ui_port, ui_url
+from coord.infra.temporal import DEFAULT_PORT, dev_ui_port
 from coord.starter.commands.common import connect, runs_async
 
 app = typer.Typer()
@@ -35,16 +35,9 @@ async def server(
     ui_port = ui_port or dev_ui_port(port)
     async with embedded_server(port=port, ui_port=ui_port, db_file=db_file):
         typer.echo(f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}")
-        if ui_port != dev_ui_port(port) and ui_url() not in _local_urls(ui_port):
-            typer.echo(
-                f"the UI links other coord commands print point at port {dev_ui_port(port)}: "
-                f"set COORD_UI_URL=http://localhost:{ui_port} where they run"
-            )
+        if hint := ui_link_hint(port, ui_port):
+            typer.echo(hint)
         await asyncio.Event().wait()
-
-
-def _local_urls(port: int) -> set[str]:
-    return {f"http://localhost:{port}", f"http://127.0.0.1:{port}"}
 
 
 @app.command()

@@ -13,7 +13,7 @@ from coord.models.kinds import SpecKind, file_problems, problem_lines, schema_of
 from coord.models.mesh.declared import declared_agents
 from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import AgentsFile, DemoAgents, runs_async
-from coord.starter.examples import EXAMPLES
+from coord.starter.examples import COPIED_SCHEMAS, EXAMPLES, SCHEMAS, as_copied, shipped
 from coord.starter.exits import ExitCode
 
 app = typer.Typer()
@@ -95,23 +95,30 @@ async def examples(
 ) -> None:
     """Print the folder of the example specs and agent files the package ships, then each
     file in it: the files the README and the docs run (`examples/feature-deployment.yaml`, ...).
-    `--copy examples` in an empty folder puts them where those commands look."""
-    files = sorted(
-        path.relative_to(EXAMPLES)
-        for path in EXAMPLES.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts
-    )
+    `--copy examples` in an empty folder puts them where those commands look, with the schemas
+    their first lines name in DIR/schemas (each line then points there, so an editor finds
+    it)."""
+    files = shipped()
     if copy is None:
         typer.echo(str(EXAMPLES))
         for file in files:
             typer.echo(f"  {file.as_posix()}")
         return
-    if taken := [file.as_posix() for file in files if (copy / file).exists()]:
-        raise SpecError(f"--copy: {copy / taken[0]} already exists; nothing was copied")
+    copies = {copy / file: as_copied(file) for file in files}
+    schemas = sorted({schema for _, schema in copies.values() if schema is not None})
+    targets = [*copies, *(copy / COPIED_SCHEMAS / schema for schema in schemas)]
+    if taken := [target for target in targets if target.exists()]:
+        raise SpecError(f"--copy: {taken[0]} already exists; nothing was copied")
     try:
-        for file in files:
-            (copy / file).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(EXAMPLES / file, copy / file)
+        for target, (data, _) in copies.items():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        for schema in schemas:
+            (copy / COPIED_SCHEMAS).mkdir(exist_ok=True)
+            shutil.copyfile(SCHEMAS / schema, copy / COPIED_SCHEMAS / schema)
     except OSError as error:
         raise SpecError(f"--copy: {error}") from None
-    typer.echo(f"{len(files)} files copied to {copy}")
+    typer.echo(
+        f"{len(files)} files copied to {copy}, and the {len(schemas)} schemas they name to "
+        f"{copy / COPIED_SCHEMAS}"
+    )

@@ -81,7 +81,9 @@ async def dev(
 ) -> None:
     """Run server and worker together for local work: on the configured server
     (TEMPORAL_ADDRESS), unless --port names a local one; without either, on localhost:7233. A
-    local server that is not running is started there, embedded."""
+    local server that is not running is started there, embedded; with a --ui-port other than
+    the default, it says what COORD_UI_URL the links of other commands need, as `coord server`
+    does."""
     from coord.worker import build_worker, default_registry, start_agent_monitor, worker_runtime
 
     Runtime.set_default(worker_runtime(), error_if_already_set=False)
@@ -92,4 +94,6 @@ async def dev(
     ):
         await start_agent_monitor(temporal.client, worker.task_queue)
         typer.echo(f"worker running against {temporal.where}; Ctrl-C to stop")
+        if temporal.ui_hint:
+            typer.echo(temporal.ui_hint)
         await asyncio.Event().wait()
