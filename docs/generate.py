@@ -49,8 +49,9 @@ Every command that talks to Temporal reads the connection from the environment
 and the deployment's task queue from `COORD_TASK_QUEUE` (default `coordinator`). Every error is one
 line on stderr, never a traceback, and its kind is the exit code below. `--help` after any command
 prints what this page says about it. Stdout holds only what the command prints (a table, the
-`--json` record): log lines, the Temporal SDK's own warnings among them (a call retried while the
-server is away), go to stderr, JSON when stderr is not a terminal.
+`--json` record): log lines go to stderr, JSON when stderr is not a terminal. While the server is
+away, a command says once that it retries (`the Temporal server does not answer; retrying`), not
+the SDK's line per try; `server`, `worker`, `dev` and `demo` keep every line.
 """
 
 EXIT_EXAMPLES: dict[str, str] = {

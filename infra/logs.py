@@ -37,6 +37,32 @@ CORE_ENTRY = "temporal_log"
 """The attribute a forwarded core record carries the core's own entry in: its fields are in the
 message already, and the object itself renders as nothing a reader can use."""
 
+CORE_RETRIES = f"{CORE_LOGGER}-sdk_core::temporalio_client::retry"
+"""The logger of the core's lines about a call it retries: one per try while the server is
+away, each with the gRPC status it got."""
+SERVER_AWAY = "the Temporal server does not answer; retrying"
+"""What a command says, once, instead of those lines."""
+
+
+class RetriesSaidOnce(logging.Filter):
+    """For a command a person runs (a handler's filter): the core's lines about the calls it
+    retries (CORE_RETRIES) said once, in words (SERVER_AWAY), the rest left out. A `--wait`
+    the server died under printed a dozen gRPC dumps before the command's own line, which
+    says what happened (unreachable, exit 6); a worker keeps every line, for its operator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != CORE_RETRIES:
+            return True
+        if self._said:
+            return False
+        self._said = True
+        record.msg, record.args = SERVER_AWAY, ()
+        return True
+
 
 def core_logging() -> LoggingConfig:
     """The SDK core's logging as a runtime of this project configures it: the SDK's default
@@ -67,7 +93,11 @@ def _add_trace_ids(_: WrappedLogger, __: str, event: EventDict) -> EventDict:
     return event
 
 
-def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
+def configure_logging(
+    level: str = "INFO", *, json: bool | None = None, retries_once: bool = False
+) -> None:
+    """Every line through structlog, at `level`; `retries_once`: the core's retry lines said
+    once (`RetriesSaidOnce`), for a command a person runs."""
     json = not sys.stderr.isatty() if json is None else json
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
@@ -89,6 +119,8 @@ def configure_logging(level: str = "INFO", *, json: bool | None = None) -> None:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler()
+    if retries_once:
+        handler.addFilter(RetriesSaidOnce())
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=shared,

@@ -72,7 +72,10 @@ def configure(
     ] = False,
 ) -> None:
     default = DEFAULT_LOG_LEVELS.get(ctx.invoked_subcommand or "", "WARNING")
-    configure_logging(log_level or default)
+    # server, worker, dev and demo run until stopped, and keep every line; any other command
+    # says how it ended itself, so the core's retries are said once.
+    runs_until_stopped = ctx.invoked_subcommand in DEFAULT_LOG_LEVELS
+    configure_logging(log_level or default, retries_once=not runs_until_stopped)
     # Before any client: the SDK core's log lines go to stderr as log lines, never to stdout.
     Runtime.set_default(client_runtime(), error_if_already_set=False)
     configure_tracing(f"coord-{ctx.invoked_subcommand or 'cli'}")

@@ -1,8 +1,8 @@
 """A command that waits on the server (`saga start --wait`) when the server is killed under it:
 it ends with the unreachable line and exit 6, as a command that cannot connect does, and the
-SDK core's warnings while it retries (Rust log lines) stay off its stdout, which `--json`
-keeps for the record alone: they are log lines on stderr. The real test starts and kills a dev
-server of its own (about 35 s)."""
+SDK core's warnings while it retries (Rust log lines, one per try) stay off its stdout, which
+`--json` keeps for the record alone: they are one log line on stderr. The real test starts and
+kills a dev server of its own (about 35 s)."""
 
 import asyncio
 import json
@@ -17,7 +17,14 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.service import RPCError
 
-from coord.infra.logs import CORE_ENTRY, CORE_LOGGER, core_logging
+from coord.infra.logs import (
+    CORE_ENTRY,
+    CORE_LOGGER,
+    CORE_RETRIES,
+    SERVER_AWAY,
+    RetriesSaidOnce,
+    core_logging,
+)
 from coord.infra.temporal import client_runtime
 from coord.starter.exits import ExitCode
 from tests.conftest import FEATURE_DEPLOYMENT
@@ -63,9 +70,8 @@ async def test_a_wait_the_server_is_killed_under_ends_unreachable_with_stdout_cl
         f"error: cannot reach Temporal at {server.address}; is it running? `coord server` "
         "starts one here, TEMPORAL_ADDRESS points elsewhere"
     )
-    core = [line for line in lines if "temporalio_client" in line]
-    assert core, "the SDK's retries while the server is away warn"
-    assert all(json.loads(line)["logger"].startswith("temporalio.core") for line in core), core
+    core = [json.loads(line) for line in lines if "temporalio_client" in line]
+    assert [(c["logger"], c["event"]) for c in core] == [(CORE_RETRIES, SERVER_AWAY)], lines
     assert "\x1b" not in err.decode()
 
 
@@ -102,3 +108,19 @@ def test_the_sdk_cores_log_lines_are_forwarded_and_render_as_json() -> None:
     )
     assert CORE_ENTRY not in line
     assert isinstance(client_runtime(), Runtime)
+
+
+def test_a_command_says_the_cores_retries_once_in_words() -> None:
+    """`RetriesSaidOnce`: the first retry line in words, the rest left out, any other line
+    kept."""
+    said = RetriesSaidOnce()
+
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.getLogger(name).makeRecord(
+            name, logging.WARNING, "(sdk-core)", 0, message, (), None
+        )
+
+    retries = [record(CORE_RETRIES, f"gRPC call retried {n} times") for n in (5, 6, 7)]
+    other = record(f"{CORE_LOGGER}-sdk_core::worker", "something else")
+    kept = [r for r in [*retries, other, record(CORE_RETRIES, "retried 8 times")] if said.filter(r)]
+    assert [r.getMessage() for r in kept] == [SERVER_AWAY, "something else"]
