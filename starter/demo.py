@@ -119,4 +119,6 @@ async def run_demo(
             typer.echo(f"\nAll coordination runs: {runs}")
             if keep_serving:
                 typer.echo(f"Serving the Temporal UI at {ui_url()}; Ctrl-C to stop.")
+                if temporal.ui_hint:  # the demo's own links know the port; others' do not
+                    typer.echo(temporal.ui_hint)
                 await asyncio.Event().wait()
