@@ -46,9 +46,10 @@ SERVER_AWAY = "the Temporal server does not answer; retrying"
 
 class RetriesSaidOnce(logging.Filter):
     """For a command a person runs (a handler's filter): the core's lines about the calls it
-    retries (CORE_RETRIES) said once, in words (SERVER_AWAY), the rest left out. A `--wait`
-    the server died under printed a dozen gRPC dumps before the command's own line, which
-    says what happened (unreachable, exit 6); a worker keeps every line, for its operator."""
+    retries (CORE_RETRIES) said once, in words (SERVER_AWAY), the rest left out: left alone,
+    a `--wait` the server dies under prints a dozen gRPC dumps before the command's own line,
+    which says what happened (unreachable, exit 6). A worker keeps every line, for its
+    operator."""
 
     def __init__(self) -> None:
         super().__init__()
