@@ -256,9 +256,9 @@ def test_progress_retries_seen_and_details() -> None:
     ]
     assert view.counts == {TaskState.READY: 1, TaskState.RUNNING: 1}
     assert view.waiting_for == ["a worker slot (1 waiting, max_workers 1)"]
-    assert plan.view.details(T1) == (
+    assert plan.view.details() == (
         "**Status:** running (1 ready, 1 running)\n\n"
-        "- **a** running 30s: Reading runAgent.ts\n\n"
+        f"- **a** running since {T0:%Y-%m-%d %H:%M:%S} UTC: Reading runAgent.ts\n\n"
         "**Waiting for:** a worker slot (1 waiting, max_workers 1)"
     )
 

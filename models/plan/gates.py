@@ -50,6 +50,9 @@ REVIEW_NOTES_INPUT = "review_notes"
 
 GateKind = Literal["review", "verify"]
 
+TIME_SHOWN = "%Y-%m-%d %H:%M:%S UTC"
+"""How a plan's readers are told a time (its waits, its running tasks' starts)."""
+
 
 # --- What runs next ---------------------------------------------------------------------------
 
@@ -388,4 +391,4 @@ def rejection(decided: ApprovalDecision) -> TaskError:
 def waiting_for(task_id: str, gate: ApprovalGate, since: datetime) -> str:
     """What the plan waits for, as its progress and UI details say it."""
     deadline = since + gate.timeout
-    return f"approval of {task_id} (rejected at {deadline:%Y-%m-%d %H:%M:%S} UTC if none comes)"
+    return f"approval of {task_id} (rejected at {deadline:{TIME_SHOWN}} if none comes)"

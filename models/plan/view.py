@@ -5,7 +5,7 @@ renders the details at every step, so they build no models and walk only the tas
 
 from datetime import datetime
 
-from coord.models.plan.gates import waiting_for
+from coord.models.plan.gates import TIME_SHOWN, waiting_for
 from coord.models.plan.graph import PlanGraph
 from coord.models.plan.planner import planning_line
 from coord.models.plan.records import TaskBook
@@ -73,9 +73,11 @@ class PlanView:
         since = record.transitions[-1].at
         return waiting_for(record.id, gate, since) if gate else f"approval of {record.id}"
 
-    def details(self, now: datetime) -> str:
+    def details(self) -> str:
         """The plan as the Temporal UI shows it in 'current details' (markdown): what the
-        `progress` query says."""
+        `progress` query says, each running task with the time it started, which stays true
+        while the details are shown (an elapsed time would stand still between the workflow
+        tasks that render them)."""
         counts = ", ".join(f"{n} {state.value}" for state, n in self._book.counts().items())
         lines = [f"**Status:** {self._state.status.value} ({counts})"]
         if self._state.planning is not None:
@@ -83,8 +85,8 @@ class PlanView:
         running = self._book.active()
         for record in running[:DETAILS_RUNNING]:
             doing = f": {record.progress}" if record.progress else ""
-            elapsed = _elapsed(record, now)
-            lines.append(f"- **{record.id}** {record.state.value} {elapsed:.0f}s{doing}")
+            since = f" since {record.started_at:{TIME_SHOWN}}" if record.started_at else ""
+            lines.append(f"- **{record.id}** {record.state.value}{since}{doing}")
         if len(running) > DETAILS_RUNNING:
             lines.append(f"- and {len(running) - DETAILS_RUNNING} more")
         picked = [

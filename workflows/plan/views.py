@@ -38,7 +38,7 @@ class Details:
     def publish_now(self) -> None:
         self._publishing = False
         if self.model is not None:
-            show_details(self.model.view.details(workflow.now()))
+            show_details(self.model.view.details())
 
 
 async def watch_progress(model: PlanModel, details: Details) -> None:
