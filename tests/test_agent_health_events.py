@@ -133,7 +133,7 @@ async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_an
             await start_agent_monitor(client, task_queue)  # a second worker finds it running
             await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)
 
-            first.kill()
+            await first.kill()
             killed = time.monotonic()
             await eventually(lambda: has_event(client, watch, "unreachable"), 30, 0.25)
             took = time.monotonic() - killed

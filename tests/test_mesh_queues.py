@@ -228,7 +228,7 @@ async def test_a_killed_worker_turns_its_agent_unreachable_and_a_new_worker_heal
     first = await WorkerProcess.start(client, task_queue, log, *args, polls=queue)
     try:
         await until(lambda: status_is("healthy", first.identity), 30)
-        first.kill()
+        await first.kill()
         took = await until(lambda: status_is("unreachable"), 30)
     finally:
         first.stop()

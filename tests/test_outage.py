@@ -201,10 +201,10 @@ async def test_twenty_sagas_outlive_a_worker_killed_twice(
     async with worker_process(client, task_queue, log) as first:
         handles = [await api.start_saga(client, spec, queue=task_queue) for spec in sagas]
         await eventually(lambda: all_in_flight(handles), timeout=60, interval=0.2)
-        first.kill()
+        await first.kill()
     async with worker_process(client, task_queue, log) as second:
         await eventually(lambda: all_in_flight(handles, attempt=2), timeout=60, interval=0.2)
-        second.kill()
+        await second.kill()
     async with worker_process(client, task_queue, log):
         ended = await ended_within(180, *map(api.saga_outcome, handles))
     assert ended == ["completed"] * len(sagas), " ".join(ended)
