@@ -3,13 +3,15 @@
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
 from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.mesh import routing
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.dlq.letter import DeadLetter, DlqSelection, EntrySummary
@@ -20,6 +22,7 @@ from coord.models.mesh.config import PythonAgent
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.workflows import dlq
 from tests.conftest import ROOT, feature_deployment
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -37,6 +40,15 @@ def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
         correlation_id=correlation_id,
         topic="project.tasks",
     )
+
+
+def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay's run of an agent no worker serves (on the test's in-process worker) ends
+    `agent_unavailable` after 2 s on the agent's queue, not REPLAY_SCHEDULE_TO_START's 10, and
+    one look for a worker starting up, not SERVED_PATIENCE's 5 s of them: for a test of what
+    such a replay runs and reports, not of how long it waits."""
+    monkeypatch.setattr(dlq, "REPLAY_SCHEDULE_TO_START", timedelta(seconds=2))
+    monkeypatch.setattr(routing, "SERVED_PATIENCE", timedelta(seconds=1))
 
 
 async def eventually(

@@ -50,6 +50,7 @@ from tests.helpers import (
     parked,
     routing_spec,
     run_chain,
+    unserved_replays_end_soon,
     user_story,
 )
 
@@ -447,10 +448,11 @@ async def test_entry_shows_current_details_and_coordination_attributes(
 
 
 async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_runs(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dead letter carrying an agent declaration is not a dead letter: it is kept raw, and
     cannot be replayed; one naming an agent runs only what the worker or the saga declares."""
+    unserved_replays_end_soon(monkeypatch)
     hostile = letter("saga-nowhere", replay="run_agent", target_agent="rm-everything")
     smuggled = {
         **hostile.model_dump(mode="json"),
