@@ -42,13 +42,20 @@ def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
     )
 
 
-def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A replay's run of an agent no worker serves (on the test's in-process worker) ends
-    `agent_unavailable` after 2 s on the agent's queue, not REPLAY_SCHEDULE_TO_START's 10, and
-    one look for a worker starting up, not SERVED_PATIENCE's 5 s of them: for a test of what
-    such a replay runs and reports, not of how long it waits."""
-    monkeypatch.setattr(dlq, "REPLAY_SCHEDULE_TO_START", timedelta(seconds=2))
+def unserved_agents_found_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of an agent no worker serves, once its time on the agent's queue is up, looks for a
+    worker once (on the test's in-process worker), not for SERVED_PATIENCE's 5 s of workers
+    starting up again after a server restart: for a test of how such a run ends, not of how
+    long it waits."""
     monkeypatch.setattr(routing, "SERVED_PATIENCE", timedelta(seconds=1))
+
+
+def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay's run of an agent no worker serves ends `agent_unavailable` after 2 s on the
+    agent's queue, not REPLAY_SCHEDULE_TO_START's 10, and one look for a worker
+    (`unserved_agents_found_at_once`): for a test of what such a replay runs and reports."""
+    monkeypatch.setattr(dlq, "REPLAY_SCHEDULE_TO_START", timedelta(seconds=2))
+    unserved_agents_found_at_once(monkeypatch)
 
 
 async def eventually(
