@@ -10,6 +10,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
+from coord.activities.kinds import demo
 from coord.activities.kinds.demo import register_demo_agents
 from coord.activities.mesh import routing
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
@@ -40,6 +41,13 @@ def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
         correlation_id=correlation_id,
         topic="project.tasks",
     )
+
+
+def quick_demo_plan_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo plan's workers (on the test's in-process worker) take 0.05 s a step of their
+    progress, not PLAN_STEP_SECONDS' second, which is there for a person watching `coord demo`:
+    for a test of what the plan does, not of how its progress looks while it runs."""
+    monkeypatch.setattr(demo, "PLAN_STEP_SECONDS", 0.05)
 
 
 def unserved_agents_found_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
