@@ -3,13 +3,16 @@
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
+from coord.activities.kinds import demo
 from coord.activities.kinds.demo import register_demo_agents
+from coord.activities.mesh import routing
 from coord.models.aggregator.spec import AggregatorSpec, AggregatorState
 from coord.models.chain.spec import ChainSpec, ChainState
 from coord.models.dlq.letter import DeadLetter, DlqSelection, EntrySummary
@@ -20,6 +23,7 @@ from coord.models.mesh.config import PythonAgent
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.workflows import dlq
 from tests.conftest import ROOT, feature_deployment
 
 USER_STORY = ROOT / "examples" / "user-story-chain.yaml"
@@ -37,6 +41,29 @@ def approved(correlation_id: str, **payload: Any) -> EventEnvelope:
         correlation_id=correlation_id,
         topic="project.tasks",
     )
+
+
+def quick_demo_plan_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo plan's workers (on the test's in-process worker) take 0.05 s a step of their
+    progress, not PLAN_STEP_SECONDS' second, which is there for a person watching `coord demo`:
+    for a test of what the plan does, not of how its progress looks while it runs."""
+    monkeypatch.setattr(demo, "PLAN_STEP_SECONDS", 0.05)
+
+
+def unserved_agents_found_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of an agent no worker serves, once its time on the agent's queue is up, looks for a
+    worker once (on the test's in-process worker), not for SERVED_PATIENCE's 5 s of workers
+    starting up again after a server restart: for a test of how such a run ends, not of how
+    long it waits."""
+    monkeypatch.setattr(routing, "SERVED_PATIENCE", timedelta(seconds=1))
+
+
+def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay's run of an agent no worker serves ends `agent_unavailable` after 2 s on the
+    agent's queue, not REPLAY_SCHEDULE_TO_START's 10, and one look for a worker
+    (`unserved_agents_found_at_once`): for a test of what such a replay runs and reports."""
+    monkeypatch.setattr(dlq, "REPLAY_SCHEDULE_TO_START", timedelta(seconds=2))
+    unserved_agents_found_at_once(monkeypatch)
 
 
 async def eventually(

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -32,6 +33,7 @@ from coord.models.wire.contract import (
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.worker import build_worker, start_agent_monitor
+from coord.workflows.mesh import monitor as monitor_workflow
 from coord.workflows.mesh.monitor import HISTORY_BUDGET
 from tests.conftest import ROOT
 from tests.helpers import event, eventually
@@ -116,6 +118,14 @@ async def picked(client: Client, correlation_id: str, agent: str) -> bool:
     return chosen == [agent] and not state.running and not state.queued
 
 
+@pytest.fixture
+def quick_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The monitor (run by the test's in-process worker) reads every second, not every
+    READ_INTERVAL (3 s): the tests wait for what its readings show, not for their pace."""
+    monkeypatch.setattr(monitor_workflow, "READ_INTERVAL", timedelta(seconds=1))
+
+
+@pytest.mark.usefixtures("quick_readings")
 async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_and_healthy_again(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
@@ -133,7 +143,7 @@ async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_an
             await start_agent_monitor(client, task_queue)  # a second worker finds it running
             await eventually(lambda: monitor_knows(monitor, AGENT, "healthy"), 30, 0.25)
 
-            first.kill()
+            await first.kill()
             killed = time.monotonic()
             await eventually(lambda: has_event(client, watch, "unreachable"), 30, 0.25)
             took = time.monotonic() - killed
@@ -160,6 +170,7 @@ async def test_a_killed_worker_is_an_unreachable_event_in_the_chains_using_it_an
             second.stop()
 
 
+@pytest.mark.usefixtures("quick_readings")
 async def test_breaker_transitions_are_events_in_order_in_the_chains_using_the_agent(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -32,7 +32,7 @@ from coord.models.wire.contract import RUN_AGENT_ACTIVITY, RUN_AGENTS_ACTIVITY, 
 from coord.models.wire.specs import SpecError, parse_model
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
-from coord.workflows._runtime.agent_runs import PLACE_TIMEOUT
+from coord.workflows._runtime import agent_runs
 from tests.conftest import feature_deployment
 from tests.helpers import STEPS, approved, failing_at, parked, user_story
 
@@ -199,7 +199,7 @@ async def test_a_chain_asks_where_its_agents_run_in_an_activity_and_replays_at_e
 async def _first_answer_late(self: AgentRouter, ask: PlacementAsk) -> dict[str, Placement]:
     """The worker's look-up, its first attempt starved past its timeout (PLACE_TIMEOUT)."""
     if activity.info().attempt == 1:
-        await asyncio.sleep(PLACE_TIMEOUT.total_seconds() + 1)
+        await asyncio.sleep(agent_runs.PLACE_TIMEOUT.total_seconds() + 1)
     return await _place_agents(self, ask)
 
 
@@ -211,7 +211,9 @@ async def test_a_chain_whose_placement_attempt_timed_out_replays_from_every_task
     client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A look-up whose first attempt times out, answered by the next: in a local activity its
-    answer reached the runs' patch checks in another place on replay than at first."""
+    answer reached the runs' patch checks in another place on replay than at first. The
+    look-up's timeout is 3 s here, not 10: a local activity's timeout is not in the history."""
+    monkeypatch.setattr(agent_runs, "PLACE_TIMEOUT", timedelta(seconds=3))
     monkeypatch.setattr(AgentRouter, "place_agents", _first_answer_late)
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, task_queue):

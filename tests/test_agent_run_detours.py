@@ -223,7 +223,7 @@ async def test_a_routed_step_whose_agent_worker_is_killed_moves_to_the_other_cap
             handle = await api.start_saga(client, spec, queue=task_queue)
             await eventually(lambda: started_run(handle), timeout=60)
             first = (await handle.query("state", result_type=SagaState)).assignments["query"]
-            workers[first.agent].kill()
+            await workers[first.agent].kill()
             state = await asyncio.wait_for(api.saga_outcome(handle), 120)
     finally:
         for worker in workers.values():

@@ -37,7 +37,7 @@ from coord.starter import api
 from coord.starter.commands.common import check_agents
 from coord.worker import build_worker, default_registry
 from tests.agents import PYTHON, failure_of, gone, registry, run
-from tests.helpers import eventually, parked
+from tests.helpers import eventually, parked, unserved_replays_end_soon
 
 SECRET = "tok-" + uuid.uuid4().hex
 
@@ -110,11 +110,12 @@ async def test_inline_agent_in_a_chain_spec_is_refused_and_parked(
 
 
 async def test_a_planted_dead_letter_with_a_shell_agent_does_not_run_on_replay(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Anyone who can start a workflow can park an entry; replaying it runs nothing foreign: an
     entry carrying a declaration is kept raw and cannot be replayed, and one naming an agent
     runs only what the worker (or the target's own spec) declares."""
+    unserved_replays_end_soon(monkeypatch)
     marker = tmp_path / "pwned"
     now = datetime.now(UTC).isoformat()
     planted = {

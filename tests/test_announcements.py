@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
@@ -24,7 +25,15 @@ from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import plan_run
 from coord.worker import WORKFLOWS, build_worker, default_registry
-from tests.helpers import API, TEST_PLAN, WIREFRAME, completed, eventually, phase1
+from tests.helpers import (
+    API,
+    TEST_PLAN,
+    WIREFRAME,
+    completed,
+    eventually,
+    phase1,
+    quick_demo_plan_steps,
+)
 from tests.test_plan_demo import PLAN_EXAMPLE
 from tests.test_vote import YES, Voters, vote
 
@@ -83,8 +92,9 @@ async def timeline_with(client: Client, correlation_id: str, last: str) -> list[
 
 
 async def test_the_seed_plan_announces_its_lifecycle_into_its_correlations_chain(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    quick_demo_plan_steps(monkeypatch)
     correlation_id = f"c-{uuid.uuid4().hex[:8]}"
     spec = plan_run(
         load_spec(PlanSpec, PLAN_EXAMPLE), f"seed-announcing-{uuid.uuid4().hex[:8]}", {}

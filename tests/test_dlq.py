@@ -50,6 +50,7 @@ from tests.helpers import (
     parked,
     routing_spec,
     run_chain,
+    unserved_replays_end_soon,
     user_story,
 )
 
@@ -447,10 +448,11 @@ async def test_entry_shows_current_details_and_coordination_attributes(
 
 
 async def test_an_entry_parked_from_outside_cannot_declare_the_agent_a_replay_runs(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A dead letter carrying an agent declaration is not a dead letter: it is kept raw, and
     cannot be replayed; one naming an agent runs only what the worker or the saga declares."""
+    unserved_replays_end_soon(monkeypatch)
     hostile = letter("saga-nowhere", replay="run_agent", target_agent="rm-everything")
     smuggled = {
         **hostile.model_dump(mode="json"),
@@ -571,8 +573,15 @@ async def test_accounting_identity_holds_under_a_mix_of_1000_events(
     foreign = [a(n, "elsewhere") for n in range(100)]
     async with build_worker(client, task_queue):
         handle = await api.start_chain(client, spec, correlation_id, queue=task_queue)
-        for raw in [*valid, *valid[:100], *invalid, *foreign]:
-            await handle.signal("event", raw)
+        # Eight senders at once, as several publishers are (one by one, the 1000 round trips
+        # took 18 s), each event sent in its turn: the duplicates well after their originals.
+        senders = asyncio.Semaphore(8)
+
+        async def send(raw: dict[str, Any]) -> None:
+            async with senders:
+                await handle.signal("event", raw)
+
+        await asyncio.gather(*map(send, [*valid, *valid[:100], *invalid, *foreign]))
         await api.close_chain(client, correlation_id)
         state = await asyncio.wait_for(handle.result(), 60)
         failed_runs = 700 // 20

@@ -74,7 +74,7 @@ async def test_a_bulk_replay_killed_midway_replays_each_entry_once(
             return (await client.count_workflows(replayed_query)).count >= KILL_AFTER
 
         await eventually(some_replayed, timeout=120)
-        first.kill()
+        await first.kill()
         cli.kill()
         await cli.wait()
     at_kill = await statuses(client, entry_ids)

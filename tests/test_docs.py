@@ -257,7 +257,7 @@ async def start_worker(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    worker = WorkerProcess(process)
+    worker = WorkerProcess(process, client, task_queue, workflows="--no-workflows" not in argv)
     try:
         await worker.wait_polling(client, polled_queue(argv, task_queue))
     except BaseException:  # never polled in time: no document holds it to stop it later

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
@@ -30,7 +31,7 @@ from coord.models.wire.contract import (
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import event, parked
+from tests.helpers import event, parked, unserved_agents_found_at_once
 from tests.workers import COORD, WorkerProcess, run, server_env
 
 BUILD_SIDE = ["BuildArtifact", "RunTests", "RunE2ETests"]
@@ -129,8 +130,13 @@ async def coord_agents(
 
 
 async def test_an_agent_no_worker_serves_is_parked_unavailable_and_shown_unreachable(
-    dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+    dev_env: WorkflowEnvironment,
+    client: Client,
+    task_queue: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    unserved_agents_found_at_once(monkeypatch)
     agents_file = tmp_path / "agents.yaml"
     agents_file.write_text(
         "agents:\n  ghost: {kind: python, "
@@ -228,7 +234,7 @@ async def test_a_killed_worker_turns_its_agent_unreachable_and_a_new_worker_heal
     first = await WorkerProcess.start(client, task_queue, log, *args, polls=queue)
     try:
         await until(lambda: status_is("healthy", first.identity), 30)
-        first.kill()
+        await first.kill()
         took = await until(lambda: status_is("unreachable"), 30)
     finally:
         first.stop()

@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from coord.models.plan.spec import PlanSpec, PlanState, PlanStatus, ReviewStage, TaskState
@@ -13,8 +14,14 @@ from coord.models.wire.specs import load_spec
 from coord.starter import api
 from coord.starter.demo import plan_run
 from coord.worker import build_worker, default_registry
+from tests.helpers import quick_demo_plan_steps
 
 PLAN_EXAMPLE = Path(__file__).parent.parent / "examples" / "plan-seed003.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _quick_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    quick_demo_plan_steps(monkeypatch)
 
 
 def test_the_example_has_seed_003s_shape_and_the_demo_agents_run_it() -> None:

@@ -47,7 +47,7 @@ async def test_a_worker_killed_mid_plan_the_next_one_finishes_it(
             TaskGraph.run, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
         )
         await wait_running(client, handle, "api:")
-        first.kill()
+        await first.kill()
     async with worker_process(client, task_queue, log):
         state = await asyncio.wait_for(handle.result(), 90)
     assert state.status == PlanStatus.COMPLETED
@@ -102,7 +102,7 @@ async def test_a_worker_killed_mid_review_the_next_one_finishes_the_gate(
             TaskGraph.run, spec.model_dump(mode="json"), id=spec.workflow_id, task_queue=task_queue
         )
         await wait_running(client, handle, "fix review spec_compliance #1")
-        first.kill()
+        await first.kill()
     async with worker_process(client, task_queue, log):
         state = await asyncio.wait_for(handle.result(), 90)
     assert state.status == PlanStatus.COMPLETED

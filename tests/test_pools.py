@@ -414,7 +414,7 @@ async def test_a_killed_workers_permits_come_back_when_their_leases_end(
 
         await eventually(held_past_a_lease)
         pool_renewed = (await read_ledger(client, queue)).pool
-        doomed.kill()
+        await doomed.kill()
         killed_at = time.monotonic()
         async with serving(client, task_queue, log, queue, quick) as [survivor]:
 

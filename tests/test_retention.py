@@ -192,9 +192,10 @@ async def test_gc_removes_exactly_what_has_expired_and_nothing_refers_to(
         assert state.rejected_count == 0
 
 
-DEAD_LETTERS_SECONDS = 20
+DEAD_LETTERS_SECONDS = 10
 """Dead letters' retention in the test: long enough that the two gc runs (about a second each)
-finish before the young entry is that old, even on a loaded machine."""
+finish before the young entry is that old, even on a loaded machine (five times as long),
+and what the test waits for the old entries to be that old."""
 
 
 def stored(store: Path) -> StoredPayloads:

@@ -1,6 +1,7 @@
-"""Rewind many on the real dev server: fifty stories, half of them stuck on a failing
+"""Rewind many on the real dev server: twenty stories, half of them stuck on a failing
 `python-pro`, rewound past it with a fixed one, some first (`--where`), the rest by a second
-run that skips the copies the first made; then `coord diff --summary` counts what changed."""
+run that skips the copies the first made; then `coord diff --summary` counts what changed.
+Each run takes more stories than it rewinds at once (its `--concurrency`, 8)."""
 
 import asyncio
 import json
@@ -22,13 +23,13 @@ from tests.helpers import eventually
 from tests.test_rewind import BROKEN, FIXED, approved, story_with
 from tests.workers import COORD, run, server_env
 
-STORIES = 50
+STORIES = 20
 FIRST = 10
 """The stories the first, filtered batch takes (`payload.n < 10`)."""
 
 
 async def stories(client: Client, queue: str) -> list[str]:
-    """Fifty user stories, the odd ones with a `python-pro` that fails; one more chain that
+    """STORIES user stories, the odd ones with a `python-pro` that fails; one more chain that
     never gets an event (nothing to rewind: refused on its line)."""
     ids = [f"story{n}-{queue}" for n in range(STORIES)]
     for n, correlation in enumerate(ids):
@@ -45,7 +46,7 @@ async def settled(client: Client, correlation: str) -> bool:
     return state.terminal_seen or state.dead_lettered > 0
 
 
-async def test_fifty_stories_rewound_in_two_runs_and_the_changed_outcomes_counted(
+async def test_twenty_stories_rewound_in_two_runs_and_the_changed_outcomes_counted(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     env = server_env(dev_env, task_queue)

@@ -15,7 +15,13 @@ from coord.testing import Coordination, assert_saga
 from coord.workflows.saga import Saga
 from tests.agents import GatedAgents
 from tests.conftest import feature_deployment
-from tests.helpers import FAST_RETRY, STEPS, demo_agents_remote, failing_at
+from tests.helpers import (
+    FAST_RETRY,
+    STEPS,
+    demo_agents_remote,
+    failing_at,
+    unserved_agents_found_at_once,
+)
 
 WITH_WORKER = pytest.mark.usefixtures("coord_worker")
 
@@ -200,8 +206,9 @@ async def test_invalid_spec_sent_as_raw_json_fails_the_saga_naming_the_field(
 
 @WITH_WORKER
 async def test_an_agent_no_worker_serves_fails_the_step_without_retrying(
-    coord: Coordination,
+    coord: Coordination, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    unserved_agents_found_at_once(monkeypatch)
     spec = feature_deployment()
     spec.steps[3].agent = "NoSuchAgent"
     spec.steps[3].schedule_to_start_timeout = timedelta(seconds=2)

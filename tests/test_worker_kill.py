@@ -86,7 +86,7 @@ async def test_a_worker_killed_mid_step_the_next_one_finishes_the_saga(
     async with demo_agents_worker(client, task_queue, tmp_path, "remote") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await wait_running(client, handle, "RunE2ETests")
-        first.kill()
+        await first.kill()
     async with demo_agents_worker(client, task_queue, tmp_path, "remote"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
@@ -132,7 +132,7 @@ async def test_a_worker_killed_mid_local_step_the_next_one_runs_it_again_with_it
     async with demo_agents_worker(client, task_queue, tmp_path, "local") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await asyncio.wait_for(noted(keys, "RunE2ETests"), 60)
-        first.kill()
+        await first.kill()
     async with demo_agents_worker(client, task_queue, tmp_path, "local"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
@@ -158,7 +158,7 @@ async def test_a_worker_killed_mid_batch_loses_only_the_steps_not_recorded(
         handle = await api.start_saga(client, spec, queue=task_queue)
         await asyncio.wait_for(noted(keys, "RunE2ETests"), 60)
         await asyncio.wait_for(markers_recorded(handle, 2), 60)  # placements, the first batch
-        first.kill()
+        await first.kill()
     async with demo_agents_worker(client, task_queue, tmp_path, "local"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPLETED
@@ -192,7 +192,7 @@ async def test_a_worker_killed_mid_compensation_each_compensation_completes_once
     async with demo_agents_worker(client, task_queue, tmp_path, "remote") as first:
         handle = await api.start_saga(client, spec, queue=task_queue)
         await wait_running(client, handle, "compensate: RemoveFromStaging")
-        first.kill()
+        await first.kill()
     async with demo_agents_worker(client, task_queue, tmp_path, "remote"):
         state = await asyncio.wait_for(api.saga_outcome(handle), 90)
     assert state.status == SagaStatus.COMPENSATED
@@ -229,7 +229,7 @@ async def test_a_worker_killed_mid_agent_every_event_is_handled_once(
         await api.publish(client, approved)
         handle = api.chain_handle(client, correlation_id)
         await wait_running(client, handle, "backend-architect")
-        first.kill()
+        await first.kill()
     async with worker_process(client, task_queue, log):
         state = await asyncio.wait_for(handle.result(), 90)
         timeline = await api.chain_timeline(client, correlation_id)

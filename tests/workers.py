@@ -11,11 +11,14 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
 from coord.infra.queues import task_queue_pollers
+from coord.models.wire.contract import ledger_task_queue
 from tests.agents import Execution, demo_agents_file
 
 COORD = str(Path(sys.executable).parent / "coord")
@@ -35,10 +38,20 @@ def stop_process_group(process: "subprocess.Popen[bytes]", timeout: float = 15) 
 
 
 class WorkerProcess:
-    """One `coord worker` process serving `task_queue` on the client's server."""
+    """One `coord worker` process serving `task_queue` on the client's server (its workflows
+    too, unless `workflows` is false: run with --no-workflows)."""
 
-    def __init__(self, process: "subprocess.Popen[bytes]") -> None:
+    def __init__(
+        self,
+        process: "subprocess.Popen[bytes]",
+        client: Client,
+        task_queue: str,
+        workflows: bool = True,
+    ) -> None:
         self.process = process
+        self.client = client
+        self.task_queue = task_queue
+        self.workflows = workflows
         self.identity = f"{process.pid}@{socket.gethostname()}"
 
     @classmethod
@@ -71,7 +84,7 @@ class WorkerProcess:
                 stderr=output,
                 start_new_session=True,
             )
-        worker = cls(process)
+        worker = cls(process, client, task_queue, workflows="--no-workflows" not in args)
         await worker.wait_polling(client, polls or task_queue)
         return worker
 
@@ -87,13 +100,37 @@ class WorkerProcess:
 
         await asyncio.wait_for(polling(), timeout)
 
-    def kill(self) -> None:
-        """SIGKILL: the process (and any agent child it started) ends on the spot."""
+    async def kill(self) -> None:
+        """SIGKILL: the process (and any agent child it started) ends on the spot. The server
+        is then told that the workflows it cached are gone with it (`forget_sticky_queues`)."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
+        if self.workflows:
+            await forget_sticky_queues(self.client, self.task_queue)
 
     def stop(self) -> None:
         stop_process_group(self.process)
+
+
+async def forget_sticky_queues(client: Client, task_queue: str) -> None:
+    """The running workflows of the deployment on `task_queue` (and its ledgers) get their next
+    workflow task on the queue itself instead of the sticky queue of the worker that cached
+    them, as the SDK's graceful shutdown has the server do. A killed worker cannot: the server
+    would find out only when a task it put on the dead worker's queue waited there for the
+    sticky timeout (the SDK's 10 s), while a new worker, the same one anyway, replays from
+    the whole history either way. A test that kills a worker proves what a new worker does
+    with its runs, not how long Temporal takes to notice the old one is gone."""
+    queues = " OR ".join(f"TaskQueue = '{q}'" for q in (task_queue, ledger_task_queue(task_queue)))
+    async for execution in client.list_workflows(f"ExecutionStatus = 'Running' AND ({queues})"):
+        request = ResetStickyTaskQueueRequest(
+            namespace=client.namespace,
+            execution=WorkflowExecution(workflow_id=execution.id, run_id=execution.run_id),
+        )
+        try:
+            await client.workflow_service.reset_sticky_task_queue(request)
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:  # it ended in the meantime
+                raise
 
 
 TRANSIENT = frozenset({RPCStatusCode.CANCELLED, RPCStatusCode.UNAVAILABLE})
