@@ -195,15 +195,19 @@ async def test_a_chain_asks_where_its_agents_run_in_an_activity_and_replays_at_e
     await _replays_from_every_task(history)
 
 
-@activity.defn(name=PLACE_AGENTS.name)
-async def _first_answer_late(self: AgentRouter, ask: PlacementAsk) -> dict[str, Placement]:
-    """The worker's look-up, its first attempt starved past its timeout (PLACE_TIMEOUT)."""
-    if activity.info().attempt == 1:
-        await asyncio.sleep(agent_runs.PLACE_TIMEOUT.total_seconds() + 1)
-    return await _place_agents(self, ask)
-
-
 _place_agents = AgentRouter.place_agents
+
+
+class _FirstAnswerLate(AgentRouter):
+    """A method of a router's, so that the SDK reads its argument's type (a function outside a
+    class would be given its `self` as an argument, and the ask as a dict)."""
+
+    @activity.defn(name=PLACE_AGENTS.name)
+    async def place_agents(self, ask: PlacementAsk) -> dict[str, Placement]:
+        """The worker's look-up, its first attempt starved past its timeout (PLACE_TIMEOUT)."""
+        if activity.info().attempt == 1:
+            await asyncio.sleep(agent_runs.PLACE_TIMEOUT.total_seconds() + 1)
+        return await _place_agents(self, ask)
 
 
 @pytest.mark.slow
@@ -214,13 +218,33 @@ async def test_a_chain_whose_placement_attempt_timed_out_replays_from_every_task
     answer reached the runs' patch checks in another place on replay than at first. The
     look-up's timeout is 3 s here, not 10: a local activity's timeout is not in the history."""
     monkeypatch.setattr(agent_runs, "PLACE_TIMEOUT", timedelta(seconds=3))
-    monkeypatch.setattr(AgentRouter, "place_agents", _first_answer_late)
+    monkeypatch.setattr(AgentRouter, "place_agents", _FirstAnswerLate.place_agents)
     correlation_id = f"story-{uuid.uuid4().hex[:8]}"
     async with build_worker(client, task_queue):
         await api.publish(client, approved(correlation_id), spec=user_story(), queue=task_queue)
         chain = api.chain_handle(client, correlation_id)
         await asyncio.wait_for(chain.result(), 90)
         history = await chain.fetch_history()
+    events = list(history.events)
+    asked = {
+        e.event_id
+        for e in events
+        if e.event_type == SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == PLACE_AGENTS.name
+    }
+    answered = [
+        e.activity_task_started_event_attributes.attempt
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in asked
+    ]
+    completed = [
+        e
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in asked
+    ]
+    assert (answered, len(completed)) == ([2], 1), "answered by its second attempt"
     await _replays_from_every_task(history)
 
 

@@ -65,10 +65,10 @@ def test_every_kind_declares_capabilities() -> None:
 @pytest.mark.parametrize(
     ("capabilities", "problem"),
     [
-        ([""], "agents.db.python.capabilities[0]: String should match pattern"),
-        (["a b"], "agents.db.python.capabilities[0]: String should match pattern"),
-        (["x"] * (MAX_CAPABILITIES + 1), "agents.db.python.capabilities: List should have at most"),
-        ("sql", "agents.db.python.capabilities: Input should be a valid list"),
+        ([""], "agents.db.capabilities[0]: String should match pattern"),
+        (["a b"], "agents.db.capabilities[0]: String should match pattern"),
+        (["x"] * (MAX_CAPABILITIES + 1), "agents.db.capabilities: List should have at most"),
+        ("sql", "agents.db.capabilities: Input should be a valid list"),
     ],
 )
 def test_a_bad_capability_is_named(capabilities: object, problem: str) -> None:

@@ -182,7 +182,7 @@ async def test_a_normal_async_agent_costs_about_a_millisecond_more() -> None:
 
 
 def test_blocked_after_has_a_floor() -> None:
-    with pytest.raises(SpecError, match=r"agents\.x\.python\.blocked_after: .*at least 1s"):
+    with pytest.raises(SpecError, match=r"agents\.x\.blocked_after: .*at least 1s"):
         parse_model(
             AgentsFile,
             {"agents": {"x": {"kind": "python", "callable": "m:f", "blocked_after": "100ms"}}},
