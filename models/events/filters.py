@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-import cel
-
 _SHORT_FORM = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*=\s*([^=].*?)\s*$")
 _HEADER_FIELDS = {"id", "type", "source", "version", "correlation_id", "causation_id"}
 _ROUTING_FIELDS = {"topic", "partition_key", "priority"}
@@ -82,6 +80,8 @@ def compile_filter(expression: str) -> CompiledFilter:
     source = to_cel(expression)
     if len(_MACRO.findall(source)) > MAX_FILTER_MACROS:
         raise ValueError(f"filter uses more than {MAX_FILTER_MACROS} list macros")
+    import cel  # here, not at import: its package loads a REPL's libraries (every CLI start)
+
     try:
         program = cel.compile(source)
     except Exception as error:  # the native parser's own error types, whatever they are

@@ -13,7 +13,6 @@ from coord.models.wire.specs import SpecError
 from coord.starter.commands.common import connect, runs_async
 from coord.starter.dashboard.collect import Dashboard, metrics_source
 from coord.starter.dashboard.terminal import show_live, show_once
-from coord.starter.dashboard.web import serve
 from coord.starter.exits import ExitCode
 
 app = typer.Typer()
@@ -66,6 +65,8 @@ async def dashboard(
             task_queue(),
         )
         if web:
+            from coord.starter.dashboard.web import serve  # aiohttp: for --web alone
+
             await serve(board, host=host, port=port, interval=interval)
         elif once:
             frame = await show_once(board)
