@@ -561,7 +561,9 @@ async def test_a_running_plan_and_dead_letter_whose_worker_stopped_are_refused_a
         (ExitCode.NO_WORKER, "", refused(plan.id)),
         refused(plan.id),
     )
-    assert took < 30, f"{took:.1f} s"
+    # Each read gives up within its patience (QUERY_PATIENCE and one REASK_PATIENCE: 25 s),
+    # plus its command's start-up: the bound the chain's reads are held to.
+    assert took < 40, f"{took:.1f} s"
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(
