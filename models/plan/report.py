@@ -38,9 +38,9 @@ TASK_PLAN_FILE = "task-plan.md"
 FINAL_REPORT_FILE = "final-report.md"
 WORKER_RESULTS_DIR = "worker-results"
 EXCERPT = 300
+"""Characters of a result, error or note shown in the markdown."""
 MEMO_EVENT_BYTES = 256 * 1024
 """JSON bytes of the events a plan's memo keeps at most (`memo_events`)."""
-"""Characters of a result, error or note shown in the markdown."""
 ON_FAILURE = {
     True: "cancel the rest and fail the plan (fail_fast)",
     False: "skip the failed task's dependents, run the rest",

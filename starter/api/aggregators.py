@@ -109,9 +109,7 @@ async def publish_to_aggregator(
 def aggregator_handle(client: Client, workflow_id: str) -> WorkflowHandle[Any, AggregatorState]:
     """The handle of an aggregator, by its workflow id or its aggregator id; a name that starts
     with `aggregator-` is taken as a workflow id (`named_aggregator` asks which it is)."""
-    return client.get_workflow_handle_for(
-        Aggregator.run, contract.as_aggregator_workflow_id(workflow_id)
-    )
+    return aggregator_run(client, contract.as_aggregator_workflow_id(workflow_id))
 
 
 async def named_aggregator(client: Client, name: str) -> WorkflowHandle[Any, AggregatorState]:

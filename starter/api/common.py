@@ -233,14 +233,15 @@ async def named_workflow_id(client: Client, name: str, prefix: str) -> str:
     is asked for as given too; one that is neither is taken as the run's own id (the reader
     then says it does not exist)."""
     own = prefix + name
-    if await _exists(client, own):
+    if await workflow_exists(client, own):
         return own
-    if name.startswith(prefix) or await _exists(client, name):
+    if name.startswith(prefix) or await workflow_exists(client, name):
         return name
     return own
 
 
-async def _exists(client: Client, workflow_id: str) -> bool:
+async def workflow_exists(client: Client, workflow_id: str) -> bool:
+    """Whether the server knows a workflow by this id (running or ended)."""
     try:
         await client.get_workflow_handle(workflow_id).describe()
     except RPCError as error:

@@ -87,7 +87,7 @@ async def start_plan(
 def plan_handle(client: Client, plan: str) -> WorkflowHandle[Any, PlanState]:
     """`plan` is a plan id or its workflow id (`plan-<plan_id>`); a name that starts with
     `plan-` is taken as a workflow id (`named_plan` asks which it is)."""
-    return client.get_workflow_handle(contract.as_plan_workflow_id(plan), result_type=PlanState)
+    return plan_run(client, contract.as_plan_workflow_id(plan))
 
 
 def plan_run(client: Client, workflow_id: str) -> WorkflowHandle[Any, PlanState]:

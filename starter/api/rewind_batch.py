@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import NamedTuple
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
 from coord.infra.event_log import segment_store
 from coord.infra.temporal import task_queue
@@ -42,8 +41,8 @@ from coord.models.rewind.summary import (
 )
 from coord.models.wire import contract
 from coord.models.wire.errors import CoordError
-from coord.starter.api.chains import chain_handle, chain_running, chain_state
-from coord.starter.api.common import NotFound, api_call
+from coord.starter.api.chains import chain_running, chain_state
+from coord.starter.api.common import NotFound, api_call, workflow_exists
 from coord.starter.api.log import read_log
 from coord.starter.api.rewind import diff_correlations, hand_over, rewind_chain
 
@@ -94,13 +93,7 @@ async def existing_copy(client: Client, original: str, copy_id: str) -> Copy | N
 
 async def exists(client: Client, correlation_id: str) -> bool:
     """Whether the correlation has a chain (running or ended)."""
-    try:
-        await chain_handle(client, correlation_id).describe()
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-    return True
+    return await workflow_exists(client, contract.chain_workflow_id(correlation_id))
 
 
 def rewind_point(log: list[TimelineEntry], to_type: str | None) -> TimelineEntry:

@@ -40,7 +40,7 @@ async def start_vote(
 def vote_handle(client: Client, vote: str) -> WorkflowHandle[Any, VoteState]:
     """`vote` is a vote id or its workflow id (`vote-<vote_id>`); a name that starts with
     `vote-` is taken as a workflow id (`named_vote` asks which it is)."""
-    return client.get_workflow_handle(contract.as_vote_workflow_id(vote), result_type=VoteState)
+    return vote_run(client, contract.as_vote_workflow_id(vote))
 
 
 def vote_run(client: Client, workflow_id: str) -> WorkflowHandle[Any, VoteState]:
