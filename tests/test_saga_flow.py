@@ -132,6 +132,30 @@ async def test_a_failed_saga_records_the_seed_failure_and_compensation_events(
     assert sum(event.event_type == sent for event in history.events) == 0  # no chain: none sent
 
 
+async def test_a_local_saga_sends_its_chain_each_event_after_the_one_before_it_landed(
+    client: Client, task_queue: str
+) -> None:
+    """Its agents run locally, so it makes several events in one workflow task (its steps run
+    ahead together, then its compensations): each is signalled only once the one before it
+    reached the chain, so the chain's log holds them in the saga's order."""
+    spec = failing_at("DeployToProduction")
+    agents = RecordingAgents()
+    async with build_worker(client, task_queue, agents.registry()):
+        chain = await api.start_chain(
+            client, release_chain(), spec.correlation_id, queue=task_queue
+        )
+        state = await api.saga_outcome(await api.start_saga(client, spec, queue=task_queue))
+        timeline = await api.correlation_events(client, spec.correlation_id)
+        await chain.cancel()
+    assert state.status == SagaStatus.COMPENSATED
+    assert [e.event_id for e in timeline] == [e.event_id for e in state.events]
+    history = await api.saga_handle(client, spec.saga_id).fetch_history()
+    sent = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    landed = EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED
+    signals = [e.event_type for e in history.events if e.event_type in (sent, landed)]
+    assert signals == [sent, landed] * len(state.events)
+
+
 async def test_coord_events_shows_the_saga_events_when_no_chain_runs(
     dev_env: WorkflowEnvironment, client: Client, task_queue: str
 ) -> None:

@@ -1,5 +1,5 @@
 """What a saga writes into its history: no patch marker when its start carries the saga runtime
-version (`start_saga`, `coord saga start`), one for the patches it asks (`saga-patches-at-once-6`)
+version (`start_saga`, `coord saga start`), one for the patches it asks (its newest bundle)
 when started without (Temporal CLI, UI); its status as a search attribute at most once per
 workflow task, when it differs from what the attribute holds (a saga starts `in_progress`),
 written before it waits on anything but a local run and when it ends; no signal to a chain that
@@ -26,8 +26,12 @@ from coord.models.saga.spec import SagaStatus
 from coord.models.wire.contract import COORD_STATUS, SAGA_VERSION_MEMO, SAGA_WORKFLOW
 from coord.starter import api
 from coord.worker import build_worker
+from coord.workflows.saga import SAGA_PATCH_BUNDLES
 from tests.conftest import feature_deployment
 from tests.helpers import demo_agents_remote, failing_at, user_story
+
+NEWEST_BUNDLE = SAGA_PATCH_BUNDLES[0][0]
+"""The bundle a saga started without a version asks."""
 
 UPSERTED = EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
@@ -191,7 +195,7 @@ async def test_a_saga_started_without_its_status_writes_in_progress_before_it_wa
     assert writes[0][0] < first_run, "the status is written before the saga waits on its run"
     assert not any(e.event_type == SIGNALED for e in events), "no chain runs: nothing sent"
     assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
-    assert _patch_markers(events) == ["saga-patches-at-once-6"], "no version: its bundle asked"
+    assert _patch_markers(events) == [NEWEST_BUNDLE], "no version: its bundle asked"
 
 
 async def test_a_local_saga_that_unwinds_writes_each_status_once_per_workflow_task(
@@ -245,5 +249,5 @@ async def test_a_saga_whose_start_carries_an_unknown_version_asks_its_patches(
             state = await asyncio.wait_for(api.saga_outcome(handle), 60)
             assert state.status == SagaStatus.COMPLETED, version
             events = await _history(handle)
-            assert _patch_markers(events) == ["saga-patches-at-once-6"], version
+            assert _patch_markers(events) == [NEWEST_BUNDLE], version
             assert sum(1 for e in events if e.event_type == TASK_COMPLETED) == 1, version

@@ -79,14 +79,17 @@ with workflow.unsafe.imports_passed_through():
         SAGA_PATCHES_4,
         SAGA_PATCHES_5,
         SAGA_PATCHES_6,
+        SAGA_PATCHES_7,
         SAGA_PATCHES_AT_ONCE_2_PATCH,
         SAGA_PATCHES_AT_ONCE_3_PATCH,
         SAGA_PATCHES_AT_ONCE_4_PATCH,
         SAGA_PATCHES_AT_ONCE_5_PATCH,
         SAGA_PATCHES_AT_ONCE_6_PATCH,
+        SAGA_PATCHES_AT_ONCE_7_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
         SAGA_PATCHES_BY_VERSION,
         SAGA_RUNS_STEPS_AHEAD_PATCH,
+        SAGA_SENDS_IN_ORDER_PATCH,
         SAGA_STATUS_FROM_START_PATCH,
     )
     from coord.workflows._runtime import calls, metrics
@@ -121,6 +124,7 @@ with workflow.unsafe.imports_passed_through():
 
 WAIT_FOR_CANCEL = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 SAGA_PATCH_BUNDLES = (
+    (SAGA_PATCHES_AT_ONCE_7_PATCH, SAGA_PATCHES_7),
     (SAGA_PATCHES_AT_ONCE_6_PATCH, SAGA_PATCHES_6),
     (SAGA_PATCHES_AT_ONCE_5_PATCH, SAGA_PATCHES_5),
     (SAGA_PATCHES_AT_ONCE_4_PATCH, SAGA_PATCHES_4),
@@ -594,12 +598,23 @@ class ChainSends:
         self.asks_first = per_task and all_local(self._model, placements)
 
     def send(self, envelope: EventEnvelope) -> None:
-        """To the correlation's chain, in the background (the run waits for it before it ends):
-        every send after the first once the first has found the chain."""
+        """To the correlation's chain, in the background (the run waits for it before it ends),
+        once the send it follows has landed (`_follows`)."""
         if not (self.announcing and self._chain_reachable):
             return
-        first = self.pending[0] if self.pending and self._after_first() else None
-        self.pending.append(asyncio.create_task(self._announce(envelope, first)))
+        self.pending.append(asyncio.create_task(self._announce(envelope, self._follows())))
+
+    def _follows(self) -> "asyncio.Task[None] | None":
+        """The send a new one waits for: the one before it (SAGA_SENDS_IN_ORDER_PATCH), so the
+        chain takes the saga's events in the order it made them, one signal at a time (a
+        saga's few events cost a round trip each, and only where a chain runs); in runs
+        recorded before, the first, once it has found the chain (SAGA_ASKS_CHAIN_ONCE_PATCH),
+        or none."""
+        if not self.pending:
+            return None
+        if in_force(SAGA_SENDS_IN_ORDER_PATCH):
+            return self.pending[-1]
+        return self.pending[0] if self._after_first() else None
 
     def _after_first(self) -> bool:
         """Whether sends after the first wait for its answer: asked once, at the second send
@@ -608,9 +623,9 @@ class ChainSends:
             self._waits_for_first = patched(SAGA_ASKS_CHAIN_ONCE_PATCH)
         return self._waits_for_first
 
-    async def _announce(self, envelope: EventEnvelope, first: "asyncio.Task[None] | None") -> None:
-        if first is not None:
-            await workflow.wait([first])
+    async def _announce(self, envelope: EventEnvelope, before: "asyncio.Task[None] | None") -> None:
+        if before is not None:
+            await workflow.wait([before])
             if not self._chain_reachable:
                 return
         elif self.asks_first and not await self._chain_runs():

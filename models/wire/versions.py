@@ -377,11 +377,28 @@ each patch)."""
 SAGA_PATCHES_6 = SAGA_PATCHES_5 | {SAGA_HISTORY_BUDGET_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_6_PATCH. Never changed."""
 
+SAGA_SENDS_IN_ORDER_PATCH = "saga-sends-its-events-in-order"
+"""Since 2026-11-29, in saga: each event the saga sends its correlation's chain goes once the one
+before it has landed (or found no chain), so the chain's log numbers them in the order the saga
+made them; signals sent together reached the chain in any order (an event could be numbered
+before its cause). Only in a run taking SAGA_PATCHES_7 (by its bundle or its version), never
+asked mid-run (a saga runs local activities, whose markers a patch asked mid-run could precede).
+Runs recorded before sent every event after the first together."""
+
+SAGA_PATCHES_AT_ONCE_7_PATCH = "saga-patches-at-once-7"
+"""Since 2026-11-29, in saga: SAGA_PATCHES_AT_ONCE_6_PATCH with SAGA_SENDS_IN_ORDER_PATCH in
+force too (SAGA_PATCHES_7), still one marker. Runs recorded before asked an earlier bundle (or
+each patch)."""
+
+SAGA_PATCHES_7 = SAGA_PATCHES_6 | {SAGA_SENDS_IN_ORDER_PATCH}
+"""The patches in force for a run taking SAGA_PATCHES_AT_ONCE_7_PATCH. Never changed."""
+
 SAGA_PATCHES_BY_VERSION = {
     3: SAGA_PATCHES_3,
     4: SAGA_PATCHES_4,
     5: SAGA_PATCHES_5,
     6: SAGA_PATCHES_6,
+    7: SAGA_PATCHES_7,
 }
 """Since 2026-11-27, in saga: the patches a saga run takes as in force without asking anything,
 by the saga runtime version its start event carries (`contract.SAGA_VERSION_MEMO`, written by
