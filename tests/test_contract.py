@@ -125,7 +125,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
             {contract.STATE_QUERY, contract.TIMELINE_QUERY},
             {contract.PUBLISH_UPDATE},
         ),
-        (ChainRun, contract.CHAIN_RUN_WORKFLOW, set(), set(), set()),
+        (ChainRun, contract.CHAIN_RUN_WORKFLOW, {None}, set(), set()),
         (
             Aggregator,
             contract.AGGREGATOR_WORKFLOW,
@@ -152,7 +152,7 @@ def test_wire_names_are_the_recorded_strings() -> None:
         (
             AgentLedger,
             contract.AGENT_LEDGER_WORKFLOW,
-            set(),  # its worker runs no activity to park with
+            {None},  # parked by an activity on its coordinator queue (`ledger_home`)
             {contract.LEDGER_QUERY},
             {
                 contract.REPORT_OUTCOME_UPDATE,
@@ -172,6 +172,14 @@ def test_workflows_are_registered_under_the_contracts_names(
     assert set(definition.signals) == signals
     assert set(definition.queries) == queries
     assert set(definition.updates) == updates
+
+
+def test_a_ledgers_activities_go_to_its_deployments_coordinator_queue() -> None:
+    """The ledgers' worker runs no activity: a ledger parks on its coordinator queue, which
+    is its own queue for one started there before ledgers had a queue of their own."""
+    assert contract.ledger_home(contract.ledger_task_queue("staging")) == "staging"
+    assert contract.ledger_home(contract.ledger_task_queue()) == contract.DEFAULT_TASK_QUEUE
+    assert contract.ledger_home("staging") == "staging"
 
 
 TYPED_BY_REFERENCE = {contract.REPLAY_UPDATE, contract.ARCHIVE_UPDATE, contract.ADD_TASKS_UPDATE}

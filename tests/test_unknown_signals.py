@@ -1,21 +1,28 @@
 """A signal no handler takes (a misspelt `event`, one meant for another workflow) is parked with
 what it carried, never left unread, and no workflow task fails for it: a chain or an
-aggregator, which take events from outside, count and reject it too; a saga, a plan or a vote
+aggregator, which take events from outside, count and reject it too; a saga, a plan or vote
 that takes one in its first workflow task, which would otherwise end it there, ends only once
-the signal is parked; a dead-letter entry parks one as another entry."""
+the signal is parked; a dead-letter entry parks one as another entry; an agent ledger, whose
+worker runs no activity, parks one on its coordinator queue; a chain's run parks one by its
+chain's correlation."""
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 
 from coord.infra.dead_letters import park_dead_letter
+from coord.infra.ledgers import LedgerClient
+from coord.models.chain.spec import ChainSpec
 from coord.models.dlq.letter import DlqSelection, EntrySummary
 from coord.models.mesh.agents import AgentRegistry
+from coord.models.mesh.ledger import BreakerConfig, RunStats
 from coord.models.vote.spec import VoteStatus
 from coord.models.wire.contract import (
     COORD_PATTERN,
@@ -23,11 +30,27 @@ from coord.models.wire.contract import (
     MEMBER_SENT_SIGNAL,
     PLAN_WORKFLOW,
     VOTE_WORKFLOW,
+    agent_ledger_workflow_id,
+    agent_task_queue,
+)
+from coord.models.wire.versions import (
+    CHAIN_RUN_PARKS_UNKNOWN_SIGNALS_PATCH,
+    LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH,
 )
 from coord.starter import api
 from coord.worker import build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import eventually, letter, parked, phase1, routing_spec, task_failures
+from tests.helpers import (
+    chain_run_handles,
+    event,
+    eventually,
+    letter,
+    parked,
+    phase1,
+    routing_spec,
+    task_failures,
+)
+from tests.test_chain_dispatch import SLOW_SUBSCRIPTION, SlowAndFast
 from tests.test_plan import PlanAgents, plan
 from tests.test_plan import start as start_plan
 from tests.test_vote import YES, Voters, vote
@@ -133,6 +156,88 @@ async def test_a_dead_letter_entry_parks_a_signal_as_another_entry(
         failures = await task_failures(entry)
     assert parked_signal.message == "signal 'replay': a dead-letter entry takes no such signal"
     assert parked_signal.raw == [{"payload": {}}]
+    assert failures == []
+
+
+async def patches_asked(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """The patch markers of the run's history, in order."""
+    history = await handle.fetch_history()
+    return [
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+
+
+async def test_an_agent_ledger_parks_a_signal_on_its_coordinator_queue_and_answers_on(
+    client: Client, task_queue: str
+) -> None:
+    """The ledgers' worker runs no activity: the park goes to the deployment's coordinator
+    queue. A ledger that takes no such signal asks nothing more (it is on every run's path)."""
+    queue = agent_task_queue(f"typo-{uuid.uuid4().hex[:8]}", task_queue)
+    ledger = LedgerClient(client, queue, task_queue, BreakerConfig(), worker="test")
+    handle = client.get_workflow_handle(agent_ledger_workflow_id(queue))
+    async with build_worker(client, task_queue):
+        await ledger.stats(RunStats(succeeded=1))
+        before = await patches_asked(handle)
+        await handle.signal("report_stat", {"stats": {"succeeded": 1}})
+        entry = await parked_for(client, task_queue, handle.id)
+        letter = await api.dlq_entry(client, entry.entry_id)
+        state = await ledger.stats(RunStats(succeeded=1))
+        after = await patches_asked(handle)
+        failures = await task_failures(handle)
+    assert LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH not in before
+    assert LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH in after
+    assert (letter.failure_type, letter.target_workflow) == ("invalid_input", handle.id)
+    assert letter.message == "signal 'report_stat': an agent ledger takes no such signal"
+    assert letter.raw == [{"stats": {"succeeded": 1}}]
+    assert state.runs == 2, "the ledger answers on"
+    assert failures == []
+
+
+async def test_a_chains_run_parks_a_signal_by_its_chains_correlation_and_ends_normally(
+    client: Client, task_queue: str
+) -> None:
+    """A run handed over to a `ChainRun` of its own, signalled while its agent runs: the signal
+    is parked, listed by the chain's correlation, and the run's outcome still reaches the
+    chain."""
+    agents = SlowAndFast()
+    correlation_id = f"typo-{uuid.uuid4().hex[:8]}"
+    spec = ChainSpec.model_validate(
+        {
+            "name": "handed-over",
+            "triggers": ["Slow"],
+            "alerts": None,
+            "subscriptions": [{**SLOW_SUBSCRIPTION, "hand_over": True}],
+        }
+    )
+    async with build_worker(client, task_queue, agents.registry()):
+        chain = await api.start_chain(client, spec, correlation_id, queue=task_queue)
+        await api.publish(client, event(correlation_id, "Slow"))
+        await asyncio.wait_for(agents.slow_started.wait(), 60)
+        [run] = await chain_run_handles(client, chain)
+        await run.signal("run_outcom", {"seq": 1})
+        selection = DlqSelection(correlation_id=correlation_id)
+        [entry] = await parked(client, task_queue, 1, selection)
+        letter = await api.dlq_entry(client, entry.entry_id)
+        agents.slow_released.set()
+        outcome = await asyncio.wait_for(run.result(), 60)
+
+        async def slow_landed() -> bool:
+            timeline = await api.chain_timeline(client, correlation_id)
+            return "SlowDone" in {row.event for row in timeline}
+
+        await eventually(slow_landed, timeout=60)
+        await api.close_chain(client, correlation_id)
+        state = await asyncio.wait_for(chain.result(), 60)
+        failures = await task_failures(run)
+    assert CHAIN_RUN_PARKS_UNKNOWN_SIGNALS_PATCH in await patches_asked(run)
+    assert (letter.failure_type, letter.target_workflow) == ("invalid_input", run.id)
+    assert letter.message == "signal 'run_outcom': a chain's run takes no such signal"
+    assert letter.raw == [{"seq": 1}]
+    assert outcome["result"] is not None and outcome["failure"] is None
+    assert state.events_seen == 2, "Slow, and the run's SlowDone"
     assert failures == []
 
 

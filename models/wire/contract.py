@@ -40,11 +40,22 @@ def agent_queue_prefix(home: str = DEFAULT_TASK_QUEUE) -> str:
     return AGENT_QUEUE_PREFIX if home == DEFAULT_TASK_QUEUE else f"{home}/{AGENT_QUEUE_PREFIX}"
 
 
+LEDGER_QUEUE_SUFFIX: Final = "/ledgers"
+
+
 def ledger_task_queue(home: str = DEFAULT_TASK_QUEUE) -> str:
     """The task queue of a deployment's agent ledgers (its breakers and pools), served by every
     worker serving its workflows, on workflow task slots of its own: the coordinator queue's can
     all be held by workflows waiting on a hanging local agent, whose breaker must open then."""
-    return f"{home}/ledgers"
+    return f"{home}{LEDGER_QUEUE_SUFFIX}"
+
+
+def ledger_home(task_queue: str) -> str:
+    """The coordinator queue of the deployment whose ledgers run on `task_queue`
+    (`ledger_task_queue`'s inverse), where the activities a ledger needs are served: its own
+    queue's worker runs none. A ledger started on its coordinator queue (before ledgers had a
+    queue of their own) is on it already."""
+    return task_queue.removesuffix(LEDGER_QUEUE_SUFFIX)
 
 
 def agent_task_queue(agent: str, home: str = DEFAULT_TASK_QUEUE) -> str:

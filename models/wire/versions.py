@@ -742,3 +742,19 @@ as one marker. Runs recorded before take none."""
 
 MEMBER_PATCHES = frozenset({MEMBER_PARKS_WHAT_IT_REFUSES_PATCH})
 """The patches in force for a run taking MEMBER_PATCHES_AT_ONCE_PATCH. Never changed."""
+
+LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH = "ledger-parks-unknown-signals"
+"""Since 2026-11-29, in mesh.ledger: a signal the agent ledger has no handler for is parked as
+`invalid_input` with what it carried, by an activity on the deployment's coordinator queue
+(`contract.ledger_home`: the ledgers' own worker runs none, which is why ledgers were left out
+of PARKS_UNKNOWN_SIGNALS_PATCH: a park on their queue waited forever), and the run continues as
+new only once it is (it waits for every handler). Asked when one comes: a ledger takes no bundle
+and runs no local activity, whose marker a patch asked mid-run could precede; a run that takes
+no such signal carries no marker. Runs recorded before left it unread."""
+
+CHAIN_RUN_PARKS_UNKNOWN_SIGNALS_PATCH = "chain-run-parks-unknown-signals"
+"""Since 2026-11-29, in chain.run: a signal a chain's run has no handler for (it takes none) is
+parked as `invalid_input` with what it carried, by the chain's correlation, and the run ends only
+once it is. Asked when one comes: a chain's run takes no bundle and runs no local activity (its
+agent goes to an activity task), whose marker a patch asked mid-run could precede; a run that
+takes no such signal carries no marker. Runs recorded before left it unread."""

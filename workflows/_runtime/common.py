@@ -238,9 +238,12 @@ async def park(
     inputs: dict[str, Any] | None = None,
     causation_depth: int | None = None,
     correlation_id: str | None = None,
+    task_queue: str | None = None,
 ) -> None:
     """Hand what this workflow could not handle to the dead-letter queue; nothing is dropped.
     `correlation_id`: the workflow's, for a letter without an event (`DeadLetter`).
+    `task_queue`: where the parking activity is served, when not on this workflow's own queue
+    (an agent ledger's worker runs no activity).
     `failed_attempts`: a failed agent run's attempts as its worker reported them, which date
     the letter's first and last failure (`failure_times`); else both are now.
 
@@ -270,6 +273,7 @@ async def park(
         letter,
         start_to_close_timeout=timedelta(seconds=30),
         summary=f"dead-letter: {failure_type}",
+        task_queue=task_queue,
     )
 
 

@@ -69,7 +69,11 @@ class ParksUnknownSignals:
     async def _park_letter(self, reason: str, carried: Any) -> None:
         workflow.logger.warning("signal parked: %s", reason)
         await park(
-            FailureType.INVALID_INPUT, reason, raw=carried, correlation_id=self._correlation()
+            FailureType.INVALID_INPUT,
+            reason,
+            raw=carried,
+            correlation_id=self._correlation(),
+            task_queue=self._parking_queue(),
         )
 
     def _correlation(self) -> str | None:
@@ -78,6 +82,11 @@ class ParksUnknownSignals:
         state = getattr(getattr(self, "_model", None), "state", None)
         correlation: str | None = getattr(state, "correlation_id", None) or None
         return correlation
+
+    def _parking_queue(self) -> str | None:
+        """Where the parking activity is served: the run's own queue (None) for every workflow
+        whose worker runs the project's activities."""
+        return None
 
     async def parkings_landed(self) -> None:
         """Waits, shielded from a cancel, until no parking is under way (at once when none is,

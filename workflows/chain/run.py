@@ -3,7 +3,8 @@
 run's detours, to the chain by the chain's workflow id (`run_outcome`). It is started with
 `ParentClosePolicy.ABANDON`, so it outlives the chain's run: a chain near its history budget
 continues as new without waiting for a slow agent, carrying the run as in flight, and the
-outcome reaches whichever run is current then."""
+outcome reaches whichever run is current then. A signal sent to it (it takes none) is parked,
+by its chain's correlation, and the run ends only once it is."""
 
 from datetime import timedelta
 
@@ -19,10 +20,12 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_RUN_WORKFLOW,
         RUN_OUTCOME_SIGNAL,
         FailureType,
+        correlation_id_of_chain,
         failure,
         failure_message,
         failure_type_of,
     )
+    from coord.models.wire.versions import CHAIN_RUN_PARKS_UNKNOWN_SIGNALS_PATCH
     from coord.workflows._runtime.agent_runs import declared_settings, start_agent_run
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.child_votes import VOTE_FAILED, hold_vote, vote_failure
@@ -32,7 +35,9 @@ with workflow.unsafe.imports_passed_through():
         PlainInput,
         attempts,
         decode_joined,
+        ending_with,
     )
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 SIGNAL_LIMIT_MESSAGE = "signal limit"
 """What a signal refused by the server's limit of signals per run says (Core: "The per-workflow
@@ -43,7 +48,13 @@ REPORT_RETRY_MAX = timedelta(seconds=30)
 
 
 @workflow.defn(name=CHAIN_RUN_WORKFLOW, sandboxed=False)
-class ChainRun(metaclass=SurplusStartArguments):
+class ChainRun(
+    ParksUnknownSignals,
+    kind="a chain's run",
+    patch=CHAIN_RUN_PARKS_UNKNOWN_SIGNALS_PATCH,
+    asked=True,
+    metaclass=SurplusStartArguments,
+):
     """Not sandboxed, as the chain: one is started for every run of every chain, and the sandbox
     costs each its own module imports. The code touches only the workflow API and its models."""
 
@@ -61,6 +72,10 @@ class ChainRun(metaclass=SurplusStartArguments):
 
     @workflow.run
     async def run(self, raw_input: PlainInput = NO_INPUT) -> RunOutcome:
+        """However the run ends, the signals it took are parked first (`parkings_landed`)."""
+        return await ending_with(self._run(), self.parkings_landed)
+
+    async def _run(self) -> RunOutcome:
         run_input = self._input
         if run_input is None:
             raise failure(FailureType.INVALID_INPUT, self._input_error, non_retryable=True)
@@ -91,6 +106,11 @@ class ChainRun(metaclass=SurplusStartArguments):
             )
             return RunOutcome(seq=run_input.seq, failure=failed)
         return RunOutcome(seq=run_input.seq, result=result)
+
+    def _correlation(self) -> str | None:
+        """The chain's correlation, which a letter of the run is listed by (its workflow id,
+        `chain-C/run-N`, would read as `C/run-N`)."""
+        return None if self._input is None else correlation_id_of_chain(self._input.chain_id)
 
     def _detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
         self._detours = noted(self._detours, detour, assignment)

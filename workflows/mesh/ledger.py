@@ -55,10 +55,16 @@ with workflow.unsafe.imports_passed_through():
         REPORT_STATS_UPDATE,
         FailureType,
         failure,
+        ledger_home,
     )
-    from coord.models.wire.versions import PERMIT_POOL_PATCH, SMALLEST_POOL_PATCH
+    from coord.models.wire.versions import (
+        LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH,
+        PERMIT_POOL_PATCH,
+        SMALLEST_POOL_PATCH,
+    )
     from coord.workflows._runtime.arguments import SurplusStartArguments
     from coord.workflows._runtime.common import NO_INPUT, PlainInput, decode_input, decode_start
+    from coord.workflows._runtime.unknown_signals import ParksUnknownSignals
 
 R = TypeVar("R")
 MIN_TIMER = timedelta(milliseconds=1)
@@ -67,9 +73,17 @@ MAX_HISTORY = 2000
 
 
 @workflow.defn(name=AGENT_LEDGER_WORKFLOW, sandboxed=False)
-class AgentLedger(metaclass=SurplusStartArguments):
+class AgentLedger(
+    ParksUnknownSignals,
+    kind="an agent ledger",
+    patch=LEDGER_PARKS_UNKNOWN_SIGNALS_PATCH,
+    asked=True,
+    metaclass=SurplusStartArguments,
+):
     """Not sandboxed: it runs for as long as its agent is used, answering updates every few
-    seconds; it imports only pure models."""
+    seconds; it imports only pure models. A signal (it takes none) is parked, on the
+    deployment's coordinator queue (`_parking_queue`); waiting for every handler before it
+    continues as new, the run carries none of them over unparked."""
 
     @workflow.init
     def __init__(self, raw_start: PlainInput = NO_INPUT) -> None:
@@ -81,6 +95,7 @@ class AgentLedger(metaclass=SurplusStartArguments):
     @workflow.run
     async def run(self, raw_start: PlainInput = NO_INPUT) -> AgentLedgerState:
         if self._start_error is not None:
+            await self.parkings_landed()
             raise failure(FailureType.INVALID_INPUT, self._start_error, non_retryable=True)
         if workflow.patched(PERMIT_POOL_PATCH):
             await self._pool_on_time_until(self._history_full)
@@ -180,6 +195,11 @@ class AgentLedger(metaclass=SurplusStartArguments):
             await workflow.wait_condition(woken, timeout=timeout)
         except TimeoutError:
             pool.expire(workflow.now())
+
+    def _parking_queue(self) -> str:
+        """The coordinator queue of the ledger's deployment: the ledgers' worker runs no
+        activity, so a park on their own queue would wait forever."""
+        return ledger_home(workflow.info().task_queue)
 
     def _history_full(self) -> bool:
         info = workflow.info()
