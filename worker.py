@@ -5,6 +5,7 @@ import asyncio
 import os
 import signal
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from coord.activities.plan.progress import PlanProgressReader
 from coord.activities.plan.scratchpad import ScratchpadWriter
 from coord.activities.plan.update_callers import UpdateCallers
 from coord.infra.gc import options_for, sweep_forever
+from coord.infra.hosted_placements import PlaceAgent, hosting
 from coord.infra.logs import configure_logging, core_logging, get_logger
 from coord.infra.metrics import MetricsEndpoint
 from coord.infra.run_context import RunContext
@@ -112,7 +114,10 @@ class WorkerSet:
         breakers: Breakers | None = None,
         keeper: ReportKeeper | None = None,
         lookahead: ChainLookahead | None = None,
+        place: PlaceAgent | None = None,
     ) -> None:
+        """`place`: where the coordinator worker places agents (`AgentRegistry.placement`),
+        told to this process's starters while it runs (`hosting`); None without one."""
         if not workers:
             raise SpecError("nothing to serve: no agents, and --no-workflows")
         self.workers = list(workers)
@@ -123,16 +128,19 @@ class WorkerSet:
         self.task_queue = task_queue
         """The coordinator queue, which names the deployment's agent queues."""
         self._running: asyncio.Task[None] | None = None
+        self._place = place
 
     @property
     def queues(self) -> list[str]:
         return [worker.task_queue for worker in self.workers]
 
     async def run(self) -> None:
-        """Until shut down; one worker failing stops the others."""
-        async with asyncio.TaskGroup() as group:
-            for worker in self.workers:
-                group.create_task(worker.run())
+        """Until shut down; one worker failing stops the others. Meanwhile a saga started
+        from this process on the coordinator queue is told where its agents run."""
+        with hosting(self.task_queue, self._place) if self._place else nullcontext():
+            async with asyncio.TaskGroup() as group:
+                for worker in self.workers:
+                    group.create_task(worker.run())
 
     async def shutdown(self) -> None:
         if self._breakers is not None:
@@ -143,6 +151,7 @@ class WorkerSet:
 
     async def __aenter__(self) -> "WorkerSet":
         self._running = asyncio.create_task(self.run())
+        await asyncio.sleep(0)  # the task begins: the coordinator queue is hosted from now on
         return self
 
     async def __aexit__(
@@ -179,7 +188,10 @@ def build_worker(
     process = WorkerProcess.of(client, queue or task_queue(), registry, shares, shutdown_grace)
     workers = [coordinator_worker(process, registry), ledger_worker(process)] if workflows else []
     workers += [agent_worker(process, registry.only([name])) for name in registry]
-    return WorkerSet(workers, process.home, process.breakers, process.keeper, process.lookahead)
+    place = registry.placement if workflows else None
+    return WorkerSet(
+        workers, process.home, process.breakers, process.keeper, process.lookahead, place
+    )
 
 
 @dataclass(frozen=True)

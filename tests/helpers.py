@@ -23,6 +23,7 @@ from coord.models.mesh.config import PythonAgent
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
+from coord.starter.api import sagas
 from coord.workflows import dlq
 from tests.conftest import ROOT, feature_deployment
 
@@ -64,6 +65,17 @@ def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:
     (`unserved_agents_found_at_once`): for a test of what such a replay runs and reports."""
     monkeypatch.setattr(dlq, "REPLAY_SCHEDULE_TO_START", timedelta(seconds=2))
     unserved_agents_found_at_once(monkeypatch)
+
+
+def started_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`start_saga` starts a saga as from a process hosting no worker of its queue (`coord saga
+    start`, a script): its start says nothing of where the agents run (`placed_here`), and the
+    run asks its worker, although the test's worker runs in the test's own process."""
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    monkeypatch.setattr(sagas, "placed_here", nothing)
 
 
 async def eventually(

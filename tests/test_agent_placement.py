@@ -26,10 +26,25 @@ from coord.models.events.envelope import EventEnvelope
 from coord.models.mesh.agents import AgentContext, AgentRegistry
 from coord.models.mesh.batches import LocalBatchOutcomes
 from coord.models.mesh.config import PythonAgent, ShellAgent
-from coord.models.mesh.placement import Placement, PlacementAsk, placement
+from coord.models.mesh.placement import (
+    Placement,
+    PlacementAnswer,
+    PlacementAsk,
+    claim_holds,
+    claimable,
+    placement,
+)
 from coord.models.saga.spec import SagaSpec, SagaStatus
-from coord.models.wire.contract import RUN_AGENT_ACTIVITY, RUN_AGENTS_ACTIVITY, agent_task_queue
+from coord.models.wire.contract import (
+    RUN_AGENT_ACTIVITY,
+    RUN_AGENTS_ACTIVITY,
+    SAGA_PLACEMENTS_MEMO,
+    SAGA_VERSION_MEMO,
+    SAGA_WORKFLOW,
+    agent_task_queue,
+)
 from coord.models.wire.specs import SpecError, parse_model
+from coord.models.wire.versions import SAGA_VERSION
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from coord.workflows._runtime import agent_runs
@@ -308,6 +323,82 @@ async def test_a_remote_agent_served_here_stays_on_the_workflow_queue_unless_pac
         state = await asyncio.wait_for(api.saga_outcome(handle), 60)
     assert state.status == SagaStatus.COMPLETED
     assert list(_agent_tasks(await _history(handle)).values()) == [queue_of(agent, task_queue)]
+
+
+def test_a_start_may_place_runs_on_the_workflow_queue_or_their_agents_never_locally() -> None:
+    """What a saga's start says about its runs (`SAGA_PLACEMENTS_MEMO`) is taken only with the
+    chain's answer and without a local run, and a worker runs a run its start placed on the
+    workflow's queue only for an agent it serves there."""
+    home = PlacementAnswer(
+        agents={"a": Placement.HOME, "b": Placement.AGENT_QUEUE}, chain_runs=False
+    )
+    assert claimable(home)
+    assert not claimable(home.model_copy(update={"chain_runs": None}))
+    assert not claimable(PlacementAnswer(agents={"a": Placement.LOCAL}, chain_runs=False))
+    assert claim_holds(Placement.HOME, Placement.HOME)
+    assert claim_holds(Placement.HOME, Placement.LOCAL), "served here: any queue of its will do"
+    assert not claim_holds(Placement.HOME, Placement.AGENT_QUEUE), "paced, or not served here"
+    assert claim_holds(Placement.AGENT_QUEUE, Placement.HOME)
+    assert not claim_holds(Placement.LOCAL, Placement.LOCAL), "a start never places a local run"
+
+
+async def test_a_start_placing_a_pooled_agent_on_the_workflow_queue_is_refused_there(
+    client: Client, task_queue: str
+) -> None:
+    """A start is not trusted: one saying a pooled agent runs on the workflow's queue (where
+    its pool would not hold) gets its run refused there, the agent not called (`misplaced`),
+    and the run goes on to the agent's own queue, spending none of its attempts."""
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    pooled = PythonAgent(kind="python", callable="m:f", max_concurrent=2)
+    spec = _saga_of(agent)
+    forged = PlacementAnswer(
+        agents=dict.fromkeys(spec.agents_run(), Placement.HOME), chain_runs=False
+    )
+    memo = {SAGA_VERSION_MEMO: SAGA_VERSION, SAGA_PLACEMENTS_MEMO: forged.model_dump(mode="json")}
+    async with build_worker(client, task_queue, _registry({agent: pooled})):
+        await client.start_workflow(
+            SAGA_WORKFLOW,
+            spec.model_dump(mode="json", exclude_unset=True),
+            id=spec.workflow_id,
+            task_queue=task_queue,
+            memo=memo,
+        )
+        handle = api.saga_handle(client, spec.saga_id)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    assert local_activity_types(events) == [], "its start's placements taken: nothing asked"
+    assert list(_agent_tasks(events).values()) == [task_queue, agent_task_queue(agent, task_queue)]
+    [detour] = state.detours
+    assert (detour.reason, detour.action) == ("misplaced", "queued")
+    assert state.completed_steps[0].name == "Only"
+
+
+async def test_a_start_placing_a_run_locally_is_not_taken(client: Client, task_queue: str) -> None:
+    """A local run is the worker's to place: a start saying so is ignored, and the saga asks
+    its worker, which places the served agent on the workflow's queue."""
+    agent = f"agent-{uuid.uuid4().hex[:6]}"
+    remote = PythonAgent(kind="python", callable="m:f", execution="remote")
+    spec = _saga_of(agent)
+    forged = PlacementAnswer(
+        agents=dict.fromkeys(spec.agents_run(), Placement.LOCAL), chain_runs=False
+    )
+    memo = {SAGA_VERSION_MEMO: SAGA_VERSION, SAGA_PLACEMENTS_MEMO: forged.model_dump(mode="json")}
+    async with build_worker(client, task_queue, _registry({agent: remote})):
+        await client.start_workflow(
+            SAGA_WORKFLOW,
+            spec.model_dump(mode="json", exclude_unset=True),
+            id=spec.workflow_id,
+            task_queue=task_queue,
+            memo=memo,
+        )
+        handle = api.saga_handle(client, spec.saga_id)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    assert local_activity_types(events) == ["place_agents_with_chain"], "its worker asked"
+    assert list(_agent_tasks(events).values()) == [task_queue]
+    assert state.detours == []
 
 
 async def test_a_local_compensation_that_fails_for_good_is_parked(

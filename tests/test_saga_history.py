@@ -12,6 +12,7 @@ import json
 from collections import Counter
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
@@ -28,7 +29,7 @@ from coord.starter import api
 from coord.worker import build_worker
 from coord.workflows.saga import SAGA_PATCH_BUNDLES
 from tests.conftest import feature_deployment
-from tests.helpers import demo_agents_remote, failing_at, user_story
+from tests.helpers import demo_agents_remote, failing_at, started_elsewhere, user_story
 
 NEWEST_BUNDLE = SAGA_PATCH_BUNDLES[0][0]
 """The bundle a saga started without a version asks."""
@@ -144,7 +145,6 @@ SERVED_FIVE_STEPS = {
     "ACTIVITY_TASK_COMPLETED": 5,
     "ACTIVITY_TASK_SCHEDULED": 5,
     "ACTIVITY_TASK_STARTED": 5,
-    "MARKER_RECORDED": 1,
     "UPSERT_WORKFLOW_SEARCH_ATTRIBUTES": 1,
     "WORKFLOW_EXECUTION_COMPLETED": 1,
     "WORKFLOW_EXECUTION_STARTED": 1,
@@ -152,13 +152,14 @@ SERVED_FIVE_STEPS = {
     "WORKFLOW_TASK_SCHEDULED": 6,
     "WORKFLOW_TASK_STARTED": 6,
 }
-"""A five-step saga of served agents without a chain, started by `start_saga`: the hand-written
-saga's 35 events (six workflow tasks, five activities, start and end), the placements' look-up
-(a marker), the final status. No patch marker nor `TemporalChangeVersion` upsert: its start
-carries the saga runtime version."""
+"""A five-step saga of served agents without a chain, started by `start_saga` from the process
+hosting its worker: the hand-written saga's 35 events (six workflow tasks, five activities,
+start and end) and the final status. No marker: its start says where its agents run and that
+no chain runs; no patch marker nor `TemporalChangeVersion` upsert: it carries the saga runtime
+version."""
 
 
-async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_two_events_more(
+async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_its_status(
     client: Client, task_queue: str
 ) -> None:
     async with build_worker(client, task_queue, demo_agents_remote()):
@@ -168,8 +169,30 @@ async def test_a_served_saga_records_the_hand_written_sagas_tasks_and_two_events
     events = await _history(handle)
     assert _counted(events) == SERVED_FIVE_STEPS, "no signal to a missing chain, no extra task"
     assert [status for _, _, status in _status_writes(events)] == ["completed"], "started so"
-    assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
+    assert _local_activities(events) == [], "its start said where its agents run"
     assert _patch_markers(events) == []
+    assert len(events) == 36
+    runs = [
+        e.activity_task_scheduled_event_attributes.input.payloads[0].data
+        for e in events
+        if e.event_type == SCHEDULED
+    ]
+    assert all(b'"placed":"home"' in run for run in runs), "each checked by its worker"
+
+
+async def test_a_served_saga_started_elsewhere_asks_its_worker_once(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Started from a process without its worker, a saga learns where its agents run, and
+    whether its chain runs, in one local activity: one marker more."""
+    started_elsewhere(monkeypatch)
+    async with build_worker(client, task_queue, demo_agents_remote()):
+        handle = await api.start_saga(client, feature_deployment(), queue=task_queue)
+        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    assert state.status == SagaStatus.COMPLETED
+    events = await _history(handle)
+    assert _counted(events) == {**SERVED_FIVE_STEPS, "MARKER_RECORDED": 1}
+    assert _local_activities(events) == ["place_agents_with_chain"], "one look-up for both"
     assert len(events) == 37
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -22,7 +23,7 @@ from coord.models.wire.contract import AGGREGATOR_WORKFLOW
 from coord.starter import api
 from coord.worker import WORKFLOWS, build_worker
 from tests.conftest import feature_deployment
-from tests.helpers import demo_agents_remote, eventually, user_story
+from tests.helpers import demo_agents_remote, eventually, started_elsewhere, user_story
 
 SIGNALED = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
 
@@ -76,9 +77,11 @@ async def test_a_new_saga_s_look_up_takes_the_answer_asked_ahead(
 
 
 async def test_a_saga_of_served_agents_takes_the_answer_asked_ahead_and_sends(
-    client: Client, task_queue: str
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its chain runs: the answer asked ahead says so, and each of its events is sent."""
+    """Its chain runs: the answer asked ahead says so, and each of its events is sent. Started
+    as from another process: a start from the worker's own says it (`placed_here`)."""
+    started_elsewhere(monkeypatch)
     spec = feature_deployment()
     async with build_worker(client, task_queue, demo_agents_remote()) as workers:
         chain = await api.start_chain(client, user_story(), spec.correlation_id, queue=task_queue)

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from coord.models.mesh.assignment import Assignment
     from coord.models.mesh.attempts import attempt_times, ran_until
     from coord.models.mesh.batches import BatchedRun
-    from coord.models.mesh.placement import Placement
+    from coord.models.mesh.placement import MAX_PLACED, Placement, PlacementAnswer, claimable
     from coord.models.mesh.runs import RunDetour
     from coord.models.mesh.usage import TokenMeter
     from coord.models.saga.ahead import steps_ahead, steps_to_pivot
@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         EVENT_SIGNAL,
         HANDLER_TEXT,
         SAGA_HISTORY_BUDGET_MEMO,
+        SAGA_PLACEMENTS_MEMO,
         SAGA_RECORD_MEMO,
         SAGA_VERSION_MEMO,
         SAGA_WORKFLOW,
@@ -88,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
         SAGA_PATCHES_AT_ONCE_7_PATCH,
         SAGA_PATCHES_AT_ONCE_PATCH,
         SAGA_PATCHES_BY_VERSION,
+        SAGA_PLACEMENTS_FROM_START_PATCH,
         SAGA_RUNS_STEPS_AHEAD_PATCH,
         SAGA_SENDS_IN_ORDER_PATCH,
         SAGA_STATUS_FROM_START_PATCH,
@@ -184,7 +186,11 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
 
     async def _outcome(self) -> SagaState:
         try:
-            await self._placements.learn(self._model.spec.agents_run(), self._sends.chain_of())
+            agents = self._model.spec.agents_run()
+            placed = started_placements(agents)
+            if placed is not None:
+                self._placements.take(placed)
+            await self._placements.learn(agents, self._sends.chain_of())
             self._sends.ask_first(self._status.per_task, self._placements)
             for index, step in self._room.steps():
                 await self._ahead.run_from(index, self._model, self._placements, self._options)
@@ -559,6 +565,24 @@ def started_patches() -> frozenset[str] | None:
         workflow.logger.warning("saga version unreadable, patches asked: %s", error)
         return None
     return SAGA_PATCHES_BY_VERSION.get(version) if type(version) is int else None
+
+
+def started_placements(agents: list[str]) -> PlacementAnswer | None:
+    """Where the run's start says its `agents` run, and whether its chain runs
+    (SAGA_PLACEMENTS_MEMO), in a run taking SAGA_PLACEMENTS_FROM_START_PATCH: only an answer
+    for every one of them, none local (`claimable`); else None, and the run asks its worker
+    (a start is not trusted: anything else there is ignored)."""
+    if not in_force(SAGA_PLACEMENTS_FROM_START_PATCH):
+        return None
+    try:
+        raw = workflow.memo_value(SAGA_PLACEMENTS_MEMO, None)
+        answer = None if raw is None else PlacementAnswer.model_validate(raw)
+    except (TypeError, ValueError) as error:  # a ValidationError is a ValueError
+        workflow.logger.warning("placements in the start unreadable, asked: %s", error)
+        return None
+    if answer is None or len(answer.agents) > MAX_PLACED or not claimable(answer):
+        return None
+    return answer if set(agents) <= answer.agents.keys() else None
 
 
 class ChainSends:

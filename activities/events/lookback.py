@@ -7,15 +7,17 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from temporalio import activity, workflow
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from coord.infra.hosted_placements import chain_runs
 from coord.models import calls as refs
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
 from coord.models.wire.contract import (
     CORRELATION_ID,
     PLAN_WORKFLOW,
+    SAGA_PLACEMENTS_MEMO,
     SAGA_WORKFLOW,
     TIMELINE_QUERY,
     VOTE_WORKFLOW,
@@ -60,19 +62,6 @@ class ChainLookback:
         return await chain_runs(self._client, correlation_id)
 
 
-async def chain_runs(client: Client, correlation_id: str) -> bool:
-    """Whether the correlation's chain runs (its latest run, across continue-as-new): one read
-    of the server."""
-    handle = client.get_workflow_handle(chain_workflow_id(correlation_id))
-    try:
-        described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-    return described.status == WorkflowExecutionStatus.RUNNING
-
-
 LOOKAHEAD_FRESH = timedelta(seconds=10)
 """How long an answer asked ahead stands: a saga's look-up asks it in its first workflow task,
 which the server times out after 10 s by default; an answer older is asked again."""
@@ -115,6 +104,8 @@ class ChainLookahead:
         asks ahead for the correlation its start named (its search attribute; a run naming
         another in its spec asks for itself)."""
         if info.workflow_type not in ASKING_AHEAD or not _fresh(info):
+            return
+        if SAGA_PLACEMENTS_MEMO in info.raw_memo:  # its start says: its look-up asks nothing
             return
         correlation_id = info.typed_search_attributes.get(CORRELATION_ID)
         if correlation_id:

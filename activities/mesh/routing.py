@@ -39,7 +39,6 @@ from coord.models.mesh.placement import (
     Placement,
     PlacementAnswer,
     PlacementAsk,
-    placement,
 )
 from coord.models.wire.contract import (
     FailureType,
@@ -85,7 +84,7 @@ class AgentRouter:
         """Where the runs of each agent asked about go from the workflow this worker runs (a
         local activity: the answer is this worker's, recorded in the workflow's history):
         `placement` for an agent it serves, else the agent's own queue."""
-        return {agent: self._placement(agent) for agent in ask.agents}
+        return {agent: self._registry.placement(agent) for agent in ask.agents}
 
     @activity.defn(name=refs.PLACE_AGENTS_WITH_CHAIN.name)
     async def place_agents_with_chain(self, ask: ChainPlacementAsk) -> PlacementAnswer:
@@ -102,11 +101,6 @@ class AgentRouter:
             log.warning("chain not looked up", correlation_id=ask.chain_of, error=str(error))
             return PlacementAnswer(agents=placed)
         return PlacementAnswer(agents=placed, chain_runs=running)
-
-    def _placement(self, agent: str) -> Placement:
-        if agent not in self._registry:
-            return Placement.AGENT_QUEUE
-        return placement(self._registry.kinds[agent], self._registry.declarations.get(agent))
 
     @activity.defn(name=refs.AGENT_SERVED.name)
     async def agent_served(self, agent: str) -> bool:

@@ -1,7 +1,11 @@
 """The `run_agent` activity: one attempt of an agent run, in steps read top to bottom.
 
-    share -> admit -> guard -> resolve -> run -> keep (a result) | report (a failure)
+    placed -> share -> admit -> guard -> resolve -> run -> keep (a result) | report (a failure)
 
+placed (`placed`): a run its saga's start placed on this worker's queue (`AgentRequest.placed`)
+   for an agent this worker does not serve there (a pool, a rate limit, capabilities, or not
+   served at all): `misplaced` (the agent not called); the workflow sends the run on to the
+   agent's queue, where what protects the agent holds.
 0. share (`share`, local_shares.py): for a local run, the agent's share of the worker's local
    activity slots: `local_share_full` (the agent not called) when its local runs hold it all;
    the workflow sends the run on as an activity task.
@@ -86,6 +90,7 @@ from coord.models.mesh.batches import (
     results_that_fit,
 )
 from coord.models.mesh.config import AgentConfig
+from coord.models.mesh.placement import claim_holds
 from coord.models.mesh.runs import GATE_FAILURES, NO_JITTER, GateRefusal, retry_delay
 from coord.models.wire.contract import FailureType, failure, failure_type_of
 from coord.models.wire.sizes import json_size
@@ -172,6 +177,7 @@ class AgentActivities:
             "agent run",
             extra={"agent": request.agent, "correlation_id": request.event.event.correlation_id},
         )
+        placed(self._registry, request)
         with share(self._local_shares, request):
             return await self._run(request, tally)
 
@@ -212,6 +218,19 @@ def batched_failure(error: ApplicationError) -> BatchedFailure:
         non_retryable=error.non_retryable,
         details=list(error.details),
         retry_after_s=None if delay is None else delay.total_seconds(),
+    )
+
+
+def placed(registry: AgentRegistry, request: AgentRequest) -> None:
+    """The first step, for a run its start placed (none else): `misplaced`, not retried, when
+    this worker would not run the agent where the run came (`claim_holds`)."""
+    if request.placed is None or claim_holds(request.placed, registry.placement(request.agent)):
+        return
+    raise failure(
+        FailureType.MISPLACED,
+        f"agent {request.agent!r} does not run on the workflow's queue, where its saga's start "
+        "placed it: its runs go to its own queue",
+        non_retryable=True,
     )
 
 

@@ -21,6 +21,7 @@ from coord.models.mesh.config import (
     publishes_allowed,
 )
 from coord.models.mesh.declared import unknown_agent
+from coord.models.mesh.placement import Placement, placement
 from coord.models.mesh.results import MAX_PROGRESS, ResultReference
 from coord.models.mesh.retry import RunBudget
 from coord.models.mesh.runs import RetryJitter
@@ -207,6 +208,13 @@ class AgentRegistry:
         declaration = self.declarations.get(name)
         return declaration.max_concurrent if declaration is not None else None
 
+    def placement(self, name: str) -> Placement:
+        """Where a run of `name` goes from a workflow this worker runs (`placement`): its own
+        queue when this worker does not serve it."""
+        if name not in self._agents:
+            return Placement.AGENT_QUEUE
+        return placement(self.kinds[name], self.declarations.get(name))
+
     def get(self, name: str) -> AgentFn:
         try:
             return self._agents[name]
@@ -273,6 +281,10 @@ class AgentRequest(BaseModel):
     """Its plan's scratchpad (`<scratchpad>/<plan_id>`), relative to the worker's
     `scratchpad_root`: the worker resolves it (`AgentContext.scratchpad`), never trusting it
     to leave that root."""
+    placed: Placement | None = Field(default=None, exclude_if=lambda placed: placed is None)
+    """Where the run's start placed it (`SAGA_PLACEMENTS_MEMO`), which the worker checks before
+    calling the agent (`claim_holds`, else `misplaced`); None, and left out of the payload: the
+    workflow's worker placed it."""
 
 
 class PublishRequest(BaseModel):

@@ -65,3 +65,21 @@ def placement(kind: str, declaration: AgentDeclarationBase | None) -> Placement:
     if execution == "local" or (execution is None and kind == "python"):
         return Placement.LOCAL
     return Placement.HOME
+
+
+def claim_holds(claimed: Placement, here: Placement) -> bool:
+    """Whether a run placed `claimed` by its start may run where it came, for an agent this
+    worker places `here`: on the workflow's queue, unless the agent needs its own queue (its
+    pool, rate limit or routing hold there only) or is not served here; its own queue always."""
+    if claimed == Placement.HOME:
+        return here != Placement.AGENT_QUEUE
+    return claimed == Placement.AGENT_QUEUE
+
+
+def claimable(answer: PlacementAnswer) -> bool:
+    """Whether a start may say where the runs go (`SAGA_PLACEMENTS_MEMO`): with the chain's
+    answer, and every agent on the workflow's queue or its own. A local run is never taken from
+    a start: the worker that runs it checks nothing before calling the agent in-process."""
+    return answer.chain_runs is not None and all(
+        where != Placement.LOCAL for where in answer.agents.values()
+    )

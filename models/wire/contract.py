@@ -436,6 +436,13 @@ VOTE_RECORD_MEMO: Final = "vote_state"
 SAGA_VERSION_MEMO: Final = "saga_version"
 """The saga runtime version a saga's starter wrote into its run's start (`versions.SAGA_VERSION`):
 which of the saga's patches the run takes without asking."""
+SAGA_PLACEMENTS_MEMO: Final = "saga_placements"
+"""Where a saga's agents run and whether its correlation's chain runs
+(`coord.models.mesh.placement.PlacementAnswer`), written into its start by a starter whose own
+process hosts the worker of the saga's queue (`start_saga`): the run then asks its worker
+nothing before its first step. A start is not trusted: the run takes only placements on its own
+queue or the agents' queues, and the worker refuses a run placed on its queue for an agent it
+does not serve there (`misplaced`)."""
 SAGA_HISTORY_BUDGET_MEMO: Final = "saga_history_budget"
 """A history size smaller than a saga's budget (`models.saga.budget.HistoryBudget.lowered`),
 for a test that reaches it in seconds: never written by coord's starters, and a larger one is
@@ -561,6 +568,11 @@ class FailureType(StrEnum):
     """A local run of an agent whose local runs already hold its share of the worker's local
     activity slots: the agent was not called, and the workflow sends the run on as an activity
     task on the agent's queue (never parked: it is how a run changes place)."""
+    MISPLACED = "misplaced"
+    """A run its saga's start placed on the workflow's own queue, for an agent whose runs the
+    worker there sends to the agent's own queue (a pool, a rate limit, capabilities) or does
+    not serve: the agent was not called, and the workflow sends the run on as an activity task
+    on the agent's queue (never parked: it is how a run changes place)."""
     NO_CAPABLE_AGENT = "no_capable_agent"
     """A run naming capabilities instead of an agent found no declared agent offering them."""
     AGENT_BLOCKED = "agent_blocked"

@@ -385,12 +385,22 @@ before its cause). Only in a run taking SAGA_PATCHES_7 (by its bundle or its ver
 asked mid-run (a saga runs local activities, whose markers a patch asked mid-run could precede).
 Runs recorded before sent every event after the first together."""
 
-SAGA_PATCHES_AT_ONCE_7_PATCH = "saga-patches-at-once-7"
-"""Since 2026-11-29, in saga: SAGA_PATCHES_AT_ONCE_6_PATCH with SAGA_SENDS_IN_ORDER_PATCH in
-force too (SAGA_PATCHES_7), still one marker. Runs recorded before asked an earlier bundle (or
-each patch)."""
+SAGA_PLACEMENTS_FROM_START_PATCH = "saga-takes-its-placements-from-its-start"
+"""Since 2026-11-29, in saga: a run whose start says where its agents run and whether its
+chain runs (`contract.SAGA_PLACEMENTS_MEMO`, written by a starter whose process hosts the
+saga's worker) takes that instead of asking its worker in a local activity: no marker before
+its first step. Only placements on the saga's own queue or the agents' queues, for every agent
+it runs; its runs on its own queue say so, and the worker refuses one for an agent it does not
+serve there (`misplaced`), which then goes to the agent's queue. Only in a run taking
+SAGA_PATCHES_7 (by its bundle or its version), never asked mid-run. Runs recorded before asked
+their worker whatever their start said."""
 
-SAGA_PATCHES_7 = SAGA_PATCHES_6 | {SAGA_SENDS_IN_ORDER_PATCH}
+SAGA_PATCHES_AT_ONCE_7_PATCH = "saga-patches-at-once-7"
+"""Since 2026-11-29, in saga: SAGA_PATCHES_AT_ONCE_6_PATCH with SAGA_SENDS_IN_ORDER_PATCH and
+SAGA_PLACEMENTS_FROM_START_PATCH in force too (SAGA_PATCHES_7), still one marker. Runs recorded
+before asked an earlier bundle (or each patch)."""
+
+SAGA_PATCHES_7 = SAGA_PATCHES_6 | {SAGA_SENDS_IN_ORDER_PATCH, SAGA_PLACEMENTS_FROM_START_PATCH}
 """The patches in force for a run taking SAGA_PATCHES_AT_ONCE_7_PATCH. Never changed."""
 
 SAGA_PATCHES_BY_VERSION = {

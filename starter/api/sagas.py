@@ -5,8 +5,12 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TerminatedError
+from temporalio.service import RPCError
 
+from coord.infra.hosted_placements import chain_runs, hosted_placements
+from coord.infra.temporal import task_queue
 from coord.models.events.timeline import TimelineEntry, logical_order
+from coord.models.mesh.placement import MAX_PLACED, Placement, PlacementAnswer
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire import contract
 from coord.models.wire.versions import SAGA_VERSION
@@ -41,7 +45,10 @@ async def start_saga(
     without one starts it as usual, so asking costs nothing (a saga's latency is what it is
     held to). A saga is listed `in_progress` from its start: its run then writes its status
     only when it changes. The start carries the saga runtime version (SAGA_VERSION): the run
-    takes the patches of that version without recording a marker for them."""
+    takes the patches of that version without recording a marker for them. When this process
+    hosts the worker of `queue` (`build_worker`), the start also says where the saga's agents
+    run and whether its chain runs (`placed_here`): the run's first workflow task then asks its
+    worker nothing."""
     first = SagaState(
         saga_id=spec.saga_id, correlation_id=spec.correlation_id, status=SagaStatus.IN_PROGRESS
     )
@@ -50,10 +57,30 @@ async def start_saga(
         first.rewind_of = spec.rewind.of.search_value()
         summary = f"{summary} ({spec.rewind.of.describe()})"
     details = spec.description or None
-    memo = {contract.SAGA_VERSION_MEMO: SAGA_VERSION}
+    memo: dict[str, Any] = {contract.SAGA_VERSION_MEMO: SAGA_VERSION}
+    placed = await placed_here(client, spec, queue or task_queue())
+    if placed is not None:
+        memo[contract.SAGA_PLACEMENTS_MEMO] = placed.model_dump(mode="json")
     return await start_run(
         client, Saga.run, spec, first, queue, summary, details, eager=eager, memo=memo
     )
+
+
+async def placed_here(client: Client, spec: SagaSpec, queue: str) -> PlacementAnswer | None:
+    """Where the saga's agents run, as the worker this process runs on `queue` places them, and
+    whether its correlation's chain runs (one read of the server): what the run's look-up would
+    ask. None when this process runs no worker there (or several), when an agent would run
+    locally (a local run's place is the worker's to say), or when the server does not answer:
+    the run then asks its worker."""
+    agents = spec.agents_run()
+    placements = hosted_placements(queue, agents) if len(agents) <= MAX_PLACED else None
+    if placements is None or Placement.LOCAL in placements.values():
+        return None
+    try:
+        running = await chain_runs(client, spec.correlation_id)
+    except RPCError:
+        return None
+    return PlacementAnswer(agents=placements, chain_runs=running)
 
 
 def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:

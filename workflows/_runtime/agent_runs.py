@@ -284,6 +284,21 @@ class Placements:
         """Whether the chain asked about with the agents runs (`learn(chain_of=...)`); None
         when not asked or not answered (answers recorded before said it only when every
         agent ran locally)."""
+        self._from_start: frozenset[str] = frozenset()
+        """The agents placed by the run's start (`take`), whose runs the worker checks."""
+
+    def take(self, answer: PlacementAnswer) -> None:
+        """What the run's start says (`SAGA_PLACEMENTS_MEMO`), taken as the worker's answer:
+        nothing is asked about those agents, nor about the chain. Never a local run
+        (`claimable`); a run placed on this workflow's queue says so (`AgentRequest.placed`),
+        and the worker refuses it there (`misplaced`) for an agent it does not serve there."""
+        self._known.update(answer.agents)
+        self.chain_runs = answer.chain_runs
+        self._from_start = frozenset(answer.agents)
+
+    def from_start(self, agent: str) -> bool:
+        """Whether `agent`'s place came from the run's start (`take`)."""
+        return agent in self._from_start
 
     def settled(self, agents: Iterable[str]) -> bool:
         """Whether `learn(agents)` would return at once: no question in flight, every agent
@@ -405,6 +420,9 @@ class RunSettings:
     """False once a local execution of the run was refused (`local_share_full`: its agent holds
     its share of the worker's local activity slots): it goes on as an activity task on the
     agent's own queue, whose worker's slots are the agent's alone."""
+    home_refused: bool = False
+    """True once the worker refused the run on this workflow's queue, where its start placed it
+    (`misplaced`): it goes on as an activity task on the agent's own queue."""
 
     def placement(self, request: AgentRequest) -> Placement:
         """Where this run of `request` goes. A run with a heartbeat timeout is watched by its
@@ -418,7 +436,19 @@ class RunSettings:
             return Placement.AGENT_QUEUE
         if where == Placement.LOCAL and self.heartbeat_timeout is not None:
             return Placement.HOME
+        if where == Placement.HOME and self.home_refused:
+            return Placement.AGENT_QUEUE
         return where
+
+    def placed_by_start(self, request: AgentRequest) -> bool:
+        """Whether `request` goes to this workflow's queue because the run's start said so,
+        which the worker then checks (`AgentRequest.placed`)."""
+        return (
+            self.placements is not None
+            and request.config is None
+            and self.placements.from_start(request.agent)
+            and self.placement(request) == Placement.HOME
+        )
 
 
 class DeclaredRun(Protocol):
@@ -660,6 +690,8 @@ class _AgentRun:
         update: dict[str, Any] = {"attempts_before": self.allowance.spent}
         if self.settings.tokens is not None:
             update["tokens"] = self.settings.tokens.allowance()
+        placed = self.settings.placed_by_start(self.request)
+        update["placed"] = Placement.HOME if placed else None
         return self.request.model_copy(update=update)
 
     def execute(self) -> workflow.ActivityHandle[AgentResult]:
@@ -684,6 +716,10 @@ class _AgentRun:
         if kind == FailureType.LOCAL_SHARE_FULL and self.settings.local_share:
             self._tell(_detour(self.request.agent, kind, "queued", error))
             self.settings = replace(self.settings, local_share=False)
+            return True
+        if kind == FailureType.MISPLACED and not self.settings.home_refused:
+            self._tell(_detour(self.request.agent, kind, "queued", error))
+            self.settings = replace(self.settings, home_refused=True)
             return True
         refusal = _refusal(error) if kind in GATE_FAILURES else None
         if refusal is not None:
