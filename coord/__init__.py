@@ -10,7 +10,7 @@ base of every error the project raises (docs/api.md). Agent authors import `coor
     async def main() -> None:
         client = await coord.connect()
         spec = coord.load_spec(coord.SagaSpec, Path("deploy.yaml"))
-        state = await coord.saga_outcome(await coord.start_saga(client, spec))
+        state = await coord.saga_outcome(await coord.start_saga(client, spec), client)
 
     coord.run(main())
 

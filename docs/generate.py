@@ -91,9 +91,12 @@ EXIT_EXAMPLES: dict[str, str] = {
     ),
     "NO_WORKER": (
         "`saga start --wait`, `plan start --wait`, `vote start --wait`: nothing polled the task "
-        "queue for `--no-worker-timeout` seconds; `plan approve`: no worker took the decision up "
-        "within a minute; the state of a running saga, chain, plan, aggregator or vote, "
-        "`dlq show` of a parked entry, and `events` of a running chain, when no worker polls "
+        "queue for `--no-worker-timeout` seconds, or (a plan's progress, a vote's ballots, read "
+        "while it waits) nothing answered on it; `saga start --wait` of a saga terminated "
+        "meanwhile, whose record a worker answers; `plan approve`: no worker took the decision "
+        "up within a minute; the state of a running saga, chain, plan, aggregator or vote, "
+        "`dlq show` of a parked entry, and `events` of a running chain or of a correlation with "
+        "a running or terminated saga, when no worker polls "
         "its task queue or none answers (after 5 s; 25 s when a worker polled it lately); "
         "`events --all` of an ended chain whose stored log lacks its end, with no worker"
     ),

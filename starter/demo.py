@@ -45,7 +45,7 @@ async def run_sagas(client: Client, stamp: str) -> None:
         )
         handle = await api.start_saga(client, saga, eager=True)
         typer.secho(f"\n▶ {handle.id} ({run})", bold=True)
-        state = await api.saga_outcome(handle)
+        state = await api.saga_outcome(handle, client)
         typer.echo(state.model_dump_json(indent=2, exclude={"events"}))
         render.show(render.timeline_table(state.events))
         typer.echo(f"  status: {state.status.value}  UI: {workflow_link(handle.id)}")

@@ -108,8 +108,10 @@ Watch = Callable[[Client, WorkflowHandle[Any, Any]], Awaitable[list[Sighting]]]
 
 @dataclass
 class WorkerWatch:
-    """Whether a worker polls the run's queue: warns once when none does, and gives up (NoWorker)
-    after `timeout` seconds without one."""
+    """Whether a worker serves the run's queue: warns once when none does, and gives up
+    (NoWorker) after `timeout` seconds without one. A worker the server lists as polling but
+    that did not answer the last look (`unanswered`) is none: the server lists a stopped
+    worker's pollers for a while after it stopped."""
 
     name: str
     """What waits for a worker (`the saga`), in the warning."""
@@ -118,24 +120,42 @@ class WorkerWatch:
     timeout: float
     report: Callable[[str], None]
     idle_since: float | None = None
+    unanswered: bool = False
+    """The last look read what a worker answers (a vote's ballots, a plan's progress), and no
+    worker did (NoWorker from `answered`)."""
 
     async def polled(self, client: Client) -> bool:
-        now = asyncio.get_running_loop().time()
+        """Whether to look: a worker polls the queue. After a look no worker answered, the wait
+        for one goes on while the next look asks again."""
         if await task_queue_pollers(client, self.task_queue):
-            self.idle_since = None
+            if not self.unanswered:
+                self.idle_since = None
             return True
+        self.unserved()
+        return False
+
+    def looked(self, answered: bool) -> None:
+        """The look's read was answered by a worker, or refused for want of one (`unserved`)."""
+        self.unanswered = not answered
+        if self.unanswered:
+            self.unserved()
+
+    def unserved(self) -> None:
+        """No worker serves the queue now: warns the first time, gives up past `timeout`."""
+        now = asyncio.get_running_loop().time()
+        verb = "answers on" if self.unanswered else "polls"
         if self.idle_since is None:
             self.idle_since = now
             self.report(
-                f"warning: no worker polls task queue {self.task_queue!r}; {self.name} waits "
+                f"warning: no worker {verb} task queue {self.task_queue!r}; {self.name} waits "
                 "for one (start it with `coord worker`)"
             )
         elif now - self.idle_since > self.timeout:
+            verb = "answered on" if self.unanswered else "polled"
             raise NoWorker(
-                f"no worker polled task queue {self.task_queue!r} for {self.timeout:g}s; "
+                f"no worker {verb} task queue {self.task_queue!r} for {self.timeout:g}s; "
                 f"{self.workflow_id} stays started and runs once a worker polls (`coord worker`)"
             )
-        return False
 
 
 async def outcome_with_progress(
@@ -170,7 +190,7 @@ async def outcome_with_progress(
         while not (await asyncio.wait({waiting}, timeout=interval))[0]:
             try:
                 if await worker.polled(client):
-                    report_new(await _sightings(watch, client, handle))
+                    report_new(await _sightings(watch, client, handle, worker))
             except Exception as error:
                 if not recycled_connection(error):
                     raise
@@ -184,12 +204,18 @@ async def outcome_with_progress(
 
 
 async def _sightings(
-    watch: Watch, client: Client, handle: WorkflowHandle[Any, Any]
+    watch: Watch, client: Client, handle: WorkflowHandle[Any, Any], worker: WorkerWatch
 ) -> list[Sighting]:
     """What `watch` sees, or nothing this round when the run cannot answer (it is ending, its
-    worker is busy or away: NoWorker from a bounded query): the next round asks again, and
-    `WorkerWatch` decides when no worker means giving up."""
+    worker is busy): the next round asks again. A look refused for want of a worker (NoWorker
+    from a bounded query, `answered`) tells `worker`, which decides when no worker means giving
+    up: a stopped worker's pollers, which the server lists for a while, are no worker."""
     try:
-        return await watch(client, handle)
-    except (RPCError, WorkflowQueryFailedError, NoWorker):
+        sightings = await watch(client, handle)
+    except NoWorker:
+        worker.looked(answered=False)
         return []
+    except (RPCError, WorkflowQueryFailedError):
+        return []
+    worker.looked(answered=True)
+    return sightings

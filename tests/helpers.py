@@ -23,7 +23,7 @@ from coord.models.mesh.config import PythonAgent
 from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
-from coord.starter.api import sagas
+from coord.starter.api import common, sagas
 from coord.workflows import dlq
 from tests.conftest import ROOT, feature_deployment
 
@@ -57,6 +57,14 @@ def unserved_agents_found_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     starting up again after a server restart: for a test of how such a run ends, not of how
     long it waits."""
     monkeypatch.setattr(routing, "SERVED_PATIENCE", timedelta(seconds=1))
+
+
+def queries_refused_soon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query no worker answers (`answered`) is refused after 1 s and a 1 s re-ask, not
+    QUERY_PATIENCE's 5 s and REASK_PATIENCE's 20 s, which leave a busy worker time to answer:
+    for a test of how such a read ends, not of how long it waits."""
+    monkeypatch.setattr(common, "QUERY_PATIENCE", timedelta(seconds=1))
+    monkeypatch.setattr(common, "REASK_PATIENCE", timedelta(seconds=1))
 
 
 def unserved_replays_end_soon(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,8 +27,9 @@ from coord.models.chain.spec import ChainState
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
+from coord.models.mesh.agents import AgentRegistry
 from coord.models.plan.spec import PlanSpec
-from coord.models.saga.spec import SagaState, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.contract import (
     AGENT_SERVED_ACTIVITY,
     RUN_AGENT_ACTIVITY,
@@ -48,6 +49,7 @@ from tests.helpers import (
     eventually,
     history_events,
     letter,
+    queries_refused_soon,
     user_story,
 )
 from tests.outages import free_port, listening
@@ -475,13 +477,16 @@ async def test_the_state_of_a_running_saga_no_worker_serves_is_refused_at_once(
 
 
 async def orphaned(
-    client: Client, task_queue: str, *starts: Awaitable[WorkflowHandle[Any, Any]]
+    client: Client,
+    task_queue: str,
+    *starts: Awaitable[WorkflowHandle[Any, Any]],
+    registry: AgentRegistry | None = None,
 ) -> list[WorkflowHandle[Any, Any]]:
     """Runs started on `task_queue` and taken up by a worker (each has completed a workflow
-    task), which then stops: the server lists its pollers for minutes more and answers a query
-    of theirs with a timeout, or at once with FAILED_PRECONDITION ("no poller seen for task
-    queue recently")."""
-    async with build_worker(client, task_queue):
+    task) serving `registry`'s agents (default: the demo agents), which then stops: the server
+    lists its pollers for minutes more and answers a query of theirs with a timeout, or at once
+    with FAILED_PRECONDITION ("no poller seen for task queue recently")."""
+    async with build_worker(client, task_queue, registry):
         handles = [await start for start in starts]
         for handle in handles:
             await eventually(functools.partial(taken_up, handle))
@@ -564,6 +569,45 @@ async def test_a_running_plan_and_dead_letter_whose_worker_stopped_are_refused_a
     # Each read gives up within its patience (QUERY_PATIENCE and one REASK_PATIENCE: 25 s),
     # plus its command's start-up: the bound the chain's reads are held to.
     assert took < 40, f"{took:.1f} s"
+
+
+async def test_a_terminated_saga_whose_worker_stopped_is_refused_as_no_worker(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminated saga keeps no record: `saga_outcome` (`saga start --wait`'s) asks its
+    `state` query, and `events` its record, without the bound the other reads have: each
+    waited 29 s and failed with the server's words. Now NoWorker, as `answered` says
+    (`queries_refused_soon`: within 2 s of patience, not 25)."""
+    queries_refused_soon(monkeypatch)
+    saga_id = f"terminated-{task_queue}"
+    unserved = {"name": "Hold", "agent": f"nobody-{task_queue}"}  # it waits on its queue
+    spec = SagaSpec.model_validate({"saga_id": saga_id, "name": "Held", "steps": [unserved]})
+    [handle] = await orphaned(client, task_queue, api.start_saga(client, spec, queue=task_queue))
+    await handle.terminate("by the test")
+
+    async def refusal(read: Awaitable[Any]) -> str:
+        try:
+            await read
+        except api.NoWorker as refused:
+            return str(refused)
+        return "answered"
+
+    began = time.monotonic()
+    outcome, events = await asyncio.wait_for(
+        asyncio.gather(
+            refusal(api.saga_outcome(handle, client)),
+            refusal(api.correlation_events(client, spec.correlation_id)),
+        ),
+        60,
+    )
+    took = time.monotonic() - began
+    refused = (
+        f"saga-{saga_id} cannot answer: no worker polls its task queue {task_queue!r} "
+        "(start one: `coord worker`)"
+    )
+    assert (outcome, events) == (refused, refused)
+    # Each read gives up within its patience (1 s and one 1 s re-ask) and a few round trips.
+    assert took < 15, f"{took:.1f} s"
 
 
 async def test_saga_start_with_the_id_of_a_running_saga_is_refused(

@@ -6,6 +6,7 @@ decide, a plain-JSON start with a bad field, a cancelled vote, and `coord vote s
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,9 +27,12 @@ from coord.models.mesh.retry import LOST_RUNS_ALLOWED
 from coord.models.vote.spec import VOTE_REQUESTED, Choice, VoteSpec, VoteState, VoteStatus
 from coord.models.wire import contract
 from coord.starter import api
+from coord.starter.commands.vote import VOTES
 from coord.starter.exits import ExitCode
+from coord.starter.progress import outcome_with_progress
 from coord.worker import build_worker
-from tests.helpers import eventually
+from tests.helpers import eventually, queries_refused_soon
+from tests.test_cli import orphaned
 from tests.test_hostile_input import closed_with, plain_json
 from tests.test_saga_history import _patch_markers
 from tests.workers import COORD, run, server_env
@@ -357,6 +361,54 @@ async def test_coord_vote_start_wait_and_state(
     assert VoteState.model_validate_json(out).cancelled == ["database-specialist"]
     code, _, err = await run(COORD, "vote", "state", "nope", env=env)
     assert (code, err) == (ExitCode.NOT_FOUND, "error: vote 'nope' does not exist\n")
+
+
+async def test_vote_wait_whose_worker_stopped_gives_up_as_no_worker(
+    client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vote start --wait` reads the ballots while it waits (`ballots_cast`) with the `state`
+    query, which it asked without a bound: each look waited 29 s for the stopped worker, whose
+    pollers the server lists for a while, so the wait for a worker never began. Now each look
+    is `answered`, and one refused for want of a worker counts as none: the wait gives up after
+    `--no-worker-timeout` (here 1 s; `queries_refused_soon`: 1 s of patience and a 1 s
+    re-ask, not 25), exit 9 (`no_worker`)."""
+    queries_refused_soon(monkeypatch)
+    names = ["ux-designer", "python-pro", "database-specialist"]
+    voters = Voters(dict.fromkeys(names, "hold"))
+    [handle] = await orphaned(
+        client,
+        task_queue,
+        api.start_vote(client, vote(names), queue=task_queue),
+        registry=voters.registry(),
+    )
+    lines: list[str] = []
+    began = time.monotonic()
+    with pytest.raises(api.NoWorker) as refusal:
+        await asyncio.wait_for(
+            outcome_with_progress(
+                client,
+                handle,
+                VOTES.outcome(handle, client),
+                VOTES.watch,
+                lines.append,
+                name="the vote",
+                task_queue=task_queue,
+                no_worker_timeout=1,
+            ),
+            60,
+        )
+    took = time.monotonic() - began
+    await handle.terminate()
+    assert lines == [
+        f"warning: no worker answers on task queue {task_queue!r}; the vote waits for one "
+        "(start it with `coord worker`)"
+    ]
+    assert str(refusal.value) == (
+        f"no worker answered on task queue {task_queue!r} for 1s; {handle.id} stays started "
+        "and runs once a worker polls (`coord worker`)"
+    )
+    # Two looks (1 s of patience and a 1 s re-ask each) a second apart, and a few round trips.
+    assert took < 20, f"{took:.1f} s"
 
 
 async def test_a_cancelled_vote_cancels_its_runs_and_keeps_its_record(

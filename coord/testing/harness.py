@@ -283,7 +283,7 @@ class Coordination:
     ) -> SagaState:
         """Start a saga and wait for its final record (completed, compensated or failed)."""
         handle = await self.start_saga(spec, **overrides)
-        return await self.ended(api.saga_outcome(handle), handle, timeout, "saga")
+        return await self.ended(api.saga_outcome(handle, self.client), handle, timeout, "saga")
 
     async def start_chain(
         self, spec: SpecSource, correlation_id: str | None = None, **overrides: Any

@@ -1,5 +1,6 @@
 """Sagas: start, wait, read the coordinator record, cancel; a correlation's events."""
 
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ from coord.models.wire.versions import SAGA_VERSION
 from coord.starter.api.chains import chain_timeline
 from coord.starter.api.common import (
     NotFound,
+    answered,
     api_call,
     cancel_running,
     current_record,
@@ -89,19 +91,22 @@ def saga_handle(client: Client, saga_id: str) -> WorkflowHandle[Any, SagaState]:
 
 
 @api_call
-async def saga_outcome(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
+async def saga_outcome(
+    handle: WorkflowHandle[Any, SagaState], client: Client | None = None
+) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
     that kept neither (cancelled before sagas kept their record in the memo, or terminated)
-    answers its `state` query, replayed by a worker; a terminated one's says so
-    (`SagaState.terminated`), not the status it was left in. A run that refused its spec is
-    raised (`ended_record`)."""
+    answers its `state` query, replayed by a worker (`answered`: given the `client`, refused
+    with NoWorker when none answers, as every read that needs a worker is; without one, the
+    query waits as the server holds it); a terminated one's says so (`SagaState.terminated`),
+    not the status it was left in. A run that refused its spec is raised (`ended_record`)."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
     except WorkflowFailureError as failure:
         if refused_spec(failure):
             raise
-        state = await handle.query(Saga.state)
+        state = await answered(client, handle, Saga.state)
         if isinstance(failure.cause, TerminatedError):
             return state.terminated(failure.cause.message)
         return state
@@ -113,7 +118,8 @@ async def saga_record(
     """Closed sagas answer from their result, so no worker is needed to read them; a running
     one its `state` query (`answered`, given the `client`). NotFound without such a saga."""
     name = f"saga {contract.saga_id_of(handle.id)!r}"
-    return await current_record(handle, saga_outcome, Saga.state, name, client)
+    outcome = functools.partial(saga_outcome, client=client)
+    return await current_record(handle, outcome, Saga.state, name, client)
 
 
 async def named_saga(client: Client, saga: str) -> WorkflowHandle[Any, SagaState]:
@@ -136,7 +142,8 @@ async def cancel_saga(client: Client, saga_id: str) -> None:
     id too."""
     handle = await named_saga(client, saga_id)
     name = f"saga {saga_id!r}"
-    await cancel_running(handle, name, saga_outcome, "nothing to cancel, no compensation runs")
+    outcome = functools.partial(saga_outcome, client=client)
+    await cancel_running(handle, name, outcome, "nothing to cancel, no compensation runs")
 
 
 @api_call
@@ -152,7 +159,7 @@ async def correlation_events(client: Client, correlation_id: str) -> list[Timeli
     except NotFound as error:
         entries, no_chain = [], error
     records = [
-        (await saga_record(handle)).events
+        (await saga_record(handle, client)).events
         async for handle in correlated_sagas(client, correlation_id)
     ]
     records += await pattern_rows(client, correlation_id)

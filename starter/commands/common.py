@@ -172,7 +172,8 @@ class StartCommand(Generic[S, R]):
 
     kind: str
     start: Callable[[Client, S], Awaitable[WorkflowHandle[Any, R]]]
-    outcome: Callable[[WorkflowHandle[Any, R]], Awaitable[R]]
+    outcome: Callable[[WorkflowHandle[Any, R], Client], Awaitable[R]]
+    """The final record, read with the client (a read that needs a worker is bounded by it)."""
     watch: Watch
     show: Callable[[R, bool], None]
     """The outcome, for tools (`--json`) or people."""
@@ -234,7 +235,7 @@ class StartCommand(Generic[S, R]):
             return await outcome_with_progress(
                 client,
                 handle,
-                self.outcome(handle),
+                self.outcome(handle, client),
                 self.watch,
                 report,
                 name=f"the {self.kind}",

@@ -58,7 +58,7 @@ def show_plan(state: PlanState, as_json: bool, waiting_for: Sequence[str] = ()) 
 PLANS = StartCommand(
     "plan",
     api.start_plan,
-    api.plan_outcome,
+    lambda handle, _client: api.plan_outcome(handle),  # its record needs no worker
     plan_activity,
     show_plan,
     ended_well=lambda state: state.status == PlanStatus.COMPLETED,

@@ -14,6 +14,7 @@ from coord.models.vote.spec import Ballot, VoteSpec, VoteState, VoteStatus
 from coord.models.wire import contract
 from coord.models.wire.specs import SpecError, load_spec
 from coord.starter import api, render
+from coord.starter.api.common import answered
 from coord.starter.commands.common import (
     START_OPTIONS,
     AsJson,
@@ -92,8 +93,9 @@ def show_vote(state: VoteState, as_json: bool) -> None:
 
 
 async def ballots_cast(client: Client, handle: WorkflowHandle[Any, Any]) -> list[Sighting]:
-    """Each ballot as it is cast, while `vote start --wait` waits."""
-    return ballots_in(await handle.query(Vote.state))
+    """Each ballot as it is cast, while `vote start --wait` waits: its `state` query, refused
+    (NoWorker, `answered`) when no worker answers, so the wait gives up as one for a worker."""
+    return ballots_in(await answered(client, handle, Vote.state))
 
 
 def ballots_in(state: VoteState) -> list[Sighting]:
@@ -111,7 +113,7 @@ def ballot_line(ballot: Ballot) -> str:
 VOTES = StartCommand(
     "vote",
     api.start_vote,
-    api.vote_outcome,
+    lambda handle, _client: api.vote_outcome(handle),  # its record needs no worker
     ballots_cast,
     show_vote,
     ended_well=lambda state: state.status == VoteStatus.DECIDED,
