@@ -155,6 +155,8 @@ async def test_a_terminated_saga_reads_as_terminated_not_in_progress(coord: Coor
         "terminated: history size exceeds limit; nothing was compensated"
     )
     assert state.compensation_stack and state.compensations == []
+    read = await api.saga_state(coord.client, spec.saga_id)
+    assert read.failure_reason == state.failure_reason, "`coord saga state` reads it so too"
 
 
 async def current_step(handle: WorkflowHandle[Any, SagaState]) -> bool:

@@ -1,6 +1,6 @@
 """A signal no handler takes (a misspelt `event`, one meant for another workflow) is parked with
 what it carried, never left unread, and no workflow task fails for it: a chain or an
-aggregator, which take events from outside, count and reject it too; a saga, a plan or vote
+aggregator, which take events from outside, count and reject it too; a saga, a plan or a vote
 that takes one in its first workflow task, which would otherwise end it there, ends only once
 the signal is parked; a dead-letter entry parks one as another entry; an agent ledger, whose
 worker runs no activity, parks one on its coordinator queue; a chain's run parks one by its

@@ -342,13 +342,20 @@ async def current_record(
     state: MethodSyncOrAsyncNoParam[Any, M],
     name: str,
     client: Client | None = None,
+    *,
+    unkept: Callable[[WorkflowHandle[Any, M]], Awaitable[M]] | None = None,
 ) -> M:
     """A run's record now: a running run answers its `state` query (`answered`, given the
     `client`), an ended one its `outcome` (result, failure or memo), so no worker is needed to
-    read it. `name` is the run in the user's words (`plan 'p1'`): NotFound when there is no
-    such run, RunFailed when it failed without a record (a spec it refused), each saying so."""
-    await described(handle, NotFound(f"{name} does not exist"))
-    if not await closed_with_result(handle):
+    read it. A run that ended keeping none (terminated, timed out) answers `unkept`, when
+    given (a saga's says it was terminated), else its `state` query. `name` is the run in the
+    user's words (`plan 'p1'`): NotFound when there is no such run, RunFailed when it failed
+    without a record (a spec it refused), each saying so."""
+    description = await described(handle, NotFound(f"{name} does not exist"))
+    ended_unkept = description.status not in (*RECORD_KEPT, WorkflowExecutionStatus.RUNNING)
+    if ended_unkept and unkept is not None:
+        return await unkept(handle)
+    if description.status not in RECORD_KEPT:
         return await answered(client, handle, state)
     try:
         return await outcome(handle)

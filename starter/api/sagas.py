@@ -116,10 +116,11 @@ async def saga_record(
     handle: WorkflowHandle[Any, SagaState], client: Client | None = None
 ) -> SagaState:
     """Closed sagas answer from their result, so no worker is needed to read them; a running
-    one its `state` query (`answered`, given the `client`). NotFound without such a saga."""
+    one its `state` query (`answered`, given the `client`), and so does a terminated one,
+    saying it was (`saga_outcome`). NotFound without such a saga."""
     name = f"saga {contract.saga_id_of(handle.id)!r}"
     outcome = functools.partial(saga_outcome, client=client)
-    return await current_record(handle, outcome, Saga.state, name, client)
+    return await current_record(handle, outcome, Saga.state, name, client, unkept=outcome)
 
 
 async def named_saga(client: Client, saga: str) -> WorkflowHandle[Any, SagaState]:
