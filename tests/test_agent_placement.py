@@ -34,7 +34,7 @@ from coord.models.mesh.placement import (
     claimable,
     placement,
 )
-from coord.models.saga.spec import SagaSpec, SagaStatus
+from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.contract import (
     RUN_AGENT_ACTIVITY,
     RUN_AGENTS_ACTIVITY,
@@ -342,20 +342,17 @@ def test_a_start_may_place_runs_on_the_workflow_queue_or_their_agents_never_loca
     assert not claim_holds(Placement.LOCAL, Placement.LOCAL), "a start never places a local run"
 
 
-async def test_a_start_placing_a_pooled_agent_on_the_workflow_queue_is_refused_there(
-    client: Client, task_queue: str
-) -> None:
-    """A start is not trusted: one saying a pooled agent runs on the workflow's queue (where
-    its pool would not hold) gets its run refused there, the agent not called (`misplaced`),
-    and the run goes on to the agent's own queue, spending none of its attempts."""
+async def _started_placed(
+    client: Client, task_queue: str, declaration: PythonAgent, where: Placement
+) -> tuple[SagaState, list[HistoryEvent], str]:
+    """A one-step saga of an agent of `declaration`, started as the Temporal CLI could start
+    it, its start saying the agent runs `where` (and no chain runs); its record, its history
+    and its agent."""
     agent = f"agent-{uuid.uuid4().hex[:6]}"
-    pooled = PythonAgent(kind="python", callable="m:f", max_concurrent=2)
     spec = _saga_of(agent)
-    forged = PlacementAnswer(
-        agents=dict.fromkeys(spec.agents_run(), Placement.HOME), chain_runs=False
-    )
+    forged = PlacementAnswer(agents=dict.fromkeys(spec.agents_run(), where), chain_runs=False)
     memo = {SAGA_VERSION_MEMO: SAGA_VERSION, SAGA_PLACEMENTS_MEMO: forged.model_dump(mode="json")}
-    async with build_worker(client, task_queue, _registry({agent: pooled})):
+    async with build_worker(client, task_queue, _registry({agent: declaration})):
         await client.start_workflow(
             SAGA_WORKFLOW,
             spec.model_dump(mode="json", exclude_unset=True),
@@ -365,8 +362,18 @@ async def test_a_start_placing_a_pooled_agent_on_the_workflow_queue_is_refused_t
         )
         handle = api.saga_handle(client, spec.saga_id)
         state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    return state, await _history(handle), agent
+
+
+async def test_a_start_placing_a_pooled_agent_on_the_workflow_queue_is_refused_there(
+    client: Client, task_queue: str
+) -> None:
+    """A start is not trusted: one saying a pooled agent runs on the workflow's queue (where
+    its pool would not hold) gets its run refused there, the agent not called (`misplaced`),
+    and the run goes on to the agent's own queue, spending none of its attempts."""
+    pooled = PythonAgent(kind="python", callable="m:f", max_concurrent=2)
+    state, events, agent = await _started_placed(client, task_queue, pooled, Placement.HOME)
     assert state.status == SagaStatus.COMPLETED
-    events = await _history(handle)
     assert local_activity_types(events) == [], "its start's placements taken: nothing asked"
     assert list(_agent_tasks(events).values()) == [task_queue, agent_task_queue(agent, task_queue)]
     [detour] = state.detours
@@ -377,25 +384,9 @@ async def test_a_start_placing_a_pooled_agent_on_the_workflow_queue_is_refused_t
 async def test_a_start_placing_a_run_locally_is_not_taken(client: Client, task_queue: str) -> None:
     """A local run is the worker's to place: a start saying so is ignored, and the saga asks
     its worker, which places the served agent on the workflow's queue."""
-    agent = f"agent-{uuid.uuid4().hex[:6]}"
     remote = PythonAgent(kind="python", callable="m:f", execution="remote")
-    spec = _saga_of(agent)
-    forged = PlacementAnswer(
-        agents=dict.fromkeys(spec.agents_run(), Placement.LOCAL), chain_runs=False
-    )
-    memo = {SAGA_VERSION_MEMO: SAGA_VERSION, SAGA_PLACEMENTS_MEMO: forged.model_dump(mode="json")}
-    async with build_worker(client, task_queue, _registry({agent: remote})):
-        await client.start_workflow(
-            SAGA_WORKFLOW,
-            spec.model_dump(mode="json", exclude_unset=True),
-            id=spec.workflow_id,
-            task_queue=task_queue,
-            memo=memo,
-        )
-        handle = api.saga_handle(client, spec.saga_id)
-        state = await asyncio.wait_for(api.saga_outcome(handle), 60)
+    state, events, _ = await _started_placed(client, task_queue, remote, Placement.LOCAL)
     assert state.status == SagaStatus.COMPLETED
-    events = await _history(handle)
     assert local_activity_types(events) == ["place_agents_with_chain"], "its worker asked"
     assert list(_agent_tasks(events).values()) == [task_queue]
     assert state.detours == []
