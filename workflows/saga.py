@@ -186,11 +186,7 @@ class Saga(ParksUnknownSignals, kind="a saga", patch=SAGA_PARKS_UNKNOWN_SIGNALS_
 
     async def _outcome(self) -> SagaState:
         try:
-            agents = self._model.spec.agents_run()
-            placed = started_placements(agents)
-            if placed is not None:
-                self._placements.take(placed)
-            await self._placements.learn(agents, self._sends.chain_of())
+            await learn_placements(self._placements, self._model, self._sends)
             self._sends.ask_first(self._status.per_task, self._placements)
             for index, step in self._room.steps():
                 await self._ahead.run_from(index, self._model, self._placements, self._options)
@@ -565,6 +561,16 @@ def started_patches() -> frozenset[str] | None:
         workflow.logger.warning("saga version unreadable, patches asked: %s", error)
         return None
     return SAGA_PATCHES_BY_VERSION.get(version) if type(version) is int else None
+
+
+async def learn_placements(placements: Placements, model: SagaModel, sends: "ChainSends") -> None:
+    """Where the saga's agents run, and whether its chain runs, before its first step: as its
+    start says (`started_placements`), else asked of its worker once."""
+    agents = model.spec.agents_run()
+    started = started_placements(agents)
+    if started is not None:
+        placements.take(started)
+    await placements.learn(agents, sends.chain_of())
 
 
 def started_placements(agents: list[str]) -> PlacementAnswer | None:

@@ -9,6 +9,9 @@ from enum import StrEnum
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 from pydantic import BaseModel
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionDescription,
@@ -362,6 +365,35 @@ async def current_record(
     except RunFailed as failed:
         words = contract.failure_message(failed)
         raise RunFailed(f"{name} failed: {words}") from failed.__cause__
+
+
+LAST_EVENTS = 50
+"""The events read back from a run's end to find its last completed workflow task."""
+
+
+async def ended_mid_task(client: Client, handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the run ended (terminated, timed out) with work its workflow had not finished:
+    no workflow task completed after the last one scheduled (its first one included), or none
+    among its last events. Its `state` query would replay it up to its end and run that work
+    on (a local activity's agent again, whose marker its history lacks), or find no task
+    completed to answer from; its record is then read from what the server kept instead."""
+    execution = WorkflowExecution(workflow_id=handle.id, run_id=handle.run_id or "")
+    request = GetWorkflowExecutionHistoryReverseRequest(
+        namespace=client.namespace, execution=execution, maximum_page_size=LAST_EVENTS
+    )
+    response = await client.workflow_service.get_workflow_execution_history_reverse(request)
+    for event in response.history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return False
+        if event.event_type in UNFINISHED_TASK:
+            return True
+    return True
+
+
+UNFINISHED_TASK = (
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:

@@ -22,6 +22,7 @@ from coord.starter.api.common import (
     api_call,
     cancel_running,
     current_record,
+    ended_mid_task,
     ended_record,
     named_workflow_id,
     refused_spec,
@@ -100,16 +101,33 @@ async def saga_outcome(
     answers its `state` query, replayed by a worker (`answered`: given the `client`, refused
     with NoWorker when none answers, as every read that needs a worker is; without one, the
     query waits as the server holds it); a terminated one's says so (`SagaState.terminated`),
-    not the status it was left in. A run that refused its spec is raised (`ended_record`)."""
+    not the status it was left in. A run terminated in the middle of a workflow task
+    (`ended_mid_task`, given the `client`: its first one, or one running local agents) is not
+    queried: replaying it would run that task's work on, a local agent again; its record holds
+    its ids and how it ended alone. A run that refused its spec is raised (`ended_record`)."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
     except WorkflowFailureError as failure:
         if refused_spec(failure):
             raise
-        state = await answered(client, handle, Saga.state)
-        if isinstance(failure.cause, TerminatedError):
-            return state.terminated(failure.cause.message)
-        return state
+        if not isinstance(failure.cause, TerminatedError):
+            return await answered(client, handle, Saga.state)
+        reason = failure.cause.message
+        if client is not None and await ended_mid_task(client, handle):
+            return (await _started_record(handle)).terminated(f"{reason}{UNREAD_STEPS}")
+        return (await answered(client, handle, Saga.state)).terminated(reason)
+
+
+UNREAD_STEPS = " (during a workflow task: its steps are not read, which would run them again)"
+"""What the record of a saga terminated mid-task says of the steps it does not show."""
+
+
+async def _started_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
+    """The record a saga starts with: its ids, from its workflow id and search attributes."""
+    description = await handle.describe()
+    correlation_id = description.typed_search_attributes.get(contract.CORRELATION_ID)
+    saga_id = contract.saga_id_of(handle.id)
+    return SagaState(saga_id=saga_id, correlation_id=correlation_id or saga_id)
 
 
 async def saga_record(
