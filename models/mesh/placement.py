@@ -79,7 +79,8 @@ def claim_holds(claimed: Placement, here: Placement) -> bool:
 def claimable(answer: PlacementAnswer) -> bool:
     """Whether a start may say where the runs go (`SAGA_PLACEMENTS_MEMO`): with the chain's
     answer, and every agent on the workflow's queue or its own. A local run is never taken from
-    a start: the worker that runs it checks nothing before calling the agent in-process."""
+    a start: which agents run inside the workflow's task is the worker's own choice (an agent
+    too slow for it would hold the task), and a local run's marker is what replay follows."""
     return answer.chain_runs is not None and all(
         where != Placement.LOCAL for where in answer.agents.values()
     )

@@ -370,6 +370,12 @@ async def current_record(
 LAST_EVENTS = 50
 """The events read back from a run's end to find its last completed workflow task."""
 
+UNFINISHED_TASK = (
+    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+)
+"""A workflow task not completed: the work its run would do next."""
+
 
 async def ended_mid_task(client: Client, handle: WorkflowHandle[Any, Any]) -> bool:
     """Whether the run ended (terminated, timed out) with work its workflow had not finished:
@@ -388,12 +394,6 @@ async def ended_mid_task(client: Client, handle: WorkflowHandle[Any, Any]) -> bo
         if event.event_type in UNFINISHED_TASK:
             return True
     return True
-
-
-UNFINISHED_TASK = (
-    EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
-    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
-)
 
 
 async def kept_record(handle: WorkflowHandle[Any, Any], key: str, record: type[R]) -> R | None:
