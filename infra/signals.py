@@ -44,6 +44,11 @@ async def signal_each(client: Client, workflow_ids: list[str], raw: dict[str, An
 
 
 def target_name(workflow_id: str) -> str:
-    if contract.is_chain_workflow_id(workflow_id):
+    """A workflow in a user's words: a chain by its correlation id; any other (a chain's run
+    too) by its workflow id."""
+    if (
+        contract.is_chain_workflow_id(workflow_id)
+        and contract.CHAIN_RUN_SEPARATOR not in workflow_id
+    ):
         return f"the chain for correlation id {contract.correlation_id_of_chain(workflow_id)!r}"
     return workflow_id

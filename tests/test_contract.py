@@ -235,6 +235,8 @@ def test_workflow_ids_are_built_and_read_back() -> None:
     assert chain_id == "chain-story-1" and contract.is_chain_workflow_id(chain_id)
     assert contract.correlation_id_of_chain(chain_id) == "story-1"
     assert contract.chain_run_workflow_id(chain_id, 7) == "chain-story-1/run-7"
+    assert contract.correlation_id_of_chain("chain-story-1/run-7") == "story-1"
+    assert contract.correlation_of_target("chain-story-1/run-7") == "story-1", "a run's letter"
     assert not contract.is_chain_workflow_id("saga-deploy-1")
     assert contract.aggregator_workflow_id("phase1") == "aggregator-phase1"
     assert contract.aggregator_workflow_id("phase1", "story-1") == "aggregator-phase1~story-1"

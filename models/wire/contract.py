@@ -139,9 +139,13 @@ def chain_workflow_id(correlation_id: str) -> str:
     return CHAIN_ID_PREFIX + correlation_id
 
 
+CHAIN_RUN_SEPARATOR: Final = "/"
+"""Between a chain's workflow id and its run's part in the run's id (`chain-C/run-7`)."""
+
+
 def chain_run_workflow_id(chain_workflow_id: str, seq: int) -> str:
     """A chain's run `seq` (its queue number, unique across the chain's continue-as-new)."""
-    return f"{chain_workflow_id}/run-{seq}"
+    return f"{chain_workflow_id}{CHAIN_RUN_SEPARATOR}run-{seq}"
 
 
 def is_chain_workflow_id(workflow_id: str) -> bool:
@@ -149,8 +153,9 @@ def is_chain_workflow_id(workflow_id: str) -> bool:
 
 
 def correlation_id_of_chain(workflow_id: str) -> str:
-    """The correlation id a chain's workflow id carries."""
-    return workflow_id.removeprefix(CHAIN_ID_PREFIX)
+    """The correlation id a chain's workflow id carries, or one of its runs' (`/run-N` after
+    it: a correlation id, an identifier, holds no `/`)."""
+    return workflow_id.removeprefix(CHAIN_ID_PREFIX).partition(CHAIN_RUN_SEPARATOR)[0]
 
 
 ID_PART_SEPARATOR: Final = "~"
