@@ -1,14 +1,17 @@
-"""A saga terminated (an operator's `temporal workflow terminate`, the server past a limit) keeps
-no record of its own. Read after it ended in the middle of a workflow task (its first, or one
+"""A saga terminated (an operator's `temporal workflow terminate`, the server past a limit) or
+timed out (an execution timeout its starter set) keeps no record of its own; its `state` query's
+says how it ended. Read after it ended in the middle of a workflow task (its first, or one
 running its local agents), it is not queried: a replay up to its end would run that task's work
 on, calling local agents again, or find no task to answer from; its record says how it ended."""
 
 import asyncio
 
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError, TerminatedError, TimeoutError, TimeoutType
 
-from coord.models.saga.spec import SagaStatus
+from coord.models.saga.spec import SagaState, SagaStatus
 from coord.starter import api
+from coord.starter.api.sagas import ended_by
 from coord.worker import build_worker
 from tests.agents import RecordingAgents
 from tests.conftest import feature_deployment
@@ -59,3 +62,17 @@ async def test_a_saga_terminated_before_its_first_workflow_task_is_read_without_
     assert state.failure_reason is not None
     assert state.failure_reason.startswith("terminated: never mind (during a workflow task")
     assert state.completed_steps == [] and state.compensations == []
+
+
+def test_a_sagaended_by_says_how() -> None:
+    """Terminated, or past an execution timeout its starter set (the saga fits its runs'
+    timeouts into it, so it rarely gets there): failed, saying how, nothing compensated."""
+    terminated = ended_by(TerminatedError("operator stop"))
+    timeout = TimeoutError("timed out", type=TimeoutType.START_TO_CLOSE, last_heartbeat_details=[])
+    timed_out = ended_by(timeout)
+    assert terminated == "terminated: operator stop"
+    assert timed_out == "timed out: the run passed its execution timeout"
+    assert ended_by(ApplicationError("saga_failed")) is None, "a failure carries its record"
+    state = SagaState(saga_id="s").cut_short("terminated: operator stop")
+    assert state.status == SagaStatus.FAILED
+    assert state.failure_reason == "terminated: operator stop; nothing was compensated"

@@ -215,10 +215,11 @@ class SagaState(BaseModel):
     rewind_of: str | None = None
     """A rewound copy's original and step (`CoordRewindOf`): `<saga id>@step N <name>`."""
 
-    def terminated(self, reason: str) -> "SagaState":
-        """The record of a run the server or an operator terminated, as it stood: it ran no
-        further and compensated nothing (its run's listing still shows the status it had)."""
-        why = f"terminated: {reason or 'no reason given'}; nothing was compensated"
+    def cut_short(self, how: str) -> "SagaState":
+        """The record of a run the server or an operator ended (`how`: terminated, timed out),
+        as it stood: it ran no further and compensated nothing (its run's listing still shows
+        the status it had)."""
+        why = f"{how}; nothing was compensated"
         return self.model_copy(update={"status": SagaStatus.FAILED, "failure_reason": why})
 
     def search_attributes(self) -> SearchValues:

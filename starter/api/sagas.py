@@ -4,6 +4,7 @@ import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
+from temporalio import exceptions
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TerminatedError
 from temporalio.service import RPCError
@@ -97,29 +98,39 @@ async def saga_outcome(
 ) -> SagaState:
     """Wait for the saga to end and return its final record, whether it completed or not: a
     failed run carries it in its failure, a cancelled one in its memo (`ended_record`). A run
-    that kept neither (cancelled before sagas kept their record in the memo, or terminated)
-    answers its `state` query, replayed by a worker (`answered`: given the `client`, refused
-    with NoWorker when none answers, as every read that needs a worker is; without one, the
-    query waits as the server holds it); a terminated one's says so (`SagaState.terminated`),
-    not the status it was left in. A run terminated in the middle of a workflow task
-    (`ended_mid_task`, given the `client`: its first one, or one running local agents) is not
-    queried: replaying it would run that task's work on, a local agent again; its record holds
-    its ids and how it ended alone. A run that refused its spec is raised (`ended_record`)."""
+    that kept neither (cancelled before sagas kept their record in the memo, terminated, timed
+    out) answers its `state` query, replayed by a worker (`answered`: given the `client`,
+    refused with NoWorker when none answers, as every read that needs a worker is; without
+    one, the query waits as the server holds it); a terminated or timed-out one's says how it
+    ended (`SagaState.cut_short`), not the status it was left in. One that ended so in the
+    middle of a workflow task (`ended_mid_task`, given the `client`: its first one, or one
+    running local agents) is not queried: replaying it would run that task's work on, a local
+    agent again; its record holds its ids and how it ended alone. A run that refused its spec
+    is raised (`ended_record`)."""
     try:
         return await ended_record(handle, contract.SAGA_RECORD_MEMO, SagaState)
     except WorkflowFailureError as failure:
         if refused_spec(failure):
             raise
-        if not isinstance(failure.cause, TerminatedError):
+        how = ended_by(failure.cause)
+        if how is None:
             return await answered(client, handle, Saga.state)
-        reason = failure.cause.message
         if client is not None and await ended_mid_task(client, handle):
-            return (await _started_record(handle)).terminated(f"{reason}{UNREAD_STEPS}")
-        return (await answered(client, handle, Saga.state)).terminated(reason)
+            return (await _started_record(handle)).cut_short(f"{how}{UNREAD_STEPS}")
+        return (await answered(client, handle, Saga.state)).cut_short(how)
+
+
+def ended_by(cause: BaseException | None) -> str | None:
+    """How the server or an operator ended the run, when it did (`SagaState.cut_short`)."""
+    if isinstance(cause, TerminatedError):
+        return f"terminated: {cause.message or 'no reason given'}"
+    if isinstance(cause, exceptions.TimeoutError):
+        return "timed out: the run passed its execution timeout"
+    return None
 
 
 UNREAD_STEPS = " (during a workflow task: its steps are not read, which would run them again)"
-"""What the record of a saga terminated mid-task says of the steps it does not show."""
+"""What the record of a saga ended mid-task says of the steps it does not show."""
 
 
 async def _started_record(handle: WorkflowHandle[Any, SagaState]) -> SagaState:
