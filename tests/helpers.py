@@ -1,6 +1,7 @@
 """Helpers the test modules share: specs, events, waits and checks used by more than one."""
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -24,6 +25,7 @@ from coord.models.saga.spec import SagaSpec
 from coord.models.wire.specs import read_document
 from coord.starter import api
 from coord.starter.api import common, sagas
+from coord.worker import build_worker
 from coord.workflows import dlq
 from tests.conftest import ROOT, feature_deployment
 
@@ -84,6 +86,27 @@ def started_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
         return None
 
     monkeypatch.setattr(sagas, "placed_here", nothing)
+
+
+async def orphaned(
+    client: Client,
+    task_queue: str,
+    *starts: Awaitable[WorkflowHandle[Any, Any]],
+    registry: AgentRegistry | None = None,
+) -> list[WorkflowHandle[Any, Any]]:
+    """Runs started on `task_queue` and taken up by a worker (each has completed a workflow
+    task) serving `registry`'s agents (default: the demo agents), which then stops: the server
+    lists its pollers for minutes more and answers a query of theirs with a timeout, or at once
+    with FAILED_PRECONDITION ("no poller seen for task queue recently")."""
+    async with build_worker(client, task_queue, registry):
+        handles = [await start for start in starts]
+        for handle in handles:
+            await eventually(functools.partial(taken_up, handle))
+    return handles
+
+
+async def taken_up(handle: WorkflowHandle[Any, Any]) -> bool:
+    return EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in await history_events(handle)
 
 
 async def eventually(

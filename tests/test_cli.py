@@ -1,7 +1,6 @@
 """`coord` and the Temporal CLI as a user runs them, against the session's dev server."""
 
 import asyncio
-import functools
 import json
 import os
 import re
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -27,7 +25,6 @@ from coord.models.chain.spec import ChainState
 from coord.models.dlq.letter import DeadLetter
 from coord.models.events.envelope import EventEnvelope
 from coord.models.events.timeline import TimelineEntry
-from coord.models.mesh.agents import AgentRegistry
 from coord.models.plan.spec import PlanSpec
 from coord.models.saga.spec import SagaSpec, SagaState, SagaStatus
 from coord.models.wire.contract import (
@@ -47,8 +44,8 @@ from tests.helpers import (
     PHASE1,
     demo_agents_remote,
     eventually,
-    history_events,
     letter,
+    orphaned,
     queries_refused_soon,
     user_story,
 )
@@ -474,27 +471,6 @@ async def test_the_state_of_a_running_saga_no_worker_serves_is_refused_at_once(
         "(start one: `coord worker`)\n"
     )
     assert took < 20, f"{took:.1f} s"
-
-
-async def orphaned(
-    client: Client,
-    task_queue: str,
-    *starts: Awaitable[WorkflowHandle[Any, Any]],
-    registry: AgentRegistry | None = None,
-) -> list[WorkflowHandle[Any, Any]]:
-    """Runs started on `task_queue` and taken up by a worker (each has completed a workflow
-    task) serving `registry`'s agents (default: the demo agents), which then stops: the server
-    lists its pollers for minutes more and answers a query of theirs with a timeout, or at once
-    with FAILED_PRECONDITION ("no poller seen for task queue recently")."""
-    async with build_worker(client, task_queue, registry):
-        handles = [await start for start in starts]
-        for handle in handles:
-            await eventually(functools.partial(taken_up, handle))
-    return handles
-
-
-async def taken_up(handle: WorkflowHandle[Any, Any]) -> bool:
-    return EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED in await history_events(handle)
 
 
 async def test_a_running_chain_whose_worker_stopped_is_refused_at_once_as_no_worker(

@@ -31,8 +31,7 @@ from coord.starter.commands.vote import VOTES
 from coord.starter.exits import ExitCode
 from coord.starter.progress import outcome_with_progress
 from coord.worker import build_worker
-from tests.helpers import eventually, queries_refused_soon
-from tests.test_cli import orphaned
+from tests.helpers import eventually, orphaned, queries_refused_soon
 from tests.test_hostile_input import closed_with, plain_json
 from tests.test_saga_history import _patch_markers
 from tests.workers import COORD, run, server_env

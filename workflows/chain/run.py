@@ -20,7 +20,6 @@ with workflow.unsafe.imports_passed_through():
         CHAIN_RUN_WORKFLOW,
         RUN_OUTCOME_SIGNAL,
         FailureType,
-        correlation_id_of_chain,
         failure,
         failure_message,
         failure_type_of,
@@ -106,11 +105,6 @@ class ChainRun(
             )
             return RunOutcome(seq=run_input.seq, failure=failed)
         return RunOutcome(seq=run_input.seq, result=result)
-
-    def _correlation(self) -> str | None:
-        """The chain's correlation, which a letter of the run is listed by (its workflow id,
-        `chain-C/run-N`, would read as `C/run-N`)."""
-        return None if self._input is None else correlation_id_of_chain(self._input.chain_id)
 
     def _detoured(self, detour: RunDetour, assignment: Assignment | None) -> None:
         self._detours = noted(self._detours, detour, assignment)
